@@ -1,0 +1,123 @@
+#include "core/common/dtype.hpp"
+
+#include "core/common/error.hpp"
+
+namespace oslo {
+
+bool dtype_valid(int dt) { return dt >= OSLO_F32 && dt <= OSLO_I64; }
+
+size_t dtype_size(oslo_dtype dt) {
+  switch (dt) {
+    case OSLO_F32: return 4;
+    case OSLO_F16: return 2;
+    case OSLO_BF16: return 2;
+    case OSLO_I32: return 4;
+    case OSLO_I64: return 8;
+  }
+  fail(OSLO_ERR_DTYPE, "unknown dtype ", static_cast<int>(dt));
+}
+
+const char* dtype_name(oslo_dtype dt) {
+  switch (dt) {
+    case OSLO_F32: return "f32";
+    case OSLO_F16: return "f16";
+    case OSLO_BF16: return "bf16";
+    case OSLO_I32: return "i32";
+    case OSLO_I64: return "i64";
+  }
+  return "unknown";
+}
+
+bool dtype_is_float(oslo_dtype dt) { return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16; }
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      u = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t absu = u & 0x7fffffffu;
+  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (absu < 0x38800000u) {  // subnormal or zero in f16
+    if (absu < 0x33000000u) return static_cast<uint16_t>(sign);
+    uint32_t e = absu >> 23;
+    uint32_t man = (absu & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e;  // 14..24
+    uint32_t half = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t h = ((absu >> 13) - ((127 - 15) << 10));
+  uint32_t rem = absu & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+void to_f32(oslo_dtype src_dtype, const void* src, float* dst, size_t n) {
+  switch (src_dtype) {
+    case OSLO_F32:
+      if (static_cast<const void*>(dst) != src) std::memcpy(dst, src, n * 4);
+      return;
+    case OSLO_F16: {
+      auto s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case OSLO_BF16: {
+      auto s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    default:
+      fail(OSLO_ERR_DTYPE, "cannot convert ", dtype_name(src_dtype), " to f32");
+  }
+}
+
+void from_f32(oslo_dtype dst_dtype, const float* src, void* dst, size_t n) {
+  switch (dst_dtype) {
+    case OSLO_F32:
+      if (static_cast<const void*>(src) != dst) std::memcpy(dst, src, n * 4);
+      return;
+    case OSLO_F16: {
+      auto d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case OSLO_BF16: {
+      auto d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    default:
+      fail(OSLO_ERR_DTYPE, "cannot convert f32 to ", dtype_name(dst_dtype));
+  }
+}
+
+}  // namespace oslo
