@@ -1,0 +1,728 @@
+// gloo transport: rendezvous through an oslo::Store, a full mesh of gloo TCP
+// pairs, and the collectives written directly on gloo's unbound buffers.
+//
+// Why not gloo's own algorithms: oslo promises results that are bitwise the
+// same on every rank and reduced in rank order 0..n-1 (communicator.hpp), the
+// same as the shared-memory transport computes, and an abort() that wakes a
+// blocked call from another thread. Both need control over every wait, so the
+// collectives here are built from point-to-point messages:
+//   reduce_scatter: rank p owns chunk p; every rank sends chunk p of its input
+//     to rank p, which combines the n contributions in rank order;
+//   all_reduce:     reduce_scatter, then every owner sends its chunk to all;
+//   all_gather, broadcast, barrier: direct sends.
+// Each rank sends and receives (n-1)/n of the data per phase, like a ring, in
+// one round instead of n-1, which suits the small groups (tensor parallel) this
+// transport serves.
+//
+// Faults: every wait uses the time left of the op's timeout. On any error the
+// communicator closes its connections (so that peers blocked on it fail fast
+// with OSLO_ERR_COMM instead of waiting for their own timeout, and so that no
+// late message can land in a buffer that was already given back) and stays
+// broken: later calls fail at once with the first error.
+#include "backends/cpu/gloo/gloo_communicator.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "core/common/deadline.hpp"
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+namespace oslo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", s);
+  return buf;
+}
+
+// ---- rank-ordered reduction ---------------------------------------------------
+//
+// dst = srcs[0] op srcs[1] op ... op srcs[n-1], combined in that order; f16 and
+// bf16 in f32 and rounded once; integer SUM wraps; integer AVG is the exact sum
+// divided by n, truncated; float MAX/MIN let a NaN win. These are the rules of
+// the shared-memory transport's kernel, so both transports give the same bits.
+
+constexpr size_t kBlock = 2048;  // elements accumulated at a time (8 KB of f32)
+
+struct FSum {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct FMax {
+  float operator()(float a, float b) const { return (b > a || b != b) ? b : a; }
+};
+struct FMin {
+  float operator()(float a, float b) const { return (b < a || b != b) ? b : a; }
+};
+
+template <typename Op>
+void reduce_float(void* dst, const void* const* srcs, int n, size_t count, oslo_dtype dt, Op op,
+                  float div) {
+  float acc[kBlock];
+  float tmp[kBlock];
+  const size_t es = dtype_size(dt);
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t m = std::min(kBlock, count - base);
+    to_f32(dt, static_cast<const uint8_t*>(srcs[0]) + base * es, acc, m);
+    for (int p = 1; p < n; ++p) {
+      to_f32(dt, static_cast<const uint8_t*>(srcs[p]) + base * es, tmp, m);
+      for (size_t i = 0; i < m; ++i) acc[i] = op(acc[i], tmp[i]);
+    }
+    if (div != 1.0f)
+      for (size_t i = 0; i < m; ++i) acc[i] = acc[i] / div;
+    from_f32(dt, acc, static_cast<uint8_t*>(dst) + base * es, m);
+  }
+}
+
+// T: stored type; U: its unsigned twin (wrapping SUM); W: exact accumulator
+// for AVG.
+template <typename T, typename U, typename W>
+void reduce_int(T* dst, const T* const* s, int n, size_t count, oslo_reduce_op op) {
+  for (size_t i = 0; i < count; ++i) {
+    T r;
+    switch (op) {
+      case OSLO_SUM: {
+        U a = static_cast<U>(s[0][i]);
+        for (int p = 1; p < n; ++p) a = static_cast<U>(a + static_cast<U>(s[p][i]));
+        r = static_cast<T>(a);
+        break;
+      }
+      case OSLO_AVG: {
+        W a = s[0][i];
+        for (int p = 1; p < n; ++p) a += s[p][i];
+        r = static_cast<T>(a / n);
+        break;
+      }
+      case OSLO_MAX: {
+        r = s[0][i];
+        for (int p = 1; p < n; ++p) r = s[p][i] > r ? s[p][i] : r;
+        break;
+      }
+      default: {
+        r = s[0][i];
+        for (int p = 1; p < n; ++p) r = s[p][i] < r ? s[p][i] : r;
+        break;
+      }
+    }
+    // Written after every source was read: dst may be one of the sources.
+    dst[i] = r;
+  }
+}
+
+void reduce_ranked(void* dst, const void* const* srcs, int n, size_t count, oslo_dtype dt,
+                   oslo_reduce_op op) {
+  if (count == 0) return;
+  switch (dt) {
+    case OSLO_F32:
+    case OSLO_F16:
+    case OSLO_BF16: {
+      float div = op == OSLO_AVG ? static_cast<float>(n) : 1.0f;
+      if (op == OSLO_MAX) return reduce_float(dst, srcs, n, count, dt, FMax(), div);
+      if (op == OSLO_MIN) return reduce_float(dst, srcs, n, count, dt, FMin(), div);
+      return reduce_float(dst, srcs, n, count, dt, FSum(), div);
+    }
+    case OSLO_I32:
+      return reduce_int<int32_t, uint32_t, int64_t>(static_cast<int32_t*>(dst),
+                                                    reinterpret_cast<const int32_t* const*>(srcs),
+                                                    n, count, op);
+    case OSLO_I64:
+      return reduce_int<int64_t, uint64_t, __int128>(
+          static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(srcs), n, count,
+          op);
+  }
+}
+
+// ---- store adapter -------------------------------------------------------------
+
+// Presents an oslo::Store to gloo's rendezvous, under "<prefix>/" so that
+// groups do not see each other's keys. gloo's keys are the ranks' numbers.
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  GlooStore(oslo::Store& store, const std::string& prefix, const Deadline& deadline)
+      : store_(store), prefix_(prefix + "/"), deadline_(deadline) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, std::vector<uint8_t>(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    auto v = store_.get(prefix_ + key, deadline_);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, Ms(0)); }
+  void wait(const std::vector<std::string>& keys, const Ms& /*timeout*/) override {
+    // One deadline for the whole rendezvous (gloo passes its timeout per key,
+    // which would let n slow peers add up to n timeouts).
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    try {
+      store_.wait(full, deadline_);
+    } catch (const Error& e) {
+      if (e.status() != OSLO_ERR_TIMEOUT) throw;
+      std::string ranks;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        bool there = false;
+        try {
+          there = store_.check({full[i]});
+        } catch (const Error&) {
+        }
+        if (!there) ranks += (ranks.empty() ? "" : ", ") + keys[i];
+      }
+      fail(OSLO_ERR_TIMEOUT, "gloo '", prefix_.substr(0, prefix_.size() - 1),
+           "': timed out waiting for rank(s) ", ranks.empty() ? "?" : ranks,
+           " of the group to join (", e.what(), ")");
+    }
+  }
+
+ private:
+  oslo::Store& store_;
+  std::string prefix_;
+  Deadline deadline_;
+};
+
+// ---- devices ----------------------------------------------------------------------
+
+// One gloo device (one event-loop thread) per local address and process,
+// shared by every communicator of the process: ranks that are threads and the
+// several groups of one rank would otherwise each start a thread. Keyed by pid
+// too, because a device inherited through fork() has no loop thread.
+std::shared_ptr<gloo::transport::Device> device_for(const std::string& address) {
+  static std::mutex mu;
+  static std::map<std::pair<pid_t, std::string>, std::weak_ptr<gloo::transport::Device>> cache;
+  std::lock_guard<std::mutex> lk(mu);
+  auto key = std::make_pair(::getpid(), address);
+  if (auto dev = cache[key].lock()) return dev;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = address;
+  std::shared_ptr<gloo::transport::Device> dev;
+  try {
+    dev = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    fail(OSLO_ERR_IO, "gloo: cannot use local address '", address,
+         "' (set OSLO_LOCAL_ADDR or MASTER_ADDR to an address of this host): ", e.what());
+  }
+  cache[key] = dev;
+  return dev;
+}
+
+bool mentions_timeout(const std::string& msg) {
+  std::string m(msg);
+  for (auto& ch : m) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return m.find("timed out") != std::string::npos || m.find("timeout") != std::string::npos;
+}
+
+// ---- communicator -------------------------------------------------------------------
+
+constexpr uint64_t kP2PSlot = 1;
+// Collectives get a fresh slot range each: every member runs the same
+// sequence of collectives, so the counters agree without talking.
+constexpr uint64_t kCollectiveBase = uint64_t(1) << 62;
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> ctx, const std::string& prefix,
+                   Ms timeout)
+      : ctx_(std::move(ctx)), prefix_(prefix), timeout_(timeout) {}
+
+  ~GlooCommunicator() override {
+    // Pairs close when the context goes; closing first makes sure the device
+    // thread stops touching them before they are destroyed.
+    close_connections();
+  }
+
+  int rank() const override { return ctx_->rank; }
+  int size() const override { return ctx_->size; }
+  const char* transport() const override { return "gloo/tcp"; }
+
+  void all_reduce(const void* in, void* out, size_t count, oslo_dtype dt,
+                  oslo_reduce_op op) override;
+  void all_gather(const void* in, void* out, size_t count, oslo_dtype dt) override;
+  void reduce_scatter(const void* in, void* out, size_t count, oslo_dtype dt,
+                      oslo_reduce_op op) override;
+  void broadcast(void* buf, size_t count, oslo_dtype dt, int root) override;
+  void send(const void* buf, size_t bytes, int peer) override;
+  void recv(void* buf, size_t bytes, int peer) override;
+  void barrier() override;
+  void abort() noexcept override;
+
+ private:
+  friend class Exchange;
+
+  // Runs one communicating operation: fails fast when broken or aborted,
+  // turns every exception into oslo::Error and breaks the communicator.
+  template <typename Body>
+  void run(const char* op, Body&& body);
+  [[noreturn]] void rethrow_translated(const char* op, Clock::time_point start);
+  void register_buffer(gloo::transport::UnboundBuffer* b);
+  void unregister_buffers(size_t n);
+  void close_connections() noexcept;
+  std::string where(const char* op) const {
+    return str("gloo ", op, " (group '", prefix_, "', rank ", ctx_->rank, " of ", ctx_->size, ")");
+  }
+  // [offset, offset + len) of chunk p when count elements are split over
+  // the ranks; the first count % n chunks are one longer.
+  void chunk(size_t count, int p, size_t* off, size_t* len) const {
+    size_t n = static_cast<size_t>(ctx_->size);
+    size_t q = count / n, r = count % n, up = static_cast<size_t>(p);
+    *off = up * q + std::min(up, r);
+    *len = q + (up < r ? 1 : 0);
+  }
+  uint64_t next_slot() {
+    // A few slots per collective (one per phase).
+    return kCollectiveBase + 4 * (seq_++);
+  }
+  void check_dtype_op(oslo_dtype dt, int op) const;
+  void reduce_scatter_phase(const uint8_t* in, bool chunked, size_t count, oslo_dtype dt,
+                            oslo_reduce_op op, uint8_t* out, uint64_t slot);
+
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::string prefix_;
+  Ms timeout_;
+  uint64_t seq_ = 0;
+  Clock::time_point deadline_;  // of the op in progress
+
+  std::mutex mu_;  // guards everything below; abort() may run on any thread
+  bool aborted_ = false;
+  bool busy_ = false;
+  bool closed_ = false;
+  oslo_status broken_status_ = OSLO_OK;
+  std::string broken_msg_;
+  std::vector<gloo::transport::UnboundBuffer*> active_;
+};
+
+// The messages of one phase of one op: posts sends and receives, waits for
+// all of them. If it is destroyed without having completed (an exception), it
+// closes the connections before giving the buffers back, so gloo never
+// writes into memory the caller has reclaimed.
+class Exchange {
+ public:
+  explicit Exchange(GlooCommunicator& c) : c_(c) {}
+  ~Exchange() {
+    if (!done_) c_.close_connections();
+    c_.unregister_buffers(bufs_.size());
+  }
+  void send(int peer, const void* p, size_t bytes, uint64_t slot) { post(true, peer, p, bytes, slot); }
+  void recv(int peer, void* p, size_t bytes, uint64_t slot) { post(false, peer, p, bytes, slot); }
+  void wait_all() {
+    for (auto& b : bufs_) {
+      auto left = std::chrono::duration_cast<Ms>(c_.deadline_ - Clock::now());
+      left = std::max(left, Ms(1));
+      bool ok = b.is_send ? b.buf->waitSend(left) : b.buf->waitRecv(left);
+      if (!ok) fail(OSLO_ERR_COMM, "aborted");
+    }
+    done_ = true;
+  }
+
+ private:
+  struct Entry {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+    bool is_send;
+  };
+  void post(bool is_send, int peer, const void* p, size_t bytes, uint64_t slot) {
+    if (bytes == 0) return;  // both sides skip empty chunks alike
+    Entry e{c_.ctx_->createUnboundBuffer(const_cast<void*>(p), bytes), is_send};
+    c_.register_buffer(e.buf.get());
+    bufs_.push_back(std::move(e));
+    if (is_send)
+      bufs_.back().buf->send(peer, slot);
+    else
+      bufs_.back().buf->recv(peer, slot);
+  }
+
+  GlooCommunicator& c_;
+  std::vector<Entry> bufs_;
+  bool done_ = false;
+};
+
+void GlooCommunicator::register_buffer(gloo::transport::UnboundBuffer* b) {
+  std::lock_guard<std::mutex> lk(mu_);
+  // An abort() that came after run() checked the flag must still stop us.
+  if (aborted_) fail(OSLO_ERR_COMM, "aborted");
+  active_.push_back(b);
+}
+
+void GlooCommunicator::unregister_buffers(size_t n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  active_.resize(active_.size() - std::min(n, active_.size()));
+}
+
+void GlooCommunicator::close_connections() noexcept {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) return;
+  closed_ = true;
+  try {
+    ctx_->closeConnections();
+  } catch (...) {
+    // Closing a pair that already failed may throw; it is closed either way.
+  }
+}
+
+void GlooCommunicator::abort() noexcept {
+  std::lock_guard<std::mutex> lk(mu_);
+  aborted_ = true;
+  // Wakes the op in flight; it closes the connections itself. Without one,
+  // close them here so that peers learn about the abort.
+  for (auto* b : active_) {
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
+  if (!busy_ && !closed_) {
+    closed_ = true;
+    try {
+      ctx_->closeConnections();
+    } catch (...) {
+    }
+  }
+}
+
+template <typename Body>
+void GlooCommunicator::run(const char* op, Body&& body) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (broken_status_ != OSLO_OK)
+      fail(broken_status_, where(op), ": communicator broken by an earlier error: ", broken_msg_);
+    if (aborted_) fail(OSLO_ERR_COMM, where(op), ": communicator was aborted");
+    busy_ = true;
+  }
+  auto start = Clock::now();
+  deadline_ = start + timeout_;
+  try {
+    body();
+  } catch (...) {
+    rethrow_translated(op, start);
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  busy_ = false;
+}
+
+void GlooCommunicator::rethrow_translated(const char* op, Clock::time_point start) {
+  oslo_status st = OSLO_ERR_COMM;
+  std::string msg;
+  try {
+    throw;
+  } catch (const Error& e) {
+    st = e.status();
+    msg = e.what();
+  } catch (const gloo::IoException& e) {
+    msg = e.what();
+    st = mentions_timeout(msg) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM;
+  } catch (const gloo::EnforceNotMet& e) {
+    msg = e.what();
+    st = mentions_timeout(msg) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM;
+  } catch (const gloo::Exception& e) {
+    msg = e.what();
+    st = mentions_timeout(msg) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM;
+  } catch (const std::bad_alloc&) {
+    st = OSLO_ERR_OUT_OF_MEMORY;
+    msg = "out of memory";
+  } catch (const std::exception& e) {
+    msg = e.what();
+  } catch (...) {
+    msg = "unknown exception";
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) {
+      // Whatever woke the call (our abort, or a peer that closed because it
+      // aborted), abort() is the cause to report.
+      st = OSLO_ERR_COMM;
+      msg = msg == "aborted" ? "aborted by abort()" : "aborted by abort() (" + msg + ")";
+    }
+    broken_status_ = st;
+    broken_msg_ = msg;
+    busy_ = false;
+  }
+  close_connections();
+  double took = std::chrono::duration<double>(Clock::now() - start).count();
+  if (st == OSLO_ERR_TIMEOUT)
+    fail(st, where(op), ": timed out after ", seconds_text(took), " s (timeout ",
+         seconds_text(timeout_.count() / 1000.0), " s): ", msg);
+  fail(st, where(op), ": ", msg);
+}
+
+void GlooCommunicator::check_dtype_op(oslo_dtype dt, int op) const {
+  OSLO_CHECK(dtype_valid(dt), OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));
+  OSLO_CHECK(op >= OSLO_SUM && op <= OSLO_MIN, OSLO_ERR_INVALID_ARGUMENT,
+             "gloo: unknown reduce op ", op);
+}
+
+// Chunk p of the input goes to rank p; this rank combines its own chunk from
+// every rank in rank order into out. chunked: all_reduce's split of count
+// elements; otherwise reduce_scatter's layout of n blocks of count elements.
+void GlooCommunicator::reduce_scatter_phase(const uint8_t* in, bool chunked, size_t count,
+                                            oslo_dtype dt, oslo_reduce_op op, uint8_t* out,
+                                            uint64_t slot) {
+  const int n = ctx_->size, me = ctx_->rank;
+  const size_t es = dtype_size(dt);
+  size_t my_off, my_len;
+  if (chunked) {
+    chunk(count, me, &my_off, &my_len);
+  } else {
+    my_off = static_cast<size_t>(me) * count;
+    my_len = count;
+  }
+  std::vector<uint8_t> incoming(my_len * es * static_cast<size_t>(n - 1));
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  {
+    Exchange ex(*this);
+    size_t slotno = 0;
+    for (int p = 0; p < n; ++p) {
+      if (p == me) {
+        srcs[static_cast<size_t>(p)] = in + my_off * es;
+        continue;
+      }
+      uint8_t* dst = incoming.data() + slotno++ * my_len * es;
+      srcs[static_cast<size_t>(p)] = dst;
+      ex.recv(p, dst, my_len * es, slot);
+      size_t off, len;
+      if (chunked) {
+        chunk(count, p, &off, &len);
+      } else {
+        off = static_cast<size_t>(p) * count;
+        len = count;
+      }
+      ex.send(p, in + off * es, len * es, slot);
+    }
+    // Everything sent before out is written: out may alias any part of in.
+    ex.wait_all();
+  }
+  reduce_ranked(out, srcs.data(), n, my_len, dt, op);
+}
+
+void GlooCommunicator::all_reduce(const void* in, void* out, size_t count, oslo_dtype dt,
+                                  oslo_reduce_op op) {
+  check_dtype_op(dt, op);
+  OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "gloo all_reduce: null buffer");
+  run("all_reduce", [&] {
+    if (count == 0) return;
+    const size_t es = dtype_size(dt);
+    const int n = ctx_->size, me = ctx_->rank;
+    if (n == 1) {
+      const void* src = in;
+      reduce_ranked(out, &src, 1, count, dt, op);
+      return;
+    }
+    uint64_t slot = next_slot();
+    size_t my_off, my_len;
+    chunk(count, me, &my_off, &my_len);
+    uint8_t* o = static_cast<uint8_t*>(out);
+    // Reduce into a scratch chunk: out's other chunks may still be the
+    // input other ranks are about to need (in place), so out is only written
+    // once this rank's sends are done.
+    std::vector<uint8_t> mine(my_len * es);
+    reduce_scatter_phase(static_cast<const uint8_t*>(in), true, count, dt, op, mine.data(), slot);
+    if (my_len) std::memcpy(o + my_off * es, mine.data(), my_len * es);
+    Exchange ex(*this);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      size_t off, len;
+      chunk(count, p, &off, &len);
+      ex.recv(p, o + off * es, len * es, slot + 1);
+      ex.send(p, o + my_off * es, my_len * es, slot + 1);
+    }
+    ex.wait_all();
+  });
+}
+
+void GlooCommunicator::reduce_scatter(const void* in, void* out, size_t count, oslo_dtype dt,
+                                      oslo_reduce_op op) {
+  check_dtype_op(dt, op);
+  OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT,
+             "gloo reduce_scatter: null buffer");
+  run("reduce_scatter", [&] {
+    if (count == 0) return;
+    if (ctx_->size == 1) {
+      const void* src = in;
+      reduce_ranked(out, &src, 1, count, dt, op);
+      return;
+    }
+    uint64_t slot = next_slot();
+    const size_t es = dtype_size(dt);
+    // Scratch result, for the same aliasing reason as in all_reduce.
+    std::vector<uint8_t> mine(count * es);
+    reduce_scatter_phase(static_cast<const uint8_t*>(in), false, count, dt, op, mine.data(),
+                         slot);
+    std::memcpy(out, mine.data(), count * es);
+  });
+}
+
+void GlooCommunicator::all_gather(const void* in, void* out, size_t count, oslo_dtype dt) {
+  check_dtype_op(dt, OSLO_SUM);
+  OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "gloo all_gather: null buffer");
+  run("all_gather", [&] {
+    if (count == 0) return;
+    const size_t es = dtype_size(dt);
+    const int n = ctx_->size, me = ctx_->rank;
+    uint8_t* o = static_cast<uint8_t*>(out);
+    uint8_t* mine = o + static_cast<size_t>(me) * count * es;
+    if (mine != in) std::memmove(mine, in, count * es);
+    if (n == 1) return;
+    uint64_t slot = next_slot();
+    Exchange ex(*this);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      ex.recv(p, o + static_cast<size_t>(p) * count * es, count * es, slot);
+      ex.send(p, mine, count * es, slot);
+    }
+    ex.wait_all();
+  });
+}
+
+void GlooCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int root) {
+  check_dtype_op(dt, OSLO_SUM);
+  OSLO_CHECK(root >= 0 && root < ctx_->size, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: root ",
+             root, " out of range for group of ", ctx_->size);
+  OSLO_CHECK(count == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: null buffer");
+  run("broadcast", [&] {
+    if (count == 0 || ctx_->size == 1) return;
+    uint64_t slot = next_slot();
+    const size_t bytes = count * dtype_size(dt);
+    Exchange ex(*this);
+    if (ctx_->rank == root) {
+      for (int p = 0; p < ctx_->size; ++p)
+        if (p != root) ex.send(p, buf, bytes, slot);
+    } else {
+      ex.recv(root, buf, bytes, slot);
+    }
+    ex.wait_all();
+  });
+}
+
+void GlooCommunicator::send(const void* buf, size_t bytes, int peer) {
+  OSLO_CHECK(peer >= 0 && peer < ctx_->size && peer != ctx_->rank, OSLO_ERR_INVALID_ARGUMENT,
+             "gloo send: invalid peer ", peer, " (rank ", ctx_->rank, " of ", ctx_->size, ")");
+  OSLO_CHECK(bytes == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo send: null buffer");
+  run("send", [&] {
+    // All p2p messages of a pair share one slot: gloo matches them in order.
+    Exchange ex(*this);
+    ex.send(peer, buf, bytes, kP2PSlot);
+    ex.wait_all();
+  });
+}
+
+void GlooCommunicator::recv(void* buf, size_t bytes, int peer) {
+  OSLO_CHECK(peer >= 0 && peer < ctx_->size && peer != ctx_->rank, OSLO_ERR_INVALID_ARGUMENT,
+             "gloo recv: invalid peer ", peer, " (rank ", ctx_->rank, " of ", ctx_->size, ")");
+  OSLO_CHECK(bytes == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo recv: null buffer");
+  run("recv", [&] {
+    Exchange ex(*this);
+    ex.recv(peer, buf, bytes, kP2PSlot);
+    ex.wait_all();
+  });
+}
+
+void GlooCommunicator::barrier() {
+  run("barrier", [&] {
+    if (ctx_->size == 1) return;
+    uint64_t slot = next_slot();
+    // A token from every rank to every rank: nobody leaves before all came.
+    uint8_t out_token = 1;
+    std::vector<uint8_t> in_tokens(static_cast<size_t>(ctx_->size));
+    Exchange ex(*this);
+    for (int p = 0; p < ctx_->size; ++p) {
+      if (p == ctx_->rank) continue;
+      ex.recv(p, &in_tokens[static_cast<size_t>(p)], 1, slot);
+      ex.send(p, &out_token, 1, slot);
+    }
+    ex.wait_all();
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> create_gloo_communicator(Store& store, const std::string& prefix,
+                                                       int rank, int size,
+                                                       double timeout_seconds,
+                                                       const std::string& local_address) {
+  OSLO_CHECK(size >= 1 && rank >= 0 && rank < size, OSLO_ERR_INVALID_ARGUMENT,
+             "gloo: invalid rank ", rank, " for group size ", size);
+  OSLO_CHECK(timeout_seconds > 0, OSLO_ERR_INVALID_ARGUMENT, "gloo: timeout must be > 0");
+  OSLO_CHECK(!prefix.empty(), OSLO_ERR_INVALID_ARGUMENT, "gloo: empty group prefix");
+  const Ms timeout(std::max<long long>(1, static_cast<long long>(timeout_seconds * 1000.0)));
+  auto start = Clock::now();
+  Deadline deadline(timeout_seconds);
+  auto dev = device_for(local_address.empty() ? std::string("127.0.0.1") : local_address);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(timeout);
+  try {
+    GlooStore gstore(store, prefix, deadline);
+    if (size > 1) ctx->connectFullMesh(gstore, dev);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    fail(OSLO_ERR_OUT_OF_MEMORY, "gloo '", prefix, "': out of memory while connecting");
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    double took = std::chrono::duration<double>(Clock::now() - start).count();
+    fail(mentions_timeout(msg) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM, "gloo '", prefix, "' rank ",
+         rank, " of ", size, ": connecting to the group failed after ", seconds_text(took),
+         " s: ", msg);
+  }
+  return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(ctx), prefix, timeout));
+}
+
+std::string local_address_towards(const std::string& master_addr, int port) {
+  addrinfo hints;
+  std::memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port > 0 && port < 65536 ? port : 29500);
+  if (getaddrinfo(master_addr.c_str(), service.c_str(), &hints, &res) != 0 || !res)
+    return "127.0.0.1";
+  std::string result = "127.0.0.1";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    bool loopback =
+        (a->ai_family == AF_INET &&
+         (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
+        (a->ai_family == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr));
+    if (loopback) break;
+    // connect() on a UDP socket only picks the route and the source address;
+    // nothing is sent.
+    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local;
+    socklen_t len = sizeof local;
+    bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+              ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+    ::close(fd);
+    if (!ok) continue;
+    char host[NI_MAXHOST];
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&local), len, host, sizeof host, nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+      result = host;
+      break;
+    }
+  }
+  freeaddrinfo(res);
+  return result;
+}
+
+}  // namespace oslo

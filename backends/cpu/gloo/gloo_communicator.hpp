@@ -1,0 +1,31 @@
+// Communicator over gloo's TCP transport, for groups whose ranks are on
+// different hosts (the shared-memory transport covers ranks on one host).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/comm/communicator.hpp"
+#include "core/rendezvous/store.hpp"
+
+namespace oslo {
+
+// Collective over the group's members: every member calls it with the same
+// prefix, size and timeout. prefix is unique per group within a job; all store
+// keys this communicator uses start with it. local_address: IP or host name
+// this rank's gloo device binds to (reachable by peers).
+// Throws OSLO_ERR_TIMEOUT when peers do not join within timeout_seconds,
+// OSLO_ERR_COMM when connecting fails, OSLO_ERR_INVALID_ARGUMENT on bad rank
+// or size, OSLO_ERR_IO when local_address cannot be bound.
+std::unique_ptr<Communicator> create_gloo_communicator(Store& store, const std::string& prefix,
+                                                       int rank, int size,
+                                                       double timeout_seconds,
+                                                       const std::string& local_address);
+
+// Best guess of the local address peers can reach: the source address of a UDP
+// socket "connected" to master_addr:port (connect() on UDP sends no packet, it
+// only asks the routing table); "127.0.0.1" for a loopback master. Falls back
+// to "127.0.0.1" when master_addr cannot be resolved or routed.
+std::string local_address_towards(const std::string& master_addr, int port);
+
+}  // namespace oslo

@@ -1,0 +1,72 @@
+// C shims: context.
+#include "core/capi/handles.hpp"
+
+using oslo::capi::guard;
+using oslo::capi::need;
+
+namespace {
+void check_group(oslo_group g, const char* fn) {
+  if (g < OSLO_GROUP_WORLD || g > OSLO_GROUP_DATA)
+    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": unknown group ", static_cast<int>(g));
+}
+}  // namespace
+
+extern "C" {
+
+oslo_status oslo_context_create(oslo_context** out, const char* config) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_context_create", "out");
+    oslo::Config c = oslo::Config::parse(config);
+    auto h = std::make_unique<oslo_context>();
+    h->impl = std::make_unique<oslo::Context>(c);
+    *out = h.release();
+  });
+}
+
+void oslo_context_destroy(oslo_context* ctx) {
+  if (!ctx) return;
+  try {
+    delete ctx;
+  } catch (...) {
+    // Destructors do not throw; nothing may escape regardless.
+  }
+}
+
+oslo_status oslo_context_abort(oslo_context* ctx) {
+  return guard([&] {
+    need(ctx, "oslo_context_abort", "ctx");
+    ctx->impl->abort();
+  });
+}
+
+oslo_status oslo_context_rank(int* rank, const oslo_context* ctx, oslo_group group) {
+  return guard([&] {
+    need(rank, "oslo_context_rank", "rank");
+    need(ctx, "oslo_context_rank", "ctx");
+    check_group(group, "oslo_context_rank");
+    *rank = ctx->impl->topology().rank(group);
+  });
+}
+
+oslo_status oslo_context_size(int* size, const oslo_context* ctx, oslo_group group) {
+  return guard([&] {
+    need(size, "oslo_context_size", "size");
+    need(ctx, "oslo_context_size", "ctx");
+    check_group(group, "oslo_context_size");
+    *size = ctx->impl->topology().size(group);
+  });
+}
+
+oslo_status oslo_context_backend(const char** backend, const char** transport,
+                                 const oslo_context* ctx, oslo_group group) {
+  return guard([&] {
+    need(backend, "oslo_context_backend", "backend");
+    need(ctx, "oslo_context_backend", "ctx");
+    check_group(group, "oslo_context_backend");
+    *backend = ctx->impl->backend().name();
+    if (transport) *transport = ctx->impl->comm(group).transport();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,204 @@
+// C shims: parallel linear, embedding, cross-entropy.
+#include "core/capi/handles.hpp"
+
+using oslo::capi::guard;
+using oslo::capi::need;
+using oslo::capi::tensor_of;
+
+namespace {
+
+oslo_tensor view(const oslo::Tensor& t, oslo_context* ctx) {
+  oslo_tensor v;
+  v.t = t;
+  v.ctx = ctx;
+  return v;
+}
+
+const oslo::Tensor* opt_tensor(const oslo_tensor* t) { return t ? &t->t : nullptr; }
+
+}  // namespace
+
+extern "C" {
+
+oslo_linear_options oslo_linear_default_options(void) {
+  oslo_linear_options o;
+  o.kind = OSLO_COLUMN_PARALLEL;
+  o.in_features = 0;
+  o.out_features = 0;
+  o.bias = 1;
+  o.gather_output = 0;
+  o.input_is_parallel = 1;
+  o.dtype = OSLO_F32;
+  return o;
+}
+
+oslo_status oslo_parallel_linear_create(oslo_parallel_linear** out, oslo_context* ctx,
+                                        const oslo_linear_options* options) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_parallel_linear_create", "out");
+    need(ctx, "oslo_parallel_linear_create", "ctx");
+    need(options, "oslo_parallel_linear_create", "options");
+    auto h = std::make_unique<oslo_parallel_linear>();
+    h->impl = std::make_unique<oslo::ParallelLinear>(*ctx->impl, *options);
+    h->weight = view(h->impl->weight, ctx);
+    h->grad_weight = view(h->impl->grad_weight, ctx);
+    h->bias = view(h->impl->bias, ctx);
+    h->grad_bias = view(h->impl->grad_bias, ctx);
+    *out = h.release();
+  });
+}
+
+void oslo_parallel_linear_destroy(oslo_parallel_linear* layer) { delete layer; }
+
+oslo_status oslo_parallel_linear_load_full(oslo_parallel_linear* layer, const oslo_tensor* weight,
+                                           const oslo_tensor* bias) {
+  return guard([&] {
+    need(layer, "oslo_parallel_linear_load_full", "layer");
+    layer->impl->load_full(tensor_of(weight, "oslo_parallel_linear_load_full", "weight"),
+                           opt_tensor(bias));
+  });
+}
+
+oslo_status oslo_parallel_linear_load_shard(oslo_parallel_linear* layer, const oslo_tensor* weight,
+                                            const oslo_tensor* bias) {
+  return guard([&] {
+    need(layer, "oslo_parallel_linear_load_shard", "layer");
+    layer->impl->load_shard(tensor_of(weight, "oslo_parallel_linear_load_shard", "weight"),
+                            opt_tensor(bias));
+  });
+}
+
+oslo_status oslo_parallel_linear_params(oslo_tensor** weight, oslo_tensor** bias,
+                                        oslo_tensor** grad_weight, oslo_tensor** grad_bias,
+                                        const oslo_parallel_linear* layer) {
+  return guard([&] {
+    need(layer, "oslo_parallel_linear_params", "layer");
+    auto* l = const_cast<oslo_parallel_linear*>(layer);
+    bool has_bias = l->impl->options().bias != 0;
+    if (weight) *weight = &l->weight;
+    if (grad_weight) *grad_weight = &l->grad_weight;
+    if (bias) *bias = has_bias ? &l->bias : nullptr;
+    if (grad_bias) *grad_bias = has_bias ? &l->grad_bias : nullptr;
+  });
+}
+
+oslo_status oslo_parallel_linear_forward(oslo_tensor* output, oslo_parallel_linear* layer,
+                                         const oslo_tensor* input) {
+  return guard([&] {
+    need(layer, "oslo_parallel_linear_forward", "layer");
+    layer->impl->forward(tensor_of(input, "oslo_parallel_linear_forward", "input"),
+                         tensor_of(output, "oslo_parallel_linear_forward", "output"));
+  });
+}
+
+oslo_status oslo_parallel_linear_backward(oslo_tensor* grad_input, oslo_parallel_linear* layer,
+                                          const oslo_tensor* input,
+                                          const oslo_tensor* grad_output) {
+  return guard([&] {
+    need(layer, "oslo_parallel_linear_backward", "layer");
+    layer->impl->backward(tensor_of(input, "oslo_parallel_linear_backward", "input"),
+                          tensor_of(grad_output, "oslo_parallel_linear_backward", "grad_output"),
+                          opt_tensor(grad_input));
+  });
+}
+
+oslo_status oslo_parallel_linear_zero_grad(oslo_parallel_linear* layer) {
+  return guard([&] {
+    need(layer, "oslo_parallel_linear_zero_grad", "layer");
+    layer->impl->zero_grad();
+  });
+}
+
+oslo_status oslo_parallel_embedding_create(oslo_parallel_embedding** out, oslo_context* ctx,
+                                           int64_t vocab_size, int64_t hidden_size,
+                                           oslo_dtype dtype) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_parallel_embedding_create", "out");
+    need(ctx, "oslo_parallel_embedding_create", "ctx");
+    auto h = std::make_unique<oslo_parallel_embedding>();
+    h->impl = std::make_unique<oslo::ParallelEmbedding>(*ctx->impl, vocab_size, hidden_size, dtype);
+    h->weight = view(h->impl->weight, ctx);
+    h->grad_weight = view(h->impl->grad_weight, ctx);
+    *out = h.release();
+  });
+}
+
+void oslo_parallel_embedding_destroy(oslo_parallel_embedding* emb) { delete emb; }
+
+oslo_status oslo_parallel_embedding_vocab_range(int64_t* start, int64_t* end, int64_t* local_rows,
+                                                const oslo_parallel_embedding* emb) {
+  return guard([&] {
+    need(emb, "oslo_parallel_embedding_vocab_range", "emb");
+    if (start) *start = emb->impl->start();
+    if (end) *end = emb->impl->start() + emb->impl->real_rows();
+    if (local_rows) *local_rows = emb->impl->local_rows();
+  });
+}
+
+oslo_status oslo_parallel_embedding_load_full(oslo_parallel_embedding* emb,
+                                              const oslo_tensor* weight) {
+  return guard([&] {
+    need(emb, "oslo_parallel_embedding_load_full", "emb");
+    emb->impl->load_full(tensor_of(weight, "oslo_parallel_embedding_load_full", "weight"));
+  });
+}
+
+oslo_status oslo_parallel_embedding_load_shard(oslo_parallel_embedding* emb,
+                                               const oslo_tensor* weight) {
+  return guard([&] {
+    need(emb, "oslo_parallel_embedding_load_shard", "emb");
+    emb->impl->load_shard(tensor_of(weight, "oslo_parallel_embedding_load_shard", "weight"));
+  });
+}
+
+oslo_status oslo_parallel_embedding_params(oslo_tensor** weight, oslo_tensor** grad_weight,
+                                           const oslo_parallel_embedding* emb) {
+  return guard([&] {
+    need(emb, "oslo_parallel_embedding_params", "emb");
+    auto* e = const_cast<oslo_parallel_embedding*>(emb);
+    if (weight) *weight = &e->weight;
+    if (grad_weight) *grad_weight = &e->grad_weight;
+  });
+}
+
+oslo_status oslo_parallel_embedding_forward(oslo_tensor* output, oslo_parallel_embedding* emb,
+                                            const oslo_tensor* ids) {
+  return guard([&] {
+    need(emb, "oslo_parallel_embedding_forward", "emb");
+    emb->impl->forward(tensor_of(ids, "oslo_parallel_embedding_forward", "ids"),
+                       tensor_of(output, "oslo_parallel_embedding_forward", "output"));
+  });
+}
+
+oslo_status oslo_parallel_embedding_backward(oslo_parallel_embedding* emb, const oslo_tensor* ids,
+                                             const oslo_tensor* grad_output) {
+  return guard([&] {
+    need(emb, "oslo_parallel_embedding_backward", "emb");
+    emb->impl->backward(tensor_of(ids, "oslo_parallel_embedding_backward", "ids"),
+                        tensor_of(grad_output, "oslo_parallel_embedding_backward", "grad_output"));
+  });
+}
+
+oslo_status oslo_parallel_embedding_zero_grad(oslo_parallel_embedding* emb) {
+  return guard([&] {
+    need(emb, "oslo_parallel_embedding_zero_grad", "emb");
+    emb->impl->zero_grad();
+  });
+}
+
+oslo_status oslo_vocab_parallel_cross_entropy(oslo_tensor* losses, float* mean_loss,
+                                              oslo_tensor* grad_logits, oslo_context* ctx,
+                                              const oslo_tensor* logits, const oslo_tensor* labels,
+                                              int64_t vocab_size, int64_t ignore_index) {
+  return guard([&] {
+    need(ctx, "oslo_vocab_parallel_cross_entropy", "ctx");
+    oslo::vocab_parallel_cross_entropy(
+        *ctx->impl, tensor_of(logits, "oslo_vocab_parallel_cross_entropy", "logits"),
+        tensor_of(labels, "oslo_vocab_parallel_cross_entropy", "labels"), vocab_size,
+        ignore_index, opt_tensor(losses), mean_loss, opt_tensor(grad_logits));
+  });
+}
+
+}  // extern "C"

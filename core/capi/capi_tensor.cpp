@@ -1,0 +1,144 @@
+// C shims: tensors and DLPack.
+#include <cstring>
+
+#include "core/capi/handles.hpp"
+#include "core/common/dtype.hpp"
+#include "core/tensor/dlpack.hpp"
+
+using oslo::capi::guard;
+using oslo::capi::need;
+using oslo::capi::tensor_of;
+
+namespace {
+
+std::vector<int64_t> shape_arg(int ndim, const int64_t* shape, const char* fn) {
+  if (ndim < 0 || ndim > OSLO_MAX_DIMS)
+    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ndim ", ndim, " is outside [0, ", OSLO_MAX_DIMS,
+               "]");
+  if (ndim > 0) need(shape, fn, "shape");
+  return std::vector<int64_t>(shape, shape + ndim);
+}
+
+void check_dtype(oslo_dtype dt, const char* fn) {
+  if (!oslo::dtype_valid(dt))
+    oslo::fail(OSLO_ERR_DTYPE, fn, ": unknown dtype ", static_cast<int>(dt));
+}
+
+}  // namespace
+
+extern "C" {
+
+oslo_status oslo_tensor_create(oslo_tensor** out, oslo_context* ctx, oslo_dtype dtype, int ndim,
+                               const int64_t* shape) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tensor_create", "out");
+    need(ctx, "oslo_tensor_create", "ctx");
+    check_dtype(dtype, "oslo_tensor_create");
+    auto s = shape_arg(ndim, shape, "oslo_tensor_create");
+    auto h = std::make_unique<oslo_tensor>();
+    h->t = oslo::Tensor::zeros(ctx->impl->backend_ptr(), dtype, s);
+    h->ctx = ctx;
+    *out = h.release();
+  });
+}
+
+oslo_status oslo_tensor_wrap(oslo_tensor** out, oslo_context* ctx, void* data, oslo_dtype dtype,
+                             int ndim, const int64_t* shape) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tensor_wrap", "out");
+    need(ctx, "oslo_tensor_wrap", "ctx");
+    check_dtype(dtype, "oslo_tensor_wrap");
+    auto s = shape_arg(ndim, shape, "oslo_tensor_wrap");
+    auto h = std::make_unique<oslo_tensor>();
+    h->t = oslo::Tensor::wrap(ctx->impl->backend_ptr(), data, dtype, s);
+    h->ctx = ctx;
+    *out = h.release();
+  });
+}
+
+void oslo_tensor_destroy(oslo_tensor* tensor) { delete tensor; }
+
+oslo_status oslo_tensor_copy_from_host(oslo_tensor* dst, const void* src, size_t bytes) {
+  return guard([&] {
+    const auto& t = tensor_of(dst, "oslo_tensor_copy_from_host", "dst");
+    if (bytes != t.nbytes())
+      oslo::fail(OSLO_ERR_SHAPE, "oslo_tensor_copy_from_host: ", bytes,
+                 " bytes given but the tensor ", t.describe(), " holds ", t.nbytes());
+    if (bytes) need(src, "oslo_tensor_copy_from_host", "src");
+    t.backend().copy(t.data(), src, bytes, oslo::CopyKind::HostToDevice);
+  });
+}
+
+oslo_status oslo_tensor_copy_to_host(void* dst, size_t bytes, const oslo_tensor* src) {
+  return guard([&] {
+    const auto& t = tensor_of(src, "oslo_tensor_copy_to_host", "src");
+    if (bytes != t.nbytes())
+      oslo::fail(OSLO_ERR_SHAPE, "oslo_tensor_copy_to_host: ", bytes,
+                 " bytes given but the tensor ", t.describe(), " holds ", t.nbytes());
+    if (bytes) need(dst, "oslo_tensor_copy_to_host", "dst");
+    t.backend().copy(dst, t.data(), bytes, oslo::CopyKind::DeviceToHost);
+  });
+}
+
+oslo_status oslo_tensor_ndim(int* ndim, const oslo_tensor* tensor) {
+  return guard([&] {
+    need(ndim, "oslo_tensor_ndim", "ndim");
+    *ndim = tensor_of(tensor, "oslo_tensor_ndim", "tensor").ndim();
+  });
+}
+
+oslo_status oslo_tensor_shape(int64_t* shape, const oslo_tensor* tensor) {
+  return guard([&] {
+    need(shape, "oslo_tensor_shape", "shape");
+    const auto& t = tensor_of(tensor, "oslo_tensor_shape", "tensor");
+    for (int i = 0; i < t.ndim(); ++i) shape[i] = t.shape()[i];
+  });
+}
+
+oslo_status oslo_tensor_dtype(oslo_dtype* dtype, const oslo_tensor* tensor) {
+  return guard([&] {
+    need(dtype, "oslo_tensor_dtype", "dtype");
+    *dtype = tensor_of(tensor, "oslo_tensor_dtype", "tensor").dtype();
+  });
+}
+
+oslo_status oslo_tensor_numel(int64_t* numel, const oslo_tensor* tensor) {
+  return guard([&] {
+    need(numel, "oslo_tensor_numel", "numel");
+    *numel = tensor_of(tensor, "oslo_tensor_numel", "tensor").numel();
+  });
+}
+
+oslo_status oslo_tensor_data(void** data, const oslo_tensor* tensor) {
+  return guard([&] {
+    need(data, "oslo_tensor_data", "data");
+    *data = tensor_of(tensor, "oslo_tensor_data", "tensor").data();
+  });
+}
+
+oslo_status oslo_tensor_to_dlpack(struct DLManagedTensor** out, oslo_tensor* tensor) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tensor_to_dlpack", "out");
+    *out = oslo::to_dlpack(tensor_of(tensor, "oslo_tensor_to_dlpack", "tensor"));
+  });
+}
+
+oslo_status oslo_tensor_from_dlpack(oslo_tensor** out, oslo_context* ctx,
+                                    struct DLManagedTensor* managed) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tensor_from_dlpack", "out");
+    need(ctx, "oslo_tensor_from_dlpack", "ctx");
+    need(managed, "oslo_tensor_from_dlpack", "managed");
+    auto h = std::make_unique<oslo_tensor>();
+    h->ctx = ctx;
+    // Ownership of `managed` moves only once nothing below can fail.
+    h->t = oslo::from_dlpack(ctx->impl->backend_ptr(), managed);
+    *out = h.release();
+  });
+}
+
+}  // extern "C"

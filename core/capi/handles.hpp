@@ -1,0 +1,78 @@
+// Definitions of the opaque handles of oslo.h and the guard every C entry
+// point runs its body in: it catches every exception and turns it into a
+// status and the thread-local last-error message, so nothing throws across
+// the ABI.
+#pragma once
+
+#include <memory>
+#include <new>
+#include <string>
+
+#include "core/common/error.hpp"
+#include "core/context/context.hpp"
+#include "core/layers/embedding.hpp"
+#include "core/layers/linear.hpp"
+#include "core/layers/param_set.hpp"
+#include "core/tensor/tensor.hpp"
+#include "oslo.h"
+
+struct oslo_context {
+  std::unique_ptr<oslo::Context> impl;
+};
+
+struct oslo_tensor {
+  oslo::Tensor t;
+  oslo_context* ctx = nullptr;
+};
+
+struct oslo_parallel_linear {
+  std::unique_ptr<oslo::ParallelLinear> impl;
+  oslo_tensor weight, bias, grad_weight, grad_bias;  // borrowed views of impl's tensors
+};
+
+struct oslo_parallel_embedding {
+  std::unique_ptr<oslo::ParallelEmbedding> impl;
+  oslo_tensor weight, grad_weight;
+};
+
+struct oslo_param_set {
+  std::unique_ptr<oslo::ParamSet> impl;
+};
+
+namespace oslo {
+namespace capi {
+
+void set_last_error(const std::string& msg) noexcept;
+const char* last_error_cstr() noexcept;
+
+template <typename F>
+oslo_status guard(F&& body) noexcept {
+  try {
+    body();
+    return OSLO_OK;
+  } catch (const Error& e) {
+    set_last_error(e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of memory");
+    return OSLO_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(std::string("internal error: ") + e.what());
+    return OSLO_ERR_INTERNAL;
+  } catch (...) {
+    set_last_error("internal error: unknown exception");
+    return OSLO_ERR_INTERNAL;
+  }
+}
+
+// Argument checks that name the function and the argument.
+inline void need(const void* p, const char* fn, const char* arg) {
+  if (!p) fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", arg, " is NULL");
+}
+inline const Tensor& tensor_of(const oslo_tensor* t, const char* fn, const char* arg) {
+  need(t, fn, arg);
+  return t->t;
+}
+
+}  // namespace capi
+}  // namespace oslo

@@ -1,0 +1,56 @@
+// The communicator of a group of one: every collective is a local copy. As in
+// Megatron, a single rank runs exactly the code path of the reference.
+#pragma once
+
+#include <atomic>
+#include <cstring>
+
+#include "core/comm/communicator.hpp"
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+namespace oslo {
+
+class SelfCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* transport() const override { return "self"; }
+  void all_reduce(const void* in, void* out, size_t count, oslo_dtype dt, oslo_reduce_op) override {
+    check();
+    copy(out, in, count * dtype_size(dt));
+  }
+  void all_gather(const void* in, void* out, size_t count, oslo_dtype dt) override {
+    check();
+    copy(out, in, count * dtype_size(dt));
+  }
+  void reduce_scatter(const void* in, void* out, size_t count, oslo_dtype dt,
+                      oslo_reduce_op) override {
+    check();
+    copy(out, in, count * dtype_size(dt));
+  }
+  void broadcast(void*, size_t, oslo_dtype, int root) override {
+    check();
+    OSLO_CHECK(root == 0, OSLO_ERR_INVALID_ARGUMENT, "broadcast: root ", root,
+               " is outside a group of 1");
+  }
+  void send(const void*, size_t, int peer) override {
+    fail(OSLO_ERR_INVALID_ARGUMENT, "send: peer ", peer, " is not another rank of a group of 1");
+  }
+  void recv(void*, size_t, int peer) override {
+    fail(OSLO_ERR_INVALID_ARGUMENT, "recv: peer ", peer, " is not another rank of a group of 1");
+  }
+  void barrier() override { check(); }
+  void abort() noexcept override { aborted_ = true; }
+
+ private:
+  void check() const {
+    OSLO_CHECK(!aborted_, OSLO_ERR_COMM, "communicator was aborted");
+  }
+  static void copy(void* out, const void* in, size_t bytes) {
+    if (bytes && out != in) std::memmove(out, in, bytes);
+  }
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace oslo

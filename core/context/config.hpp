@@ -1,0 +1,39 @@
+// The context's configuration, parsed from JSON text or a JSON file with
+// nlohmann/json. Strict: unknown keys, wrong types and bad values fail with
+// OSLO_ERR_CONFIG naming the key; malformed JSON fails with OSLO_ERR_FORMAT.
+#pragma once
+
+#include <string>
+
+namespace oslo {
+
+struct Config {
+  std::string backend = "cpu";
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  int data_parallel_size = -1;  // -1: world / (tp * pp)
+  std::string init_method = "env://";
+  int rank = -1;  // -1: from the environment
+  int world_size = -1;
+  int local_rank = -1;
+  int local_world_size = -1;
+  double timeout_seconds = 300.0;
+  int num_threads = -1;  // -1: cores / local_world_size
+
+  // `text` is JSON, a path to a JSON file, or empty/NULL for defaults.
+  static Config parse(const char* text);
+};
+
+// A parsed init_method.
+struct InitMethod {
+  enum Kind { Env, Tcp, File } kind = Env;
+  std::string host;  // Env/Tcp
+  int port = 0;      // Env/Tcp
+  std::string path;  // File
+};
+
+// Parses "env://" (reading MASTER_ADDR, default 127.0.0.1, and MASTER_PORT,
+// default 29500), "tcp://host:port", "tcp://[v6addr]:port", "file:///path".
+InitMethod parse_init_method(const std::string& s);
+
+}  // namespace oslo

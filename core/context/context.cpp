@@ -1,0 +1,223 @@
+#include "core/context/context.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/gloo/gloo_communicator.hpp"
+#include "core/comm/self_communicator.hpp"
+#include "core/common/error.hpp"
+#include "core/rendezvous/file_store.hpp"
+#include "core/rendezvous/tcp_store.hpp"
+#include "core/topology/launch_env.hpp"
+
+namespace oslo {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+std::string string_of(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+std::string describe_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i == 8) {
+      s += str(", ... (", ranks.size(), " in all)");
+      break;
+    }
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string host_identity() {
+  if (const char* id = std::getenv("OSLO_HOST_ID"); id && *id) return id;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + "/" + boot;
+}
+
+Context::Context(const Config& config) : config_(config) {
+  LaunchInfo li = resolve_launch(config.rank, config.world_size, config.local_rank,
+                                 config.local_world_size, [](const char* n) { return std::getenv(n); });
+  log_.set_rank(li.rank);
+  for (const auto& w : li.warnings) log_.log(LogLevel::Warn, w);
+
+  const int world = li.world_size;
+  const int tp = config.tensor_parallel_size, pp = config.pipeline_parallel_size;
+  OSLO_CHECK(world % tp == 0, OSLO_ERR_CONFIG, "config: \"tensor_parallel_size\" (", tp,
+             ") does not divide the world size (", world, ")");
+  OSLO_CHECK(world % (static_cast<long long>(tp) * pp) == 0, OSLO_ERR_CONFIG,
+             "config: \"pipeline_parallel_size\" (", pp, ") x tensor_parallel_size (", tp,
+             ") does not divide the world size (", world, ")");
+  int dp = config.data_parallel_size > 0 ? config.data_parallel_size : world / (tp * pp);
+  OSLO_CHECK(static_cast<long long>(tp) * pp * dp == world, OSLO_ERR_CONFIG,
+             "config: \"data_parallel_size\" (", dp, ") x tensor (", tp, ") x pipeline (", pp,
+             ") = ", static_cast<long long>(tp) * pp * dp, " is not the world size (", world, ")");
+  topo_ = std::make_unique<Topology>(li.rank, world, tp, pp, dp);
+
+  num_threads_ = config.num_threads > 0
+                     ? config.num_threads
+                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                       std::max(1, li.local_world_size));
+  BackendOptions bo;
+  bo.local_rank = li.local_rank;
+  bo.num_threads = num_threads_;
+  bo.logger = &log_;
+  backend_ = create_backend(config.backend, bo);
+
+  log_.log(LogLevel::Info, "rank ", li.rank, " of ", world, " (from ", li.source, "), tp ", tp,
+           " pp ", pp, " dp ", dp, ", backend ", backend_->name(), ", ", num_threads_,
+           " threads, timeout ", config.timeout_seconds, " s");
+  rendezvous_and_connect(config.init_method, li.local_world_size);
+}
+
+Context::~Context() = default;
+
+Communicator& Context::comm(oslo_group g) const {
+  OSLO_CHECK(g >= OSLO_GROUP_WORLD && g <= OSLO_GROUP_DATA, OSLO_ERR_INVALID_ARGUMENT,
+             "unknown group ", static_cast<int>(g));
+  return *comms_.at(g);
+}
+
+void Context::abort() noexcept {
+  for (auto& c : comms_)
+    if (c) c->abort();
+}
+
+void Context::rendezvous_and_connect(const std::string& init_method, int) {
+  const Topology& t = *topo_;
+  const int world = t.world_size(), rank = t.world_rank();
+  comms_.resize(4);
+  if (world == 1) {
+    auto self = std::make_shared<SelfCommunicator>();
+    for (auto& c : comms_) c = self;
+    return;
+  }
+
+  Deadline deadline(config_.timeout_seconds);
+  InitMethod im = parse_init_method(init_method);
+  std::unique_ptr<Store> store;
+  std::string where;
+  std::string local_address;
+  if (im.kind == InitMethod::File) {
+    where = "file://" + im.path;
+    store = std::make_unique<FileStore>(im.path);
+    const char* a = std::getenv("OSLO_LOCAL_ADDRESS");
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    local_address = (a && *a) ? a : host;
+  } else {
+    where = str("tcp://", im.host, ":", im.port);
+    log_.log(LogLevel::Debug, "rendezvous at ", where, rank == 0 ? " (serving)" : "");
+    store = std::make_unique<TcpStore>(im.host, im.port, rank == 0, deadline);
+    const char* a = std::getenv("OSLO_LOCAL_ADDRESS");
+    local_address = (a && *a) ? a : local_address_towards(im.host, im.port);
+  }
+
+  // 1. Claim the rank (a second process with the same rank, or a stale file
+  //    store from an earlier run, is caught here) and publish who we are.
+  int64_t claims = store->add(str("oslo/claim/", rank), 1);
+  OSLO_CHECK(claims == 1, OSLO_ERR_CONFIG, "rendezvous at ", where, ": rank ", rank,
+             " joined twice (two processes with the same rank",
+             im.kind == InitMethod::File ? ", or a stale store file from an earlier run: delete it"
+                                         : "",
+             ")");
+  const std::string my_host = host_identity();
+  json me = {{"host", my_host},  {"pid", static_cast<int>(getpid())},
+             {"tp", t.tp_size()}, {"pp", t.pp_size()},
+             {"dp", t.dp_size()}, {"world", world},
+             {"backend", config_.backend}};
+  store->set(str("oslo/join/", rank), bytes_of(me.dump()));
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(str("oslo/join/", r));
+  try {
+    store->wait(keys, deadline);
+  } catch (const Error& e) {
+    if (e.status() != OSLO_ERR_TIMEOUT) throw;
+    std::vector<int> missing;
+    for (int r = 0; r < world; ++r)
+      if (!store->check({keys[r]})) missing.push_back(r);
+    fail(OSLO_ERR_TIMEOUT, "rendezvous at ", where, ": timed out after ",
+         config_.timeout_seconds, " s waiting for rank", missing.size() == 1 ? " " : "s ",
+         describe_ranks(missing), " of ", world, " to join");
+  }
+
+  // 2. Every rank checks that all agree on the layout.
+  std::vector<std::string> hosts(world);
+  for (int r = 0; r < world; ++r) {
+    json j;
+    try {
+      j = json::parse(string_of(store->get(keys[r], deadline)));
+    } catch (const json::exception& e) {
+      fail(OSLO_ERR_FORMAT, "rendezvous: rank ", r, " published invalid data: ", e.what());
+    }
+    hosts[r] = j.value("host", "");
+    for (const char* k : {"tp", "pp", "dp", "world"}) {
+      OSLO_CHECK(j.value(k, -1) == me[k].get<int>(), OSLO_ERR_CONFIG, "rendezvous: rank ", r,
+                 " has ", k, "=", j.value(k, -1), " but rank ", rank, " has ", k, "=",
+                 me[k].get<int>(), "; every rank must use the same parallel sizes");
+    }
+    OSLO_CHECK(j.value("backend", "") == config_.backend, OSLO_ERR_CONFIG, "rendezvous: rank ", r,
+               " uses backend '", j.value("backend", ""), "' but rank ", rank, " uses '",
+               config_.backend, "'");
+  }
+
+  // 3. One communicator per distinct member list, created in a fixed group order.
+  std::map<std::vector<int>, std::shared_ptr<Communicator>> by_members;
+  for (oslo_group g : {OSLO_GROUP_WORLD, OSLO_GROUP_TENSOR, OSLO_GROUP_DATA, OSLO_GROUP_PIPELINE}) {
+    std::vector<int> members = t.members(g);
+    auto it = by_members.find(members);
+    if (it != by_members.end()) {
+      comms_[g] = it->second;
+      continue;
+    }
+    std::shared_ptr<Communicator> c;
+    if (members.size() == 1) {
+      c = std::make_shared<SelfCommunicator>();
+    } else {
+      GroupSpec spec;
+      spec.name = t.group_name(g);
+      spec.rank = t.rank(g);
+      spec.size = static_cast<int>(members.size());
+      spec.members = members;
+      spec.same_host = std::all_of(members.begin(), members.end(),
+                                   [&](int m) { return hosts[m] == hosts[members[0]]; });
+      spec.timeout_seconds = config_.timeout_seconds;
+      spec.local_address = local_address;
+      c = backend_->create_communicator(*store, spec);
+      log_.log(LogLevel::Info, "group ", spec.name, " (ranks ", describe_ranks(members), ") uses ",
+               c->transport());
+    }
+    by_members[members] = c;
+    comms_[g] = c;
+  }
+
+  // 4. Nobody needs the store any more once every rank has said so; rank 0
+  //    serves it until then.
+  store->set(str("oslo/done/", rank), bytes_of("1"));
+  if (rank == 0) {
+    std::vector<std::string> done;
+    for (int r = 0; r < world; ++r) done.push_back(str("oslo/done/", r));
+    store->wait(done, Deadline(config_.timeout_seconds));
+    if (im.kind == InitMethod::File) {
+      store.reset();
+      FileStore::remove(im.path);
+    }
+  }
+}
+
+}  // namespace oslo

@@ -1,0 +1,54 @@
+// A context is one rank's view of a job: its configuration, topology, backend
+// and one communicator per process group. Everything else (tensors, layers,
+// parameter sets) hangs off a context; there is no global state.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend/backend.hpp"
+#include "core/comm/communicator.hpp"
+#include "core/common/log.hpp"
+#include "core/context/config.hpp"
+#include "core/topology/topology.hpp"
+
+namespace oslo {
+
+class Context {
+ public:
+  // Joins the rendezvous and connects every group (collective, see oslo.h).
+  explicit Context(const Config& config);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Topology& topology() const { return *topo_; }
+  Communicator& comm(oslo_group g) const;
+  Backend& backend() const { return *backend_; }
+  const std::shared_ptr<Backend>& backend_ptr() const { return backend_; }
+  Kernels& kernels() const { return backend_->kernels(); }
+  const Logger& log() const { return log_; }
+  double timeout_seconds() const { return config_.timeout_seconds; }
+  int num_threads() const { return num_threads_; }
+  const Config& config() const { return config_; }
+  // Aborts every communicator; callable from any thread.
+  void abort() noexcept;
+
+ private:
+  void rendezvous_and_connect(const std::string& init_method, int local_world);
+
+  Config config_;
+  Logger log_;
+  std::unique_ptr<Topology> topo_;
+  std::shared_ptr<Backend> backend_;
+  int num_threads_ = 1;
+  // Groups with identical members share one communicator.
+  std::vector<std::shared_ptr<Communicator>> comms_;  // indexed by oslo_group
+};
+
+// Identity of this host for deciding which ranks can share memory:
+// OSLO_HOST_ID if set, else hostname + kernel boot id.
+std::string host_identity();
+
+}  // namespace oslo

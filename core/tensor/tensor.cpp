@@ -1,0 +1,98 @@
+#include "core/tensor/tensor.hpp"
+
+#include <dlpack/dlpack.h>
+
+#include <limits>
+
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+namespace oslo {
+
+Storage::~Storage() {
+  if (owned && backend) backend->deallocate(data, bytes);
+  if (imported && imported->deleter) imported->deleter(imported);
+}
+
+void Tensor::check_shape(const std::vector<int64_t>& shape) {
+  OSLO_CHECK(shape.size() <= OSLO_MAX_DIMS, OSLO_ERR_INVALID_ARGUMENT, "tensor: ", shape.size(),
+             " dimensions is more than OSLO_MAX_DIMS (", OSLO_MAX_DIMS, ")");
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    OSLO_CHECK(shape[i] >= 0, OSLO_ERR_INVALID_ARGUMENT, "tensor: extent ", shape[i],
+               " of dimension ", i, " is negative");
+    if (shape[i] != 0)
+      OSLO_CHECK(n <= std::numeric_limits<int64_t>::max() / 8 / shape[i], OSLO_ERR_INVALID_ARGUMENT,
+                 "tensor: shape ", shape_str(shape), " is too large");
+    n *= shape[i];
+  }
+}
+
+int64_t Tensor::numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+std::string Tensor::shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t Tensor::numel() const { return numel_of(shape_); }
+size_t Tensor::nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+
+float* Tensor::f32() const {
+  OSLO_CHECK(dtype_ == OSLO_F32, OSLO_ERR_DTYPE, "expected an f32 tensor, got ", describe());
+  return static_cast<float*>(data());
+}
+
+void Tensor::zero() {
+  if (storage_) storage_->backend->fill_zero(data(), nbytes());
+}
+
+std::string Tensor::describe() const { return shape_str(shape_) + " " + dtype_name(dtype_); }
+
+Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype,
+                           std::vector<int64_t> shape) {
+  Tensor t;
+  t.storage_ = std::move(s);
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::empty_like_shape(std::shared_ptr<Backend> backend, oslo_dtype dtype,
+                                const std::vector<int64_t>& shape) {
+  OSLO_CHECK(dtype_valid(dtype), OSLO_ERR_DTYPE, "tensor: unknown dtype ", static_cast<int>(dtype));
+  check_shape(shape);
+  auto s = std::make_shared<Storage>();
+  s->bytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  s->data = backend->allocate(s->bytes);
+  s->owned = true;
+  s->backend = std::move(backend);
+  return tensor_from_storage(std::move(s), dtype, shape);
+}
+
+Tensor Tensor::zeros(std::shared_ptr<Backend> backend, oslo_dtype dtype,
+                     const std::vector<int64_t>& shape) {
+  Tensor t = empty_like_shape(std::move(backend), dtype, shape);
+  t.zero();
+  return t;
+}
+
+Tensor Tensor::wrap(std::shared_ptr<Backend> backend, void* data, oslo_dtype dtype,
+                    const std::vector<int64_t>& shape) {
+  OSLO_CHECK(dtype_valid(dtype), OSLO_ERR_DTYPE, "tensor: unknown dtype ", static_cast<int>(dtype));
+  check_shape(shape);
+  OSLO_CHECK(data || numel_of(shape) == 0, OSLO_ERR_INVALID_ARGUMENT,
+             "tensor: data is NULL for a tensor of shape ", shape_str(shape));
+  auto s = std::make_shared<Storage>();
+  s->backend = std::move(backend);
+  s->data = data;
+  s->bytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  return tensor_from_storage(std::move(s), dtype, shape);
+}
+
+}  // namespace oslo

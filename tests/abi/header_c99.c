@@ -1,0 +1,11 @@
+/* oslo.h must compile as strict C99 (-std=c99 -pedantic -Werror). */
+#include "oslo.h"
+
+int main(void) {
+  oslo_context *ctx = NULL;
+  oslo_linear_options o = oslo_linear_default_options();
+  int64_t shape[OSLO_MAX_DIMS] = {0};
+  (void)o;
+  (void)shape;
+  return oslo_context_create(&ctx, NULL) == OSLO_OK ? (oslo_context_destroy(ctx), 0) : 1;
+}

@@ -1,0 +1,813 @@
+/*
+ * Multi-rank tests through the public C ABI. Every parallel result is compared
+ * with the unsharded single-rank computation done here in plain C (double).
+ *
+ * Usage:
+ *   rank_test MODE [--tp T] [--threads N] [--dir D]
+ * MODE: layers | collectives | topology | ckpt-save | ckpt-load
+ * Without --threads the ranks are processes (run it under oslo-run); with
+ * --threads N it starts N threads that each create their own context.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../common/harness.h"
+
+#define TOL 1e-5
+
+typedef struct {
+  int rank, world, tp;
+  char config[512];
+  const char *mode;
+  const char *dir;
+  th_state st;
+} rank_args;
+
+/* ------------------------------------------------------------------------ */
+/* Reference math (double)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* y[r,o] = sum_i x[r,i] w[o,i] + b[o] */
+static void ref_linear(double *y, const float *x, const float *w, const float *b, int rows, int in,
+                       int out) {
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) {
+      double s = b ? b[o] : 0;
+      for (int i = 0; i < in; ++i) s += (double)x[r * in + i] * w[o * in + i];
+      y[r * out + o] = s;
+    }
+}
+
+/* dx = dy w ; dw = dy^T x ; db = colsum dy */
+static void ref_linear_backward(double *dx, double *dw, double *db, const float *x, const float *w,
+                                const float *dy, int rows, int in, int out) {
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < in; ++i) {
+      double s = 0;
+      for (int o = 0; o < out; ++o) s += (double)dy[r * out + o] * w[o * in + i];
+      dx[r * in + i] = s;
+    }
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i) {
+      double s = 0;
+      for (int r = 0; r < rows; ++r) s += (double)dy[r * out + o] * x[r * in + i];
+      dw[o * in + i] = s;
+    }
+  for (int o = 0; o < out; ++o) {
+    double s = 0;
+    for (int r = 0; r < rows; ++r) s += dy[r * out + o];
+    db[o] = s;
+  }
+}
+
+/* Columns [c0, c0+nc) of a rows x cols matrix. */
+static void slice_cols_d(double *dst, const double *src, int rows, int cols, int c0, int nc) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < nc; ++c) dst[r * nc + c] = src[r * cols + c0 + c];
+}
+static void slice_cols_f(float *dst, const float *src, int rows, int cols, int c0, int nc) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < nc; ++c) dst[r * nc + c] = src[r * cols + c0 + c];
+}
+
+static oslo_tensor *mk(th_state *s, oslo_context *ctx, oslo_dtype dt, int ndim, int64_t a,
+                       int64_t b, int64_t c, const void *data) {
+  int64_t shape[3] = {a, b, c};
+  oslo_tensor *t = NULL;
+  TH_OK(s, oslo_tensor_create(&t, ctx, dt, ndim, shape));
+  if (t && data) {
+    int64_t n = 0;
+    oslo_tensor_numel(&n, t);
+    size_t es = (dt == OSLO_F32 || dt == OSLO_I32) ? 4 : dt == OSLO_I64 ? 8 : 2;
+    TH_OK(s, oslo_tensor_copy_from_host(t, data, (size_t)n * es));
+  }
+  return t;
+}
+
+static void get_f32(th_state *s, float *dst, size_t n, const oslo_tensor *t) {
+  TH_OK(s, oslo_tensor_copy_to_host(dst, n * sizeof(float), t));
+}
+
+#define CLOSE(s, got, ref, n, what)                                                        \
+  do {                                                                                     \
+    double e_ = 0;                                                                         \
+    int ok_ = th_close(got, ref, n, TOL, &e_);                                             \
+    TH_CHECK(s, ok_, "%s: relative error %.3g > %.1g", what, e_, TOL);                     \
+  } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* Layers                                                                     */
+/* ------------------------------------------------------------------------ */
+
+enum { ROWS_A = 2, ROWS_B = 3, ROWS = ROWS_A * ROWS_B, IN = 8, OUT = 12 };
+
+static void test_column(th_state *s, oslo_context *ctx, int tp, int tr, int gather) {
+  float w[OUT * IN], b[OUT], x[ROWS * IN], dyf[ROWS * OUT];
+  th_fill(w, OUT * IN, 1);
+  th_fill(b, OUT, 2);
+  th_fill(x, ROWS * IN, 3);
+  th_fill(dyf, ROWS * OUT, 4);
+  double y[ROWS * OUT], dx[ROWS * IN], dw[OUT * IN], db[OUT];
+  ref_linear(y, x, w, b, ROWS, IN, OUT);
+  ref_linear_backward(dx, dw, db, x, w, dyf, ROWS, IN, OUT);
+  const int ol = OUT / tp, out_cols = gather ? OUT : ol;
+
+  oslo_linear_options o = oslo_linear_default_options();
+  o.kind = OSLO_COLUMN_PARALLEL;
+  o.in_features = IN;
+  o.out_features = OUT;
+  o.gather_output = gather;
+  oslo_parallel_linear *l = NULL;
+  TH_OK(s, oslo_parallel_linear_create(&l, ctx, &o));
+  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, OUT, IN, 0, w), *tb = mk(s, ctx, OSLO_F32, 1, OUT, 0, 0, b);
+  TH_OK(s, oslo_parallel_linear_load_full(l, tw, tb));
+  oslo_tensor *tx = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, IN, x);
+  oslo_tensor *ty = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, out_cols, NULL);
+  TH_OK(s, oslo_parallel_linear_forward(ty, l, tx));
+  float got[ROWS * OUT];
+  double want[ROWS * OUT];
+  get_f32(s, got, ROWS * out_cols, ty);
+  if (gather)
+    memcpy(want, y, sizeof y);
+  else
+    slice_cols_d(want, y, ROWS, OUT, tr * ol, ol);
+  CLOSE(s, got, want, ROWS * out_cols, gather ? "column(gather) forward" : "column forward");
+
+  /* backward: grad_output is the full dY (gather) or this rank's slice */
+  float dyl[ROWS * OUT];
+  if (gather)
+    memcpy(dyl, dyf, sizeof dyf);
+  else
+    slice_cols_f(dyl, dyf, ROWS, OUT, tr * ol, ol);
+  oslo_tensor *tdy = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, out_cols, dyl);
+  oslo_tensor *tdx = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, IN, NULL);
+  TH_OK(s, oslo_parallel_linear_backward(tdx, l, tx, tdy));
+  float gdx[ROWS * IN];
+  get_f32(s, gdx, ROWS * IN, tdx);
+  CLOSE(s, gdx, dx, ROWS * IN, "column grad_input");
+  oslo_tensor *gw = NULL, *gb = NULL;
+  TH_OK(s, oslo_parallel_linear_params(NULL, NULL, &gw, &gb, l));
+  float ggw[OUT * IN], ggb[OUT];
+  get_f32(s, ggw, ol * IN, gw);
+  get_f32(s, ggb, ol, gb);
+  CLOSE(s, ggw, dw + tr * ol * IN, ol * IN, "column grad_weight");
+  CLOSE(s, ggb, db + tr * ol, ol, "column grad_bias");
+
+  /* A second backward accumulates; zero_grad clears. */
+  TH_OK(s, oslo_parallel_linear_backward(NULL, l, tx, tdy));
+  get_f32(s, ggw, ol * IN, gw);
+  double dw2[OUT * IN];
+  for (int i = 0; i < ol * IN; ++i) dw2[i] = 2 * dw[tr * ol * IN + i];
+  CLOSE(s, ggw, dw2, ol * IN, "column grad_weight accumulates");
+  TH_OK(s, oslo_parallel_linear_zero_grad(l));
+  get_f32(s, ggw, ol * IN, gw);
+  int zero = 1;
+  for (int i = 0; i < ol * IN; ++i) zero &= ggw[i] == 0.f;
+  TH_CHECK(s, zero, "zero_grad leaves non-zero gradients");
+
+  oslo_tensor_destroy(tw);
+  oslo_tensor_destroy(tb);
+  oslo_tensor_destroy(tx);
+  oslo_tensor_destroy(ty);
+  oslo_tensor_destroy(tdy);
+  oslo_tensor_destroy(tdx);
+  oslo_parallel_linear_destroy(l);
+}
+
+static void test_row(th_state *s, oslo_context *ctx, int tp, int tr, int input_is_parallel) {
+  float w[OUT * IN], b[OUT], x[ROWS * IN], dy[ROWS * OUT];
+  th_fill(w, OUT * IN, 11);
+  th_fill(b, OUT, 12);
+  th_fill(x, ROWS * IN, 13);
+  th_fill(dy, ROWS * OUT, 14);
+  double y[ROWS * OUT], dx[ROWS * IN], dw[OUT * IN], db[OUT];
+  ref_linear(y, x, w, b, ROWS, IN, OUT);
+  ref_linear_backward(dx, dw, db, x, w, dy, ROWS, IN, OUT);
+  const int il = IN / tp, in_cols = input_is_parallel ? il : IN;
+
+  oslo_linear_options o = oslo_linear_default_options();
+  o.kind = OSLO_ROW_PARALLEL;
+  o.in_features = IN;
+  o.out_features = OUT;
+  o.input_is_parallel = input_is_parallel;
+  oslo_parallel_linear *l = NULL;
+  TH_OK(s, oslo_parallel_linear_create(&l, ctx, &o));
+  /* Load the shard directly this time: columns [tr*il, (tr+1)*il) of W. */
+  float wl[OUT * IN];
+  slice_cols_f(wl, w, OUT, IN, tr * il, il);
+  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, OUT, il, 0, wl), *tb = mk(s, ctx, OSLO_F32, 1, OUT, 0, 0, b);
+  TH_OK(s, oslo_parallel_linear_load_shard(l, tw, tb));
+
+  float xin[ROWS * IN];
+  if (input_is_parallel)
+    slice_cols_f(xin, x, ROWS, IN, tr * il, il);
+  else
+    memcpy(xin, x, sizeof x);
+  oslo_tensor *tx32 = mk(s, ctx, OSLO_F32, 2, ROWS, in_cols, 0, xin);
+  oslo_tensor *ty = mk(s, ctx, OSLO_F32, 2, ROWS, OUT, 0, NULL);
+  TH_OK(s, oslo_parallel_linear_forward(ty, l, tx32));
+  float got[ROWS * OUT];
+  get_f32(s, got, ROWS * OUT, ty);
+  CLOSE(s, got, y, ROWS * OUT, input_is_parallel ? "row forward" : "row(split input) forward");
+
+  oslo_tensor *tdy = mk(s, ctx, OSLO_F32, 2, ROWS, OUT, 0, dy);
+  oslo_tensor *tdx = mk(s, ctx, OSLO_F32, 2, ROWS, in_cols, 0, NULL);
+  TH_OK(s, oslo_parallel_linear_backward(tdx, l, tx32, tdy));
+  float gdx[ROWS * IN];
+  double wdx[ROWS * IN];
+  get_f32(s, gdx, ROWS * in_cols, tdx);
+  if (input_is_parallel)
+    slice_cols_d(wdx, dx, ROWS, IN, tr * il, il);
+  else
+    memcpy(wdx, dx, sizeof dx);
+  CLOSE(s, gdx, wdx, ROWS * in_cols, "row grad_input");
+  oslo_tensor *gw = NULL, *gb = NULL;
+  TH_OK(s, oslo_parallel_linear_params(NULL, NULL, &gw, &gb, l));
+  float ggw[OUT * IN], ggb[OUT];
+  double wdw[OUT * IN];
+  get_f32(s, ggw, OUT * il, gw);
+  get_f32(s, ggb, OUT, gb);
+  slice_cols_d(wdw, dw, OUT, IN, tr * il, il);
+  CLOSE(s, ggw, wdw, OUT * il, "row grad_weight");
+  CLOSE(s, ggb, db, OUT, "row grad_bias");
+  oslo_tensor_destroy(tw);
+  oslo_tensor_destroy(tb);
+  oslo_tensor_destroy(tx32);
+  oslo_tensor_destroy(ty);
+  oslo_tensor_destroy(tdy);
+  oslo_tensor_destroy(tdx);
+  oslo_parallel_linear_destroy(l);
+}
+
+/* The MLP block of a transformer: column (no gather) -> ReLU -> row (parallel input). */
+enum { HID = 8, FF = 16 };
+static void test_mlp(th_state *s, oslo_context *ctx, int tp, int tr) {
+  float w1[FF * HID], b1[FF], w2[HID * FF], b2[HID], x[ROWS * HID], dy[ROWS * HID];
+  th_fill(w1, FF * HID, 21);
+  th_fill(b1, FF, 22);
+  th_fill(w2, HID * FF, 23);
+  th_fill(b2, HID, 24);
+  th_fill(x, ROWS * HID, 25);
+  th_fill(dy, ROWS * HID, 26);
+  /* reference */
+  double h[ROWS * FF], y[ROWS * HID];
+  ref_linear(h, x, w1, b1, ROWS, HID, FF);
+  float hr[ROWS * FF];
+  for (int i = 0; i < ROWS * FF; ++i) hr[i] = h[i] > 0 ? (float)h[i] : 0.f;
+  ref_linear(y, hr, w2, b2, ROWS, FF, HID);
+  double dh[ROWS * FF], dw2[HID * FF], db2[HID], dx[ROWS * HID], dw1[FF * HID], db1[FF];
+  ref_linear_backward(dh, dw2, db2, hr, w2, dy, ROWS, FF, HID);
+  float dhr[ROWS * FF];
+  for (int i = 0; i < ROWS * FF; ++i) dhr[i] = h[i] > 0 ? (float)dh[i] : 0.f;
+  ref_linear_backward(dx, dw1, db1, x, w1, dhr, ROWS, HID, FF);
+
+  const int fl = FF / tp;
+  oslo_linear_options o1 = oslo_linear_default_options(), o2 = oslo_linear_default_options();
+  o1.kind = OSLO_COLUMN_PARALLEL;
+  o1.in_features = HID;
+  o1.out_features = FF;
+  o2.kind = OSLO_ROW_PARALLEL;
+  o2.in_features = FF;
+  o2.out_features = HID;
+  oslo_parallel_linear *l1 = NULL, *l2 = NULL;
+  TH_OK(s, oslo_parallel_linear_create(&l1, ctx, &o1));
+  TH_OK(s, oslo_parallel_linear_create(&l2, ctx, &o2));
+  oslo_tensor *tw1 = mk(s, ctx, OSLO_F32, 2, FF, HID, 0, w1), *tb1 = mk(s, ctx, OSLO_F32, 1, FF, 0, 0, b1);
+  oslo_tensor *tw2 = mk(s, ctx, OSLO_F32, 2, HID, FF, 0, w2), *tb2 = mk(s, ctx, OSLO_F32, 1, HID, 0, 0, b2);
+  TH_OK(s, oslo_parallel_linear_load_full(l1, tw1, tb1));
+  TH_OK(s, oslo_parallel_linear_load_full(l2, tw2, tb2));
+  oslo_tensor *tx = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, x);
+  oslo_tensor *th = mk(s, ctx, OSLO_F32, 2, ROWS, fl, 0, NULL);
+  oslo_tensor *thr = mk(s, ctx, OSLO_F32, 2, ROWS, fl, 0, NULL);
+  oslo_tensor *ty = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, NULL);
+  TH_OK(s, oslo_parallel_linear_forward(th, l1, tx));
+  float hl[ROWS * FF];
+  get_f32(s, hl, ROWS * fl, th);
+  for (int i = 0; i < ROWS * fl; ++i) hl[i] = hl[i] > 0 ? hl[i] : 0.f;
+  TH_OK(s, oslo_tensor_copy_from_host(thr, hl, ROWS * fl * sizeof(float)));
+  TH_OK(s, oslo_parallel_linear_forward(ty, l2, thr));
+  float got[ROWS * HID];
+  get_f32(s, got, ROWS * HID, ty);
+  CLOSE(s, got, y, ROWS * HID, "mlp forward");
+
+  oslo_tensor *tdy = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, dy);
+  oslo_tensor *tdh = mk(s, ctx, OSLO_F32, 2, ROWS, fl, 0, NULL);
+  oslo_tensor *tdx = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, NULL);
+  TH_OK(s, oslo_parallel_linear_backward(tdh, l2, thr, tdy));
+  float dhl[ROWS * FF], hpre[ROWS * FF];
+  get_f32(s, dhl, ROWS * fl, tdh);
+  get_f32(s, hpre, ROWS * fl, th);
+  for (int i = 0; i < ROWS * fl; ++i) dhl[i] = hpre[i] > 0 ? dhl[i] : 0.f;
+  TH_OK(s, oslo_tensor_copy_from_host(tdh, dhl, ROWS * fl * sizeof(float)));
+  TH_OK(s, oslo_parallel_linear_backward(tdx, l1, tx, tdh));
+  float gdx[ROWS * HID];
+  get_f32(s, gdx, ROWS * HID, tdx);
+  CLOSE(s, gdx, dx, ROWS * HID, "mlp grad_input");
+  oslo_tensor *g1 = NULL, *g2 = NULL;
+  TH_OK(s, oslo_parallel_linear_params(NULL, NULL, &g1, NULL, l1));
+  TH_OK(s, oslo_parallel_linear_params(NULL, NULL, &g2, NULL, l2));
+  float gg1[FF * HID], gg2[HID * FF];
+  double w2l[HID * FF];
+  get_f32(s, gg1, fl * HID, g1);
+  get_f32(s, gg2, HID * fl, g2);
+  CLOSE(s, gg1, dw1 + tr * fl * HID, fl * HID, "mlp up grad_weight");
+  slice_cols_d(w2l, dw2, HID, FF, tr * fl, fl);
+  CLOSE(s, gg2, w2l, HID * fl, "mlp down grad_weight");
+
+  /* Global grad norm of the whole block equals the unsharded one. */
+  oslo_param_set *ps = NULL;
+  TH_OK(s, oslo_param_set_create(&ps, ctx));
+  TH_OK(s, oslo_param_set_add_linear(ps, "mlp.up", l1));
+  TH_OK(s, oslo_param_set_add_linear(ps, "mlp.down", l2));
+  double sq = 0;
+  for (int i = 0; i < FF * HID; ++i) sq += dw1[i] * dw1[i] + dw2[i] * dw2[i];
+  for (int i = 0; i < FF; ++i) sq += db1[i] * db1[i];
+  for (int i = 0; i < HID; ++i) sq += db2[i] * db2[i];
+  double want = sqrt(sq), got_norm = -1;
+  TH_OK(s, oslo_clip_grad_norm(&got_norm, ps, 0.0, 2.0));
+  TH_CHECK(s, fabs(got_norm - want) <= 1e-5 * want, "grad norm %.9g, unsharded %.9g", got_norm,
+           want);
+  double maxabs = 0;
+  for (int i = 0; i < FF * HID; ++i) {
+    if (fabs(dw1[i]) > maxabs) maxabs = fabs(dw1[i]);
+    if (fabs(dw2[i]) > maxabs) maxabs = fabs(dw2[i]);
+  }
+  for (int i = 0; i < FF; ++i) if (fabs(db1[i]) > maxabs) maxabs = fabs(db1[i]);
+  for (int i = 0; i < HID; ++i) if (fabs(db2[i]) > maxabs) maxabs = fabs(db2[i]);
+  double inf_norm = -1;
+  TH_OK(s, oslo_clip_grad_norm(&inf_norm, ps, 0.0, INFINITY));
+  TH_CHECK(s, fabs(inf_norm - maxabs) <= 1e-6 * maxabs, "inf norm %.9g, unsharded %.9g",
+           inf_norm, maxabs);
+  /* Clip to half: gradients scale by max_norm / (norm + 1e-6). */
+  double max_norm = want / 2, n2 = -1;
+  TH_OK(s, oslo_clip_grad_norm(&n2, ps, max_norm, 2.0));
+  get_f32(s, gg1, fl * HID, g1);
+  double scaled[FF * HID];
+  for (int i = 0; i < fl * HID; ++i) scaled[i] = dw1[tr * fl * HID + i] * (max_norm / (want + 1e-6));
+  CLOSE(s, gg1, scaled, fl * HID, "clipped grad_weight");
+  double n3 = -1;
+  TH_OK(s, oslo_clip_grad_norm(&n3, ps, 0.0, 2.0));
+  TH_CHECK(s, fabs(n3 - max_norm) <= 1e-5 * max_norm, "norm after clipping %.9g, want %.9g", n3,
+           max_norm);
+  oslo_param_set_destroy(ps);
+
+  oslo_tensor *ts[] = {tw1, tb1, tw2, tb2, tx, th, thr, ty, tdy, tdh, tdx};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) oslo_tensor_destroy(ts[i]);
+  oslo_parallel_linear_destroy(l1);
+  oslo_parallel_linear_destroy(l2);
+}
+
+/* Vocabulary 13 is not divisible by 2 or 4: the last rank holds padding. */
+enum { VOCAB = 13, EH = 5, NTOK = 7 };
+
+static void test_embedding(th_state *s, oslo_context *ctx, int tp, int tr) {
+  float w[VOCAB * EH], dy[NTOK * EH];
+  th_fill(w, VOCAB * EH, 31);
+  th_fill(dy, NTOK * EH, 32);
+  int64_t ids[NTOK] = {0, 12, 5, 12, 6, 7, 3};
+  oslo_parallel_embedding *e = NULL;
+  TH_OK(s, oslo_parallel_embedding_create(&e, ctx, VOCAB, EH, OSLO_F32));
+  int64_t start = -1, end = -1, local = -1;
+  TH_OK(s, oslo_parallel_embedding_vocab_range(&start, &end, &local, e));
+  int64_t per = (VOCAB + tp - 1) / tp;
+  TH_CHECK(s, local == per && start == per * tr && end == (start + per < VOCAB ? start + per : VOCAB),
+           "vocab range [%lld, %lld) local %lld", (long long)start, (long long)end, (long long)local);
+  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, VOCAB, EH, 0, w);
+  TH_OK(s, oslo_parallel_embedding_load_full(e, tw));
+  oslo_tensor *tid = mk(s, ctx, OSLO_I64, 1, NTOK, 0, 0, ids);
+  oslo_tensor *ty = mk(s, ctx, OSLO_F32, 2, NTOK, EH, 0, NULL);
+  TH_OK(s, oslo_parallel_embedding_forward(ty, e, tid));
+  float got[NTOK * EH];
+  double want[NTOK * EH];
+  get_f32(s, got, NTOK * EH, ty);
+  for (int t = 0; t < NTOK; ++t)
+    for (int h = 0; h < EH; ++h) want[t * EH + h] = w[ids[t] * EH + h];
+  CLOSE(s, got, want, NTOK * EH, "embedding forward");
+
+  oslo_tensor *tdy = mk(s, ctx, OSLO_F32, 2, NTOK, EH, 0, dy);
+  TH_OK(s, oslo_parallel_embedding_backward(e, tid, tdy));
+  oslo_tensor *gw = NULL;
+  TH_OK(s, oslo_parallel_embedding_params(NULL, &gw, e));
+  float ggw[VOCAB * EH + 4 * EH];
+  double wgw[VOCAB * EH + 4 * EH];
+  get_f32(s, ggw, local * EH, gw);
+  for (int64_t r = 0; r < local; ++r)
+    for (int h = 0; h < EH; ++h) {
+      double acc = 0;
+      for (int t = 0; t < NTOK; ++t)
+        if (ids[t] == start + r) acc += dy[t * EH + h];
+      wgw[r * EH + h] = acc; /* padding rows (start + r >= VOCAB) must stay 0 */
+    }
+  CLOSE(s, ggw, wgw, local * EH, "embedding grad_weight");
+
+  /* An id outside the vocabulary is an error naming it, on every rank. */
+  int64_t bad[NTOK] = {0, 1, 2, 13, 4, 5, 6};
+  TH_OK(s, oslo_tensor_copy_from_host(tid, bad, sizeof bad));
+  oslo_status st = oslo_parallel_embedding_forward(ty, e, tid);
+  TH_CHECK(s, st == OSLO_ERR_INVALID_ARGUMENT && strstr(oslo_last_error(), "13"),
+           "bad id gave %s: %s", oslo_status_string(st), oslo_last_error());
+  oslo_tensor_destroy(tw);
+  oslo_tensor_destroy(tid);
+  oslo_tensor_destroy(ty);
+  oslo_tensor_destroy(tdy);
+  oslo_parallel_embedding_destroy(e);
+}
+
+static void test_cross_entropy(th_state *s, oslo_context *ctx, int tp, int tr) {
+  float logits[NTOK * VOCAB];
+  th_fill(logits, NTOK * VOCAB, 41);
+  for (int i = 0; i < NTOK * VOCAB; ++i) logits[i] *= 4;
+  int32_t labels[NTOK] = {0, 12, -100, 6, 7, 3, 12};
+  /* reference */
+  double loss[NTOK], grad[NTOK * VOCAB], mean = 0;
+  int counted = 0;
+  for (int t = 0; t < NTOK; ++t)
+    if (labels[t] != -100) counted++;
+  for (int t = 0; t < NTOK; ++t) {
+    double m = -1e300, se = 0;
+    for (int v = 0; v < VOCAB; ++v) m = fmax(m, logits[t * VOCAB + v]);
+    for (int v = 0; v < VOCAB; ++v) se += exp(logits[t * VOCAB + v] - m);
+    if (labels[t] == -100) {
+      loss[t] = 0;
+      for (int v = 0; v < VOCAB; ++v) grad[t * VOCAB + v] = 0;
+      continue;
+    }
+    loss[t] = log(se) + m - logits[t * VOCAB + labels[t]];
+    mean += loss[t] / counted;
+    for (int v = 0; v < VOCAB; ++v)
+      grad[t * VOCAB + v] = (exp(logits[t * VOCAB + v] - m) / se - (v == labels[t])) / counted;
+  }
+  const int per = (VOCAB + tp - 1) / tp, start = per * tr;
+  float local[NTOK * VOCAB];
+  double wgrad[NTOK * VOCAB];
+  for (int t = 0; t < NTOK; ++t)
+    for (int c = 0; c < per; ++c) {
+      int v = start + c;
+      /* Padding columns hold a huge logit: it must never win. */
+      local[t * per + c] = v < VOCAB ? logits[t * VOCAB + v] : 1e4f;
+      wgrad[t * per + c] = v < VOCAB ? grad[t * VOCAB + v] : 0;
+    }
+  oslo_tensor *tl = mk(s, ctx, OSLO_F32, 2, NTOK, per, 0, local);
+  oslo_tensor *tlab = mk(s, ctx, OSLO_I32, 1, NTOK, 0, 0, labels);
+  oslo_tensor *tloss = mk(s, ctx, OSLO_F32, 1, NTOK, 0, 0, NULL);
+  oslo_tensor *tg = mk(s, ctx, OSLO_F32, 2, NTOK, per, 0, NULL);
+  float mean_got = -1;
+  TH_OK(s, oslo_vocab_parallel_cross_entropy(tloss, &mean_got, tg, ctx, tl, tlab, VOCAB, -100));
+  float gl[NTOK], gg[NTOK * VOCAB];
+  get_f32(s, gl, NTOK, tloss);
+  get_f32(s, gg, NTOK * per, tg);
+  CLOSE(s, gl, loss, NTOK, "cross-entropy losses");
+  TH_CHECK(s, fabs(mean_got - mean) <= TOL * fabs(mean), "mean loss %.8g, unsharded %.8g",
+           mean_got, mean);
+  CLOSE(s, gg, wgrad, NTOK * per, "cross-entropy grad");
+  /* A label outside the vocabulary (and not ignore_index) is an error. */
+  int32_t bad[NTOK] = {0, 1, 2, 3, 4, 5, 13};
+  TH_OK(s, oslo_tensor_copy_from_host(tlab, bad, sizeof bad));
+  oslo_status st = oslo_vocab_parallel_cross_entropy(NULL, &mean_got, NULL, ctx, tl, tlab, VOCAB, -100);
+  TH_CHECK(s, st == OSLO_ERR_INVALID_ARGUMENT, "bad label gave %s", oslo_status_string(st));
+  oslo_tensor_destroy(tl);
+  oslo_tensor_destroy(tlab);
+  oslo_tensor_destroy(tloss);
+  oslo_tensor_destroy(tg);
+}
+
+static void run_layers(th_state *s, oslo_context *ctx, int tp, int tr) {
+  test_column(s, ctx, tp, tr, 0);
+  test_column(s, ctx, tp, tr, 1);
+  test_row(s, ctx, tp, tr, 1);
+  test_row(s, ctx, tp, tr, 0);
+  test_mlp(s, ctx, tp, tr);
+  test_embedding(s, ctx, tp, tr);
+  test_cross_entropy(s, ctx, tp, tr);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Collectives: inputs are formulas of the rank, results exactly predictable  */
+/* ------------------------------------------------------------------------ */
+
+static void run_collectives(th_state *s, oslo_context *ctx) {
+  oslo_group groups[] = {OSLO_GROUP_WORLD, OSLO_GROUP_TENSOR, OSLO_GROUP_DATA, OSLO_GROUP_PIPELINE};
+  for (size_t gi = 0; gi < 4; ++gi) {
+    oslo_group g = groups[gi];
+    int r = -1, n = -1;
+    TH_OK(s, oslo_context_rank(&r, ctx, g));
+    TH_OK(s, oslo_context_size(&n, ctx, g));
+    enum { N = 1000 };
+    static __thread float buf[N * 8], out[N * 8];
+    oslo_reduce_op ops[] = {OSLO_SUM, OSLO_AVG, OSLO_MAX, OSLO_MIN};
+    for (int oi = 0; oi < 4; ++oi) {
+      for (int i = 0; i < N; ++i) buf[i] = (float)((r + 1) * (i % 7 + 1));
+      oslo_tensor *t = mk(s, ctx, OSLO_F32, 1, N, 0, 0, buf);
+      TH_OK(s, oslo_all_reduce(ctx, g, t, ops[oi]));
+      get_f32(s, out, N, t);
+      int ok = 1;
+      for (int i = 0; i < N; ++i) {
+        double k = i % 7 + 1, want;
+        double sum = k * n * (n + 1) / 2.0;
+        switch (ops[oi]) {
+          case OSLO_SUM: want = sum; break;
+          case OSLO_AVG: want = sum / n; break;
+          case OSLO_MAX: want = k * n; break;
+          default: want = k; break;
+        }
+        ok &= fabs(out[i] - want) <= 1e-6 * want;
+      }
+      TH_CHECK(s, ok, "all_reduce op %d on group %d", ops[oi], g);
+      oslo_tensor_destroy(t);
+    }
+    /* all_gather: rank r contributes r*100 + i */
+    for (int i = 0; i < N; ++i) buf[i] = (float)(r * 100 + i % 100);
+    oslo_tensor *in = mk(s, ctx, OSLO_F32, 1, N, 0, 0, buf);
+    oslo_tensor *go = mk(s, ctx, OSLO_F32, 2, n, N, 0, NULL);
+    TH_OK(s, oslo_all_gather(go, ctx, g, in));
+    get_f32(s, out, (size_t)n * N, go);
+    int ok = 1;
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < N; ++i) ok &= out[q * N + i] == (float)(q * 100 + i % 100);
+    TH_CHECK(s, ok, "all_gather on group %d", g);
+    /* reduce_scatter: input block q of rank r = r + q; output = sum_r (r + rank) */
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < N; ++i) buf[q * N + i] = (float)(r + q);
+    oslo_tensor *rin = mk(s, ctx, OSLO_F32, 1, (int64_t)n * N, 0, 0, buf);
+    oslo_tensor *rout = mk(s, ctx, OSLO_F32, 1, N, 0, 0, NULL);
+    TH_OK(s, oslo_reduce_scatter(rout, ctx, g, rin, OSLO_SUM));
+    get_f32(s, out, N, rout);
+    ok = 1;
+    for (int i = 0; i < N; ++i) ok &= out[i] == (float)(n * (n - 1) / 2 + n * r);
+    TH_CHECK(s, ok, "reduce_scatter on group %d", g);
+    /* broadcast from the last rank */
+    for (int i = 0; i < N; ++i) buf[i] = (float)(r == n - 1 ? i : -1);
+    oslo_tensor *bt = mk(s, ctx, OSLO_F32, 1, N, 0, 0, buf);
+    TH_OK(s, oslo_broadcast(ctx, g, bt, n - 1));
+    get_f32(s, out, N, bt);
+    ok = 1;
+    for (int i = 0; i < N; ++i) ok &= out[i] == (float)i;
+    TH_CHECK(s, ok, "broadcast on group %d", g);
+    /* send/recv around a ring */
+    if (n > 1) {
+      for (int i = 0; i < N; ++i) buf[i] = (float)(r * 1000 + i);
+      oslo_tensor *st = mk(s, ctx, OSLO_F32, 1, N, 0, 0, buf);
+      oslo_tensor *rt = mk(s, ctx, OSLO_F32, 1, N, 0, 0, NULL);
+      int next = (r + 1) % n, prev = (r + n - 1) % n;
+      if (r % 2 == 0) {
+        TH_OK(s, oslo_send(ctx, g, st, next));
+        TH_OK(s, oslo_recv(rt, ctx, g, prev));
+      } else {
+        TH_OK(s, oslo_recv(rt, ctx, g, prev));
+        TH_OK(s, oslo_send(ctx, g, st, next));
+      }
+      get_f32(s, out, N, rt);
+      ok = 1;
+      for (int i = 0; i < N; ++i) ok &= out[i] == (float)(prev * 1000 + i);
+      TH_CHECK(s, ok, "send/recv ring on group %d", g);
+      oslo_status bad = oslo_send(ctx, g, st, r);
+      TH_CHECK(s, bad == OSLO_ERR_INVALID_ARGUMENT, "send to self gave %s", oslo_status_string(bad));
+      oslo_tensor_destroy(st);
+      oslo_tensor_destroy(rt);
+    }
+    TH_OK(s, oslo_barrier(ctx, g));
+    /* integer and bf16 all-reduce */
+    int32_t ib[N];
+    for (int i = 0; i < N; ++i) ib[i] = r * i;
+    oslo_tensor *it = mk(s, ctx, OSLO_I32, 1, N, 0, 0, ib);
+    TH_OK(s, oslo_all_reduce(ctx, g, it, OSLO_SUM));
+    TH_OK(s, oslo_tensor_copy_to_host(ib, sizeof ib, it));
+    ok = 1;
+    for (int i = 0; i < N; ++i) ok &= ib[i] == i * n * (n - 1) / 2;
+    TH_CHECK(s, ok, "i32 all_reduce on group %d", g);
+    uint16_t hb[N];
+    for (int i = 0; i < N; ++i) hb[i] = 0x3f80; /* bf16 1.0 */
+    oslo_tensor *bft = mk(s, ctx, OSLO_BF16, 1, N, 0, 0, hb);
+    TH_OK(s, oslo_all_reduce(ctx, g, bft, OSLO_SUM));
+    TH_OK(s, oslo_tensor_copy_to_host(hb, sizeof hb, bft));
+    float want_bf = (float)n;
+    uint32_t bits;
+    memcpy(&bits, &want_bf, 4);
+    ok = 1;
+    for (int i = 0; i < N; ++i) ok &= hb[i] == (uint16_t)(bits >> 16);
+    TH_CHECK(s, ok, "bf16 all_reduce on group %d", g);
+    oslo_tensor *ts[] = {in, go, rin, rout, bt, it, bft};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) oslo_tensor_destroy(ts[i]);
+  }
+}
+
+static void run_topology(th_state *s, oslo_context *ctx, int tp) {
+  int world = 0, rank = 0, t = 0, d = 0, p = 0, ts = 0, ds = 0, ps = 0;
+  TH_OK(s, oslo_context_size(&world, ctx, OSLO_GROUP_WORLD));
+  TH_OK(s, oslo_context_rank(&rank, ctx, OSLO_GROUP_WORLD));
+  TH_OK(s, oslo_context_rank(&t, ctx, OSLO_GROUP_TENSOR));
+  TH_OK(s, oslo_context_rank(&d, ctx, OSLO_GROUP_DATA));
+  TH_OK(s, oslo_context_rank(&p, ctx, OSLO_GROUP_PIPELINE));
+  TH_OK(s, oslo_context_size(&ts, ctx, OSLO_GROUP_TENSOR));
+  TH_OK(s, oslo_context_size(&ds, ctx, OSLO_GROUP_DATA));
+  TH_OK(s, oslo_context_size(&ps, ctx, OSLO_GROUP_PIPELINE));
+  TH_CHECK(s, ts == tp && ts * ds * ps == world, "sizes tp %d dp %d pp %d world %d", ts, ds, ps, world);
+  TH_CHECK(s, rank == p * ds * ts + d * ts + t, "rank %d is not pp %d * %d + dp %d * %d + tp %d",
+           rank, p, ds * ts, d, ts, t);
+  /* The tensor group's members are consecutive ranks: a SUM of global ranks proves it. */
+  int32_t v = rank;
+  oslo_tensor *x = mk(s, ctx, OSLO_I32, 1, 1, 0, 0, &v);
+  TH_OK(s, oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, x, OSLO_SUM));
+  TH_OK(s, oslo_tensor_copy_to_host(&v, 4, x));
+  int base = rank - t;
+  TH_CHECK(s, v == base * ts + ts * (ts - 1) / 2, "tensor group sum %d", v);
+  oslo_tensor_destroy(x);
+  const char *backend = NULL, *transport = NULL;
+  TH_OK(s, oslo_context_backend(&backend, &transport, ctx, OSLO_GROUP_WORLD));
+  TH_CHECK(s, backend && strcmp(backend, "cpu") == 0, "backend %s", backend ? backend : "(null)");
+  TH_CHECK(s, transport && strcmp(transport, world > 1 ? "shm" : "self") == 0,
+           "world transport is %s", transport ? transport : "(null)");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoints: save at one TP size, load at another                          */
+/* ------------------------------------------------------------------------ */
+
+enum { CK_IN = 12, CK_OUT = 12, CK_VOCAB = 13, CK_H = 4, CK_REP = 6 };
+
+static void ckpt_full(float *col_w, float *col_b, float *row_w, float *row_b, float *emb, float *rep) {
+  th_fill(col_w, CK_OUT * CK_IN, 51);
+  th_fill(col_b, CK_OUT, 52);
+  th_fill(row_w, CK_OUT * CK_IN, 53);
+  th_fill(row_b, CK_OUT, 54);
+  th_fill(emb, CK_VOCAB * CK_H, 55);
+  th_fill(rep, CK_REP, 56);
+}
+
+static void run_ckpt(th_state *s, oslo_context *ctx, int tp, int tr, const char *dir, int save) {
+  float cw[CK_OUT * CK_IN], cb[CK_OUT], rw[CK_OUT * CK_IN], rb[CK_OUT], ew[CK_VOCAB * CK_H], rep[CK_REP];
+  ckpt_full(cw, cb, rw, rb, ew, rep);
+  oslo_linear_options oc = oslo_linear_default_options(), orw = oslo_linear_default_options();
+  oc.kind = OSLO_COLUMN_PARALLEL;
+  oc.in_features = CK_IN;
+  oc.out_features = CK_OUT;
+  orw.kind = OSLO_ROW_PARALLEL;
+  orw.in_features = CK_IN;
+  orw.out_features = CK_OUT;
+  oslo_parallel_linear *col = NULL, *row = NULL;
+  oslo_parallel_embedding *emb = NULL;
+  TH_OK(s, oslo_parallel_linear_create(&col, ctx, &oc));
+  TH_OK(s, oslo_parallel_linear_create(&row, ctx, &orw));
+  TH_OK(s, oslo_parallel_embedding_create(&emb, ctx, CK_VOCAB, CK_H, OSLO_F32));
+  oslo_tensor *trep = mk(s, ctx, OSLO_F32, 1, CK_REP, 0, 0, save ? rep : NULL);
+  if (save) {
+    oslo_tensor *a = mk(s, ctx, OSLO_F32, 2, CK_OUT, CK_IN, 0, cw), *b = mk(s, ctx, OSLO_F32, 1, CK_OUT, 0, 0, cb);
+    TH_OK(s, oslo_parallel_linear_load_full(col, a, b));
+    TH_OK(s, oslo_tensor_copy_from_host(a, rw, sizeof rw));
+    TH_OK(s, oslo_tensor_copy_from_host(b, rb, sizeof rb));
+    TH_OK(s, oslo_parallel_linear_load_full(row, a, b));
+    oslo_tensor *e = mk(s, ctx, OSLO_F32, 2, CK_VOCAB, CK_H, 0, ew);
+    TH_OK(s, oslo_parallel_embedding_load_full(emb, e));
+    oslo_tensor_destroy(a);
+    oslo_tensor_destroy(b);
+    oslo_tensor_destroy(e);
+  }
+  oslo_param_set *ps = NULL;
+  TH_OK(s, oslo_param_set_create(&ps, ctx));
+  TH_OK(s, oslo_param_set_add_linear(ps, "col", col));
+  TH_OK(s, oslo_param_set_add_linear(ps, "row", row));
+  TH_OK(s, oslo_param_set_add_embedding(ps, "emb", emb));
+  TH_OK(s, oslo_param_set_add(ps, "rep", trep, NULL, -1));
+  oslo_status dup = oslo_param_set_add(ps, "rep", trep, NULL, -1);
+  TH_CHECK(s, dup == OSLO_ERR_INVALID_ARGUMENT, "duplicate name gave %s", oslo_status_string(dup));
+  size_t count = 0;
+  TH_OK(s, oslo_param_set_count(&count, ps));
+  TH_CHECK(s, count == 6, "param count %zu", count);
+  if (save) {
+    TH_OK(s, oslo_checkpoint_save(ps, dir));
+  } else {
+    TH_OK(s, oslo_checkpoint_load(ps, dir));
+    const int ol = CK_OUT / tp, il = CK_IN / tp, per = (CK_VOCAB + tp - 1) / tp;
+    oslo_tensor *w = NULL, *b = NULL;
+    float got[CK_OUT * CK_IN + 64];
+    TH_OK(s, oslo_parallel_linear_params(&w, &b, NULL, NULL, col));
+    get_f32(s, got, ol * CK_IN, w);
+    TH_CHECK(s, memcmp(got, cw + tr * ol * CK_IN, ol * CK_IN * 4) == 0, "column weight after load");
+    get_f32(s, got, ol, b);
+    TH_CHECK(s, memcmp(got, cb + tr * ol, ol * 4) == 0, "column bias after load");
+    TH_OK(s, oslo_parallel_linear_params(&w, &b, NULL, NULL, row));
+    get_f32(s, got, CK_OUT * il, w);
+    float want[CK_OUT * CK_IN];
+    slice_cols_f(want, rw, CK_OUT, CK_IN, tr * il, il);
+    TH_CHECK(s, memcmp(got, want, CK_OUT * il * 4) == 0, "row weight after load");
+    get_f32(s, got, CK_OUT, b);
+    TH_CHECK(s, memcmp(got, rb, sizeof rb) == 0, "row bias after load");
+    oslo_tensor *e = NULL;
+    TH_OK(s, oslo_parallel_embedding_params(&e, NULL, emb));
+    get_f32(s, got, per * CK_H, e);
+    int ok = 1;
+    for (int r = 0; r < per; ++r)
+      for (int h = 0; h < CK_H; ++h) {
+        int v = tr * per + r;
+        float expect = v < CK_VOCAB ? ew[v * CK_H + h] : 0.f;
+        ok &= got[r * CK_H + h] == expect;
+      }
+    TH_CHECK(s, ok, "embedding after load (padding rows zero)");
+    get_f32(s, got, CK_REP, trep);
+    TH_CHECK(s, memcmp(got, rep, sizeof rep) == 0, "replicated tensor after load");
+  }
+  oslo_param_set_destroy(ps);
+  oslo_tensor_destroy(trep);
+  oslo_parallel_linear_destroy(col);
+  oslo_parallel_linear_destroy(row);
+  oslo_parallel_embedding_destroy(emb);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void *rank_main(void *arg) {
+  rank_args *a = (rank_args *)arg;
+  th_state *s = &a->st;
+  oslo_context *ctx = NULL;
+  oslo_status st = oslo_context_create(&ctx, a->config);
+  TH_CHECK(s, st == OSLO_OK, "context_create: %s (%s)", oslo_status_string(st), oslo_last_error());
+  if (st != OSLO_OK) return NULL;
+  int rank = -1, tr = -1, tp = -1;
+  oslo_context_rank(&rank, ctx, OSLO_GROUP_WORLD);
+  oslo_context_rank(&tr, ctx, OSLO_GROUP_TENSOR);
+  oslo_context_size(&tp, ctx, OSLO_GROUP_TENSOR);
+  s->rank = rank;
+  if (strcmp(a->mode, "layers") == 0)
+    run_layers(s, ctx, tp, tr);
+  else if (strcmp(a->mode, "collectives") == 0)
+    run_collectives(s, ctx);
+  else if (strcmp(a->mode, "topology") == 0)
+    run_topology(s, ctx, tp);
+  else if (strcmp(a->mode, "ckpt-save") == 0 || strcmp(a->mode, "ckpt-load") == 0)
+    run_ckpt(s, ctx, tp, tr, a->dir, strcmp(a->mode, "ckpt-save") == 0);
+  else
+    TH_CHECK(s, 0, "unknown mode %s", a->mode);
+  /* Leave together so no rank tears down shared memory under a slow peer. */
+  TH_OK(s, oslo_barrier(ctx, OSLO_GROUP_WORLD));
+  oslo_context_destroy(ctx);
+  return NULL;
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    perror("free_port");
+    exit(2);
+  }
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s MODE [--tp T] [--threads N] [--dir D]\n", argv[0]);
+    return 2;
+  }
+  const char *mode = argv[1], *dir = "";
+  int tp = 1, threads = 0;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--tp") == 0)
+      tp = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--threads") == 0)
+      threads = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--dir") == 0)
+      dir = argv[i + 1];
+  }
+  char label[128];
+  snprintf(label, sizeof label, "rank_test %s tp=%d %s", mode, tp, threads ? "threads" : "process");
+  if (threads > 0) {
+    int port = free_port();
+    rank_args *args = calloc((size_t)threads, sizeof *args);
+    pthread_t *tids = calloc((size_t)threads, sizeof *tids);
+    for (int r = 0; r < threads; ++r) {
+      args[r].mode = mode;
+      args[r].dir = dir;
+      args[r].st.rank = r;
+      snprintf(args[r].config, sizeof args[r].config,
+               "{\"rank\": %d, \"world_size\": %d, \"tensor_parallel_size\": %d, "
+               "\"init_method\": \"tcp://127.0.0.1:%d\", \"timeout_seconds\": 60, "
+               "\"num_threads\": 1}",
+               r, threads, tp, port);
+      pthread_create(&tids[r], NULL, rank_main, &args[r]);
+    }
+    for (int r = 0; r < threads; ++r) {
+      pthread_join(tids[r], NULL);
+      th_add_totals(&args[r].st);
+    }
+    free(args);
+    free(tids);
+  } else {
+    rank_args a;
+    memset(&a, 0, sizeof a);
+    a.mode = mode;
+    a.dir = dir;
+    snprintf(a.config, sizeof a.config, "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 60}", tp);
+    rank_main(&a);
+    th_add_totals(&a.st);
+  }
+  return th_finish(label);
+}
