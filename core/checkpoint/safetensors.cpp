@@ -95,8 +95,8 @@ class HeaderSax {
     return unexpected("null");
   }
   bool boolean(bool v) { return unexpected(v ? "true" : "false"); }
-  bool number_integer(number_integer_t v) {  // only negative integers arrive here
-    return unexpected("the negative number " + std::to_string(v));
+  bool number_integer(number_integer_t v) {  // only negative integers (and -0) arrive here
+    return unexpected("the negative number " + (v == 0 ? std::string("-0") : std::to_string(v)));
   }
   bool number_unsigned(number_unsigned_t v) {
     if (state_ == State::ShapeArray) {

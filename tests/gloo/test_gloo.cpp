@@ -1,0 +1,572 @@
+// gloo communicator: every op, dtype and reduce op on 2, 3 and 4 ranks (as
+// threads and as processes) over a TcpStore on 127.0.0.1, exact expected
+// values, in-place variants, bitwise agreement across ranks; faults: a rank
+// SIGKILLed mid-allreduce, a SIGSTOPped rank, abort() from another thread,
+// ranks that never join.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/gloo/gloo_communicator.hpp"
+#include "core/common/dtype.hpp"
+#include "core/rendezvous/tcp_store.hpp"
+#include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
+
+using oslo::Communicator;
+using oslo::Deadline;
+using oslo::TcpStore;
+using test_util::status_of;
+
+namespace {
+
+const char* kHost = "127.0.0.1";
+constexpr oslo_dtype kDtypes[] = {OSLO_F32, OSLO_F16, OSLO_BF16, OSLO_I32, OSLO_I64};
+constexpr oslo_reduce_op kOps[] = {OSLO_SUM, OSLO_AVG, OSLO_MAX, OSLO_MIN};
+const size_t kSizes[] = {0, 1, 7, 4096};
+constexpr size_t kLarge = (size_t(4) << 20) + 3;  // ~4M elements, not a multiple of n
+
+#define CHECK(cond, ...)                                                    \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      std::fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", c.rank(), \
+                   __FILE__, __LINE__, #cond);                              \
+      std::fprintf(stderr, __VA_ARGS__);                                    \
+      std::fprintf(stderr, "\n");                                           \
+      ++failures;                                                           \
+    }                                                                       \
+  } while (0)
+
+// ---- values -------------------------------------------------------------------
+
+// Small integers, so that every float sum is exact and the expected value is
+// unambiguous; they differ per rank and element, with negatives, so MAX and
+// MIN are exercised.
+int64_t base_value(int rank, size_t i) {
+  return static_cast<int64_t>((rank * 7 + static_cast<int64_t>(i % 1009) * 3) % 11) - 5 + rank;
+}
+
+int64_t int_scale(oslo_dtype dt) { return dt == OSLO_I64 ? 3000000007LL : 100000; }
+
+// Buffer of count elements of rank's input, in dtype dt.
+std::vector<uint8_t> make_input(oslo_dtype dt, int rank, size_t count, size_t first = 0) {
+  std::vector<uint8_t> b(count * oslo::dtype_size(dt) + 1);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t v = base_value(rank, first + i);
+    switch (dt) {
+      case OSLO_I32: reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(v * int_scale(dt)); break;
+      case OSLO_I64: reinterpret_cast<int64_t*>(b.data())[i] = v * int_scale(dt); break;
+      default: {
+        float f = static_cast<float>(v);
+        oslo::from_f32(dt, &f, b.data() + i * oslo::dtype_size(dt), 1);
+      }
+    }
+  }
+  b.resize(count * oslo::dtype_size(dt));
+  return b;
+}
+
+// What the reduction of element i over n ranks must give, stored as dt.
+std::vector<uint8_t> expected_reduce(oslo_dtype dt, oslo_reduce_op op, int n, size_t count,
+                                     size_t first = 0) {
+  std::vector<uint8_t> b(count * oslo::dtype_size(dt) + 1);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t sum = 0, mx = INT64_MIN, mn = INT64_MAX;
+    for (int r = 0; r < n; ++r) {
+      int64_t v = base_value(r, first + i);
+      sum += v;
+      mx = std::max(mx, v);
+      mn = std::min(mn, v);
+    }
+    if (dt == OSLO_I32 || dt == OSLO_I64) {
+      int64_t s = int_scale(dt);
+      int64_t r = op == OSLO_SUM ? sum * s : op == OSLO_AVG ? (sum * s) / n
+                                         : op == OSLO_MAX ? mx * s
+                                                          : mn * s;
+      if (dt == OSLO_I32)
+        reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(r);
+      else
+        reinterpret_cast<int64_t*>(b.data())[i] = r;
+    } else {
+      float f = op == OSLO_SUM   ? static_cast<float>(sum)
+                : op == OSLO_AVG ? static_cast<float>(sum) / static_cast<float>(n)
+                : op == OSLO_MAX ? static_cast<float>(mx)
+                                 : static_cast<float>(mn);
+      oslo::from_f32(dt, &f, b.data() + i * oslo::dtype_size(dt), 1);
+    }
+  }
+  b.resize(count * oslo::dtype_size(dt));
+  return b;
+}
+
+bool same(const std::vector<uint8_t>& a, const uint8_t* b, size_t bytes) {
+  return a.size() == bytes && (bytes == 0 || std::memcmp(a.data(), b, bytes) == 0);
+}
+
+// Deterministic pseudo-random floats in [-1, 1): sums are not exact, so only
+// a rank-ordered reduction reproduces them bit for bit.
+float noise(int rank, size_t i) {
+  uint64_t x = (static_cast<uint64_t>(rank) << 40) ^ (i * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 29;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 32;
+  return static_cast<float>(x % 2000001) / 1000000.0f - 1.0f;
+}
+
+// ---- the op matrix ------------------------------------------------------------
+
+int check_all_reduce(Communicator& c, size_t count, oslo_dtype dt, oslo_reduce_op op) {
+  int failures = 0;
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * oslo::dtype_size(dt);
+  auto in = make_input(dt, r, count);
+  auto want = expected_reduce(dt, op, n, count);
+  std::vector<uint8_t> out(bytes + 1, 0xcd);
+  c.all_reduce(in.data(), out.data(), count, dt, op);
+  CHECK(same(want, out.data(), bytes), "all_reduce %s op %d count %zu", oslo::dtype_name(dt),
+        op, count);
+  CHECK(out[bytes] == 0xcd, "all_reduce wrote past the end");
+  CHECK(same(make_input(dt, r, count), in.data(), bytes), "all_reduce changed its input");
+  c.all_reduce(in.data(), in.data(), count, dt, op);  // in place
+  CHECK(same(want, in.data(), bytes), "in-place all_reduce %s op %d count %zu",
+        oslo::dtype_name(dt), op, count);
+  return failures;
+}
+
+int check_reduce_scatter(Communicator& c, size_t count, oslo_dtype dt, oslo_reduce_op op) {
+  int failures = 0;
+  const int n = c.size(), r = c.rank();
+  const size_t es = oslo::dtype_size(dt);
+  auto in = make_input(dt, r, count * n);
+  auto want = expected_reduce(dt, op, n, count, static_cast<size_t>(r) * count);
+  std::vector<uint8_t> out(count * es + 1, 0xcd);
+  c.reduce_scatter(in.data(), out.data(), count, dt, op);
+  CHECK(same(want, out.data(), count * es), "reduce_scatter %s op %d count %zu",
+        oslo::dtype_name(dt), op, count);
+  CHECK(out[count * es] == 0xcd, "reduce_scatter wrote past the end");
+  // In place: the result lands in this rank's own block of the input.
+  uint8_t* mine = in.data() + static_cast<size_t>(r) * count * es;
+  c.reduce_scatter(in.data(), mine, count, dt, op);
+  CHECK(same(want, mine, count * es), "in-place reduce_scatter %s op %d count %zu",
+        oslo::dtype_name(dt), op, count);
+  return failures;
+}
+
+int check_all_gather(Communicator& c, size_t count, oslo_dtype dt) {
+  int failures = 0;
+  const int n = c.size(), r = c.rank();
+  const size_t es = oslo::dtype_size(dt);
+  std::vector<uint8_t> want;
+  for (int p = 0; p < n; ++p) {
+    auto part = make_input(dt, p, count);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  auto in = make_input(dt, r, count);
+  std::vector<uint8_t> out(count * es * n + 1, 0xcd);
+  c.all_gather(in.data(), out.data(), count, dt);
+  CHECK(same(want, out.data(), count * es * n), "all_gather %s count %zu", oslo::dtype_name(dt),
+        count);
+  CHECK(out[count * es * n] == 0xcd, "all_gather wrote past the end");
+  // In place: the input already sits in this rank's block of the output.
+  std::vector<uint8_t> io(count * es * n, 0);
+  if (count) std::memcpy(io.data() + static_cast<size_t>(r) * count * es, in.data(), count * es);
+  c.all_gather(io.data() + static_cast<size_t>(r) * count * es, io.data(), count, dt);
+  CHECK(same(want, io.data(), count * es * n), "in-place all_gather %s count %zu",
+        oslo::dtype_name(dt), count);
+  return failures;
+}
+
+int check_broadcast(Communicator& c, size_t count, oslo_dtype dt) {
+  int failures = 0;
+  const size_t bytes = count * oslo::dtype_size(dt);
+  for (int root = 0; root < c.size(); ++root) {
+    auto want = make_input(dt, root + 10, count);
+    auto buf = c.rank() == root ? want : std::vector<uint8_t>(bytes, 0);
+    c.broadcast(buf.data(), count, dt, root);
+    CHECK(same(want, buf.data(), bytes), "broadcast %s count %zu root %d", oslo::dtype_name(dt),
+          count, root);
+  }
+  return failures;
+}
+
+int check_send_recv(Communicator& c) {
+  int failures = 0;
+  const int n = c.size(), r = c.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  // A ring of messages of several sizes (0 bytes included), each sent in
+  // order; even ranks send first, odd ranks receive first, so that the
+  // synchronous sends of the ring never wait on each other in a cycle.
+  const size_t sizes[] = {0, 1, 13, 1 << 20};
+  auto payload = [](int from, size_t len) {
+    std::vector<uint8_t> v(len);
+    for (size_t i = 0; i < len; ++i) v[i] = static_cast<uint8_t>(from * 31 + i * 7);
+    return v;
+  };
+  auto do_sends = [&] {
+    for (size_t len : sizes) {
+      auto v = payload(r, len);
+      c.send(v.data(), v.size(), next);
+    }
+  };
+  auto do_recvs = [&] {
+    for (size_t len : sizes) {
+      std::vector<uint8_t> v(len, 0);
+      c.recv(v.data(), v.size(), prev);
+      CHECK(v == payload(prev, len), "recv of %zu bytes from %d", len, prev);
+    }
+  };
+  if (r % 2 == 0) {
+    do_sends();
+    do_recvs();
+  } else {
+    do_recvs();
+    do_sends();
+  }
+  return failures;
+}
+
+int check_bitwise_agreement(Communicator& c) {
+  int failures = 0;
+  const int n = c.size(), r = c.rank();
+  const size_t count = 100003;
+  std::vector<float> in(count), out(count), want(count, 0.0f);
+  for (size_t i = 0; i < count; ++i) in[i] = noise(r, i);
+  // Reference: sum in rank order 0..n-1 in f32.
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < count; ++i) want[i] = p == 0 ? noise(0, i) : want[i] + noise(p, i);
+  c.all_reduce(in.data(), out.data(), count, OSLO_F32, OSLO_SUM);
+  CHECK(std::memcmp(want.data(), out.data(), count * 4) == 0, "f32 sum not rank-ordered");
+  // Every rank holds the same bits: gather everybody's result and compare.
+  std::vector<float> all(count * n);
+  c.all_gather(out.data(), all.data(), count, OSLO_F32);
+  for (int p = 0; p < n; ++p)
+    CHECK(std::memcmp(all.data() + p * count, out.data(), count * 4) == 0,
+          "rank %d's result differs", p);
+  // bf16 in f32, rounded once.
+  std::vector<uint16_t> bin(count), bout(count), bwant(count);
+  for (size_t i = 0; i < count; ++i) bin[i] = oslo::f32_to_bf16(noise(r, i));
+  std::vector<float> acc(count, 0.0f);
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < count; ++i) {
+      float v = oslo::bf16_to_f32(oslo::f32_to_bf16(noise(p, i)));
+      acc[i] = p == 0 ? v : acc[i] + v;
+    }
+  for (size_t i = 0; i < count; ++i) bwant[i] = oslo::f32_to_bf16(acc[i] / static_cast<float>(n));
+  c.all_reduce(bin.data(), bout.data(), count, OSLO_BF16, OSLO_AVG);
+  CHECK(bwant == bout, "bf16 avg differs from f32 accumulation rounded once");
+  return failures;
+}
+
+int check_large(Communicator& c) {
+  int failures = 0;
+  failures += check_all_reduce(c, kLarge, OSLO_F32, OSLO_SUM);
+  failures += check_all_reduce(c, kLarge, OSLO_BF16, OSLO_AVG);
+  failures += check_all_gather(c, kLarge / c.size(), OSLO_F32);
+  failures += check_reduce_scatter(c, kLarge / c.size(), OSLO_I64, OSLO_MAX);
+  failures += check_broadcast(c, kLarge / 4, OSLO_F16);
+  return failures;
+}
+
+// The whole matrix on one communicator; returns the number of failures.
+int run_all_ops(Communicator& c) {
+  int failures = 0;
+  CHECK(std::strcmp(c.transport(), "gloo/tcp") == 0, "transport %s", c.transport());
+  for (oslo_dtype dt : kDtypes)
+    for (size_t count : kSizes) {
+      for (oslo_reduce_op op : kOps) {
+        failures += check_all_reduce(c, count, dt, op);
+        failures += check_reduce_scatter(c, count, dt, op);
+      }
+      failures += check_all_gather(c, count, dt);
+      failures += check_broadcast(c, count, dt);
+    }
+  failures += check_send_recv(c);
+  c.barrier();
+  failures += check_bitwise_agreement(c);
+  failures += check_large(c);
+  c.barrier();
+  // Argument errors are reported without breaking the communicator.
+  float x = 0;
+  CHECK(status_of([&] { c.broadcast(&x, 1, OSLO_F32, c.size()); }) == OSLO_ERR_INVALID_ARGUMENT,
+        "bad root");
+  CHECK(status_of([&] { c.send(&x, 4, c.rank()); }) == OSLO_ERR_INVALID_ARGUMENT, "send to self");
+  CHECK(status_of([&] { c.all_reduce(&x, &x, 1, static_cast<oslo_dtype>(42), OSLO_SUM); }) ==
+            OSLO_ERR_DTYPE,
+        "bad dtype");
+  c.barrier();
+  return failures;
+}
+
+// ---- running ranks --------------------------------------------------------------
+
+std::string unique_prefix(const char* name) {
+  static std::atomic<int> counter{0};
+  return std::string(name) + "." + std::to_string(counter++);
+}
+
+using RankFn = std::function<int(Communicator&, TcpStore&)>;
+
+std::unique_ptr<Communicator> join(TcpStore& store, const std::string& prefix, int rank, int n,
+                                   double timeout) {
+  return oslo::create_gloo_communicator(store, prefix, rank, n, timeout, kHost);
+}
+
+// Ranks as threads of this process; returns the sum of their results (an
+// exception counts as one failure).
+int run_threads(int n, double timeout, const RankFn& fn) {
+  TcpStore server(kHost, 0, true, Deadline(10));
+  const std::string prefix = unique_prefix("threads");
+  std::vector<int> results(static_cast<size_t>(n), 0);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        TcpStore store(kHost, server.port(), false, Deadline(10));
+        auto comm = join(store, prefix, r, n, timeout);
+        results[static_cast<size_t>(r)] = fn(*comm, store);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        results[static_cast<size_t>(r)] = 1;
+      }
+    });
+  for (auto& t : ts) t.join();
+  int sum = 0;
+  for (int v : results) sum += v;
+  return sum;
+}
+
+// Ranks as forked processes; returns their pids (in rank order). The caller
+// waits for them.
+std::vector<pid_t> spawn_ranks(int n, double timeout, int port, const std::string& prefix,
+                               const std::function<int(Communicator&, TcpStore&, int)>& fn) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r)
+    pids.push_back(test_util::spawn([&, r]() -> int {
+      TcpStore store(kHost, port, false, Deadline(10));
+      auto comm = join(store, prefix, r, n, timeout);
+      return fn(*comm, store, r);
+    }));
+  return pids;
+}
+
+int run_processes(int n, double timeout, const RankFn& fn) {
+  TcpStore server(kHost, 0, true, Deadline(10));
+  auto pids = spawn_ranks(n, timeout, server.port(), unique_prefix("procs"),
+                          [&](Communicator& c, TcpStore& s, int) { return fn(c, s); });
+  int bad = 0;
+  for (pid_t pid : pids) bad += test_util::wait_child(pid, 60) != 0;
+  return bad;
+}
+
+// ---- tests ------------------------------------------------------------------------
+
+void test_threads_2(void**) { assert_int_equal(run_threads(2, 20, [](Communicator& c, TcpStore&) { return run_all_ops(c); }), 0); }
+void test_threads_3(void**) { assert_int_equal(run_threads(3, 20, [](Communicator& c, TcpStore&) { return run_all_ops(c); }), 0); }
+void test_threads_4(void**) { assert_int_equal(run_threads(4, 20, [](Communicator& c, TcpStore&) { return run_all_ops(c); }), 0); }
+void test_processes_2(void**) { assert_int_equal(run_processes(2, 20, [](Communicator& c, TcpStore&) { return run_all_ops(c); }), 0); }
+void test_processes_3(void**) { assert_int_equal(run_processes(3, 20, [](Communicator& c, TcpStore&) { return run_all_ops(c); }), 0); }
+void test_processes_4(void**) { assert_int_equal(run_processes(4, 20, [](Communicator& c, TcpStore&) { return run_all_ops(c); }), 0); }
+
+void test_single_rank(void**) {
+  TcpStore server(kHost, 0, true, Deadline(10));
+  auto c = join(server, unique_prefix("single"), 0, 1, 5);
+  assert_int_equal(c->size(), 1);
+  int32_t v[3] = {1, -2, 3}, o[3] = {0, 0, 0};
+  c->all_reduce(v, o, 3, OSLO_I32, OSLO_AVG);
+  assert_memory_equal(v, o, sizeof v);
+  c->all_gather(v, o, 3, OSLO_I32);
+  assert_memory_equal(v, o, sizeof v);
+  c->reduce_scatter(v, o, 3, OSLO_I32, OSLO_MAX);
+  assert_memory_equal(v, o, sizeof v);
+  c->broadcast(v, 3, OSLO_I32, 0);
+  c->barrier();
+}
+
+// Survivors of a rank SIGKILLed in the middle of a stream of all_reduces
+// fail (COMM, or TIMEOUT for one that waited on a survivor that already
+// gave up) within twice the timeout.
+void test_sigkill_mid_allreduce(void**) {
+  constexpr int n = 3;
+  constexpr double timeout = 2.0;
+  TcpStore server(kHost, 0, true, Deadline(10));
+  auto pids = spawn_ranks(n, timeout, server.port(), unique_prefix("kill"),
+                          [](Communicator& c, TcpStore& s, int r) -> int {
+                            std::vector<float> buf(1 << 20, 1.0f);
+                            s.add("running", 1);
+                            for (int it = 0;; ++it) {
+                              std::string msg;
+                              auto t0 = std::chrono::steady_clock::now();
+                              oslo_status st = status_of(
+                                  [&] {
+                                    c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_F32,
+                                                 OSLO_SUM);
+                                    std::fill(buf.begin(), buf.end(), 1.0f);
+                                  },
+                                  &msg);
+                              if (st == OSLO_OK) continue;
+                              double took = test_util::seconds_since(t0);
+                              std::fprintf(stderr, "rank %d: iteration %d: %.2f s: %s\n", r, it,
+                                           took, msg.c_str());
+                              if (st != OSLO_ERR_COMM && st != OSLO_ERR_TIMEOUT) return 2;
+                              if (took > 2 * timeout) return 3;
+                              // Broken now: later calls fail at once.
+                              auto t1 = std::chrono::steady_clock::now();
+                              if (status_of([&] { c.barrier(); }) != st) return 4;
+                              if (test_util::seconds_since(t1) > 0.1) return 5;
+                              return 0;
+                            }
+                          });
+  // Let them run a few all_reduces, then kill the last rank.
+  auto running = [&] { return server.add("running", 0) == n; };
+  for (int i = 0; i < 500 && !running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto t0 = std::chrono::steady_clock::now();
+  kill(pids[2], SIGKILL);
+  assert_int_equal(test_util::wait_child(pids[2], 5), 128 + SIGKILL);
+  for (int r = 0; r < n - 1; ++r) assert_int_equal(test_util::wait_child(pids[r], 3 * timeout), 0);
+  assert_true(test_util::seconds_since(t0) < 2 * timeout + 1.0);
+}
+
+// A frozen (SIGSTOPped) rank: the others report OSLO_ERR_TIMEOUT after the
+// timeout, not earlier and not much later.
+void test_sigstop_times_out(void**) {
+  constexpr int n = 3;
+  constexpr double timeout = 2.0;
+  TcpStore server(kHost, 0, true, Deadline(10));
+  auto pids = spawn_ranks(n, timeout, server.port(), unique_prefix("stop"),
+                          [](Communicator& c, TcpStore& s, int r) -> int {
+                            c.barrier();
+                            if (r == n - 1) {
+                              s.set("stopping", test_util::bytes("1"));
+                              raise(SIGSTOP);
+                              return 0;
+                            }
+                            s.wait({"stopping"}, Deadline(10));
+                            std::vector<float> buf(1000, 1.0f);
+                            std::string msg;
+                            auto t0 = std::chrono::steady_clock::now();
+                            oslo_status st = status_of(
+                                [&] {
+                                  c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_F32,
+                                               OSLO_SUM);
+                                },
+                                &msg);
+                            double took = test_util::seconds_since(t0);
+                            std::fprintf(stderr, "rank %d: %.2f s: %s\n", r, took, msg.c_str());
+                            if (st != OSLO_ERR_TIMEOUT) return 2;
+                            if (took < 0.9 * timeout || took > 2 * timeout) return 3;
+                            if (std::strstr(msg.c_str(), "all_reduce") == nullptr) return 4;
+                            return 0;
+                          });
+  for (int r = 0; r < n - 1; ++r) assert_int_equal(test_util::wait_child(pids[r], 3 * timeout), 0);
+  test_util::kill_children(nullptr);
+}
+
+// abort() from another thread wakes a blocked recv with OSLO_ERR_COMM, later
+// calls fail at once, and the peer blocked on the aborted rank fails with
+// OSLO_ERR_COMM well before its timeout.
+void test_abort_from_other_thread(void**) {
+  constexpr double timeout = 20.0;
+  int rc = run_threads(2, timeout, [](Communicator& c, TcpStore&) -> int {
+    int failures = 0;
+    c.barrier();
+    char byte = 0;
+    std::string msg;
+    auto t0 = std::chrono::steady_clock::now();
+    if (c.rank() == 0) {
+      std::thread aborter([&c] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        c.abort();
+      });
+      oslo_status st = status_of([&] { c.recv(&byte, 1, 1); }, &msg);
+      aborter.join();
+      CHECK(st == OSLO_ERR_COMM, "recv after abort: %d %s", st, msg.c_str());
+      CHECK(test_util::seconds_since(t0) < 2.0, "abort took %.2f s", test_util::seconds_since(t0));
+      CHECK(std::strstr(msg.c_str(), "abort") != nullptr, "message: %s", msg.c_str());
+      auto t1 = std::chrono::steady_clock::now();
+      CHECK(status_of([&] { c.barrier(); }) == OSLO_ERR_COMM, "barrier after abort");
+      CHECK(test_util::seconds_since(t1) < 0.1, "not failing fast");
+      c.abort();  // twice is fine
+    } else {
+      oslo_status st = status_of([&] { c.recv(&byte, 1, 0); }, &msg);
+      CHECK(st == OSLO_ERR_COMM, "peer of aborted rank: %d %s", st, msg.c_str());
+      CHECK(test_util::seconds_since(t0) < 5.0, "peer took %.2f s", test_util::seconds_since(t0));
+    }
+    return failures;
+  });
+  assert_int_equal(rc, 0);
+
+  // abort() before any call: the first call fails at once.
+  rc = run_threads(2, timeout, [](Communicator& c, TcpStore&) -> int {
+    int failures = 0;
+    c.barrier();
+    if (c.rank() == 0) {
+      c.abort();
+      CHECK(status_of([&] { c.barrier(); }) == OSLO_ERR_COMM, "barrier after early abort");
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      CHECK(status_of([&] { c.barrier(); }) == OSLO_ERR_COMM, "peer barrier");
+      CHECK(test_util::seconds_since(t0) < 5.0, "peer took %.2f s", test_util::seconds_since(t0));
+    }
+    return failures;
+  });
+  assert_int_equal(rc, 0);
+}
+
+// Ranks that never join: the others time out naming them.
+void test_missing_rank(void**) {
+  TcpStore server(kHost, 0, true, Deadline(10));
+  const std::string prefix = unique_prefix("missing");
+  std::vector<std::string> msgs(2);
+  std::vector<oslo_status> sts(2);
+  std::vector<std::thread> ts;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      TcpStore store(kHost, server.port(), false, Deadline(10));
+      sts[static_cast<size_t>(r)] =
+          status_of([&] { join(store, prefix, r, 4, 1.0); }, &msgs[static_cast<size_t>(r)]);
+    });
+  for (auto& t : ts) t.join();
+  double took = test_util::seconds_since(t0);
+  for (int r = 0; r < 2; ++r) {
+    assert_int_equal(sts[static_cast<size_t>(r)], OSLO_ERR_TIMEOUT);
+    assert_non_null(std::strstr(msgs[static_cast<size_t>(r)].c_str(), "2, 3"));
+  }
+  assert_true(took < 3.0);
+
+  assert_int_equal(status_of([&] { join(server, prefix, 4, 4, 1.0); }), OSLO_ERR_INVALID_ARGUMENT);
+}
+
+void test_local_address_towards(void**) {
+  assert_string_equal(oslo::local_address_towards("127.0.0.1", 29500).c_str(), "127.0.0.1");
+  assert_string_equal(oslo::local_address_towards("localhost", 29500).c_str(), "127.0.0.1");
+  // Any other address of this host routes to itself; the answer is an
+  // address of this host (here: whatever the routing table says, never empty).
+  std::string a = oslo::local_address_towards("no-such-host.invalid", 1);
+  assert_false(a.empty());
+}
+
+}  // namespace
+
+int main() {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_single_rank, test_util::kill_children),
+      cmocka_unit_test_teardown(test_threads_2, test_util::kill_children),
+      cmocka_unit_test_teardown(test_threads_3, test_util::kill_children),
+      cmocka_unit_test_teardown(test_threads_4, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_2, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_3, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_4, test_util::kill_children),
+      cmocka_unit_test_teardown(test_sigkill_mid_allreduce, test_util::kill_children),
+      cmocka_unit_test_teardown(test_sigstop_times_out, test_util::kill_children),
+      cmocka_unit_test_teardown(test_abort_from_other_thread, test_util::kill_children),
+      cmocka_unit_test_teardown(test_missing_rank, test_util::kill_children),
+      cmocka_unit_test_teardown(test_local_address_towards, test_util::kill_children),
+  };
+  return cmocka_run_group_tests_name("gloo", tests, nullptr, nullptr);
+}
