@@ -45,13 +45,13 @@ struct Checker {
   int rank = 0;
   int failures = 0;
   std::string log;  // the first few failures
-  void fail(const std::string& m) {
+  void bad(const std::string& m) {
     if (failures++ < 8) log += "rank " + std::to_string(rank) + ": " + m + "\n";
   }
 };
 #define SHM_EXPECT(ck, cond, ...)                                                     \
   do {                                                                                \
-    if (!(cond)) (ck).fail(oslo::str(__FILE__, ":", __LINE__, ": ", #cond, " -- ", __VA_ARGS__)); \
+    if (!(cond)) (ck).bad(oslo::str(__FILE__, ":", __LINE__, ": ", #cond, " -- ", __VA_ARGS__)); \
   } while (0)
 
 // ---- data ------------------------------------------------------------------
@@ -120,7 +120,7 @@ inline bool matches(Checker& ck, const std::string& what, oslo_dtype dt, const u
   size_t es = oslo::dtype_size(dt);
   for (size_t i = 0; i < count; ++i) {
     if (std::memcmp(buf + i * es, tab.data() + ((i + shift) % 11) * es, es) != 0) {
-      ck.fail(oslo::str(what, ": element ", i, " of ", count, " differs"));
+      ck.bad(oslo::str(what, ": element ", i, " of ", count, " differs"));
       return false;
     }
   }
@@ -162,7 +162,7 @@ inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
               SHM_EXPECT(ck, out[count * es] == 0xab, what, ": wrote past the end");
             }
           } catch (const oslo::Error& e) {
-            ck.fail(what + ": " + e.what());
+            ck.bad(what + ": " + e.what());
             return;
           }
         }
@@ -183,7 +183,7 @@ inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
             c.all_gather(in.data(), out.data(), count, dt);
           }
         } catch (const oslo::Error& e) {
-          ck.fail(what + ": " + e.what());
+          ck.bad(what + ": " + e.what());
           return;
         }
         for (int p = 0; p < n; ++p) {
@@ -216,7 +216,7 @@ inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
               SHM_EXPECT(ck, out[count * es] == 0xab, what, ": wrote past the end");
             }
           } catch (const oslo::Error& e) {
-            ck.fail(what + ": " + e.what());
+            ck.bad(what + ": " + e.what());
             return;
           }
         }
@@ -232,7 +232,7 @@ inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
         try {
           c.broadcast(buf.data(), count, dt, root);
         } catch (const oslo::Error& e) {
-          ck.fail(what + ": " + e.what());
+          ck.bad(what + ": " + e.what());
           return;
         }
         auto tab = table(dt, [&](size_t j) { return static_cast<double>(exact_value(root, j)); });
@@ -254,7 +254,7 @@ inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
     for (int q = 0; q < n; ++q) s += INT64_MAX - q;
     SHM_EXPECT(ck, a == static_cast<int64_t>(s / n), "i64 avg: got ", a);
   } catch (const oslo::Error& e) {
-    ck.fail(std::string("integer edge cases: ") + e.what());
+    ck.bad(std::string("integer edge cases: ") + e.what());
   }
 }
 
@@ -304,12 +304,12 @@ inline void bitwise_suite(Communicator& c, Checker& ck, size_t big) {
         try {
           c.all_reduce(buf.data(), buf.data(), count, dt, op);
         } catch (const oslo::Error& e) {
-          ck.fail(what + ": " + e.what());
+          ck.bad(what + ": " + e.what());
           return;
         }
         for (size_t i = 0; i < count; ++i) {
           if (std::memcmp(buf.data() + i * es, want.data() + i * es, es) != 0) {
-            ck.fail(oslo::str(what, ": element ", i, " is ", load_f(dt, buf.data(), i),
+            ck.bad(oslo::str(what, ": element ", i, " is ", load_f(dt, buf.data(), i),
                               " but rank-order accumulation gives ", load_f(dt, want.data(), i)));
             break;
           }
@@ -346,7 +346,7 @@ inline void p2p_suite(Communicator& c, Checker& ck, size_t big) {
       }
       for (size_t i = 0; i < bytes; ++i)
         if (in[i] != pattern(prev, r, bytes, i)) {
-          ck.fail(oslo::str("ring recv of ", bytes, " bytes: byte ", i, " differs"));
+          ck.bad(oslo::str("ring recv of ", bytes, " bytes: byte ", i, " differs"));
           break;
         }
       SHM_EXPECT(ck, in[bytes] == 0xcd, "ring recv wrote past the end");
@@ -366,7 +366,7 @@ inline void p2p_suite(Communicator& c, Checker& ck, size_t big) {
         c.recv(in.data(), in.size(), peer);
         for (size_t i = 0; i < in.size(); ++i)
           if (in[i] != pattern(peer, r, m, i)) {
-            ck.fail(oslo::str("eager message ", m, ": byte ", i, " differs"));
+            ck.bad(oslo::str("eager message ", m, ": byte ", i, " differs"));
             break;
           }
       }
@@ -381,7 +381,7 @@ inline void p2p_suite(Communicator& c, Checker& ck, size_t big) {
           c.recv(buf.data(), bytes, 0);
           for (size_t i = 0; i < bytes; ++i)
             if (buf[i] != pattern(0, 1, m + 1000, i)) {
-              ck.fail(oslo::str("streamed message ", m, ": byte ", i, " differs"));
+              ck.bad(oslo::str("streamed message ", m, ": byte ", i, " differs"));
               break;
             }
         }
@@ -389,7 +389,7 @@ inline void p2p_suite(Communicator& c, Checker& ck, size_t big) {
     }
     c.barrier();
   } catch (const oslo::Error& e) {
-    ck.fail(std::string("p2p: ") + e.what());
+    ck.bad(std::string("p2p: ") + e.what());
   }
 }
 
@@ -402,7 +402,7 @@ inline void full_suite(Communicator& c, Checker& ck, size_t big) {
   try {
     for (int i = 0; i < 50; ++i) c.barrier();
   } catch (const oslo::Error& e) {
-    ck.fail(std::string("barrier: ") + e.what());
+    ck.bad(std::string("barrier: ") + e.what());
   }
 }
 
@@ -444,7 +444,7 @@ inline std::string run_threads(std::vector<std::unique_ptr<Communicator>>& comms
       try {
         body(r, *comms[r], cks[r]);
       } catch (const std::exception& e) {
-        cks[r].fail(std::string("exception: ") + e.what());
+        cks[r].bad(std::string("exception: ") + e.what());
       }
       if (cks[r].failures) comms[r]->abort();
     });

@@ -163,8 +163,8 @@ void reduce_ranked(void* dst, const void* const* srcs, int n, size_t count, oslo
 // groups do not see each other's keys. gloo's keys are the ranks' numbers.
 class GlooStore : public gloo::rendezvous::Store {
  public:
-  GlooStore(oslo::Store& store, const std::string& prefix, const Deadline& deadline)
-      : store_(store), prefix_(prefix + "/"), deadline_(deadline) {}
+  GlooStore(oslo::Store& store, const std::string& prefix, int size, const Deadline& deadline)
+      : store_(store), prefix_(prefix + "/"), size_(size), deadline_(deadline) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     store_.set(prefix_ + key, std::vector<uint8_t>(data.begin(), data.end()));
@@ -184,24 +184,27 @@ class GlooStore : public gloo::rendezvous::Store {
       store_.wait(full, deadline_);
     } catch (const Error& e) {
       if (e.status() != OSLO_ERR_TIMEOUT) throw;
+      // gloo waits for one rank at a time; name every rank that is missing,
+      // not just the first one gloo happened to wait for.
       std::string ranks;
-      for (size_t i = 0; i < keys.size(); ++i) {
+      for (int r = 0; r < size_; ++r) {
         bool there = false;
         try {
-          there = store_.check({full[i]});
+          there = store_.check({prefix_ + std::to_string(r)});
         } catch (const Error&) {
         }
-        if (!there) ranks += (ranks.empty() ? "" : ", ") + keys[i];
+        if (!there) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
       }
       fail(OSLO_ERR_TIMEOUT, "gloo '", prefix_.substr(0, prefix_.size() - 1),
-           "': timed out waiting for rank(s) ", ranks.empty() ? "?" : ranks,
-           " of the group to join (", e.what(), ")");
+           "': timed out waiting for rank(s) ", ranks.empty() ? "?" : ranks, " of ", size_,
+           " to join (", e.what(), ")");
     }
   }
 
  private:
   oslo::Store& store_;
   std::string prefix_;
+  int size_;
   Deadline deadline_;
 };
 
@@ -670,7 +673,7 @@ std::unique_ptr<Communicator> create_gloo_communicator(Store& store, const std::
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   ctx->setTimeout(timeout);
   try {
-    GlooStore gstore(store, prefix, deadline);
+    GlooStore gstore(store, prefix, size, deadline);
     if (size > 1) ctx->connectFullMesh(gstore, dev);
   } catch (const Error&) {
     throw;

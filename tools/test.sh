@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test: installs dependencies, builds, runs ctest on the normal
+# build, then builds again with AddressSanitizer + UndefinedBehaviorSanitizer
+# and runs the C tests under them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/deps.sh
+jobs=$(nproc)
+
+echo "== build (RelWithDebInfo)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+echo "== tests"
+(cd build && ctest --output-on-failure -j2 --timeout 600)
+
+if [ "${OSLO_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== build (ASan + UBSan)"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOSLO_SANITIZE=address,undefined \
+    -DOSLO_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-asan -j"$jobs"
+  echo "== tests under ASan + UBSan"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+  export LSAN_OPTIONS=suppressions=$PWD/tools/lsan.supp:print_suppressions=0
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  (cd build-asan && ctest --output-on-failure -j2 --timeout 900 -E "${OSLO_ASAN_EXCLUDE:-^$}")
+fi
