@@ -14,7 +14,9 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+extern "C" {
 #include <cmocka.h>
+}
 
 using namespace oslo;
 
