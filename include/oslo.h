@@ -72,7 +72,9 @@ typedef enum oslo_status {
   OSLO_ERR_CONFIG = 10,           /**< invalid configuration key or value */
   OSLO_ERR_NOT_SUPPORTED = 11,    /**< valid request this build cannot do */
   OSLO_ERR_INTERNAL = 12,         /**< a bug in oslo; please report it */
-  OSLO_STATUS_COUNT               /**< number of codes; not a status */
+  OSLO_STATUS_COUNT,              /**< number of codes; not a status */
+  OSLO_STATUS_ENUM_MIN_ = -2147483647 - 1, /* not values: see oslo_dtype */
+  OSLO_STATUS_ENUM_MAX_ = 2147483647
 } oslo_status;
 
 /**
@@ -111,7 +113,11 @@ typedef enum oslo_dtype {
   OSLO_F16 = 1,
   OSLO_BF16 = 2,
   OSLO_I32 = 3, /**< token ids and labels */
-  OSLO_I64 = 4  /**< token ids and labels */
+  OSLO_I64 = 4, /**< token ids and labels */
+  /* Not values: they make every int a valid value of the type, so a bad value
+     passed from C is reported as an error instead of being undefined in C++. */
+  OSLO_DTYPE_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_DTYPE_ENUM_MAX_ = 2147483647
 } oslo_dtype;
 
 /** Reduction of collectives. AVG is SUM divided by the group size. */
@@ -119,7 +125,11 @@ typedef enum oslo_reduce_op {
   OSLO_SUM = 0,
   OSLO_AVG = 1,
   OSLO_MAX = 2,
-  OSLO_MIN = 3
+  OSLO_MIN = 3,
+  /* Not values: they make every int a valid value of the type, so a bad value
+     passed from C is reported as an error instead of being undefined in C++. */
+  OSLO_REDUCE_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_REDUCE_ENUM_MAX_ = 2147483647
 } oslo_reduce_op;
 
 /**
@@ -136,7 +146,11 @@ typedef enum oslo_group {
   OSLO_GROUP_WORLD = 0,
   OSLO_GROUP_TENSOR = 1,
   OSLO_GROUP_PIPELINE = 2,
-  OSLO_GROUP_DATA = 3
+  OSLO_GROUP_DATA = 3,
+  /* Not values: they make every int a valid value of the type, so a bad value
+     passed from C is reported as an error instead of being undefined in C++. */
+  OSLO_GROUP_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_GROUP_ENUM_MAX_ = 2147483647
 } oslo_group;
 
 /** Most dimensions a tensor may have. */
@@ -366,7 +380,11 @@ typedef enum oslo_linear_kind {
   /** Output features split: each rank holds rows [r*out/tp, (r+1)*out/tp) of W. */
   OSLO_COLUMN_PARALLEL = 0,
   /** Input features split: each rank holds columns [r*in/tp, (r+1)*in/tp) of W. */
-  OSLO_ROW_PARALLEL = 1
+  OSLO_ROW_PARALLEL = 1,
+  /* Not values: they make every int a valid value of the type, so a bad value
+     passed from C is reported as an error instead of being undefined in C++. */
+  OSLO_LINEAR_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_LINEAR_ENUM_MAX_ = 2147483647
 } oslo_linear_kind;
 
 /** Options of a parallel linear layer y = x W^T + b (W is [out, in] as in nn.Linear). */

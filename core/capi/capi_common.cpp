@@ -35,6 +35,7 @@ const char* oslo_status_string(oslo_status status) {
     case OSLO_ERR_NOT_SUPPORTED: return "OSLO_ERR_NOT_SUPPORTED: not supported";
     case OSLO_ERR_INTERNAL: return "OSLO_ERR_INTERNAL: internal error";
     case OSLO_STATUS_COUNT: break;
+    default: break;
   }
   return "unknown status";
 }

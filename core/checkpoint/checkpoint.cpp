@@ -74,7 +74,9 @@ bool valid_file_name(const std::string& f) {
          f.find('\0') == std::string::npos;
 }
 
-bool is_float(oslo_dtype dt) { return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16; }
+bool is_float(oslo_dtype dt) {
+  return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16;
+}
 
 // --------------------------------------------------------------------------
 // Parameter validation (save and load)
@@ -96,8 +98,8 @@ ParamGeom check_param(const ParamShard& p) {
   OSLO_CHECK(p.local_shape.size() == p.global_shape.size(), OSLO_ERR_INVALID_ARGUMENT, who,
              ": local shape ", shape_str(p.local_shape), " and global shape ",
              shape_str(p.global_shape), " differ in rank");
-  OSLO_CHECK(p.split_dim >= -1 && p.split_dim < nd, OSLO_ERR_INVALID_ARGUMENT, who,
-             ": split_dim ", p.split_dim, " is out of range for ", nd, " dimensions");
+  OSLO_CHECK(p.split_dim >= -1 && p.split_dim < nd, OSLO_ERR_INVALID_ARGUMENT, who, ": split_dim ",
+             p.split_dim, " is out of range for ", nd, " dimensions");
   for (int d = 0; d < nd; ++d) {
     OSLO_CHECK(p.global_shape[d] >= 0 && p.local_shape[d] >= 0, OSLO_ERR_INVALID_ARGUMENT, who,
                ": negative extent in shape");
@@ -124,8 +126,12 @@ ParamGeom check_param(const ParamShard& p) {
   OSLO_CHECK(!__builtin_mul_overflow(n, dtype_size(p.dtype), &bytes) &&
                  bytes <= static_cast<uint64_t>(INT64_MAX),
              OSLO_ERR_INVALID_ARGUMENT, who, ": local shape overflows");
+  uint64_t gn = 1;
   for (int64_t d : p.global_shape)
-    OSLO_CHECK(d <= INT64_MAX, OSLO_ERR_INVALID_ARGUMENT, who, ": bad global shape");
+    OSLO_CHECK(!__builtin_mul_overflow(gn, static_cast<uint64_t>(d), &gn) &&
+                   gn <= static_cast<uint64_t>(INT64_MAX) / 8,
+               OSLO_ERR_INVALID_ARGUMENT, who, ": global shape ", shape_str(p.global_shape),
+               " overflows");
   OSLO_CHECK(n == 0 || p.data != nullptr, OSLO_ERR_INVALID_ARGUMENT, who, ": data is NULL");
   g.local_numel = n;
   return g;
@@ -192,8 +198,8 @@ void convert(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t 
     for (size_t i = 0; i < n; ++i) {
       int64_t v;
       std::memcpy(&v, static_cast<const char*>(src) + 8 * i, 8);
-      OSLO_CHECK(v >= INT32_MIN && v <= INT32_MAX, OSLO_ERR_DTYPE, "tensor '", tensor,
-                 "': value ", v, " does not fit the i32 parameter");
+      OSLO_CHECK(v >= INT32_MIN && v <= INT32_MAX, OSLO_ERR_DTYPE, "tensor '", tensor, "': value ",
+                 v, " does not fit the i32 parameter");
       int32_t w = static_cast<int32_t>(v);
       std::memcpy(static_cast<char*>(dst) + 4 * i, &w, 4);
     }
@@ -306,8 +312,8 @@ Manifest parse_manifest(const std::string& dir) {
   } catch (const json::exception& e) {
     std::string what = e.what();
     size_t p = what.find("] ");
-    fail(OSLO_ERR_FORMAT, path, ": invalid JSON: ",
-         p == std::string::npos ? what : what.substr(p + 2));
+    fail(OSLO_ERR_FORMAT, path,
+         ": invalid JSON: ", p == std::string::npos ? what : what.substr(p + 2));
   }
   Schema sc(path);
   sc.exact_keys(j, "manifest",
@@ -322,8 +328,8 @@ Manifest parse_manifest(const std::string& dir) {
                           std::to_string(kFormatVersion) + ")");
   Manifest m;
   m.save_id = sc.string(j["save_id"], "save_id");
-  m.tp_size = static_cast<int>(sc.integer(j["tensor_parallel_size"], "tensor_parallel_size", 1,
-                                          INT32_MAX));
+  m.tp_size =
+      static_cast<int>(sc.integer(j["tensor_parallel_size"], "tensor_parallel_size", 1, INT32_MAX));
   m.pp_size = static_cast<int>(
       sc.integer(j["pipeline_parallel_size"], "pipeline_parallel_size", 1, INT32_MAX));
   m.dp_size =
@@ -366,7 +372,8 @@ Manifest parse_manifest(const std::string& dir) {
       }
       ms.file = sc.string(s["file"], sw + ".file");
       ms.key = sc.string(s["key"], sw + ".key");
-      if (!valid_file_name(ms.file)) sc.bad(sw + ".file", "'" + ms.file + "' is not a plain file name");
+      if (!valid_file_name(ms.file))
+        sc.bad(sw + ".file", "'" + ms.file + "' is not a plain file name");
       if (!file_set.count(ms.file)) sc.bad(sw + ".file", "'" + ms.file + "' is not in 'files'");
       mt.shards.push_back(ms);
     }
@@ -379,11 +386,10 @@ Manifest parse_manifest(const std::string& dir) {
       int64_t next = 0;
       for (const ManifestShard& s : mt.shards) {
         if (s.offset != next)
-          sc.bad(where + ".shards", s.offset > next ? "rows " + std::to_string(next) + ".." +
-                                                          std::to_string(s.offset) +
-                                                          " are in no shard"
-                                                    : "shards overlap at row " +
-                                                          std::to_string(s.offset));
+          sc.bad(where + ".shards", s.offset > next
+                                        ? "rows " + std::to_string(next) + ".." +
+                                              std::to_string(s.offset) + " are in no shard"
+                                        : "shards overlap at row " + std::to_string(s.offset));
         if (__builtin_add_overflow(next, s.length, &next))
           sc.bad(where + ".shards", "shard rows overflow");
       }
@@ -417,9 +423,9 @@ std::vector<uint64_t> to_u64(const std::vector<int64_t>& v) {
   return std::vector<uint64_t>(v.begin(), v.end());
 }
 
-// Writes this rank's shard file. Returns its name.
-std::string write_shard(const std::string& dir, const std::string& save_id,
-                        const std::vector<ParamShard>& params, const CheckpointLayout& layout) {
+// Writes this rank's shard file.
+void write_shard(const std::string& dir, const std::string& save_id,
+                 const std::vector<ParamShard>& params, const CheckpointLayout& layout) {
   const std::string file = shard_file_name(save_id, layout.tp_rank, layout.pp_rank);
   std::vector<st::WriteEntry> entries;
   std::vector<std::unique_ptr<char[]>> copies;  // compacted slices of padded tensors
@@ -476,7 +482,6 @@ std::string write_shard(const std::string& dir, const std::string& save_id,
   std::map<std::string, std::string> metadata{{kShardMetaKey, meta.dump()}};
   st::write_file(fsutil::join(dir, file), entries, &metadata);
   fsutil::fault_point("save.after_shard_write", fsutil::join(dir, file));
-  return file;
 }
 
 // Reads the records of one shard file written by this save (rank 0, after
@@ -516,8 +521,8 @@ std::vector<ShardRecord> read_shard_records(const std::string& dir, const std::s
     rec.name = it.key();
     rec.dtype = sc.dtype(r["dtype"], where + ".dtype");
     rec.shape = sc.shape(r["shape"], where + ".shape");
-    rec.split_dim = static_cast<int>(
-        sc.integer(r["split_dim"], where + ".split_dim", -1, static_cast<int64_t>(rec.shape.size()) - 1));
+    rec.split_dim = static_cast<int>(sc.integer(r["split_dim"], where + ".split_dim", -1,
+                                                static_cast<int64_t>(rec.shape.size()) - 1));
     rec.offset = sc.integer(r["offset"], where + ".offset", 0, INT64_MAX);
     rec.length = sc.integer(r["length"], where + ".length", 0, INT64_MAX);
     if (!r["stored"].is_boolean()) sc.bad(where + ".stored", "must be a boolean");
@@ -546,8 +551,15 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
     for (int tp = 0; tp < layout.tp_size; ++tp) {
       const std::string file = shard_file_name(save_id, tp, pp);
       files.push_back(file);
-      for (ShardRecord& r : read_shard_records(dir, file, save_id, tp, pp, layout))
-        by_name[r.name].push_back(std::move(r));
+      std::vector<ShardRecord> recs;
+      try {
+        recs = read_shard_records(dir, file, save_id, tp, pp, layout);
+      } catch (const Error& e) {
+        if (e.status() != OSLO_ERR_IO) throw;
+        fail(OSLO_ERR_IO, e.what(), " (world rank 0 reads every shard: is '", dir,
+             "' on a file system shared by all ranks?)");
+      }
+      for (ShardRecord& r : recs) by_name[r.name].push_back(std::move(r));
     }
 
   ojson tensors = ojson::object();
@@ -566,8 +578,7 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
                  OSLO_ERR_INVALID_ARGUMENT, "tensor '", name, "': rank tp", r.tp, "/pp", r.pp,
                  " saves ", dtype_name(r.dtype), " ", shape_str(r.shape), " split_dim ",
                  r.split_dim, " but rank tp", ref->tp, "/pp", ref->pp, " saves ",
-                 dtype_name(ref->dtype), " ", shape_str(ref->shape), " split_dim ",
-                 ref->split_dim);
+                 dtype_name(ref->dtype), " ", shape_str(ref->shape), " split_dim ", ref->split_dim);
     ojson shards = ojson::array();
     if (ref->split_dim < 0) {
       const ShardRecord* owner = nullptr;
@@ -583,18 +594,16 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
       std::vector<const ShardRecord*> parts;
       for (const ShardRecord& r : recs)
         if (r.pp == pp0 && r.stored) parts.push_back(&r);
-      std::sort(parts.begin(), parts.end(), [](const ShardRecord* a, const ShardRecord* b) {
-        return a->offset < b->offset;
-      });
+      std::sort(parts.begin(), parts.end(),
+                [](const ShardRecord* a, const ShardRecord* b) { return a->offset < b->offset; });
       const int64_t G = ref->shape[ref->split_dim];
       int64_t next = 0;
       for (const ShardRecord* r : parts) {
         OSLO_CHECK(r->offset == next, OSLO_ERR_INVALID_ARGUMENT, "tensor '", name,
                    "': the tensor-parallel slices ",
-                   r->offset > next ? "leave rows " : "overlap at rows ",
-                   std::min(next, r->offset), "..", std::max(next, r->offset),
-                   r->offset > next ? " unsaved" : "", " (split_dim ", ref->split_dim,
-                   ", extent ", G, ")");
+                   r->offset > next ? "leave rows " : "overlap at rows ", std::min(next, r->offset),
+                   "..", std::max(next, r->offset), r->offset > next ? " unsaved" : "",
+                   " (split_dim ", ref->split_dim, ", extent ", G, ")");
         next += r->length;
         ojson s;
         s["file"] = r->file;
@@ -714,8 +723,16 @@ class RunCopier {
  public:
   RunCopier(const st::Reader& rd, const st::TensorInfo& ti, oslo_dtype sdt, void* dst,
             oslo_dtype ddt, std::vector<uint64_t>* bounce, const std::string& name)
-      : rd_(rd), ti_(ti), sdt_(sdt), ddt_(ddt), dst_(static_cast<char*>(dst)), bounce_(bounce),
-        name_(name), ss_(dtype_size(sdt)), ds_(dtype_size(ddt)), cap_(kBounceBytes / ss_) {}
+      : rd_(rd),
+        ti_(ti),
+        sdt_(sdt),
+        ddt_(ddt),
+        dst_(static_cast<char*>(dst)),
+        bounce_(bounce),
+        name_(name),
+        ss_(dtype_size(sdt)),
+        ds_(dtype_size(ddt)),
+        cap_(kBounceBytes / ss_) {}
   ~RunCopier() = default;
 
   // n elements from source element src into destination element dst.
@@ -788,6 +805,7 @@ void copy_box(RunCopier& rc, const std::vector<int64_t>& lo, const std::vector<i
     if (hi[j] <= lo[j]) return;  // empty
   if (nd == 0) {
     rc.add(0, 0, 1);
+    rc.flush();
     return;
   }
   // Innermost dimension where the box is narrower than the source or the
@@ -860,11 +878,12 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
   const std::string save_id = hex64(id);
 
   const bool writer = layout.dp_rank == 0;
-  std::string my_file;
+  std::string my_file;  // set before writing: a failure after the rename must remove it
   if (writer) {
     f.run([&] {
       fsutil::make_dirs(dir);
-      my_file = write_shard(dir, save_id, params, layout);
+      my_file = shard_file_name(save_id, layout.tp_rank, layout.pp_rank);
+      write_shard(dir, save_id, params, layout);
     });
   }
 

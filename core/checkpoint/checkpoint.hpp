@@ -19,13 +19,13 @@ namespace oslo {
 // One local parameter buffer and where it sits in the global tensor.
 struct ParamShard {
   std::string name;
-  oslo_dtype dtype = OSLO_F32;         // dtype of the local buffer
-  std::vector<int64_t> global_shape;   // real (unpadded) global shape
-  int split_dim = -1;                  // -1: replicated on every tensor-parallel rank
-  int64_t offset = 0;                  // global index along split_dim of local row 0
-  std::vector<int64_t> local_shape;    // local buffer shape (may include padding rows
-                                       // past the global end along split_dim)
-  void* data = nullptr;                // contiguous row-major host buffer of local_shape
+  oslo_dtype dtype = OSLO_F32;        // dtype of the local buffer
+  std::vector<int64_t> global_shape;  // real (unpadded) global shape
+  int split_dim = -1;                 // -1: replicated on every tensor-parallel rank
+  int64_t offset = 0;                 // global index along split_dim of local row 0
+  std::vector<int64_t> local_shape;   // local buffer shape (may include padding rows
+                                      // past the global end along split_dim)
+  void* data = nullptr;               // contiguous row-major host buffer of local_shape
 };
 
 struct CheckpointLayout {

@@ -158,7 +158,7 @@ std::vector<std::string> list_dir(const std::string& dir) {
 }
 
 std::string read_small_file(const std::string& path, size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) {
     int e = errno;
     fail(OSLO_ERR_IO, "cannot open '", path, "': ", errno_text(e));
@@ -232,7 +232,9 @@ void write_atomically(const std::string& path, const std::function<void(int fd)>
   fsync_dir(parent_dir(path));
 }
 
-void set_fault_hook(FaultHook hook) { g_fault_hook.store(hook); }
+void set_fault_hook(FaultHook hook) {
+  g_fault_hook.store(hook);
+}
 
 void fault_point(const char* point, const std::string& path) {
   FaultHook hook = g_fault_hook.load(std::memory_order_relaxed);

@@ -26,11 +26,11 @@ struct DtypeDesc {
 
 // Indexed by Dtype.
 constexpr DtypeDesc kDtypes[kDtypeCount] = {
-    {"BOOL", 8},    {"F4", 4},           {"F6_E2M3", 6},      {"F6_E3M2", 6}, {"U8", 8},
-    {"I8", 8},      {"F8_E5M2", 8},      {"F8_E4M3", 8},      {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8},
-    {"F8_E5M2FNUZ", 8}, {"I16", 16},     {"U16", 16},         {"F16", 16},    {"BF16", 16},
-    {"I32", 32},    {"U32", 32},         {"F32", 32},         {"C64", 64},    {"F64", 64},
-    {"I64", 64},    {"U64", 64},
+    {"BOOL", 8},        {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"U8", 8},
+    {"I8", 8},          {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8},
+    {"F8_E5M2FNUZ", 8}, {"I16", 16},    {"U16", 16},    {"F16", 16},    {"BF16", 16},
+    {"I32", 32},        {"U32", 32},    {"F32", 32},    {"C64", 64},    {"F64", 64},
+    {"I64", 64},        {"U64", 64},
 };
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
@@ -245,7 +245,19 @@ class HeaderSax {
     std::string what = ex.what();
     size_t p = what.find("] ");
     if (p != std::string::npos) what = what.substr(p + 2);
-    error_ = "header is not valid JSON: " + what;
+    // The message quotes input bytes ("last read: ..."): keep it printable.
+    std::string clean;
+    for (char ch : what) {
+      unsigned char c = static_cast<unsigned char>(ch);
+      if (c < 0x20 || c >= 0x7f) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        clean += buf;
+      } else {
+        clean += ch;
+      }
+    }
+    error_ = "header is not valid JSON: " + clean;
     return false;
   }
 
@@ -270,7 +282,9 @@ class HeaderSax {
     error_ = msg;
     return false;
   }
-  bool fail_entry(const std::string& msg) { return fail("tensor " + quote(cur_.name) + ": " + msg); }
+  bool fail_entry(const std::string& msg) {
+    return fail("tensor " + quote(cur_.name) + ": " + msg);
+  }
   // A value of the wrong type for the current position.
   bool unexpected(const std::string& what) {
     switch (state_) {
@@ -330,11 +344,11 @@ void validate_layout(Header* h, uint64_t file_size, const std::string& source) {
            t.end, "] end before they begin");
     if (t.begin != start) {
       if (start == 0)
-        fail(OSLO_ERR_FORMAT, source, ": tensor ", quote(t.name), ": data_offsets [", t.begin,
-             ", ", t.end, "]: the data buffer must start at offset 0");
+        fail(OSLO_ERR_FORMAT, source, ": tensor ", quote(t.name), ": data_offsets [", t.begin, ", ",
+             t.end, "]: the data buffer must start at offset 0");
       if (t.begin > start)
-        fail(OSLO_ERR_FORMAT, source, ": tensor ", quote(t.name), ": data_offsets [", t.begin,
-             ", ", t.end, "] leave a hole after byte ", start, " of the data buffer");
+        fail(OSLO_ERR_FORMAT, source, ": tensor ", quote(t.name), ": data_offsets [", t.begin, ", ",
+             t.end, "] leave a hole after byte ", start, " of the data buffer");
       fail(OSLO_ERR_FORMAT, source, ": tensor ", quote(t.name), ": data_offsets [", t.begin, ", ",
            t.end, "] overlap the previous tensor, which ends at ", start);
     }
@@ -378,13 +392,27 @@ void append_json_string(std::string* out, const std::string& s) {
   for (char ch : s) {
     unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           *out += "\\u00";
@@ -422,23 +450,41 @@ unsigned dtype_bits(Dtype dt) {
 
 Dtype from_oslo(oslo_dtype dt) {
   switch (dt) {
-    case OSLO_F32: return Dtype::F32;
-    case OSLO_F16: return Dtype::F16;
-    case OSLO_BF16: return Dtype::BF16;
-    case OSLO_I32: return Dtype::I32;
-    case OSLO_I64: return Dtype::I64;
+    case OSLO_F32:
+      return Dtype::F32;
+    case OSLO_F16:
+      return Dtype::F16;
+    case OSLO_BF16:
+      return Dtype::BF16;
+    case OSLO_I32:
+      return Dtype::I32;
+    case OSLO_I64:
+      return Dtype::I64;
+    default:
+      break;
   }
   fail(OSLO_ERR_DTYPE, "unknown dtype ", static_cast<int>(dt));
 }
 
 bool to_oslo(Dtype dt, oslo_dtype* out) {
   switch (dt) {
-    case Dtype::F32: *out = OSLO_F32; return true;
-    case Dtype::F16: *out = OSLO_F16; return true;
-    case Dtype::BF16: *out = OSLO_BF16; return true;
-    case Dtype::I32: *out = OSLO_I32; return true;
-    case Dtype::I64: *out = OSLO_I64; return true;
-    default: return false;
+    case Dtype::F32:
+      *out = OSLO_F32;
+      return true;
+    case Dtype::F16:
+      *out = OSLO_F16;
+      return true;
+    case Dtype::BF16:
+      *out = OSLO_BF16;
+      return true;
+    case Dtype::I32:
+      *out = OSLO_I32;
+      return true;
+    case Dtype::I64:
+      *out = OSLO_I64;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -490,12 +536,17 @@ Header parse_header(const char* json_text, size_t n, uint64_t file_size,
                     const std::string& source) {
   OSLO_CHECK(n <= kMaxHeaderSize, OSLO_ERR_FORMAT, source, ": header length ", n,
              " exceeds the limit of ", kMaxHeaderSize, " bytes");
-  OSLO_CHECK(file_size >= 8 && n <= file_size - 8, OSLO_ERR_FORMAT, source, ": header length ",
-             n, " exceeds the ", file_size < 8 ? 0 : file_size - 8,
+  OSLO_CHECK(file_size >= 8 && n <= file_size - 8, OSLO_ERR_FORMAT, source, ": header length ", n,
+             " exceeds the ", file_size < 8 ? 0 : file_size - 8,
              " bytes that follow the length field");
   OSLO_CHECK(valid_utf8(json_text, n), OSLO_ERR_FORMAT, source, ": header is not valid UTF-8");
   OSLO_CHECK(!starts_with_bom(json_text, n), OSLO_ERR_FORMAT, source,
              ": header is not valid JSON: it starts with a byte order mark");
+  // nlohmann's lexer takes a NUL byte for the end of the input (and would
+  // accept "{}\0garbage"); in JSON a raw NUL is never valid.
+  if (const void* nul = std::memchr(json_text, 0, n))
+    fail(OSLO_ERR_FORMAT, source, ": header is not valid JSON: NUL byte at offset ",
+         static_cast<const char*>(nul) - json_text);
   Header h;
   h.header_size = n;
   HeaderSax sax(&h);
@@ -527,7 +578,7 @@ Header parse_buffer(const void* data, size_t size, const std::string& source) {
 // --------------------------------------------------------------------------
 
 Reader::Reader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd_ < 0) {
     int e = errno;
     fail(OSLO_ERR_IO, "cannot open safetensors file '", path, "': ", fsutil::errno_text(e));
@@ -595,8 +646,8 @@ const TensorInfo& Reader::at(const std::string& name) const {
 }
 
 void Reader::read(const TensorInfo& t, uint64_t offset, uint64_t bytes, void* dst) const {
-  OSLO_CHECK(offset <= t.nbytes() && bytes <= t.nbytes() - offset, OSLO_ERR_INVALID_ARGUMENT,
-             path_, ": read of bytes [", offset, ", ", offset + bytes, ") is outside tensor ",
+  OSLO_CHECK(offset <= t.nbytes() && bytes <= t.nbytes() - offset, OSLO_ERR_INVALID_ARGUMENT, path_,
+             ": read of bytes [", offset, ", ", offset + bytes, ") is outside tensor ",
              quote(t.name), " of ", t.nbytes(), " bytes");
   if (bytes == 0) return;
   OSLO_CHECK(fd_ >= 0, OSLO_ERR_INTERNAL, "read from a moved-from safetensors reader");
@@ -634,8 +685,8 @@ std::string serialize_header(const std::vector<WriteEntry>& entries,
     const WriteEntry& e = entries[i];
     OSLO_CHECK(static_cast<int>(e.dtype) < kDtypeCount, OSLO_ERR_INVALID_ARGUMENT, "tensor ",
                quote(e.name), ": bad dtype");
-    OSLO_CHECK(valid_utf8(e.name.data(), e.name.size()), OSLO_ERR_INVALID_ARGUMENT,
-               "tensor name ", quote(e.name), " is not valid UTF-8");
+    OSLO_CHECK(valid_utf8(e.name.data(), e.name.size()), OSLO_ERR_INVALID_ARGUMENT, "tensor name ",
+               quote(e.name), " is not valid UTF-8");
     OSLO_CHECK(e.name != "__metadata__", OSLO_ERR_INVALID_ARGUMENT,
                "'__metadata__' is reserved and cannot name a tensor");
     OSLO_CHECK(seen.emplace(e.name, i).second, OSLO_ERR_INVALID_ARGUMENT, "duplicate tensor name ",

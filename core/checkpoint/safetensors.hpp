@@ -75,8 +75,8 @@ struct TensorInfo {
 };
 
 struct Header {
-  uint64_t header_size = 0;  // N, the JSON length (including padding)
-  uint64_t data_size = 0;    // bytes of the data buffer
+  uint64_t header_size = 0;         // N, the JSON length (including padding)
+  uint64_t data_size = 0;           // bytes of the data buffer
   std::vector<TensorInfo> tensors;  // sorted by data offsets, as in the file
   bool has_metadata = false;        // "__metadata__" present and not null
   std::map<std::string, std::string> metadata;

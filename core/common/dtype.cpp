@@ -13,6 +13,7 @@ size_t dtype_size(oslo_dtype dt) {
     case OSLO_BF16: return 2;
     case OSLO_I32: return 4;
     case OSLO_I64: return 8;
+    default: break;
   }
   fail(OSLO_ERR_DTYPE, "unknown dtype ", static_cast<int>(dt));
 }
@@ -24,6 +25,7 @@ const char* dtype_name(oslo_dtype dt) {
     case OSLO_BF16: return "bf16";
     case OSLO_I32: return "i32";
     case OSLO_I64: return "i64";
+    default: break;
   }
   return "unknown";
 }

@@ -84,8 +84,7 @@ void FileStore::open_file() {
   do {
     fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0)
-    fail(OSLO_ERR_IO, "file store: cannot open '", path_, "': ", errno_string(errno));
+  if (fd < 0) fail(OSLO_ERR_IO, "file store: cannot open '", path_, "': ", errno_string(errno));
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
   pid_ = ::getpid();
@@ -138,7 +137,9 @@ void FileStore::unlock_file() {
   }
 }
 
-bool FileStore::file_changed() { return file_size(fd_, path_) != offset_; }
+bool FileStore::file_changed() {
+  return file_size(fd_, path_) != offset_;
+}
 
 void FileStore::read_new_records() {
   uint64_t size = file_size(fd_, path_);
@@ -161,8 +162,7 @@ void FileStore::read_new_records() {
     if (got - pos - kRecordHeader < klen + vlen) break;
     const uint8_t* k = &buf[pos + kRecordHeader];
     const uint8_t* v = k + klen;
-    cache_[std::string(reinterpret_cast<const char*>(k), klen)] =
-        std::vector<uint8_t>(v, v + vlen);
+    cache_[std::string(reinterpret_cast<const char*>(k), klen)] = std::vector<uint8_t>(v, v + vlen);
     pos += kRecordHeader + klen + vlen;
   }
   offset_ += pos;
@@ -276,9 +276,9 @@ void FileStore::wait(const std::vector<std::string>& keys, const Deadline& deadl
           if (!cache_.count(k)) missing.push_back(k);
         double waited =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        fail(OSLO_ERR_TIMEOUT, "file store: timed out after ",
-             store_detail::seconds_text(waited), " s waiting for keys: ",
-             store_detail::join_keys(missing), " (store file '", path_, "')");
+        fail(OSLO_ERR_TIMEOUT, "file store: timed out after ", store_detail::seconds_text(waited),
+             " s waiting for keys: ", store_detail::join_keys(missing), " (store file '", path_,
+             "')");
       }
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_point() -

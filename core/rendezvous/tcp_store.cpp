@@ -298,6 +298,7 @@ class TcpStoreServer {
   int port_ = 0;
   std::string connect_host_;
   std::thread thread_;
+  pid_t owner_pid_ = ::getpid();
 
   // Touched only by the server thread.
   std::map<int, Client> clients_;
@@ -338,8 +339,8 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port) {
       last_addr = numeric;
       ::close(fd);
       if (last_err == EADDRINUSE)
-        fail(OSLO_ERR_IO, "rendezvous: address ", endpoint_text(numeric, port),
-             " already in use", numeric != host ? str(" (host '", host, "')") : std::string(),
+        fail(OSLO_ERR_IO, "rendezvous: address ", endpoint_text(numeric, port), " already in use",
+             numeric != host ? str(" (host '", host, "')") : std::string(),
              "; another job or a leftover process holds the port: choose another port");
       if (last_err != EADDRNOTAVAIL || attempt == 1) break;
       // The name resolves to an address this host does not own (NAT, DNS
@@ -387,6 +388,17 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port) {
 }
 
 TcpStoreServer::~TcpStoreServer() {
+  if (::getpid() != owner_pid_) {
+    // A forked child destroying its copy: the server thread lives only in the
+    // parent, and waking it through the shared eventfd would stop the
+    // parent's server. Close the child's descriptors and let the thread
+    // handle go (leaked on purpose: destroying a joinable std::thread aborts).
+    for (auto& kv : clients_) ::close(kv.first);
+    ::close(listen_fd_);
+    ::close(wake_fd_);
+    new std::thread(std::move(thread_));
+    return;
+  }
   uint64_t one = 1;
   // Cannot fail short of a bug (the counter would have to overflow).
   while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
@@ -713,7 +725,7 @@ struct TcpStore::Reply {
 };
 
 TcpStore::TcpStore(const std::string& host, int port, bool is_server, const Deadline& deadline)
-    : host_(host), port_(port) {
+    : host_(host), port_(port), pid_(::getpid()) {
   OSLO_CHECK(port >= 0 && port <= 65535 && (port > 0 || is_server), OSLO_ERR_INVALID_ARGUMENT,
              "rendezvous: invalid port ", port, " for ", host);
   OSLO_CHECK(!host.empty(), OSLO_ERR_INVALID_ARGUMENT, "rendezvous: empty host name");
@@ -773,9 +785,9 @@ TcpStore::TcpStore(const std::string& host, int port, bool is_server, const Dead
     if (deadline.expired())
       fail(OSLO_ERR_TIMEOUT, "rendezvous: could not reach server at ", endpoint(), " within ",
            store_detail::seconds_text(budget), " s (last error: ", last_error, ")");
-    std::this_thread::sleep_for(std::min(
-        nap, std::chrono::duration_cast<std::chrono::milliseconds>(
-                 deadline.time_point() - Clock::now()) + std::chrono::milliseconds(1)));
+    std::this_thread::sleep_for(std::min(nap, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  deadline.time_point() - Clock::now()) +
+                                                  std::chrono::milliseconds(1)));
     nap = std::min(nap * 2, std::chrono::milliseconds(250));
   }
 }
@@ -789,11 +801,20 @@ TcpStore::~TcpStore() {
   server_.reset();
 }
 
-std::string TcpStore::endpoint() const { return endpoint_text(host_, port_); }
+std::string TcpStore::endpoint() const {
+  return endpoint_text(host_, port_);
+}
 
 int TcpStore::take_connection(Clock::time_point by) {
   {
     std::lock_guard<std::mutex> lk(pool_mu_);
+    if (::getpid() != pid_) {
+      // Forked: the pooled sockets are shared with the parent, and two
+      // processes talking on one connection would mix up their replies.
+      for (int fd : pool_) ::close(fd);
+      pool_.clear();
+      pid_ = ::getpid();
+    }
     if (!pool_.empty()) {
       int fd = pool_.back();
       pool_.pop_back();
@@ -837,8 +858,7 @@ TcpStore::Reply TcpStore::call(const std::vector<uint8_t>& request, Clock::time_
     uint64_t len = get_u64(head);
     if (len < 8 || len > kMaxFrame) {
       ::close(fd);
-      fail(OSLO_ERR_COMM, "rendezvous: malformed reply from server at ", endpoint(), " to ",
-           what);
+      fail(OSLO_ERR_COMM, "rendezvous: malformed reply from server at ", endpoint(), " to ", what);
     }
     rep.payload.resize(len);
     io = recv_all(fd, rep.payload.data(), len, reply_by, &err);

@@ -15,11 +15,17 @@
 // connections, so one thread blocked in get() does not stop another thread of
 // the same store from set()-ing the key it waits for.
 //
+// fork(): a child may keep using a TcpStore it inherited; it opens its own
+// connections (the inherited ones stay the parent's). A server inherited by a
+// child does not serve there; the parent's keeps running.
+//
 // Timeouts: get()/wait() honour their deadline. set()/add()/check() (which the
 // server answers at once) use the time the constructor was given, measured
 // from construction, as their I/O limit, so that a frozen server is reported
 // as OSLO_ERR_TIMEOUT instead of hanging.
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -76,6 +82,7 @@ class TcpStore : public Store {
   std::unique_ptr<TcpStoreServer> server_;
   std::mutex pool_mu_;
   std::vector<int> pool_;  // idle connections
+  pid_t pid_;              // process the pool belongs to (see take_connection)
 };
 
 }  // namespace oslo

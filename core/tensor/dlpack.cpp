@@ -20,6 +20,7 @@ DLDataType to_dl(oslo_dtype dt) {
     case OSLO_BF16: return {kDLBfloat, 16, 1};
     case OSLO_I32: return {kDLInt, 32, 1};
     case OSLO_I64: return {kDLInt, 64, 1};
+    default: break;
   }
   fail(OSLO_ERR_DTYPE, "dlpack: unknown dtype");
 }

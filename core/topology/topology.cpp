@@ -21,6 +21,7 @@ int Topology::rank(oslo_group g) const {
     case OSLO_GROUP_TENSOR: return tp_rank();
     case OSLO_GROUP_DATA: return dp_rank();
     case OSLO_GROUP_PIPELINE: return pp_rank();
+    default: break;
   }
   fail(OSLO_ERR_INVALID_ARGUMENT, "unknown group ", static_cast<int>(g));
 }
@@ -31,6 +32,7 @@ int Topology::size(oslo_group g) const {
     case OSLO_GROUP_TENSOR: return tp_;
     case OSLO_GROUP_DATA: return dp_;
     case OSLO_GROUP_PIPELINE: return pp_;
+    default: break;
   }
   fail(OSLO_ERR_INVALID_ARGUMENT, "unknown group ", static_cast<int>(g));
 }
@@ -45,6 +47,7 @@ std::vector<int> Topology::members(oslo_group g) const {
       case OSLO_GROUP_TENSOR: m.push_back(rank_ - tp_rank() + i); break;
       case OSLO_GROUP_DATA: m.push_back(pp_rank() * dp_ * tp_ + i * tp_ + tp_rank()); break;
       case OSLO_GROUP_PIPELINE: m.push_back(i * dp_ * tp_ + dp_rank() * tp_ + tp_rank()); break;
+      default: break;
     }
   }
   return m;
@@ -56,6 +59,7 @@ int Topology::group_index(oslo_group g) const {
     case OSLO_GROUP_TENSOR: return rank_ / tp_;
     case OSLO_GROUP_DATA: return pp_rank() * tp_ + tp_rank();
     case OSLO_GROUP_PIPELINE: return dp_rank() * tp_ + tp_rank();
+    default: break;
   }
   fail(OSLO_ERR_INVALID_ARGUMENT, "unknown group ", static_cast<int>(g));
 }
@@ -66,6 +70,7 @@ const char* Topology::group_kind_name(oslo_group g) {
     case OSLO_GROUP_TENSOR: return "tensor";
     case OSLO_GROUP_DATA: return "data";
     case OSLO_GROUP_PIPELINE: return "pipeline";
+    default: break;
   }
   return "unknown";
 }

@@ -165,9 +165,17 @@ class StoreComm : public oslo::Communicator {
     for (size_t i = 0; i < n; ++i) {
       switch (op) {
         case OSLO_SUM:
-        case OSLO_AVG: acc[i] += v[i]; break;
-        case OSLO_MAX: acc[i] = std::max(acc[i], v[i]); break;
-        case OSLO_MIN: acc[i] = std::min(acc[i], v[i]); break;
+        case OSLO_AVG:
+          acc[i] += v[i];
+          break;
+        case OSLO_MAX:
+          acc[i] = std::max(acc[i], v[i]);
+          break;
+        case OSLO_MIN:
+          acc[i] = std::min(acc[i], v[i]);
+          break;
+        default:
+          oslo::fail(OSLO_ERR_NOT_SUPPORTED, "test communicator: reduce op");
       }
     }
   }

@@ -54,7 +54,7 @@ def check(cond, what):
 
 
 def tool(*args):
-    r = subprocess.run([ST_TOOL, *args], capture_output=True, text=True)
+    r = subprocess.run([ST_TOOL, *args], capture_output=True, text=True, errors="replace")
     if r.returncode != 0:
         raise RuntimeError(f"st_tool {' '.join(args)} failed: {r.stderr}")
     return r.stdout

@@ -4,12 +4,7 @@
 // conversion, tensor x data x pipeline parallel saves, every load error,
 // failed and crashed saves (the previous checkpoint stays loadable and
 // unchanged), and that a load reads only the bytes it needs.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <sys/wait.h>
-
-#include <cmocka.h>
 
 #include <cmath>
 #include <map>
@@ -21,6 +16,17 @@
 #include "core/comm/self_communicator.hpp"
 #include "tests/checkpoint/ckpt_test_util.hpp"
 
+// cmocka last: it defines a fail() macro that clashes with oslo::fail. It has
+// no extern "C" of its own.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+extern "C" {
+// clang-format off
+#include <cmocka.h>
+// clang-format on
+}
+
 using ckpt_test::contains;
 using ckpt_test::status_of;
 using oslo::CheckpointLayout;
@@ -29,7 +35,9 @@ using oslo::ParamShard;
 namespace {
 
 std::string g_dir;  // per-test temporary directory
-std::string ckpt_dir() { return g_dir + "/ckpt"; }
+std::string ckpt_dir() {
+  return g_dir + "/ckpt";
+}
 
 int setup(void**) {
   g_dir = ckpt_test::temp_dir();
@@ -95,10 +103,12 @@ Full make_full(const Def& d, int version) {
         break;
       }
       case OSLO_I64: {
-        int64_t x = static_cast<int64_t>(v * 64) * 1000003;
+        int64_t x = static_cast<int64_t>(v * 64) * 1001;  // fits i32 (converted in a test)
         std::memcpy(p, &x, 8);
         break;
       }
+      default:
+        std::abort();
     }
   }
   return f;
@@ -160,7 +170,7 @@ Local make_local(const Full& full, int split_dim, int r, int tp, oslo_dtype dtyp
           std::memcpy(&v, s, 8);
           int32_t w = static_cast<int32_t>(v);
           std::memcpy(e, &w, 4);
-        } else {
+        } else if (oslo::dtype_is_float(full.def.dtype) && oslo::dtype_is_float(dtype)) {
           oslo::to_f32(full.def.dtype, s, tmp.data(), 1);
           oslo::from_f32(dtype, tmp.data(), e, 1);
         }
@@ -292,9 +302,10 @@ void test_save_tp2_load_any_tp(void**) {
   assert_true(m["format"] == "oslo-checkpoint" && m["version"] == 1);
   assert_true(m["tensor_parallel_size"] == 2 && m["pipeline_parallel_size"] == 1);
   const std::string id = m["save_id"];
-  assert_true(ckpt_test::list(ckpt_dir()) ==
-              std::vector<std::string>({"oslo_checkpoint.json", "shard-" + id + "-tp0-pp0.safetensors",
-                                        "shard-" + id + "-tp1-pp0.safetensors"}));
+  assert_true(
+      ckpt_test::list(ckpt_dir()) ==
+      std::vector<std::string>({"oslo_checkpoint.json", "shard-" + id + "-tp0-pp0.safetensors",
+                                "shard-" + id + "-tp1-pp0.safetensors"}));
   // Only real rows are saved: the padded vocabulary's shards hold 6 + 5 rows.
   auto& emb = m["tensors"]["embed.weight"];
   assert_true(emb["shape"] == nlohmann::json({11, 4}) && emb["split_dim"] == 0);
@@ -316,9 +327,9 @@ void test_save_tp2_load_any_tp(void**) {
     assert_true(err.empty());
   }
   // Re-split along other dimensions (and replicated <-> split).
-  std::map<std::string, int> resplit = {{"col.weight", 1}, {"row.weight", 0}, {"ln.weight", 0},
-                                        {"cube", 1},       {"embed.weight", -1}, {"pad.inner", 2},
-                                        {"half", 1},       {"h16", 0}};
+  std::map<std::string, int> resplit = {
+      {"col.weight", 1},    {"row.weight", 0}, {"ln.weight", 0}, {"cube", 1},
+      {"embed.weight", -1}, {"pad.inner", 2},  {"half", 1},      {"h16", 0}};
   for (int tp : {1, 3, 4}) {
     std::string err = load_and_compare(ckpt_dir(), fulls, tp, resplit);
     if (!err.empty()) fprintf(stderr, "%s\n", err.c_str());
@@ -334,10 +345,10 @@ void test_save_tp2_load_any_tp(void**) {
 void test_dtype_conversion(void**) {
   const std::vector<Full> fulls = make_fulls(main_defs(), 2);
   assert_all_ok(save_tp(ckpt_dir(), fulls, 2));
-  std::map<std::string, oslo_dtype> to_bf16 = {{"embed.weight", OSLO_BF16}, {"col.weight", OSLO_BF16},
-                                               {"row.weight", OSLO_F16},    {"half", OSLO_F32},
-                                               {"h16", OSLO_BF16},          {"ids", OSLO_I32},
-                                               {"scalar", OSLO_F16}};
+  std::map<std::string, oslo_dtype> to_bf16 = {
+      {"embed.weight", OSLO_BF16}, {"col.weight", OSLO_BF16}, {"row.weight", OSLO_F16},
+      {"half", OSLO_F32},          {"h16", OSLO_BF16},        {"ids", OSLO_I32},
+      {"scalar", OSLO_F16}};
   for (int tp : {1, 2, 3}) {
     std::string err = load_and_compare(ckpt_dir(), fulls, tp, {}, to_bf16);
     if (!err.empty()) fprintf(stderr, "%s\n", err.c_str());
@@ -459,7 +470,9 @@ void test_load_errors(void**) {
        },
        "not a plain file name"},
       {"unlisted file",
-       [](nlohmann::json& j) { j["tensors"]["col.weight"]["shards"][0]["file"] = "other.safetensors"; },
+       [](nlohmann::json& j) {
+         j["tensors"]["col.weight"]["shards"][0]["file"] = "other.safetensors";
+       },
        "not in 'files'"},
       {"shard mismatch",
        [](nlohmann::json& j) {
@@ -469,17 +482,18 @@ void test_load_errors(void**) {
          s[1]["length"] = 4;
        },
        "but the manifest expects"},
-      {"replicated shards", [](nlohmann::json& j) { j["tensors"]["ln.weight"]["shards"] = nlohmann::json::array(); },
+      {"replicated shards",
+       [](nlohmann::json& j) { j["tensors"]["ln.weight"]["shards"] = nlohmann::json::array(); },
        "exactly one shard"},
-      {"tensors not object", [](nlohmann::json& j) { j["tensors"] = 5; }, "tensors: must be an object"},
+      {"tensors not object", [](nlohmann::json& j) { j["tensors"] = 5; },
+       "tensors: must be an object"},
   };
   for (const Case& c : cases) {
     nlohmann::json j = m;
     c.edit(j);
     ckpt_test::write_bytes(manifest_path, j.dump());
     oslo_status s = load(params_of(ls));
-    if (s != OSLO_ERR_FORMAT || !contains(msg, c.needle) || !contains(msg, manifest_path) &&
-        !contains(msg, ".safetensors"))
+    if (s != OSLO_ERR_FORMAT || !contains(msg, c.needle))
       fprintf(stderr, "case %s: status %d: %s\n", c.label, s, msg.c_str());
     assert_int_equal(s, OSLO_ERR_FORMAT);
     assert_true(contains(msg, c.needle));
@@ -507,7 +521,8 @@ void test_load_errors(void**) {
     defs[1].shape = {10, 7};
     std::vector<Local> ls2 = make_locals(make_fulls(defs, 1), 0, 2, 0xAB);
     assert_int_equal(load(params_of(ls2)), OSLO_ERR_SHAPE);
-    assert_true(contains(msg, "col.weight") && contains(msg, "[10, 6]") && contains(msg, "[10, 7]"));
+    assert_true(contains(msg, "col.weight") && contains(msg, "[10, 6]") &&
+                contains(msg, "[10, 7]"));
   }
   // Bad parameters.
   {
@@ -552,7 +567,7 @@ const char* g_fail_point = "";
 
 void thread_fault_hook(const char* point, const std::string&) {
   if (t_rank == g_fail_rank.load() && std::strcmp(point, g_fail_point) == 0)
-    oslo::fail(OSLO_ERR_IO, "injected failure at ", point);
+    throw oslo::Error(OSLO_ERR_IO, std::string("injected failure at ") + point);
 }
 
 // A rank fails between its shard write and the manifest: every rank reports
@@ -589,6 +604,10 @@ void test_failed_save_keeps_previous(void**) {
       } else {
         assert_true(contains(res[r].message, "failed on world rank " + std::to_string(fault.rank)));
       }
+    }
+    if (ckpt_test::list(dir) != files_before) {
+      fprintf(stderr, "fault rank %d at %s left:\n", fault.rank, fault.point);
+      for (const std::string& f : ckpt_test::list(dir)) fprintf(stderr, "  %s\n", f.c_str());
     }
     assert_true(ckpt_test::list(dir) == files_before);
     for (const std::string& f : files_before)
@@ -702,9 +721,8 @@ void test_crash_at_every_step(void**) {
 
 // A rank reads only the bytes of its own slice.
 void test_reads_only_needed_bytes(void**) {
-  const std::vector<Def> defs = {{"A", OSLO_F32, {1000, 16}, 0},
-                                 {"B", OSLO_F32, {16, 1000}, 1},
-                                 {"R", OSLO_F32, {64}, -1}};
+  const std::vector<Def> defs = {
+      {"A", OSLO_F32, {1000, 16}, 0}, {"B", OSLO_F32, {16, 1000}, 1}, {"R", OSLO_F32, {64}, -1}};
   const std::vector<Full> fulls = make_fulls(defs, 1);
   const std::string dir = ckpt_dir();
   assert_all_ok(save_tp(dir, fulls, 2));

@@ -2,17 +2,23 @@
 // empty tensors, the reference implementation's golden bytes, every kind of
 // corrupt header (OSLO_ERR_FORMAT naming file and tensor/field), I/O errors,
 // byte-range reads, and atomic replacement.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-
-#include <cmocka.h>
 
 #include <random>
 
 #include "core/checkpoint/fs_util.hpp"
 #include "core/checkpoint/safetensors.hpp"
 #include "tests/checkpoint/ckpt_test_util.hpp"
+
+// cmocka last: it defines a fail() macro that clashes with oslo::fail. It has
+// no extern "C" of its own.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+extern "C" {
+// clang-format off
+#include <cmocka.h>
+// clang-format on
+}
 
 namespace st = oslo::safetensors;
 using ckpt_test::contains;
@@ -60,8 +66,8 @@ void expect_format(const char* label, const std::string& bytes,
   ckpt_test::write_bytes(path, bytes);
   std::string msg;
   oslo_status s = status_of([&] { st::Reader r(path); }, &msg);
-  if (s != OSLO_ERR_FORMAT) fprintf(stderr, "case '%s': status %d, message: %s\n", label, s,
-                                    msg.c_str());
+  if (s != OSLO_ERR_FORMAT)
+    fprintf(stderr, "case '%s': status %d, message: %s\n", label, s, msg.c_str());
   assert_int_equal(s, OSLO_ERR_FORMAT);
   bool ok = contains(msg, path);
   for (const char* n : needles) ok = ok && contains(msg, n);
@@ -166,12 +172,12 @@ void test_reference_bytes(void**) {
   const float v[6] = {0, 1, 2, 3, 4, 5};
   std::string out = st::serialize({{"attn.0", st::Dtype::F32, {1, 2, 3}, v}});
   const unsigned char expect[] = {
-      64,  0,   0,   0,   0,   0,   0,   0,   123, 34,  97,  116, 116, 110, 46,  48,  34,
-      58,  123, 34,  100, 116, 121, 112, 101, 34,  58,  34,  70,  51,  50,  34,  44,  34,
-      115, 104, 97,  112, 101, 34,  58,  91,  49,  44,  50,  44,  51,  93,  44,  34,  100,
-      97,  116, 97,  95,  111, 102, 102, 115, 101, 116, 115, 34,  58,  91,  48,  44,  50,
-      52,  93,  125, 125, 0,   0,   0,   0,   0,   0,   128, 63,  0,   0,   0,   64,  0,
-      0,   64,  64,  0,   0,   128, 64,  0,   0,   160, 64};
+      64, 0,  0,   0,   0,   0,   0,   0,   123, 34,  97,  116, 116, 110, 46,  48,
+      34, 58, 123, 34,  100, 116, 121, 112, 101, 34,  58,  34,  70,  51,  50,  34,
+      44, 34, 115, 104, 97,  112, 101, 34,  58,  91,  49,  44,  50,  44,  51,  93,
+      44, 34, 100, 97,  116, 97,  95,  111, 102, 102, 115, 101, 116, 115, 34,  58,
+      91, 48, 44,  50,  52,  93,  125, 125, 0,   0,   0,   0,   0,   0,   128, 63,
+      0,  0,  0,   64,  0,   0,   64,  64,  0,   0,   128, 64,  0,   0,   160, 64};
   assert_int_equal(out.size(), sizeof expect);
   assert_memory_equal(out.data(), expect, sizeof expect);
 
@@ -236,9 +242,10 @@ void test_corruptions(void**) {
   expect_format("exponent shape",
                 file_of(one(R"({"dtype":"F32","shape":[1e0],"data_offsets":[0,4]})"), "0000"),
                 {"tensor 'a'", "shape", "non-integer"});
-  expect_format("huge shape",
-                file_of(one(R"({"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,0]})")),
-                {"tensor 'a'", "shape"});
+  expect_format(
+      "huge shape",
+      file_of(one(R"({"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,0]})")),
+      {"tensor 'a'", "shape"});
   expect_format("shape not array",
                 file_of(one(R"({"dtype":"F32","shape":1,"data_offsets":[0,4]})"), "0000"),
                 {"tensor 'a'", "shape must be an array"});
@@ -266,27 +273,27 @@ void test_corruptions(void**) {
   expect_format("not at 0",
                 file_of(one(R"({"dtype":"F32","shape":[1],"data_offsets":[4,8]})"), "00000000"),
                 {"tensor 'a'", "start at offset 0"});
-  expect_format(
-      "hole",
-      file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-              std::string(12, '\0')),
-      {"tensor 'b'", "hole after byte 4"});
-  expect_format(
-      "overlap",
-      file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-              std::string(8, '\0')),
-      {"tensor 'b'", "overlap"});
+  expect_format("hole",
+                file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                        R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                        std::string(12, '\0')),
+                {"tensor 'b'", "hole after byte 4"});
+  expect_format("overlap",
+                file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                        std::string(8, '\0')),
+                {"tensor 'b'", "overlap"});
   expect_format("wrong length",
                 file_of(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,4]})"), "0000"),
                 {"tensor 'a'", "hold 4 bytes", "need 8"});
-  expect_format("shape product overflow",
-                file_of(one(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]})")),
-                {"tensor 'a'", "overflows"});
-  expect_format("bytes overflow",
-                file_of(one(R"({"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]})")),
-                {"tensor 'a'", "overflows"});
+  expect_format(
+      "shape product overflow",
+      file_of(one(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]})")),
+      {"tensor 'a'", "overflows"});
+  expect_format(
+      "bytes overflow",
+      file_of(one(R"({"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]})")),
+      {"tensor 'a'", "overflows"});
   expect_format("sub-byte size",
                 file_of(one(R"({"dtype":"F4","shape":[3],"data_offsets":[0,2]})"), "00"),
                 {"tensor 'a'", "whole number of bytes"});
@@ -301,10 +308,10 @@ void test_corruptions(void**) {
   expect_format("extra key",
                 file_of(one(R"({"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1})"), "0000"),
                 {"tensor 'a'", "unknown field 'x'"});
-  expect_format("duplicate field",
-                file_of(one(R"({"dtype":"F32","shape":[1],"shape":[1],"data_offsets":[0,4]})"),
-                        "0000"),
-                {"tensor 'a'", "duplicate field 'shape'"});
+  expect_format(
+      "duplicate field",
+      file_of(one(R"({"dtype":"F32","shape":[1],"shape":[1],"data_offsets":[0,4]})"), "0000"),
+      {"tensor 'a'", "duplicate field 'shape'"});
   expect_format("entry not object", file_of(R"({"a":[1,2]})"), {"tensor 'a'", "must be an object"});
   expect_format("entry number", file_of(R"({"a":1})"), {"tensor 'a'", "must be an object"});
   expect_format("metadata int", file_of(R"({"__metadata__":{"k":1}})"),
@@ -326,17 +333,21 @@ void test_reference_quirks(void**) {
   expect_ok("leading whitespace", file_of(std::string(" \t\n") + kOne, "0000"));
   expect_ok("trailing whitespace", file_of(std::string(kOne) + " \r\n\t", "0000"));
   expect_ok("metadata null", file_of(R"({"__metadata__":null})"));
-  expect_ok("any entry order",
-            file_of(R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
-                    R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
-                    "00000000"));
+  expect_ok("any entry order", file_of(R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                                       R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                                       "00000000"));
   expect_ok("empty tensors share offsets",
             file_of(R"({"e1":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
                     R"("e2":{"dtype":"F64","shape":[3,0],"data_offsets":[0,0]},)"
                     R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
                     "0000"));
-  expect_ok("zero dim then huge", file_of(R"({"a":{"dtype":"F32","shape":[0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})"));
-  expect_ok("escapes in names", file_of(R"({"a\/b\u0000\ud83d\ude00":{"dtype":"U8","shape":[],"data_offsets":[0,1]}})", "x"));
+  expect_ok(
+      "zero dim then huge",
+      file_of(
+          R"({"a":{"dtype":"F32","shape":[0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})"));
+  expect_ok(
+      "escapes in names",
+      file_of(R"({"a\/b\u0000\ud83d\ude00":{"dtype":"U8","shape":[],"data_offsets":[0,1]}})", "x"));
   expect_ok("sub-byte dtypes",
             file_of(R"({"f4":{"dtype":"F4","shape":[2],"data_offsets":[0,1]},)"
                     R"("f6":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[1,4]}})",
@@ -367,11 +378,19 @@ void test_io_errors(void**) {
   assert_true(contains(msg, "missing.safetensors") && contains(msg, "No such file"));
   assert_int_equal(status_of([&] { st::Reader r(g_dir); }, &msg), OSLO_ERR_IO);
   assert_true(contains(msg, "not a regular file"));
+  // A FIFO is refused without blocking on it.
+  const std::string fifo = g_dir + "/fifo";
+  assert_int_equal(mkfifo(fifo.c_str(), 0600), 0);
+  assert_int_equal(status_of([&] { st::Reader r(fifo); }, &msg), OSLO_ERR_IO);
+  assert_true(contains(msg, "not a regular file"));
   // Writing into a directory that does not exist.
   float x = 1;
   assert_int_equal(
-      status_of([&] { st::write_file(g_dir + "/no/such/dir/f.safetensors", {{"x", st::Dtype::F32, {}, &x}}); },
-                &msg),
+      status_of(
+          [&] {
+            st::write_file(g_dir + "/no/such/dir/f.safetensors", {{"x", st::Dtype::F32, {}, &x}});
+          },
+          &msg),
       OSLO_ERR_IO);
   assert_true(contains(msg, "No such file"));
 }
@@ -379,7 +398,8 @@ void test_io_errors(void**) {
 void test_read_ranges(void**) {
   std::string data = random_bytes(64, 7);
   const std::string path = g_dir + "/r.safetensors";
-  st::write_file(path, {{"a", st::Dtype::U8, {64}, data.data()}, {"b", st::Dtype::F32, {2}, data.data()}});
+  st::write_file(
+      path, {{"a", st::Dtype::U8, {64}, data.data()}, {"b", st::Dtype::F32, {2}, data.data()}});
   st::Reader r(path);
   const st::TensorInfo& a = r.at("a");
   char buf[64];
@@ -407,21 +427,44 @@ void test_writer_errors(void**) {
   const std::string path = g_dir + "/w.safetensors";
   std::string msg;
   auto write = [&](std::vector<st::WriteEntry> e) { st::write_file(path, e); };
-  assert_int_equal(status_of([&] { write({{"a", st::Dtype::F32, {1}, x}, {"a", st::Dtype::F32, {1}, x}}); }, &msg),
+  assert_int_equal(status_of(
+                       [&] {
+                         write({{"a", st::Dtype::F32, {1}, x}, {"a", st::Dtype::F32, {1}, x}});
+                       },
+                       &msg),
                    OSLO_ERR_INVALID_ARGUMENT);
   assert_true(contains(msg, "duplicate tensor name 'a'"));
-  assert_int_equal(status_of([&] { write({{"__metadata__", st::Dtype::F32, {1}, x}}); }, &msg),
+  assert_int_equal(status_of(
+                       [&] {
+                         write({{"__metadata__", st::Dtype::F32, {1}, x}});
+                       },
+                       &msg),
                    OSLO_ERR_INVALID_ARGUMENT);
-  assert_int_equal(status_of([&] { write({{"bad\xff", st::Dtype::F32, {1}, x}}); }, &msg),
+  assert_int_equal(status_of(
+                       [&] {
+                         write({{"bad\xff", st::Dtype::F32, {1}, x}});
+                       },
+                       &msg),
                    OSLO_ERR_INVALID_ARGUMENT);
   assert_true(contains(msg, "UTF-8"));
-  assert_int_equal(status_of([&] { write({{"a", st::Dtype::F4, {3}, x}}); }, &msg),
+  assert_int_equal(status_of(
+                       [&] {
+                         write({{"a", st::Dtype::F4, {3}, x}});
+                       },
+                       &msg),
                    OSLO_ERR_INVALID_ARGUMENT);
-  assert_int_equal(status_of([&] { write({{"a", st::Dtype::F32, {2}, nullptr}}); }, &msg),
+  assert_int_equal(status_of(
+                       [&] {
+                         write({{"a", st::Dtype::F32, {2}, nullptr}});
+                       },
+                       &msg),
                    OSLO_ERR_INVALID_ARGUMENT);
-  assert_int_equal(
-      status_of([&] { write({{"a", st::Dtype::F32, {UINT64_MAX, 2}, x}}); }, &msg),
-      OSLO_ERR_INVALID_ARGUMENT);
+  assert_int_equal(status_of(
+                       [&] {
+                         write({{"a", st::Dtype::F32, {UINT64_MAX, 2}, x}});
+                       },
+                       &msg),
+                   OSLO_ERR_INVALID_ARGUMENT);
   std::map<std::string, std::string> bad_meta{{"k", "\xc3"}};
   assert_int_equal(status_of([&] { st::write_file(path, {}, &bad_meta); }, &msg),
                    OSLO_ERR_INVALID_ARGUMENT);
@@ -430,7 +473,8 @@ void test_writer_errors(void**) {
 }
 
 void throwing_hook(const char* point, const std::string&) {
-  if (std::string(point) == "atomic.before_rename") oslo::fail(OSLO_ERR_IO, "injected failure");
+  if (std::string(point) == "atomic.before_rename")
+    throw oslo::Error(OSLO_ERR_IO, "injected failure");
 }
 
 void test_atomic_replace(void**) {
@@ -440,7 +484,11 @@ void test_atomic_replace(void**) {
   const std::string before = ckpt_test::read_bytes(path);
   oslo::fsutil::set_fault_hook(throwing_hook);
   std::string msg;
-  assert_int_equal(status_of([&] { st::write_file(path, {{"x", st::Dtype::F32, {}, &b}}); }, &msg),
+  assert_int_equal(status_of(
+                       [&] {
+                         st::write_file(path, {{"x", st::Dtype::F32, {}, &b}});
+                       },
+                       &msg),
                    OSLO_ERR_IO);
   oslo::fsutil::set_fault_hook(nullptr);
   assert_true(contains(msg, "injected"));

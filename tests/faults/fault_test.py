@@ -104,7 +104,9 @@ def case_missing_rank():
     results = [finish(p, 2 * TIMEOUT + 5) for p in ps]
     elapsed = time.time() - t0
     for r, (code, line) in enumerate(results):
-        check(code == 5, f"missing rank: rank {r} exited {code}: {line}")
+        # Rank 0 serves the rendezvous and times out; the others time out too,
+        # or see the server go away when rank 0 gives up a moment earlier.
+        check(code == 5 or (r > 0 and code == 4), f"missing rank: rank {r} exited {code}: {line}")
         print(f"missing rank: rank {r} -> {line}", flush=True)
     check("rank 2" in results[0][1] or "ranks 2" in results[0][1],
           f"missing rank: rank 0's message does not name rank 2: {results[0][1]}")

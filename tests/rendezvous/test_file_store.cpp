@@ -37,7 +37,9 @@ int teardown(void** state) {
   return 0;
 }
 
-const std::string& path_of(void** state) { return static_cast<Fixture*>(*state)->path; }
+const std::string& path_of(void** state) {
+  return static_cast<Fixture*>(*state)->path;
+}
 
 void test_basic(void** state) {
   FileStore s(path_of(state));
@@ -87,8 +89,11 @@ void test_timeout_names_missing_keys(void** state) {
   s.set("present", bytes("1"));
   std::string msg;
   auto t0 = std::chrono::steady_clock::now();
-  oslo_status st =
-      status_of([&] { s.wait({"present", "absent1", "absent2"}, Deadline(0.3)); }, &msg);
+  oslo_status st = status_of(
+      [&] {
+        s.wait({"present", "absent1", "absent2"}, Deadline(0.3));
+      },
+      &msg);
   double took = test_util::seconds_since(t0);
   assert_int_equal(st, OSLO_ERR_TIMEOUT);
   assert_non_null(std::strstr(msg.c_str(), "absent1, absent2"));

@@ -128,8 +128,11 @@ void test_timeout_names_missing_keys(void**) {
   client.set("present", bytes("1"));
   std::string msg;
   auto t0 = std::chrono::steady_clock::now();
-  oslo_status st =
-      status_of([&] { client.wait({"present", "absent1", "absent2"}, Deadline(0.3)); }, &msg);
+  oslo_status st = status_of(
+      [&] {
+        client.wait({"present", "absent1", "absent2"}, Deadline(0.3));
+      },
+      &msg);
   double took = test_util::seconds_since(t0);
   assert_int_equal(st, OSLO_ERR_TIMEOUT);
   assert_non_null(std::strstr(msg.c_str(), "absent1, absent2"));
@@ -206,12 +209,20 @@ void test_many_threads(void**) {
 
 void test_processes(void**) {
   constexpr int kProcs = 4, kAdds = 50;
-  TcpStore server(kHost, 0, true, Deadline(10));
-  const int port = server.port();
+  auto server = std::make_unique<TcpStore>(kHost, 0, true, Deadline(10));
+  const int port = server->port();
+  TcpStore inherited_client(kHost, port, false, Deadline(10));
+  inherited_client.set("warm", bytes("1"));  // its pool holds a live connection
   std::vector<pid_t> pids;
   for (int p = 0; p < kProcs; ++p)
     pids.push_back(test_util::spawn([&, p]() -> int {
-      TcpStore s(kHost, port, false, Deadline(10));
+      // Odd ranks use the client they inherited through fork(), even ones a
+      // fresh one; rank 0 also destroys its inherited copy of the server,
+      // which must leave the parent's server running.
+      std::unique_ptr<TcpStore> own;
+      if (p % 2 == 0) own.reset(new TcpStore(kHost, port, false, Deadline(10)));
+      TcpStore& s = own ? *own : inherited_client;
+      if (p == 0) server.reset();
       s.wait({"go"}, Deadline(10));
       for (int i = 0; i < kAdds; ++i) s.add("counter", 1);
       s.set("p" + std::to_string(p), bytes("rank" + std::to_string(p)));
@@ -220,9 +231,10 @@ void test_processes(void**) {
           return 1;
       return 0;
     }));
-  server.set("go", bytes("1"));
+  server->set("go", bytes("1"));
   for (pid_t pid : pids) assert_int_equal(test_util::wait_child(pid, 30), 0);
-  assert_int_equal(server.add("counter", 0), kProcs * kAdds);
+  assert_int_equal(server->add("counter", 0), kProcs * kAdds);
+  assert_int_equal(inherited_client.add("counter", 0), kProcs * kAdds);
 
   // Clients may start before the server: they retry until it is up.
   int late_port = unused_port();

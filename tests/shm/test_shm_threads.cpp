@@ -69,6 +69,7 @@ void test_argument_errors(void**) {
   std::string log = run_threads(comms, [](int r, Communicator& c, Checker& ck) {
     float x[4] = {1, 2, 3, 4};
     float y[8];
+    // Out-of-range values as a C caller can pass them (the enums span int).
     SHM_EXPECT(ck, status_of([&] { c.all_reduce(x, x, 4, static_cast<oslo_dtype>(9), OSLO_SUM); }) ==
                        OSLO_ERR_DTYPE, "bad dtype");
     SHM_EXPECT(ck, status_of([&] { c.all_reduce(x, x, 4, OSLO_F32, static_cast<oslo_reduce_op>(7)); }) ==

@@ -24,7 +24,10 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gloo/common/error.h>
@@ -38,10 +41,14 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <new>
+#include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,6 +67,44 @@ std::string seconds_text(double s) {
   std::snprintf(buf, sizeof buf, "%.1f", s);
   return buf;
 }
+
+// gloo writes to its sockets with plain writev(), so a peer that died turns
+// the next write into SIGPIPE, which kills the process by default. Instead of
+// changing the process-wide disposition (the application's business), SIGPIPE
+// is blocked in every thread while it is inside gloo: the write then fails
+// with EPIPE, which gloo reports as an error. A SIGPIPE raised meanwhile is
+// thread-directed and left pending; it is consumed before unblocking, unless
+// one was already pending before (then it was not ours).
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, &old_);
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~SigpipeBlock() {
+    if (!was_pending_) {
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, SIGPIPE);
+      struct timespec zero = {0, 0};
+      while (sigtimedwait(&set, nullptr, &zero) > 0) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t old_;
+  bool was_pending_ = false;
+};
 
 // ---- rank-ordered reduction ---------------------------------------------------
 //
@@ -147,13 +192,13 @@ void reduce_ranked(void* dst, const void* const* srcs, int n, size_t count, oslo
       return reduce_float(dst, srcs, n, count, dt, FSum(), div);
     }
     case OSLO_I32:
-      return reduce_int<int32_t, uint32_t, int64_t>(static_cast<int32_t*>(dst),
-                                                    reinterpret_cast<const int32_t* const*>(srcs),
-                                                    n, count, op);
+      return reduce_int<int32_t, uint32_t, int64_t>(
+          static_cast<int32_t*>(dst), reinterpret_cast<const int32_t* const*>(srcs), n, count, op);
     case OSLO_I64:
       return reduce_int<int64_t, uint64_t, __int128>(
-          static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(srcs), n, count,
-          op);
+          static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(srcs), n, count, op);
+    default:
+      fail(OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));  // checked earlier
   }
 }
 
@@ -224,6 +269,9 @@ std::shared_ptr<gloo::transport::Device> device_for(const std::string& address) 
   attr.hostname = address;
   std::shared_ptr<gloo::transport::Device> dev;
   try {
+    // The device's event-loop thread inherits this thread's signal mask, so
+    // it starts (and stays) with SIGPIPE blocked; see SigpipeBlock.
+    SigpipeBlock no_sigpipe;
     dev = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     fail(OSLO_ERR_IO, "gloo: cannot use local address '", address,
@@ -242,6 +290,12 @@ bool mentions_timeout(const std::string& msg) {
 // ---- communicator -------------------------------------------------------------------
 
 constexpr uint64_t kP2PSlot = 1;
+// send() copies messages up to kEagerMax and returns at once, like the
+// shared-memory transport's ring; a background thread waits for them to go
+// out. Larger messages are sent from the caller's buffer and send() waits
+// until the receiver took them. At most kQueueCap bytes wait at a time.
+constexpr size_t kEagerMax = size_t(4) << 20;
+constexpr size_t kQueueCap = size_t(64) << 20;
 // Collectives get a fresh slot range each: every member runs the same
 // sequence of collectives, so the counters agree without talking.
 constexpr uint64_t kCollectiveBase = uint64_t(1) << 62;
@@ -253,6 +307,16 @@ class GlooCommunicator : public Communicator {
       : ctx_(std::move(ctx)), prefix_(prefix), timeout_(timeout) {}
 
   ~GlooCommunicator() override {
+    // Messages send() already returned for still go out (the peer may be
+    // about to receive them), each within its timeout.
+    if (sender_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lk(send_mu_);
+        stop_sender_ = true;
+      }
+      send_cv_.notify_all();
+      sender_.join();
+    }
     // Pairs close when the context goes; closing first makes sure the device
     // thread stops touching them before they are destroyed.
     close_connections();
@@ -281,9 +345,14 @@ class GlooCommunicator : public Communicator {
   template <typename Body>
   void run(const char* op, Body&& body);
   [[noreturn]] void rethrow_translated(const char* op, Clock::time_point start);
+  // Records the first error (later ones are consequences of it) and closes
+  // the connections; returns the status and message to report.
+  std::pair<oslo_status, std::string> mark_broken(const char* op, oslo_status st, std::string msg);
   void register_buffer(gloo::transport::UnboundBuffer* b);
-  void unregister_buffers(size_t n);
+  void unregister_buffer(gloo::transport::UnboundBuffer* b);
+  // Wakes every wait in progress (they then fail) and closes the pairs.
   void close_connections() noexcept;
+  void sender_loop();
   std::string where(const char* op) const {
     return str("gloo ", op, " (group '", prefix_, "', rank ", ctx_->rank, " of ", ctx_->size, ")");
   }
@@ -309,13 +378,32 @@ class GlooCommunicator : public Communicator {
   uint64_t seq_ = 0;
   Clock::time_point deadline_;  // of the op in progress
 
-  std::mutex mu_;  // guards everything below; abort() may run on any thread
-  bool aborted_ = false;
-  bool busy_ = false;
+  std::mutex mu_;                     // guards what follows; abort() may run on any thread
+  std::atomic<bool> aborted_{false};  // set under mu_, read anywhere
   bool closed_ = false;
   oslo_status broken_status_ = OSLO_OK;
   std::string broken_msg_;
-  std::vector<gloo::transport::UnboundBuffer*> active_;
+  std::vector<gloo::transport::UnboundBuffer*> active_;  // buffers being waited on
+
+  // Messages send() returned for, in posting order, and the thread that
+  // waits for them. Lock order: send_mu_ before mu_, never the reverse.
+  struct Pending {
+    uint8_t head[8];            // the message's length, sent first
+    std::vector<uint8_t> copy;  // the payload; empty when sent from the caller's buffer
+    std::unique_ptr<gloo::transport::UnboundBuffer> head_buf, buf;  // buf null for 0 bytes
+    size_t bytes = 0;
+    uint64_t seq = 0;
+    Clock::time_point deadline;
+  };
+  std::mutex send_mu_;
+  std::condition_variable send_cv_;
+  std::deque<std::unique_ptr<Pending>> sends_;
+  size_t queued_bytes_ = 0;
+  uint64_t posted_seq_ = 0;
+  uint64_t done_seq_ = 0;
+  bool stop_sender_ = false;
+  bool sender_failed_ = false;
+  std::thread sender_;
 };
 
 // The messages of one phase of one op: posts sends and receives, waits for
@@ -327,9 +415,11 @@ class Exchange {
   explicit Exchange(GlooCommunicator& c) : c_(c) {}
   ~Exchange() {
     if (!done_) c_.close_connections();
-    c_.unregister_buffers(bufs_.size());
+    for (auto& b : bufs_) c_.unregister_buffer(b.buf.get());
   }
-  void send(int peer, const void* p, size_t bytes, uint64_t slot) { post(true, peer, p, bytes, slot); }
+  void send(int peer, const void* p, size_t bytes, uint64_t slot) {
+    post(true, peer, p, bytes, slot);
+  }
   void recv(int peer, void* p, size_t bytes, uint64_t slot) { post(false, peer, p, bytes, slot); }
   void wait_all() {
     for (auto& b : bufs_) {
@@ -366,16 +456,22 @@ void GlooCommunicator::register_buffer(gloo::transport::UnboundBuffer* b) {
   std::lock_guard<std::mutex> lk(mu_);
   // An abort() that came after run() checked the flag must still stop us.
   if (aborted_) fail(OSLO_ERR_COMM, "aborted");
+  if (closed_) fail(OSLO_ERR_COMM, "connections closed after an error");
   active_.push_back(b);
 }
 
-void GlooCommunicator::unregister_buffers(size_t n) {
+void GlooCommunicator::unregister_buffer(gloo::transport::UnboundBuffer* b) {
   std::lock_guard<std::mutex> lk(mu_);
-  active_.resize(active_.size() - std::min(n, active_.size()));
+  auto it = std::find(active_.begin(), active_.end(), b);
+  if (it != active_.end()) active_.erase(it);
 }
 
 void GlooCommunicator::close_connections() noexcept {
   std::lock_guard<std::mutex> lk(mu_);
+  for (auto* b : active_) {
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
   if (closed_) return;
   closed_ = true;
   try {
@@ -386,21 +482,16 @@ void GlooCommunicator::close_connections() noexcept {
 }
 
 void GlooCommunicator::abort() noexcept {
-  std::lock_guard<std::mutex> lk(mu_);
-  aborted_ = true;
-  // Wakes the op in flight; it closes the connections itself. Without one,
-  // close them here so that peers learn about the abort.
-  for (auto* b : active_) {
-    b->abortWaitRecv();
-    b->abortWaitSend();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    aborted_ = true;
   }
-  if (!busy_ && !closed_) {
-    closed_ = true;
-    try {
-      ctx_->closeConnections();
-    } catch (...) {
-    }
-  }
+  // Wakes every wait (the op in flight and the sender thread) and closes the
+  // pairs, so that peers blocked on this rank fail as well.
+  close_connections();
+  // A send() waiting for queue space checks aborted_ under send_mu_.
+  std::lock_guard<std::mutex> lk(send_mu_);
+  send_cv_.notify_all();
 }
 
 template <typename Body>
@@ -410,62 +501,125 @@ void GlooCommunicator::run(const char* op, Body&& body) {
     if (broken_status_ != OSLO_OK)
       fail(broken_status_, where(op), ": communicator broken by an earlier error: ", broken_msg_);
     if (aborted_) fail(OSLO_ERR_COMM, where(op), ": communicator was aborted");
-    busy_ = true;
   }
   auto start = Clock::now();
   deadline_ = start + timeout_;
   try {
+    SigpipeBlock no_sigpipe;
     body();
   } catch (...) {
     rethrow_translated(op, start);
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  busy_ = false;
 }
 
-void GlooCommunicator::rethrow_translated(const char* op, Clock::time_point start) {
-  oslo_status st = OSLO_ERR_COMM;
-  std::string msg;
+// Status and message of the exception being handled.
+std::pair<oslo_status, std::string> translate_current() {
   try {
     throw;
   } catch (const Error& e) {
-    st = e.status();
-    msg = e.what();
+    return {e.status(), e.what()};
   } catch (const gloo::IoException& e) {
-    msg = e.what();
-    st = mentions_timeout(msg) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM;
+    return {mentions_timeout(e.what()) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM, e.what()};
   } catch (const gloo::EnforceNotMet& e) {
-    msg = e.what();
-    st = mentions_timeout(msg) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM;
+    return {mentions_timeout(e.what()) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM, e.what()};
   } catch (const gloo::Exception& e) {
-    msg = e.what();
-    st = mentions_timeout(msg) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM;
+    return {mentions_timeout(e.what()) ? OSLO_ERR_TIMEOUT : OSLO_ERR_COMM, e.what()};
   } catch (const std::bad_alloc&) {
-    st = OSLO_ERR_OUT_OF_MEMORY;
-    msg = "out of memory";
+    return {OSLO_ERR_OUT_OF_MEMORY, "out of memory"};
   } catch (const std::exception& e) {
-    msg = e.what();
+    return {OSLO_ERR_COMM, e.what()};
   } catch (...) {
-    msg = "unknown exception";
+    return {OSLO_ERR_COMM, "unknown exception"};
   }
+}
+
+std::pair<oslo_status, std::string> GlooCommunicator::mark_broken(const char* op, oslo_status st,
+                                                                  std::string msg) {
+  std::pair<oslo_status, std::string> result;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (aborted_) {
-      // Whatever woke the call (our abort, or a peer that closed because it
-      // aborted), abort() is the cause to report.
-      st = OSLO_ERR_COMM;
-      msg = msg == "aborted" ? "aborted by abort()" : "aborted by abort() (" + msg + ")";
+    if (broken_status_ != OSLO_OK) {
+      // This failure is the echo of an earlier one (whose closing of the
+      // connections woke this wait): report the cause.
+      result = {broken_status_, "communicator broken by an earlier error: " + broken_msg_};
+    } else {
+      if (aborted_) {
+        // Whatever woke the call (our abort, or a peer that closed because
+        // it aborted), abort() is the cause to report.
+        st = OSLO_ERR_COMM;
+        msg = msg == "aborted" ? "aborted by abort()" : "aborted by abort() (" + msg + ")";
+      }
+      broken_status_ = st;
+      broken_msg_ = str(where(op), ": ", msg);
+      result = {st, msg};
     }
-    broken_status_ = st;
-    broken_msg_ = msg;
-    busy_ = false;
   }
   close_connections();
+  return result;
+}
+
+void GlooCommunicator::rethrow_translated(const char* op, Clock::time_point start) {
+  auto t = translate_current();
+  auto r = mark_broken(op, t.first, t.second);
   double took = std::chrono::duration<double>(Clock::now() - start).count();
-  if (st == OSLO_ERR_TIMEOUT)
-    fail(st, where(op), ": timed out after ", seconds_text(took), " s (timeout ",
-         seconds_text(timeout_.count() / 1000.0), " s): ", msg);
-  fail(st, where(op), ": ", msg);
+  if (r.first == OSLO_ERR_TIMEOUT && t.first == OSLO_ERR_TIMEOUT)
+    fail(r.first, where(op), ": timed out after ", seconds_text(took), " s (timeout ",
+         seconds_text(timeout_.count() / 1000.0), " s): ", r.second);
+  fail(r.first, where(op), ": ", r.second);
+}
+
+// Waits, in posting order, for the messages send() returned for. The first
+// failure breaks the communicator and drops the rest (their peer will not get
+// them: the connections are closed).
+void GlooCommunicator::sender_loop() {
+  SigpipeBlock no_sigpipe;  // for the thread's lifetime
+  std::unique_lock<std::mutex> lk(send_mu_);
+  for (;;) {
+    send_cv_.wait(lk, [&] { return stop_sender_ || !sends_.empty(); });
+    if (sends_.empty()) return;  // stopping, and everything went out
+    Pending* p = sends_.front().get();
+    lk.unlock();
+    bool ok = false;
+    std::pair<oslo_status, std::string> err{OSLO_ERR_COMM, "aborted"};
+    try {
+      auto left = [&] {
+        return std::max(Ms(1), std::chrono::duration_cast<Ms>(p->deadline - Clock::now()));
+      };
+      ok = p->head_buf->waitSend(left()) && (!p->buf || p->buf->waitSend(left()));
+    } catch (...) {
+      err = translate_current();
+    }
+    if (!ok) {
+      // Woken because another failure already closed the connections (not
+      // by abort()): whoever closed them records the cause, not this echo.
+      bool echo;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        echo = closed_ && !aborted_;
+      }
+      if (err.first == OSLO_ERR_TIMEOUT)
+        err.second = "the receiver did not take a message within the timeout (" + err.second + ")";
+      if (!echo) mark_broken("send", err.first, err.second);
+    }
+    lk.lock();
+    if (ok) {
+      unregister_buffer(p->head_buf.get());
+      if (p->buf) unregister_buffer(p->buf.get());
+      queued_bytes_ -= p->bytes;
+      done_seq_ = p->seq;
+      sends_.pop_front();
+    } else {
+      // The connections are closed: gloo no longer touches these buffers.
+      for (auto& q : sends_) {
+        unregister_buffer(q->head_buf.get());
+        if (q->buf) unregister_buffer(q->buf.get());
+      }
+      sends_.clear();
+      queued_bytes_ = 0;
+      sender_failed_ = true;
+    }
+    send_cv_.notify_all();
+  }
 }
 
 void GlooCommunicator::check_dtype_op(oslo_dtype dt, int op) const {
@@ -568,8 +722,7 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, size_t count, o
     const size_t es = dtype_size(dt);
     // Scratch result, for the same aliasing reason as in all_reduce.
     std::vector<uint8_t> mine(count * es);
-    reduce_scatter_phase(static_cast<const uint8_t*>(in), false, count, dt, op, mine.data(),
-                         slot);
+    reduce_scatter_phase(static_cast<const uint8_t*>(in), false, count, dt, op, mine.data(), slot);
     std::memcpy(out, mine.data(), count * es);
   });
 }
@@ -621,10 +774,48 @@ void GlooCommunicator::send(const void* buf, size_t bytes, int peer) {
              "gloo send: invalid peer ", peer, " (rank ", ctx_->rank, " of ", ctx_->size, ")");
   OSLO_CHECK(bytes == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo send: null buffer");
   run("send", [&] {
-    // All p2p messages of a pair share one slot: gloo matches them in order.
-    Exchange ex(*this);
-    ex.send(peer, buf, bytes, kP2PSlot);
-    ex.wait_all();
+    if (!sender_.joinable()) sender_ = std::thread([this] { sender_loop(); });
+    // Every message is its length (8 bytes), then the payload, in one slot
+    // per pair that gloo matches in order. The receiver checks the length
+    // before it posts the payload: gloo would kill the process (an enforce
+    // in its event thread) on a message longer than the posted receive.
+    const bool eager = bytes <= kEagerMax;
+    auto p = std::make_unique<Pending>();
+    for (int i = 0; i < 8; ++i) p->head[i] = static_cast<uint8_t>(uint64_t(bytes) >> (8 * i));
+    if (eager && bytes) {
+      const uint8_t* b = static_cast<const uint8_t*>(buf);
+      p->copy.assign(b, b + bytes);
+    }
+    p->head_buf = ctx_->createUnboundBuffer(p->head, sizeof p->head);
+    if (bytes)
+      p->buf = ctx_->createUnboundBuffer(eager ? p->copy.data() : const_cast<void*>(buf), bytes);
+    p->bytes = bytes;
+    p->deadline = Clock::now() + timeout_;
+    register_buffer(p->head_buf.get());
+    try {
+      if (p->buf) register_buffer(p->buf.get());
+      // Only this thread posts, so queue order is posting order.
+      p->head_buf->send(peer, kP2PSlot);
+      if (p->buf) p->buf->send(peer, kP2PSlot);
+    } catch (...) {
+      close_connections();
+      unregister_buffer(p->head_buf.get());
+      if (p->buf) unregister_buffer(p->buf.get());
+      throw;
+    }
+    std::unique_lock<std::mutex> lk(send_mu_);
+    const uint64_t seq = p->seq = ++posted_seq_;
+    queued_bytes_ += bytes;
+    sends_.push_back(std::move(p));
+    send_cv_.notify_all();
+    auto ready = [&] {
+      return sender_failed_ || aborted_ || (eager ? queued_bytes_ <= kQueueCap : done_seq_ >= seq);
+    };
+    if (!send_cv_.wait_until(lk, deadline_, ready))
+      fail(OSLO_ERR_TIMEOUT, eager ? "too much data still waiting for receivers"
+                                   : "the receiver did not take the message");
+    if (aborted_) fail(OSLO_ERR_COMM, "aborted");
+    if (sender_failed_) fail(OSLO_ERR_COMM, "an earlier message failed");  // already broken
   });
 }
 
@@ -633,6 +824,19 @@ void GlooCommunicator::recv(void* buf, size_t bytes, int peer) {
              "gloo recv: invalid peer ", peer, " (rank ", ctx_->rank, " of ", ctx_->size, ")");
   OSLO_CHECK(bytes == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo recv: null buffer");
   run("recv", [&] {
+    uint8_t head[8];
+    {
+      Exchange ex(*this);
+      ex.recv(peer, head, sizeof head, kP2PSlot);
+      ex.wait_all();
+    }
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) len = (len << 8) | head[i];
+    // The payload that follows would not fit (or not fill) the buffer; the
+    // stream of this pair is out of step, so the communicator breaks.
+    if (len != bytes)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "rank ", peer, " sent ", len, " bytes but this rank expects ",
+           bytes, " (sends and recvs must match in order)");
     Exchange ex(*this);
     ex.recv(peer, buf, bytes, kP2PSlot);
     ex.wait_all();
@@ -659,8 +863,7 @@ void GlooCommunicator::barrier() {
 }  // namespace
 
 std::unique_ptr<Communicator> create_gloo_communicator(Store& store, const std::string& prefix,
-                                                       int rank, int size,
-                                                       double timeout_seconds,
+                                                       int rank, int size, double timeout_seconds,
                                                        const std::string& local_address) {
   OSLO_CHECK(size >= 1 && rank >= 0 && rank < size, OSLO_ERR_INVALID_ARGUMENT,
              "gloo: invalid rank ", rank, " for group size ", size);
@@ -671,10 +874,17 @@ std::unique_ptr<Communicator> create_gloo_communicator(Store& store, const std::
   Deadline deadline(timeout_seconds);
   auto dev = device_for(local_address.empty() ? std::string("127.0.0.1") : local_address);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  ctx->setTimeout(timeout);
+  // gloo waits five times its pairs' timeout for a connection to come up, and
+  // the pairs take the context's timeout when they are made: so connect with
+  // a fifth of it (a peer that published its address and froze is then
+  // reported after about timeout_seconds), then set the real one. The waits
+  // of the ops pass their own timeouts and do not depend on this.
+  ctx->setTimeout(std::max(Ms(1), timeout / 5));
   try {
     GlooStore gstore(store, prefix, size, deadline);
+    SigpipeBlock no_sigpipe;
     if (size > 1) ctx->connectFullMesh(gstore, dev);
+    ctx->setTimeout(timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::bad_alloc&) {

@@ -1,5 +1,26 @@
 // Communicator over gloo's TCP transport, for groups whose ranks are on
 // different hosts (the shared-memory transport covers ranks on one host).
+//
+// Semantics beyond communicator.hpp:
+//  - Reductions combine the ranks' contributions in rank order 0..n-1 (f16 and
+//    bf16 in f32, rounded once; integer SUM wraps; integer AVG truncates), the
+//    same rules as the shared-memory transport, and the result is bitwise the
+//    same on every rank.
+//  - send() is synchronous: it returns once the receiver has posted the
+//    matching recv() and the data went out (gloo's rendezvous protocol, as
+//    torch.distributed.send over gloo). Two ranks that both send to each other
+//    before receiving wait for each other until the timeout; order the calls
+//    (e.g. even ranks send first) for exchanges in both directions.
+//  - Any error (timeout, dead peer, abort) closes the connections, so peers
+//    blocked on this rank fail promptly with OSLO_ERR_COMM, and leaves the
+//    communicator broken: later calls fail at once with the first error.
+//    Argument errors (bad dtype, root, peer, null buffer) are reported before
+//    anything is sent and do not break it.
+//  - SIGPIPE: gloo writes with plain writev(); the calling thread has SIGPIPE
+//    blocked while inside gloo and gloo's event thread keeps it blocked, so a
+//    dead peer is an error, never a killed process. The process-wide
+//    disposition is left alone.
+//  - A communicator is not usable in a child made by fork(); make a new one.
 #pragma once
 
 #include <memory>
@@ -18,8 +39,7 @@ namespace oslo {
 // OSLO_ERR_COMM when connecting fails, OSLO_ERR_INVALID_ARGUMENT on bad rank
 // or size, OSLO_ERR_IO when local_address cannot be bound.
 std::unique_ptr<Communicator> create_gloo_communicator(Store& store, const std::string& prefix,
-                                                       int rank, int size,
-                                                       double timeout_seconds,
+                                                       int rank, int size, double timeout_seconds,
                                                        const std::string& local_address);
 
 // Best guess of the local address peers can reach: the source address of a UDP

@@ -83,6 +83,11 @@ constexpr uint32_t kRingPieces = 4;
 
 constexpr uint32_t kFailedLeft = 0x10000;  // RankCtrl::failed: communicator destroyed
 
+// ShmCommunicator::pidfd_ values other than a descriptor.
+constexpr int kPidUnknown = -3;   // the peer has not published its pid yet
+constexpr int kPidFallback = -2;  // no pidfd: watch with kill(pid, 0) and /proc
+constexpr int kPidUnwatched = -1;  // same process or other pid namespace
+
 struct Header {
   std::atomic<uint64_t> magic;  // written last by the creator
   uint32_t version;
@@ -250,7 +255,7 @@ class ShmCommunicator final : public Communicator {
       : rank_(rank), size_(size), timeout_(timeout) {
     timeout_ns_ = static_cast<int64_t>(std::min(timeout, 1e9) * 1e9);
     srcs_.resize(size);
-    pidfd_.assign(size, -1);
+    pidfd_.assign(size, kPidUnknown);
     next_live_check_.assign(size, Clock::time_point());
     self_pid_ = getpid();
     pidns_ = pid_namespace();
@@ -327,7 +332,7 @@ class ShmCommunicator final : public Communicator {
     return str("rank ", peer, " (pid ", ctrl_[peer].pid.load(std::memory_order_relaxed), ")");
   }
   void wake_own_words() noexcept;
-  void open_pidfds();
+  void watch_peer(int peer);
 
   // ---- waiting ----
   template <typename Ready>
@@ -389,7 +394,7 @@ class ShmCommunicator final : public Communicator {
   uint8_t* base_ = nullptr;
   size_t map_bytes_ = 0;
   std::string name_;
-  std::string unlink_name_;  // set on rank 0 until the segment is unlinked
+  std::string unlink_name_;  // the name, until the group has formed (removed on failure)
   Header* hdr_ = nullptr;
   RankCtrl* ctrl_ = nullptr;
   uint8_t* data_ = nullptr;
@@ -489,6 +494,9 @@ void ShmCommunicator::connect(Store& store, const std::string& prefix, const Dea
   } else {
     std::vector<uint8_t> v = store.get(name_key, deadline);
     name_.assign(v.begin(), v.end());
+    // Until the group has formed, any member that fails removes the name:
+    // the creator may be dead, and the segment is useless to a failed group.
+    unlink_name_ = name_;
     fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
       fail(OSLO_ERR_IO, "shm: shm_open(", name_, ") failed: ", errno_text(errno),
@@ -579,27 +587,31 @@ void ShmCommunicator::connect(Store& store, const std::string& prefix, const Dea
   post(1);
   wait_all(1, &dl);
   check_descs(1, desc);
-  open_pidfds();
+  // Rank 0 unlinked the name before posting step 1.
+  unlink_name_.clear();
+  // Take a handle on every peer process now, while its pid surely is its own.
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) watch_peer(p);
   op_ = "";
 }
 
-void ShmCommunicator::open_pidfds() {
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    pid_t pid = ctrl_[p].pid.load(std::memory_order_acquire);
-    uint64_t ns = ctrl_[p].pidns.load(std::memory_order_relaxed);
-    // Same process (thread ranks): it cannot die without us. Another pid
-    // namespace: the number means nothing here, so rely on the timeout.
-    if (pid <= 0 || pid == self_pid_ || ns == 0 || ns != pidns_) continue;
-#ifdef SYS_pidfd_open
-    long fd = syscall(SYS_pidfd_open, pid, 0);
-    if (fd >= 0) {
-      pidfd_[p] = static_cast<int>(fd);
-      continue;
-    }
-#endif
-    pidfd_[p] = -2;  // watch it with kill(pid, 0) and /proc instead
+// Decides how to tell whether `peer` is alive, once its pid is known.
+void ShmCommunicator::watch_peer(int peer) {
+  if (pidfd_[peer] != kPidUnknown) return;
+  pid_t pid = ctrl_[peer].pid.load(std::memory_order_acquire);
+  if (pid <= 0) return;
+  uint64_t ns = ctrl_[peer].pidns.load(std::memory_order_relaxed);
+  // Same process (thread ranks): it cannot die without us. Another pid
+  // namespace: the number means nothing here, so rely on the timeout.
+  if (pid == self_pid_ || ns == 0 || ns != pidns_) {
+    pidfd_[peer] = kPidUnwatched;
+    return;
   }
+  pidfd_[peer] = kPidFallback;
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) pidfd_[peer] = static_cast<int>(fd);
+#endif
 }
 
 // ---- errors ----------------------------------------------------------------
@@ -678,8 +690,9 @@ void ShmCommunicator::check_peer_failed(int peer) const {
 }
 
 bool ShmCommunicator::peer_alive(int peer) {
+  watch_peer(peer);
   int fd = pidfd_[peer];
-  if (fd == -1) return true;  // not watchable (same process, other namespace)
+  if (fd == kPidUnknown || fd == kPidUnwatched) return true;
   if (fd >= 0) {
     // A pidfd becomes readable when the process exits, zombie or not.
     pollfd pf{fd, POLLIN, 0};

@@ -128,6 +128,7 @@ OSLO_SHM_CLONES void reduce_f32(float* dst, const float* const* s, int n, size_t
                                        Div<float>{static_cast<float>(div)});
     case OSLO_MAX: return reduce_body<float, float>(dst, s, n, count, cv, FMax(), Same());
     case OSLO_MIN: return reduce_body<float, float>(dst, s, n, count, cv, FMin(), Same());
+    default: return;  // validated by the caller
   }
 }
 
@@ -152,6 +153,7 @@ OSLO_SHM_CLONES void reduce_i32(int32_t* dst, const int32_t* const* s, int n, si
     case OSLO_MIN:
       return reduce_body<int32_t, int32_t>(dst, s, n, count, Cast<int32_t, int32_t>(), IMin(),
                                            Same());
+    default: return;
   }
 }
 
@@ -172,6 +174,7 @@ OSLO_SHM_CLONES void reduce_i64(int64_t* dst, const int64_t* const* s, int n, si
     case OSLO_MIN:
       return reduce_body<int64_t, int64_t>(dst, s, n, count, Cast<int64_t, int64_t>(), IMin(),
                                            Same());
+    default: return;
   }
 }
 
@@ -246,6 +249,7 @@ OSLO_SHM_CLONES void combine_f32(float* acc, const float* b, size_t m, oslo_redu
     case OSLO_MIN:
       for (size_t i = 0; i < m; ++i) acc[i] = FMin()(acc[i], b[i]);
       return;
+    default: return;
   }
 }
 OSLO_SHM_CLONES void divide_f32(float* acc, size_t m, float div) {
@@ -285,6 +289,7 @@ void reduce(void* dst, const void* const* srcs, int nsrc, size_t count, oslo_dty
     case OSLO_I64:
       return reduce_i64(static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(srcs),
                         nsrc, count, op, avg_div);
+    default: break;
   }
   fail(OSLO_ERR_DTYPE, "shm: cannot reduce dtype ", static_cast<int>(dt));
 }
