@@ -92,6 +92,25 @@ void test_basic(void**) {
   TcpStore by_name("localhost", server.port(), false, Deadline(10));
   assert_true(by_name.get("a", Deadline(1)) == bytes("again"));
 
+  // IPv6 loopback, where the host has it.
+  int fd6 = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in6 a6{};
+  a6.sin6_family = AF_INET6;
+  a6.sin6_addr = in6addr_loopback;
+  bool have_v6 = fd6 >= 0 && bind(fd6, reinterpret_cast<sockaddr*>(&a6), sizeof a6) == 0;
+  if (fd6 >= 0) close(fd6);
+  if (have_v6) {
+    TcpStore server6("::1", 0, true, Deadline(10));
+    TcpStore client6("::1", server6.port(), false, Deadline(10));
+    client6.set("v6", bytes("yes"));
+    assert_true(server6.get("v6", Deadline(1)) == bytes("yes"));
+    std::string msg6;
+    assert_int_equal(
+        status_of([&] { TcpStore s("::1", server6.port(), true, Deadline(1)); }, &msg6),
+        OSLO_ERR_IO);
+    assert_non_null(std::strstr(msg6.c_str(), ("[::1]:" + std::to_string(server6.port())).c_str()));
+  }
+
   assert_int_equal(status_of([&] { TcpStore s(kHost, 0, false, Deadline(1)); }),
                    OSLO_ERR_INVALID_ARGUMENT);
   assert_int_equal(status_of([&] { TcpStore s(kHost, 70000, true, Deadline(1)); }),

@@ -135,8 +135,14 @@ void reduce_float(void* dst, const void* const* srcs, int n, size_t count, oslo_
     const size_t m = std::min(kBlock, count - base);
     to_f32(dt, static_cast<const uint8_t*>(srcs[0]) + base * es, acc, m);
     for (int p = 1; p < n; ++p) {
-      to_f32(dt, static_cast<const uint8_t*>(srcs[p]) + base * es, tmp, m);
-      for (size_t i = 0; i < m; ++i) acc[i] = op(acc[i], tmp[i]);
+      // f32 sources are read in place; the others are converted first.
+      const float* src =
+          reinterpret_cast<const float*>(static_cast<const uint8_t*>(srcs[p]) + base * es);
+      if (dt != OSLO_F32) {
+        to_f32(dt, static_cast<const uint8_t*>(srcs[p]) + base * es, tmp, m);
+        src = tmp;
+      }
+      for (size_t i = 0; i < m; ++i) acc[i] = op(acc[i], src[i]);
     }
     if (div != 1.0f)
       for (size_t i = 0; i < m; ++i) acc[i] = acc[i] / div;
@@ -643,7 +649,8 @@ void GlooCommunicator::reduce_scatter_phase(const uint8_t* in, bool chunked, siz
     my_off = static_cast<size_t>(me) * count;
     my_len = count;
   }
-  std::vector<uint8_t> incoming(my_len * es * static_cast<size_t>(n - 1));
+  // Uninitialised scratch (make_unique<T[]> would zero it for nothing).
+  std::unique_ptr<uint8_t[]> incoming(new uint8_t[my_len * es * static_cast<size_t>(n - 1) + 1]);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   {
     Exchange ex(*this);
@@ -653,7 +660,7 @@ void GlooCommunicator::reduce_scatter_phase(const uint8_t* in, bool chunked, siz
         srcs[static_cast<size_t>(p)] = in + my_off * es;
         continue;
       }
-      uint8_t* dst = incoming.data() + slotno++ * my_len * es;
+      uint8_t* dst = incoming.get() + slotno++ * my_len * es;
       srcs[static_cast<size_t>(p)] = dst;
       ex.recv(p, dst, my_len * es, slot);
       size_t off, len;
@@ -691,9 +698,9 @@ void GlooCommunicator::all_reduce(const void* in, void* out, size_t count, oslo_
     // Reduce into a scratch chunk: out's other chunks may still be the
     // input other ranks are about to need (in place), so out is only written
     // once this rank's sends are done.
-    std::vector<uint8_t> mine(my_len * es);
-    reduce_scatter_phase(static_cast<const uint8_t*>(in), true, count, dt, op, mine.data(), slot);
-    if (my_len) std::memcpy(o + my_off * es, mine.data(), my_len * es);
+    std::unique_ptr<uint8_t[]> mine(new uint8_t[my_len * es + 1]);
+    reduce_scatter_phase(static_cast<const uint8_t*>(in), true, count, dt, op, mine.get(), slot);
+    if (my_len) std::memcpy(o + my_off * es, mine.get(), my_len * es);
     Exchange ex(*this);
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
@@ -721,9 +728,9 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, size_t count, o
     uint64_t slot = next_slot();
     const size_t es = dtype_size(dt);
     // Scratch result, for the same aliasing reason as in all_reduce.
-    std::vector<uint8_t> mine(count * es);
-    reduce_scatter_phase(static_cast<const uint8_t*>(in), false, count, dt, op, mine.data(), slot);
-    std::memcpy(out, mine.data(), count * es);
+    std::unique_ptr<uint8_t[]> mine(new uint8_t[count * es]);
+    reduce_scatter_phase(static_cast<const uint8_t*>(in), false, count, dt, op, mine.get(), slot);
+    std::memcpy(out, mine.get(), count * es);
   });
 }
 

@@ -6,11 +6,20 @@
 //    bf16 in f32, rounded once; integer SUM wraps; integer AVG truncates), the
 //    same rules as the shared-memory transport, and the result is bitwise the
 //    same on every rank.
-//  - send() is synchronous: it returns once the receiver has posted the
-//    matching recv() and the data went out (gloo's rendezvous protocol, as
-//    torch.distributed.send over gloo). Two ranks that both send to each other
-//    before receiving wait for each other until the timeout; order the calls
-//    (e.g. even ranks send first) for exchanges in both directions.
+//  - send() is buffered like the shared-memory transport's: a message of up
+//    to 4 MiB is copied and send() returns at once (a background thread sees
+//    it out; at most 64 MiB wait at a time), so two ranks may send to each
+//    other before either receives. A larger message is sent from the caller's
+//    buffer and send() returns once the receiver took it. Every message
+//    carries its length: a recv() of another size fails with
+//    OSLO_ERR_INVALID_ARGUMENT (and breaks the communicator: the pair's
+//    stream is out of step) instead of gloo's abort of the process. A
+//    buffered message the receiver does not take within the timeout breaks
+//    the communicator; the next call reports it. Destroying the communicator
+//    waits (each within its timeout) for buffered messages to go out.
+//  - Collectives must be called with the same counts on every rank, as the
+//    interface requires: gloo aborts the process (an enforce in its event
+//    thread) when a rank receives more bytes than it posted for.
 //  - Any error (timeout, dead peer, abort) closes the connections, so peers
 //    blocked on this rank fail promptly with OSLO_ERR_COMM, and leaves the
 //    communicator broken: later calls fail at once with the first error.
