@@ -25,6 +25,21 @@ static const size_t kBenchSizes[] = {8,        16,       64,        256,       1
  * the reproducible number) and the median one. */
 #define BENCH_TRIALS 7
 
+/* OSLO_BENCH_SIZES="4096,4194304" restricts a run to those sizes (for quick
+ * A/B comparisons on a shared machine); unset means all of kBenchSizes. */
+static inline int bench_size_wanted(size_t bytes) {
+  const char* list = getenv("OSLO_BENCH_SIZES");
+  if (!list || !*list) return 1;
+  for (const char* p = list; *p;) {
+    char* end;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (end == p) return 0;
+    if (v == bytes) return 1;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
 static inline int bench_iters(size_t bytes) {
   size_t it = (size_t)(256u << 20) / bytes; /* ~256 MB of payload per trial */
   if (it < 10) it = 10;

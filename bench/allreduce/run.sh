@@ -23,26 +23,29 @@ echo "$shm_out" | grep '^#'
 echo "$mpi_out" | grep '^#'
 echo
 
-join <(echo "$shm_out" | awk '$1 == "row" {print $2, $4, $5, $8, $9}' | sort -k1,1) \
-     <(echo "$mpi_out" | awk '$1 == "row" {print $2, $4, $5, $8, $9}' | sort -k1,1) |
+# Joined columns: bytes, shm (time, median, busbw, check), mpi (the same).
+join <(echo "$shm_out" | awk '$1 == "row" {print $2, $4, $5, $7, $8}' | sort -k1,1) \
+     <(echo "$mpi_out" | awk '$1 == "row" {print $2, $4, $5, $7, $8}' | sort -k1,1) |
   sort -n -k1,1 |
-  awk -v n="$n" '
+  awk '
     BEGIN {
-      printf "%10s | %10s %10s %7s | %10s %10s %7s | %s\n", "bytes", "shm_us", "mpi_us",
-             "shm/mpi", "shm_busbw", "mpi_busbw", "shm/mpi", "check(shm,mpi)"
-      printf "%10s | %10s %10s %7s | %10s %10s %7s |\n", "", "(best)", "(best)", "time",
-             "GB/s", "GB/s", "busbw"
+      printf "%10s | %9s %9s | %9s %9s | %7s | %9s %9s %7s | %s\n", "bytes", "shm_us",
+             "(median)", "mpi_us", "(median)", "shm/mpi", "shm_busbw", "mpi_busbw", "shm/mpi",
+             "check"
+      printf "%10s | %9s %9s | %9s %9s | %7s | %9s %9s %7s |\n", "", "best", "", "best", "",
+             "time", "GB/s", "GB/s", "busbw"
     }
     {
       lat = $2 / $6; bw = ($8 > 0) ? $4 / $8 : 0
-      printf "%10d | %10.3f %10.3f %7.2f | %10.3f %10.3f %7.2f | %s,%s\n",
-             $1, $2, $6, lat, $4, $8, bw, $5, $9
+      printf "%10d | %9.3f %9.3f | %9.3f %9.3f | %7.2f | %9.3f %9.3f %7.2f | %s/%s\n",
+             $1, $2, $3, $6, $7, lat, $4, $8, bw, $5, $9
       if ($1 == 4096) { lat4k = lat }
       if ($1 == 4194304) { bw4m = bw }
     }
     END {
+      # Parentheses: a bare ">" in a printf argument list is a redirection.
       printf "\n4 KB latency  shm/MPI = %.2f (goal <= 2.0): %s\n", lat4k,
-             lat4k <= 2.0 ? "met" : "NOT met"
+             ((lat4k <= 2.0) ? "met" : "NOT met")
       printf "4 MB busbw    shm/MPI = %.2f (goal >= 0.8): %s\n", bw4m,
-             bw4m >= 0.8 ? "met" : "NOT met"
+             ((bw4m >= 0.8) ? "met" : "NOT met")
     }'

@@ -2,12 +2,12 @@
 # Benchmark 1: oslo column-parallel linear forward at TP=1 vs a direct
 # dnnl_sgemm call, M x K x N = 2048x4096x4096 and 1x4096x4096, 1 and 2 threads.
 #
-# Usage: bench/linear/run.sh BUILD_DIR [ROUNDS]     (default 5 rounds; ~2 minutes on an idle machine, ~4 when shared)
+# Usage: bench/linear/run.sh BUILD_DIR [ROUNDS]     (default 7 rounds; ~2 minutes on an idle machine, ~4 when shared)
 # BUILD_DIR is a build of this tree, e.g.
 #   cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release && cmake --build build-bench -j2
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR [ROUNDS]}
-ROUNDS=${2:-5}
+ROUNDS=${2:-7}
 BUILD=$(cd "$BUILD" && pwd)
 BIN=$BUILD/bench/linear/bench_linear
 if [[ ! -x $BIN ]]; then

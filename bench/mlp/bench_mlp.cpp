@@ -525,6 +525,26 @@ int summarize(const char* path) {
       std::printf("| %-34s | %6.3f | %6.3f |       - |\n", p[1], ma, mb);
   }
 
+  // How much of its core each configuration got: on a shared machine this,
+  // not oslo, decides the wall-clock speed-up.
+  {
+    std::vector<double> u1, u2, c1, c2;
+    for (size_t i = 0; i < rounds; ++i) {
+      u1.push_back(num(tp1[i], "util_r0"));
+      u2.push_back(0.5 * (num(tp2[i], "util_r0") + num(tp2[i], "util_r1")));
+      c1.push_back(num(tp1[i], "cpu_fwdbwd_s"));
+      c2.push_back(num(tp2[i], "cpu_fwdbwd_s"));
+    }
+    const double cpu_speedup = median(c1) / median(c2);
+    std::printf("\nCore share during the timed step (median): TP=1 rank %.2f of its core; TP=2 ranks "
+                "%.2f of theirs (other jobs took the rest).\nCPU-time speed-up %.3fx x share ratio "
+                "%.2f/%.2f = %.3fx: the wall-clock speed-up these shares allow.\nWith the cores to "
+                "ourselves (shares 1.00 and 1.00) the estimate is ~%.2fx (the CPU-time speed-up; it "
+                "leaves out barrier waits).\n",
+                median(u1), median(u2), cpu_speedup, median(u2), median(u1),
+                cpu_speedup * median(u2) / median(u1), cpu_speedup);
+  }
+
   // Correctness: every TP=2 run against every TP=1 run.
   double worst = 0;
   const char* sums[] = {"y", "dx", "gw1", "gw2"};

@@ -449,7 +449,7 @@ void write_shard(const std::string& dir, const std::string& save_id,
       rec["length"] = g.real_rows;
       stored = g.real_rows > 0;
       shape[d] = g.real_rows;
-      if (stored && g.real_rows < p.local_shape[d] && d > 0) {
+      if (stored && g.real_rows < p.local_shape[d] && d > 0 && g.local_numel > 0) {
         // Padding along an inner dimension: gather the real rows of every
         // outer index into a compact buffer.
         const size_t es = dtype_size(p.dtype);
@@ -604,7 +604,8 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
                    r->offset > next ? "leave rows " : "overlap at rows ", std::min(next, r->offset),
                    "..", std::max(next, r->offset), r->offset > next ? " unsaved" : "",
                    " (split_dim ", ref->split_dim, ", extent ", G, ")");
-        next += r->length;
+        OSLO_CHECK(!__builtin_add_overflow(next, r->length, &next), OSLO_ERR_INVALID_ARGUMENT,
+                   "tensor '", name, "': slice rows overflow");
         ojson s;
         s["file"] = r->file;
         s["key"] = name;
@@ -1008,7 +1009,7 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
       copy_box(rc, lo, hi, sorg, sshape, dorg, p.local_shape);
     }
     // Rows past the global end (padding) are zero.
-    if (l >= 0 && plan.real_rows < p.local_shape[l]) {
+    if (l >= 0 && plan.real_rows < p.local_shape[l] && p.data != nullptr) {
       const size_t es = dtype_size(p.dtype);
       size_t outer = 1, inner = 1;
       for (int k = 0; k < l; ++k) outer *= static_cast<size_t>(p.local_shape[k]);

@@ -178,7 +178,7 @@ Local make_local(const Full& full, int split_dim, int r, int tp, oslo_dtype dtyp
   // For saving: the buffer holds the slice and garbage padding.
   if (fill == 0) {
     l.buf = l.expect;
-    if (d >= 0)
+    if (d >= 0 && !l.buf.empty())
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t row = real; row < L; ++row)
           std::memset(l.buf.data() + ((o * L + row) * inner) * des, 0x7f,

@@ -2,6 +2,9 @@
 // in-process HashStore: every op, dtype and reduce op; argument errors; the
 // fault paths that threads can exercise (abort, timeout, a peer that left,
 // mismatched collectives, a broken communicator).
+#include <fcntl.h>
+#include <sys/mman.h>
+
 #include <atomic>
 
 #include "tests/shm/shm_test_util.hpp"
@@ -128,6 +131,32 @@ void test_create_errors(void**) {
   assert_int_equal(s1, OSLO_ERR_INVALID_ARGUMENT);
   assert_true(contains(m1, "created for 2 ranks"));
   assert_true(s0 == OSLO_ERR_TIMEOUT || s0 == OSLO_ERR_COMM);
+  assert_true(leftover_segments({getpid()}).empty());
+}
+
+// A joining rank checks what it maps: a missing segment and a foreign one
+// are OSLO_ERR_IO errors naming the call or the problem.
+void test_open_errors(void**) {
+  oslo::HashStore store;
+  std::string msg;
+  std::string missing = "/oslo-shm-test-missing-" + std::to_string(getpid());
+  store.set("bad/1/shm/name", std::vector<uint8_t>(missing.begin(), missing.end()));
+  assert_int_equal(
+      status_of([&] { oslo::create_shm_communicator(store, "bad/1", 1, 2, 1.0); }, &msg),
+      OSLO_ERR_IO);
+  assert_true(contains(msg, "shm_open(") && contains(msg, "No such file"));
+  // A segment of the right size that is not ours.
+  std::string foreign = "/oslo-shm-" + std::to_string(getpid()) + "-foreign";
+  int fd = shm_open(foreign.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, 1 << 20), 0);
+  close(fd);
+  store.set("bad/2/shm/name", std::vector<uint8_t>(foreign.begin(), foreign.end()));
+  oslo_status st =
+      status_of([&] { oslo::create_shm_communicator(store, "bad/2", 1, 2, 1.0); }, &msg);
+  shm_unlink(foreign.c_str());
+  assert_int_equal(st, OSLO_ERR_IO);
+  assert_true(contains(msg, "not an oslo shm segment"));
   assert_true(leftover_segments({getpid()}).empty());
 }
 
@@ -294,6 +323,7 @@ int main(void) {
       cmocka_unit_test(test_ops_4),
       cmocka_unit_test(test_argument_errors),
       cmocka_unit_test(test_create_errors),
+      cmocka_unit_test(test_open_errors),
       cmocka_unit_test(test_abort_from_thread),
       cmocka_unit_test(test_abort_wakes_peer),
       cmocka_unit_test(test_timeout),

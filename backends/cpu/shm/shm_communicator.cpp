@@ -329,7 +329,8 @@ class ShmCommunicator final : public Communicator {
   bool peer_alive(int peer);
   [[noreturn]] void peer_died(int peer) const;
   std::string who(int peer) const {
-    return str("rank ", peer, " (pid ", ctrl_[peer].pid.load(std::memory_order_relaxed), ")");
+    int32_t pid = ctrl_[peer].pid.load(std::memory_order_relaxed);
+    return pid > 0 ? str("rank ", peer, " (pid ", pid, ")") : str("rank ", peer, " (never attached)");
   }
   void wake_own_words() noexcept;
   void watch_peer(int peer);
@@ -494,9 +495,6 @@ void ShmCommunicator::connect(Store& store, const std::string& prefix, const Dea
   } else {
     std::vector<uint8_t> v = store.get(name_key, deadline);
     name_.assign(v.begin(), v.end());
-    // Until the group has formed, any member that fails removes the name:
-    // the creator may be dead, and the segment is useless to a failed group.
-    unlink_name_ = name_;
     fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
       fail(OSLO_ERR_IO, "shm: shm_open(", name_, ") failed: ", errno_text(errno),
@@ -545,6 +543,9 @@ void ShmCommunicator::connect(Store& store, const std::string& prefix, const Dea
                 hdr_->ring_data_off + n * (n - 1) * hdr_->ring_bytes <= total &&
                 (ring_bytes_ & (ring_bytes_ - 1)) == 0 && ring_bytes_ >= 64;
     OSLO_CHECK(sane, OSLO_ERR_IO, "shm: segment ", name_, " has an inconsistent header");
+    // It is ours. Until the group has formed, any member that fails removes
+    // the name: the creator may be dead, and a failed group has no use for it.
+    unlink_name_ = name_;
   }
   ctrl_ = reinterpret_cast<RankCtrl*>(base_ + hdr_->ctrl_off);
   data_ = base_ + hdr_->data_off;
