@@ -619,7 +619,8 @@ OSLO_API oslo_status oslo_checkpoint_save(oslo_param_set *set, const char *dir);
  * byte ranges of its own slice and re-slices (padding rows are zeroed).
  * Dtypes are converted. Not collective. Errors: OSLO_ERR_INVALID_ARGUMENT,
  * OSLO_ERR_IO (missing files), OSLO_ERR_FORMAT (corrupt manifest or shard,
- * missing tensor: the message names it), OSLO_ERR_SHAPE (global shape differs).
+ * missing tensor: the message names it), OSLO_ERR_SHAPE (global shape differs),
+ * OSLO_ERR_DTYPE (a float checkpoint loaded into an integer tensor).
  */
 OSLO_API oslo_status oslo_checkpoint_load(oslo_param_set *set, const char *dir);
 

@@ -25,9 +25,11 @@
 //   R rounds for the M = 2048 rows (default 7), 3 R for the cheap M = 1 rows.
 //   Rows: M = 2048 and M = 1 without bias (the headline, same FLOPs as the
 //   plain GEMM) for every thread count; with bias (information) at 1 thread.
+//        bench_linear --dtype-probe   (information: f32 vs bf16/f16 weights)
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -264,6 +266,61 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
              maxdiff / (ymax > 0 ? ymax : 1.0), maxrel};
 }
 
+// --dtype-probe: the same 1 x 4096 x 4096 forward with the layer's weight
+// stored as f32, bf16 and f16 (compute is f32 in oslo's CPU backend), with
+// the minor page faults per call (getrusage), which are noise-free. Shows the
+// cost of oslo converting a non-f32 weight on every call.
+int dtype_probe() {
+  pin_to({0});
+  oslo_context* ctx = nullptr;
+  CHECK(oslo_context_create(&ctx, "{\"num_threads\": 1}"));
+  const int64_t M = 1, K = 4096, N = 4096;
+  float* W = alloc_f32(static_cast<size_t>(N * K));
+  for (int64_t i = 0; i < N * K; ++i) W[i] = hashval(i, 1) / 64.0f;
+  float* X = alloc_f32(static_cast<size_t>(M * K));
+  for (int64_t i = 0; i < M * K; ++i) X[i] = hashval(i, 3);
+  float* Y = alloc_f32(static_cast<size_t>(M * N));
+  int64_t ws[2] = {N, K}, xs[2] = {M, K}, ys[2] = {M, N};
+  oslo_tensor *wt = nullptr, *xt = nullptr, *yt = nullptr;
+  CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_F32, 2, ws));
+  CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_F32, 2, xs));
+  CHECK(oslo_tensor_wrap(&yt, ctx, Y, OSLO_F32, 2, ys));
+  std::printf("\n| weight dtype | M x K x N | forward ms (median of 9 x 10 calls) | minor page faults per call |\n");
+  std::printf("|--------------|-----------|------------------------------------:|---------------------------:|\n");
+  for (oslo_dtype dt : {OSLO_F32, OSLO_BF16, OSLO_F16}) {
+    oslo_linear_options o = oslo_linear_default_options();
+    o.in_features = K;
+    o.out_features = N;
+    o.bias = 0;
+    o.dtype = dt;
+    oslo_parallel_linear* layer = nullptr;
+    CHECK(oslo_parallel_linear_create(&layer, ctx, &o));
+    CHECK(oslo_parallel_linear_load_full(layer, wt, nullptr));
+    CHECK(oslo_parallel_linear_forward(yt, layer, xt));  // warm-up
+    std::vector<double> t;
+    long faults = 0;
+    for (int r = 0; r < 9; ++r) {
+      rusage u0, u1;
+      getrusage(RUSAGE_SELF, &u0);
+      double s = now();
+      for (int i = 0; i < 10; ++i) CHECK(oslo_parallel_linear_forward(yt, layer, xt));
+      t.push_back((now() - s) / 10);
+      getrusage(RUSAGE_SELF, &u1);
+      faults += u1.ru_minflt - u0.ru_minflt;
+    }
+    std::printf("| %-12s | 1 x 4096 x 4096 | %35.2f | %26ld |\n",
+                dt == OSLO_F32 ? "f32" : dt == OSLO_BF16 ? "bf16" : "f16", median(t) * 1e3,
+                faults / 90);
+    oslo_parallel_linear_destroy(layer);
+  }
+  oslo_tensor_destroy(wt);
+  oslo_tensor_destroy(xt);
+  oslo_tensor_destroy(yt);
+  oslo_context_destroy(ctx);
+  for (float* p : {W, X, Y}) std::free(p);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -286,8 +343,11 @@ int main(int argc, char** argv) {
       rounds = std::atoi(argv[++i]);
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--dtype-probe") {
+      return dtype_probe();
     } else {
-      std::fprintf(stderr, "usage: %s [--threads 1,2] [--rounds R] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads 1,2] [--rounds R] [--quick] | --dtype-probe\n",
+                   argv[0]);
       return 2;
     }
   }
