@@ -48,10 +48,25 @@ void CpuKernels::convert(oslo_dtype dst_dtype, void* dst, oslo_dtype src_dtype, 
     if (dst != src) std::memmove(dst, src, n * dtype_size(dst_dtype));
     return;
   }
-  if (src_dtype == OSLO_F32) {
-    from_f32(dst_dtype, static_cast<const float*>(src), dst, n);
-  } else if (dst_dtype == OSLO_F32) {
-    to_f32(src_dtype, src, static_cast<float*>(dst), n);
+  const size_t dsz = dtype_size(dst_dtype), ssz = dtype_size(src_dtype);
+  // Checked here: nothing may throw inside the parallel region below.
+  OSLO_CHECK(dtype_is_float(src_dtype) && dtype_is_float(dst_dtype), OSLO_ERR_DTYPE,
+             "cpu: cannot convert ", dtype_name(src_dtype), " to ", dtype_name(dst_dtype));
+  if (src_dtype == OSLO_F32 || dst_dtype == OSLO_F32) {
+    // Element-wise, so splitting into blocks across threads is deterministic.
+    const int64_t block = 1 << 14;
+    const int64_t nblocks = (static_cast<int64_t>(n) + block - 1) / block;
+#pragma omp parallel for num_threads(num_threads_) if (nblocks > 1)
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const size_t i = static_cast<size_t>(b * block);
+      const size_t c = std::min<size_t>(block, n - i);
+      const char* s = static_cast<const char*>(src) + i * ssz;
+      char* d = static_cast<char*>(dst) + i * dsz;
+      if (src_dtype == OSLO_F32)
+        from_f32(dst_dtype, reinterpret_cast<const float*>(s), d, c);
+      else
+        to_f32(src_dtype, s, reinterpret_cast<float*>(d), c);
+    }
   } else {  // f16 <-> bf16 through f32, in blocks
     float buf[1024];
     for (size_t i = 0; i < n; i += 1024) {

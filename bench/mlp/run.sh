@@ -2,7 +2,7 @@
 # Benchmark 2: TP=2 (2 processes) vs TP=1 (1 process) speed-up of an MLP block
 # 4096 -> 16384 -> 4096 over 2048 tokens, forward and forward+backward.
 #
-# Usage: bench/mlp/run.sh BUILD_DIR [ROUNDS]     (default 3 rounds: ~2 minutes on an idle machine, up to ~5 when shared)
+# Usage: bench/mlp/run.sh BUILD_DIR [ROUNDS]     (default 3 rounds: ~1.5 min on a quiet machine, up to ~5 when shared)
 # BUILD_DIR is a build of this tree, e.g.
 #   cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release && cmake --build build-bench -j2
 # Every round runs TP=1 and TP=2 once each, alternating which goes first; the

@@ -271,7 +271,6 @@ class ShmCommunicator final : public Communicator {
   }
 
   ~ShmCommunicator() override {
-    if (getenv("OSLO_SHM_STATS")) fprintf(stderr, "rank %d: fast %ld spin %ld sleep %ld wait %.3f ms\n", rank_, st_fast, st_spin, st_sleep, st_wait_ns/1e6);
     if (ctrl_) {
       // Peers still waiting for this rank learn at once that it is gone.
       uint32_t expected = 0;
@@ -416,9 +415,6 @@ class ShmCommunicator final : public Communicator {
   std::vector<Clock::time_point> next_live_check_;
 
   oslo_status broken_status_ = OSLO_OK;
- public:
-  long st_fast = 0, st_spin = 0, st_sleep = 0; long long st_wait_ns = 0;
- private:
   std::string broken_msg_;
 };
 
@@ -723,10 +719,8 @@ void ShmCommunicator::peer_died(int peer) const {
 template <typename Ready>
 bool ShmCommunicator::wait_word(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers,
                                 int peer, Ready ready, LazyDeadline& dl) {
-  if (ready(word.load(std::memory_order_acquire))) { ++st_fast; return true; }
+  if (ready(word.load(std::memory_order_acquire))) return true;
   Clock::time_point start = Clock::now();
-  struct Acc { ShmCommunicator* c; Clock::time_point s; ~Acc(){ c->st_wait_ns += (Clock::now()-s).count(); } } acc{this, start};
-  ++st_spin;
   if (!dl.set) {
     dl.set = true;
     dl.end = start + std::chrono::nanoseconds(timeout_ns_);
@@ -761,7 +755,6 @@ bool ShmCommunicator::wait_word(std::atomic<uint32_t>& word, std::atomic<uint32_
     int64_t slice = std::min<int64_t>(
         kLivenessPeriodNs, std::chrono::duration_cast<std::chrono::nanoseconds>(dl.end - now).count());
     timespec ts{static_cast<time_t>(slice / 1000000000), static_cast<long>(slice % 1000000000)};
-    ++st_sleep;
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     uint32_t v = word.load(std::memory_order_seq_cst);
     if (!ready(v)) futex(&word, FUTEX_WAIT, v, &ts);
