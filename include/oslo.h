@@ -60,19 +60,19 @@ extern "C" {
 /** Result of every fallible call. Values are stable; new ones are appended. */
 typedef enum oslo_status {
   OSLO_OK = 0,
-  OSLO_ERR_INVALID_ARGUMENT = 1,  /**< NULL pointer, bad value, bad index */
-  OSLO_ERR_OUT_OF_MEMORY = 2,     /**< allocation failed */
-  OSLO_ERR_BACKEND_UNAVAILABLE = 3, /**< backend not built or not loadable */
-  OSLO_ERR_COMM = 4,              /**< a peer died, a connection broke, aborted */
-  OSLO_ERR_TIMEOUT = 5,           /**< a blocking call passed timeout_seconds */
-  OSLO_ERR_IO = 6,                /**< file system error */
-  OSLO_ERR_FORMAT = 7,            /**< corrupt or invalid file or JSON */
-  OSLO_ERR_SHAPE = 8,             /**< tensor shapes do not match */
-  OSLO_ERR_DTYPE = 9,             /**< tensor dtype not allowed here */
-  OSLO_ERR_CONFIG = 10,           /**< invalid configuration key or value */
-  OSLO_ERR_NOT_SUPPORTED = 11,    /**< valid request this build cannot do */
-  OSLO_ERR_INTERNAL = 12,         /**< a bug in oslo; please report it */
-  OSLO_STATUS_COUNT,              /**< number of codes; not a status */
+  OSLO_ERR_INVALID_ARGUMENT = 1,           /**< NULL pointer, bad value, bad index */
+  OSLO_ERR_OUT_OF_MEMORY = 2,              /**< allocation failed */
+  OSLO_ERR_BACKEND_UNAVAILABLE = 3,        /**< backend not built or not loadable */
+  OSLO_ERR_COMM = 4,                       /**< a peer died, a connection broke, aborted */
+  OSLO_ERR_TIMEOUT = 5,                    /**< a blocking call passed timeout_seconds */
+  OSLO_ERR_IO = 6,                         /**< file system error */
+  OSLO_ERR_FORMAT = 7,                     /**< corrupt or invalid file or JSON */
+  OSLO_ERR_SHAPE = 8,                      /**< tensor shapes do not match */
+  OSLO_ERR_DTYPE = 9,                      /**< tensor dtype not allowed here */
+  OSLO_ERR_CONFIG = 10,                    /**< invalid configuration key or value */
+  OSLO_ERR_NOT_SUPPORTED = 11,             /**< valid request this build cannot do */
+  OSLO_ERR_INTERNAL = 12,                  /**< a bug in oslo; please report it */
+  OSLO_STATUS_COUNT,                       /**< number of codes; not a status */
   OSLO_STATUS_ENUM_MIN_ = -2147483647 - 1, /* not values: see oslo_dtype */
   OSLO_STATUS_ENUM_MAX_ = 2147483647
 } oslo_status;
@@ -266,7 +266,8 @@ OSLO_API oslo_status oslo_tensor_create(oslo_tensor **out, oslo_context *ctx, os
 OSLO_API oslo_status oslo_tensor_wrap(oslo_tensor **out, oslo_context *ctx, void *data,
                                       oslo_dtype dtype, int ndim, const int64_t *shape);
 
-/** Destroys a tensor (memory it owns is freed when no DLPack export still uses it). NULL is a no-op. */
+/** Destroys a tensor (memory it owns is freed when no DLPack export still uses it). NULL is a
+ * no-op. */
 OSLO_API void oslo_tensor_destroy(oslo_tensor *tensor);
 
 /**
@@ -344,9 +345,8 @@ OSLO_API oslo_status oslo_all_gather(oslo_tensor *output, oslo_context *ctx, osl
  * Reduces `input` (numel = output.numel * group size) over the group and
  * leaves block `rank` (along dimension 0) in `output`. Errors: as oslo_all_gather.
  */
-OSLO_API oslo_status oslo_reduce_scatter(oslo_tensor *output, oslo_context *ctx,
-                                         oslo_group group, const oslo_tensor *input,
-                                         oslo_reduce_op op);
+OSLO_API oslo_status oslo_reduce_scatter(oslo_tensor *output, oslo_context *ctx, oslo_group group,
+                                         const oslo_tensor *input, oslo_reduce_op op);
 
 /**
  * Copies `tensor` of group rank `root` into `tensor` on every other rank.
@@ -365,8 +365,7 @@ OSLO_API oslo_status oslo_send(oslo_context *ctx, oslo_group group, const oslo_t
                                int peer);
 
 /** Receives into `tensor` from group rank `peer`. Errors: as oslo_send. */
-OSLO_API oslo_status oslo_recv(oslo_tensor *tensor, oslo_context *ctx, oslo_group group,
-                               int peer);
+OSLO_API oslo_status oslo_recv(oslo_tensor *tensor, oslo_context *ctx, oslo_group group, int peer);
 
 /** Blocks until every rank of the group arrived. Errors: OSLO_ERR_COMM, OSLO_ERR_TIMEOUT. */
 OSLO_API oslo_status oslo_barrier(oslo_context *ctx, oslo_group group);
@@ -438,8 +437,7 @@ OSLO_API oslo_status oslo_parallel_linear_load_shard(oslo_parallel_linear *layer
  * Errors: OSLO_ERR_INVALID_ARGUMENT.
  */
 OSLO_API oslo_status oslo_parallel_linear_params(oslo_tensor **weight, oslo_tensor **bias,
-                                                 oslo_tensor **grad_weight,
-                                                 oslo_tensor **grad_bias,
+                                                 oslo_tensor **grad_weight, oslo_tensor **grad_bias,
                                                  const oslo_parallel_linear *layer);
 
 /**
@@ -451,8 +449,7 @@ OSLO_API oslo_status oslo_parallel_linear_params(oslo_tensor **weight, oslo_tens
  * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_SHAPE, OSLO_ERR_DTYPE,
  * OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
  */
-OSLO_API oslo_status oslo_parallel_linear_forward(oslo_tensor *output,
-                                                  oslo_parallel_linear *layer,
+OSLO_API oslo_status oslo_parallel_linear_forward(oslo_tensor *output, oslo_parallel_linear *layer,
                                                   const oslo_tensor *input);
 
 /**
@@ -505,8 +502,7 @@ OSLO_API oslo_status oslo_parallel_embedding_load_shard(oslo_parallel_embedding 
                                                         const oslo_tensor *weight);
 
 /** Borrowed local weight and its gradient (either may be NULL). */
-OSLO_API oslo_status oslo_parallel_embedding_params(oslo_tensor **weight,
-                                                    oslo_tensor **grad_weight,
+OSLO_API oslo_status oslo_parallel_embedding_params(oslo_tensor **weight, oslo_tensor **grad_weight,
                                                     const oslo_parallel_embedding *emb);
 
 /**
@@ -540,12 +536,10 @@ OSLO_API oslo_status oslo_parallel_embedding_zero_grad(oslo_parallel_embedding *
  * out of range), OSLO_ERR_SHAPE, OSLO_ERR_DTYPE, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
  */
 OSLO_API oslo_status oslo_vocab_parallel_cross_entropy(oslo_tensor *losses, float *mean_loss,
-                                                       oslo_tensor *grad_logits,
-                                                       oslo_context *ctx,
+                                                       oslo_tensor *grad_logits, oslo_context *ctx,
                                                        const oslo_tensor *logits,
                                                        const oslo_tensor *labels,
-                                                       int64_t vocab_size,
-                                                       int64_t ignore_index);
+                                                       int64_t vocab_size, int64_t ignore_index);
 
 /* ------------------------------------------------------------------------ */
 /* Parameter sets: gradient clipping and checkpoints                         */
@@ -569,8 +563,8 @@ OSLO_API void oslo_param_set_destroy(oslo_param_set *set);
  * oslo_clip_grad_norm. Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, duplicate
  * name, split_dim out of range), OSLO_ERR_SHAPE (grad shape).
  */
-OSLO_API oslo_status oslo_param_set_add(oslo_param_set *set, const char *name,
-                                        oslo_tensor *tensor, oslo_tensor *grad, int split_dim);
+OSLO_API oslo_status oslo_param_set_add(oslo_param_set *set, const char *name, oslo_tensor *tensor,
+                                        oslo_tensor *grad, int split_dim);
 
 /**
  * Adds a linear layer's parameters as "<prefix>.weight" and "<prefix>.bias"
@@ -598,8 +592,8 @@ OSLO_API oslo_status oslo_param_set_count(size_t *count, const oslo_param_set *s
  * gradient are skipped. Collective over the tensor group.
  * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
  */
-OSLO_API oslo_status oslo_clip_grad_norm(double *total_norm, oslo_param_set *set,
-                                         double max_norm, double norm_type);
+OSLO_API oslo_status oslo_clip_grad_norm(double *total_norm, oslo_param_set *set, double max_norm,
+                                         double norm_type);
 
 /**
  * Saves the set under directory `dir` (created if missing): one safetensors

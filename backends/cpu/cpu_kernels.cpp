@@ -36,8 +36,8 @@ void CpuKernels::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   // oneDNN reads the OpenMP thread count of the calling thread, so ranks that
   // are threads of one process each get their own count.
   omp_set_num_threads(num_threads_);
-  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda,
-                                b, ldb, beta, c, ldc);
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                                ldb, beta, c, ldc);
   OSLO_CHECK(st == dnnl_success, OSLO_ERR_INTERNAL, "cpu: dnnl_sgemm failed with status ",
              static_cast<int>(st), " for m=", m, " n=", n, " k=", k);
 }
@@ -102,8 +102,8 @@ void CpuKernels::accumulate_column_sums(float* out, const float* y, int64_t rows
   }
 }
 
-void CpuKernels::copy_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld,
-                         int64_t rows, int64_t cols) {
+void CpuKernels::copy_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
+                         int64_t cols) {
 #pragma omp parallel for num_threads(num_threads_) if (rows * cols > kParallelGrain)
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(dst + r * dst_ld, src + r * src_ld, static_cast<size_t>(cols) * sizeof(float));
@@ -158,9 +158,9 @@ void CpuKernels::embedding_forward(float* out, const float* table, int64_t start
   }
 }
 
-void CpuKernels::embedding_backward(float* grad_table, int64_t start, int64_t rows,
-                                    int64_t hidden, const void* ids, oslo_dtype id_dtype,
-                                    int64_t n, const float* grad_out) {
+void CpuKernels::embedding_backward(float* grad_table, int64_t start, int64_t rows, int64_t hidden,
+                                    const void* ids, oslo_dtype id_dtype, int64_t n,
+                                    const float* grad_out) {
   // Token order, one thread: repeated ids accumulate in a fixed order.
   for (int64_t t = 0; t < n; ++t) {
     int64_t local = read_id(ids, id_dtype, t) - start;
@@ -205,10 +205,9 @@ void CpuKernels::xent_local_sums(float* sums, const float* logits, const float* 
   }
 }
 
-void CpuKernels::xent_grad(float* grad, const float* logits, const float* gmax,
-                           const float* sumexp, const void* labels, oslo_dtype label_dtype,
-                           int64_t tokens, int64_t cols, int64_t valid, int64_t start,
-                           int64_t ignore_index, float scale) {
+void CpuKernels::xent_grad(float* grad, const float* logits, const float* gmax, const float* sumexp,
+                           const void* labels, oslo_dtype label_dtype, int64_t tokens, int64_t cols,
+                           int64_t valid, int64_t start, int64_t ignore_index, float scale) {
 #pragma omp parallel for num_threads(num_threads_) if (tokens * cols > kParallelGrain)
   for (int64_t t = 0; t < tokens; ++t) {
     const float* x = logits + t * cols;

@@ -26,8 +26,8 @@
 //   Rows: M = 2048 and M = 1 without bias (the headline, same FLOPs as the
 //   plain GEMM) for every thread count; with bias (information) at 1 thread.
 //        bench_linear --dtype-probe   (information: f32 vs bf16/f16 weights)
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -44,21 +44,20 @@
 
 #include "oslo.h"
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    oslo_status st_ = (call);                                                               \
-    if (st_ != OSLO_OK) {                                                                   \
-      std::fprintf(stderr, "%s failed: %s: %s\n", #call, oslo_status_string(st_),           \
-                   oslo_last_error());                                                      \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+#define CHECK(call)                                                               \
+  do {                                                                            \
+    oslo_status st_ = (call);                                                     \
+    if (st_ != OSLO_OK) {                                                         \
+      std::fprintf(stderr, "%s failed: %s: %s\n", #call, oslo_status_string(st_), \
+                   oslo_last_error());                                            \
+      std::exit(1);                                                               \
+    }                                                                             \
   } while (0)
 
 namespace {
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // CPU time of the whole process (all its threads): unlike wall time it does
@@ -186,8 +185,8 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
       std::exit(1);
     }
     if (with_bias) {  // same work as oslo's bias epilogue, written the plain way
-      // (threads only when there is enough work, as oslo does: waking a second
-      // thread for the 4096 adds of M = 1 would cost more than the adds)
+                      // (threads only when there is enough work, as oslo does: waking a second
+                      // thread for the 4096 adds of M = 1 would cost more than the adds)
 #pragma omp parallel for num_threads(threads) if (M * N > (1 << 15))
       for (int64_t r = 0; r < M; ++r) {
         float* yr = y + r * N;
@@ -214,16 +213,20 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   auto sample = [&](int which) {
     double c = cpu_now(), s = now();
     for (int i = 0; i < inner; ++i) {
-      if (which == 0) call_oslo();
-      else if (which == 1) call_same();
-      else call_own();
+      if (which == 0)
+        call_oslo();
+      else if (which == 1)
+        call_same();
+      else
+        call_own();
     }
     double w = now() - s;
     return Sample{w / inner, (cpu_now() - c) / inner};
   };
   // The three variants run back to back in every round; the order cycles
   // through all 6 permutations so no variant always goes first or last.
-  static const int orders[6][3] = {{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}, {1, 0, 2}, {0, 2, 1}};
+  static const int orders[6][3] = {{0, 1, 2}, {1, 2, 0}, {2, 0, 1},
+                                   {2, 1, 0}, {1, 0, 2}, {0, 2, 1}};
   std::vector<double> to, ts, tw, rs, rcs, rw, util;
   for (int r = 0; r < rounds; ++r) {
     Sample smp[3];
@@ -259,11 +262,23 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   oslo_parallel_linear_destroy(layer);
   for (float* p : {W, B, X, Yo, Ys, Yw}) std::free(p);
 
-  return Row{threads,    M,          K,          N,          with_bias,
-             rounds,     inner,      median(to), median(ts), median(tw),
+  return Row{threads,
+             M,
+             K,
+             N,
+             with_bias,
+             rounds,
+             inner,
+             median(to),
+             median(ts),
+             median(tw),
              *std::min_element(ts.begin(), ts.end()) / *std::min_element(to.begin(), to.end()),
-             stat(rs),   stat(rcs),  stat(rw),   median(util),
-             maxdiff / (ymax > 0 ? ymax : 1.0), maxrel};
+             stat(rs),
+             stat(rcs),
+             stat(rw),
+             median(util),
+             maxdiff / (ymax > 0 ? ymax : 1.0),
+             maxrel};
 }
 
 // --dtype-probe: the same 1 x 4096 x 4096 forward with the layer's weight
@@ -285,8 +300,12 @@ int dtype_probe() {
   CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_F32, 2, ws));
   CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_F32, 2, xs));
   CHECK(oslo_tensor_wrap(&yt, ctx, Y, OSLO_F32, 2, ys));
-  std::printf("\n| weight dtype | M x K x N | forward ms (median of 9 x 10 calls) | minor page faults per call |\n");
-  std::printf("|--------------|-----------|------------------------------------:|---------------------------:|\n");
+  std::printf(
+      "\n| weight dtype | M x K x N | forward ms (median of 9 x 10 calls) | minor page faults per "
+      "call |\n");
+  std::printf(
+      "|--------------|-----------|------------------------------------:|--------------------------"
+      "-:|\n");
   for (oslo_dtype dt : {OSLO_F32, OSLO_BF16, OSLO_F16}) {
     oslo_linear_options o = oslo_linear_default_options();
     o.in_features = K;
@@ -309,8 +328,10 @@ int dtype_probe() {
       faults += u1.ru_minflt - u0.ru_minflt;
     }
     std::printf("| %-12s | 1 x 4096 x 4096 | %35.2f | %26ld |\n",
-                dt == OSLO_F32 ? "f32" : dt == OSLO_BF16 ? "bf16" : "f16", median(t) * 1e3,
-                faults / 90);
+                dt == OSLO_F32    ? "f32"
+                : dt == OSLO_BF16 ? "bf16"
+                                  : "f16",
+                median(t) * 1e3, faults / 90);
     oslo_parallel_linear_destroy(layer);
   }
   oslo_tensor_destroy(wt);
@@ -358,8 +379,10 @@ int main(int argc, char** argv) {
     bool bias;
   };
   const Shape shapes[] = {
-      {2048, 4096, 4096, false}, {1, 4096, 4096, false},  // headline (same FLOPs)
-      {2048, 4096, 4096, true},  {1, 4096, 4096, true},   // bias epilogue included
+      {2048, 4096, 4096, false},
+      {1, 4096, 4096, false},  // headline (same FLOPs)
+      {2048, 4096, 4096, true},
+      {1, 4096, 4096, true},  // bias epilogue included
   };
 
   std::vector<Row> rows;
@@ -407,18 +430,25 @@ int main(int argc, char** argv) {
         "| %7d | %-18s | %-4s | %7.2f | %9.2f | %5.3f [%5.3f..%5.3f]             | %-6s | %-3s "
         "| %5.3f [%5.3f..%5.3f]                   | %23.3f | %15.2f | %17.3f | %13.2f | %23.1e | "
         "%15.1e |\n",
-        r.threads, shape, r.bias ? "yes" : "no", r.t_oslo * 1e3, r.t_same * 1e3,
-        r.ratio_same.med, r.ratio_same.lo, r.ratio_same.hi, r.bias ? "(info)" : ">=0.95",
+        r.threads, shape, r.bias ? "yes" : "no", r.t_oslo * 1e3, r.t_same * 1e3, r.ratio_same.med,
+        r.ratio_same.lo, r.ratio_same.hi, r.bias ? "(info)" : ">=0.95",
         r.bias ? "-" : (met ? "yes" : "NO"), r.cpu_ratio_same.med, r.cpu_ratio_same.lo,
         r.cpu_ratio_same.hi, r.best_ratio, r.t_own * 1e3, r.ratio_own.med, r.util,
         r.max_diff_vs_direct, r.max_rel_vs_double);
   }
-  std::printf("\n(%d rounds per M = 2048 row, %d per M = 1 row, the 3 variants back to back in rotating order; each sample averages enough calls to last >= 0.15 s (one call for M = 2048);"
-              " direct/oslo = dnnl_sgemm time on the layer's own weight memory / oslo time within a round; best = ratio of the fastest samples; own-W = dnnl_sgemm on a separate copy of W; oslo CPU/wall = CPU seconds the"
-              " process got per wall second during the oslo samples (= threads when no other job shares its cores))\n",
-              rounds, 3 * rounds);
-  std::printf("correctness: %s (oslo vs direct <= 1e-5, sampled entries vs fp64 <= 1e-4, relative to max|y|)\n",
-              all_ok ? "PASS" : "FAIL");
+  std::printf(
+      "\n(%d rounds per M = 2048 row, %d per M = 1 row, the 3 variants back to back in rotating "
+      "order; each sample averages enough calls to last >= 0.15 s (one call for M = 2048);"
+      " direct/oslo = dnnl_sgemm time on the layer's own weight memory / oslo time within a round; "
+      "best = ratio of the fastest samples; own-W = dnnl_sgemm on a separate copy of W; oslo "
+      "CPU/wall = CPU seconds the"
+      " process got per wall second during the oslo samples (= threads when no other job shares "
+      "its cores))\n",
+      rounds, 3 * rounds);
+  std::printf(
+      "correctness: %s (oslo vs direct <= 1e-5, sampled entries vs fp64 <= 1e-4, relative to "
+      "max|y|)\n",
+      all_ok ? "PASS" : "FAIL");
   std::printf("headline goal (no bias, direct/oslo >= 0.95): %s\n", goal_ok ? "MET" : "NOT MET");
   return all_ok ? 0 : 1;
 }

@@ -27,8 +27,8 @@
 // Usage: bench_mlp [--tokens T] [--hidden H] [--ffn F] [--iters N]   (N timed steps, default 1)
 //        bench_mlp --summarize FILE
 #include <sched.h>
-#include <unistd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,21 +45,20 @@
 
 #include "oslo.h"
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    oslo_status st_ = (call);                                                               \
-    if (st_ != OSLO_OK) {                                                                   \
-      std::fprintf(stderr, "%s failed: %s: %s\n", #call, oslo_status_string(st_),           \
-                   oslo_last_error());                                                      \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+#define CHECK(call)                                                               \
+  do {                                                                            \
+    oslo_status st_ = (call);                                                     \
+    if (st_ != OSLO_OK) {                                                         \
+      std::fprintf(stderr, "%s failed: %s: %s\n", #call, oslo_status_string(st_), \
+                   oslo_last_error());                                            \
+      std::exit(1);                                                               \
+    }                                                                             \
   } while (0)
 
 namespace {
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double cpu_now() {  // CPU time of this process (all threads)
@@ -330,7 +329,8 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
         const float v = p2[i * FL + j];
         sgw2.sum += v;
         sgw2.abs += std::fabs(v);
-        sgw2.wsum += static_cast<double>(v) * hashval(static_cast<uint64_t>(i * F + r * FL + j), 99);
+        sgw2.wsum +=
+            static_cast<double>(v) * hashval(static_cast<uint64_t>(i * F + r * FL + j), 99);
       }
   }
   // Reduce the 6 partial sums (as f32 hi + lo pairs to keep ~double accuracy)
@@ -366,8 +366,8 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
 
   if (r == 0) {
     const ProcStat &a0 = ps0.at(0), &a1 = ps1.at(0);
-    const double jiff = static_cast<double>((a1.busy - a0.busy) + (a1.idle - a0.idle) +
-                                            (a1.steal - a0.steal));
+    const double jiff =
+        static_cast<double>((a1.busy - a0.busy) + (a1.idle - a0.idle) + (a1.steal - a0.steal));
     auto pct = [&](unsigned long long d) { return jiff > 0 ? 100.0 * d / jiff : 0.0; };
     // Share of core c that other processes used during the loop: the core's
     // busy time minus our rank's CPU time on it, per wall second.
@@ -390,15 +390,14 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
         "machine_busy_pct=%.1f machine_idle_pct=%.1f steal_pct=%.1f wall_s=%.2f "
         "y_sum=%.9e y_abs=%.9e y_wsum=%.9e dx_sum=%.9e dx_abs=%.9e dx_wsum=%.9e "
         "gw1_sum=%.9e gw1_abs=%.9e gw1_wsum=%.9e gw2_sum=%.9e gw2_abs=%.9e gw2_wsum=%.9e\n",
-        tp, static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(F),
-        t_init, fwd_t.empty() ? 0 : fwd_t[fwd_t.size() / 2],
-        fwdbwd_t.empty() ? 0 : fwdbwd_t[fwdbwd_t.size() / 2], t_up, t_act, t_down, tb_down,
-        tb_act, tb_up, t_ar, mx[0], mx[1],
-        2.0 * T * FL * H / mx[2] * 1e-9, 2.0 * T * FL * H / t_up * 1e-9, red[12] / tp, red[13] / tp,
-        red[14] / wall_all, tp > 1 ? red[15] / wall_all : 0.0, others[0], others[1],
-        pct(a1.busy - a0.busy), pct(a1.idle - a0.idle), pct(a1.steal - a0.steal), wall_all, sy.sum, sy.abs,
-        sy.wsum, sdx.sum, sdx.abs, sdx.wsum, part[0], part[1], part[2], part[3], part[4],
-        part[5]);
+        tp, static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(F), t_init,
+        fwd_t.empty() ? 0 : fwd_t[fwd_t.size() / 2],
+        fwdbwd_t.empty() ? 0 : fwdbwd_t[fwdbwd_t.size() / 2], t_up, t_act, t_down, tb_down, tb_act,
+        tb_up, t_ar, mx[0], mx[1], 2.0 * T * FL * H / mx[2] * 1e-9, 2.0 * T * FL * H / t_up * 1e-9,
+        red[12] / tp, red[13] / tp, red[14] / wall_all, tp > 1 ? red[15] / wall_all : 0.0,
+        others[0], others[1], pct(a1.busy - a0.busy), pct(a1.idle - a0.idle),
+        pct(a1.steal - a0.steal), wall_all, sy.sum, sy.abs, sy.wsum, sdx.sum, sdx.abs, sdx.wsum,
+        part[0], part[1], part[2], part[3], part[4], part[5]);
     std::fflush(stdout);
   }
 
@@ -425,8 +424,12 @@ double median(std::vector<double> v) {
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-double vmin(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-double vmax(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+double vmin(const std::vector<double>& v) {
+  return *std::min_element(v.begin(), v.end());
+}
+double vmax(const std::vector<double>& v) {
+  return *std::max_element(v.begin(), v.end());
+}
 
 int summarize(const char* path) {
   std::ifstream f(path);
@@ -454,12 +457,17 @@ int summarize(const char* path) {
     return 2;
   }
 
-  std::printf("\nMLP %s -> %s -> %s over %s tokens, f32, 1 thread per rank, ranks pinned to "
-              "core LOCAL_RANK; %zu alternating rounds (TP=1 run, TP=2 run; order flipped each round)\n\n",
-              tp1[0].at("hidden").c_str(), tp1[0].at("ffn").c_str(), tp1[0].at("hidden").c_str(),
-              tp1[0].at("tokens").c_str(), rounds);
-  std::printf("| pass            | TP=1 s (median) | TP=2 s (median) | speed-up TP1/TP2: median [min..max] | goal  | met |\n");
-  std::printf("|-----------------|----------------:|----------------:|-------------------------------------|-------|-----|\n");
+  std::printf(
+      "\nMLP %s -> %s -> %s over %s tokens, f32, 1 thread per rank, ranks pinned to "
+      "core LOCAL_RANK; %zu alternating rounds (TP=1 run, TP=2 run; order flipped each round)\n\n",
+      tp1[0].at("hidden").c_str(), tp1[0].at("ffn").c_str(), tp1[0].at("hidden").c_str(),
+      tp1[0].at("tokens").c_str(), rounds);
+  std::printf(
+      "| pass            | TP=1 s (median) | TP=2 s (median) | speed-up TP1/TP2: median [min..max] "
+      "| goal  | met |\n");
+  std::printf(
+      "|-----------------|----------------:|----------------:|-------------------------------------"
+      "|-------|-----|\n");
   bool goal_ok = true;
   for (const char* key : {"fwd_s", "fwdbwd_s"}) {
     std::vector<double> a, b, s;
@@ -470,9 +478,10 @@ int summarize(const char* path) {
     }
     const bool met = median(s) >= 1.7;
     goal_ok = goal_ok && met;
-    std::printf("| %-15s | %15.3f | %15.3f | %5.3fx [%5.3f..%5.3f]               | >=1.7 | %-3s |\n",
-                std::strcmp(key, "fwd_s") == 0 ? "forward" : "fwd+bwd", median(a),
-                median(b), median(s), vmin(s), vmax(s), met ? "yes" : "NO");
+    std::printf(
+        "| %-15s | %15.3f | %15.3f | %5.3fx [%5.3f..%5.3f]               | >=1.7 | %-3s |\n",
+        std::strcmp(key, "fwd_s") == 0 ? "forward" : "fwd+bwd", median(a), median(b), median(s),
+        vmin(s), vmax(s), met ? "yes" : "NO");
   }
 
   // Same runs, CPU seconds instead of wall seconds (TP=2: the busier rank).
@@ -536,13 +545,14 @@ int summarize(const char* path) {
       c2.push_back(num(tp2[i], "cpu_fwdbwd_s"));
     }
     const double cpu_speedup = median(c1) / median(c2);
-    std::printf("\nCore share during the timed step (median): TP=1 rank %.2f of its core; TP=2 ranks "
-                "%.2f of theirs (other jobs took the rest).\nCPU-time speed-up %.3fx x share ratio "
-                "%.2f/%.2f = %.3fx: the wall-clock speed-up these shares allow.\nWith the cores to "
-                "ourselves (shares 1.00 and 1.00) the estimate is ~%.2fx (the CPU-time speed-up; it "
-                "leaves out barrier waits).\n",
-                median(u1), median(u2), cpu_speedup, median(u2), median(u1),
-                cpu_speedup * median(u2) / median(u1), cpu_speedup);
+    std::printf(
+        "\nCore share during the timed step (median): TP=1 rank %.2f of its core; TP=2 ranks "
+        "%.2f of theirs (other jobs took the rest).\nCPU-time speed-up %.3fx x share ratio "
+        "%.2f/%.2f = %.3fx: the wall-clock speed-up these shares allow.\nWith the cores to "
+        "ourselves (shares 1.00 and 1.00) the estimate is ~%.2fx (the CPU-time speed-up; it "
+        "leaves out barrier waits).\n",
+        median(u1), median(u2), cpu_speedup, median(u2), median(u1),
+        cpu_speedup * median(u2) / median(u1), cpu_speedup);
   }
 
   // Correctness: every TP=2 run against every TP=1 run.
@@ -562,9 +572,10 @@ int summarize(const char* path) {
         worst = std::max(worst, e);
       }
   const bool ok = worst <= 1e-4;
-  std::printf("\nChecksums (sum, sum|.|, position-weighted sum) of y, dx, dW1, dW2: TP=2 vs TP=1 worst "
-              "difference / sum|.| = %.2e (tolerance 1e-4): %s\n",
-              worst, ok ? "PASS" : "FAIL");
+  std::printf(
+      "\nChecksums (sum, sum|.|, position-weighted sum) of y, dx, dW1, dW2: TP=2 vs TP=1 worst "
+      "difference / sum|.| = %.2e (tolerance 1e-4): %s\n",
+      worst, ok ? "PASS" : "FAIL");
   std::printf("  TP=1 y_sum=%s y_abs=%s dx_abs=%s gw1_abs=%s gw2_abs=%s\n",
               tp1[0].at("y_sum").c_str(), tp1[0].at("y_abs").c_str(), tp1[0].at("dx_abs").c_str(),
               tp1[0].at("gw1_abs").c_str(), tp1[0].at("gw2_abs").c_str());
@@ -591,10 +602,14 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--summarize") return summarize(next());
-    if (a == "--tokens") T = std::atoll(next());
-    else if (a == "--hidden") H = std::atoll(next());
-    else if (a == "--ffn") F = std::atoll(next());
-    else if (a == "--iters") iters = std::max(1, std::atoi(next()));
+    if (a == "--tokens")
+      T = std::atoll(next());
+    else if (a == "--hidden")
+      H = std::atoll(next());
+    else if (a == "--ffn")
+      F = std::atoll(next());
+    else if (a == "--iters")
+      iters = std::max(1, std::atoi(next()));
     else {
       std::fprintf(stderr,
                    "usage: %s [--tokens T] [--hidden H] [--ffn F] [--iters N] "

@@ -23,8 +23,8 @@ class Logger;
 
 // A process group as the backend needs to know it to connect its members.
 struct GroupSpec {
-  std::string name;          // unique within the job, e.g. "tensor.1"
-  int rank = 0;              // this rank's index in the group
+  std::string name;  // unique within the job, e.g. "tensor.1"
+  int rank = 0;      // this rank's index in the group
   int size = 1;
   std::vector<int> members;  // global ranks, in group-rank order
   bool same_host = true;     // all members share one host (shared memory possible)
@@ -60,8 +60,8 @@ class Kernels {
   // Embedding rows [start, start + rows) live on this rank: out[t] = table[id - start]
   // for ids in range, else 0. ids are I32 or I64; an id outside [0, vocab) throws.
   virtual void embedding_forward(float* out, const float* table, int64_t start, int64_t rows,
-                                 int64_t hidden, const void* ids, oslo_dtype id_dtype,
-                                 int64_t n, int64_t vocab) = 0;
+                                 int64_t hidden, const void* ids, oslo_dtype id_dtype, int64_t n,
+                                 int64_t vocab) = 0;
   // grad_table[id - start] += grad_out[t] for ids in range, in token order.
   virtual void embedding_backward(float* grad_table, int64_t start, int64_t rows, int64_t hidden,
                                   const void* ids, oslo_dtype id_dtype, int64_t n,

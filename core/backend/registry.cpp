@@ -20,8 +20,8 @@ std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOp
   std::string lib = "liboslo_backend_" + name + ".so";
   void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle)
-    fail(OSLO_ERR_BACKEND_UNAVAILABLE, "backend '", name, "' is not available (built in: cpu): ",
-         dlerror());
+    fail(OSLO_ERR_BACKEND_UNAVAILABLE, "backend '", name,
+         "' is not available (built in: cpu): ", dlerror());
   auto create = reinterpret_cast<PluginCreateFn>(dlsym(handle, "oslo_backend_plugin_create_v1"));
   if (!create) {
     dlclose(handle);
@@ -31,8 +31,8 @@ std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOp
   const char* err = nullptr;
   Backend* b = create(&options, &err);
   if (!b)
-    fail(OSLO_ERR_BACKEND_UNAVAILABLE, "backend '", name, "' failed to start: ",
-         err ? err : "unknown reason");
+    fail(OSLO_ERR_BACKEND_UNAVAILABLE, "backend '", name,
+         "' failed to start: ", err ? err : "unknown reason");
   // The plugin stays loaded for the life of the process: its code may still
   // run from destructors of objects it created.
   return std::unique_ptr<Backend>(b);

@@ -22,8 +22,8 @@ void check_op(oslo_reduce_op op, const char* fn) {
 
 void check_peer(oslo::Communicator& c, int peer, const char* fn) {
   if (peer < 0 || peer >= c.size() || peer == c.rank())
-    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": peer ", peer, " is not another rank of a group of ",
-               c.size(), " (this rank is ", c.rank(), ")");
+    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": peer ", peer,
+               " is not another rank of a group of ", c.size(), " (this rank is ", c.rank(), ")");
 }
 
 }  // namespace

@@ -6,7 +6,9 @@ namespace capi {
 namespace {
 thread_local std::string last_error;
 }
-const char* last_error_cstr() noexcept { return last_error.c_str(); }
+const char* last_error_cstr() noexcept {
+  return last_error.c_str();
+}
 void set_last_error(const std::string& msg) noexcept {
   try {
     last_error = msg;
@@ -40,9 +42,13 @@ const char* oslo_status_string(oslo_status status) {
   return "unknown status";
 }
 
-const char* oslo_last_error(void) { return oslo::capi::last_error_cstr(); }
+const char* oslo_last_error(void) {
+  return oslo::capi::last_error_cstr();
+}
 
-void oslo_clear_error(void) { oslo::capi::set_last_error(""); }
+void oslo_clear_error(void) {
+  oslo::capi::set_last_error("");
+}
 
 void oslo_version(int* major, int* minor, int* patch) {
   if (major) *major = OSLO_VERSION_MAJOR;
@@ -50,6 +56,8 @@ void oslo_version(int* major, int* minor, int* patch) {
   if (patch) *patch = OSLO_VERSION_PATCH;
 }
 
-const char* oslo_version_string(void) { return OSLO_VERSION_STRING; }
+const char* oslo_version_string(void) {
+  return OSLO_VERSION_STRING;
+}
 
 }  // extern "C"

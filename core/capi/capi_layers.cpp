@@ -14,7 +14,9 @@ oslo_tensor view(const oslo::Tensor& t, oslo_context* ctx) {
   return v;
 }
 
-const oslo::Tensor* opt_tensor(const oslo_tensor* t) { return t ? &t->t : nullptr; }
+const oslo::Tensor* opt_tensor(const oslo_tensor* t) {
+  return t ? &t->t : nullptr;
+}
 
 }  // namespace
 
@@ -49,7 +51,9 @@ oslo_status oslo_parallel_linear_create(oslo_parallel_linear** out, oslo_context
   });
 }
 
-void oslo_parallel_linear_destroy(oslo_parallel_linear* layer) { delete layer; }
+void oslo_parallel_linear_destroy(oslo_parallel_linear* layer) {
+  delete layer;
+}
 
 oslo_status oslo_parallel_linear_load_full(oslo_parallel_linear* layer, const oslo_tensor* weight,
                                            const oslo_tensor* bias) {
@@ -125,7 +129,9 @@ oslo_status oslo_parallel_embedding_create(oslo_parallel_embedding** out, oslo_c
   });
 }
 
-void oslo_parallel_embedding_destroy(oslo_parallel_embedding* emb) { delete emb; }
+void oslo_parallel_embedding_destroy(oslo_parallel_embedding* emb) {
+  delete emb;
+}
 
 oslo_status oslo_parallel_embedding_vocab_range(int64_t* start, int64_t* end, int64_t* local_rows,
                                                 const oslo_parallel_embedding* emb) {
@@ -196,8 +202,8 @@ oslo_status oslo_vocab_parallel_cross_entropy(oslo_tensor* losses, float* mean_l
     need(ctx, "oslo_vocab_parallel_cross_entropy", "ctx");
     oslo::vocab_parallel_cross_entropy(
         *ctx->impl, tensor_of(logits, "oslo_vocab_parallel_cross_entropy", "logits"),
-        tensor_of(labels, "oslo_vocab_parallel_cross_entropy", "labels"), vocab_size,
-        ignore_index, opt_tensor(losses), mean_loss, opt_tensor(grad_logits));
+        tensor_of(labels, "oslo_vocab_parallel_cross_entropy", "labels"), vocab_size, ignore_index,
+        opt_tensor(losses), mean_loss, opt_tensor(grad_logits));
   });
 }
 

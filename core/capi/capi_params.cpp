@@ -18,7 +18,9 @@ oslo_status oslo_param_set_create(oslo_param_set** out, oslo_context* ctx) {
   });
 }
 
-void oslo_param_set_destroy(oslo_param_set* set) { delete set; }
+void oslo_param_set_destroy(oslo_param_set* set) {
+  delete set;
+}
 
 oslo_status oslo_param_set_add(oslo_param_set* set, const char* name, oslo_tensor* tensor,
                                oslo_tensor* grad, int split_dim) {

@@ -58,7 +58,9 @@ oslo_status oslo_tensor_wrap(oslo_tensor** out, oslo_context* ctx, void* data, o
   });
 }
 
-void oslo_tensor_destroy(oslo_tensor* tensor) { delete tensor; }
+void oslo_tensor_destroy(oslo_tensor* tensor) {
+  delete tensor;
+}
 
 oslo_status oslo_tensor_copy_from_host(oslo_tensor* dst, const void* src, size_t bytes) {
   return guard([&] {

@@ -124,17 +124,14 @@ class HeaderSax {
         if (!parse_dtype(s, &cur_.dtype)) return fail_entry("unknown dtype " + quote(s));
         state_ = State::EntryObject;
         return true;
-      default:
-        return unexpected("the string " + quote(s));
+      default: return unexpected("the string " + quote(s));
     }
   }
   bool binary(binary_t&) { return unexpected("binary data"); }
 
   bool start_object(std::size_t) {
     switch (state_) {
-      case State::Start:
-        state_ = State::Top;
-        return true;
+      case State::Start: state_ = State::Top; return true;
       case State::MetaValue:
         out_->has_metadata = true;
         out_->metadata.clear();
@@ -148,8 +145,7 @@ class HeaderSax {
         n_offsets_ = 0;
         state_ = State::EntryObject;
         return true;
-      default:
-        return unexpected("an object");
+      default: return unexpected("an object");
     }
   }
   bool key(string_t& k) {
@@ -187,18 +183,13 @@ class HeaderSax {
         *seen = true;
         return true;
       }
-      default:
-        return fail("unexpected key " + quote(k));  // not reachable with a valid parser
+      default: return fail("unexpected key " + quote(k));  // not reachable with a valid parser
     }
   }
   bool end_object() {
     switch (state_) {
-      case State::Top:
-        state_ = State::Done;
-        return true;
-      case State::MetaObject:
-        state_ = State::Top;
-        return true;
+      case State::Top: state_ = State::Done; return true;
+      case State::MetaObject: state_ = State::Top; return true;
       case State::EntryObject: {
         if (!have_dtype_) return fail_entry("missing field 'dtype'");
         if (!have_shape_) return fail_entry("missing field 'shape'");
@@ -213,8 +204,7 @@ class HeaderSax {
         state_ = State::Top;
         return true;
       }
-      default:
-        return fail("unexpected end of object");
+      default: return fail("unexpected end of object");
     }
   }
   bool start_array(std::size_t) {
@@ -288,27 +278,22 @@ class HeaderSax {
   // A value of the wrong type for the current position.
   bool unexpected(const std::string& what) {
     switch (state_) {
-      case State::Start:
-        return fail("header is not a JSON object (found " + what + ")");
+      case State::Start: return fail("header is not a JSON object (found " + what + ")");
       case State::MetaValue:
         return fail("__metadata__ must be an object of strings, found " + what);
       case State::MetaEntryValue:
         return fail("__metadata__ value of " + quote(meta_key_) + " must be a string, found " +
                     what);
-      case State::EntryValue:
-        return fail_entry("entry must be an object, found " + what);
-      case State::DtypeValue:
-        return fail_entry("dtype must be a string, found " + what);
-      case State::ShapeValue:
-        return fail_entry("shape must be an array, found " + what);
+      case State::EntryValue: return fail_entry("entry must be an object, found " + what);
+      case State::DtypeValue: return fail_entry("dtype must be a string, found " + what);
+      case State::ShapeValue: return fail_entry("shape must be an array, found " + what);
       case State::ShapeArray:
         return fail_entry("shape must hold non-negative integers, found " + what);
       case State::OffsetsValue:
         return fail_entry("data_offsets must be an array of 2 integers, found " + what);
       case State::OffsetsArray:
         return fail_entry("data_offsets must hold non-negative integers, found " + what);
-      default:
-        return fail("unexpected " + what);
+      default: return fail("unexpected " + what);
     }
   }
 
@@ -392,27 +377,13 @@ void append_json_string(std::string* out, const std::string& s) {
   for (char ch : s) {
     unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
+      case '"': *out += "\\\""; break;
+      case '\\': *out += "\\\\"; break;
+      case '\b': *out += "\\b"; break;
+      case '\f': *out += "\\f"; break;
+      case '\n': *out += "\\n"; break;
+      case '\r': *out += "\\r"; break;
+      case '\t': *out += "\\t"; break;
       default:
         if (c < 0x20) {
           *out += "\\u00";
@@ -450,41 +421,24 @@ unsigned dtype_bits(Dtype dt) {
 
 Dtype from_oslo(oslo_dtype dt) {
   switch (dt) {
-    case OSLO_F32:
-      return Dtype::F32;
-    case OSLO_F16:
-      return Dtype::F16;
-    case OSLO_BF16:
-      return Dtype::BF16;
-    case OSLO_I32:
-      return Dtype::I32;
-    case OSLO_I64:
-      return Dtype::I64;
-    default:
-      break;
+    case OSLO_F32: return Dtype::F32;
+    case OSLO_F16: return Dtype::F16;
+    case OSLO_BF16: return Dtype::BF16;
+    case OSLO_I32: return Dtype::I32;
+    case OSLO_I64: return Dtype::I64;
+    default: break;
   }
   fail(OSLO_ERR_DTYPE, "unknown dtype ", static_cast<int>(dt));
 }
 
 bool to_oslo(Dtype dt, oslo_dtype* out) {
   switch (dt) {
-    case Dtype::F32:
-      *out = OSLO_F32;
-      return true;
-    case Dtype::F16:
-      *out = OSLO_F16;
-      return true;
-    case Dtype::BF16:
-      *out = OSLO_BF16;
-      return true;
-    case Dtype::I32:
-      *out = OSLO_I32;
-      return true;
-    case Dtype::I64:
-      *out = OSLO_I64;
-      return true;
-    default:
-      return false;
+    case Dtype::F32: *out = OSLO_F32; return true;
+    case Dtype::F16: *out = OSLO_F16; return true;
+    case Dtype::BF16: *out = OSLO_BF16; return true;
+    case Dtype::I32: *out = OSLO_I32; return true;
+    case Dtype::I64: *out = OSLO_I64; return true;
+    default: return false;
   }
 }
 

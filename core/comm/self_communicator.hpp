@@ -44,9 +44,7 @@ class SelfCommunicator : public Communicator {
   void abort() noexcept override { aborted_ = true; }
 
  private:
-  void check() const {
-    OSLO_CHECK(!aborted_, OSLO_ERR_COMM, "communicator was aborted");
-  }
+  void check() const { OSLO_CHECK(!aborted_, OSLO_ERR_COMM, "communicator was aborted"); }
   static void copy(void* out, const void* in, size_t bytes) {
     if (bytes && out != in) std::memmove(out, in, bytes);
   }

@@ -12,8 +12,8 @@ class Deadline {
   using Clock = std::chrono::steady_clock;
 
   explicit Deadline(double seconds)
-      : end_(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double>(seconds))) {}
+      : end_(Clock::now() +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))) {}
   static Deadline after(double seconds) { return Deadline(seconds); }
 
   bool expired() const { return Clock::now() >= end_; }

@@ -4,7 +4,9 @@
 
 namespace oslo {
 
-bool dtype_valid(int dt) { return dt >= OSLO_F32 && dt <= OSLO_I64; }
+bool dtype_valid(int dt) {
+  return dt >= OSLO_F32 && dt <= OSLO_I64;
+}
 
 size_t dtype_size(oslo_dtype dt) {
   switch (dt) {
@@ -30,7 +32,9 @@ const char* dtype_name(oslo_dtype dt) {
   return "unknown";
 }
 
-bool dtype_is_float(oslo_dtype dt) { return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16; }
+bool dtype_is_float(oslo_dtype dt) {
+  return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16;
+}
 
 float f16_to_f32(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -63,7 +67,7 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (absu < 0x38800000u) {  // subnormal or zero in f16
     if (absu < 0x33000000u) return static_cast<uint16_t>(sign);
@@ -97,8 +101,7 @@ void to_f32(oslo_dtype src_dtype, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
     }
-    default:
-      fail(OSLO_ERR_DTYPE, "cannot convert ", dtype_name(src_dtype), " to f32");
+    default: fail(OSLO_ERR_DTYPE, "cannot convert ", dtype_name(src_dtype), " to f32");
   }
 }
 
@@ -117,8 +120,7 @@ void from_f32(oslo_dtype dst_dtype, const float* src, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;
     }
-    default:
-      fail(OSLO_ERR_DTYPE, "cannot convert f32 to ", dtype_name(dst_dtype));
+    default: fail(OSLO_ERR_DTYPE, "cannot convert f32 to ", dtype_name(dst_dtype));
   }
 }
 

@@ -10,7 +10,7 @@
 
 namespace oslo {
 
-size_t dtype_size(oslo_dtype dt);     // throws on an unknown dtype
+size_t dtype_size(oslo_dtype dt);       // throws on an unknown dtype
 const char* dtype_name(oslo_dtype dt);  // "f32", ...; "unknown" for bad values
 bool dtype_valid(int dt);
 bool dtype_is_float(oslo_dtype dt);

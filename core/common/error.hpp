@@ -4,9 +4,9 @@
 // cross the ABI.
 #pragma once
 
+#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <sstream>
 #include <utility>
 
 #include "oslo.h"
@@ -49,7 +49,7 @@ template <typename... Parts>
 }  // namespace oslo
 
 // Check a condition; on failure throw oslo::Error with the given status and message parts.
-#define OSLO_CHECK(cond, status, ...)            \
-  do {                                           \
+#define OSLO_CHECK(cond, status, ...)                 \
+  do {                                                \
     if (!(cond)) ::oslo::fail((status), __VA_ARGS__); \
   } while (0)

@@ -1,8 +1,8 @@
 #include "core/common/log.hpp"
 
+#include <strings.h>
 #include <cstdio>
 #include <cstdlib>
-#include <strings.h>
 
 namespace oslo {
 
@@ -10,8 +10,10 @@ bool Logger::parse_level(const char* s, LogLevel* out) {
   static const struct {
     const char* name;
     LogLevel level;
-  } names[] = {{"error", LogLevel::Error}, {"warn", LogLevel::Warn},
-               {"warning", LogLevel::Warn}, {"info", LogLevel::Info},
+  } names[] = {{"error", LogLevel::Error},
+               {"warn", LogLevel::Warn},
+               {"warning", LogLevel::Warn},
+               {"info", LogLevel::Info},
                {"debug", LogLevel::Debug}};
   for (const auto& n : names) {
     if (strcasecmp(s, n.name) == 0) {
@@ -26,8 +28,8 @@ Logger::Logger() : level_(LogLevel::Warn) {
   const char* env = std::getenv("OSLO_LOG_LEVEL");
   if (env && *env && !parse_level(env, &level_)) {
     level_ = LogLevel::Warn;
-    write(LogLevel::Warn, str("ignoring unknown OSLO_LOG_LEVEL '", env,
-                              "' (use error, warn, info or debug)"));
+    write(LogLevel::Warn,
+          str("ignoring unknown OSLO_LOG_LEVEL '", env, "' (use error, warn, info or debug)"));
   }
 }
 

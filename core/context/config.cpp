@@ -27,8 +27,8 @@ int get_nonneg_int(const json& v, const std::string& key) {
   OSLO_CHECK(v.is_number_integer(), OSLO_ERR_CONFIG, "config: \"", key,
              "\" must be an integer, got ", v.dump());
   auto x = v.get<long long>();
-  OSLO_CHECK(x >= 0 && x <= (1 << 24), OSLO_ERR_CONFIG, "config: \"", key,
-             "\" must be >= 0, got ", x);
+  OSLO_CHECK(x >= 0 && x <= (1 << 24), OSLO_ERR_CONFIG, "config: \"", key, "\" must be >= 0, got ",
+             x);
   return static_cast<int>(x);
 }
 
@@ -38,7 +38,8 @@ std::string get_string(const json& v, const std::string& key) {
   return v.get<std::string>();
 }
 
-void apply_parallel_key(Config& c, const std::string& key, const json& v, const std::string& where) {
+void apply_parallel_key(Config& c, const std::string& key, const json& v,
+                        const std::string& where) {
   if (key == "tensor_parallel_size")
     c.tensor_parallel_size = get_positive_int(v, where + key);
   else if (key == "pipeline_parallel_size")
@@ -105,8 +106,8 @@ Config Config::parse(const char* text) {
     } else if (key == "local_world_size") {
       c.local_world_size = get_positive_int(v, key);
     } else if (key == "timeout_seconds") {
-      OSLO_CHECK(v.is_number(), OSLO_ERR_CONFIG, "config: \"timeout_seconds\" must be a number, got ",
-                 v.dump());
+      OSLO_CHECK(v.is_number(), OSLO_ERR_CONFIG,
+                 "config: \"timeout_seconds\" must be a number, got ", v.dump());
       double t = v.get<double>();
       OSLO_CHECK(std::isfinite(t) && t > 0, OSLO_ERR_CONFIG,
                  "config: \"timeout_seconds\" must be positive, got ", v.dump());
@@ -167,8 +168,8 @@ InitMethod parse_init_method(const std::string& s) {
   } else if (s.rfind("file://", 0) == 0) {
     m.kind = InitMethod::File;
     m.path = s.substr(7);
-    OSLO_CHECK(!m.path.empty() && m.path[0] == '/', OSLO_ERR_CONFIG, "config: \"init_method\" '",
-               s, "' must be file:///absolute/path");
+    OSLO_CHECK(!m.path.empty() && m.path[0] == '/', OSLO_ERR_CONFIG, "config: \"init_method\" '", s,
+               "' must be file:///absolute/path");
   } else {
     fail(OSLO_ERR_CONFIG, "config: \"init_method\" '", s,
          "' must start with env://, tcp:// or file://");

@@ -22,8 +22,12 @@ namespace {
 
 using json = nlohmann::json;
 
-std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
-std::string string_of(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+std::vector<uint8_t> bytes_of(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string string_of(const std::vector<uint8_t>& v) {
+  return {v.begin(), v.end()};
+}
 
 std::string describe_ranks(const std::vector<int>& ranks) {
   std::string s;
@@ -50,8 +54,9 @@ std::string host_identity() {
 }
 
 Context::Context(const Config& config) : config_(config) {
-  LaunchInfo li = resolve_launch(config.rank, config.world_size, config.local_rank,
-                                 config.local_world_size, [](const char* n) { return std::getenv(n); });
+  LaunchInfo li =
+      resolve_launch(config.rank, config.world_size, config.local_rank, config.local_world_size,
+                     [](const char* n) { return std::getenv(n); });
   log_.set_rank(li.rank);
   for (const auto& w : li.warnings) log_.log(LogLevel::Warn, w);
 
@@ -130,15 +135,15 @@ void Context::rendezvous_and_connect(const std::string& init_method, int) {
   // 1. Claim the rank (a second process with the same rank, or a stale file
   //    store from an earlier run, is caught here) and publish who we are.
   int64_t claims = store->add(str("oslo/claim/", rank), 1);
-  OSLO_CHECK(claims == 1, OSLO_ERR_CONFIG, "rendezvous at ", where, ": rank ", rank,
-             " joined twice (two processes with the same rank",
-             im.kind == InitMethod::File ? ", or a stale store file from an earlier run: delete it"
-                                         : "",
-             ")");
+  OSLO_CHECK(
+      claims == 1, OSLO_ERR_CONFIG, "rendezvous at ", where, ": rank ", rank,
+      " joined twice (two processes with the same rank",
+      im.kind == InitMethod::File ? ", or a stale store file from an earlier run: delete it" : "",
+      ")");
   const std::string my_host = host_identity();
-  json me = {{"host", my_host},  {"pid", static_cast<int>(getpid())},
-             {"tp", t.tp_size()}, {"pp", t.pp_size()},
-             {"dp", t.dp_size()}, {"world", world},
+  json me = {{"host", my_host},           {"pid", static_cast<int>(getpid())},
+             {"tp", t.tp_size()},         {"pp", t.pp_size()},
+             {"dp", t.dp_size()},         {"world", world},
              {"backend", config_.backend}};
   store->set(str("oslo/join/", rank), bytes_of(me.dump()));
 
@@ -151,9 +156,9 @@ void Context::rendezvous_and_connect(const std::string& init_method, int) {
     std::vector<int> missing;
     for (int r = 0; r < world; ++r)
       if (!store->check({keys[r]})) missing.push_back(r);
-    fail(OSLO_ERR_TIMEOUT, "rendezvous at ", where, ": timed out after ",
-         config_.timeout_seconds, " s waiting for rank", missing.size() == 1 ? " " : "s ",
-         describe_ranks(missing), " of ", world, " to join");
+    fail(OSLO_ERR_TIMEOUT, "rendezvous at ", where, ": timed out after ", config_.timeout_seconds,
+         " s waiting for rank", missing.size() == 1 ? " " : "s ", describe_ranks(missing), " of ",
+         world, " to join");
   }
 
   // 2. Every rank checks that all agree on the layout.

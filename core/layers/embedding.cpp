@@ -153,8 +153,8 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   if (losses)
     ctx.backend().copy(losses->data(), per.data(), tokens * sizeof(float), CopyKind::HostToDevice);
   if (mean_loss)
-    *mean_loss = counted ? static_cast<float>(total / counted)
-                         : std::numeric_limits<float>::quiet_NaN();
+    *mean_loss =
+        counted ? static_cast<float>(total / counted) : std::numeric_limits<float>::quiet_NaN();
   if (grad_logits) {
     F32Out g(ctx, *grad_logits);
     float scale = counted ? 1.f / static_cast<float>(counted) : 0.f;

@@ -22,7 +22,7 @@ class ParallelEmbedding {
   int64_t hidden() const { return hidden_; }
   int64_t local_rows() const { return local_rows_; }  // padded
   int64_t start() const { return start_; }
-  int64_t real_rows() const { return real_rows_; }    // rows of real vocabulary held
+  int64_t real_rows() const { return real_rows_; }  // rows of real vocabulary held
   Context& context() const { return ctx_; }
 
   Tensor weight, grad_weight;

@@ -158,9 +158,9 @@ void ParallelLinear::backward(const Tensor& input, const Tensor& grad_output,
   check_activation(grad_output, output_features(), "grad_output", rows);
   if (grad_input) {
     check_activation(*grad_input, input_features(), "grad_input", rows);
-    OSLO_CHECK(grad_input->shape() == input.shape(), OSLO_ERR_SHAPE, "linear: grad_input has shape ",
-               Tensor::shape_str(grad_input->shape()), " but input has ",
-               Tensor::shape_str(input.shape()));
+    OSLO_CHECK(grad_input->shape() == input.shape(), OSLO_ERR_SHAPE,
+               "linear: grad_input has shape ", Tensor::shape_str(grad_input->shape()),
+               " but input has ", Tensor::shape_str(input.shape()));
   }
   Kernels& k = ctx_.kernels();
   ctx_.backend().set_num_threads(ctx_.num_threads());

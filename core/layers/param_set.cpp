@@ -29,8 +29,8 @@ void ParamSet::add(const std::string& name, const Tensor& tensor, const Tensor* 
                    int split_dim) {
   OSLO_CHECK(tensor.defined(), OSLO_ERR_INVALID_ARGUMENT, "param_set: tensor is NULL");
   OSLO_CHECK(split_dim >= -1 && split_dim < tensor.ndim(), OSLO_ERR_INVALID_ARGUMENT,
-             "param_set: split_dim ", split_dim, " of '", name, "' is outside [-1, ",
-             tensor.ndim(), ")");
+             "param_set: split_dim ", split_dim, " of '", name, "' is outside [-1, ", tensor.ndim(),
+             ")");
   ParamEntry e;
   e.name = name;
   e.tensor = tensor;
@@ -147,6 +147,8 @@ void ParamSet::save(const std::string& dir) {
   save_checkpoint(dir, shards_of(entries_), layout, ctx_.comm(OSLO_GROUP_WORLD));
 }
 
-void ParamSet::load(const std::string& dir) { load_checkpoint(dir, shards_of(entries_)); }
+void ParamSet::load(const std::string& dir) {
+  load_checkpoint(dir, shards_of(entries_));
+}
 
 }  // namespace oslo

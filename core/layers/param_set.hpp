@@ -16,8 +16,8 @@ class ParallelEmbedding;
 
 struct ParamEntry {
   std::string name;
-  Tensor tensor;  // shares storage with the owner's tensor
-  Tensor grad;    // may be undefined
+  Tensor tensor;       // shares storage with the owner's tensor
+  Tensor grad;         // may be undefined
   int split_dim = -1;  // -1: replicated over the tensor group
   std::vector<int64_t> global_shape;
   int64_t offset = 0;  // global index along split_dim of local row 0

@@ -591,8 +591,7 @@ bool TcpStoreServer::handle(int fd, Client& c, Reader& r) {
       park(fd, c, false, std::move(keys), timeout_ms);
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

@@ -37,7 +37,9 @@ oslo_dtype from_dl(DLDataType t) {
        " bits is not supported (float32, float16, bfloat16, int32, int64 are)");
 }
 
-void delete_export(DLManagedTensor* m) { delete static_cast<ExportCtx*>(m->manager_ctx); }
+void delete_export(DLManagedTensor* m) {
+  delete static_cast<ExportCtx*>(m->manager_ctx);
+}
 
 }  // namespace
 

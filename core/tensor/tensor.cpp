@@ -40,8 +40,12 @@ std::string Tensor::shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-int64_t Tensor::numel() const { return numel_of(shape_); }
-size_t Tensor::nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+int64_t Tensor::numel() const {
+  return numel_of(shape_);
+}
+size_t Tensor::nbytes() const {
+  return static_cast<size_t>(numel()) * dtype_size(dtype_);
+}
 
 float* Tensor::f32() const {
   OSLO_CHECK(dtype_ == OSLO_F32, OSLO_ERR_DTYPE, "expected an f32 tensor, got ", describe());
@@ -52,7 +56,9 @@ void Tensor::zero() {
   if (storage_) storage_->backend->fill_zero(data(), nbytes());
 }
 
-std::string Tensor::describe() const { return shape_str(shape_) + " " + dtype_name(dtype_); }
+std::string Tensor::describe() const {
+  return shape_str(shape_) + " " + dtype_name(dtype_);
+}
 
 Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype,
                            std::vector<int64_t> shape) {

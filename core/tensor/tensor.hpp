@@ -19,7 +19,7 @@ struct Storage {
   std::shared_ptr<Backend> backend;
   void* data = nullptr;
   size_t bytes = 0;
-  bool owned = false;                 // allocated by the backend
+  bool owned = false;                   // allocated by the backend
   DLManagedTensor* imported = nullptr;  // DLPack tensor whose deleter we call
   ~Storage();
 };
@@ -63,7 +63,8 @@ class Tensor {
   friend Tensor tensor_from_storage(std::shared_ptr<Storage>, oslo_dtype, std::vector<int64_t>);
 };
 
-Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype, std::vector<int64_t> shape);
+Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype,
+                           std::vector<int64_t> shape);
 
 // Scratch memory for one call (uninitialised), freed on scope exit.
 class DeviceBuffer {

@@ -85,14 +85,14 @@ LaunchInfo resolve_launch(int explicit_rank, int explicit_world, int explicit_lo
   for (const auto& s : sources) {
     if (&s == chosen || s.rank < 0 || s.world <= 0) continue;
     if (s.rank != info.rank || s.world != info.world_size)
-      info.warnings.push_back(str(s.name, " variables say rank ", s.rank, " of ", s.world,
-                                  " but ", info.source, " says rank ", info.rank, " of ",
-                                  info.world_size, "; using ", info.source));
+      info.warnings.push_back(str(s.name, " variables say rank ", s.rank, " of ", s.world, " but ",
+                                  info.source, " says rank ", info.rank, " of ", info.world_size,
+                                  "; using ", info.source));
   }
-  OSLO_CHECK(info.rank < info.world_size, OSLO_ERR_CONFIG, "rank ", info.rank,
-             " (from ", info.source, ") is not below world size ", info.world_size);
-  OSLO_CHECK(info.local_world_size > 0 && info.local_rank < info.local_world_size,
-             OSLO_ERR_CONFIG, "local rank ", info.local_rank, " (from ", info.source,
+  OSLO_CHECK(info.rank < info.world_size, OSLO_ERR_CONFIG, "rank ", info.rank, " (from ",
+             info.source, ") is not below world size ", info.world_size);
+  OSLO_CHECK(info.local_world_size > 0 && info.local_rank < info.local_world_size, OSLO_ERR_CONFIG,
+             "local rank ", info.local_rank, " (from ", info.source,
              ") is not below local world size ", info.local_world_size);
   return info;
 }

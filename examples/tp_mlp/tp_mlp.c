@@ -21,13 +21,13 @@
 
 enum { TOKENS = 32, HIDDEN = 128, FFN = 512 };
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    oslo_status st_ = (call);                                                          \
-    if (st_ != OSLO_OK) {                                                              \
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    oslo_status st_ = (call);                                                                    \
+    if (st_ != OSLO_OK) {                                                                        \
       fprintf(stderr, "%s failed: %s: %s\n", #call, oslo_status_string(st_), oslo_last_error()); \
-      exit(1);                                                                         \
-    }                                                                                  \
+      exit(1);                                                                                   \
+    }                                                                                            \
   } while (0)
 
 static float value(unsigned seed, unsigned i) { /* deterministic, in [-0.5, 0.5) */
@@ -38,7 +38,9 @@ static float value(unsigned seed, unsigned i) { /* deterministic, in [-0.5, 0.5)
   return (float)(x % 10000) / 10000.0f - 0.5f;
 }
 
-static double gelu(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
+static double gelu(double x) {
+  return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+}
 static double gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
 }
@@ -66,7 +68,8 @@ int main(int argc, char **argv) {
   const char *world = getenv("WORLD_SIZE");
   int want_tp = argc > 1 ? atoi(argv[1]) : (world ? atoi(world) : 1);
   char config[128];
-  snprintf(config, sizeof config, "{\"model_parallelism\": {\"tensor_parallel_size\": %d}}", want_tp);
+  snprintf(config, sizeof config, "{\"model_parallelism\": {\"tensor_parallel_size\": %d}}",
+           want_tp);
   oslo_context *ctx = NULL;
   CHECK(oslo_context_create(&ctx, config));
   int rank, tp, tp_rank;
@@ -192,9 +195,10 @@ int main(int argc, char **argv) {
 
   const double tol = 1e-5;
   int ok = e_y <= tol && e_dx <= tol && e_dw1 <= tol && e_dw2 <= tol && e_norm <= tol;
-  printf("[rank %d] tp=%d  max relative error vs unsharded: output %.2e  grad_input %.2e  "
-         "grad_up %.2e  grad_down %.2e  grad_norm %.2e  -> %s\n",
-         rank, tp, e_y, e_dx, e_dw1, e_dw2, e_norm, ok ? "MATCH" : "MISMATCH");
+  printf(
+      "[rank %d] tp=%d  max relative error vs unsharded: output %.2e  grad_input %.2e  "
+      "grad_up %.2e  grad_down %.2e  grad_norm %.2e  -> %s\n",
+      rank, tp, e_y, e_dx, e_dw1, e_dw2, e_norm, ok ? "MATCH" : "MISMATCH");
 
   oslo_tensor *all[] = {tw1, tb1, tw2, tb2, tx, th, ta, ty, tdy, tda, tdx};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) oslo_tensor_destroy(all[i]);

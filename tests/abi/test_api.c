@@ -3,6 +3,8 @@
  * input (NULL, wrong shapes and dtypes, invalid JSON, unknown keys, sizes
  * that do not divide). Multi-rank behaviour is in tests/multirank.
  */
+#include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <math.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -138,7 +138,8 @@ static void test_context_bad_configs(void **state) {
       {"{\"tensor_parallel_size\": 1,}", OSLO_ERR_FORMAT, "invalid JSON"},
       {"[1, 2]", OSLO_ERR_CONFIG, "object"},
       {"{\"tensor_paralel_size\": 2}", OSLO_ERR_CONFIG, "tensor_paralel_size"},
-      {"{\"model_parallelism\": {\"tensor_size\": 2}}", OSLO_ERR_CONFIG, "model_parallelism.tensor_size"},
+      {"{\"model_parallelism\": {\"tensor_size\": 2}}", OSLO_ERR_CONFIG,
+       "model_parallelism.tensor_size"},
       {"{\"model_parallelism\": 2}", OSLO_ERR_CONFIG, "model_parallelism"},
       {"{\"tensor_parallel_size\": \"2\"}", OSLO_ERR_CONFIG, "tensor_parallel_size"},
       {"{\"tensor_parallel_size\": 1.5}", OSLO_ERR_CONFIG, "tensor_parallel_size"},
@@ -160,7 +161,8 @@ static void test_context_bad_configs(void **state) {
       /* sizes that do not divide the world */
       {"{\"rank\": 0, \"world_size\": 3, \"tensor_parallel_size\": 2}", OSLO_ERR_CONFIG,
        "tensor_parallel_size"},
-      {"{\"rank\": 0, \"world_size\": 4, \"tensor_parallel_size\": 2, \"pipeline_parallel_size\": 3}",
+      {"{\"rank\": 0, \"world_size\": 4, \"tensor_parallel_size\": 2, \"pipeline_parallel_size\": "
+       "3}",
        OSLO_ERR_CONFIG, "pipeline_parallel_size"},
       {"{\"rank\": 0, \"world_size\": 4, \"tensor_parallel_size\": 2, \"data_parallel_size\": 3}",
        OSLO_ERR_CONFIG, "data_parallel_size"},
@@ -272,10 +274,14 @@ static void test_tensor_bad_args(void **state) {
   expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 2, NULL), OSLO_ERR_INVALID_ARGUMENT, "shape");
   expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, -1, shape), OSLO_ERR_INVALID_ARGUMENT, "ndim");
   expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 9, nine), OSLO_ERR_INVALID_ARGUMENT, "ndim");
-  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 2, neg), OSLO_ERR_INVALID_ARGUMENT, "negative");
-  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 3, huge), OSLO_ERR_INVALID_ARGUMENT, "too large");
-  expect_error(oslo_tensor_wrap(&t, ctx, NULL, OSLO_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT, "NULL");
-  expect_error(oslo_tensor_wrap(NULL, ctx, NULL, OSLO_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT, "out");
+  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 2, neg), OSLO_ERR_INVALID_ARGUMENT,
+               "negative");
+  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 3, huge), OSLO_ERR_INVALID_ARGUMENT,
+               "too large");
+  expect_error(oslo_tensor_wrap(&t, ctx, NULL, OSLO_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT,
+               "NULL");
+  expect_error(oslo_tensor_wrap(NULL, ctx, NULL, OSLO_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT,
+               "out");
   float x;
   int nd;
   int64_t sh[OSLO_MAX_DIMS];
@@ -392,7 +398,8 @@ static void test_collectives_single(void **state) {
   ok(oslo_tensor_create(&big, ctx, OSLO_F32, 1, n8));
   ok(oslo_tensor_create(&i32, ctx, OSLO_I32, 1, n4));
   ok(oslo_tensor_copy_from_host(t, v, sizeof v));
-  for (int op = OSLO_SUM; op <= OSLO_MIN; ++op) ok(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t, (oslo_reduce_op)op));
+  for (int op = OSLO_SUM; op <= OSLO_MIN; ++op)
+    ok(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t, (oslo_reduce_op)op));
   ok(oslo_tensor_copy_to_host(out, sizeof v, t));
   assert_memory_equal(out, v, sizeof v);
   ok(oslo_all_gather(t, ctx, OSLO_GROUP_WORLD, t));
@@ -400,17 +407,24 @@ static void test_collectives_single(void **state) {
   ok(oslo_broadcast(ctx, OSLO_GROUP_PIPELINE, t, 0));
   ok(oslo_barrier(ctx, OSLO_GROUP_WORLD));
   /* bad arguments */
-  expect_error(oslo_all_reduce(NULL, OSLO_GROUP_WORLD, t, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT, "ctx");
-  expect_error(oslo_all_reduce(ctx, (oslo_group)9, t, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT, "group");
-  expect_error(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, NULL, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT, "tensor");
-  expect_error(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, t, (oslo_reduce_op)7), OSLO_ERR_INVALID_ARGUMENT, "op");
+  expect_error(oslo_all_reduce(NULL, OSLO_GROUP_WORLD, t, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT,
+               "ctx");
+  expect_error(oslo_all_reduce(ctx, (oslo_group)9, t, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT,
+               "group");
+  expect_error(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, NULL, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT,
+               "tensor");
+  expect_error(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, t, (oslo_reduce_op)7),
+               OSLO_ERR_INVALID_ARGUMENT, "op");
   expect_error(oslo_all_gather(big, ctx, OSLO_GROUP_WORLD, t), OSLO_ERR_SHAPE, "elements");
   expect_error(oslo_all_gather(i32, ctx, OSLO_GROUP_WORLD, t), OSLO_ERR_DTYPE, "i32");
-  expect_error(oslo_all_gather(NULL, ctx, OSLO_GROUP_WORLD, t), OSLO_ERR_INVALID_ARGUMENT, "output");
+  expect_error(oslo_all_gather(NULL, ctx, OSLO_GROUP_WORLD, t), OSLO_ERR_INVALID_ARGUMENT,
+               "output");
   expect_error(oslo_all_gather(t, ctx, OSLO_GROUP_WORLD, NULL), OSLO_ERR_INVALID_ARGUMENT, "input");
-  expect_error(oslo_reduce_scatter(t, ctx, OSLO_GROUP_WORLD, big, OSLO_SUM), OSLO_ERR_SHAPE, "elements");
+  expect_error(oslo_reduce_scatter(t, ctx, OSLO_GROUP_WORLD, big, OSLO_SUM), OSLO_ERR_SHAPE,
+               "elements");
   expect_error(oslo_reduce_scatter(i32, ctx, OSLO_GROUP_WORLD, t, OSLO_SUM), OSLO_ERR_DTYPE, "f32");
-  expect_error(oslo_reduce_scatter(t, ctx, OSLO_GROUP_WORLD, t, (oslo_reduce_op)-1), OSLO_ERR_INVALID_ARGUMENT, "op");
+  expect_error(oslo_reduce_scatter(t, ctx, OSLO_GROUP_WORLD, t, (oslo_reduce_op)-1),
+               OSLO_ERR_INVALID_ARGUMENT, "op");
   expect_error(oslo_broadcast(ctx, OSLO_GROUP_WORLD, t, 1), OSLO_ERR_INVALID_ARGUMENT, "root");
   expect_error(oslo_broadcast(ctx, OSLO_GROUP_WORLD, NULL, 0), OSLO_ERR_INVALID_ARGUMENT, "tensor");
   expect_error(oslo_send(ctx, OSLO_GROUP_WORLD, t, 0), OSLO_ERR_INVALID_ARGUMENT, "peer");
@@ -471,7 +485,8 @@ static void test_linear_bad_args(void **state) {
   ok(oslo_parallel_linear_load_full(l, w, NULL));
   ok(oslo_parallel_linear_load_shard(l, w, NULL));
   ok(oslo_parallel_linear_forward(y, l, x));
-  expect_error(oslo_parallel_linear_forward(y, l, x_bad), OSLO_ERR_SHAPE, "last dimension must be 4");
+  expect_error(oslo_parallel_linear_forward(y, l, x_bad), OSLO_ERR_SHAPE,
+               "last dimension must be 4");
   expect_error(oslo_parallel_linear_forward(y_bad, l, x), OSLO_ERR_SHAPE, "rows");
   expect_error(oslo_parallel_linear_forward(y, l, xi), OSLO_ERR_DTYPE, "i32");
   expect_error(oslo_parallel_linear_forward(NULL, l, x), OSLO_ERR_INVALID_ARGUMENT, "output");
@@ -491,7 +506,8 @@ static void test_linear_bad_args(void **state) {
   assert_non_null(gw);
   assert_non_null(pb); /* default options have a bias */
   ok(oslo_parallel_linear_params(NULL, NULL, NULL, NULL, l));
-  expect_error(oslo_parallel_linear_params(&pw, NULL, NULL, NULL, NULL), OSLO_ERR_INVALID_ARGUMENT, "layer");
+  expect_error(oslo_parallel_linear_params(&pw, NULL, NULL, NULL, NULL), OSLO_ERR_INVALID_ARGUMENT,
+               "layer");
   oslo_parallel_linear_destroy(l);
   oslo_parallel_linear_destroy(NULL);
 
@@ -541,12 +557,16 @@ static void test_linear_low_precision(void **state) {
 static void test_embedding_bad_args(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
   oslo_parallel_embedding *e = (oslo_parallel_embedding *)0x1;
-  expect_error(oslo_parallel_embedding_create(&e, ctx, 0, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT, "vocab_size");
+  expect_error(oslo_parallel_embedding_create(&e, ctx, 0, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT,
+               "vocab_size");
   assert_null(e);
-  expect_error(oslo_parallel_embedding_create(&e, ctx, 5, -1, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT, "hidden_size");
+  expect_error(oslo_parallel_embedding_create(&e, ctx, 5, -1, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT,
+               "hidden_size");
   expect_error(oslo_parallel_embedding_create(&e, ctx, 5, 4, OSLO_I64), OSLO_ERR_DTYPE, "dtype");
-  expect_error(oslo_parallel_embedding_create(NULL, ctx, 5, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT, "out");
-  expect_error(oslo_parallel_embedding_create(&e, NULL, 5, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT, "ctx");
+  expect_error(oslo_parallel_embedding_create(NULL, ctx, 5, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT,
+               "out");
+  expect_error(oslo_parallel_embedding_create(&e, NULL, 5, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT,
+               "ctx");
   ok(oslo_parallel_embedding_create(&e, ctx, 5, 4, OSLO_F32));
   int64_t s = -1, en = -1, lr = -1;
   ok(oslo_parallel_embedding_vocab_range(&s, &en, &lr, e));
@@ -554,9 +574,11 @@ static void test_embedding_bad_args(void **state) {
   assert_int_equal(en, 5);
   assert_int_equal(lr, 5);
   ok(oslo_parallel_embedding_vocab_range(NULL, NULL, NULL, e));
-  expect_error(oslo_parallel_embedding_vocab_range(&s, &en, &lr, NULL), OSLO_ERR_INVALID_ARGUMENT, "emb");
+  expect_error(oslo_parallel_embedding_vocab_range(&s, &en, &lr, NULL), OSLO_ERR_INVALID_ARGUMENT,
+               "emb");
   oslo_tensor *w = tensor2(ctx, OSLO_F32, 5, 4), *w_bad = tensor2(ctx, OSLO_F32, 4, 4);
-  oslo_tensor *ids = NULL, *fids = NULL, *y = tensor2(ctx, OSLO_F32, 3, 4), *y_bad = tensor2(ctx, OSLO_F32, 3, 5);
+  oslo_tensor *ids = NULL, *fids = NULL, *y = tensor2(ctx, OSLO_F32, 3, 4),
+              *y_bad = tensor2(ctx, OSLO_F32, 3, 5);
   ok(oslo_tensor_create(&ids, ctx, OSLO_I32, 1, (int64_t[]){3}));
   ok(oslo_tensor_create(&fids, ctx, OSLO_F32, 1, (int64_t[]){3}));
   ok(oslo_parallel_embedding_load_full(e, w));
@@ -605,14 +627,27 @@ static void test_cross_entropy_bad_args(void **state) {
   /* uniform logits: loss log(5) */
   assert_true(mean > 1.6094f && mean < 1.6095f);
   ok(oslo_vocab_parallel_cross_entropy(NULL, NULL, NULL, ctx, logits, labels, 5, -100));
-  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, bad_logits, labels, 5, -100), OSLO_ERR_SHAPE, "logits");
-  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, logits, flabels, 5, -100), OSLO_ERR_DTYPE, "labels");
-  expect_error(oslo_vocab_parallel_cross_entropy(bad_losses, &mean, grad, ctx, logits, labels, 5, -100), OSLO_ERR_SHAPE, "losses");
-  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, bad_grad, ctx, logits, labels, 5, -100), OSLO_ERR_SHAPE, "grad_logits");
-  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, logits, labels, 0, -100), OSLO_ERR_INVALID_ARGUMENT, "vocab_size");
-  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, NULL, logits, labels, 5, -100), OSLO_ERR_INVALID_ARGUMENT, "ctx");
-  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, NULL, labels, 5, -100), OSLO_ERR_INVALID_ARGUMENT, "logits");
-  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, logits, NULL, 5, -100), OSLO_ERR_INVALID_ARGUMENT, "labels");
+  expect_error(
+      oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, bad_logits, labels, 5, -100),
+      OSLO_ERR_SHAPE, "logits");
+  expect_error(
+      oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, logits, flabels, 5, -100),
+      OSLO_ERR_DTYPE, "labels");
+  expect_error(
+      oslo_vocab_parallel_cross_entropy(bad_losses, &mean, grad, ctx, logits, labels, 5, -100),
+      OSLO_ERR_SHAPE, "losses");
+  expect_error(
+      oslo_vocab_parallel_cross_entropy(losses, &mean, bad_grad, ctx, logits, labels, 5, -100),
+      OSLO_ERR_SHAPE, "grad_logits");
+  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, logits, labels, 0, -100),
+               OSLO_ERR_INVALID_ARGUMENT, "vocab_size");
+  expect_error(
+      oslo_vocab_parallel_cross_entropy(losses, &mean, grad, NULL, logits, labels, 5, -100),
+      OSLO_ERR_INVALID_ARGUMENT, "ctx");
+  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, NULL, labels, 5, -100),
+               OSLO_ERR_INVALID_ARGUMENT, "logits");
+  expect_error(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, logits, NULL, 5, -100),
+               OSLO_ERR_INVALID_ARGUMENT, "labels");
   /* all ignored: mean is NaN, gradient zero */
   int64_t ign[3] = {-100, -100, -100};
   ok(oslo_tensor_copy_from_host(labels, ign, sizeof ign));
@@ -631,7 +666,8 @@ static void test_param_set_and_checkpoint_errors(void **state) {
   assert_null(ps);
   expect_error(oslo_param_set_create(NULL, ctx), OSLO_ERR_INVALID_ARGUMENT, "out");
   ok(oslo_param_set_create(&ps, ctx));
-  oslo_tensor *w = tensor2(ctx, OSLO_F32, 2, 3), *g = tensor2(ctx, OSLO_F32, 2, 3), *g_bad = tensor2(ctx, OSLO_F32, 3, 2);
+  oslo_tensor *w = tensor2(ctx, OSLO_F32, 2, 3), *g = tensor2(ctx, OSLO_F32, 2, 3),
+              *g_bad = tensor2(ctx, OSLO_F32, 3, 2);
   float gv[6] = {3, 0, 0, 0, 4, 0}, wv[6] = {1, 2, 3, 4, 5, 6};
   ok(oslo_tensor_copy_from_host(g, gv, sizeof gv));
   ok(oslo_tensor_copy_from_host(w, wv, sizeof wv));
@@ -728,7 +764,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_linear_low_precision, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_embedding_bad_args, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_cross_entropy_bad_args, setup_ctx, teardown_ctx),
-      cmocka_unit_test_setup_teardown(test_param_set_and_checkpoint_errors, setup_ctx, teardown_ctx),
+      cmocka_unit_test_setup_teardown(test_param_set_and_checkpoint_errors, setup_ctx,
+                                      teardown_ctx),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

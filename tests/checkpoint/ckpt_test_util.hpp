@@ -165,17 +165,10 @@ class StoreComm : public oslo::Communicator {
     for (size_t i = 0; i < n; ++i) {
       switch (op) {
         case OSLO_SUM:
-        case OSLO_AVG:
-          acc[i] += v[i];
-          break;
-        case OSLO_MAX:
-          acc[i] = std::max(acc[i], v[i]);
-          break;
-        case OSLO_MIN:
-          acc[i] = std::min(acc[i], v[i]);
-          break;
-        default:
-          oslo::fail(OSLO_ERR_NOT_SUPPORTED, "test communicator: reduce op");
+        case OSLO_AVG: acc[i] += v[i]; break;
+        case OSLO_MAX: acc[i] = std::max(acc[i], v[i]); break;
+        case OSLO_MIN: acc[i] = std::min(acc[i], v[i]); break;
+        default: oslo::fail(OSLO_ERR_NOT_SUPPORTED, "test communicator: reduce op");
       }
     }
   }
@@ -190,8 +183,7 @@ class StoreComm : public oslo::Communicator {
       case OSLO_F32:
         reduce_t(reinterpret_cast<float*>(acc), reinterpret_cast<const float*>(v), n, op);
         return;
-      default:
-        oslo::fail(OSLO_ERR_NOT_SUPPORTED, "test communicator: dtype");
+      default: oslo::fail(OSLO_ERR_NOT_SUPPORTED, "test communicator: dtype");
     }
   }
 

@@ -107,8 +107,7 @@ Full make_full(const Def& d, int version) {
         std::memcpy(p, &x, 8);
         break;
       }
-      default:
-        std::abort();
+      default: std::abort();
     }
   }
   return f;

@@ -42,11 +42,11 @@ static void th_result(th_state *s, int ok, const char *file, int line, const cha
 
 #define TH_CHECK(s, cond, ...) th_result((s), (cond) ? 1 : 0, __FILE__, __LINE__, __VA_ARGS__)
 /* Checks an oslo call; on failure reports the status and last error. */
-#define TH_OK(s, call)                                                                      \
-  do {                                                                                      \
-    oslo_status st_ = (call);                                                               \
-    th_result((s), st_ == OSLO_OK, __FILE__, __LINE__, "%s -> %s (%s)", #call,              \
-              oslo_status_string(st_), oslo_last_error());                                  \
+#define TH_OK(s, call)                                                         \
+  do {                                                                         \
+    oslo_status st_ = (call);                                                  \
+    th_result((s), st_ == OSLO_OK, __FILE__, __LINE__, "%s -> %s (%s)", #call, \
+              oslo_status_string(st_), oslo_last_error());                     \
   } while (0)
 
 static void th_add_totals(th_state *s) {

@@ -47,9 +47,9 @@ void test_default_single_rank(void**) {
 }
 
 void test_torchrun(void**) {
-  LaunchInfo li = resolve_launch(-1, -1, -1, -1,
-                                 env_of({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                                         {"LOCAL_WORLD_SIZE", "4"}}));
+  LaunchInfo li = resolve_launch(
+      -1, -1, -1, -1,
+      env_of({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}}));
   assert_int_equal(li.rank, 5);
   assert_int_equal(li.world_size, 8);
   assert_int_equal(li.local_rank, 1);
@@ -59,16 +59,19 @@ void test_torchrun(void**) {
 }
 
 void test_openmpi_and_slurm(void**) {
-  LaunchInfo a = resolve_launch(
-      -1, -1, -1, -1,
-      env_of({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  LaunchInfo a = resolve_launch(-1, -1, -1, -1,
+                                env_of({{"OMPI_COMM_WORLD_RANK", "3"},
+                                        {"OMPI_COMM_WORLD_SIZE", "4"},
+                                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
   assert_string_equal(a.source.c_str(), "openmpi");
   assert_int_equal(a.rank, 3);
   assert_int_equal(a.local_world_size, 2);
   LaunchInfo s = resolve_launch(-1, -1, -1, -1,
-                                env_of({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "6"},
-                                        {"SLURM_LOCALID", "0"}, {"SLURM_NTASKS_PER_NODE", "3(x2)"}}));
+                                env_of({{"SLURM_PROCID", "2"},
+                                        {"SLURM_NTASKS", "6"},
+                                        {"SLURM_LOCALID", "0"},
+                                        {"SLURM_NTASKS_PER_NODE", "3(x2)"}}));
   assert_string_equal(s.source.c_str(), "slurm");
   assert_int_equal(s.rank, 2);
   assert_int_equal(s.world_size, 6);
@@ -80,9 +83,12 @@ void test_openmpi_and_slurm(void**) {
 void test_precedence_and_disagreement(void**) {
   // torchrun wins over Open MPI and Slurm; disagreements become warnings.
   LaunchInfo li = resolve_launch(-1, -1, -1, -1,
-                                 env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"},
-                                         {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                         {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}}));
+                                 env_of({{"RANK", "1"},
+                                         {"WORLD_SIZE", "2"},
+                                         {"OMPI_COMM_WORLD_RANK", "0"},
+                                         {"OMPI_COMM_WORLD_SIZE", "2"},
+                                         {"SLURM_PROCID", "1"},
+                                         {"SLURM_NTASKS", "2"}}));
   assert_string_equal(li.source.c_str(), "torchrun");
   assert_int_equal(li.rank, 1);
   assert_int_equal(li.warnings.size(), 1);  // openmpi disagrees, slurm agrees
@@ -96,14 +102,30 @@ void test_precedence_and_disagreement(void**) {
 
 void test_malformed(void**) {
   std::string msg;
-  assert_int_equal(status_of([] { resolve_launch(-1, -1, -1, -1, env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}})); }, &msg),
-                   OSLO_ERR_CONFIG);
+  assert_int_equal(
+      status_of(
+          [] {
+            resolve_launch(-1, -1, -1, -1, env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}}));
+          },
+          &msg),
+      OSLO_ERR_CONFIG);
   assert_non_null(strstr(msg.c_str(), "RANK"));
-  assert_int_equal(status_of([] { resolve_launch(-1, -1, -1, -1, env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}})); }, &msg),
+  assert_int_equal(
+      status_of(
+          [] {
+            resolve_launch(-1, -1, -1, -1, env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}}));
+          },
+          &msg),
+      OSLO_ERR_CONFIG);
+  assert_int_equal(
+      status_of(
+          [] {
+            resolve_launch(-1, -1, -1, -1, env_of({{"RANK", "-1"}, {"WORLD_SIZE", "2"}}));
+          },
+          &msg),
+      OSLO_ERR_CONFIG);
+  assert_int_equal(status_of([] { resolve_launch(0, -1, -1, -1, env_of({})); }, &msg),
                    OSLO_ERR_CONFIG);
-  assert_int_equal(status_of([] { resolve_launch(-1, -1, -1, -1, env_of({{"RANK", "-1"}, {"WORLD_SIZE", "2"}})); }, &msg),
-                   OSLO_ERR_CONFIG);
-  assert_int_equal(status_of([] { resolve_launch(0, -1, -1, -1, env_of({})); }, &msg), OSLO_ERR_CONFIG);
   // Only half of a source set: ignored with a warning.
   LaunchInfo li = resolve_launch(-1, -1, -1, -1, env_of({{"RANK", "1"}}));
   assert_int_equal(li.world_size, 1);
@@ -159,9 +181,12 @@ void test_init_methods(void**) {
 
 int main() {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_default_single_rank), cmocka_unit_test(test_torchrun),
-      cmocka_unit_test(test_openmpi_and_slurm),   cmocka_unit_test(test_precedence_and_disagreement),
-      cmocka_unit_test(test_malformed),           cmocka_unit_test(test_topology_megatron_order),
+      cmocka_unit_test(test_default_single_rank),
+      cmocka_unit_test(test_torchrun),
+      cmocka_unit_test(test_openmpi_and_slurm),
+      cmocka_unit_test(test_precedence_and_disagreement),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_topology_megatron_order),
       cmocka_unit_test(test_init_methods),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);

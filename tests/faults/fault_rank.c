@@ -25,7 +25,8 @@ static double now(void) {
 }
 
 static int report(oslo_status st, double t0) {
-  printf("RESULT %d %.3f %s (%s)\n", (int)st, now() - t0, oslo_last_error(), oslo_status_string(st));
+  printf("RESULT %d %.3f %s (%s)\n", (int)st, now() - t0, oslo_last_error(),
+         oslo_status_string(st));
   fflush(stdout);
   return (int)st;
 }

@@ -62,9 +62,7 @@ std::vector<uint8_t> make_input(oslo_dtype dt, int rank, size_t count, size_t fi
       case OSLO_I32:
         reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(v * int_scale(dt));
         break;
-      case OSLO_I64:
-        reinterpret_cast<int64_t*>(b.data())[i] = v * int_scale(dt);
-        break;
+      case OSLO_I64: reinterpret_cast<int64_t*>(b.data())[i] = v * int_scale(dt); break;
       default: {
         float f = static_cast<float>(v);
         oslo::from_f32(dt, &f, b.data() + i * oslo::dtype_size(dt), 1);

@@ -90,11 +90,11 @@ static void get_f32(th_state *s, float *dst, size_t n, const oslo_tensor *t) {
   TH_OK(s, oslo_tensor_copy_to_host(dst, n * sizeof(float), t));
 }
 
-#define CLOSE(s, got, ref, n, what)                                                        \
-  do {                                                                                     \
-    double e_ = 0;                                                                         \
-    int ok_ = th_close(got, ref, n, TOL, &e_);                                             \
-    TH_CHECK(s, ok_, "%s: relative error %.3g > %.1g", what, e_, TOL);                     \
+#define CLOSE(s, got, ref, n, what)                                    \
+  do {                                                                 \
+    double e_ = 0;                                                     \
+    int ok_ = th_close(got, ref, n, TOL, &e_);                         \
+    TH_CHECK(s, ok_, "%s: relative error %.3g > %.1g", what, e_, TOL); \
   } while (0)
 
 /* ------------------------------------------------------------------------ */
@@ -121,7 +121,8 @@ static void test_column(th_state *s, oslo_context *ctx, int tp, int tr, int gath
   o.gather_output = gather;
   oslo_parallel_linear *l = NULL;
   TH_OK(s, oslo_parallel_linear_create(&l, ctx, &o));
-  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, OUT, IN, 0, w), *tb = mk(s, ctx, OSLO_F32, 1, OUT, 0, 0, b);
+  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, OUT, IN, 0, w),
+              *tb = mk(s, ctx, OSLO_F32, 1, OUT, 0, 0, b);
   TH_OK(s, oslo_parallel_linear_load_full(l, tw, tb));
   oslo_tensor *tx = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, IN, x);
   oslo_tensor *ty = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, out_cols, NULL);
@@ -197,7 +198,8 @@ static void test_row(th_state *s, oslo_context *ctx, int tp, int tr, int input_i
   /* Load the shard directly this time: columns [tr*il, (tr+1)*il) of W. */
   float wl[OUT * IN];
   slice_cols_f(wl, w, OUT, IN, tr * il, il);
-  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, OUT, il, 0, wl), *tb = mk(s, ctx, OSLO_F32, 1, OUT, 0, 0, b);
+  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, OUT, il, 0, wl),
+              *tb = mk(s, ctx, OSLO_F32, 1, OUT, 0, 0, b);
   TH_OK(s, oslo_parallel_linear_load_shard(l, tw, tb));
 
   float xin[ROWS * IN];
@@ -274,8 +276,10 @@ static void test_mlp(th_state *s, oslo_context *ctx, int tp, int tr) {
   oslo_parallel_linear *l1 = NULL, *l2 = NULL;
   TH_OK(s, oslo_parallel_linear_create(&l1, ctx, &o1));
   TH_OK(s, oslo_parallel_linear_create(&l2, ctx, &o2));
-  oslo_tensor *tw1 = mk(s, ctx, OSLO_F32, 2, FF, HID, 0, w1), *tb1 = mk(s, ctx, OSLO_F32, 1, FF, 0, 0, b1);
-  oslo_tensor *tw2 = mk(s, ctx, OSLO_F32, 2, HID, FF, 0, w2), *tb2 = mk(s, ctx, OSLO_F32, 1, HID, 0, 0, b2);
+  oslo_tensor *tw1 = mk(s, ctx, OSLO_F32, 2, FF, HID, 0, w1),
+              *tb1 = mk(s, ctx, OSLO_F32, 1, FF, 0, 0, b1);
+  oslo_tensor *tw2 = mk(s, ctx, OSLO_F32, 2, HID, FF, 0, w2),
+              *tb2 = mk(s, ctx, OSLO_F32, 1, HID, 0, 0, b2);
   TH_OK(s, oslo_parallel_linear_load_full(l1, tw1, tb1));
   TH_OK(s, oslo_parallel_linear_load_full(l2, tw2, tb2));
   oslo_tensor *tx = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, x);
@@ -334,18 +338,21 @@ static void test_mlp(th_state *s, oslo_context *ctx, int tp, int tr) {
     if (fabs(dw1[i]) > maxabs) maxabs = fabs(dw1[i]);
     if (fabs(dw2[i]) > maxabs) maxabs = fabs(dw2[i]);
   }
-  for (int i = 0; i < FF; ++i) if (fabs(db1[i]) > maxabs) maxabs = fabs(db1[i]);
-  for (int i = 0; i < HID; ++i) if (fabs(db2[i]) > maxabs) maxabs = fabs(db2[i]);
+  for (int i = 0; i < FF; ++i)
+    if (fabs(db1[i]) > maxabs) maxabs = fabs(db1[i]);
+  for (int i = 0; i < HID; ++i)
+    if (fabs(db2[i]) > maxabs) maxabs = fabs(db2[i]);
   double inf_norm = -1;
   TH_OK(s, oslo_clip_grad_norm(&inf_norm, ps, 0.0, INFINITY));
-  TH_CHECK(s, fabs(inf_norm - maxabs) <= 1e-6 * maxabs, "inf norm %.9g, unsharded %.9g",
-           inf_norm, maxabs);
+  TH_CHECK(s, fabs(inf_norm - maxabs) <= 1e-6 * maxabs, "inf norm %.9g, unsharded %.9g", inf_norm,
+           maxabs);
   /* Clip to half: gradients scale by max_norm / (norm + 1e-6). */
   double max_norm = want / 2, n2 = -1;
   TH_OK(s, oslo_clip_grad_norm(&n2, ps, max_norm, 2.0));
   get_f32(s, gg1, fl * HID, g1);
   double scaled[FF * HID];
-  for (int i = 0; i < fl * HID; ++i) scaled[i] = dw1[tr * fl * HID + i] * (max_norm / (want + 1e-6));
+  for (int i = 0; i < fl * HID; ++i)
+    scaled[i] = dw1[tr * fl * HID + i] * (max_norm / (want + 1e-6));
   CLOSE(s, gg1, scaled, fl * HID, "clipped grad_weight");
   double n3 = -1;
   TH_OK(s, oslo_clip_grad_norm(&n3, ps, 0.0, 2.0));
@@ -372,8 +379,9 @@ static void test_embedding(th_state *s, oslo_context *ctx, int tp, int tr) {
   int64_t start = -1, end = -1, local = -1;
   TH_OK(s, oslo_parallel_embedding_vocab_range(&start, &end, &local, e));
   int64_t per = (VOCAB + tp - 1) / tp;
-  TH_CHECK(s, local == per && start == per * tr && end == (start + per < VOCAB ? start + per : VOCAB),
-           "vocab range [%lld, %lld) local %lld", (long long)start, (long long)end, (long long)local);
+  TH_CHECK(
+      s, local == per && start == per * tr && end == (start + per < VOCAB ? start + per : VOCAB),
+      "vocab range [%lld, %lld) local %lld", (long long)start, (long long)end, (long long)local);
   oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, VOCAB, EH, 0, w);
   TH_OK(s, oslo_parallel_embedding_load_full(e, tw));
   oslo_tensor *tid = mk(s, ctx, OSLO_I64, 1, NTOK, 0, 0, ids);
@@ -459,13 +467,14 @@ static void test_cross_entropy(th_state *s, oslo_context *ctx, int tp, int tr) {
   get_f32(s, gl, NTOK, tloss);
   get_f32(s, gg, NTOK * per, tg);
   CLOSE(s, gl, loss, NTOK, "cross-entropy losses");
-  TH_CHECK(s, fabs(mean_got - mean) <= TOL * fabs(mean), "mean loss %.8g, unsharded %.8g",
-           mean_got, mean);
+  TH_CHECK(s, fabs(mean_got - mean) <= TOL * fabs(mean), "mean loss %.8g, unsharded %.8g", mean_got,
+           mean);
   CLOSE(s, gg, wgrad, NTOK * per, "cross-entropy grad");
   /* A label outside the vocabulary (and not ignore_index) is an error. */
   int32_t bad[NTOK] = {0, 1, 2, 3, 4, 5, 13};
   TH_OK(s, oslo_tensor_copy_from_host(tlab, bad, sizeof bad));
-  oslo_status st = oslo_vocab_parallel_cross_entropy(NULL, &mean_got, NULL, ctx, tl, tlab, VOCAB, -100);
+  oslo_status st =
+      oslo_vocab_parallel_cross_entropy(NULL, &mean_got, NULL, ctx, tl, tlab, VOCAB, -100);
   TH_CHECK(s, st == OSLO_ERR_INVALID_ARGUMENT, "bad label gave %s", oslo_status_string(st));
   oslo_tensor_destroy(tl);
   oslo_tensor_destroy(tlab);
@@ -563,7 +572,8 @@ static void run_collectives(th_state *s, oslo_context *ctx) {
       for (int i = 0; i < N; ++i) ok &= out[i] == (float)(prev * 1000 + i);
       TH_CHECK(s, ok, "send/recv ring on group %d", g);
       oslo_status bad = oslo_send(ctx, g, st, r);
-      TH_CHECK(s, bad == OSLO_ERR_INVALID_ARGUMENT, "send to self gave %s", oslo_status_string(bad));
+      TH_CHECK(s, bad == OSLO_ERR_INVALID_ARGUMENT, "send to self gave %s",
+               oslo_status_string(bad));
       oslo_tensor_destroy(st);
       oslo_tensor_destroy(rt);
     }
@@ -603,7 +613,8 @@ static void run_topology(th_state *s, oslo_context *ctx, int tp) {
   TH_OK(s, oslo_context_size(&ts, ctx, OSLO_GROUP_TENSOR));
   TH_OK(s, oslo_context_size(&ds, ctx, OSLO_GROUP_DATA));
   TH_OK(s, oslo_context_size(&ps, ctx, OSLO_GROUP_PIPELINE));
-  TH_CHECK(s, ts == tp && ts * ds * ps == world, "sizes tp %d dp %d pp %d world %d", ts, ds, ps, world);
+  TH_CHECK(s, ts == tp && ts * ds * ps == world, "sizes tp %d dp %d pp %d world %d", ts, ds, ps,
+           world);
   TH_CHECK(s, rank == p * ds * ts + d * ts + t, "rank %d is not pp %d * %d + dp %d * %d + tp %d",
            rank, p, ds * ts, d, ts, t);
   /* The tensor group's members are consecutive ranks: a SUM of global ranks proves it. */
@@ -627,7 +638,8 @@ static void run_topology(th_state *s, oslo_context *ctx, int tp) {
 
 enum { CK_IN = 12, CK_OUT = 12, CK_VOCAB = 13, CK_H = 4, CK_REP = 6 };
 
-static void ckpt_full(float *col_w, float *col_b, float *row_w, float *row_b, float *emb, float *rep) {
+static void ckpt_full(float *col_w, float *col_b, float *row_w, float *row_b, float *emb,
+                      float *rep) {
   th_fill(col_w, CK_OUT * CK_IN, 51);
   th_fill(col_b, CK_OUT, 52);
   th_fill(row_w, CK_OUT * CK_IN, 53);
@@ -637,7 +649,8 @@ static void ckpt_full(float *col_w, float *col_b, float *row_w, float *row_b, fl
 }
 
 static void run_ckpt(th_state *s, oslo_context *ctx, int tp, int tr, const char *dir, int save) {
-  float cw[CK_OUT * CK_IN], cb[CK_OUT], rw[CK_OUT * CK_IN], rb[CK_OUT], ew[CK_VOCAB * CK_H], rep[CK_REP];
+  float cw[CK_OUT * CK_IN], cb[CK_OUT], rw[CK_OUT * CK_IN], rb[CK_OUT], ew[CK_VOCAB * CK_H],
+      rep[CK_REP];
   ckpt_full(cw, cb, rw, rb, ew, rep);
   oslo_linear_options oc = oslo_linear_default_options(), orw = oslo_linear_default_options();
   oc.kind = OSLO_COLUMN_PARALLEL;
@@ -653,7 +666,8 @@ static void run_ckpt(th_state *s, oslo_context *ctx, int tp, int tr, const char 
   TH_OK(s, oslo_parallel_embedding_create(&emb, ctx, CK_VOCAB, CK_H, OSLO_F32));
   oslo_tensor *trep = mk(s, ctx, OSLO_F32, 1, CK_REP, 0, 0, save ? rep : NULL);
   if (save) {
-    oslo_tensor *a = mk(s, ctx, OSLO_F32, 2, CK_OUT, CK_IN, 0, cw), *b = mk(s, ctx, OSLO_F32, 1, CK_OUT, 0, 0, cb);
+    oslo_tensor *a = mk(s, ctx, OSLO_F32, 2, CK_OUT, CK_IN, 0, cw),
+                *b = mk(s, ctx, OSLO_F32, 1, CK_OUT, 0, 0, cb);
     TH_OK(s, oslo_parallel_linear_load_full(col, a, b));
     TH_OK(s, oslo_tensor_copy_from_host(a, rw, sizeof rw));
     TH_OK(s, oslo_tensor_copy_from_host(b, rb, sizeof rb));
@@ -805,7 +819,8 @@ int main(int argc, char **argv) {
     memset(&a, 0, sizeof a);
     a.mode = mode;
     a.dir = dir;
-    snprintf(a.config, sizeof a.config, "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 60}", tp);
+    snprintf(a.config, sizeof a.config, "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 60}",
+             tp);
     rank_main(&a);
     th_add_totals(&a.st);
   }

@@ -626,17 +626,12 @@ int main(int argc, char** argv) {
   Options opt;
   std::string err;
   switch (parse_args(argc, argv, &opt, &err)) {
-    case ParseResult::kHelp:
-      std::fputs(kUsage, stdout);
-      return 0;
-    case ParseResult::kVersion:
-      std::printf("oslo-run (oslo) %s\n", OSLO_RUN_VERSION);
-      return 0;
+    case ParseResult::kHelp: std::fputs(kUsage, stdout); return 0;
+    case ParseResult::kVersion: std::printf("oslo-run (oslo) %s\n", OSLO_RUN_VERSION); return 0;
     case ParseResult::kError:
       print_error("%s\nTry 'oslo-run --help' for more information.", err.c_str());
       return kExitUsage;
-    case ParseResult::kRun:
-      break;
+    case ParseResult::kRun: break;
   }
 
   std::string path;

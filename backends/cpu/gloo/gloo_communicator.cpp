@@ -203,8 +203,7 @@ void reduce_ranked(void* dst, const void* const* srcs, int n, size_t count, oslo
     case OSLO_I64:
       return reduce_int<int64_t, uint64_t, __int128>(
           static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(srcs), n, count, op);
-    default:
-      fail(OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));  // checked earlier
+    default: fail(OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));  // checked earlier
   }
 }
 
