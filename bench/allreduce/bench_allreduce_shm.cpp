@@ -31,8 +31,7 @@ int run_rank(int rank, int n, const std::string& store_path) {
     const size_t bytes = kBenchSizes[s], count = bytes / 4;
     if (!bench_size_wanted(bytes)) continue;
     const int iters = bench_iters(bytes);
-    for (int i = 0; i < iters / 10 + 5; ++i)
-      comm->all_reduce(in, out, count, OSLO_F32, OSLO_SUM);
+    for (int i = 0; i < iters / 10 + 5; ++i) comm->all_reduce(in, out, count, OSLO_F32, OSLO_SUM);
     double trial[BENCH_TRIALS];
     for (int t = 0; t < BENCH_TRIALS; ++t) {
       comm->barrier();

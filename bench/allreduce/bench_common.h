@@ -16,9 +16,9 @@
 #include <time.h>
 
 /* 8 B, then powers of 4 from 16 B to 64 MB (so 4 KB and 4 MB are in). */
-static const size_t kBenchSizes[] = {8,        16,       64,        256,       1 << 10,
-                                     4 << 10,  16 << 10, 64 << 10,  256 << 10, 1 << 20,
-                                     4 << 20,  16 << 20, 64 << 20};
+static const size_t kBenchSizes[] = {8,       16,       64,       256,       1 << 10,
+                                     4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20,
+                                     4 << 20, 16 << 20, 64 << 20};
 #define BENCH_NSIZES (sizeof kBenchSizes / sizeof kBenchSizes[0])
 /* Each size is timed in BENCH_TRIALS trials of bench_iters() calls; the table
  * reports the fastest trial (other jobs share this machine, so the minimum is
@@ -54,7 +54,9 @@ static inline double bench_now(void) {
 }
 
 /* Rank r's input: small integers, so the SUM is exact and checkable. */
-static inline float bench_value(int rank, size_t i) { return (float)((rank + 1) * (int)(i % 7 + 1)); }
+static inline float bench_value(int rank, size_t i) {
+  return (float)((rank + 1) * (int)(i % 7 + 1));
+}
 static inline float bench_expected(int nranks, size_t i) {
   return (float)(nranks * (nranks + 1) / 2 * (int)(i % 7 + 1));
 }
@@ -82,9 +84,10 @@ static int bench_cmp_double(const void* a, const void* b) {
 
 /* One table line; run.sh parses the lines starting with "row". */
 static inline void bench_print_header(const char* name, int nranks) {
-  printf("# %s all-reduce, %d ranks, f32 sum, out of place; time = fastest of %d trials "
-         "(median in brackets)\n",
-         name, nranks, BENCH_TRIALS);
+  printf(
+      "# %s all-reduce, %d ranks, f32 sum, out of place; time = fastest of %d trials "
+      "(median in brackets)\n",
+      name, nranks, BENCH_TRIALS);
   printf("#%11s %12s %10s %10s %10s %10s %6s\n", "bytes", "count", "time_us", "median_us",
          "algbw_GB/s", "busbw_GB/s", "check");
 }

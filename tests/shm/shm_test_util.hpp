@@ -49,8 +49,8 @@ struct Checker {
     if (failures++ < 8) log += "rank " + std::to_string(rank) + ": " + m + "\n";
   }
 };
-#define SHM_EXPECT(ck, cond, ...)                                                     \
-  do {                                                                                \
+#define SHM_EXPECT(ck, cond, ...)                                                                \
+  do {                                                                                           \
     if (!(cond)) (ck).bad(oslo::str(__FILE__, ":", __LINE__, ": ", #cond, " -- ", __VA_ARGS__)); \
   } while (0)
 
@@ -134,18 +134,20 @@ inline bool matches(Checker& ck, const std::string& what, oslo_dtype dt, const u
 }
 
 inline void fill_exact(oslo_dtype dt, uint8_t* buf, size_t count, int rank, size_t shift = 0) {
-  for (size_t i = 0; i < count; ++i) put(dt, buf, i, static_cast<double>(exact_value(rank, i + shift)));
+  for (size_t i = 0; i < count; ++i)
+    put(dt, buf, i, static_cast<double>(exact_value(rank, i + shift)));
 }
 
 // ---- the suites ------------------------------------------------------------
 
-// Every collective, dtype and reduce op on sizes 0, 1, 7, 4096, one just past
-// the one-step limit, and `big` (several pipeline chunks, not a multiple of
-// one), in place and out of place, with exactly predictable results.
+// Every collective, dtype and reduce op on sizes 0, 1, 7, 4096, 70001 (one
+// partial pipeline chunk, or one step, depending on dtype and group size) and
+// `big` (several pipeline chunks, not a multiple of one), in place and out of
+// place, with exactly predictable results.
 inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
   const int r = c.rank();
   const int n = c.size();
-  const size_t counts[] = {0, 1, 7, 4096, 12289, big};
+  const size_t counts[] = {0, 1, 7, 4096, 70001, big};
   for (oslo_dtype dt : kDtypes) {
     const size_t es = oslo::dtype_size(dt);
     for (oslo_reduce_op op : kOps) {
@@ -231,8 +233,8 @@ inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
     // broadcast from every root.
     for (int root = 0; root < n; ++root) {
       for (size_t count : counts) {
-        std::string what = oslo::str("broadcast(", oslo::dtype_name(dt), ", count ", count,
-                                     ", root ", root, ")");
+        std::string what =
+            oslo::str("broadcast(", oslo::dtype_name(dt), ", count ", count, ", root ", root, ")");
         std::vector<uint8_t> buf(count * es + 1, 0xab);
         if (r == root) fill_exact(dt, buf.data(), count, root);
         try {
@@ -266,7 +268,8 @@ inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
 
 // Deterministic "random" floats in [-1000, 1000) with all mantissa bits used.
 inline float noise(int rank, size_t i) {
-  uint64_t x = (static_cast<uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ULL + i * 0xBF58476D1CE4E5B9ULL;
+  uint64_t x =
+      (static_cast<uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ULL + i * 0xBF58476D1CE4E5B9ULL;
   x ^= x >> 31;
   x *= 0x94D049BB133111EBULL;
   x ^= x >> 29;
@@ -305,8 +308,8 @@ inline void bitwise_suite(Communicator& c, Checker& ck, size_t big) {
           if (op == OSLO_AVG) acc = acc / static_cast<float>(n);
           put(dt, want.data(), i, acc);
         }
-        std::string what = oslo::str("bitwise all_reduce(", oslo::dtype_name(dt), ", ",
-                                     op_str(op), ", count ", count, ")");
+        std::string what = oslo::str("bitwise all_reduce(", oslo::dtype_name(dt), ", ", op_str(op),
+                                     ", count ", count, ")");
         try {
           c.all_reduce(buf.data(), buf.data(), count, dt, op);
         } catch (const oslo::Error& e) {
@@ -316,7 +319,7 @@ inline void bitwise_suite(Communicator& c, Checker& ck, size_t big) {
         for (size_t i = 0; i < count; ++i) {
           if (std::memcmp(buf.data() + i * es, want.data() + i * es, es) != 0) {
             ck.bad(oslo::str(what, ": element ", i, " is ", load_f(dt, buf.data(), i),
-                              " but rank-order accumulation gives ", load_f(dt, want.data(), i)));
+                             " but rank-order accumulation gives ", load_f(dt, want.data(), i)));
             break;
           }
         }

@@ -66,7 +66,9 @@ bool wait_ready(SharedReports& reps, int n, double seconds) {
   }
 }
 
-bool contains(const char* s, const char* part) { return std::strstr(s, part) != nullptr; }
+bool contains(const char* s, const char* part) {
+  return std::strstr(s, part) != nullptr;
+}
 
 void ops_procs(int n) {
   Case cs;
@@ -93,8 +95,12 @@ void ops_procs(int n) {
   }
 }
 
-void test_procs_ops_2(void**) { ops_procs(2); }
-void test_procs_ops_3(void**) { ops_procs(3); }
+void test_procs_ops_2(void**) {
+  ops_procs(2);
+}
+void test_procs_ops_3(void**) {
+  ops_procs(3);
+}
 
 // Every rank loops over small and pipelined all-reduces until a call fails;
 // it records the status, the time and the message.
@@ -162,10 +168,18 @@ void kill_one(int n, int victim) {
   }
 }
 
-void test_sigkill_2(void**) { kill_one(2, 1); }
-void test_sigkill_creator(void**) { kill_one(2, 0); }
-void test_sigkill_3(void**) { kill_one(3, 1); }
-void test_sigkill_4(void**) { kill_one(4, 3); }
+void test_sigkill_2(void**) {
+  kill_one(2, 1);
+}
+void test_sigkill_creator(void**) {
+  kill_one(2, 0);
+}
+void test_sigkill_3(void**) {
+  kill_one(3, 1);
+}
+void test_sigkill_4(void**) {
+  kill_one(4, 3);
+}
 
 // SIGSTOP one rank: it is alive but frozen, so the others time out, within
 // [timeout, 2 x timeout] of the stop, with OSLO_ERR_TIMEOUT naming it.
@@ -199,8 +213,12 @@ void stop_one(int n, int victim) {
   }
 }
 
-void test_sigstop_2(void**) { stop_one(2, 1); }
-void test_sigstop_3(void**) { stop_one(3, 2); }
+void test_sigstop_2(void**) {
+  stop_one(2, 1);
+}
+void test_sigstop_3(void**) {
+  stop_one(3, 2);
+}
 
 // A rank that exits without destroying its communicator (as after a crash
 // that is not a signal): the peer waiting for it fails fast.
@@ -246,8 +264,10 @@ void test_abort_across_processes(void**) {
       });
     try {
       char buf[64];
-      if (r == 0) c->recv(buf, sizeof buf, 1);  // never sent
-      else c->barrier();                        // rank 0 never joins it
+      if (r == 0)
+        c->recv(buf, sizeof buf, 1);  // never sent
+      else
+        c->barrier();  // rank 0 never joins it
     } catch (const oslo::Error& e) {
       reps[r].err_time = now_s();
       reps[r].status = e.status();

@@ -26,7 +26,9 @@ using namespace shmtest;
 namespace {
 
 int g_group = 0;
-std::string next_prefix() { return "t/shm/" + std::to_string(g_group++); }
+std::string next_prefix() {
+  return "t/shm/" + std::to_string(g_group++);
+}
 
 // Big enough for several pipeline chunks of every dtype, and not a multiple
 // of a chunk (a prime number of elements).
@@ -37,17 +39,24 @@ void ops_with(int n) {
   auto comms = make_group(store, next_prefix(), n, 30.0);
   // The segment is unlinked as soon as the group has formed.
   assert_true(leftover_segments({getpid()}).empty());
-  std::string log = run_threads(comms, [](int, Communicator& c, Checker& ck) {
-    full_suite(c, ck, kBig);
-  });
+  std::string log =
+      run_threads(comms, [](int, Communicator& c, Checker& ck) { full_suite(c, ck, kBig); });
   if (!log.empty()) print_error("%s", log.c_str());
   assert_true(log.empty());
 }
 
-void test_ops_1(void**) { ops_with(1); }
-void test_ops_2(void**) { ops_with(2); }
-void test_ops_3(void**) { ops_with(3); }
-void test_ops_4(void**) { ops_with(4); }
+void test_ops_1(void**) {
+  ops_with(1);
+}
+void test_ops_2(void**) {
+  ops_with(2);
+}
+void test_ops_3(void**) {
+  ops_with(3);
+}
+void test_ops_4(void**) {
+  ops_with(4);
+}
 
 template <typename F>
 oslo_status status_of(F&& f, std::string* msg = nullptr) {
@@ -73,24 +82,35 @@ void test_argument_errors(void**) {
     float x[4] = {1, 2, 3, 4};
     float y[8];
     // Out-of-range values as a C caller can pass them (the enums span int).
-    SHM_EXPECT(ck, status_of([&] { c.all_reduce(x, x, 4, static_cast<oslo_dtype>(9), OSLO_SUM); }) ==
-                       OSLO_ERR_DTYPE, "bad dtype");
-    SHM_EXPECT(ck, status_of([&] { c.all_reduce(x, x, 4, OSLO_F32, static_cast<oslo_reduce_op>(7)); }) ==
-                       OSLO_ERR_INVALID_ARGUMENT, "bad op");
-    SHM_EXPECT(ck, status_of([&] { c.all_reduce(nullptr, x, 4, OSLO_F32, OSLO_SUM); }) ==
-                       OSLO_ERR_INVALID_ARGUMENT, "null in");
-    SHM_EXPECT(ck, status_of([&] { c.all_gather(x, nullptr, 4, OSLO_F32); }) ==
-                       OSLO_ERR_INVALID_ARGUMENT, "null out");
+    SHM_EXPECT(ck, status_of([&] {
+                     c.all_reduce(x, x, 4, static_cast<oslo_dtype>(9), OSLO_SUM);
+                   }) == OSLO_ERR_DTYPE,
+               "bad dtype");
+    SHM_EXPECT(ck, status_of([&] {
+                     c.all_reduce(x, x, 4, OSLO_F32, static_cast<oslo_reduce_op>(7));
+                   }) == OSLO_ERR_INVALID_ARGUMENT,
+               "bad op");
+    SHM_EXPECT(ck, status_of([&] {
+                     c.all_reduce(nullptr, x, 4, OSLO_F32, OSLO_SUM);
+                   }) == OSLO_ERR_INVALID_ARGUMENT,
+               "null in");
+    SHM_EXPECT(
+        ck, status_of([&] { c.all_gather(x, nullptr, 4, OSLO_F32); }) == OSLO_ERR_INVALID_ARGUMENT,
+        "null out");
     SHM_EXPECT(ck, status_of([&] { c.broadcast(x, 4, OSLO_F32, 2); }) == OSLO_ERR_INVALID_ARGUMENT,
                "bad root");
     SHM_EXPECT(ck, status_of([&] { c.broadcast(x, 4, OSLO_F32, -1); }) == OSLO_ERR_INVALID_ARGUMENT,
                "negative root");
-    SHM_EXPECT(ck, status_of([&] { c.send(x, 4, r); }) == OSLO_ERR_INVALID_ARGUMENT, "send to self");
+    SHM_EXPECT(ck, status_of([&] { c.send(x, 4, r); }) == OSLO_ERR_INVALID_ARGUMENT,
+               "send to self");
     SHM_EXPECT(ck, status_of([&] { c.recv(x, 4, 5); }) == OSLO_ERR_INVALID_ARGUMENT, "recv from 5");
-    SHM_EXPECT(ck, status_of([&] { c.reduce_scatter(x, y, SIZE_MAX / 2, OSLO_F32, OSLO_SUM); }) ==
-                       OSLO_ERR_INVALID_ARGUMENT, "overflowing count");
+    SHM_EXPECT(ck, status_of([&] {
+                     c.reduce_scatter(x, y, SIZE_MAX / 2, OSLO_F32, OSLO_SUM);
+                   }) == OSLO_ERR_INVALID_ARGUMENT,
+               "overflowing count");
     // Count 0 with null buffers is a legal no-op.
-    SHM_EXPECT(ck, status_of([&] { c.all_reduce(nullptr, nullptr, 0, OSLO_F32, OSLO_SUM); }) == OSLO_OK,
+    SHM_EXPECT(ck,
+               status_of([&] { c.all_reduce(nullptr, nullptr, 0, OSLO_F32, OSLO_SUM); }) == OSLO_OK,
                "count 0");
     // Still usable.
     c.all_reduce(x, y, 4, OSLO_F32, OSLO_SUM);
@@ -238,6 +258,30 @@ void test_timeout(void**) {
   assert_true(now_s() - t0 < 0.5);
 }
 
+// Point to point honours the timeout too: a recv of a message never sent, and
+// a send larger than the ring that nobody receives.
+void test_p2p_timeouts(void**) {
+  for (int sender = 0; sender < 2; ++sender) {
+    oslo::HashStore store;
+    auto comms = make_group(store, next_prefix(), 2, 1.0);
+    std::vector<uint8_t> buf(8 << 20);
+    std::string m;
+    double t0 = now_s();
+    oslo_status s = status_of(
+        [&] {
+          if (sender)
+            comms[0]->send(buf.data(), buf.size(), 1);
+          else
+            comms[0]->recv(buf.data(), 16, 1);
+        },
+        &m);
+    double waited = now_s() - t0;
+    assert_int_equal(s, OSLO_ERR_TIMEOUT);
+    assert_true(waited >= 0.95 && waited < 2.0);
+    assert_true(contains(m, sender ? "send to rank 1" : "recv from rank 1"));
+  }
+}
+
 // A peer that destroyed its communicator: waiting for it fails at once.
 void test_peer_destroyed(void**) {
   oslo::HashStore store;
@@ -265,10 +309,13 @@ void test_mismatch(void**) {
         st[r] = status_of(
             [&] {
               Communicator& c = *comms[r];
-              if (variant == 0) c.all_reduce(buf.data(), buf.data(), r ? 20 : 10, OSLO_F32, OSLO_SUM);
+              if (variant == 0)
+                c.all_reduce(buf.data(), buf.data(), r ? 20 : 10, OSLO_F32, OSLO_SUM);
               if (variant == 1) {
-                if (r) c.all_gather(buf.data(), out.data(), 10, OSLO_F32);
-                else c.barrier();
+                if (r)
+                  c.all_gather(buf.data(), out.data(), 10, OSLO_F32);
+                else
+                  c.barrier();
               }
               if (variant == 2)  // different step counts: one-step vs pipelined
                 c.all_reduce(buf.data(), buf.data(), r ? 200000 : 10, OSLO_F32, OSLO_SUM);
@@ -327,6 +374,7 @@ int main(void) {
       cmocka_unit_test(test_abort_from_thread),
       cmocka_unit_test(test_abort_wakes_peer),
       cmocka_unit_test(test_timeout),
+      cmocka_unit_test(test_p2p_timeouts),
       cmocka_unit_test(test_peer_destroyed),
       cmocka_unit_test(test_mismatch),
       cmocka_unit_test(test_oversubscribed_stress),

@@ -16,6 +16,13 @@
 // peer can still be reading it. That one rule gives double buffering without
 // any per-buffer flags; a small collective is one step (copy in, post, wait,
 // reduce), a large one a pipeline of chunks.
+//
+// Tuning knobs (environment, read once per communicator; the creator's values
+// of the first two are stored in the header so all ranks agree):
+//   OSLO_SHM_SLOT_KB   per-rank slot = pipeline chunk (default 768)
+//   OSLO_SHM_SMALL_KB  largest one-step all-reduce (default 512 / ranks)
+//   OSLO_SHM_SPIN_US   spin before sleeping on the futex (default 50; 0 when
+//                      there are more ranks than CPUs)
 #include "backends/cpu/shm/shm_communicator.hpp"
 
 #include <fcntl.h>
@@ -64,12 +71,20 @@ constexpr uint64_t kMagic = 0x314d48534f4c534fULL;  // "OSLOSHM1"
 constexpr uint32_t kVersion = 1;
 constexpr size_t kPage = 4096;
 // Default per-rank slot (one buffer of the double buffer): large messages move
-// in pipeline chunks of this size, each rank reducing slot/n of it, which
-// keeps a chunk's working set in L2.
-constexpr size_t kDefaultSlotBytes = 256 << 10;
-// All-reduces up to this size take the one-step path (every rank reduces the
-// whole message from every slot); above it the two-phase pipeline.
-constexpr size_t kDefaultSmallBytes = 32 << 10;
+// in pipeline chunks of this size, each rank reducing slot/n of it. Measured
+// on Zen 4 (bench/allreduce/README.md): 768 KB moves 1-4 MB about 1.6x
+// faster than 256 KB; 512 KB-1.5 MB are alike. Our reading of the phase
+// timings: with small chunks the peer still holds the lines in its L2, so
+// rewriting a slot or reading what the peer just wrote costs a core-to-core
+// transfer per line (~18 GB/s here); once a step's working set outgrows the
+// 1 MB L2 the lines come from the shared L3, which is faster.
+constexpr size_t kDefaultSlotBytes = 768 << 10;
+// All-reduces up to kSmallBytesTimesRanks / n bytes take the one-step path
+// (every rank reduces the whole message from every slot), larger ones the
+// two-phase pipeline. One step wins while reading n copies is cheaper than a
+// second synchronisation: for 2 ranks up to 256 KB (1.5x faster at 16-256 KB
+// than the pipeline, measured).
+constexpr size_t kSmallBytesTimesRanks = 512 << 10;
 // How long a waiter spins before it sleeps on the futex, when there are at
 // least as many CPUs as ranks. A collective between ranks that arrive within
 // this window never enters the kernel.
@@ -84,8 +99,8 @@ constexpr uint32_t kRingPieces = 4;
 constexpr uint32_t kFailedLeft = 0x10000;  // RankCtrl::failed: communicator destroyed
 
 // ShmCommunicator::pidfd_ values other than a descriptor.
-constexpr int kPidUnknown = -3;   // the peer has not published its pid yet
-constexpr int kPidFallback = -2;  // no pidfd: watch with kill(pid, 0) and /proc
+constexpr int kPidUnknown = -3;    // the peer has not published its pid yet
+constexpr int kPidFallback = -2;   // no pidfd: watch with kill(pid, 0) and /proc
 constexpr int kPidUnwatched = -1;  // same process or other pid namespace
 
 struct Header {
@@ -131,10 +146,16 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free &&
                   std::atomic<uint64_t>::is_always_lock_free,
               "atomics in shared memory must be lock-free");
 
-size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+size_t round_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+size_t ceil_div(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
 // Step counters wrap around; compare them the way TCP compares sequence numbers.
-bool seq_before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+bool seq_before(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) < 0;
+}
 
 std::string errno_text(int err) {
   char buf[256];
@@ -155,7 +176,9 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts
   // Not FUTEX_PRIVATE_FLAG: the word is in memory shared between processes.
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, ts, nullptr, 0);
 }
-void futex_wake_all(std::atomic<uint32_t>* word) { futex(word, FUTEX_WAKE, INT_MAX, nullptr); }
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+}
 
 // Stores v and wakes the waiters that went to sleep on it. The seq_cst store
 // and load pair with the waiter's seq_cst increment and load (Dekker): either
@@ -228,7 +251,8 @@ const char* op_name(uint32_t op) {
 }
 // kind:4 | dtype:4 | reduce op:4 | 20-bit hash of (count, root).
 uint32_t make_desc(uint32_t kind, int dt, int op, uint64_t count, int root) {
-  uint64_t h = count * 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(root) + 0x632BE59BD9B4E019ULL);
+  uint64_t h =
+      count * 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(root) + 0x632BE59BD9B4E019ULL);
   h ^= h >> 29;
   h *= 0xBF58476D1CE4E5B9ULL;
   h ^= h >> 32;
@@ -265,8 +289,7 @@ class ShmCommunicator final : public Communicator {
     bool oversubscribed = cpus > 0 && size > cpus;
     spin_ns_ = oversubscribed ? 0
                               : static_cast<int64_t>(env_size("OSLO_SHM_SPIN_US",
-                                                              kDefaultSpinNs / 1000, 0,
-                                                              1000000)) *
+                                                              kDefaultSpinNs / 1000, 0, 1000000)) *
                                     1000;
   }
 
@@ -311,14 +334,15 @@ class ShmCommunicator final : public Communicator {
     return data_ + static_cast<size_t>(r) * rank_stride_ + (k & 1u) * slot_bytes_;
   }
   uint8_t* result(int r, uint32_t k) const {
-    return data_ + static_cast<size_t>(r) * rank_stride_ + 2 * slot_bytes_ +
-           (k & 1u) * part_bytes_;
+    return data_ + static_cast<size_t>(r) * rank_stride_ + 2 * slot_bytes_ + (k & 1u) * part_bytes_;
   }
   size_t ring_index(int src, int dst) const {
     return static_cast<size_t>(src) * (size_ - 1) + (dst < src ? dst : dst - 1);
   }
   RingCtrl& ring_ctrl(int src, int dst) const { return ring_ctrl_[ring_index(src, dst)]; }
-  uint8_t* ring_data(int src, int dst) const { return ring_data_ + ring_index(src, dst) * ring_bytes_; }
+  uint8_t* ring_data(int src, int dst) const {
+    return ring_data_ + ring_index(src, dst) * ring_bytes_;
+  }
 
   // ---- error handling ----
   template <typename Body>
@@ -330,7 +354,8 @@ class ShmCommunicator final : public Communicator {
   [[noreturn]] void peer_died(int peer) const;
   std::string who(int peer) const {
     int32_t pid = ctrl_[peer].pid.load(std::memory_order_relaxed);
-    return pid > 0 ? str("rank ", peer, " (pid ", pid, ")") : str("rank ", peer, " (never attached)");
+    return pid > 0 ? str("rank ", peer, " (pid ", pid, ")")
+                   : str("rank ", peer, " (never attached)");
   }
   void wake_own_words() noexcept;
   void watch_peer(int peer);
@@ -379,9 +404,9 @@ class ShmCommunicator final : public Communicator {
                ": unknown reduce op ", static_cast<int>(rop));
   }
   void check_peer(const char* op, int peer) const {
-    OSLO_CHECK(peer >= 0 && peer < size_ && peer != rank_, OSLO_ERR_INVALID_ARGUMENT, "shm: ",
-               op, ": peer ", peer, " is not another rank of this group of ", size_,
-               " (this rank is ", rank_, ")");
+    OSLO_CHECK(peer >= 0 && peer < size_ && peer != rank_, OSLO_ERR_INVALID_ARGUMENT, "shm: ", op,
+               ": peer ", peer, " is not another rank of this group of ", size_, " (this rank is ",
+               rank_, ")");
   }
 
   const int rank_;
@@ -427,16 +452,19 @@ void ShmCommunicator::connect(Store& store, const std::string& prefix, const Dea
     // Geometry. Only the creator reads the tuning variables; the others take
     // the geometry from the header, so all agree on the algorithm choice.
     const size_t n = static_cast<size_t>(size_);
-    slot_bytes_ = round_up(env_size("OSLO_SHM_SLOT_KB", kDefaultSlotBytes >> 10, 16, 16384) << 10,
-                           kPage);
+    slot_bytes_ =
+        round_up(env_size("OSLO_SHM_SLOT_KB", kDefaultSlotBytes >> 10, 16, 16384) << 10, kPage);
     slot_bytes_ = std::max(slot_bytes_, round_up(n * 64 * 16, kPage));  // >= 1 KB per part
     part_bytes_ = slot_bytes_ / n / 64 * 64;
-    small_bytes_ = std::min(env_size("OSLO_SHM_SMALL_KB", kDefaultSmallBytes >> 10, 0, 1 << 20) << 10,
-                            slot_bytes_);
+    small_bytes_ =
+        std::min(env_size("OSLO_SHM_SMALL_KB", kSmallBytesTimesRanks / n >> 10, 0, 1 << 20) << 10,
+                 slot_bytes_);
     rank_stride_ = round_up(2 * slot_bytes_ + 2 * part_bytes_, kPage);
     size_t pairs = n * (n - 1);
-    size_t ring = 1u << 20;  // 1 MB per pair for small groups, less for big ones
-    while (pairs && ring > (16u << 10) && pairs * ring > (16u << 20)) ring >>= 1;
+    // 1 MB per ordered pair for 2 ranks, less for bigger groups (8 MB in
+    // all at most, 16 KB per pair at least); larger messages stream.
+    size_t ring = 1u << 20;
+    while (pairs && ring > (16u << 10) && pairs * ring > (8u << 20)) ring >>= 1;
     ring_bytes_ = static_cast<uint32_t>(ring);
     size_t ctrl_off = round_up(sizeof(Header), 128);
     size_t data_off = round_up(ctrl_off + n * sizeof(RankCtrl), kPage);
@@ -498,7 +526,8 @@ void ShmCommunicator::connect(Store& store, const std::string& prefix, const Dea
     fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
       fail(OSLO_ERR_IO, "shm: shm_open(", name_, ") failed: ", errno_text(errno),
-           " (was the segment of group '", prefix, "' already unlinked? group prefixes must be "
+           " (was the segment of group '", prefix,
+           "' already unlinked? group prefixes must be "
            "unique per job)");
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -563,7 +592,8 @@ void ShmCommunicator::connect(Store& store, const std::string& prefix, const Dea
     } catch (const Error& e) {
       std::string missing;
       for (int r = 1; r < size_; ++r)
-        if (!store.check({keys[r - 1]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        if (!store.check({keys[r - 1]}))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       // Ranks that did attach must not wait for a group that will never form.
       mark_broken(e.status(), e.what());
       if (e.status() == OSLO_ERR_TIMEOUT && !missing.empty())
@@ -620,8 +650,8 @@ void ShmCommunicator::watch_peer(int peer) {
 template <typename Body>
 void ShmCommunicator::guarded(const char* op, Body&& body) {
   if (broken_status_ != OSLO_OK)
-    fail(broken_status_, "shm: ", op, ": communicator is unusable after an earlier error: ",
-         broken_msg_);
+    fail(broken_status_, "shm: ", op,
+         ": communicator is unusable after an earlier error: ", broken_msg_);
   op_ = op;
   try {
     check_abort();
@@ -753,7 +783,8 @@ bool ShmCommunicator::wait_word(std::atomic<uint32_t>& word, std::atomic<uint32_
       }
     }
     int64_t slice = std::min<int64_t>(
-        kLivenessPeriodNs, std::chrono::duration_cast<std::chrono::nanoseconds>(dl.end - now).count());
+        kLivenessPeriodNs,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(dl.end - now).count());
     timespec ts{static_cast<time_t>(slice / 1000000000), static_cast<long>(slice % 1000000000)};
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     uint32_t v = word.load(std::memory_order_seq_cst);
@@ -783,8 +814,9 @@ void ShmCommunicator::wait_all(uint32_t k, LazyDeadline* dl_in) {
 
 void ShmCommunicator::wait_one(int peer, uint32_t k) {
   LazyDeadline dl;
-  if (!wait_word(ctrl_[peer].seq, ctrl_[peer].sleepers, peer,
-                 [k](uint32_t v) { return !seq_before(v, k); }, dl))
+  if (!wait_word(
+          ctrl_[peer].seq, ctrl_[peer].sleepers, peer,
+          [k](uint32_t v) { return !seq_before(v, k); }, dl))
     timed_out_steps(k, {peer});
 }
 
@@ -828,8 +860,7 @@ void ShmCommunicator::all_reduce(const void* in, void* out, size_t count, oslo_d
                                  oslo_reduce_op op) {
   size_t bytes = checked_bytes("all_reduce", count, dt);
   check_op("all_reduce", op);
-  OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT,
-             "shm: all_reduce: null buffer");
+  OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "shm: all_reduce: null buffer");
   guarded("all_reduce", [&] {
     if (count == 0) return;
     uint32_t desc = make_desc(kAllReduce, dt, op, count, 0);
@@ -948,8 +979,7 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t count, os
 
 void ShmCommunicator::all_gather(const void* in, void* out, size_t count, oslo_dtype dt) {
   const size_t bytes = checked_bytes("all_gather", count, dt, static_cast<size_t>(size_));
-  OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT,
-             "shm: all_gather: null buffer");
+  OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "shm: all_gather: null buffer");
   guarded("all_gather", [&] {
     if (count == 0) return;
     const uint32_t desc = make_desc(kAllGather, dt, 0, count, 0);
@@ -1027,15 +1057,16 @@ bool ShmCommunicator::wait_ring_space(int peer, uint32_t w, uint32_t need) {
   RingCtrl& rc = ring_ctrl(rank_, peer);
   LazyDeadline dl;
   const uint32_t cap = ring_bytes_;
-  return wait_word(rc.consumed, rc.consumed_sleepers, peer,
-                   [w, need, cap](uint32_t c) { return cap - (w - c) >= need; }, dl);
+  return wait_word(
+      rc.consumed, rc.consumed_sleepers, peer,
+      [w, need, cap](uint32_t c) { return cap - (w - c) >= need; }, dl);
 }
 
 bool ShmCommunicator::wait_ring_data(int peer, uint32_t r, uint32_t need) {
   RingCtrl& rc = ring_ctrl(peer, rank_);
   LazyDeadline dl;
-  return wait_word(rc.written, rc.written_sleepers, peer,
-                   [r, need](uint32_t w) { return w - r >= need; }, dl);
+  return wait_word(
+      rc.written, rc.written_sleepers, peer, [r, need](uint32_t w) { return w - r >= need; }, dl);
 }
 
 void ShmCommunicator::ring_write(int peer, const uint8_t* src, size_t n) {
@@ -1047,9 +1078,10 @@ void ShmCommunicator::ring_write(int peer, const uint8_t* src, size_t n) {
     uint32_t w = rc.written.load(std::memory_order_relaxed);
     uint32_t space = cap - (w - rc.consumed.load(std::memory_order_acquire));
     if (space == 0) {
-      if (!wait_ring_space(peer, w, std::min<uint32_t>(piece, static_cast<uint32_t>(std::min<size_t>(n, cap)))))
-        fail(OSLO_ERR_TIMEOUT, "shm: send to rank ", peer, " timed out after ", timeout_, " s: ",
-             who(peer), " did not receive (its ring of ", cap, " bytes stayed full)");
+      if (!wait_ring_space(
+              peer, w, std::min<uint32_t>(piece, static_cast<uint32_t>(std::min<size_t>(n, cap)))))
+        fail(OSLO_ERR_TIMEOUT, "shm: send to rank ", peer, " timed out after ", timeout_,
+             " s: ", who(peer), " did not receive (its ring of ", cap, " bytes stayed full)");
       continue;
     }
     uint32_t m = static_cast<uint32_t>(std::min<size_t>(std::min(space, piece), n));
@@ -1107,7 +1139,8 @@ void ShmCommunicator::send(const void* buf, size_t bytes, int peer) {
         if (first < m) std::memcpy(data, src + first, m - first);
       };
       put(w, reinterpret_cast<const uint8_t*>(&hdr), sizeof hdr);
-      if (bytes) put(w + sizeof hdr, static_cast<const uint8_t*>(buf), static_cast<uint32_t>(bytes));
+      if (bytes)
+        put(w + sizeof hdr, static_cast<const uint8_t*>(buf), static_cast<uint32_t>(bytes));
       post_word(rc.written, rc.written_sleepers, w + static_cast<uint32_t>(sizeof hdr + bytes));
       return;
     }
@@ -1126,8 +1159,8 @@ void ShmCommunicator::recv(void* buf, size_t bytes, int peer) {
     uint32_t r = rc.consumed.load(std::memory_order_relaxed);
     if (rc.written.load(std::memory_order_acquire) - r < sizeof(uint64_t) &&
         !wait_ring_data(peer, r, sizeof(uint64_t)))
-      fail(OSLO_ERR_TIMEOUT, "shm: recv from rank ", peer, " timed out after ", timeout_, " s: ",
-           who(peer), " sent nothing");
+      fail(OSLO_ERR_TIMEOUT, "shm: recv from rank ", peer, " timed out after ", timeout_,
+           " s: ", who(peer), " sent nothing");
     uint64_t hdr;
     uint8_t* h = reinterpret_cast<uint8_t*>(&hdr);
     uint32_t pos = r & (cap - 1);

@@ -142,8 +142,8 @@ OSLO_SHM_CLONES void reduce_i32(int32_t* dst, const int32_t* const* s, int n, si
   switch (op) {
     case OSLO_SUM:
       return reduce_body<uint32_t, uint32_t>(reinterpret_cast<uint32_t*>(dst),
-                                             reinterpret_cast<const uint32_t* const*>(s), n,
-                                             count, Cast<uint32_t, uint32_t>(), Sum(), Same());
+                                             reinterpret_cast<const uint32_t* const*>(s), n, count,
+                                             Cast<uint32_t, uint32_t>(), Sum(), Same());
     case OSLO_AVG:
       return reduce_body<int32_t, int64_t>(dst, s, n, count, Cast<int32_t, int64_t>(), Sum(),
                                            Div<int64_t>{div});
@@ -162,8 +162,8 @@ OSLO_SHM_CLONES void reduce_i64(int64_t* dst, const int64_t* const* s, int n, si
   switch (op) {
     case OSLO_SUM:
       return reduce_body<uint64_t, uint64_t>(reinterpret_cast<uint64_t*>(dst),
-                                             reinterpret_cast<const uint64_t* const*>(s), n,
-                                             count, Cast<uint64_t, uint64_t>(), Sum(), Same());
+                                             reinterpret_cast<const uint64_t* const*>(s), n, count,
+                                             Cast<uint64_t, uint64_t>(), Sum(), Same());
     case OSLO_AVG:
       // The exact sum of up to 2^63 / 2^63-bounded values needs 128 bits.
       return reduce_body<int64_t, __int128>(dst, s, n, count, Cast<int64_t, __int128>(), Sum(),
@@ -194,7 +194,8 @@ OSLO_SHM_CLONES void bf16_store(const float* s, uint16_t* d, size_t m) {
 __attribute__((target("avx2,f16c"))) void f16_load_f16c(const uint16_t* s, float* d, size_t m) {
   size_t i = 0;
   for (; i + 8 <= m; i += 8)
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    _mm256_storeu_ps(d + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
   if (i < m) {
     uint16_t in[8] = {0};
     float out[8];
@@ -279,8 +280,8 @@ void reduce(void* dst, const void* const* srcs, int nsrc, size_t count, oslo_dty
   if (count == 0) return;
   switch (dt) {
     case OSLO_F32:
-      return reduce_f32(static_cast<float*>(dst), reinterpret_cast<const float* const*>(srcs),
-                        nsrc, count, op, avg_div);
+      return reduce_f32(static_cast<float*>(dst), reinterpret_cast<const float* const*>(srcs), nsrc,
+                        count, op, avg_div);
     case OSLO_F16:
     case OSLO_BF16: return reduce_half(dt, dst, srcs, nsrc, count, op, avg_div);
     case OSLO_I32:
