@@ -86,7 +86,7 @@ Context::Context(const Config& config) : config_(config) {
   log_.log(LogLevel::Info, "rank ", li.rank, " of ", world, " (from ", li.source, "), tp ", tp,
            " pp ", pp, " dp ", dp, ", backend ", backend_->name(), ", ", num_threads_,
            " threads, timeout ", config.timeout_seconds, " s");
-  rendezvous_and_connect(config.init_method, li.local_world_size);
+  rendezvous_and_connect(config.init_method);
 }
 
 Context::~Context() = default;
@@ -102,7 +102,7 @@ void Context::abort() noexcept {
     if (c) c->abort();
 }
 
-void Context::rendezvous_and_connect(const std::string& init_method, int) {
+void Context::rendezvous_and_connect(const std::string& init_method) {
   const Topology& t = *topo_;
   const int world = t.world_size(), rank = t.world_rank();
   comms_.resize(4);

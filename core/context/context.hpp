@@ -36,7 +36,7 @@ class Context {
   void abort() noexcept;
 
  private:
-  void rendezvous_and_connect(const std::string& init_method, int local_world);
+  void rendezvous_and_connect(const std::string& init_method);
 
   Config config_;
   Logger log_;

@@ -46,7 +46,7 @@ void ParamSet::add(const std::string& name, const Tensor& tensor, const Tensor* 
 }
 
 void ParamSet::add_linear(const std::string& prefix, const ParallelLinear& l) {
-  const int tp = ctx_.topology().tp_size(), r = ctx_.topology().tp_rank();
+  const int r = ctx_.topology().tp_rank();
   ParamEntry w;
   w.name = prefix + ".weight";
   w.tensor = l.weight;
@@ -54,7 +54,6 @@ void ParamSet::add_linear(const std::string& prefix, const ParallelLinear& l) {
   w.global_shape = {l.options().out_features, l.options().in_features};
   w.split_dim = l.column() ? 0 : 1;
   w.offset = (l.column() ? l.local_out() : l.local_in()) * r;
-  if (tp == 1) w.split_dim = l.column() ? 0 : 1;
   add_entry(w);
   if (l.options().bias) {
     ParamEntry b;
