@@ -23,26 +23,13 @@
 #include "core/comm/communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "tests/common/temp_dir.hpp"
 #include "core/rendezvous/hash_store.hpp"
 
 namespace ckpt_test {
 
-inline std::string temp_dir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/oslo-ckpt-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (!mkdtemp(buf.data())) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  return buf.data();
-}
-
-inline void remove_tree(const std::string& dir) {
-  std::string cmd = "rm -rf '" + dir + "'";
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
-}
+inline std::string temp_dir() { return oslo_test::temp_dir("oslo-ckpt"); }
+using oslo_test::remove_tree;
 
 inline std::string read_bytes(const std::string& path) {
   std::string out;

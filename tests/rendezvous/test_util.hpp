@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/common/error.hpp"
+#include "tests/common/temp_dir.hpp"
 
 // cmocka defines a macro named fail(), which would break oslo::fail and
 // std::basic_ios::fail: it must come after every C++ header, so test files
@@ -120,23 +121,8 @@ inline int kill_children(void**) {
   return 0;
 }
 
-// A fresh directory under TMPDIR (or /tmp) for file stores.
-inline std::string temp_dir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/oslo-test-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (!mkdtemp(buf.data())) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  return buf.data();
-}
-
-inline void remove_tree(const std::string& dir) {
-  std::string cmd = "rm -rf '" + dir + "'";
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
-}
+inline std::string temp_dir() { return oslo_test::temp_dir("oslo-test"); }
+using oslo_test::remove_tree;
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
