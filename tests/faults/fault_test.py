@@ -114,8 +114,12 @@ def case_missing_rank():
 
 
 def case_master_missing():
-    port = free_port()
-    code, line = finish(start(1, 2, port, "join"), 2 * TIMEOUT + 5)
+    # Hold the port bound but not listening, so no other test's server can
+    # take it meanwhile and connections are refused as if rank 0 never came.
+    with socket.socket() as hold:
+        hold.bind(("127.0.0.1", 0))
+        port = hold.getsockname()[1]
+        code, line = finish(start(1, 2, port, "join"), 2 * TIMEOUT + 5)
     check(code == 5, f"master missing: exited {code}: {line}")
     check(f"127.0.0.1:{port}" in line, f"master missing: message does not name the address: {line}")
     print(f"master missing: {line}", flush=True)

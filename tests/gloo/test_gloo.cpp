@@ -11,9 +11,13 @@
 #include <thread>
 #include <vector>
 
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "backends/cpu/gloo/gloo_communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/rendezvous/tcp_store.hpp"
+
 #include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
 
 using oslo::Communicator;
@@ -24,6 +28,53 @@ using test_util::status_of;
 namespace {
 
 const char* kHost = "127.0.0.1";
+
+// The rendezvous server for tests that fork ranks runs in its own process:
+// forking while a server thread of this process may hold a lock (malloc's,
+// or ASan's allocator's) can leave a child deadlocked forever. This process
+// stays single-threaded while it forks.
+class ServerProcess {
+ public:
+  ServerProcess() {
+    int port_pipe[2], ctl_pipe[2];
+    if (pipe(port_pipe) != 0 || pipe(ctl_pipe) != 0) std::abort();
+    pid_ = fork();
+    if (pid_ < 0) std::abort();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      close(port_pipe[0]);
+      close(ctl_pipe[1]);
+      int code = 0;
+      try {
+        TcpStore server(kHost, 0, true, Deadline(10));
+        int port = server.port();
+        if (write(port_pipe[1], &port, sizeof port) != sizeof port) code = 1;
+        char c;
+        while (read(ctl_pipe[0], &c, 1) > 0) {
+        }  // until the parent closes its end
+      } catch (...) {
+        code = 2;
+      }
+      _exit(code);
+    }
+    close(port_pipe[1]);
+    close(ctl_pipe[0]);
+    ctl_ = ctl_pipe[1];
+    if (read(port_pipe[0], &port_, sizeof port_) != sizeof port_) port_ = -1;
+    close(port_pipe[0]);
+  }
+  ~ServerProcess() {
+    close(ctl_);
+    int st;
+    waitpid(pid_, &st, 0);
+  }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int ctl_ = -1;
+  int port_ = -1;
+};
 constexpr oslo_dtype kDtypes[] = {OSLO_F32, OSLO_F16, OSLO_BF16, OSLO_I32, OSLO_I64};
 constexpr oslo_reduce_op kOps[] = {OSLO_SUM, OSLO_AVG, OSLO_MAX, OSLO_MIN};
 const size_t kSizes[] = {0, 1, 7, 4096};
@@ -391,7 +442,7 @@ std::vector<pid_t> spawn_ranks(int n, double timeout, int port, const std::strin
 }
 
 int run_processes(int n, double timeout, const RankFn& fn) {
-  TcpStore server(kHost, 0, true, Deadline(10));
+  ServerProcess server;
   auto pids = spawn_ranks(n, timeout, server.port(), unique_prefix("procs"),
                           [&](Communicator& c, TcpStore& s, int) { return fn(c, s); });
   int bad = 0;
@@ -453,7 +504,7 @@ void test_misc_single_rank(void**) {
 void test_fault_sigkill_mid_allreduce(void**) {
   constexpr int n = 3;
   constexpr double timeout = 2.0;
-  TcpStore server(kHost, 0, true, Deadline(10));
+  ServerProcess server;
   auto pids = spawn_ranks(
       n, timeout, server.port(), unique_prefix("kill"),
       [](Communicator& c, TcpStore& s, int r) -> int {
@@ -480,8 +531,10 @@ void test_fault_sigkill_mid_allreduce(void**) {
           return 0;
         }
       });
-  // Let them run a few all_reduces, then kill the last rank.
-  auto running = [&] { return server.add("running", 0) == n; };
+  // Let them run a few all_reduces, then kill the last rank. (A client made
+  // only now: nothing in this process may run threads while it forks.)
+  TcpStore client(kHost, server.port(), false, Deadline(10));
+  auto running = [&] { return client.add("running", 0) == n; };
   for (int i = 0; i < 500 && !running(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -497,7 +550,7 @@ void test_fault_sigkill_mid_allreduce(void**) {
 void test_fault_sigstop_times_out(void**) {
   constexpr int n = 3;
   constexpr double timeout = 2.0;
-  TcpStore server(kHost, 0, true, Deadline(10));
+  ServerProcess server;
   auto pids = spawn_ranks(
       n, timeout, server.port(), unique_prefix("stop"),
       [](Communicator& c, TcpStore& s, int r) -> int {
@@ -750,7 +803,7 @@ class FreezingStore : public oslo::Store {
 // would be five times as long), or fail their first op after the timeout.
 void test_fault_frozen_during_rendezvous(void**) {
   constexpr double timeout = 1.0;
-  TcpStore server(kHost, 0, true, Deadline(10));
+  ServerProcess server;
   const int port = server.port();
   const std::string prefix = unique_prefix("frozen");
   pid_t frozen = test_util::spawn([&]() -> int {
@@ -759,6 +812,7 @@ void test_fault_frozen_during_rendezvous(void**) {
     oslo::create_gloo_communicator(fs, prefix, 1, 2, timeout, kHost);
     return 0;
   });
+  TcpStore client(kHost, port, false, Deadline(10));
   std::string msg;
   auto t0 = std::chrono::steady_clock::now();
   // Depending on which side of the pair connects (gloo decides by address),
@@ -766,7 +820,7 @@ void test_fault_frozen_during_rendezvous(void**) {
   // socket, which the kernel accepts, and fails in its first op.
   oslo_status st = status_of(
       [&] {
-        auto c = join(server, prefix, 0, 2, timeout);
+        auto c = join(client, prefix, 0, 2, timeout);
         c->barrier();
       },
       &msg);
