@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Installs everything oslo needs to build and test, from Debian's packages and
-# PyPI. Safe to run again: already-installed packages are skipped.
+# Installs what oslo needs from Debian's packages. Safe to run again: packages
+# already installed are skipped.
+#
+#   bash tools/deps.sh          build dependencies: what the main job needs
+#   bash tools/deps.sh --test   also what the tests need (CMocka, Python with
+#                               venv, Open MPI for the reference benchmark, ...)
+#
+# Every package the configure step or a test uses is named here explicitly:
+# nothing may work only because it happened to be installed already (packages
+# are installed with --no-install-recommends). Python packages the tests use
+# (safetensors, numpy) never go into the system Python: tools/test-venv.sh puts
+# them into a virtual environment inside the build tree. Nothing at build or run
+# time needs Python.
 set -euo pipefail
-pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev libcmocka-dev
-      openmpi-bin libopenmpi-dev python3 binutils)
+pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev)
+case "${1:-}" in
+  "") ;;
+  --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps) ;;
+  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "== installing: ${missing[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# The safetensors compatibility test compares with the reference implementation.
-python3 -c "import safetensors, numpy" 2>/dev/null ||
-  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Runs every test: installs dependencies, builds, runs ctest on the normal
-# build, then builds again with AddressSanitizer + UndefinedBehaviorSanitizer
-# and runs the C tests under them.
+# Runs every test: installs dependencies (Debian packages; test-only Python
+# packages into build/venv), builds, runs ctest on the normal build, then
+# builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs
+# the C tests under them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/deps.sh
+bash tools/deps.sh --test
 jobs=$(nproc)
+# Test-only Python packages live in a virtual environment in the build tree.
+python=$(bash tools/test-venv.sh build)
+# Skips are failures here: a test that cannot run must not pass silently.
+export OSLO_TEST_STRICT=1
 
 echo "== build (RelWithDebInfo)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOSLO_BUILD_TESTS=ON -DOSLO_BUILD_BENCH=ON \
+  -DOSLO_TEST_PYTHON="$python" >/dev/null
 cmake --build build -j"$jobs"
 echo "== tests"
 (cd build && ctest --output-on-failure -j2 --timeout 600)
@@ -16,7 +22,7 @@ echo "== tests"
 if [ "${OSLO_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOSLO_SANITIZE=address,undefined \
-    -DOSLO_BUILD_BENCH=OFF >/dev/null
+    -DOSLO_BUILD_TESTS=ON -DOSLO_BUILD_BENCH=OFF -DOSLO_TEST_PYTHON="$python" >/dev/null
   cmake --build build-asan -j"$jobs"
   # The install test links a fresh program against the library, which an
   # ASan-built library cannot serve; it runs in the normal build above.

@@ -19,6 +19,8 @@
 
 #include "oslo.h"
 
+static const double kPi = 3.14159265358979323846; /* M_PI is not C99 */
+
 enum { TOKENS = 32, HIDDEN = 128, FFN = 512 };
 
 #define CHECK(call)                                                                              \
@@ -42,7 +44,7 @@ static double gelu(double x) {
   return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
 }
 static double gelu_grad(double x) {
-  return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+  return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * kPi);
 }
 
 static oslo_tensor *tensor(oslo_context *ctx, int64_t rows, int64_t cols, const float *data) {

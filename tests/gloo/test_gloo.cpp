@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "backends/cpu/gloo/gloo_communicator.hpp"
 #include "core/common/dtype.hpp"
+#include "core/rendezvous/hash_store.hpp"
 #include "core/rendezvous/tcp_store.hpp"
 
 #include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
@@ -841,6 +842,21 @@ void test_misc_local_address_towards(void**) {
   assert_false(a.empty());
 }
 
+// A local address that is not this host's: the error names the variable
+// that sets it (OSLO_LOCAL_ADDRESS, the one the context reads).
+void test_misc_bad_local_address(void**) {
+  oslo::HashStore store;
+  std::string msg;
+  // 192.0.2.1 is TEST-NET-1 (RFC 5737): never an address of this host.
+  oslo_status st = test_util::status_of(
+      [&] { oslo::create_gloo_communicator(store, unique_prefix("badaddr"), 0, 2, 1.0, "192.0.2.1"); },
+      &msg);
+  assert_int_equal(st, OSLO_ERR_IO);
+  assert_non_null(std::strstr(msg.c_str(), "192.0.2.1"));
+  assert_non_null(std::strstr(msg.c_str(), "OSLO_LOCAL_ADDRESS"));
+  assert_null(std::strstr(msg.c_str(), "OSLO_LOCAL_ADDR "));
+}
+
 }  // namespace
 
 // argv[1], if given, is a cmocka name pattern ("test_fault_*"): ctest runs
@@ -864,6 +880,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test_teardown(test_fault_send_recv_size_mismatch, test_util::kill_children),
       cmocka_unit_test_teardown(test_fault_frozen_during_rendezvous, test_util::kill_children),
       cmocka_unit_test_teardown(test_misc_local_address_towards, test_util::kill_children),
+      cmocka_unit_test_teardown(test_misc_bad_local_address, test_util::kill_children),
   };
   return cmocka_run_group_tests_name("gloo", tests, nullptr, nullptr);
 }

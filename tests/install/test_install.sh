@@ -1,23 +1,62 @@
 #!/usr/bin/env bash
-# Installs oslo into a temporary prefix, builds the example as a program
-# outside the tree with `cc prog.c $(pkg-config --cflags --libs oslo)`, and
-# runs it under the installed oslo-run on 2 ranks: it must match the
-# unsharded layer.
+# Installs oslo into a temporary prefix and builds the out-of-tree example
+# project (examples/outside) against it both ways a user would: with
+# pkg-config (its Makefile) and with find_package(oslo 0.1 REQUIRED) (its
+# CMakeLists.txt). Each program runs under the installed oslo-run on 2 ranks
+# and must match the unsharded computation. The prefix is then moved and both
+# builds are repeated: the installed package files are relocatable.
+# Usage: test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
 src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-mkdir "$tmp/user"
-cp "$src/examples/tp_mlp/tp_mlp.c" "$tmp/user/prog.c"
-cd "$tmp/user"
-libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -1)
-export PKG_CONFIG_PATH=$libdir
-echo "pkg-config --cflags --libs oslo: $(pkg-config --cflags --libs oslo)"
-cc -std=c99 -Wall -Wextra -Werror -D_DEFAULT_SOURCE prog.c $(pkg-config --cflags --libs oslo) -lm -o prog
-test -x "$tmp/prefix/bin/oslo-run"
-LD_LIBRARY_PATH=$(dirname "$libdir") "$tmp/prefix/bin/oslo-run" --nproc-per-node 2 ./prog
-# Only the public header and the library are needed: no core headers installed.
-test ! -e "$tmp/prefix/include/core"
-echo "install: 3 passed, 0 failed"
+cp -r "$src/examples/outside" "$tmp/outside"
+cp "$src/examples/tp_mlp/tp_mlp.c" "$tmp/outside/prog.c"
+passed=0
+
+check_prefix() {
+  local prefix=$1 tag=$2
+  local libdir
+  libdir=$(dirname "$(ls -d "$prefix"/lib*/pkgconfig | head -1)")
+  test -x "$prefix/bin/oslo-run"
+  # Only the public headers and the library are installed: no core headers.
+  test -f "$prefix/include/oslo.h"
+  test ! -e "$prefix/include/core"
+  test -f "$libdir/cmake/oslo/osloConfig.cmake"
+  test -f "$libdir/cmake/oslo/osloConfigVersion.cmake"
+
+  echo "== [$tag] pkg-config: $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags --libs oslo)"
+  rm -f "$tmp/outside/tp_mlp"
+  PKG_CONFIG_PATH="$libdir/pkgconfig" make -s -C "$tmp/outside" SRC=prog.c tp_mlp
+  LD_LIBRARY_PATH=$libdir "$prefix/bin/oslo-run" --nproc-per-node 2 "$tmp/outside/tp_mlp"
+  passed=$((passed + 1))
+
+  echo "== [$tag] find_package(oslo 0.1 REQUIRED)"
+  rm -rf "$tmp/build-cmake"
+  cmake -S "$tmp/outside" -B "$tmp/build-cmake" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DTP_MLP_SOURCE="$tmp/outside/prog.c" >/dev/null
+  cmake --build "$tmp/build-cmake" >/dev/null
+  # No LD_LIBRARY_PATH: CMake gives the program a run path to the library.
+  "$prefix/bin/oslo-run" --nproc-per-node 2 "$tmp/build-cmake/tp_mlp"
+  passed=$((passed + 1))
+}
+
+check_prefix "$tmp/prefix" installed
+mv "$tmp/prefix" "$tmp/moved-prefix"
+check_prefix "$tmp/moved-prefix" moved
+
+# A version the package does not provide is refused.
+mkdir -p "$tmp/v9"
+cat >"$tmp/v9/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(v9 LANGUAGES C)
+find_package(oslo 9.0 QUIET)
+if(oslo_FOUND)
+  message(FATAL_ERROR "find_package(oslo 9.0) accepted version ${oslo_VERSION}")
+endif()
+CM
+cmake -S "$tmp/v9" -B "$tmp/v9/build" -DCMAKE_PREFIX_PATH="$tmp/moved-prefix" >/dev/null
+passed=$((passed + 1))
+echo "install: $passed passed, 0 failed"

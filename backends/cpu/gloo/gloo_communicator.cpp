@@ -280,7 +280,7 @@ std::shared_ptr<gloo::transport::Device> device_for(const std::string& address) 
     dev = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     fail(OSLO_ERR_IO, "gloo: cannot use local address '", address,
-         "' (set OSLO_LOCAL_ADDR or MASTER_ADDR to an address of this host): ", e.what());
+         "' (set OSLO_LOCAL_ADDRESS to an address of this host that the other ranks can reach): ", e.what());
   }
   cache[key] = dev;
   return dev;
