@@ -13,8 +13,6 @@
 #include <new>
 
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/gloo/gloo_communicator.hpp"
-#include "backends/cpu/shm/shm_communicator.hpp"
 #include "core/backend/backend.hpp"
 #include "core/common/error.hpp"
 
@@ -80,11 +78,9 @@ class CpuBackend : public Backend {
   void set_num_threads(int n) override { kernels_.set_num_threads(n); }
   Kernels& kernels() override { return kernels_; }
 
-  std::unique_ptr<Communicator> create_communicator(Store& store, const GroupSpec& g) override {
-    if (g.same_host)
-      return create_shm_communicator(store, g.name, g.rank, g.size, g.timeout_seconds);
-    return create_gloo_communicator(store, g.name, g.rank, g.size, g.timeout_seconds,
-                                    g.local_address);
+  // Host memory: groups use oslo's host transports.
+  std::unique_ptr<Communicator> create_communicator(Store&, const GroupSpec&) override {
+    return nullptr;
   }
 
  private:

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/shm/shm_communicator.hpp"
+#include "transports/shm/shm_communicator.hpp"
 #include "bench/allreduce/bench_common.h"
 #include "core/common/error.hpp"
 #include "core/rendezvous/file_store.hpp"

@@ -14,23 +14,13 @@
 #include <vector>
 
 #include "core/comm/communicator.hpp"
+#include "core/comm/group.hpp"
 #include "core/rendezvous/store.hpp"
 #include "oslo.h"
 
 namespace oslo {
 
 class Logger;
-
-// A process group as the backend needs to know it to connect its members.
-struct GroupSpec {
-  std::string name;  // unique within the job, e.g. "tensor.1"
-  int rank = 0;      // this rank's index in the group
-  int size = 1;
-  std::vector<int> members;  // global ranks, in group-rank order
-  bool same_host = true;     // all members share one host (shared memory possible)
-  double timeout_seconds = 300;
-  std::string local_address;  // address peers on other hosts can reach
-};
 
 class Kernels {
  public:
@@ -108,7 +98,8 @@ class Backend {
   virtual void set_num_threads(int n) = 0;
   virtual Kernels& kernels() = 0;
 
-  // Collective over the group's members (size >= 2).
+  // Collective over the group's members (size >= 2). nullptr: the backend's
+  // memory is host memory and the group uses oslo's host transports.
   virtual std::unique_ptr<Communicator> create_communicator(Store& store,
                                                             const GroupSpec& group) = 0;
 };
@@ -124,7 +115,14 @@ struct BackendOptions {
 // Throws OSLO_ERR_BACKEND_UNAVAILABLE naming the backend and the reason.
 std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& options);
 
-// Defined in backends/cpu.
-std::unique_ptr<Backend> create_cpu_backend(const BackendOptions& options);
+// A backend linked into liboslo.
+struct BuiltinBackend {
+  const char* name;
+  std::unique_ptr<Backend> (*create)(const BackendOptions& options);
+};
+// The built-in backends, terminated by an entry with name == nullptr. Defined
+// outside the core (backends/builtin.cpp), so the core never includes a
+// backend.
+const BuiltinBackend* builtin_backends();
 
 }  // namespace oslo

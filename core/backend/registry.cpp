@@ -13,7 +13,8 @@ namespace oslo {
 using PluginCreateFn = Backend* (*)(const BackendOptions* options, const char** error);
 
 std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& options) {
-  if (name == "cpu") return create_cpu_backend(options);
+  for (const BuiltinBackend* b = builtin_backends(); b->name; ++b)
+    if (name == b->name) return b->create(options);
   for (char ch : name)
     OSLO_CHECK(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_', OSLO_ERR_CONFIG,
                "config: \"backend\" '", name, "' is not a backend name");

@@ -10,10 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/cpu/gloo/gloo_communicator.hpp"
 #include "core/comm/self_communicator.hpp"
+#include "core/comm/transport.hpp"
 #include "core/common/error.hpp"
 #include "core/rendezvous/file_store.hpp"
+#include "core/rendezvous/local_address.hpp"
 #include "core/rendezvous/tcp_store.hpp"
 #include "core/topology/launch_env.hpp"
 
@@ -204,6 +205,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
       spec.timeout_seconds = config_.timeout_seconds;
       spec.local_address = local_address;
       c = backend_->create_communicator(*store, spec);
+      if (!c) c = connect_host_transport(*store, spec);
       log_.log(LogLevel::Info, "group ", spec.name, " (ranks ", describe_ranks(members), ") uses ",
                c->transport());
     }

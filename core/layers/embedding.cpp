@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/comm/mappings.hpp"
+#include "core/parallel/mappings.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/layers/f32_view.hpp"

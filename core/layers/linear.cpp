@@ -1,6 +1,6 @@
 #include "core/layers/linear.hpp"
 
-#include "core/comm/mappings.hpp"
+#include "core/parallel/mappings.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/layers/f32_view.hpp"

@@ -14,9 +14,10 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "backends/cpu/gloo/gloo_communicator.hpp"
+#include "transports/gloo/gloo_communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/rendezvous/hash_store.hpp"
+#include "core/rendezvous/local_address.hpp"
 #include "core/rendezvous/tcp_store.hpp"
 
 #include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h

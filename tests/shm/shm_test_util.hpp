@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cpu/shm/shm_communicator.hpp"
+#include "transports/shm/shm_communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/rendezvous/hash_store.hpp"

@@ -1,4 +1,4 @@
-#include "core/comm/mappings.hpp"
+#include "core/parallel/mappings.hpp"
 
 #include "core/common/error.hpp"
 #include "core/tensor/tensor.hpp"

@@ -1,4 +1,5 @@
-// Reduction kernels of the shared-memory transport. They are plain loops that
+// Reduction kernels shared by the host transports (shm, gloo): one kernel, so
+// every transport gives the same bits for the same inputs. They are plain loops that
 // GCC vectorises; target_clones builds AVX-512, AVX2 and baseline versions and
 // picks one at load time, so the library stays portable while a collective on
 // this host reduces at memory speed. The file is compiled with -O3 (see
@@ -7,7 +8,7 @@
 // Determinism: every element is combined in source order 0..n-1 with the same
 // code on every rank, and no reassociation is allowed (no -ffast-math), so the
 // result is bitwise reproducible.
-#include "backends/cpu/shm/shm_reduce.hpp"
+#include "transports/common/reduce.hpp"
 
 #include <immintrin.h>
 
@@ -22,7 +23,7 @@
 #define OSLO_SHM_INLINE inline __attribute__((always_inline))
 
 namespace oslo {
-namespace shm {
+namespace transport {
 namespace {
 
 // Elements per block when sources are combined through a local accumulator
@@ -295,5 +296,5 @@ void reduce(void* dst, const void* const* srcs, int nsrc, size_t count, oslo_dty
   fail(OSLO_ERR_DTYPE, "shm: cannot reduce dtype ", static_cast<int>(dt));
 }
 
-}  // namespace shm
+}  // namespace transport
 }  // namespace oslo

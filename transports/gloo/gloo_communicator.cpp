@@ -19,7 +19,8 @@
 // with OSLO_ERR_COMM instead of waiting for their own timeout, and so that no
 // late message can land in a buffer that was already given back) and stays
 // broken: later calls fail at once with the first error.
-#include "backends/cpu/gloo/gloo_communicator.hpp"
+#include "transports/gloo/gloo_communicator.hpp"
+#include "transports/common/reduce.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -108,103 +109,12 @@ class SigpipeBlock {
 
 // ---- rank-ordered reduction ---------------------------------------------------
 //
-// dst = srcs[0] op srcs[1] op ... op srcs[n-1], combined in that order; f16 and
-// bf16 in f32 and rounded once; integer SUM wraps; integer AVG is the exact sum
-// divided by n, truncated; float MAX/MIN let a NaN win. These are the rules of
-// the shared-memory transport's kernel, so both transports give the same bits.
-
-constexpr size_t kBlock = 2048;  // elements accumulated at a time (8 KB of f32)
-
-struct FSum {
-  float operator()(float a, float b) const { return a + b; }
-};
-struct FMax {
-  float operator()(float a, float b) const { return (b > a || b != b) ? b : a; }
-};
-struct FMin {
-  float operator()(float a, float b) const { return (b < a || b != b) ? b : a; }
-};
-
-template <typename Op>
-void reduce_float(void* dst, const void* const* srcs, int n, size_t count, oslo_dtype dt, Op op,
-                  float div) {
-  float acc[kBlock];
-  float tmp[kBlock];
-  const size_t es = dtype_size(dt);
-  for (size_t base = 0; base < count; base += kBlock) {
-    const size_t m = std::min(kBlock, count - base);
-    to_f32(dt, static_cast<const uint8_t*>(srcs[0]) + base * es, acc, m);
-    for (int p = 1; p < n; ++p) {
-      // f32 sources are read in place; the others are converted first.
-      const float* src =
-          reinterpret_cast<const float*>(static_cast<const uint8_t*>(srcs[p]) + base * es);
-      if (dt != OSLO_F32) {
-        to_f32(dt, static_cast<const uint8_t*>(srcs[p]) + base * es, tmp, m);
-        src = tmp;
-      }
-      for (size_t i = 0; i < m; ++i) acc[i] = op(acc[i], src[i]);
-    }
-    if (div != 1.0f)
-      for (size_t i = 0; i < m; ++i) acc[i] = acc[i] / div;
-    from_f32(dt, acc, static_cast<uint8_t*>(dst) + base * es, m);
-  }
-}
-
-// T: stored type; U: its unsigned twin (wrapping SUM); W: exact accumulator
-// for AVG.
-template <typename T, typename U, typename W>
-void reduce_int(T* dst, const T* const* s, int n, size_t count, oslo_reduce_op op) {
-  for (size_t i = 0; i < count; ++i) {
-    T r;
-    switch (op) {
-      case OSLO_SUM: {
-        U a = static_cast<U>(s[0][i]);
-        for (int p = 1; p < n; ++p) a = static_cast<U>(a + static_cast<U>(s[p][i]));
-        r = static_cast<T>(a);
-        break;
-      }
-      case OSLO_AVG: {
-        W a = s[0][i];
-        for (int p = 1; p < n; ++p) a += s[p][i];
-        r = static_cast<T>(a / n);
-        break;
-      }
-      case OSLO_MAX: {
-        r = s[0][i];
-        for (int p = 1; p < n; ++p) r = s[p][i] > r ? s[p][i] : r;
-        break;
-      }
-      default: {
-        r = s[0][i];
-        for (int p = 1; p < n; ++p) r = s[p][i] < r ? s[p][i] : r;
-        break;
-      }
-    }
-    // Written after every source was read: dst may be one of the sources.
-    dst[i] = r;
-  }
-}
-
+// dst = srcs[0] op srcs[1] op ... op srcs[n-1] through the kernel the
+// shared-memory transport uses (transports/common/reduce.hpp), so both
+// transports give the same bits.
 void reduce_ranked(void* dst, const void* const* srcs, int n, size_t count, oslo_dtype dt,
                    oslo_reduce_op op) {
-  if (count == 0) return;
-  switch (dt) {
-    case OSLO_F32:
-    case OSLO_F16:
-    case OSLO_BF16: {
-      float div = op == OSLO_AVG ? static_cast<float>(n) : 1.0f;
-      if (op == OSLO_MAX) return reduce_float(dst, srcs, n, count, dt, FMax(), div);
-      if (op == OSLO_MIN) return reduce_float(dst, srcs, n, count, dt, FMin(), div);
-      return reduce_float(dst, srcs, n, count, dt, FSum(), div);
-    }
-    case OSLO_I32:
-      return reduce_int<int32_t, uint32_t, int64_t>(
-          static_cast<int32_t*>(dst), reinterpret_cast<const int32_t* const*>(srcs), n, count, op);
-    case OSLO_I64:
-      return reduce_int<int64_t, uint64_t, __int128>(
-          static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(srcs), n, count, op);
-    default: fail(OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));  // checked earlier
-  }
+  transport::reduce(dst, srcs, n, count, dt, op, n);
 }
 
 // ---- store adapter -------------------------------------------------------------
@@ -280,7 +190,8 @@ std::shared_ptr<gloo::transport::Device> device_for(const std::string& address) 
     dev = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     fail(OSLO_ERR_IO, "gloo: cannot use local address '", address,
-         "' (set OSLO_LOCAL_ADDRESS to an address of this host that the other ranks can reach): ", e.what());
+         "' (set OSLO_LOCAL_ADDRESS to an address of this host that the other ranks can reach): ",
+         e.what());
   }
   cache[key] = dev;
   return dev;
@@ -903,45 +814,6 @@ std::unique_ptr<Communicator> create_gloo_communicator(Store& store, const std::
          " s: ", msg);
   }
   return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(ctx), prefix, timeout));
-}
-
-std::string local_address_towards(const std::string& master_addr, int port) {
-  addrinfo hints;
-  std::memset(&hints, 0, sizeof hints);
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  std::string service = std::to_string(port > 0 && port < 65536 ? port : 29500);
-  if (getaddrinfo(master_addr.c_str(), service.c_str(), &hints, &res) != 0 || !res)
-    return "127.0.0.1";
-  std::string result = "127.0.0.1";
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    bool loopback =
-        (a->ai_family == AF_INET &&
-         (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
-        (a->ai_family == AF_INET6 &&
-         IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr));
-    if (loopback) break;
-    // connect() on a UDP socket only picks the route and the source address;
-    // nothing is sent.
-    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local;
-    socklen_t len = sizeof local;
-    bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-              ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
-    ::close(fd);
-    if (!ok) continue;
-    char host[NI_MAXHOST];
-    if (getnameinfo(reinterpret_cast<sockaddr*>(&local), len, host, sizeof host, nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
-      result = host;
-      break;
-    }
-  }
-  freeaddrinfo(res);
-  return result;
 }
 
 }  // namespace oslo

@@ -1,4 +1,5 @@
-// Reduction kernels of the shared-memory transport.
+// The reduction kernel every host transport uses (shm and gloo), so that
+// results are the same bits whichever transport a group runs on.
 #pragma once
 
 #include <cstddef>
@@ -6,7 +7,7 @@
 #include "oslo.h"
 
 namespace oslo {
-namespace shm {
+namespace transport {
 
 // dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i], combined strictly
 // in that order (so every rank that calls it with the same inputs gets the same
@@ -17,5 +18,5 @@ namespace shm {
 void reduce(void* dst, const void* const* srcs, int nsrc, size_t count, oslo_dtype dt,
             oslo_reduce_op op, int avg_div);
 
-}  // namespace shm
+}  // namespace transport
 }  // namespace oslo

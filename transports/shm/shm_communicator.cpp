@@ -23,7 +23,7 @@
 //   OSLO_SHM_SMALL_KB  largest one-step all-reduce (default 512 / ranks)
 //   OSLO_SHM_SPIN_US   spin before sleeping on the futex (default 50; 0 when
 //                      there are more ranks than CPUs)
-#include "backends/cpu/shm/shm_communicator.hpp"
+#include "transports/shm/shm_communicator.hpp"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -50,7 +50,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/shm/shm_reduce.hpp"
+#include "transports/common/reduce.hpp"
 #include "core/common/deadline.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
@@ -886,7 +886,7 @@ void ShmCommunicator::all_reduce_one_step(const uint8_t* in, uint8_t* out, size_
   wait_all(k);
   check_descs(k, desc);
   for (int p = 0; p < size_; ++p) srcs_[p] = p == rank_ ? in : slot(p, k);
-  shm::reduce(out, srcs_.data(), size_, count, dt, op, size_);
+  transport::reduce(out, srcs_.data(), size_, count, dt, op, size_);
 }
 
 // Large messages: chunk c of the message is split into n parts; rank q owns
@@ -933,7 +933,7 @@ void ShmCommunicator::all_reduce_pipelined(const uint8_t* in, uint8_t* out, size
       if (len) {
         for (int p = 0; p < size_; ++p)
           srcs_[p] = p == rank_ ? in + off * es : slot(p, k) + rank_ * part_bytes_;
-        shm::reduce(result(rank_, k), srcs_.data(), size_, len, dt, op, size_);
+        transport::reduce(result(rank_, k), srcs_.data(), size_, len, dt, op, size_);
         std::memcpy(out + off * es, result(rank_, k), len * es);
       }
     }
@@ -972,7 +972,7 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t count, os
       if (base == 0) check_descs(k, desc);
       for (int p = 0; p < size_; ++p)
         srcs_[p] = p == rank_ ? i + (rank_ * count + base) * es : slot(p, k) + rank_ * part_bytes_;
-      shm::reduce(o + base * es, srcs_.data(), size_, len, dt, op, size_);
+      transport::reduce(o + base * es, srcs_.data(), size_, len, dt, op, size_);
     }
   });
 }
