@@ -1,6 +1,8 @@
 // FileStore: the Store contract, threads, forked processes, timeouts, binary
-// and large values, foreign and torn files.
+// and large values, foreign and torn files; and the fork rule of test_util.hpp
+// (tests that run threads join them all before any fork) being enforced.
 #include <fcntl.h>
+#include <poll.h>
 
 #include <atomic>
 #include <cstring>
@@ -234,6 +236,44 @@ void test_torn_record_is_ignored_then_cut(void** state) {
   assert_false(u.check({"torn!"}));
 }
 
+// test_util::spawn in a process with a second thread alive aborts that
+// process, naming the thread, instead of forking. Checked in a child of its
+// own whose stderr goes to a pipe.
+void test_fork_rule_enforced(void**) {
+  int err[2];
+  assert_int_equal(pipe(err), 0);
+  pid_t checker = test_util::spawn([&]() -> int {
+    close(err[0]);
+    dup2(err[1], STDERR_FILENO);
+    close(err[1]);
+    int hold[2];
+    if (pipe(hold) != 0) return 1;
+    std::thread blocked([&] {
+      char c;
+      if (read(hold[0], &c, 1) < 0) std::perror("read");
+    });
+    pid_t pid = test_util::spawn([] { return 0; });  // must abort instead
+    close(hold[1]);
+    blocked.join();
+    test_util::wait_child(pid, 5);
+    return 2;
+  });
+  close(err[1]);
+  int rc = test_util::wait_child(checker, 10);
+  std::string out;
+  char buf[4096];
+  pollfd pfd{err[0], POLLIN, 0};
+  while (poll(&pfd, 1, 5000) == 1) {
+    ssize_t n = read(err[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(err[0]);
+  if (rc != 128 + SIGABRT) std::fprintf(stderr, "checker: %d, said: %s\n", rc, out.c_str());
+  assert_int_equal(rc, 128 + SIGABRT);
+  assert_non_null(std::strstr(out.c_str(), "test_util::spawn: fork() with 2 threads alive"));
+}
+
 }  // namespace
 
 int main() {
@@ -246,6 +286,7 @@ int main() {
       cmocka_unit_test_setup_teardown(test_processes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_foreign_and_stale_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_torn_record_is_ignored_then_cut, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fork_rule_enforced, setup, teardown),
   };
   return cmocka_run_group_tests_name("file_store", tests, nullptr, nullptr);
 }

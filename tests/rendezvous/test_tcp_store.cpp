@@ -1,9 +1,16 @@
 // TcpStore: the Store contract, many clients (threads and processes),
 // blocking get released by set, timeouts, unreachable and killed servers,
 // ports in use, misbehaving clients, binary and large values.
+//
+// The fork rule (test_util.hpp): a test that forks does so while this process
+// has one thread, so the servers that forked clients use run in processes of
+// their own (spawn_server); tests with an in-process server or threads do not
+// fork, and join their threads and destroy their servers before they return.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <atomic>
 #include <cstring>
@@ -36,9 +43,14 @@ int unused_port() {
   return ntohs(a.sin_port);
 }
 
-// Raw connection to the server, for clients that misbehave on purpose.
+// Raw connection to the server, for clients that misbehave on purpose. Sends
+// and receives give up after 10 s instead of hanging.
 int raw_connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{10, 0};
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0)
+    std::abort();
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -47,20 +59,25 @@ int raw_connect(int port) {
   return fd;
 }
 
-// Runs a server in a child process; returns its pid and stores its port.
-pid_t spawn_server(int* port) {
+// Runs a server on `want` (0: a free port) in a child process, forked while
+// this process is single-threaded (test_util::spawn checks). Returns its pid
+// and stores its port, or -1 if it did not come up within 10 s. The server
+// runs until it is killed (the teardown does, or this process dying).
+pid_t spawn_server(int* port, int want = 0) {
   int p[2];
   if (pipe(p) != 0) std::abort();
   pid_t pid = test_util::spawn([&]() -> int {
     close(p[0]);
-    TcpStore server(kHost, 0, true, Deadline(10));
+    TcpStore server(kHost, want, true, Deadline(10));
     int prt = server.port();
     if (write(p[1], &prt, sizeof prt) != sizeof prt) return 1;
     close(p[1]);
     for (;;) pause();
   });
   close(p[1]);
-  if (read(p[0], port, sizeof *port) != sizeof *port) std::abort();
+  *port = -1;
+  pollfd pfd{p[0], POLLIN, 0};
+  if (poll(&pfd, 1, 10000) != 1 || read(p[0], port, sizeof *port) != sizeof *port) *port = -1;
   close(p[0]);
   return pid;
 }
@@ -228,20 +245,20 @@ void test_many_threads(void**) {
 
 void test_processes(void**) {
   constexpr int kProcs = 4, kAdds = 50;
-  auto server = std::make_unique<TcpStore>(kHost, 0, true, Deadline(10));
-  const int port = server->port();
+  int port = 0;
+  pid_t server_pid = spawn_server(&port);
+  assert_true(port > 0);
   TcpStore inherited_client(kHost, port, false, Deadline(10));
   inherited_client.set("warm", bytes("1"));  // its pool holds a live connection
   std::vector<pid_t> pids;
   for (int p = 0; p < kProcs; ++p)
     pids.push_back(test_util::spawn([&, p]() -> int {
       // Odd ranks use the client they inherited through fork(), even ones a
-      // fresh one; rank 0 also destroys its inherited copy of the server,
-      // which must leave the parent's server running.
+      // fresh one. (A child destroying an inherited server: see
+      // test_child_destroys_inherited_server.)
       std::unique_ptr<TcpStore> own;
       if (p % 2 == 0) own.reset(new TcpStore(kHost, port, false, Deadline(10)));
       TcpStore& s = own ? *own : inherited_client;
-      if (p == 0) server.reset();
       s.wait({"go"}, Deadline(10));
       for (int i = 0; i < kAdds; ++i) s.add("counter", 1);
       s.set("p" + std::to_string(p), bytes("rank" + std::to_string(p)));
@@ -250,10 +267,13 @@ void test_processes(void**) {
           return 1;
       return 0;
     }));
-  server->set("go", bytes("1"));
+  inherited_client.set("go", bytes("1"));
   for (pid_t pid : pids) assert_int_equal(test_util::wait_child(pid, 30), 0);
-  assert_int_equal(server->add("counter", 0), kProcs * kAdds);
+  TcpStore fresh(kHost, port, false, Deadline(10));
+  assert_int_equal(fresh.add("counter", 0), kProcs * kAdds);
   assert_int_equal(inherited_client.add("counter", 0), kProcs * kAdds);
+  kill(server_pid, SIGKILL);
+  assert_int_equal(test_util::wait_child(server_pid, 5), 128 + SIGKILL);
 
   // Clients may start before the server: they retry until it is up.
   int late_port = unused_port();
@@ -262,9 +282,47 @@ void test_processes(void**) {
     return s.get("k", Deadline(10)) == bytes("v") ? 0 : 1;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  TcpStore late(kHost, late_port, true, Deadline(10));
+  int got_port = 0;
+  spawn_server(&got_port, late_port);
+  assert_int_equal(got_port, late_port);
+  TcpStore late(kHost, late_port, false, Deadline(10));
   late.set("k", bytes("v"));
   assert_int_equal(test_util::wait_child(early, 15), 0);
+}
+
+// A child that destroys the copy of a server it inherited through fork()
+// leaves the parent's server serving, the parent's old connections included.
+// That needs a fork with the server thread alive: the one exception to the
+// fork rule. So it happens in an owner process of its own (forked while this
+// one is single-threaded), and only once the server thread sits idle in
+// poll() (test_util::spawn_beside_idle_threads).
+void test_child_destroys_inherited_server(void**) {
+  pid_t owner = test_util::spawn([]() -> int {
+    auto server = std::make_unique<TcpStore>(kHost, 0, true, Deadline(10));
+    const int port = server->port();
+    server->set("before", bytes("1"));  // the owner's pool holds a live connection
+    // Nothing talks to the server now: its thread goes back to poll() for good.
+    pid_t child = test_util::spawn_beside_idle_threads([&]() -> int {
+      server.reset();  // the child's copy only
+      TcpStore s(kHost, port, false, Deadline(10));
+      if (s.get("before", Deadline(5)) != bytes("1")) return 1;
+      s.set("from_child", bytes("2"));
+      return s.add("counter", 1) == 1 ? 0 : 2;
+    });
+    int rc = test_util::wait_child(child, 20);
+    if (rc != 0) {
+      std::fprintf(stderr, "owner: child exited with %d\n", rc);
+      return 10;
+    }
+    // The owner's server still serves its own client and new ones.
+    if (server->get("from_child", Deadline(5)) != bytes("2")) return 2;
+    if (server->add("counter", 1) != 2) return 3;
+    TcpStore fresh(kHost, port, false, Deadline(10));
+    if (fresh.add("counter", 0) != 2) return 4;
+    server->set("after", bytes("3"));
+    return fresh.get("after", Deadline(5)) == bytes("3") ? 0 : 5;
+  });
+  assert_int_equal(test_util::wait_child(owner, 30), 0);
 }
 
 void test_unreachable_and_unresolvable(void**) {
@@ -339,6 +397,7 @@ void test_restart_after_time_wait(void**) {
 void test_server_killed_mid_wait(void**) {
   int port = 0;
   pid_t pid = spawn_server(&port);
+  assert_true(port > 0);
   TcpStore client(kHost, port, false, Deadline(10));
   client.set("k", bytes("v"));
   std::thread killer([pid] {
@@ -374,6 +433,7 @@ void test_server_destroyed_while_waiting(void**) {
 void test_frozen_server(void**) {
   int port = 0;
   pid_t pid = spawn_server(&port);
+  assert_true(port > 0);
   TcpStore client(kHost, port, false, Deadline(1));  // 1 s also for set/add/check
   client.set("k", bytes("v"));
   test_util::stop_child(pid);
@@ -436,6 +496,7 @@ int main() {
       cmocka_unit_test_teardown(test_get_released_by_later_set, test_util::kill_children),
       cmocka_unit_test_teardown(test_many_threads, test_util::kill_children),
       cmocka_unit_test_teardown(test_processes, test_util::kill_children),
+      cmocka_unit_test_teardown(test_child_destroys_inherited_server, test_util::kill_children),
       cmocka_unit_test_teardown(test_unreachable_and_unresolvable, test_util::kill_children),
       cmocka_unit_test_teardown(test_port_in_use, test_util::kill_children),
       cmocka_unit_test_teardown(test_restart_after_time_wait, test_util::kill_children),
