@@ -9,14 +9,25 @@
  *                    signal dispositions are set up)
  * then waits until every local rank of its node has written its pid file (so
  * that a failing rank fails while the others are surely running) and then
- * does the first matching RULE, "R=ACTION" or "*=ACTION" (default exit:0):
+ * does the first matching RULE, "R=ACTION" or "*=ACTION" (default exit:0).
+ * ACTION is STEP[,STEP...]; the last step is one of
  *   exit:N          exit with status N
  *   kill:S          send itself signal S
  *   sleep           sleep "forever"
  *   sleep-noterm    ignore SIGTERM, then sleep
  *   sleep-nostop    ignore SIGTERM and SIGINT, then sleep
+ *   read            read stdin to its end, then exit 0
+ * and the steps before it any of
+ *   spawn           (before the files are written) start a child that starts
+ *                   a grandchild, like a wrapper script running a program that
+ *                   runs another; the child waits for the grandchild, which
+ *                   sleeps. Writes DIR/<RANK>.child and DIR/<RANK>.grandchild
+ *                   (their pids) before DIR/<RANK>.pid.
+ *   spawn-noterm    the same, with a grandchild that ignores SIGTERM
+ *   say:TEXT        (after the barrier) write TEXT and a newline to stdout
  * "Forever" is 60 s (alarm), so that a broken launcher cannot leave
- * processes behind for long.
+ * processes behind for long. SIGQUIT makes every one of these processes exit
+ * with status 131, without a core dump.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -27,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,6 +93,61 @@ static void sleep_forever(void) {
   for (;;) pause();
 }
 
+static void on_quit(int sig) {
+  _exit(128 + sig);
+}
+
+/* The "spawn" step: child and grandchild; returns once the grandchild has set
+ * up its signal dispositions, after writing both pid files. */
+static void spawn(const char *dir, int rank, int noterm) {
+  int p[2];
+  if (pipe(p) != 0) die("pipe");
+  pid_t child = fork();
+  if (child < 0) die("fork");
+  if (child == 0) {
+    pid_t grandchild = fork();
+    if (grandchild < 0) die("fork");
+    if (grandchild == 0) {
+      char buf[32];
+      if (noterm) signal(SIGTERM, SIG_IGN);
+      close(p[0]);
+      write_all(p[1], buf, (size_t)snprintf(buf, sizeof buf, "%d", (int)getpid()));
+      close(p[1]);
+      sleep_forever();
+    }
+    close(p[0]);
+    close(p[1]);
+    /* Like a shell's `wait`: a SIGTERM ends the child, not the grandchild. */
+    while (waitpid(grandchild, NULL, 0) < 0 && errno == EINTR) {
+    }
+    _exit(0);
+  }
+  close(p[1]);
+  char buf[32];
+  size_t len = 0;
+  while (len < sizeof buf - 1) {
+    ssize_t n = read(p[0], buf + len, sizeof buf - 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die("read");
+    if (n == 0) break;
+    len += (size_t)n;
+  }
+  close(p[0]);
+  buf[len] = '\0';
+  if (atoi(buf) <= 0) {
+    fprintf(stderr, "rank_helper: no grandchild pid\n");
+    exit(99);
+  }
+  char name[64], pid[sizeof buf + 1];
+  char *pid_str[] = {pid};
+  snprintf(pid, sizeof pid, "%d\n", (int)child);
+  snprintf(name, sizeof name, "%d.child", rank);
+  write_file(dir, name, pid_str, 1, 0);
+  snprintf(pid, sizeof pid, "%s\n", buf);
+  snprintf(name, sizeof name, "%d.grandchild", rank);
+  write_file(dir, name, pid_str, 1, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: rank_helper DIR [RULE...] [-- ARG...]\n");
@@ -99,6 +166,29 @@ int main(int argc, char **argv) {
         (atoi(argv[i]) == rank && argv[i][0] >= '0' && argv[i][0] <= '9')) {
       action = eq + 1;
       break;
+    }
+  }
+  /* Split ACTION into its steps; action becomes the last one. */
+  char steps_buf[1024];
+  char *steps[16];
+  int nsteps = 0;
+  snprintf(steps_buf, sizeof steps_buf, "%s", action);
+  for (char *s = steps_buf; nsteps < 16;) {
+    steps[nsteps++] = s;
+    char *comma = strchr(s, ',');
+    if (!comma) break;
+    *comma = '\0';
+    s = comma + 1;
+  }
+  action = steps[nsteps - 1];
+
+  signal(SIGQUIT, on_quit);
+  for (int i = 0; i < nsteps - 1; ++i) {
+    if (strcmp(steps[i], "spawn") == 0 || strcmp(steps[i], "spawn-noterm") == 0) {
+      spawn(dir, rank, strcmp(steps[i], "spawn-noterm") == 0);
+    } else if (strncmp(steps[i], "say:", 4) != 0) {
+      fprintf(stderr, "rank_helper: unknown step '%s'\n", steps[i]);
+      return 99;
     }
   }
   if (strcmp(action, "sleep-noterm") == 0 || strcmp(action, "sleep-nostop") == 0)
@@ -130,7 +220,21 @@ int main(int argc, char **argv) {
     sleep_ms(10);
   }
 
+  for (int i = 0; i < nsteps - 1; ++i) {
+    if (strncmp(steps[i], "say:", 4) != 0) continue;
+    write_all(1, steps[i] + 4, strlen(steps[i] + 4));
+    write_all(1, "\n", 1);
+  }
+
   if (strncmp(action, "exit:", 5) == 0) return atoi(action + 5);
+  if (strcmp(action, "read") == 0) {
+    char buf[256];
+    ssize_t n;
+    while ((n = read(0, buf, sizeof buf)) != 0) {
+      if (n < 0 && errno != EINTR) die("read stdin");
+    }
+    return 0;
+  }
   if (strncmp(action, "kill:", 5) == 0) {
     kill(getpid(), atoi(action + 5));
     sleep_forever();

@@ -1,12 +1,19 @@
 // oslo-run: starts the ranks of one node of an oslo job, with the environment
-// torchrun sets, and supervises them. When one rank fails the others are
-// stopped (SIGTERM, then SIGKILL after a grace period); SIGINT, SIGTERM and
-// SIGHUP sent to the launcher are forwarded to the ranks the same way. Ranks
-// get PR_SET_PDEATHSIG(SIGKILL), so they do not outlive a killed launcher.
+// torchrun sets, and supervises them. Each rank runs in a process group of its
+// own, and "stopping a rank" means its whole group, so what a rank started (a
+// wrapper script's real program, background helpers) goes with it. When one
+// rank fails the others are stopped (SIGTERM to every rank's group, then
+// SIGKILL after a grace period); SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+// the launcher are forwarded to the groups the same way, and SIGTSTP (Ctrl-Z)
+// stops them with the launcher. The job ends when every rank has been reaped
+// and every rank's group is empty. Ranks get PR_SET_PDEATHSIG(SIGKILL), so
+// they do not outlive a killed launcher, and the launcher is a child subreaper,
+// so orphans in the groups stay its children.
 //
 // Events come from one signalfd (SIGCHLD and the stop signals are blocked
 // before the first fork, so nothing is lost between fork and the loop) and a
-// poll() timeout for the grace period; there is no busy waiting. See README.md.
+// poll() timeout for the grace period; there is no busy waiting (only while
+// stopping, groups whose leader is gone are checked every 100 ms). See README.md.
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -54,7 +61,9 @@ const char kUsage[] =
     "\n"
     "Starts --nproc-per-node copies (ranks) of PROGRAM on this node with the\n"
     "environment torchrun sets and supervises them: when a rank fails, the\n"
-    "others are stopped. PROGRAM is looked up in PATH; ARGS pass through as is.\n"
+    "others are stopped, each with all the processes it started (every rank runs\n"
+    "in a process group of its own). PROGRAM is looked up in PATH; ARGS pass\n"
+    "through as is.\n"
     "\n"
     "Options (--opt=VALUE also works, and '_' may replace '-' in names):\n"
     "  --nproc-per-node N  ranks on this node (default 1)\n"
@@ -63,8 +72,8 @@ const char kUsage[] =
     "  --master-addr A     address of the node running rank 0 (default 127.0.0.1)\n"
     "  --master-port P     rendezvous port (default: a free port when --nnodes is\n"
     "                      1, else 29500)\n"
-    "  --grace-seconds S   time the ranks get to exit after SIGTERM/SIGINT before\n"
-    "                      SIGKILL (default 5)\n"
+    "  --grace-seconds S   time the ranks' process groups get to exit after\n"
+    "                      SIGTERM/SIGINT before SIGKILL (default 5)\n"
     "  -h, --help          print this help and exit\n"
     "  --version           print the version and exit\n"
     "\n"
@@ -73,8 +82,9 @@ const char kUsage[] =
     "\n"
     "Exit status: 0 when all ranks exit 0; else the exit status of the first rank\n"
     "that failed, or 128+N if it was killed by signal N; 128+N when oslo-run\n"
-    "itself got signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP); 2 usage error;\n"
-    "126 PROGRAM not executable; 127 PROGRAM not found; 1 other launcher error.\n";
+    "itself got signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT);\n"
+    "2 usage error; 126 PROGRAM not executable; 127 PROGRAM not found; 1 other\n"
+    "launcher error.\n";
 
 void print_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -361,12 +371,31 @@ int pick_free_port(const std::string& addr) {
 
 // ---------------------------------------------------------------- supervisor
 
+// While stopping, groups whose leader is gone are checked this often: their
+// last member need not be our child, so its exit may not reach us as SIGCHLD.
+constexpr int kGroupPollMs = 100;
+// After SIGKILL, how long to wait for leaderless groups to empty before giving
+// up on members that cannot be killed (another user's, or unreaped zombies).
+constexpr double kKillWaitSeconds = 10;
+
 struct Rank {
   int rank = 0;
   int local_rank = 0;
-  pid_t pid = -1;
-  bool running = false;
+  pid_t pid = -1;             // the rank's own process; also its process group id
+  bool running = false;       // pid not reaped yet
+  bool group = false;         // the process group may still have members
+  bool told_stopped = false;  // a SIGTTIN/SIGTTOU stop was reported
 };
+
+// "1 rank's process group" / "3 ranks' process groups"
+std::string groups_of(int n) {
+  return std::to_string(n) + (n == 1 ? " rank's process group" : " ranks' process groups");
+}
+
+int poll_ms(double seconds) {
+  double ms = std::ceil(seconds * 1000);
+  return ms < 0 ? 0 : ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
+}
 
 class Supervisor {
  public:
@@ -383,17 +412,20 @@ class Supervisor {
   bool start_ranks();
   std::vector<std::string> rank_environment(const Rank& r) const;
   void handle_stop_signal(int sig);
+  void suspend();
   void reap();
   void on_rank_exit(Rank* r, int status);
+  void on_rank_stopped(Rank* r, int sig);
   void begin_stop(int sig);
   void escalate(const char* why);
-  int signal_running(int sig);
+  int signal_groups(int sig);
+  int forget_empty_groups();
 
   const Options& opt_;
   const std::string path_;
   const int master_port_;
   std::vector<Rank> ranks_;
-  int running_ = 0;
+  int running_ = 0;  // ranks not reaped yet
 
   sigset_t old_mask_;
   int sfd_ = -1;
@@ -402,6 +434,7 @@ class Supervisor {
   bool killed_ = false;    // ... and sent SIGKILL
   int stop_sig_ = 0;       // what they were asked with
   double kill_at_ = 0;     // when SIGKILL follows
+  double killed_at_ = 0;   // when it was sent
   int launcher_sig_ = 0;   // oslo-run got this stop signal first
   int exit_code_ = 0;
 };
@@ -409,11 +442,16 @@ class Supervisor {
 bool Supervisor::setup_signals() {
   // An inherited SIG_IGN for SIGCHLD would make the kernel reap the ranks.
   signal(SIGCHLD, SIG_DFL);
+  // Processes of a rank whose parent exits (a wrapper script's background job)
+  // are re-parented to oslo-run instead of init: they stay in reach, their
+  // process groups stay in this session, and their zombies are reaped here, so
+  // that an emptied process group is seen as empty. Best effort (Linux >= 3.4).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   sigset_t events;
   sigemptyset(&events);
   sigaddset(&events, SIGCHLD);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP}) {
     // Like shells and Python: a stop signal ignored by whoever started us
     // (e.g. SIGINT for `cmd &`, SIGHUP under nohup) stays ignored.
     struct sigaction sa;
@@ -482,6 +520,13 @@ bool Supervisor::start_ranks() {
 
     pid_t pid = fork();
     if (pid == 0) {
+      // A process group of its own, so that the rank can be stopped together
+      // with whatever it starts. Set in both processes: whichever runs first,
+      // the group exists before the parent may signal it and before exec.
+      if (setpgid(0, 0) != 0) {
+        print_error("rank %d: setpgid: %s", r.rank, std::strerror(errno));
+        _exit(kExitLauncherError);
+      }
       // Die with the launcher, also when it died before prctl took effect.
       if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) _exit(kExitLauncherError);
       sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
@@ -495,35 +540,68 @@ bool Supervisor::start_ranks() {
       print_error("cannot start rank %d: fork: %s", r.rank, std::strerror(errno));
       return false;
     }
+    // EACCES when the child has exec'd already: it did setpgid itself first.
+    setpgid(pid, pid);
     r.pid = pid;
     r.running = true;
+    r.group = true;
     ++running_;
   }
   return true;
 }
 
-int Supervisor::signal_running(int sig) {
-  // Only ranks not yet reaped are signalled, so a pid cannot have been reused.
+// Sends sig (0: none, just a check) to the process group of every rank that
+// may still have one; returns how many groups exist. A group is forgotten
+// once it is found empty and never signalled again: its id may be reused then.
+// Until that, the id cannot be reused, as the kernel keeps it while any
+// member, zombies included, is left; the leader is one until we reap it.
+int Supervisor::signal_groups(int sig) {
   int n = 0;
-  for (const Rank& r : ranks_) {
-    if (r.running && kill(r.pid, sig) == 0) ++n;
+  for (Rank& r : ranks_) {
+    if (!r.group) continue;
+    if (kill(-r.pid, sig) == 0 || errno != ESRCH) {
+      ++n;  // EPERM: members exist, but not one could be signalled
+    } else if (r.running) {
+      // Not reached (setpgid in both processes); signal the rank at least.
+      if (kill(r.pid, sig) == 0) ++n;
+    } else {
+      r.group = false;
+    }
   }
   return n;
+}
+
+// Forgets the groups found empty; returns how many groups are left whose
+// leader has been reaped (the leftovers of ranks that exited).
+int Supervisor::forget_empty_groups() {
+  int leaderless = 0;
+  for (Rank& r : ranks_) {
+    if (!r.group || r.running) continue;
+    if (kill(-r.pid, 0) == 0 || errno != ESRCH)
+      ++leaderless;
+    else
+      r.group = false;
+  }
+  return leaderless;
 }
 
 void Supervisor::begin_stop(int sig) {
   stopping_ = true;
   stop_sig_ = sig;
   kill_at_ = monotonic_seconds() + opt_.grace_seconds;
-  signal_running(sig);
+  if (signal_groups(sig) > 0) {
+    // As systemd does: members stopped by job control (Ctrl-Z, or SIGTTIN for
+    // reading the terminal) act on the signal only once they are continued.
+    signal_groups(SIGCONT);
+  }
 }
 
 void Supervisor::escalate(const char* why) {
   killed_ = true;
-  int n = 0;
-  for (const Rank& r : ranks_) n += r.running ? 1 : 0;
-  if (n > 0) print_error("%s; sending SIGKILL to %d rank%s", why, n, n == 1 ? "" : "s");
-  signal_running(SIGKILL);
+  killed_at_ = monotonic_seconds();
+  const int n = signal_groups(0);
+  if (n > 0) print_error("%s; sending SIGKILL to %s", why, groups_of(n).c_str());
+  signal_groups(SIGKILL);
 }
 
 void Supervisor::handle_stop_signal(int sig) {
@@ -538,9 +616,25 @@ void Supervisor::handle_stop_signal(int sig) {
   }
   launcher_sig_ = sig;
   exit_code_ = 128 + sig;
-  print_error("received %s; forwarding it to %d rank%s (SIGKILL after %g s)", name.c_str(),
-              running_, running_ == 1 ? "" : "s", opt_.grace_seconds);
+  print_error("received %s; forwarding it to %s (SIGKILL after %g s)", name.c_str(),
+              groups_of(signal_groups(0)).c_str(), opt_.grace_seconds);
   begin_stop(sig);
+}
+
+// SIGTSTP (Ctrl-Z): the ranks are not in the terminal's foreground process
+// group, so they are stopped here; then oslo-run stops itself by the default
+// action, so that the shell sees a stopped job. The SIGCONT of `fg` or `bg`
+// resumes oslo-run, which resumes the ranks. (In an orphaned process group the
+// kernel discards the stop; then the ranks are resumed at once.)
+void Supervisor::suspend() {
+  signal_groups(SIGTSTP);
+  sigset_t tstp;
+  sigemptyset(&tstp);
+  sigaddset(&tstp, SIGTSTP);
+  raise(SIGTSTP);                            // pending: it is blocked
+  sigprocmask(SIG_UNBLOCK, &tstp, nullptr);  // delivered: stopped until SIGCONT
+  sigprocmask(SIG_BLOCK, &tstp, nullptr);
+  signal_groups(SIGCONT);
 }
 
 void Supervisor::on_rank_exit(Rank* r, int status) {
@@ -566,19 +660,39 @@ void Supervisor::on_rank_exit(Rank* r, int status) {
   begin_stop(SIGTERM);
 }
 
+// A rank's own process was stopped. Terminal I/O is the case worth a word:
+// a rank is in a background process group of the terminal, so reading from
+// it (or writing under `stty tostop`) stops the rank until it is continued.
+void Supervisor::on_rank_stopped(Rank* r, int sig) {
+  if ((sig != SIGTTIN && sig != SIGTTOU) || r->told_stopped) return;
+  r->told_stopped = true;
+  print_error(
+      "rank %d (local %d, pid %d) was stopped by %s: ranks run in process groups of their own, "
+      "which cannot read from the terminal (nor write to it under 'stty tostop')",
+      r->rank, r->local_rank, static_cast<int>(r->pid), signal_name(sig).c_str());
+}
+
 void Supervisor::reap() {
   for (;;) {
     int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
+    pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED);
     if (pid < 0 && errno == EINTR) continue;
     if (pid <= 0) return;
+    // Only ranks not yet reaped are matched: their pids cannot have been reused.
+    Rank* rank = nullptr;
     for (Rank& r : ranks_) {
       if (r.running && r.pid == pid) {
-        on_rank_exit(&r, status);
+        rank = &r;
         break;
       }
     }
-    // Other children (inherited from whoever exec'd us) are reaped and ignored.
+    // Other children are orphans of the ranks re-parented to us (we are a
+    // subreaper), or were inherited from whoever exec'd us: reaped, ignored.
+    if (!rank) continue;
+    if (WIFSTOPPED(status))
+      on_rank_stopped(rank, WSTOPSIG(status));
+    else
+      on_rank_exit(rank, status);
   }
 }
 
@@ -589,31 +703,57 @@ int Supervisor::run() {
     begin_stop(SIGTERM);
   }
 
-  while (running_ > 0) {
+  // The job ends when every rank has been reaped and every rank's process
+  // group is empty: what the ranks started is stopped with them.
+  for (;;) {
+    const int leaderless = forget_empty_groups();
+    if (running_ == 0 && leaderless == 0) break;
+    if (running_ == 0 && !stopping_) {
+      print_error("all ranks exited 0; stopping the processes left in %s (SIGKILL after %g s)",
+                  groups_of(leaderless).c_str(), opt_.grace_seconds);
+      begin_stop(SIGTERM);
+      continue;
+    }
+
+    const double now = monotonic_seconds();
     int timeout_ms = -1;
     if (stopping_ && !killed_) {
-      double left = kill_at_ - monotonic_seconds();
-      if (left <= 0) {
+      if (now >= kill_at_) {
         char why[160];
         std::snprintf(why, sizeof why, "the %g s grace period after %s is over", opt_.grace_seconds,
                       signal_name(stop_sig_).c_str());
         escalate(why);
         continue;
       }
-      double ms = std::ceil(left * 1000);
-      timeout_ms = ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
+      timeout_ms = poll_ms(kill_at_ - now);
     }
+    if (killed_ && running_ == 0) {
+      // Only leaderless groups are left; ranks themselves are waited for.
+      if (now >= killed_at_ + kKillWaitSeconds) {
+        print_error("processes are left in %s %g s after SIGKILL; not waiting for them",
+                    groups_of(leaderless).c_str(), kKillWaitSeconds);
+        break;
+      }
+    }
+    if (stopping_ && leaderless > 0 && (timeout_ms < 0 || timeout_ms > kGroupPollMs))
+      timeout_ms = kGroupPollMs;
+
     pollfd pfd = {sfd_, POLLIN, 0};
     int rc = poll(&pfd, 1, timeout_ms);
     if (rc < 0 && errno != EINTR) {
       print_error("poll: %s", std::strerror(errno));
       if (!killed_) escalate("internal error");
     }
-    // Stop signals first: a Ctrl-C that also hit the ranks (same process group)
-    // then counts as an interrupt, not as rank failures.
+    // Stop signals first: if the ranks got one too (a `kill` of the whole
+    // session, a batch system signalling every process of the job), their
+    // exits then count as an interrupt, not as rank failures.
     signalfd_siginfo si;
     while (read(sfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-      if (si.ssi_signo != SIGCHLD) handle_stop_signal(static_cast<int>(si.ssi_signo));
+      const int sig = static_cast<int>(si.ssi_signo);
+      if (sig == SIGTSTP)
+        suspend();
+      else if (sig != SIGCHLD)
+        handle_stop_signal(sig);
     }
     reap();
   }
