@@ -96,7 +96,9 @@ typedef enum oslo_bk_unary {
   OSLO_BK_TANH = 6,
   OSLO_BK_SQUARE = 7,
   OSLO_BK_ABS_POW = 8, /**< |x|^alpha */
-  OSLO_BK_ABS = 9
+  OSLO_BK_ABS = 9,
+  OSLO_BK_LOG = 10,
+  OSLO_BK_RSQRT = 11
 } oslo_bk_unary;
 
 /** Reductions along the last dimension (out has the input's shape without it). */
@@ -198,8 +200,9 @@ typedef struct oslo_backend_iface {
   /**
    * out[r] = reduce over the first `valid` elements of row r of x (the last
    * dimension; valid < 0 means all). shift [rows] is used by SUM_EXP only.
-   * If accumulate is nonzero, out[r] += result instead. Rows reduce in
-   * element order with an f32 (SUM: f64 on the CPU) accumulator.
+   * If accumulate is nonzero the result is combined with out[r] by the op's
+   * own combiner (+ for SUM and SUM_EXP, max for MAX and MAX_ABS). Rows reduce
+   * in element order with an f32 or wider (the CPU: f64) accumulator.
    */
   oslo_status (*reduce)(void *self, oslo_bk_reduce op, const oslo_bk_view *out,
                         const oslo_bk_view *x, const oslo_bk_view *shift, int64_t valid,

@@ -1,6 +1,7 @@
 // C shims: collectives on a context's groups.
 #include "core/capi/handles.hpp"
 #include "core/common/dtype.hpp"
+#include "core/parallel/mappings.hpp"
 
 using oslo::capi::guard;
 using oslo::capi::need;
@@ -12,7 +13,7 @@ oslo::Communicator& comm_of(oslo_context* ctx, oslo_group g, const char* fn) {
   need(ctx, fn, "ctx");
   if (g < OSLO_GROUP_WORLD || g > OSLO_GROUP_DATA)
     oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": unknown group ", static_cast<int>(g));
-  return ctx->impl->comm(g);
+  return oslo::comm_ready(*ctx->impl, g);
 }
 
 void check_op(oslo_reduce_op op, const char* fn) {

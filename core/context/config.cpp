@@ -87,6 +87,9 @@ Config Config::parse(const char* text) {
     const json& v = it.value();
     if (key == "backend") {
       c.backend = get_string(v, key);
+    } else if (key == "backend_options") {
+      OSLO_CHECK(v.is_object(), OSLO_ERR_CONFIG, "config: \"backend_options\" must be an object");
+      c.backend_options = v.dump();
     } else if (key == "tensor_parallel_size" || key == "pipeline_parallel_size" ||
                key == "data_parallel_size") {
       apply_parallel_key(c, key, v, "");

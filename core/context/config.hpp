@@ -9,6 +9,7 @@ namespace oslo {
 
 struct Config {
   std::string backend = "cpu";
+  std::string backend_options = "{}";  // JSON object handed to the backend
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   int data_parallel_size = -1;  // -1: world / (tp * pp)

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -81,7 +82,7 @@ Context::Context(const Config& config) : config_(config) {
   BackendOptions bo;
   bo.local_rank = li.local_rank;
   bo.num_threads = num_threads_;
-  bo.logger = &log_;
+  bo.extra_json = config.backend_options;
   backend_ = create_backend(config.backend, bo);
 
   log_.log(LogLevel::Info, "rank ", li.rank, " of ", world, " (from ", li.source, "), tp ", tp,
@@ -98,6 +99,12 @@ Communicator& Context::comm(oslo_group g) const {
   return *comms_.at(g);
 }
 
+bool Context::host_transport(oslo_group g) const {
+  OSLO_CHECK(g >= OSLO_GROUP_WORLD && g <= OSLO_GROUP_DATA, OSLO_ERR_INVALID_ARGUMENT,
+             "unknown group ", static_cast<int>(g));
+  return host_transport_.at(g);
+}
+
 void Context::abort() noexcept {
   for (auto& c : comms_)
     if (c) c->abort();
@@ -107,6 +114,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
   const Topology& t = *topo_;
   const int world = t.world_size(), rank = t.world_rank();
   comms_.resize(4);
+  host_transport_.assign(4, false);
   if (world == 1) {
     auto self = std::make_shared<SelfCommunicator>();
     for (auto& c : comms_) c = self;
@@ -184,11 +192,14 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
 
   // 3. One communicator per distinct member list, created in a fixed group order.
   std::map<std::vector<int>, std::shared_ptr<Communicator>> by_members;
+  std::set<const Communicator*> host_set;
+  host_transport_.assign(4, false);
   for (oslo_group g : {OSLO_GROUP_WORLD, OSLO_GROUP_TENSOR, OSLO_GROUP_DATA, OSLO_GROUP_PIPELINE}) {
     std::vector<int> members = t.members(g);
     auto it = by_members.find(members);
     if (it != by_members.end()) {
       comms_[g] = it->second;
+      host_transport_[g] = host_set.count(it->second.get()) > 0;
       continue;
     }
     std::shared_ptr<Communicator> c;
@@ -205,12 +216,19 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
       spec.timeout_seconds = config_.timeout_seconds;
       spec.local_address = local_address;
       c = backend_->create_communicator(*store, spec);
-      if (!c) c = connect_host_transport(*store, spec);
+      if (!c) {
+        OSLO_CHECK(backend_->host_accessible(), OSLO_ERR_NOT_SUPPORTED, "backend '",
+                   backend_->name(), "' has no communicator for group ", spec.name,
+                   " and its memory is not host memory");
+        c = connect_host_transport(*store, spec);
+        host_set.insert(c.get());
+      }
       log_.log(LogLevel::Info, "group ", spec.name, " (ranks ", describe_ranks(members), ") uses ",
                c->transport());
     }
     by_members[members] = c;
     comms_[g] = c;
+    host_transport_[g] = host_set.count(c.get()) > 0;
   }
 
   // 4. Nobody needs the store any more once every rank has said so; rank 0

@@ -29,6 +29,8 @@ class ParallelEmbedding {
 
  private:
   void check_ids(const Tensor& ids) const;
+  // The rows of a local table that hold real vocabulary (padding excluded).
+  View real_rows(const Tensor& t) const;
 
   Context& ctx_;
   int64_t vocab_, hidden_, local_rows_, start_, real_rows_;

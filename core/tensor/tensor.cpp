@@ -53,7 +53,7 @@ float* Tensor::f32() const {
 }
 
 void Tensor::zero() {
-  if (storage_) storage_->backend->fill_zero(data(), nbytes());
+  if (storage_) storage_->backend->fill(make_view(data(), dtype_, shape_), 0.0);
 }
 
 std::string Tensor::describe() const {

@@ -66,20 +66,4 @@ class Tensor {
 Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype,
                            std::vector<int64_t> shape);
 
-// Scratch memory for one call (uninitialised), freed on scope exit.
-class DeviceBuffer {
- public:
-  DeviceBuffer(Backend& b, size_t bytes) : b_(b), bytes_(bytes), p_(b.allocate(bytes)) {}
-  ~DeviceBuffer() { b_.deallocate(p_, bytes_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* f32() const { return static_cast<float*>(p_); }
-  void* get() const { return p_; }
-
- private:
-  Backend& b_;
-  size_t bytes_;
-  void* p_;
-};
-
 }  // namespace oslo
