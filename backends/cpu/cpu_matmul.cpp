@@ -9,7 +9,7 @@
 //  - bf16 with more rows: oneDNN's matmul primitive (bf16 in, f32
 //    accumulation, using the CPU's AVX512_BF16 dot products), cached per shape.
 //  - f16 with more rows (no f16 arithmetic on this CPU): the weight is widened
-//    one 256-column panel at a time and multiplied with dnnl_sgemm, so no
+//    1024 output columns at a time and multiplied with dnnl_sgemm, so no
 //    full-size converted copy exists.
 // alpha, beta and the bias are applied in one f32 epilogue (beta == 0 never
 // reads c, so NaN there is ignored).
@@ -140,6 +140,29 @@ __attribute__((target("avx512f"))) void rows_dot_avx512(int64_t M, int64_t n0, i
                                                         float* c, int64_t ldc) {
   constexpr int NB = 4, MB = 4;
   int64_t n = n0;
+  if (M == 1) {
+    // Decode: one input row. Eight weight rows at a time keep more loads in
+    // flight (the product is bound by memory bandwidth).
+    constexpr int NB1 = 8;
+    for (; n + NB1 <= n1; n += NB1) {
+      __m512 acc[NB1];
+      for (int j = 0; j < NB1; ++j) acc[j] = _mm512_setzero_ps();
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) {
+        __m512 av = _mm512_loadu_ps(a + k);
+        for (int j = 0; j < NB1; ++j)
+          acc[j] = _mm512_fmadd_ps(av, widen16(w + (n + j) * ldw + k, bf16), acc[j]);
+      }
+      for (int j = 0; j < NB1; ++j) {
+        float s = _mm512_reduce_add_ps(acc[j]);
+        for (int64_t kk = k; kk < K; ++kk) {
+          const uint16_t h = w[(n + j) * ldw + kk];
+          s += a[kk] * (bf16 ? bf16_to_f32(h) : f16_to_f32(h));
+        }
+        c[n + j] = s;
+      }
+    }
+  }
   for (; n + NB <= n1; n += NB) {
     for (int64_t m0 = 0; m0 < M; m0 += MB) {
       const int64_t mb = std::min<int64_t>(MB, M - m0);
@@ -306,14 +329,25 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
         // f16: widen the weight a panel of columns at a time.
         std::vector<float> a32 = to_f32_dense(am);
         Mat a32m{reinterpret_cast<char*>(a32.data()), OSLO_F32, M, K, K, 1};
-        const int64_t panel = 256;
+        const int64_t panel = 1024;  // 16 MB of f32 for K = 4096; fewer re-packs of a
+        const bool w_rows = bm.rs == 1 && bm.cs >= K;  // b = W^T, W rows contiguous
+        std::vector<float> b32;
         for (int64_t n0 = 0; n0 < N; n0 += panel) {
           const int64_t nb = std::min(panel, N - n0);
-          Mat bp = bm;
-          bp.data = bm.at(0, n0);
-          bp.cols = nb;
-          std::vector<float> b32 = to_f32_dense(bp);
-          Mat b32m{reinterpret_cast<char*>(b32.data()), OSLO_F32, K, nb, nb, 1};
+          Mat b32m;
+          if (w_rows) {
+            // Rows n0 .. n0 + nb of W, widened in one pass, used transposed.
+            b32.resize(static_cast<size_t>(nb * K));
+            for (int64_t j = 0; j < nb; ++j)
+              to_f32(OSLO_F16, bm.at(0, n0 + j), b32.data() + j * K, static_cast<size_t>(K));
+            b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_F32, K, nb, 1, K};
+          } else {
+            Mat bp = bm;
+            bp.data = bm.at(0, n0);
+            bp.cols = nb;
+            b32 = to_f32_dense(bp);
+            b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_F32, K, nb, nb, 1};
+          }
           sgemm(threads, M, nb, K, a32m, b32m, out + n0, ldo, 1.f, 0.f);
         }
       }
