@@ -81,6 +81,31 @@ void check_ids(const char* entry, const char* what, const at::Tensor& ids, int64
   fail(OSLO_ERR_INVALID_ARGUMENT, msg);
 }
 
+// ATen (1.13 and 2.x) runs CPU bf16 GEMMs with m*k*n > 16^3 through oneDNN
+// when the CPU supports it (f32 accumulation, one rounding) and otherwise
+// through a kernel that rounds partial sums to bf16. GEMMs at least this
+// large use ATen's bf16 path when the probe below passes.
+constexpr int64_t kLargeGemm = 1 << 16;
+
+// Once per process: does a bf16 GEMM of kLargeGemm size accumulate in f32?
+// Row 0 of a (all 1) times column 0 of b (1, then 256 times 2^-9) is 1.5
+// with f32 accumulation, 1 with bf16 partial sums.
+bool cpu_bf16_gemm_accumulates_in_f32() {
+  static const bool yes = [] {
+    try {
+      const int64_t m = 16, k = 257, n = 16;
+      at::Tensor a = at::ones({m, k}, at::TensorOptions().dtype(at::kBFloat16));
+      at::Tensor b = at::full({k, n}, 1.0 / 512, at::TensorOptions().dtype(at::kBFloat16));
+      b[0].fill_(1.0);
+      at::Tensor c = at::mm(a, b);
+      return c[0][0].item<float>() == 1.5f;
+    } catch (...) {
+      return false;
+    }
+  }();
+  return yes;
+}
+
 }  // namespace
 
 oslo_status op_convert(void* self, const oslo_bk_view* out, const oslo_bk_view* x) {
@@ -140,11 +165,16 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
                   "matmul: bias " + sizes_string(Bias) + " must be [" + std::to_string(N) + "]");
     if (C.numel() == 0) return;
 
-    // Native path: f32 everywhere, or one dtype everywhere on a device (its
-    // BLAS accumulates f16/bf16 in f32). ATen's addmm/baddbmm with beta == 0
+    // Native path, with one dtype everywhere: f32; any dtype on a device (its
+    // BLAS accumulates f16/bf16 in f32); bf16 on the CPU for GEMMs large
+    // enough for ATen to hand them to oneDNN, if this libtorch on this CPU
+    // is seen to accumulate in f32 there. ATen's addmm/baddbmm with beta == 0
     // ignore c's previous contents, NaN included.
     const bool same = a->dtype == c->dtype && (bias == nullptr || bias->dtype == c->dtype);
-    if (same && (a->dtype == OSLO_F32 || !in.is_cpu())) {
+    bool native = same && (a->dtype == OSLO_F32 || !in.is_cpu());
+    if (same && a->dtype == OSLO_BF16 && in.is_cpu() && M * K * N >= kLargeGemm)
+      native = cpu_bf16_gemm_accumulates_in_f32();
+    if (native) {
       float b_ = beta;
       if (Bias.defined() && beta == 0.f) {
         C.copy_(Bias.expand_as(C));

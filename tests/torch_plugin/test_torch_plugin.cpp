@@ -546,23 +546,31 @@ void test_matmul(void**) {
     }
   run_matmul(in, OSLO_F32, OSLO_BF16, cases[1]);
 
+  // Large enough for libtorch's own bf16 GEMM (oneDNN) to be used.
+  run_matmul(in, OSLO_BF16, OSLO_BF16, {0, 48, 64, 40, true, false, true, false, 1.f, 0.f});
+  run_matmul(in, OSLO_BF16, OSLO_BF16, {0, 48, 64, 40, false, false, true, true, 0.5f, 0.f});
+  run_matmul(in, OSLO_BF16, OSLO_BF16, {2, 48, 64, 40, true, true, false, false, 1.f, 0.5f});
+
   // Products accumulate in f32: 1 + 256 * 2^-9 is 1.5 in f32 (exact in
-  // bf16), but 1 if each partial sum were rounded to bf16.
-  for (oslo_dtype dt : {OSLO_BF16, OSLO_F16}) {
-    const int64_t K = 257;
-    Tensor a(dt, {1, K}), b(dt, {K, 1}), c(dt, {1, 1});
-    for (int64_t k = 0; k < K; ++k) {
-      a.set(k, 1.0);
-      b.set(k, k == 0 ? 1.0 : (dt == OSLO_BF16 ? 1.0 / 512 : 1.0 / 4096));
+  // bf16), but 1 if each partial sum were rounded to bf16. Small and large
+  // (M, N) take different paths.
+  for (oslo_dtype dt : {OSLO_BF16, OSLO_F16})
+    for (int64_t MN : {1, 64}) {
+      const int64_t K = 257;
+      Tensor a(dt, {MN, K}), b(dt, {K, MN}), c(dt, {MN, MN});
+      for (int64_t k = 0; k < K; ++k) {
+        a.set(k, 1.0);
+        b.set(k * MN, k == 0 ? 1.0 : (dt == OSLO_BF16 ? 1.0 / 512 : 1.0 / 4096));
+      }
+      oslo_bk_view av = a.view(), bv = b.view(), cv = c.view();
+      in.ok(g_bk->matmul(in.self, &cv, &av, &bv, nullptr, 1.f, 0.f), "matmul accumulation");
+      const double want = dt == OSLO_BF16 ? 1.5 : 1.0 + 256.0 / 4096;
+      if (c.get(0) != want) {
+        report("matmul %s [%lld x %lld] accumulation: %.9g, want %.9g\n", dname(dt),
+               static_cast<long long>(MN), static_cast<long long>(MN), c.get(0), want);
+        fail();
+      }
     }
-    oslo_bk_view av = a.view(), bv = b.view(), cv = c.view();
-    in.ok(g_bk->matmul(in.self, &cv, &av, &bv, nullptr, 1.f, 0.f), "matmul accumulation");
-    const double want = dt == OSLO_BF16 ? 1.5 : 1.0 + 256.0 / 4096;
-    if (c.get(0) != want) {
-      report("matmul %s accumulation: %.9g, want %.9g\n", dname(dt), c.get(0), want);
-      fail();
-    }
-  }
 
   // A column block of c (strided output): c[:, 2:5] of a [4, 8].
   Tensor a = random_tensor(OSLO_F32, {4, 6}, 31), b = random_tensor(OSLO_F32, {6, 3}, 32);
