@@ -315,7 +315,8 @@ void free_(void* self, void* ptr, size_t /*bytes*/) {
   }
 }
 
-oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind kind) {
+oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind kind_arg) {
+  const int kind = enum_value(kind_arg);
   return guard(self, "copy", [&](Instance& in) {
     if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
         kind != OSLO_BK_DEVICE_TO_DEVICE)

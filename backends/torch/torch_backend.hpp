@@ -8,6 +8,7 @@
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -86,6 +87,17 @@ oslo_status guard(void* self, const char* entry, F&& body) {
   } catch (...) {
     return status_of_current_exception(&in.error, entry);
   }
+}
+
+// The int value of an enum argument, read without loading the enum type: the
+// ABI's op and copy-kind enums have no sentinel members, so a value outside
+// the enumerators (a caller's bug, to be reported) must not be loaded as one.
+template <class E>
+int enum_value(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
 }
 
 // -- views ----------------------------------------------------------------

@@ -197,8 +197,9 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
   });
 }
 
-oslo_status op_binary(void* self, oslo_bk_binary op, const oslo_bk_view* out, const oslo_bk_view* a,
-                      const oslo_bk_view* b) {
+oslo_status op_binary(void* self, oslo_bk_binary op_arg, const oslo_bk_view* out,
+                      const oslo_bk_view* a, const oslo_bk_view* b) {
+  const int op = enum_value(op_arg);
   return guard(self, "binary", [&](Instance& in) {
     if (op < OSLO_BK_ADD || op > OSLO_BK_MINIMUM)
       fail(OSLO_ERR_INVALID_ARGUMENT, "binary: unknown op " + std::to_string(op));
@@ -232,8 +233,9 @@ oslo_status op_binary(void* self, oslo_bk_binary op, const oslo_bk_view* out, co
   });
 }
 
-oslo_status op_unary(void* self, oslo_bk_unary op, const oslo_bk_view* out, const oslo_bk_view* x,
-                     float alpha) {
+oslo_status op_unary(void* self, oslo_bk_unary op_arg, const oslo_bk_view* out,
+                     const oslo_bk_view* x, float alpha) {
+  const int op = enum_value(op_arg);
   return guard(self, "unary", [&](Instance& in) {
     if (op < OSLO_BK_SCALE || op > OSLO_BK_ABS)
       fail(OSLO_ERR_INVALID_ARGUMENT, "unary: unknown op " + std::to_string(op));
@@ -263,8 +265,9 @@ oslo_status op_unary(void* self, oslo_bk_unary op, const oslo_bk_view* out, cons
   });
 }
 
-oslo_status op_unary_backward(void* self, oslo_bk_unary op, const oslo_bk_view* grad_x,
+oslo_status op_unary_backward(void* self, oslo_bk_unary op_arg, const oslo_bk_view* grad_x,
                               const oslo_bk_view* x, const oslo_bk_view* grad_out, float alpha) {
+  const int op = enum_value(op_arg);
   return guard(self, "unary_backward", [&](Instance& in) {
     at::Tensor GX = wrap(in, grad_x, "unary_backward", "grad_x", Role::Output);
     at::Tensor X = wrap(in, x, "unary_backward", "x", Role::Input);
@@ -292,8 +295,10 @@ oslo_status op_unary_backward(void* self, oslo_bk_unary op, const oslo_bk_view* 
   });
 }
 
-oslo_status op_reduce(void* self, oslo_bk_reduce op, const oslo_bk_view* out, const oslo_bk_view* x,
-                      const oslo_bk_view* shift, int64_t valid, int accumulate) {
+oslo_status op_reduce(void* self, oslo_bk_reduce op_arg, const oslo_bk_view* out,
+                      const oslo_bk_view* x, const oslo_bk_view* shift, int64_t valid,
+                      int accumulate) {
+  const int op = enum_value(op_arg);
   return guard(self, "reduce", [&](Instance& in) {
     if (op < OSLO_BK_REDUCE_SUM || op > OSLO_BK_REDUCE_MAX_ABS)
       fail(OSLO_ERR_INVALID_ARGUMENT, "reduce: unknown op " + std::to_string(op));
