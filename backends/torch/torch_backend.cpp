@@ -127,12 +127,13 @@ at::Tensor wrap(const Instance& in, const oslo_bk_view* v, const char* entry, co
                                           std::to_string(i) + ": only inputs may");
     numel *= v->shape[i];
   }
-  if (v->data == nullptr && numel > 0) fail(OSLO_ERR_INVALID_ARGUMENT, where + " has NULL data");
-  alignas(64) static char empty_dummy[64];
-  void* data = v->data != nullptr ? v->data : static_cast<void*>(empty_dummy);
-  return at::from_blob(data, at::IntArrayRef(v->shape, static_cast<size_t>(v->ndim)),
-                       at::IntArrayRef(v->strides, static_cast<size_t>(v->ndim)),
-                       at::TensorOptions().dtype(st).device(in.device));
+  const at::IntArrayRef sizes(v->shape, static_cast<size_t>(v->ndim));
+  const auto options = at::TensorOptions().dtype(st).device(in.device);
+  // An empty view may have any (or no) data pointer: nothing is read or written.
+  if (numel == 0) return at::empty(sizes, options);
+  if (v->data == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, where + " has NULL data");
+  return at::from_blob(v->data, sizes, at::IntArrayRef(v->strides, static_cast<size_t>(v->ndim)),
+                       options);
 }
 
 namespace {

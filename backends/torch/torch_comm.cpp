@@ -187,11 +187,10 @@ oslo_status comm_guard(void* comm, const char* entry, F&& body) {
 
 at::Tensor flat(Comm& c, const void* p, size_t count, oslo_dtype dtype, const char* entry) {
   const at::ScalarType st = scalar_type_of(dtype, entry, "buffer");
-  if (p == nullptr && count > 0)
-    fail(OSLO_ERR_INVALID_ARGUMENT, std::string(entry) + ": NULL buffer");
-  alignas(64) static char dummy[64];
-  return at::from_blob(p != nullptr ? const_cast<void*>(p) : dummy, {static_cast<int64_t>(count)},
-                       at::TensorOptions().dtype(st).device(c.instance->device));
+  const auto options = at::TensorOptions().dtype(st).device(c.instance->device);
+  if (count == 0) return at::empty({0}, options);
+  if (p == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, std::string(entry) + ": NULL buffer");
+  return at::from_blob(const_cast<void*>(p), {static_cast<int64_t>(count)}, options);
 }
 
 c10d::ReduceOp reduce_op(oslo_reduce_op op, const char* entry) {
