@@ -344,6 +344,15 @@ void test_create_errors(void**) {
     }
     assert_null(self);
   }
+  // Options from an older caller (struct_size ends before extra_json): the
+  // fields beyond it are not read.
+  {
+    oslo_backend_options o{offsetof(oslo_backend_options, extra_json), 0, 1, "{"};
+    void* self = nullptr;
+    const char* err = nullptr;
+    assert_int_equal(g_bk->create(&self, &o, &err), OSLO_OK);
+    g_bk->destroy(self);
+  }
   // NULL options: defaults.
   void* self = nullptr;
   const char* err = nullptr;
@@ -388,6 +397,33 @@ void test_memory(void**) {
   for (auto& t : ts) t.join();
   g_bk->free(in.self, nullptr, 0);
   g_bk->free(in.self, host.data(), 4);  // unknown pointer: ignored
+}
+
+// Instances on two threads at once, with their own thread counts.
+void test_instances_on_threads(void**) {
+  std::atomic<int> failures{0};
+  auto work = [&](int threads) {
+    oslo_backend_options o{sizeof o, 0, threads, "{}"};
+    void* self = nullptr;
+    const char* err = nullptr;
+    if (g_bk->create(&self, &o, &err) != OSLO_OK) {
+      ++failures;
+      return;
+    }
+    Tensor a = random_tensor(OSLO_F32, {64, 96}, 7), b = random_tensor(OSLO_F32, {96, 80}, 8);
+    Tensor c(OSLO_F32, {64, 80});
+    oslo_bk_view av = a.view(), bv = b.view(), cv = c.view();
+    for (int i = 0; i < 20; ++i)
+      if (g_bk->matmul(self, &cv, &av, &bv, nullptr, 1.f, 0.f) != OSLO_OK) ++failures;
+    double want = 0;
+    for (int k = 0; k < 96; ++k) want += a.get(k) * b.get(k * 80);
+    if (std::fabs(c.get(0) - want) > 1e-4) ++failures;
+    g_bk->destroy(self);
+  };
+  std::thread t1(work, 1), t2(work, 2);
+  t1.join();
+  t2.join();
+  assert_int_equal(failures.load(), 0);
 }
 
 // -- convert and fill -----------------------------------------------------------
@@ -1201,6 +1237,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_table),
       cmocka_unit_test(test_create_errors),
       cmocka_unit_test(test_memory),
+      cmocka_unit_test(test_instances_on_threads),
       cmocka_unit_test(test_convert),
       cmocka_unit_test(test_fill),
       cmocka_unit_test(test_matmul),
