@@ -417,6 +417,7 @@ void binary(int threads, oslo_bk_binary op, const V& out, const V& a, const V& b
                            for (int64_t i = 0; i < n; ++i)
                              o[i] = (std::isnan(x[i]) || x[i] < y[i]) ? x[i] : y[i];
                          });
+    default: break;
   }
   fail(OSLO_ERR_INVALID_ARGUMENT, "unknown binary op ", static_cast<int>(op));
 }
@@ -445,6 +446,7 @@ void unary(int threads, oslo_bk_unary op, const V& out, const V& x, float alpha)
     case OSLO_BK_ABS: return run([](float v) { return std::fabs(v); });
     case OSLO_BK_LOG: return run([](float v) { return std::log(v); });
     case OSLO_BK_RSQRT: return run([](float v) { return 1.0f / std::sqrt(v); });
+    default: break;
   }
   fail(OSLO_ERR_INVALID_ARGUMENT, "unknown unary op ", static_cast<int>(op));
 }
@@ -485,6 +487,9 @@ void reduce(int threads, oslo_bk_reduce op, const V& out, const V& x, const V* s
             bool accumulate) {
   check_float(out, "reduce output");
   check_float(x, "reduce input");
+  OSLO_CHECK(op == OSLO_BK_REDUCE_SUM || op == OSLO_BK_REDUCE_MAX || op == OSLO_BK_REDUCE_SUM_EXP ||
+                 op == OSLO_BK_REDUCE_MAX_ABS,
+             OSLO_ERR_INVALID_ARGUMENT, "unknown reduce op ", static_cast<int>(op));
   const int64_t rows = rows_of(x), cols = cols_of(x);
   OSLO_CHECK(numel(out) == rows, OSLO_ERR_SHAPE, "reduce output ", shape_of(out), " needs ", rows,
              " elements for input ", shape_of(x));
@@ -517,6 +522,7 @@ void reduce(int threads, oslo_bk_reduce op, const V& out, const V& x, const V* s
         for (int64_t i = 0; i < m; ++i)
           if (std::isnan(p[i]) || std::fabs(p[i]) > *acc) *acc = std::fabs(p[i]);
         break;
+      default: break;  // checked above
     }
   };
   const bool is_max = op == OSLO_BK_REDUCE_MAX || op == OSLO_BK_REDUCE_MAX_ABS;

@@ -157,9 +157,14 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
     const int64_t M = A.size(nd - 2), K = A.size(nd - 1), N = B.size(nd - 1);
     check_shape(B.size(nd - 2) == K && C.size(nd - 2) == M && C.size(nd - 1) == N,
                 "matmul: shapes do not match (" + shapes + ")");
-    if (nd == 3)
-      check_shape(B.size(0) == A.size(0) && C.size(0) == A.size(0),
-                  "matmul: batch sizes differ (" + shapes + ")");
+    if (nd == 3) {
+      // An operand with batch 1 is shared by every batch (as a stride of 0).
+      check_shape(
+          (A.size(0) == C.size(0) || A.size(0) == 1) && (B.size(0) == C.size(0) || B.size(0) == 1),
+          "matmul: batch sizes differ (" + shapes + ")");
+      if (A.size(0) != C.size(0)) A = A.expand({C.size(0), M, K});
+      if (B.size(0) != C.size(0)) B = B.expand({C.size(0), K, N});
+    }
     if (Bias.defined())
       check_shape(Bias.dim() == 1 && Bias.size(0) == N,
                   "matmul: bias " + sizes_string(Bias) + " must be [" + std::to_string(N) + "]");
@@ -237,7 +242,7 @@ oslo_status op_unary(void* self, oslo_bk_unary op_arg, const oslo_bk_view* out,
                      const oslo_bk_view* x, float alpha) {
   const int op = enum_value(op_arg);
   return guard(self, "unary", [&](Instance& in) {
-    if (op < OSLO_BK_SCALE || op > OSLO_BK_ABS)
+    if (op < OSLO_BK_SCALE || op > OSLO_BK_RSQRT)
       fail(OSLO_ERR_INVALID_ARGUMENT, "unary: unknown op " + std::to_string(op));
     at::Tensor O = wrap(in, out, "unary", "out", Role::Output);
     at::Tensor X = wrap(in, x, "unary", "x", Role::Input);
@@ -260,6 +265,8 @@ oslo_status op_unary(void* self, oslo_bk_unary op_arg, const oslo_bk_view* out,
       case OSLO_BK_SQUARE: at::mul_out(r, s, s); break;
       case OSLO_BK_ABS_POW: at::pow_out(r, s.abs(), static_cast<double>(alpha)); break;
       case OSLO_BK_ABS: at::abs_out(r, s); break;
+      case OSLO_BK_LOG: at::log_out(r, s); break;
+      case OSLO_BK_RSQRT: at::rsqrt_out(r, s); break;
     }
     store(O, r);
   });
@@ -341,7 +348,13 @@ oslo_status op_reduce(void* self, oslo_bk_reduce op_arg, const oslo_bk_view* out
                        : at::amax(f32(xv).abs(), {-1});
         break;
     }
-    if (accumulate) r = r + O.to(r.scalar_type());
+    if (accumulate) {
+      // Combined with out by the op's own combiner: + for sums, max (NaN
+      // wins) for the maxima.
+      at::Tensor prev = O.to(r.scalar_type());
+      const bool is_max = op == OSLO_BK_REDUCE_MAX || op == OSLO_BK_REDUCE_MAX_ABS;
+      r = is_max ? at::maximum(r, prev) : r + prev;
+    }
     store(O, r);
   });
 }

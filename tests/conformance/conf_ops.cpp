@@ -373,6 +373,7 @@ double ref_unary(oslo_bk_unary op, double x, double alpha) {
     case OSLO_BK_ABS: return std::fabs(x);
     case OSLO_BK_LOG: return std::log(std::fabs(x) + 0.5);
     case OSLO_BK_RSQRT: return 1 / std::sqrt(std::fabs(x) + 0.5);
+    default: break;
   }
   return NAN;
 }
