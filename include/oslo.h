@@ -109,11 +109,11 @@ OSLO_API const char *oslo_version_string(void);
 
 /** Element types. The CPU backend computes in f32; f16/bf16 are storage. */
 typedef enum oslo_dtype {
-  OSLO_F32 = 0,
-  OSLO_F16 = 1,
-  OSLO_BF16 = 2,
-  OSLO_I32 = 3, /**< token ids and labels */
-  OSLO_I64 = 4, /**< token ids and labels */
+  OSLO_DTYPE_F32 = 0,
+  OSLO_DTYPE_F16 = 1,
+  OSLO_DTYPE_BF16 = 2,
+  OSLO_DTYPE_I32 = 3, /**< token ids and labels */
+  OSLO_DTYPE_I64 = 4, /**< token ids and labels */
   /* Not values: they make every int a valid value of the type, so a bad value
      passed from C is reported as an error instead of being undefined in C++. */
   OSLO_DTYPE_ENUM_MIN_ = -2147483647 - 1,
@@ -122,10 +122,10 @@ typedef enum oslo_dtype {
 
 /** Reduction of collectives. AVG is SUM divided by the group size. */
 typedef enum oslo_reduce_op {
-  OSLO_SUM = 0,
-  OSLO_AVG = 1,
-  OSLO_MAX = 2,
-  OSLO_MIN = 3,
+  OSLO_REDUCE_SUM = 0,
+  OSLO_REDUCE_AVG = 1,
+  OSLO_REDUCE_MAX = 2,
+  OSLO_REDUCE_MIN = 3,
   /* Not values: they make every int a valid value of the type, so a bad value
      passed from C is reported as an error instead of being undefined in C++. */
   OSLO_REDUCE_ENUM_MIN_ = -2147483647 - 1,
@@ -377,9 +377,9 @@ OSLO_API oslo_status oslo_barrier(oslo_context *ctx, oslo_group group);
 /** Which way a linear layer is split across the tensor-parallel group. */
 typedef enum oslo_linear_kind {
   /** Output features split: each rank holds rows [r*out/tp, (r+1)*out/tp) of W. */
-  OSLO_COLUMN_PARALLEL = 0,
+  OSLO_LINEAR_COLUMN = 0,
   /** Input features split: each rank holds columns [r*in/tp, (r+1)*in/tp) of W. */
-  OSLO_ROW_PARALLEL = 1,
+  OSLO_LINEAR_ROW = 1,
   /* Not values: they make every int a valid value of the type, so a bad value
      passed from C is reported as an error instead of being undefined in C++. */
   OSLO_LINEAR_ENUM_MIN_ = -2147483647 - 1,
@@ -387,18 +387,18 @@ typedef enum oslo_linear_kind {
 } oslo_linear_kind;
 
 /** Options of a parallel linear layer y = x W^T + b (W is [out, in] as in nn.Linear). */
-typedef struct oslo_linear_options {
+typedef struct oslo_parallel_linear_options {
   oslo_linear_kind kind;
   int64_t in_features;
   int64_t out_features;
   int bias;              /**< nonzero: the layer has a bias (default 1) */
   int gather_output;     /**< column only: all-gather the output (default 0) */
   int input_is_parallel; /**< row only: input already split along features (default 1) */
-  oslo_dtype dtype;      /**< parameter dtype (default OSLO_F32) */
-} oslo_linear_options;
+  oslo_dtype dtype;      /**< parameter dtype (default OSLO_DTYPE_F32) */
+} oslo_parallel_linear_options;
 
 /** Default options (column-parallel, bias, no gather, input_is_parallel, f32, sizes 0). */
-OSLO_API oslo_linear_options oslo_linear_default_options(void);
+OSLO_API oslo_parallel_linear_options oslo_linear_default_options(void);
 
 /**
  * Creates a parallel linear layer with zero weights. The split dimension
@@ -408,7 +408,7 @@ OSLO_API oslo_linear_options oslo_linear_default_options(void);
  * OSLO_ERR_OUT_OF_MEMORY.
  */
 OSLO_API oslo_status oslo_parallel_linear_create(oslo_parallel_linear **out, oslo_context *ctx,
-                                                 const oslo_linear_options *options);
+                                                 const oslo_parallel_linear_options *options);
 
 /** Destroys a layer and its parameters and gradients. NULL is a no-op. */
 OSLO_API void oslo_parallel_linear_destroy(oslo_parallel_linear *layer);

@@ -15,8 +15,8 @@ namespace oslo {
 namespace {
 
 inline int64_t read_id(const void* ids, oslo_dtype dt, int64_t i) {
-  return dt == OSLO_I64 ? static_cast<const int64_t*>(ids)[i]
-                        : static_cast<int64_t>(static_cast<const int32_t*>(ids)[i]);
+  return dt == OSLO_DTYPE_I64 ? static_cast<const int64_t*>(ids)[i]
+                              : static_cast<int64_t>(static_cast<const int32_t*>(ids)[i]);
 }
 
 // Work below this many elements is not worth waking threads for.
@@ -52,7 +52,7 @@ void CpuKernels::convert(oslo_dtype dst_dtype, void* dst, oslo_dtype src_dtype, 
   // Checked here: nothing may throw inside the parallel region below.
   OSLO_CHECK(dtype_is_float(src_dtype) && dtype_is_float(dst_dtype), OSLO_ERR_DTYPE,
              "cpu: cannot convert ", dtype_name(src_dtype), " to ", dtype_name(dst_dtype));
-  if (src_dtype == OSLO_F32 || dst_dtype == OSLO_F32) {
+  if (src_dtype == OSLO_DTYPE_F32 || dst_dtype == OSLO_DTYPE_F32) {
     // Element-wise, so splitting into blocks across threads is deterministic.
     const int64_t block = 1 << 14;
     const int64_t nblocks = (static_cast<int64_t>(n) + block - 1) / block;
@@ -62,7 +62,7 @@ void CpuKernels::convert(oslo_dtype dst_dtype, void* dst, oslo_dtype src_dtype, 
       const size_t c = std::min<size_t>(block, n - i);
       const char* s = static_cast<const char*>(src) + i * ssz;
       char* d = static_cast<char*>(dst) + i * dsz;
-      if (src_dtype == OSLO_F32)
+      if (src_dtype == OSLO_DTYPE_F32)
         from_f32(dst_dtype, reinterpret_cast<const float*>(s), d, c);
       else
         to_f32(src_dtype, s, reinterpret_cast<float*>(d), c);

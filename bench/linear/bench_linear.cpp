@@ -133,13 +133,13 @@ struct Row {
 //         buffer alone moves the memory-bound M = 1 case by up to ~25%).
 Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bool with_bias,
              int rounds) {
-  oslo_linear_options o = oslo_linear_default_options();
-  o.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options o = oslo_linear_default_options();
+  o.kind = OSLO_LINEAR_COLUMN;
   o.in_features = K;
   o.out_features = N;
   o.bias = with_bias ? 1 : 0;
   o.gather_output = 0;
-  o.dtype = OSLO_F32;
+  o.dtype = OSLO_DTYPE_F32;
   oslo_parallel_linear* layer = nullptr;
   CHECK(oslo_parallel_linear_create(&layer, ctx, &o));
 
@@ -157,8 +157,8 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   {  // load the full weight (and bias) through the API; TP=1 keeps it all
     int64_t ws[2] = {N, K}, bs[1] = {N};
     oslo_tensor *wt = nullptr, *bt = nullptr;
-    CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_F32, 2, ws));
-    if (with_bias) CHECK(oslo_tensor_wrap(&bt, ctx, B, OSLO_F32, 1, bs));
+    CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_DTYPE_F32, 2, ws));
+    if (with_bias) CHECK(oslo_tensor_wrap(&bt, ctx, B, OSLO_DTYPE_F32, 1, bs));
     CHECK(oslo_parallel_linear_load_full(layer, wt, bt));
     oslo_tensor_destroy(wt);
     oslo_tensor_destroy(bt);
@@ -173,8 +173,8 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   }
   int64_t xs[2] = {M, K}, ys[2] = {M, N};
   oslo_tensor *xt = nullptr, *yt = nullptr;
-  CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_F32, 2, xs));
-  CHECK(oslo_tensor_wrap(&yt, ctx, Yo, OSLO_F32, 2, ys));
+  CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_DTYPE_F32, 2, xs));
+  CHECK(oslo_tensor_wrap(&yt, ctx, Yo, OSLO_DTYPE_F32, 2, ys));
 
   auto call_oslo = [&] { CHECK(oslo_parallel_linear_forward(yt, layer, xt)); };
   auto direct = [&](const float* w, float* y) {
@@ -297,17 +297,17 @@ int dtype_probe() {
   float* Y = alloc_f32(static_cast<size_t>(M * N));
   int64_t ws[2] = {N, K}, xs[2] = {M, K}, ys[2] = {M, N};
   oslo_tensor *wt = nullptr, *xt = nullptr, *yt = nullptr;
-  CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_F32, 2, ws));
-  CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_F32, 2, xs));
-  CHECK(oslo_tensor_wrap(&yt, ctx, Y, OSLO_F32, 2, ys));
+  CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_DTYPE_F32, 2, ws));
+  CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_DTYPE_F32, 2, xs));
+  CHECK(oslo_tensor_wrap(&yt, ctx, Y, OSLO_DTYPE_F32, 2, ys));
   std::printf(
       "\n| weight dtype | M x K x N | forward ms (median of 9 x 10 calls) | minor page faults per "
       "call |\n");
   std::printf(
       "|--------------|-----------|------------------------------------:|--------------------------"
       "-:|\n");
-  for (oslo_dtype dt : {OSLO_F32, OSLO_BF16, OSLO_F16}) {
-    oslo_linear_options o = oslo_linear_default_options();
+  for (oslo_dtype dt : {OSLO_DTYPE_F32, OSLO_DTYPE_BF16, OSLO_DTYPE_F16}) {
+    oslo_parallel_linear_options o = oslo_linear_default_options();
     o.in_features = K;
     o.out_features = N;
     o.bias = 0;
@@ -328,9 +328,9 @@ int dtype_probe() {
       faults += u1.ru_minflt - u0.ru_minflt;
     }
     std::printf("| %-12s | 1 x 4096 x 4096 | %35.2f | %26ld |\n",
-                dt == OSLO_F32    ? "f32"
-                : dt == OSLO_BF16 ? "bf16"
-                                  : "f16",
+                dt == OSLO_DTYPE_F32    ? "f32"
+                : dt == OSLO_DTYPE_BF16 ? "bf16"
+                                        : "f16",
                 median(t) * 1e3, faults / 90);
     oslo_parallel_linear_destroy(layer);
   }

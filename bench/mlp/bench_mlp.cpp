@@ -113,7 +113,7 @@ float* tensor_ptr(oslo_tensor* t) {
 oslo_tensor* make2d(oslo_context* ctx, int64_t r, int64_t c) {
   int64_t s[2] = {r, c};
   oslo_tensor* t = nullptr;
-  CHECK(oslo_tensor_create(&t, ctx, OSLO_F32, 2, s));  // zero-filled: pages touched
+  CHECK(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 2, s));  // zero-filled: pages touched
   return t;
 }
 
@@ -175,14 +175,14 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   const int64_t FL = F / tp;  // this rank's slice of the FFN dimension
 
   // --- layers ---------------------------------------------------------------
-  oslo_linear_options uo = oslo_linear_default_options();
-  uo.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options uo = oslo_linear_default_options();
+  uo.kind = OSLO_LINEAR_COLUMN;
   uo.in_features = H;
   uo.out_features = F;
   uo.bias = 1;
   uo.gather_output = 0;
-  oslo_linear_options dn = oslo_linear_default_options();
-  dn.kind = OSLO_ROW_PARALLEL;
+  oslo_parallel_linear_options dn = oslo_linear_default_options();
+  dn.kind = OSLO_LINEAR_ROW;
   dn.in_features = F;
   dn.out_features = H;
   dn.bias = 1;
@@ -256,8 +256,8 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   {
     int64_t s1[2] = {8, H}, s2[2] = {8, FL};
     oslo_tensor *xs, *hs;
-    CHECK(oslo_tensor_wrap(&xs, ctx, px, OSLO_F32, 2, s1));
-    CHECK(oslo_tensor_wrap(&hs, ctx, ph, OSLO_F32, 2, s2));
+    CHECK(oslo_tensor_wrap(&xs, ctx, px, OSLO_DTYPE_F32, 2, s1));
+    CHECK(oslo_tensor_wrap(&hs, ctx, ph, OSLO_DTYPE_F32, 2, s2));
     CHECK(oslo_parallel_linear_forward(hs, up, xs));
     oslo_tensor_destroy(xs);
     oslo_tensor_destroy(hs);
@@ -301,7 +301,7 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
     for (int i = 0; i < 5; ++i) {
       CHECK(oslo_barrier(ctx, OSLO_GROUP_WORLD));
       double t0 = now();
-      CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, buf, OSLO_SUM));
+      CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, buf, OSLO_REDUCE_SUM));
       v.push_back(now() - t0);
     }
     std::sort(v.begin(), v.end());
@@ -355,10 +355,10 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   {
     int64_t s[1] = {16}, s4[1] = {4};
     oslo_tensor *t, *t4;
-    CHECK(oslo_tensor_wrap(&t, ctx, red, OSLO_F32, 1, s));
-    CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t, OSLO_SUM));
-    CHECK(oslo_tensor_wrap(&t4, ctx, mx, OSLO_F32, 1, s4));
-    CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t4, OSLO_MAX));
+    CHECK(oslo_tensor_wrap(&t, ctx, red, OSLO_DTYPE_F32, 1, s));
+    CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t, OSLO_REDUCE_SUM));
+    CHECK(oslo_tensor_wrap(&t4, ctx, mx, OSLO_DTYPE_F32, 1, s4));
+    CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t4, OSLO_REDUCE_MAX));
     oslo_tensor_destroy(t);
     oslo_tensor_destroy(t4);
   }

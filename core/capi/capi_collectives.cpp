@@ -16,7 +16,7 @@ oslo::Communicator& comm_of(oslo_context* ctx, oslo_group g, const char* fn) {
 }
 
 void check_op(oslo_reduce_op op, const char* fn) {
-  if (op < OSLO_SUM || op > OSLO_MIN)
+  if (op < OSLO_REDUCE_SUM || op > OSLO_REDUCE_MIN)
     oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": unknown reduce op ", static_cast<int>(op));
 }
 

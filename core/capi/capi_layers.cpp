@@ -22,20 +22,20 @@ const oslo::Tensor* opt_tensor(const oslo_tensor* t) {
 
 extern "C" {
 
-oslo_linear_options oslo_linear_default_options(void) {
-  oslo_linear_options o;
-  o.kind = OSLO_COLUMN_PARALLEL;
+oslo_parallel_linear_options oslo_linear_default_options(void) {
+  oslo_parallel_linear_options o;
+  o.kind = OSLO_LINEAR_COLUMN;
   o.in_features = 0;
   o.out_features = 0;
   o.bias = 1;
   o.gather_output = 0;
   o.input_is_parallel = 1;
-  o.dtype = OSLO_F32;
+  o.dtype = OSLO_DTYPE_F32;
   return o;
 }
 
 oslo_status oslo_parallel_linear_create(oslo_parallel_linear** out, oslo_context* ctx,
-                                        const oslo_linear_options* options) {
+                                        const oslo_parallel_linear_options* options) {
   if (out) *out = nullptr;
   return guard([&] {
     need(out, "oslo_parallel_linear_create", "out");

@@ -29,7 +29,7 @@ ParallelEmbedding::ParallelEmbedding(Context& ctx, int64_t vocab, int64_t hidden
   start_ = p.start;
   real_rows_ = p.valid;
   weight = Tensor::zeros(ctx.backend_ptr(), dtype, {local_rows_, hidden_});
-  grad_weight = Tensor::zeros(ctx.backend_ptr(), OSLO_F32, {local_rows_, hidden_});
+  grad_weight = Tensor::zeros(ctx.backend_ptr(), OSLO_DTYPE_F32, {local_rows_, hidden_});
 }
 
 void ParallelEmbedding::load_full(const Tensor& w) {
@@ -56,7 +56,7 @@ void ParallelEmbedding::load_shard(const Tensor& w) {
 
 void ParallelEmbedding::check_ids(const Tensor& ids) const {
   OSLO_CHECK(ids.defined(), OSLO_ERR_INVALID_ARGUMENT, "embedding: ids is NULL");
-  OSLO_CHECK(ids.dtype() == OSLO_I32 || ids.dtype() == OSLO_I64, OSLO_ERR_DTYPE,
+  OSLO_CHECK(ids.dtype() == OSLO_DTYPE_I32 || ids.dtype() == OSLO_DTYPE_I64, OSLO_ERR_DTYPE,
              "embedding: ids must be i32 or i64, got ", dtype_name(ids.dtype()));
 }
 
@@ -85,8 +85,8 @@ void ParallelEmbedding::backward(const Tensor& ids, const Tensor& grad_output) {
              Tensor::shape_str(grad_output.shape()), ", expected ", Tensor::shape_str(expect));
   const int64_t n = ids.numel();
   for (int64_t t = 0; t < n; ++t) {
-    int64_t id = ids.dtype() == OSLO_I64 ? static_cast<const int64_t*>(ids.data())[t]
-                                         : static_cast<const int32_t*>(ids.data())[t];
+    int64_t id = ids.dtype() == OSLO_DTYPE_I64 ? static_cast<const int64_t*>(ids.data())[t]
+                                               : static_cast<const int32_t*>(ids.data())[t];
     OSLO_CHECK(id >= 0 && id < vocab_, OSLO_ERR_INVALID_ARGUMENT, "embedding: token id ", id,
                " at position ", t, " is outside the vocabulary [0, ", vocab_, ")");
   }
@@ -100,7 +100,7 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
                                   float* mean_loss, const Tensor* grad_logits) {
   require_float(logits, "logits");
   OSLO_CHECK(labels.defined(), OSLO_ERR_INVALID_ARGUMENT, "cross_entropy: labels is NULL");
-  OSLO_CHECK(labels.dtype() == OSLO_I32 || labels.dtype() == OSLO_I64, OSLO_ERR_DTYPE,
+  OSLO_CHECK(labels.dtype() == OSLO_DTYPE_I32 || labels.dtype() == OSLO_DTYPE_I64, OSLO_ERR_DTYPE,
              "cross_entropy: labels must be i32 or i64, got ", dtype_name(labels.dtype()));
   OSLO_CHECK(vocab > 0, OSLO_ERR_INVALID_ARGUMENT, "cross_entropy: vocab_size must be positive");
   const int tp = ctx.topology().tp_size();
@@ -113,7 +113,8 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   OSLO_CHECK(labels.numel() == tokens, OSLO_ERR_SHAPE, "cross_entropy: labels have ",
              labels.numel(), " elements but logits have ", tokens, " rows");
   if (losses) {
-    OSLO_CHECK(losses->dtype() == OSLO_F32, OSLO_ERR_DTYPE, "cross_entropy: losses must be f32");
+    OSLO_CHECK(losses->dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE,
+               "cross_entropy: losses must be f32");
     OSLO_CHECK(losses->numel() == tokens, OSLO_ERR_SHAPE, "cross_entropy: losses have ",
                losses->numel(), " elements, expected ", tokens);
   }
@@ -130,7 +131,8 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   DeviceBuffer gmax(ctx.backend(), tokens * sizeof(float) + 1);
   DeviceBuffer sums(ctx.backend(), 2 * tokens * sizeof(float) + 1);
   k.xent_row_max(gmax.f32(), x.get(), tokens, cols, p.valid);
-  ctx.comm(OSLO_GROUP_TENSOR).all_reduce(gmax.get(), gmax.get(), tokens, OSLO_F32, OSLO_MAX);
+  ctx.comm(OSLO_GROUP_TENSOR)
+      .all_reduce(gmax.get(), gmax.get(), tokens, OSLO_DTYPE_F32, OSLO_REDUCE_MAX);
   k.xent_local_sums(sums.f32(), x.get(), gmax.f32(), labels.data(), labels.dtype(), tokens, cols,
                     p.valid, p.start, vocab, ignore_index);
   reduce_sum(ctx, OSLO_GROUP_TENSOR, sums.f32(), 2 * tokens);
@@ -143,8 +145,8 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   double total = 0;
   int64_t counted = 0;
   for (int64_t t = 0; t < tokens; ++t) {
-    int64_t y = labels.dtype() == OSLO_I64 ? static_cast<const int64_t*>(labels.data())[t]
-                                           : static_cast<const int32_t*>(labels.data())[t];
+    int64_t y = labels.dtype() == OSLO_DTYPE_I64 ? static_cast<const int64_t*>(labels.data())[t]
+                                                 : static_cast<const int32_t*>(labels.data())[t];
     if (y == ignore_index) continue;
     per[t] = std::log(hsums[t]) + hmax[t] - hsums[tokens + t];
     total += per[t];

@@ -22,11 +22,11 @@ inline void require_float(const Tensor& t, const char* what) {
 class F32In {
  public:
   F32In(Context& ctx, const Tensor& t) {
-    if (t.dtype() == OSLO_F32) {
+    if (t.dtype() == OSLO_DTYPE_F32) {
       p_ = static_cast<const float*>(t.data());
     } else {
       buf_ = std::make_unique<DeviceBuffer>(ctx.backend(), static_cast<size_t>(t.numel()) * 4);
-      ctx.kernels().convert(OSLO_F32, buf_->get(), t.dtype(), t.data(), t.numel());
+      ctx.kernels().convert(OSLO_DTYPE_F32, buf_->get(), t.dtype(), t.data(), t.numel());
       p_ = buf_->f32();
     }
   }
@@ -41,7 +41,7 @@ class F32In {
 class F32Out {
  public:
   F32Out(Context& ctx, const Tensor& t) : ctx_(ctx), t_(t) {
-    if (t.dtype() == OSLO_F32) {
+    if (t.dtype() == OSLO_DTYPE_F32) {
       p_ = static_cast<float*>(t.data());
     } else {
       buf_ = std::make_unique<DeviceBuffer>(ctx.backend(), static_cast<size_t>(t.numel()) * 4);
@@ -50,7 +50,7 @@ class F32Out {
   }
   float* get() const { return p_; }
   void commit() {
-    if (buf_) ctx_.kernels().convert(t_.dtype(), t_.data(), OSLO_F32, p_, t_.numel());
+    if (buf_) ctx_.kernels().convert(t_.dtype(), t_.data(), OSLO_DTYPE_F32, p_, t_.numel());
   }
 
  private:

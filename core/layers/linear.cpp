@@ -7,9 +7,10 @@
 
 namespace oslo {
 
-ParallelLinear::ParallelLinear(Context& ctx, const oslo_linear_options& o) : ctx_(ctx), opt_(o) {
-  OSLO_CHECK(o.kind == OSLO_COLUMN_PARALLEL || o.kind == OSLO_ROW_PARALLEL,
-             OSLO_ERR_INVALID_ARGUMENT, "linear: unknown kind ", static_cast<int>(o.kind));
+ParallelLinear::ParallelLinear(Context& ctx, const oslo_parallel_linear_options& o)
+    : ctx_(ctx), opt_(o) {
+  OSLO_CHECK(o.kind == OSLO_LINEAR_COLUMN || o.kind == OSLO_LINEAR_ROW, OSLO_ERR_INVALID_ARGUMENT,
+             "linear: unknown kind ", static_cast<int>(o.kind));
   OSLO_CHECK(o.in_features > 0 && o.out_features > 0, OSLO_ERR_INVALID_ARGUMENT,
              "linear: in_features (", o.in_features, ") and out_features (", o.out_features,
              ") must be positive");
@@ -32,10 +33,10 @@ ParallelLinear::ParallelLinear(Context& ctx, const oslo_linear_options& o) : ctx
   }
   auto be = ctx.backend_ptr();
   weight = Tensor::zeros(be, o.dtype, {local_out_, local_in_});
-  grad_weight = Tensor::zeros(be, OSLO_F32, {local_out_, local_in_});
+  grad_weight = Tensor::zeros(be, OSLO_DTYPE_F32, {local_out_, local_in_});
   if (o.bias) {
     bias = Tensor::zeros(be, o.dtype, {local_out_});
-    grad_bias = Tensor::zeros(be, OSLO_F32, {local_out_});
+    grad_bias = Tensor::zeros(be, OSLO_DTYPE_F32, {local_out_});
   }
 }
 

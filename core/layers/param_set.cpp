@@ -88,8 +88,8 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
   double local = 0;
   for (const auto& e : entries_) {
     if (!e.grad.defined()) continue;
-    OSLO_CHECK(e.grad.dtype() == OSLO_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '", e.name,
-               "' must be f32");
+    OSLO_CHECK(e.grad.dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '",
+               e.name, "' must be f32");
     // Replicated gradients are the same on every tensor rank: count them once.
     if (e.split_dim < 0 && !tp_first && !inf) continue;
     double v = k.norm_accumulate(e.grad.f32(), e.grad.numel(), norm_type);
@@ -104,7 +104,7 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
       // Gather every rank's double (as its 8 bytes) and combine in rank order:
       // exact, and identical on every rank.
       std::vector<double> all(c.size());
-      c.all_gather(&total, all.data(), 1, OSLO_I64);
+      c.all_gather(&total, all.data(), 1, OSLO_DTYPE_I64);
       total = 0.0;
       for (double v : all) total = inf ? std::max(total, v) : total + v;
     }

@@ -15,11 +15,11 @@ struct ExportCtx {
 
 DLDataType to_dl(oslo_dtype dt) {
   switch (dt) {
-    case OSLO_F32: return {kDLFloat, 32, 1};
-    case OSLO_F16: return {kDLFloat, 16, 1};
-    case OSLO_BF16: return {kDLBfloat, 16, 1};
-    case OSLO_I32: return {kDLInt, 32, 1};
-    case OSLO_I64: return {kDLInt, 64, 1};
+    case OSLO_DTYPE_F32: return {kDLFloat, 32, 1};
+    case OSLO_DTYPE_F16: return {kDLFloat, 16, 1};
+    case OSLO_DTYPE_BF16: return {kDLBfloat, 16, 1};
+    case OSLO_DTYPE_I32: return {kDLInt, 32, 1};
+    case OSLO_DTYPE_I64: return {kDLInt, 64, 1};
     default: break;
   }
   fail(OSLO_ERR_DTYPE, "dlpack: unknown dtype");
@@ -28,11 +28,11 @@ DLDataType to_dl(oslo_dtype dt) {
 oslo_dtype from_dl(DLDataType t) {
   OSLO_CHECK(t.lanes == 1, OSLO_ERR_DTYPE, "dlpack: vector types (lanes=", int(t.lanes),
              ") are not supported");
-  if (t.code == kDLFloat && t.bits == 32) return OSLO_F32;
-  if (t.code == kDLFloat && t.bits == 16) return OSLO_F16;
-  if (t.code == kDLBfloat && t.bits == 16) return OSLO_BF16;
-  if (t.code == kDLInt && t.bits == 32) return OSLO_I32;
-  if (t.code == kDLInt && t.bits == 64) return OSLO_I64;
+  if (t.code == kDLFloat && t.bits == 32) return OSLO_DTYPE_F32;
+  if (t.code == kDLFloat && t.bits == 16) return OSLO_DTYPE_F16;
+  if (t.code == kDLBfloat && t.bits == 16) return OSLO_DTYPE_BF16;
+  if (t.code == kDLInt && t.bits == 32) return OSLO_DTYPE_I32;
+  if (t.code == kDLInt && t.bits == 64) return OSLO_DTYPE_I64;
   fail(OSLO_ERR_DTYPE, "dlpack: type code ", int(t.code), " with ", int(t.bits),
        " bits is not supported (float32, float16, bfloat16, int32, int64 are)");
 }

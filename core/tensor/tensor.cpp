@@ -48,7 +48,7 @@ size_t Tensor::nbytes() const {
 }
 
 float* Tensor::f32() const {
-  OSLO_CHECK(dtype_ == OSLO_F32, OSLO_ERR_DTYPE, "expected an f32 tensor, got ", describe());
+  OSLO_CHECK(dtype_ == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "expected an f32 tensor, got ", describe());
   return static_cast<float*>(data());
 }
 

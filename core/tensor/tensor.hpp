@@ -58,7 +58,7 @@ class Tensor {
 
  private:
   std::shared_ptr<Storage> storage_;
-  oslo_dtype dtype_ = OSLO_F32;
+  oslo_dtype dtype_ = OSLO_DTYPE_F32;
   std::vector<int64_t> shape_;
   friend Tensor tensor_from_storage(std::shared_ptr<Storage>, oslo_dtype, std::vector<int64_t>);
 };

@@ -50,7 +50,7 @@ static double gelu_grad(double x) {
 static oslo_tensor *tensor(oslo_context *ctx, int64_t rows, int64_t cols, const float *data) {
   int64_t shape[2] = {rows, cols};
   oslo_tensor *t = NULL;
-  CHECK(oslo_tensor_create(&t, ctx, OSLO_F32, cols ? 2 : 1, shape));
+  CHECK(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, cols ? 2 : 1, shape));
   if (data) CHECK(oslo_tensor_copy_from_host(t, data, sizeof(float) * rows * (cols ? cols : 1)));
   return t;
 }
@@ -87,11 +87,12 @@ int main(int argc, char **argv) {
   for (unsigned i = 0; i < TOKENS * HIDDEN; ++i) x[i] = value(5, i);
 
   /* --- the parallel block --- */
-  oslo_linear_options up_o = oslo_linear_default_options(), down_o = oslo_linear_default_options();
-  up_o.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options up_o = oslo_linear_default_options(),
+                               down_o = oslo_linear_default_options();
+  up_o.kind = OSLO_LINEAR_COLUMN;
   up_o.in_features = HIDDEN;
   up_o.out_features = FFN;
-  down_o.kind = OSLO_ROW_PARALLEL;
+  down_o.kind = OSLO_LINEAR_ROW;
   down_o.in_features = FFN;
   down_o.out_features = HIDDEN;
   down_o.input_is_parallel = 1;

@@ -3,7 +3,7 @@
 
 int main(void) {
   oslo_context *ctx = NULL;
-  oslo_linear_options o = oslo_linear_default_options();
+  oslo_parallel_linear_options o = oslo_linear_default_options();
   int64_t shape[OSLO_MAX_DIMS] = {0};
   (void)o;
   (void)shape;

@@ -211,7 +211,8 @@ static void test_context_abort(void **state) {
 static void test_tensor_create_and_query(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
   int64_t shape[3] = {2, 3, 4};
-  oslo_dtype dts[] = {OSLO_F32, OSLO_F16, OSLO_BF16, OSLO_I32, OSLO_I64};
+  oslo_dtype dts[] = {OSLO_DTYPE_F32, OSLO_DTYPE_F16, OSLO_DTYPE_BF16, OSLO_DTYPE_I32,
+                      OSLO_DTYPE_I64};
   size_t sizes[] = {4, 2, 2, 4, 8};
   for (int d = 0; d < 5; ++d) {
     oslo_tensor *t = NULL;
@@ -249,12 +250,12 @@ static void test_tensor_create_and_query(void **state) {
   /* 0-d and empty tensors */
   oslo_tensor *t = NULL;
   int64_t n = -1;
-  ok(oslo_tensor_create(&t, ctx, OSLO_F32, 0, NULL));
+  ok(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 0, NULL));
   ok(oslo_tensor_numel(&n, t));
   assert_int_equal(n, 1);
   oslo_tensor_destroy(t);
   int64_t empty[2] = {0, 5};
-  ok(oslo_tensor_create(&t, ctx, OSLO_F32, 2, empty));
+  ok(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 2, empty));
   ok(oslo_tensor_numel(&n, t));
   assert_int_equal(n, 0);
   ok(oslo_tensor_copy_from_host(t, NULL, 0));
@@ -267,21 +268,26 @@ static void test_tensor_bad_args(void **state) {
   int64_t shape[2] = {2, 3}, neg[2] = {2, -3}, huge[3] = {INT64_MAX / 2, 4, 4};
   int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
   oslo_tensor *t = (oslo_tensor *)0x1;
-  expect_error(oslo_tensor_create(NULL, ctx, OSLO_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT, "out");
-  expect_error(oslo_tensor_create(&t, NULL, OSLO_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT, "ctx");
+  expect_error(oslo_tensor_create(NULL, ctx, OSLO_DTYPE_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT,
+               "out");
+  expect_error(oslo_tensor_create(&t, NULL, OSLO_DTYPE_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT,
+               "ctx");
   assert_null(t);
   expect_error(oslo_tensor_create(&t, ctx, (oslo_dtype)42, 2, shape), OSLO_ERR_DTYPE, "dtype");
-  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 2, NULL), OSLO_ERR_INVALID_ARGUMENT, "shape");
-  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, -1, shape), OSLO_ERR_INVALID_ARGUMENT, "ndim");
-  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 9, nine), OSLO_ERR_INVALID_ARGUMENT, "ndim");
-  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 2, neg), OSLO_ERR_INVALID_ARGUMENT,
+  expect_error(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 2, NULL), OSLO_ERR_INVALID_ARGUMENT,
+               "shape");
+  expect_error(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, -1, shape), OSLO_ERR_INVALID_ARGUMENT,
+               "ndim");
+  expect_error(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 9, nine), OSLO_ERR_INVALID_ARGUMENT,
+               "ndim");
+  expect_error(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 2, neg), OSLO_ERR_INVALID_ARGUMENT,
                "negative");
-  expect_error(oslo_tensor_create(&t, ctx, OSLO_F32, 3, huge), OSLO_ERR_INVALID_ARGUMENT,
+  expect_error(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 3, huge), OSLO_ERR_INVALID_ARGUMENT,
                "too large");
-  expect_error(oslo_tensor_wrap(&t, ctx, NULL, OSLO_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT,
+  expect_error(oslo_tensor_wrap(&t, ctx, NULL, OSLO_DTYPE_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT,
                "NULL");
-  expect_error(oslo_tensor_wrap(NULL, ctx, NULL, OSLO_F32, 2, shape), OSLO_ERR_INVALID_ARGUMENT,
-               "out");
+  expect_error(oslo_tensor_wrap(NULL, ctx, NULL, OSLO_DTYPE_F32, 2, shape),
+               OSLO_ERR_INVALID_ARGUMENT, "out");
   float x;
   int nd;
   int64_t sh[OSLO_MAX_DIMS];
@@ -295,7 +301,7 @@ static void test_tensor_bad_args(void **state) {
   expect_error(oslo_tensor_dtype(&dt, NULL), OSLO_ERR_INVALID_ARGUMENT, "tensor");
   expect_error(oslo_tensor_numel(NULL, NULL), OSLO_ERR_INVALID_ARGUMENT, "numel");
   expect_error(oslo_tensor_data(&p, NULL), OSLO_ERR_INVALID_ARGUMENT, "tensor");
-  ok(oslo_tensor_create(&t, ctx, OSLO_F32, 2, shape));
+  ok(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 2, shape));
   expect_error(oslo_tensor_copy_from_host(t, NULL, 24), OSLO_ERR_INVALID_ARGUMENT, "src");
   expect_error(oslo_tensor_shape(NULL, t), OSLO_ERR_INVALID_ARGUMENT, "shape");
   expect_error(oslo_tensor_dtype(NULL, t), OSLO_ERR_INVALID_ARGUMENT, "dtype");
@@ -308,11 +314,11 @@ static void test_tensor_wrap_no_copy(void **state) {
   float mem[6] = {1, 2, 3, 4, 5, 6};
   int64_t shape[2] = {2, 3};
   oslo_tensor *t = NULL;
-  ok(oslo_tensor_wrap(&t, ctx, mem, OSLO_F32, 2, shape));
+  ok(oslo_tensor_wrap(&t, ctx, mem, OSLO_DTYPE_F32, 2, shape));
   void *p = NULL;
   ok(oslo_tensor_data(&p, t));
   assert_ptr_equal(p, mem);
-  ok(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, t, OSLO_SUM)); /* one rank: identity */
+  ok(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, t, OSLO_REDUCE_SUM)); /* one rank: identity */
   mem[0] = 42;
   float back[6];
   ok(oslo_tensor_copy_to_host(back, sizeof back, t));
@@ -331,7 +337,7 @@ static void test_dlpack(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
   int64_t shape[2] = {2, 3};
   oslo_tensor *t = NULL;
-  ok(oslo_tensor_create(&t, ctx, OSLO_BF16, 2, shape));
+  ok(oslo_tensor_create(&t, ctx, OSLO_DTYPE_BF16, 2, shape));
   DLManagedTensor *m = NULL;
   ok(oslo_tensor_to_dlpack(&m, t));
   assert_int_equal(m->dl_tensor.ndim, 2);
@@ -394,25 +400,25 @@ static void test_collectives_single(void **state) {
   int64_t n4[1] = {4}, n8[1] = {8};
   float v[4] = {1, -2, 3, 4}, out[8];
   oslo_tensor *t = NULL, *big = NULL, *i32 = NULL;
-  ok(oslo_tensor_create(&t, ctx, OSLO_F32, 1, n4));
-  ok(oslo_tensor_create(&big, ctx, OSLO_F32, 1, n8));
-  ok(oslo_tensor_create(&i32, ctx, OSLO_I32, 1, n4));
+  ok(oslo_tensor_create(&t, ctx, OSLO_DTYPE_F32, 1, n4));
+  ok(oslo_tensor_create(&big, ctx, OSLO_DTYPE_F32, 1, n8));
+  ok(oslo_tensor_create(&i32, ctx, OSLO_DTYPE_I32, 1, n4));
   ok(oslo_tensor_copy_from_host(t, v, sizeof v));
-  for (int op = OSLO_SUM; op <= OSLO_MIN; ++op)
+  for (int op = OSLO_REDUCE_SUM; op <= OSLO_REDUCE_MIN; ++op)
     ok(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t, (oslo_reduce_op)op));
   ok(oslo_tensor_copy_to_host(out, sizeof v, t));
   assert_memory_equal(out, v, sizeof v);
   ok(oslo_all_gather(t, ctx, OSLO_GROUP_WORLD, t));
-  ok(oslo_reduce_scatter(t, ctx, OSLO_GROUP_DATA, t, OSLO_SUM));
+  ok(oslo_reduce_scatter(t, ctx, OSLO_GROUP_DATA, t, OSLO_REDUCE_SUM));
   ok(oslo_broadcast(ctx, OSLO_GROUP_PIPELINE, t, 0));
   ok(oslo_barrier(ctx, OSLO_GROUP_WORLD));
   /* bad arguments */
-  expect_error(oslo_all_reduce(NULL, OSLO_GROUP_WORLD, t, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT,
-               "ctx");
-  expect_error(oslo_all_reduce(ctx, (oslo_group)9, t, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT,
+  expect_error(oslo_all_reduce(NULL, OSLO_GROUP_WORLD, t, OSLO_REDUCE_SUM),
+               OSLO_ERR_INVALID_ARGUMENT, "ctx");
+  expect_error(oslo_all_reduce(ctx, (oslo_group)9, t, OSLO_REDUCE_SUM), OSLO_ERR_INVALID_ARGUMENT,
                "group");
-  expect_error(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, NULL, OSLO_SUM), OSLO_ERR_INVALID_ARGUMENT,
-               "tensor");
+  expect_error(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, NULL, OSLO_REDUCE_SUM),
+               OSLO_ERR_INVALID_ARGUMENT, "tensor");
   expect_error(oslo_all_reduce(ctx, OSLO_GROUP_WORLD, t, (oslo_reduce_op)7),
                OSLO_ERR_INVALID_ARGUMENT, "op");
   expect_error(oslo_all_gather(big, ctx, OSLO_GROUP_WORLD, t), OSLO_ERR_SHAPE, "elements");
@@ -420,9 +426,10 @@ static void test_collectives_single(void **state) {
   expect_error(oslo_all_gather(NULL, ctx, OSLO_GROUP_WORLD, t), OSLO_ERR_INVALID_ARGUMENT,
                "output");
   expect_error(oslo_all_gather(t, ctx, OSLO_GROUP_WORLD, NULL), OSLO_ERR_INVALID_ARGUMENT, "input");
-  expect_error(oslo_reduce_scatter(t, ctx, OSLO_GROUP_WORLD, big, OSLO_SUM), OSLO_ERR_SHAPE,
+  expect_error(oslo_reduce_scatter(t, ctx, OSLO_GROUP_WORLD, big, OSLO_REDUCE_SUM), OSLO_ERR_SHAPE,
                "elements");
-  expect_error(oslo_reduce_scatter(i32, ctx, OSLO_GROUP_WORLD, t, OSLO_SUM), OSLO_ERR_DTYPE, "f32");
+  expect_error(oslo_reduce_scatter(i32, ctx, OSLO_GROUP_WORLD, t, OSLO_REDUCE_SUM), OSLO_ERR_DTYPE,
+               "f32");
   expect_error(oslo_reduce_scatter(t, ctx, OSLO_GROUP_WORLD, t, (oslo_reduce_op)-1),
                OSLO_ERR_INVALID_ARGUMENT, "op");
   expect_error(oslo_broadcast(ctx, OSLO_GROUP_WORLD, t, 1), OSLO_ERR_INVALID_ARGUMENT, "root");
@@ -450,10 +457,10 @@ static oslo_tensor *tensor2(oslo_context *ctx, oslo_dtype dt, int64_t a, int64_t
 
 static void test_linear_bad_args(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
-  oslo_linear_options o = oslo_linear_default_options();
-  assert_int_equal(o.kind, OSLO_COLUMN_PARALLEL);
+  oslo_parallel_linear_options o = oslo_linear_default_options();
+  assert_int_equal(o.kind, OSLO_LINEAR_COLUMN);
   assert_int_equal(o.bias, 1);
-  assert_int_equal(o.dtype, OSLO_F32);
+  assert_int_equal(o.dtype, OSLO_DTYPE_F32);
   oslo_parallel_linear *l = (oslo_parallel_linear *)0x1;
   expect_error(oslo_parallel_linear_create(&l, ctx, &o), OSLO_ERR_INVALID_ARGUMENT, "positive");
   assert_null(l);
@@ -464,17 +471,17 @@ static void test_linear_bad_args(void **state) {
   expect_error(oslo_parallel_linear_create(&l, ctx, NULL), OSLO_ERR_INVALID_ARGUMENT, "options");
   o.kind = (oslo_linear_kind)5;
   expect_error(oslo_parallel_linear_create(&l, ctx, &o), OSLO_ERR_INVALID_ARGUMENT, "kind");
-  o.kind = OSLO_ROW_PARALLEL;
-  o.dtype = OSLO_I32;
+  o.kind = OSLO_LINEAR_ROW;
+  o.dtype = OSLO_DTYPE_I32;
   expect_error(oslo_parallel_linear_create(&l, ctx, &o), OSLO_ERR_DTYPE, "dtype");
-  o.dtype = OSLO_F32;
+  o.dtype = OSLO_DTYPE_F32;
   ok(oslo_parallel_linear_create(&l, ctx, &o));
 
-  oslo_tensor *w_bad = tensor2(ctx, OSLO_F32, 4, 6), *w = tensor2(ctx, OSLO_F32, 6, 4);
-  oslo_tensor *wi = tensor2(ctx, OSLO_I64, 6, 4);
-  oslo_tensor *x = tensor2(ctx, OSLO_F32, 3, 4), *x_bad = tensor2(ctx, OSLO_F32, 3, 5);
-  oslo_tensor *y = tensor2(ctx, OSLO_F32, 3, 6), *y_bad = tensor2(ctx, OSLO_F32, 2, 6);
-  oslo_tensor *xi = tensor2(ctx, OSLO_I32, 3, 4);
+  oslo_tensor *w_bad = tensor2(ctx, OSLO_DTYPE_F32, 4, 6), *w = tensor2(ctx, OSLO_DTYPE_F32, 6, 4);
+  oslo_tensor *wi = tensor2(ctx, OSLO_DTYPE_I64, 6, 4);
+  oslo_tensor *x = tensor2(ctx, OSLO_DTYPE_F32, 3, 4), *x_bad = tensor2(ctx, OSLO_DTYPE_F32, 3, 5);
+  oslo_tensor *y = tensor2(ctx, OSLO_DTYPE_F32, 3, 6), *y_bad = tensor2(ctx, OSLO_DTYPE_F32, 2, 6);
+  oslo_tensor *xi = tensor2(ctx, OSLO_DTYPE_I32, 3, 4);
   expect_error(oslo_parallel_linear_load_full(l, w_bad, NULL), OSLO_ERR_SHAPE, "[6, 4]");
   expect_error(oslo_parallel_linear_load_full(l, wi, NULL), OSLO_ERR_DTYPE, "i64");
   expect_error(oslo_parallel_linear_load_full(l, NULL, NULL), OSLO_ERR_INVALID_ARGUMENT, "weight");
@@ -515,7 +522,7 @@ static void test_linear_bad_args(void **state) {
   o.bias = 0;
   ok(oslo_parallel_linear_create(&l, ctx, &o));
   oslo_tensor *b = NULL;
-  ok(oslo_tensor_create(&b, ctx, OSLO_F32, 1, (int64_t[]){6}));
+  ok(oslo_tensor_create(&b, ctx, OSLO_DTYPE_F32, 1, (int64_t[]){6}));
   expect_error(oslo_parallel_linear_load_full(l, w, b), OSLO_ERR_INVALID_ARGUMENT, "without bias");
   ok(oslo_parallel_linear_params(NULL, &pb, NULL, &gb, l));
   assert_null(pb);
@@ -528,16 +535,16 @@ static void test_linear_bad_args(void **state) {
 /* bf16/f16 parameters and activations compute in f32 and round once. */
 static void test_linear_low_precision(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
-  oslo_linear_options o = oslo_linear_default_options();
+  oslo_parallel_linear_options o = oslo_linear_default_options();
   o.in_features = 2;
   o.out_features = 2;
-  o.dtype = OSLO_BF16;
+  o.dtype = OSLO_DTYPE_BF16;
   oslo_parallel_linear *l = NULL;
   ok(oslo_parallel_linear_create(&l, ctx, &o));
   float w[4] = {1, 2, 3, 4}, b[2] = {0.5f, -0.5f}, x[2] = {1, 1};
-  oslo_tensor *tw = tensor2(ctx, OSLO_F32, 2, 2), *tx = tensor2(ctx, OSLO_F32, 1, 2);
-  oslo_tensor *ty = tensor2(ctx, OSLO_F16, 1, 2), *tb = NULL;
-  ok(oslo_tensor_create(&tb, ctx, OSLO_F32, 1, (int64_t[]){2}));
+  oslo_tensor *tw = tensor2(ctx, OSLO_DTYPE_F32, 2, 2), *tx = tensor2(ctx, OSLO_DTYPE_F32, 1, 2);
+  oslo_tensor *ty = tensor2(ctx, OSLO_DTYPE_F16, 1, 2), *tb = NULL;
+  ok(oslo_tensor_create(&tb, ctx, OSLO_DTYPE_F32, 1, (int64_t[]){2}));
   ok(oslo_tensor_copy_from_host(tw, w, sizeof w));
   ok(oslo_tensor_copy_from_host(tb, b, sizeof b));
   ok(oslo_tensor_copy_from_host(tx, x, sizeof x));
@@ -557,17 +564,18 @@ static void test_linear_low_precision(void **state) {
 static void test_embedding_bad_args(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
   oslo_parallel_embedding *e = (oslo_parallel_embedding *)0x1;
-  expect_error(oslo_parallel_embedding_create(&e, ctx, 0, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT,
-               "vocab_size");
+  expect_error(oslo_parallel_embedding_create(&e, ctx, 0, 4, OSLO_DTYPE_F32),
+               OSLO_ERR_INVALID_ARGUMENT, "vocab_size");
   assert_null(e);
-  expect_error(oslo_parallel_embedding_create(&e, ctx, 5, -1, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT,
-               "hidden_size");
-  expect_error(oslo_parallel_embedding_create(&e, ctx, 5, 4, OSLO_I64), OSLO_ERR_DTYPE, "dtype");
-  expect_error(oslo_parallel_embedding_create(NULL, ctx, 5, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT,
-               "out");
-  expect_error(oslo_parallel_embedding_create(&e, NULL, 5, 4, OSLO_F32), OSLO_ERR_INVALID_ARGUMENT,
-               "ctx");
-  ok(oslo_parallel_embedding_create(&e, ctx, 5, 4, OSLO_F32));
+  expect_error(oslo_parallel_embedding_create(&e, ctx, 5, -1, OSLO_DTYPE_F32),
+               OSLO_ERR_INVALID_ARGUMENT, "hidden_size");
+  expect_error(oslo_parallel_embedding_create(&e, ctx, 5, 4, OSLO_DTYPE_I64), OSLO_ERR_DTYPE,
+               "dtype");
+  expect_error(oslo_parallel_embedding_create(NULL, ctx, 5, 4, OSLO_DTYPE_F32),
+               OSLO_ERR_INVALID_ARGUMENT, "out");
+  expect_error(oslo_parallel_embedding_create(&e, NULL, 5, 4, OSLO_DTYPE_F32),
+               OSLO_ERR_INVALID_ARGUMENT, "ctx");
+  ok(oslo_parallel_embedding_create(&e, ctx, 5, 4, OSLO_DTYPE_F32));
   int64_t s = -1, en = -1, lr = -1;
   ok(oslo_parallel_embedding_vocab_range(&s, &en, &lr, e));
   assert_int_equal(s, 0);
@@ -576,11 +584,11 @@ static void test_embedding_bad_args(void **state) {
   ok(oslo_parallel_embedding_vocab_range(NULL, NULL, NULL, e));
   expect_error(oslo_parallel_embedding_vocab_range(&s, &en, &lr, NULL), OSLO_ERR_INVALID_ARGUMENT,
                "emb");
-  oslo_tensor *w = tensor2(ctx, OSLO_F32, 5, 4), *w_bad = tensor2(ctx, OSLO_F32, 4, 4);
-  oslo_tensor *ids = NULL, *fids = NULL, *y = tensor2(ctx, OSLO_F32, 3, 4),
-              *y_bad = tensor2(ctx, OSLO_F32, 3, 5);
-  ok(oslo_tensor_create(&ids, ctx, OSLO_I32, 1, (int64_t[]){3}));
-  ok(oslo_tensor_create(&fids, ctx, OSLO_F32, 1, (int64_t[]){3}));
+  oslo_tensor *w = tensor2(ctx, OSLO_DTYPE_F32, 5, 4), *w_bad = tensor2(ctx, OSLO_DTYPE_F32, 4, 4);
+  oslo_tensor *ids = NULL, *fids = NULL, *y = tensor2(ctx, OSLO_DTYPE_F32, 3, 4),
+              *y_bad = tensor2(ctx, OSLO_DTYPE_F32, 3, 5);
+  ok(oslo_tensor_create(&ids, ctx, OSLO_DTYPE_I32, 1, (int64_t[]){3}));
+  ok(oslo_tensor_create(&fids, ctx, OSLO_DTYPE_F32, 1, (int64_t[]){3}));
   ok(oslo_parallel_embedding_load_full(e, w));
   ok(oslo_parallel_embedding_load_shard(e, w));
   expect_error(oslo_parallel_embedding_load_full(e, w_bad), OSLO_ERR_SHAPE, "[5, 4]");
@@ -615,13 +623,15 @@ static void test_embedding_bad_args(void **state) {
 
 static void test_cross_entropy_bad_args(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
-  oslo_tensor *logits = tensor2(ctx, OSLO_F32, 3, 5), *bad_logits = tensor2(ctx, OSLO_F32, 3, 4);
+  oslo_tensor *logits = tensor2(ctx, OSLO_DTYPE_F32, 3, 5),
+              *bad_logits = tensor2(ctx, OSLO_DTYPE_F32, 3, 4);
   oslo_tensor *labels = NULL, *flabels = NULL, *losses = NULL, *bad_losses = NULL;
-  oslo_tensor *grad = tensor2(ctx, OSLO_F32, 3, 5), *bad_grad = tensor2(ctx, OSLO_F32, 5, 3);
-  ok(oslo_tensor_create(&labels, ctx, OSLO_I64, 1, (int64_t[]){3}));
-  ok(oslo_tensor_create(&flabels, ctx, OSLO_F32, 1, (int64_t[]){3}));
-  ok(oslo_tensor_create(&losses, ctx, OSLO_F32, 1, (int64_t[]){3}));
-  ok(oslo_tensor_create(&bad_losses, ctx, OSLO_F32, 1, (int64_t[]){2}));
+  oslo_tensor *grad = tensor2(ctx, OSLO_DTYPE_F32, 3, 5),
+              *bad_grad = tensor2(ctx, OSLO_DTYPE_F32, 5, 3);
+  ok(oslo_tensor_create(&labels, ctx, OSLO_DTYPE_I64, 1, (int64_t[]){3}));
+  ok(oslo_tensor_create(&flabels, ctx, OSLO_DTYPE_F32, 1, (int64_t[]){3}));
+  ok(oslo_tensor_create(&losses, ctx, OSLO_DTYPE_F32, 1, (int64_t[]){3}));
+  ok(oslo_tensor_create(&bad_losses, ctx, OSLO_DTYPE_F32, 1, (int64_t[]){2}));
   float mean = 0;
   ok(oslo_vocab_parallel_cross_entropy(losses, &mean, grad, ctx, logits, labels, 5, -100));
   /* uniform logits: loss log(5) */
@@ -666,8 +676,8 @@ static void test_param_set_and_checkpoint_errors(void **state) {
   assert_null(ps);
   expect_error(oslo_param_set_create(NULL, ctx), OSLO_ERR_INVALID_ARGUMENT, "out");
   ok(oslo_param_set_create(&ps, ctx));
-  oslo_tensor *w = tensor2(ctx, OSLO_F32, 2, 3), *g = tensor2(ctx, OSLO_F32, 2, 3),
-              *g_bad = tensor2(ctx, OSLO_F32, 3, 2);
+  oslo_tensor *w = tensor2(ctx, OSLO_DTYPE_F32, 2, 3), *g = tensor2(ctx, OSLO_DTYPE_F32, 2, 3),
+              *g_bad = tensor2(ctx, OSLO_DTYPE_F32, 3, 2);
   float gv[6] = {3, 0, 0, 0, 4, 0}, wv[6] = {1, 2, 3, 4, 5, 6};
   ok(oslo_tensor_copy_from_host(g, gv, sizeof gv));
   ok(oslo_tensor_copy_from_host(w, wv, sizeof wv));
@@ -721,7 +731,7 @@ static void test_param_set_and_checkpoint_errors(void **state) {
   expect_error(oslo_checkpoint_load(other, dir), OSLO_ERR_FORMAT, "missing");
   oslo_param_set_destroy(other);
   /* a global shape that differs */
-  oslo_tensor *w2 = tensor2(ctx, OSLO_F32, 3, 3);
+  oslo_tensor *w2 = tensor2(ctx, OSLO_DTYPE_F32, 3, 3);
   ok(oslo_param_set_create(&other, ctx));
   ok(oslo_param_set_add(other, "w", w2, NULL, 1));
   expect_error(oslo_checkpoint_load(other, dir), OSLO_ERR_SHAPE, "w");

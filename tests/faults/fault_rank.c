@@ -74,11 +74,11 @@ int main(int argc, char **argv) {
     if (r[0].st || r[1].st) return report(r[0].st ? r[0].st : r[1].st, now());
     int64_t n = 1024;
     oslo_tensor *x = NULL;
-    oslo_tensor_create(&x, r[0].ctx, OSLO_F32, 1, &n);
+    oslo_tensor_create(&x, r[0].ctx, OSLO_DTYPE_F32, 1, &n);
     pthread_t w;
     pthread_create(&w, NULL, watchdog, r[0].ctx);
     double t0 = now();
-    oslo_status st = oslo_all_reduce(r[0].ctx, OSLO_GROUP_WORLD, x, OSLO_SUM);
+    oslo_status st = oslo_all_reduce(r[0].ctx, OSLO_GROUP_WORLD, x, OSLO_REDUCE_SUM);
     pthread_join(w, NULL);
     int code = report(st, t0);
     oslo_tensor_destroy(x);
@@ -104,10 +104,10 @@ int main(int argc, char **argv) {
   }
   int64_t n = 256 * 1024;
   oslo_tensor *x = NULL;
-  oslo_tensor_create(&x, ctx, OSLO_F32, 1, &n);
+  oslo_tensor_create(&x, ctx, OSLO_DTYPE_F32, 1, &n);
   for (long i = 0;; ++i) {
     t0 = now();
-    st = oslo_all_reduce(ctx, OSLO_GROUP_WORLD, x, OSLO_SUM);
+    st = oslo_all_reduce(ctx, OSLO_GROUP_WORLD, x, OSLO_REDUCE_SUM);
     if (st != OSLO_OK) break;
     if (i == 0) printf("READY\n");
   }

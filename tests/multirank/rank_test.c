@@ -80,7 +80,7 @@ static oslo_tensor *mk(th_state *s, oslo_context *ctx, oslo_dtype dt, int ndim, 
   if (t && data) {
     int64_t n = 0;
     oslo_tensor_numel(&n, t);
-    size_t es = (dt == OSLO_F32 || dt == OSLO_I32) ? 4 : dt == OSLO_I64 ? 8 : 2;
+    size_t es = (dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_I32) ? 4 : dt == OSLO_DTYPE_I64 ? 8 : 2;
     TH_OK(s, oslo_tensor_copy_from_host(t, data, (size_t)n * es));
   }
   return t;
@@ -114,18 +114,18 @@ static void test_column(th_state *s, oslo_context *ctx, int tp, int tr, int gath
   ref_linear_backward(dx, dw, db, x, w, dyf, ROWS, IN, OUT);
   const int ol = OUT / tp, out_cols = gather ? OUT : ol;
 
-  oslo_linear_options o = oslo_linear_default_options();
-  o.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options o = oslo_linear_default_options();
+  o.kind = OSLO_LINEAR_COLUMN;
   o.in_features = IN;
   o.out_features = OUT;
   o.gather_output = gather;
   oslo_parallel_linear *l = NULL;
   TH_OK(s, oslo_parallel_linear_create(&l, ctx, &o));
-  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, OUT, IN, 0, w),
-              *tb = mk(s, ctx, OSLO_F32, 1, OUT, 0, 0, b);
+  oslo_tensor *tw = mk(s, ctx, OSLO_DTYPE_F32, 2, OUT, IN, 0, w),
+              *tb = mk(s, ctx, OSLO_DTYPE_F32, 1, OUT, 0, 0, b);
   TH_OK(s, oslo_parallel_linear_load_full(l, tw, tb));
-  oslo_tensor *tx = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, IN, x);
-  oslo_tensor *ty = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, out_cols, NULL);
+  oslo_tensor *tx = mk(s, ctx, OSLO_DTYPE_F32, 3, ROWS_A, ROWS_B, IN, x);
+  oslo_tensor *ty = mk(s, ctx, OSLO_DTYPE_F32, 3, ROWS_A, ROWS_B, out_cols, NULL);
   TH_OK(s, oslo_parallel_linear_forward(ty, l, tx));
   float got[ROWS * OUT];
   double want[ROWS * OUT];
@@ -142,8 +142,8 @@ static void test_column(th_state *s, oslo_context *ctx, int tp, int tr, int gath
     memcpy(dyl, dyf, sizeof dyf);
   else
     slice_cols_f(dyl, dyf, ROWS, OUT, tr * ol, ol);
-  oslo_tensor *tdy = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, out_cols, dyl);
-  oslo_tensor *tdx = mk(s, ctx, OSLO_F32, 3, ROWS_A, ROWS_B, IN, NULL);
+  oslo_tensor *tdy = mk(s, ctx, OSLO_DTYPE_F32, 3, ROWS_A, ROWS_B, out_cols, dyl);
+  oslo_tensor *tdx = mk(s, ctx, OSLO_DTYPE_F32, 3, ROWS_A, ROWS_B, IN, NULL);
   TH_OK(s, oslo_parallel_linear_backward(tdx, l, tx, tdy));
   float gdx[ROWS * IN];
   get_f32(s, gdx, ROWS * IN, tdx);
@@ -188,8 +188,8 @@ static void test_row(th_state *s, oslo_context *ctx, int tp, int tr, int input_i
   ref_linear_backward(dx, dw, db, x, w, dy, ROWS, IN, OUT);
   const int il = IN / tp, in_cols = input_is_parallel ? il : IN;
 
-  oslo_linear_options o = oslo_linear_default_options();
-  o.kind = OSLO_ROW_PARALLEL;
+  oslo_parallel_linear_options o = oslo_linear_default_options();
+  o.kind = OSLO_LINEAR_ROW;
   o.in_features = IN;
   o.out_features = OUT;
   o.input_is_parallel = input_is_parallel;
@@ -198,8 +198,8 @@ static void test_row(th_state *s, oslo_context *ctx, int tp, int tr, int input_i
   /* Load the shard directly this time: columns [tr*il, (tr+1)*il) of W. */
   float wl[OUT * IN];
   slice_cols_f(wl, w, OUT, IN, tr * il, il);
-  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, OUT, il, 0, wl),
-              *tb = mk(s, ctx, OSLO_F32, 1, OUT, 0, 0, b);
+  oslo_tensor *tw = mk(s, ctx, OSLO_DTYPE_F32, 2, OUT, il, 0, wl),
+              *tb = mk(s, ctx, OSLO_DTYPE_F32, 1, OUT, 0, 0, b);
   TH_OK(s, oslo_parallel_linear_load_shard(l, tw, tb));
 
   float xin[ROWS * IN];
@@ -207,15 +207,15 @@ static void test_row(th_state *s, oslo_context *ctx, int tp, int tr, int input_i
     slice_cols_f(xin, x, ROWS, IN, tr * il, il);
   else
     memcpy(xin, x, sizeof x);
-  oslo_tensor *tx32 = mk(s, ctx, OSLO_F32, 2, ROWS, in_cols, 0, xin);
-  oslo_tensor *ty = mk(s, ctx, OSLO_F32, 2, ROWS, OUT, 0, NULL);
+  oslo_tensor *tx32 = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, in_cols, 0, xin);
+  oslo_tensor *ty = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, OUT, 0, NULL);
   TH_OK(s, oslo_parallel_linear_forward(ty, l, tx32));
   float got[ROWS * OUT];
   get_f32(s, got, ROWS * OUT, ty);
   CLOSE(s, got, y, ROWS * OUT, input_is_parallel ? "row forward" : "row(split input) forward");
 
-  oslo_tensor *tdy = mk(s, ctx, OSLO_F32, 2, ROWS, OUT, 0, dy);
-  oslo_tensor *tdx = mk(s, ctx, OSLO_F32, 2, ROWS, in_cols, 0, NULL);
+  oslo_tensor *tdy = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, OUT, 0, dy);
+  oslo_tensor *tdx = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, in_cols, 0, NULL);
   TH_OK(s, oslo_parallel_linear_backward(tdx, l, tx32, tdy));
   float gdx[ROWS * IN];
   double wdx[ROWS * IN];
@@ -266,26 +266,27 @@ static void test_mlp(th_state *s, oslo_context *ctx, int tp, int tr) {
   ref_linear_backward(dx, dw1, db1, x, w1, dhr, ROWS, HID, FF);
 
   const int fl = FF / tp;
-  oslo_linear_options o1 = oslo_linear_default_options(), o2 = oslo_linear_default_options();
-  o1.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options o1 = oslo_linear_default_options(),
+                               o2 = oslo_linear_default_options();
+  o1.kind = OSLO_LINEAR_COLUMN;
   o1.in_features = HID;
   o1.out_features = FF;
-  o2.kind = OSLO_ROW_PARALLEL;
+  o2.kind = OSLO_LINEAR_ROW;
   o2.in_features = FF;
   o2.out_features = HID;
   oslo_parallel_linear *l1 = NULL, *l2 = NULL;
   TH_OK(s, oslo_parallel_linear_create(&l1, ctx, &o1));
   TH_OK(s, oslo_parallel_linear_create(&l2, ctx, &o2));
-  oslo_tensor *tw1 = mk(s, ctx, OSLO_F32, 2, FF, HID, 0, w1),
-              *tb1 = mk(s, ctx, OSLO_F32, 1, FF, 0, 0, b1);
-  oslo_tensor *tw2 = mk(s, ctx, OSLO_F32, 2, HID, FF, 0, w2),
-              *tb2 = mk(s, ctx, OSLO_F32, 1, HID, 0, 0, b2);
+  oslo_tensor *tw1 = mk(s, ctx, OSLO_DTYPE_F32, 2, FF, HID, 0, w1),
+              *tb1 = mk(s, ctx, OSLO_DTYPE_F32, 1, FF, 0, 0, b1);
+  oslo_tensor *tw2 = mk(s, ctx, OSLO_DTYPE_F32, 2, HID, FF, 0, w2),
+              *tb2 = mk(s, ctx, OSLO_DTYPE_F32, 1, HID, 0, 0, b2);
   TH_OK(s, oslo_parallel_linear_load_full(l1, tw1, tb1));
   TH_OK(s, oslo_parallel_linear_load_full(l2, tw2, tb2));
-  oslo_tensor *tx = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, x);
-  oslo_tensor *th = mk(s, ctx, OSLO_F32, 2, ROWS, fl, 0, NULL);
-  oslo_tensor *thr = mk(s, ctx, OSLO_F32, 2, ROWS, fl, 0, NULL);
-  oslo_tensor *ty = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, NULL);
+  oslo_tensor *tx = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, HID, 0, x);
+  oslo_tensor *th = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, fl, 0, NULL);
+  oslo_tensor *thr = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, fl, 0, NULL);
+  oslo_tensor *ty = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, HID, 0, NULL);
   TH_OK(s, oslo_parallel_linear_forward(th, l1, tx));
   float hl[ROWS * FF];
   get_f32(s, hl, ROWS * fl, th);
@@ -296,9 +297,9 @@ static void test_mlp(th_state *s, oslo_context *ctx, int tp, int tr) {
   get_f32(s, got, ROWS * HID, ty);
   CLOSE(s, got, y, ROWS * HID, "mlp forward");
 
-  oslo_tensor *tdy = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, dy);
-  oslo_tensor *tdh = mk(s, ctx, OSLO_F32, 2, ROWS, fl, 0, NULL);
-  oslo_tensor *tdx = mk(s, ctx, OSLO_F32, 2, ROWS, HID, 0, NULL);
+  oslo_tensor *tdy = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, HID, 0, dy);
+  oslo_tensor *tdh = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, fl, 0, NULL);
+  oslo_tensor *tdx = mk(s, ctx, OSLO_DTYPE_F32, 2, ROWS, HID, 0, NULL);
   TH_OK(s, oslo_parallel_linear_backward(tdh, l2, thr, tdy));
   float dhl[ROWS * FF], hpre[ROWS * FF];
   get_f32(s, dhl, ROWS * fl, tdh);
@@ -375,17 +376,17 @@ static void test_embedding(th_state *s, oslo_context *ctx, int tp, int tr) {
   th_fill(dy, NTOK * EH, 32);
   int64_t ids[NTOK] = {0, 12, 5, 12, 6, 7, 3};
   oslo_parallel_embedding *e = NULL;
-  TH_OK(s, oslo_parallel_embedding_create(&e, ctx, VOCAB, EH, OSLO_F32));
+  TH_OK(s, oslo_parallel_embedding_create(&e, ctx, VOCAB, EH, OSLO_DTYPE_F32));
   int64_t start = -1, end = -1, local = -1;
   TH_OK(s, oslo_parallel_embedding_vocab_range(&start, &end, &local, e));
   int64_t per = (VOCAB + tp - 1) / tp;
   TH_CHECK(
       s, local == per && start == per * tr && end == (start + per < VOCAB ? start + per : VOCAB),
       "vocab range [%lld, %lld) local %lld", (long long)start, (long long)end, (long long)local);
-  oslo_tensor *tw = mk(s, ctx, OSLO_F32, 2, VOCAB, EH, 0, w);
+  oslo_tensor *tw = mk(s, ctx, OSLO_DTYPE_F32, 2, VOCAB, EH, 0, w);
   TH_OK(s, oslo_parallel_embedding_load_full(e, tw));
-  oslo_tensor *tid = mk(s, ctx, OSLO_I64, 1, NTOK, 0, 0, ids);
-  oslo_tensor *ty = mk(s, ctx, OSLO_F32, 2, NTOK, EH, 0, NULL);
+  oslo_tensor *tid = mk(s, ctx, OSLO_DTYPE_I64, 1, NTOK, 0, 0, ids);
+  oslo_tensor *ty = mk(s, ctx, OSLO_DTYPE_F32, 2, NTOK, EH, 0, NULL);
   TH_OK(s, oslo_parallel_embedding_forward(ty, e, tid));
   float got[NTOK * EH];
   double want[NTOK * EH];
@@ -394,7 +395,7 @@ static void test_embedding(th_state *s, oslo_context *ctx, int tp, int tr) {
     for (int h = 0; h < EH; ++h) want[t * EH + h] = w[ids[t] * EH + h];
   CLOSE(s, got, want, NTOK * EH, "embedding forward");
 
-  oslo_tensor *tdy = mk(s, ctx, OSLO_F32, 2, NTOK, EH, 0, dy);
+  oslo_tensor *tdy = mk(s, ctx, OSLO_DTYPE_F32, 2, NTOK, EH, 0, dy);
   TH_OK(s, oslo_parallel_embedding_backward(e, tid, tdy));
   oslo_tensor *gw = NULL;
   TH_OK(s, oslo_parallel_embedding_params(NULL, &gw, e));
@@ -457,10 +458,10 @@ static void test_cross_entropy(th_state *s, oslo_context *ctx, int tp, int tr) {
       local[t * per + c] = v < VOCAB ? logits[t * VOCAB + v] : 1e4f;
       wgrad[t * per + c] = v < VOCAB ? grad[t * VOCAB + v] : 0;
     }
-  oslo_tensor *tl = mk(s, ctx, OSLO_F32, 2, NTOK, per, 0, local);
-  oslo_tensor *tlab = mk(s, ctx, OSLO_I32, 1, NTOK, 0, 0, labels);
-  oslo_tensor *tloss = mk(s, ctx, OSLO_F32, 1, NTOK, 0, 0, NULL);
-  oslo_tensor *tg = mk(s, ctx, OSLO_F32, 2, NTOK, per, 0, NULL);
+  oslo_tensor *tl = mk(s, ctx, OSLO_DTYPE_F32, 2, NTOK, per, 0, local);
+  oslo_tensor *tlab = mk(s, ctx, OSLO_DTYPE_I32, 1, NTOK, 0, 0, labels);
+  oslo_tensor *tloss = mk(s, ctx, OSLO_DTYPE_F32, 1, NTOK, 0, 0, NULL);
+  oslo_tensor *tg = mk(s, ctx, OSLO_DTYPE_F32, 2, NTOK, per, 0, NULL);
   float mean_got = -1;
   TH_OK(s, oslo_vocab_parallel_cross_entropy(tloss, &mean_got, tg, ctx, tl, tlab, VOCAB, -100));
   float gl[NTOK], gg[NTOK * VOCAB];
@@ -505,10 +506,10 @@ static void run_collectives(th_state *s, oslo_context *ctx) {
     TH_OK(s, oslo_context_size(&n, ctx, g));
     enum { N = 1000 };
     static __thread float buf[N * 8], out[N * 8];
-    oslo_reduce_op ops[] = {OSLO_SUM, OSLO_AVG, OSLO_MAX, OSLO_MIN};
+    oslo_reduce_op ops[] = {OSLO_REDUCE_SUM, OSLO_REDUCE_AVG, OSLO_REDUCE_MAX, OSLO_REDUCE_MIN};
     for (int oi = 0; oi < 4; ++oi) {
       for (int i = 0; i < N; ++i) buf[i] = (float)((r + 1) * (i % 7 + 1));
-      oslo_tensor *t = mk(s, ctx, OSLO_F32, 1, N, 0, 0, buf);
+      oslo_tensor *t = mk(s, ctx, OSLO_DTYPE_F32, 1, N, 0, 0, buf);
       TH_OK(s, oslo_all_reduce(ctx, g, t, ops[oi]));
       get_f32(s, out, N, t);
       int ok = 1;
@@ -516,9 +517,9 @@ static void run_collectives(th_state *s, oslo_context *ctx) {
         double k = i % 7 + 1, want;
         double sum = k * n * (n + 1) / 2.0;
         switch (ops[oi]) {
-          case OSLO_SUM: want = sum; break;
-          case OSLO_AVG: want = sum / n; break;
-          case OSLO_MAX: want = k * n; break;
+          case OSLO_REDUCE_SUM: want = sum; break;
+          case OSLO_REDUCE_AVG: want = sum / n; break;
+          case OSLO_REDUCE_MAX: want = k * n; break;
           default: want = k; break;
         }
         ok &= fabs(out[i] - want) <= 1e-6 * want;
@@ -528,8 +529,8 @@ static void run_collectives(th_state *s, oslo_context *ctx) {
     }
     /* all_gather: rank r contributes r*100 + i */
     for (int i = 0; i < N; ++i) buf[i] = (float)(r * 100 + i % 100);
-    oslo_tensor *in = mk(s, ctx, OSLO_F32, 1, N, 0, 0, buf);
-    oslo_tensor *go = mk(s, ctx, OSLO_F32, 2, n, N, 0, NULL);
+    oslo_tensor *in = mk(s, ctx, OSLO_DTYPE_F32, 1, N, 0, 0, buf);
+    oslo_tensor *go = mk(s, ctx, OSLO_DTYPE_F32, 2, n, N, 0, NULL);
     TH_OK(s, oslo_all_gather(go, ctx, g, in));
     get_f32(s, out, (size_t)n * N, go);
     int ok = 1;
@@ -539,16 +540,16 @@ static void run_collectives(th_state *s, oslo_context *ctx) {
     /* reduce_scatter: input block q of rank r = r + q; output = sum_r (r + rank) */
     for (int q = 0; q < n; ++q)
       for (int i = 0; i < N; ++i) buf[q * N + i] = (float)(r + q);
-    oslo_tensor *rin = mk(s, ctx, OSLO_F32, 1, (int64_t)n * N, 0, 0, buf);
-    oslo_tensor *rout = mk(s, ctx, OSLO_F32, 1, N, 0, 0, NULL);
-    TH_OK(s, oslo_reduce_scatter(rout, ctx, g, rin, OSLO_SUM));
+    oslo_tensor *rin = mk(s, ctx, OSLO_DTYPE_F32, 1, (int64_t)n * N, 0, 0, buf);
+    oslo_tensor *rout = mk(s, ctx, OSLO_DTYPE_F32, 1, N, 0, 0, NULL);
+    TH_OK(s, oslo_reduce_scatter(rout, ctx, g, rin, OSLO_REDUCE_SUM));
     get_f32(s, out, N, rout);
     ok = 1;
     for (int i = 0; i < N; ++i) ok &= out[i] == (float)(n * (n - 1) / 2 + n * r);
     TH_CHECK(s, ok, "reduce_scatter on group %d", g);
     /* broadcast from the last rank */
     for (int i = 0; i < N; ++i) buf[i] = (float)(r == n - 1 ? i : -1);
-    oslo_tensor *bt = mk(s, ctx, OSLO_F32, 1, N, 0, 0, buf);
+    oslo_tensor *bt = mk(s, ctx, OSLO_DTYPE_F32, 1, N, 0, 0, buf);
     TH_OK(s, oslo_broadcast(ctx, g, bt, n - 1));
     get_f32(s, out, N, bt);
     ok = 1;
@@ -557,8 +558,8 @@ static void run_collectives(th_state *s, oslo_context *ctx) {
     /* send/recv around a ring */
     if (n > 1) {
       for (int i = 0; i < N; ++i) buf[i] = (float)(r * 1000 + i);
-      oslo_tensor *st = mk(s, ctx, OSLO_F32, 1, N, 0, 0, buf);
-      oslo_tensor *rt = mk(s, ctx, OSLO_F32, 1, N, 0, 0, NULL);
+      oslo_tensor *st = mk(s, ctx, OSLO_DTYPE_F32, 1, N, 0, 0, buf);
+      oslo_tensor *rt = mk(s, ctx, OSLO_DTYPE_F32, 1, N, 0, 0, NULL);
       int next = (r + 1) % n, prev = (r + n - 1) % n;
       if (r % 2 == 0) {
         TH_OK(s, oslo_send(ctx, g, st, next));
@@ -581,16 +582,16 @@ static void run_collectives(th_state *s, oslo_context *ctx) {
     /* integer and bf16 all-reduce */
     int32_t ib[N];
     for (int i = 0; i < N; ++i) ib[i] = r * i;
-    oslo_tensor *it = mk(s, ctx, OSLO_I32, 1, N, 0, 0, ib);
-    TH_OK(s, oslo_all_reduce(ctx, g, it, OSLO_SUM));
+    oslo_tensor *it = mk(s, ctx, OSLO_DTYPE_I32, 1, N, 0, 0, ib);
+    TH_OK(s, oslo_all_reduce(ctx, g, it, OSLO_REDUCE_SUM));
     TH_OK(s, oslo_tensor_copy_to_host(ib, sizeof ib, it));
     ok = 1;
     for (int i = 0; i < N; ++i) ok &= ib[i] == i * n * (n - 1) / 2;
     TH_CHECK(s, ok, "i32 all_reduce on group %d", g);
     uint16_t hb[N];
     for (int i = 0; i < N; ++i) hb[i] = 0x3f80; /* bf16 1.0 */
-    oslo_tensor *bft = mk(s, ctx, OSLO_BF16, 1, N, 0, 0, hb);
-    TH_OK(s, oslo_all_reduce(ctx, g, bft, OSLO_SUM));
+    oslo_tensor *bft = mk(s, ctx, OSLO_DTYPE_BF16, 1, N, 0, 0, hb);
+    TH_OK(s, oslo_all_reduce(ctx, g, bft, OSLO_REDUCE_SUM));
     TH_OK(s, oslo_tensor_copy_to_host(hb, sizeof hb, bft));
     float want_bf = (float)n;
     uint32_t bits;
@@ -619,8 +620,8 @@ static void run_topology(th_state *s, oslo_context *ctx, int tp) {
            rank, p, ds * ts, d, ts, t);
   /* The tensor group's members are consecutive ranks: a SUM of global ranks proves it. */
   int32_t v = rank;
-  oslo_tensor *x = mk(s, ctx, OSLO_I32, 1, 1, 0, 0, &v);
-  TH_OK(s, oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, x, OSLO_SUM));
+  oslo_tensor *x = mk(s, ctx, OSLO_DTYPE_I32, 1, 1, 0, 0, &v);
+  TH_OK(s, oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, x, OSLO_REDUCE_SUM));
   TH_OK(s, oslo_tensor_copy_to_host(&v, 4, x));
   int base = rank - t;
   TH_CHECK(s, v == base * ts + ts * (ts - 1) / 2, "tensor group sum %d", v);
@@ -652,27 +653,28 @@ static void run_ckpt(th_state *s, oslo_context *ctx, int tp, int tr, const char 
   float cw[CK_OUT * CK_IN], cb[CK_OUT], rw[CK_OUT * CK_IN], rb[CK_OUT], ew[CK_VOCAB * CK_H],
       rep[CK_REP];
   ckpt_full(cw, cb, rw, rb, ew, rep);
-  oslo_linear_options oc = oslo_linear_default_options(), orw = oslo_linear_default_options();
-  oc.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options oc = oslo_linear_default_options(),
+                               orw = oslo_linear_default_options();
+  oc.kind = OSLO_LINEAR_COLUMN;
   oc.in_features = CK_IN;
   oc.out_features = CK_OUT;
-  orw.kind = OSLO_ROW_PARALLEL;
+  orw.kind = OSLO_LINEAR_ROW;
   orw.in_features = CK_IN;
   orw.out_features = CK_OUT;
   oslo_parallel_linear *col = NULL, *row = NULL;
   oslo_parallel_embedding *emb = NULL;
   TH_OK(s, oslo_parallel_linear_create(&col, ctx, &oc));
   TH_OK(s, oslo_parallel_linear_create(&row, ctx, &orw));
-  TH_OK(s, oslo_parallel_embedding_create(&emb, ctx, CK_VOCAB, CK_H, OSLO_F32));
-  oslo_tensor *trep = mk(s, ctx, OSLO_F32, 1, CK_REP, 0, 0, save ? rep : NULL);
+  TH_OK(s, oslo_parallel_embedding_create(&emb, ctx, CK_VOCAB, CK_H, OSLO_DTYPE_F32));
+  oslo_tensor *trep = mk(s, ctx, OSLO_DTYPE_F32, 1, CK_REP, 0, 0, save ? rep : NULL);
   if (save) {
-    oslo_tensor *a = mk(s, ctx, OSLO_F32, 2, CK_OUT, CK_IN, 0, cw),
-                *b = mk(s, ctx, OSLO_F32, 1, CK_OUT, 0, 0, cb);
+    oslo_tensor *a = mk(s, ctx, OSLO_DTYPE_F32, 2, CK_OUT, CK_IN, 0, cw),
+                *b = mk(s, ctx, OSLO_DTYPE_F32, 1, CK_OUT, 0, 0, cb);
     TH_OK(s, oslo_parallel_linear_load_full(col, a, b));
     TH_OK(s, oslo_tensor_copy_from_host(a, rw, sizeof rw));
     TH_OK(s, oslo_tensor_copy_from_host(b, rb, sizeof rb));
     TH_OK(s, oslo_parallel_linear_load_full(row, a, b));
-    oslo_tensor *e = mk(s, ctx, OSLO_F32, 2, CK_VOCAB, CK_H, 0, ew);
+    oslo_tensor *e = mk(s, ctx, OSLO_DTYPE_F32, 2, CK_VOCAB, CK_H, 0, ew);
     TH_OK(s, oslo_parallel_embedding_load_full(emb, e));
     oslo_tensor_destroy(a);
     oslo_tensor_destroy(b);

@@ -138,7 +138,7 @@ void reduce_float(void* dst, const void* const* srcs, int n, size_t count, oslo_
       // f32 sources are read in place; the others are converted first.
       const float* src =
           reinterpret_cast<const float*>(static_cast<const uint8_t*>(srcs[p]) + base * es);
-      if (dt != OSLO_F32) {
+      if (dt != OSLO_DTYPE_F32) {
         to_f32(dt, static_cast<const uint8_t*>(srcs[p]) + base * es, tmp, m);
         src = tmp;
       }
@@ -157,19 +157,19 @@ void reduce_int(T* dst, const T* const* s, int n, size_t count, oslo_reduce_op o
   for (size_t i = 0; i < count; ++i) {
     T r;
     switch (op) {
-      case OSLO_SUM: {
+      case OSLO_REDUCE_SUM: {
         U a = static_cast<U>(s[0][i]);
         for (int p = 1; p < n; ++p) a = static_cast<U>(a + static_cast<U>(s[p][i]));
         r = static_cast<T>(a);
         break;
       }
-      case OSLO_AVG: {
+      case OSLO_REDUCE_AVG: {
         W a = s[0][i];
         for (int p = 1; p < n; ++p) a += s[p][i];
         r = static_cast<T>(a / n);
         break;
       }
-      case OSLO_MAX: {
+      case OSLO_REDUCE_MAX: {
         r = s[0][i];
         for (int p = 1; p < n; ++p) r = s[p][i] > r ? s[p][i] : r;
         break;
@@ -189,18 +189,18 @@ void reduce_ranked(void* dst, const void* const* srcs, int n, size_t count, oslo
                    oslo_reduce_op op) {
   if (count == 0) return;
   switch (dt) {
-    case OSLO_F32:
-    case OSLO_F16:
-    case OSLO_BF16: {
-      float div = op == OSLO_AVG ? static_cast<float>(n) : 1.0f;
-      if (op == OSLO_MAX) return reduce_float(dst, srcs, n, count, dt, FMax(), div);
-      if (op == OSLO_MIN) return reduce_float(dst, srcs, n, count, dt, FMin(), div);
+    case OSLO_DTYPE_F32:
+    case OSLO_DTYPE_F16:
+    case OSLO_DTYPE_BF16: {
+      float div = op == OSLO_REDUCE_AVG ? static_cast<float>(n) : 1.0f;
+      if (op == OSLO_REDUCE_MAX) return reduce_float(dst, srcs, n, count, dt, FMax(), div);
+      if (op == OSLO_REDUCE_MIN) return reduce_float(dst, srcs, n, count, dt, FMin(), div);
       return reduce_float(dst, srcs, n, count, dt, FSum(), div);
     }
-    case OSLO_I32:
+    case OSLO_DTYPE_I32:
       return reduce_int<int32_t, uint32_t, int64_t>(
           static_cast<int32_t*>(dst), reinterpret_cast<const int32_t* const*>(srcs), n, count, op);
-    case OSLO_I64:
+    case OSLO_DTYPE_I64:
       return reduce_int<int64_t, uint64_t, __int128>(
           static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(srcs), n, count, op);
     default: fail(OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));  // checked earlier
@@ -280,7 +280,8 @@ std::shared_ptr<gloo::transport::Device> device_for(const std::string& address) 
     dev = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     fail(OSLO_ERR_IO, "gloo: cannot use local address '", address,
-         "' (set OSLO_LOCAL_ADDRESS to an address of this host that the other ranks can reach): ", e.what());
+         "' (set OSLO_LOCAL_ADDRESS to an address of this host that the other ranks can reach): ",
+         e.what());
   }
   cache[key] = dev;
   return dev;
@@ -629,7 +630,7 @@ void GlooCommunicator::sender_loop() {
 
 void GlooCommunicator::check_dtype_op(oslo_dtype dt, int op) const {
   OSLO_CHECK(dtype_valid(dt), OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));
-  OSLO_CHECK(op >= OSLO_SUM && op <= OSLO_MIN, OSLO_ERR_INVALID_ARGUMENT,
+  OSLO_CHECK(op >= OSLO_REDUCE_SUM && op <= OSLO_REDUCE_MIN, OSLO_ERR_INVALID_ARGUMENT,
              "gloo: unknown reduce op ", op);
 }
 
@@ -734,7 +735,7 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, size_t count, o
 }
 
 void GlooCommunicator::all_gather(const void* in, void* out, size_t count, oslo_dtype dt) {
-  check_dtype_op(dt, OSLO_SUM);
+  check_dtype_op(dt, OSLO_REDUCE_SUM);
   OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "gloo all_gather: null buffer");
   run("all_gather", [&] {
     if (count == 0) return;
@@ -756,7 +757,7 @@ void GlooCommunicator::all_gather(const void* in, void* out, size_t count, oslo_
 }
 
 void GlooCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int root) {
-  check_dtype_op(dt, OSLO_SUM);
+  check_dtype_op(dt, OSLO_REDUCE_SUM);
   OSLO_CHECK(root >= 0 && root < ctx_->size, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: root ",
              root, " out of range for group of ", ctx_->size);
   OSLO_CHECK(count == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: null buffer");
