@@ -133,7 +133,8 @@ struct Row {
 //         buffer alone moves the memory-bound M = 1 case by up to ~25%).
 Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bool with_bias,
              int rounds) {
-  oslo_parallel_linear_options o = oslo_linear_default_options();
+  oslo_parallel_linear_options o;
+  oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
   o.kind = OSLO_LINEAR_COLUMN;
   o.in_features = K;
   o.out_features = N;
@@ -141,7 +142,7 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   o.gather_output = 0;
   o.dtype = OSLO_DTYPE_F32;
   oslo_parallel_linear* layer = nullptr;
-  CHECK(oslo_parallel_linear_create(&layer, ctx, &o));
+  CHECK(oslo_parallel_linear_create(ctx, &o, &layer));
 
   const float wscale = 1.0f / std::sqrt(static_cast<float>(K));
   float* W = alloc_f32(static_cast<size_t>(N * K));  // the "own" reference's weight
@@ -157,8 +158,8 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   {  // load the full weight (and bias) through the API; TP=1 keeps it all
     int64_t ws[2] = {N, K}, bs[1] = {N};
     oslo_tensor *wt = nullptr, *bt = nullptr;
-    CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_DTYPE_F32, 2, ws));
-    if (with_bias) CHECK(oslo_tensor_wrap(&bt, ctx, B, OSLO_DTYPE_F32, 1, bs));
+    CHECK(oslo_tensor_wrap(ctx, W, OSLO_DTYPE_F32, 2, ws, &wt));
+    if (with_bias) CHECK(oslo_tensor_wrap(ctx, B, OSLO_DTYPE_F32, 1, bs, &bt));
     CHECK(oslo_parallel_linear_load_full(layer, wt, bt));
     oslo_tensor_destroy(wt);
     oslo_tensor_destroy(bt);
@@ -166,17 +167,17 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   const float* Wl = nullptr;  // the layer's weight memory
   {
     oslo_tensor* lw = nullptr;
-    CHECK(oslo_parallel_linear_params(&lw, nullptr, nullptr, nullptr, layer));
+    CHECK(oslo_parallel_linear_params(layer, &lw, nullptr, nullptr, nullptr));
     void* p = nullptr;
-    CHECK(oslo_tensor_data(&p, lw));
+    CHECK(oslo_tensor_data(lw, &p));
     Wl = static_cast<const float*>(p);
   }
   int64_t xs[2] = {M, K}, ys[2] = {M, N};
   oslo_tensor *xt = nullptr, *yt = nullptr;
-  CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_DTYPE_F32, 2, xs));
-  CHECK(oslo_tensor_wrap(&yt, ctx, Yo, OSLO_DTYPE_F32, 2, ys));
+  CHECK(oslo_tensor_wrap(ctx, X, OSLO_DTYPE_F32, 2, xs, &xt));
+  CHECK(oslo_tensor_wrap(ctx, Yo, OSLO_DTYPE_F32, 2, ys, &yt));
 
-  auto call_oslo = [&] { CHECK(oslo_parallel_linear_forward(yt, layer, xt)); };
+  auto call_oslo = [&] { CHECK(oslo_parallel_linear_forward(layer, xt, yt)); };
   auto direct = [&](const float* w, float* y) {
     omp_set_num_threads(threads);
     dnnl_status_t st = dnnl_sgemm('N', 'T', M, N, K, 1.0f, X, K, w, K, 0.0f, y, N);
@@ -288,7 +289,7 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
 int dtype_probe() {
   pin_to({0});
   oslo_context* ctx = nullptr;
-  CHECK(oslo_context_create(&ctx, "{\"num_threads\": 1}"));
+  CHECK(oslo_context_create("{\"num_threads\": 1}", &ctx));
   const int64_t M = 1, K = 4096, N = 4096;
   float* W = alloc_f32(static_cast<size_t>(N * K));
   for (int64_t i = 0; i < N * K; ++i) W[i] = hashval(i, 1) / 64.0f;
@@ -297,9 +298,9 @@ int dtype_probe() {
   float* Y = alloc_f32(static_cast<size_t>(M * N));
   int64_t ws[2] = {N, K}, xs[2] = {M, K}, ys[2] = {M, N};
   oslo_tensor *wt = nullptr, *xt = nullptr, *yt = nullptr;
-  CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_DTYPE_F32, 2, ws));
-  CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_DTYPE_F32, 2, xs));
-  CHECK(oslo_tensor_wrap(&yt, ctx, Y, OSLO_DTYPE_F32, 2, ys));
+  CHECK(oslo_tensor_wrap(ctx, W, OSLO_DTYPE_F32, 2, ws, &wt));
+  CHECK(oslo_tensor_wrap(ctx, X, OSLO_DTYPE_F32, 2, xs, &xt));
+  CHECK(oslo_tensor_wrap(ctx, Y, OSLO_DTYPE_F32, 2, ys, &yt));
   std::printf(
       "\n| weight dtype | M x K x N | forward ms (median of 9 x 10 calls) | minor page faults per "
       "call |\n");
@@ -307,22 +308,23 @@ int dtype_probe() {
       "|--------------|-----------|------------------------------------:|--------------------------"
       "-:|\n");
   for (oslo_dtype dt : {OSLO_DTYPE_F32, OSLO_DTYPE_BF16, OSLO_DTYPE_F16}) {
-    oslo_parallel_linear_options o = oslo_linear_default_options();
+    oslo_parallel_linear_options o;
+    oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
     o.in_features = K;
     o.out_features = N;
     o.bias = 0;
     o.dtype = dt;
     oslo_parallel_linear* layer = nullptr;
-    CHECK(oslo_parallel_linear_create(&layer, ctx, &o));
+    CHECK(oslo_parallel_linear_create(ctx, &o, &layer));
     CHECK(oslo_parallel_linear_load_full(layer, wt, nullptr));
-    CHECK(oslo_parallel_linear_forward(yt, layer, xt));  // warm-up
+    CHECK(oslo_parallel_linear_forward(layer, xt, yt));  // warm-up
     std::vector<double> t;
     long faults = 0;
     for (int r = 0; r < 9; ++r) {
       rusage u0, u1;
       getrusage(RUSAGE_SELF, &u0);
       double s = now();
-      for (int i = 0; i < 10; ++i) CHECK(oslo_parallel_linear_forward(yt, layer, xt));
+      for (int i = 0; i < 10; ++i) CHECK(oslo_parallel_linear_forward(layer, xt, yt));
       t.push_back((now() - s) / 10);
       getrusage(RUSAGE_SELF, &u1);
       faults += u1.ru_minflt - u0.ru_minflt;
@@ -394,7 +396,7 @@ int main(int argc, char** argv) {
     pin_to(cpus);
     oslo_context* ctx = nullptr;
     std::string cfg = "{\"num_threads\": " + std::to_string(t) + "}";
-    CHECK(oslo_context_create(&ctx, cfg.c_str()));
+    CHECK(oslo_context_create(cfg.c_str(), &ctx));
     for (const Shape& s : shapes) {
       if (s.bias && t != thread_counts.front()) continue;  // bias rows: first thread count only
       // M = 1 samples are short: more rounds for the same wall time.
