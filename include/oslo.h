@@ -233,9 +233,14 @@ typedef struct oslo_tensor oslo_tensor;
 typedef struct oslo_parallel_linear oslo_parallel_linear;
 typedef struct oslo_parallel_embedding oslo_parallel_embedding;
 typedef struct oslo_param_set oslo_param_set;
-/* DLPack's managed tensor (unversioned, DLPack 0.x and 1.x). Include
-   <oslo/dlpack.h>, the DLPack 1.x header installed with oslo, to use it. */
+/* DLPack's managed tensors: DLManagedTensor (unversioned, DLPack 0.x and 1.x)
+   and DLManagedTensorVersioned (DLPack 1.x). oslo.h needs neither defined;
+   to use them include <oslo/dlpack.h>, the DLPack 1.1 header installed with
+   oslo (upstream dlpack.h, unmodified, under oslo's include folder). It
+   declares no typedef for DLManagedTensorVersioned: in C write the struct
+   keyword. */
 struct DLManagedTensor;
+struct DLManagedTensorVersioned;
 
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
@@ -424,35 +429,74 @@ OSLO_API oslo_status oslo_tensor_numel(const oslo_tensor *tensor, int64_t *numel
  */
 OSLO_API oslo_status oslo_tensor_data(const oslo_tensor *tensor, void **data);
 
+/*
+ * DLPack. Exports share the tensor's memory (no copy), are compact row-major
+ * and always carry explicit strides. Imports take over a producer's tensor
+ * without copying; it must be compact row-major (strides NULL or describing
+ * that layout; an extent of 1 may have any stride, an empty tensor any
+ * strides), on the context's device ("cpu": kDLCPU or kDLCUDAHost memory),
+ * and of a supported type (float32, float16, bfloat16, int32, int64).
+ * A binding implementing `__dlpack__(max_version=...)` (numpy 2, torch 2)
+ * exports with oslo_tensor_to_dlpack_versioned when max_version >= (1, 0),
+ * capsule "dltensor_versioned", and with oslo_tensor_to_dlpack otherwise,
+ * capsule "dltensor"; importing, it asks for max_version=(1, 0) and calls
+ * the function matching the capsule's name.
+ */
+
 /**
- * Exports the tensor as an unversioned DLPack DLManagedTensor sharing its
- * memory (no copy), with explicit strides. Prefer
- * oslo_tensor_to_dlpack_versioned for consumers that speak DLPack 1.x
- * (`__dlpack__(max_version=(1, 0))`).
+ * Exports the tensor as an unversioned DLPack DLManagedTensor (the struct of
+ * DLPack 0.x, still accepted by 1.x consumers).
  * Ownership: the caller (or the framework it hands it to) owns *out and must
  * call its deleter once; the memory stays valid until then, even after
  * oslo_tensor_destroy and oslo_context_destroy.
- * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_OUT_OF_MEMORY.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: per context (see Conventions); the deleter may be called
  * from any thread.
  */
 OSLO_API oslo_status oslo_tensor_to_dlpack(oslo_tensor *tensor, struct DLManagedTensor **out);
 
 /**
- * Imports an unversioned DLPack tensor without copying. The tensor must be
- * contiguous row-major (strides NULL or describing that layout; extents of 1
- * may have any stride), on the context's device, and of a supported type
- * (float32, float16, bfloat16, int32, int64).
- * Ownership: on success oslo owns `managed` and calls its deleter when the
+ * Exports the tensor as a DLPack 1.x DLManagedTensorVersioned: version
+ * {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION} of <oslo/dlpack.h> (1.1),
+ * flags 0 (writable, shared rather than copied).
+ * Ownership: as oslo_tensor_to_dlpack.
+ * Errors: as oslo_tensor_to_dlpack.
+ * Thread-safety: as oslo_tensor_to_dlpack.
+ */
+OSLO_API oslo_status oslo_tensor_to_dlpack_versioned(oslo_tensor *tensor,
+                                                     struct DLManagedTensorVersioned **out);
+
+/**
+ * Imports an unversioned DLPack tensor without copying (see "DLPack" above
+ * for what it must be).
+ * Ownership: on success oslo owns `managed` and calls its deleter once the
  * returned tensor (and every export of it) is gone; on failure the caller
- * still owns it. The caller owns *out.
+ * still owns it and must call its deleter. The caller owns *out.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad ndim or shape),
- * OSLO_ERR_DTYPE (unsupported type), OSLO_ERR_NOT_SUPPORTED (strided, other
- * device).
+ * OSLO_ERR_DTYPE (unsupported type), OSLO_ERR_NOT_SUPPORTED (not compact
+ * row-major, other device).
  * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_tensor_from_dlpack(oslo_context *ctx, struct DLManagedTensor *managed,
                                              oslo_tensor **out);
+
+/**
+ * Imports a DLPack 1.x DLManagedTensorVersioned without copying. Its major
+ * version must be 1 (any minor version). A read-only tensor
+ * (DLPACK_FLAG_BITMASK_READ_ONLY) is refused: oslo tensors are writable and
+ * collectives, loads and layer outputs write into them, so honouring the
+ * flag would need a check on every call; import a writable copy instead. A
+ * tensor flagged DLPACK_FLAG_BITMASK_IS_COPIED is accepted like any other.
+ * Ownership: as oslo_tensor_from_dlpack (on failure, including a major
+ * version mismatch, the caller keeps it; DLPack requires it then to call the
+ * deleter).
+ * Errors: as oslo_tensor_from_dlpack, and OSLO_ERR_NOT_SUPPORTED for another
+ * major version or a read-only tensor.
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_tensor_from_dlpack_versioned(oslo_context *ctx,
+                                                       struct DLManagedTensorVersioned *managed,
+                                                       oslo_tensor **out);
 
 /* ------------------------------------------------------------------------ */
 /* Collectives (blocking; every rank of the group must call them alike)     */

@@ -132,6 +132,16 @@ oslo_status oslo_tensor_to_dlpack(oslo_tensor* tensor, struct DLManagedTensor** 
   });
 }
 
+oslo_status oslo_tensor_to_dlpack_versioned(oslo_tensor* tensor,
+                                            struct DLManagedTensorVersioned** out) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tensor_to_dlpack_versioned", "out");
+    *out =
+        oslo::to_dlpack_versioned(tensor_of(tensor, "oslo_tensor_to_dlpack_versioned", "tensor"));
+  });
+}
+
 oslo_status oslo_tensor_from_dlpack(oslo_context* ctx, struct DLManagedTensor* managed,
                                     oslo_tensor** out) {
   if (out) *out = nullptr;
@@ -143,6 +153,22 @@ oslo_status oslo_tensor_from_dlpack(oslo_context* ctx, struct DLManagedTensor* m
     h->ctx = ctx;
     // Ownership of `managed` moves only once nothing below can fail.
     h->t = oslo::from_dlpack(ctx->impl->backend_ptr(), managed);
+    *out = h.release();
+  });
+}
+
+oslo_status oslo_tensor_from_dlpack_versioned(oslo_context* ctx,
+                                              struct DLManagedTensorVersioned* managed,
+                                              oslo_tensor** out) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tensor_from_dlpack_versioned", "out");
+    need(ctx, "oslo_tensor_from_dlpack_versioned", "ctx");
+    need(managed, "oslo_tensor_from_dlpack_versioned", "managed");
+    auto h = std::make_unique<oslo_tensor>();
+    h->ctx = ctx;
+    // Ownership of `managed` moves only once nothing below can fail.
+    h->t = oslo::from_dlpack_versioned(ctx->impl->backend_ptr(), managed);
     *out = h.release();
   });
 }

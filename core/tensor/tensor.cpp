@@ -1,7 +1,5 @@
 #include "core/tensor/tensor.hpp"
 
-#include <dlpack/dlpack.h>
-
 #include <limits>
 
 #include "core/common/dtype.hpp"
@@ -11,7 +9,7 @@ namespace oslo {
 
 Storage::~Storage() {
   if (owned && backend) backend->deallocate(data, bytes);
-  if (imported && imported->deleter) imported->deleter(imported);
+  if (release) release(release_ctx);
 }
 
 void Tensor::check_shape(const std::vector<int64_t>& shape) {

@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "dlpack/dlpack.h"
-#include "oslo.h"
+#include <oslo.h>
+#include <oslo/dlpack.h> /* as installed; the build tree mirrors it */
 
 /* Asserts a status and that the last error mentions `needle`. */
 static void expect_error(oslo_status got, oslo_status want, const char *needle) {
@@ -335,6 +335,22 @@ static void count_delete(DLManagedTensor *m) {
   dl_deleted++;
   (void)m;
 }
+static int dlv_deleted;
+static void count_delete_versioned(struct DLManagedTensorVersioned *m) {
+  dlv_deleted++;
+  (void)m;
+}
+
+/* Exports carry compact row-major strides; 0-d exports a non-NULL pointer. */
+static void expect_compact_strides(const DLTensor *d) {
+  assert_non_null(d->strides);
+  int64_t expect = 1;
+  for (int i = d->ndim - 1; i >= 0; --i) {
+    assert_int_equal(d->strides[i], expect);
+    expect *= d->shape[i] > 0 ? d->shape[i] : 1;
+  }
+  assert_int_equal(d->byte_offset, 0);
+}
 
 static void test_dlpack(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
@@ -347,6 +363,8 @@ static void test_dlpack(void **state) {
   assert_int_equal(m->dl_tensor.shape[1], 3);
   assert_int_equal(m->dl_tensor.dtype.code, kDLBfloat);
   assert_int_equal(m->dl_tensor.device.device_type, kDLCPU);
+  expect_compact_strides(&m->dl_tensor);
+  assert_int_equal(m->dl_tensor.strides[0], 3);
   void *p = NULL;
   ok(oslo_tensor_data(t, &p));
   assert_ptr_equal(m->dl_tensor.data, p);
@@ -376,6 +394,12 @@ static void test_dlpack(void **state) {
   assert_int_equal(dl_deleted, 0);
   oslo_tensor_destroy(imp);
   assert_int_equal(dl_deleted, 1);
+  /* strides describing the compact layout are accepted */
+  int64_t compact[2] = {3, 1};
+  in.dl_tensor.strides = compact;
+  ok(oslo_tensor_from_dlpack(ctx, &in, &imp));
+  oslo_tensor_destroy(imp);
+  assert_int_equal(dl_deleted, 2);
 
   /* strided, wrong device, unsupported type: refused, caller keeps ownership */
   int64_t strides[2] = {1, 2};
@@ -389,11 +413,159 @@ static void test_dlpack(void **state) {
   in.dl_tensor.dtype.code = kDLUInt;
   in.dl_tensor.dtype.bits = 8;
   expect_error(oslo_tensor_from_dlpack(ctx, &in, &imp), OSLO_ERR_DTYPE, "not supported");
-  assert_int_equal(dl_deleted, 1);
+  assert_int_equal(dl_deleted, 2);
   expect_error(oslo_tensor_from_dlpack(ctx, NULL, &imp), OSLO_ERR_INVALID_ARGUMENT, "managed");
   expect_error(oslo_tensor_from_dlpack(NULL, &in, &imp), OSLO_ERR_INVALID_ARGUMENT, "ctx");
+  expect_error(oslo_tensor_from_dlpack(ctx, &in, NULL), OSLO_ERR_INVALID_ARGUMENT, "out");
   expect_error(oslo_tensor_to_dlpack(NULL, &m), OSLO_ERR_INVALID_ARGUMENT, "tensor");
-  expect_error(oslo_tensor_to_dlpack(NULL, NULL), OSLO_ERR_INVALID_ARGUMENT, "out");
+  expect_error(oslo_tensor_to_dlpack(t, NULL), OSLO_ERR_INVALID_ARGUMENT, "out");
+}
+
+/* oslo tensor -> DLPack -> oslo tensor, both structs: the same memory, the
+   values intact, every deleter run once (ASan/LSan would see a leak). */
+static void test_dlpack_round_trip(void **state) {
+  oslo_context *ctx = (oslo_context *)*state;
+  int64_t shape[3] = {2, 1, 3};
+  float v[6] = {1.5f, -2, 3, 4, 5, 6.25f}, back[6];
+  for (int versioned = 0; versioned < 2; ++versioned) {
+    oslo_tensor *t = NULL, *imp = NULL;
+    ok(oslo_tensor_create(ctx, OSLO_DTYPE_F32, 3, shape, &t));
+    ok(oslo_tensor_copy_from_host(t, v, sizeof v));
+    void *p = NULL, *q = NULL;
+    ok(oslo_tensor_data(t, &p));
+    if (versioned) {
+      struct DLManagedTensorVersioned *m = NULL;
+      ok(oslo_tensor_to_dlpack_versioned(t, &m));
+      expect_compact_strides(&m->dl_tensor);
+      ok(oslo_tensor_from_dlpack_versioned(ctx, m, &imp));
+    } else {
+      DLManagedTensor *m = NULL;
+      ok(oslo_tensor_to_dlpack(t, &m));
+      expect_compact_strides(&m->dl_tensor);
+      ok(oslo_tensor_from_dlpack(ctx, m, &imp));
+    }
+    oslo_tensor_destroy(t); /* the import keeps the memory alive */
+    ok(oslo_tensor_data(imp, &q));
+    assert_ptr_equal(p, q);
+    int64_t sh[OSLO_MAX_DIMS];
+    int nd = 0;
+    ok(oslo_tensor_ndim(imp, &nd));
+    ok(oslo_tensor_shape(imp, sh));
+    assert_int_equal(nd, 3);
+    assert_int_equal(sh[2], 3);
+    ok(oslo_tensor_copy_to_host(imp, back, sizeof back));
+    assert_memory_equal(back, v, sizeof v);
+    oslo_tensor_destroy(imp); /* runs the export's deleter */
+  }
+  /* 0-d and empty tensors export strides too */
+  oslo_tensor *t = NULL;
+  struct DLManagedTensorVersioned *m = NULL;
+  ok(oslo_tensor_create(ctx, OSLO_DTYPE_I64, 0, NULL, &t));
+  ok(oslo_tensor_to_dlpack_versioned(t, &m));
+  assert_int_equal(m->dl_tensor.ndim, 0);
+  assert_non_null(m->dl_tensor.strides);
+  m->deleter(m);
+  oslo_tensor_destroy(t);
+  int64_t empty[2] = {0, 4};
+  ok(oslo_tensor_create(ctx, OSLO_DTYPE_F16, 2, empty, &t));
+  ok(oslo_tensor_to_dlpack_versioned(t, &m));
+  expect_compact_strides(&m->dl_tensor);
+  assert_int_equal(m->dl_tensor.strides[0], 4);
+  m->deleter(m);
+  oslo_tensor_destroy(t);
+}
+
+static void test_dlpack_versioned(void **state) {
+  oslo_context *ctx = (oslo_context *)*state;
+  int64_t shape[2] = {2, 3};
+  oslo_tensor *t = NULL;
+  ok(oslo_tensor_create(ctx, OSLO_DTYPE_I32, 2, shape, &t));
+  struct DLManagedTensorVersioned *m = NULL;
+  ok(oslo_tensor_to_dlpack_versioned(t, &m));
+  assert_int_equal(m->version.major, DLPACK_MAJOR_VERSION);
+  assert_int_equal(m->version.minor, DLPACK_MINOR_VERSION);
+  assert_int_equal(m->flags, 0); /* writable, not a copy */
+  assert_int_equal(m->dl_tensor.dtype.code, kDLInt);
+  assert_int_equal(m->dl_tensor.dtype.bits, 32);
+  expect_compact_strides(&m->dl_tensor);
+  oslo_tensor_destroy(t);
+  m->deleter(m);
+
+  float mem[8] = {0, 0, 1, 2, 3, 4, 5, 6};
+  int64_t dshape[3] = {2, 1, 3};
+  struct DLManagedTensorVersioned in;
+  memset(&in, 0, sizeof in);
+  in.version.major = 1;
+  in.version.minor = 7; /* a later minor version is fine */
+  in.dl_tensor.data = mem;
+  in.dl_tensor.byte_offset = 2 * sizeof(float); /* honoured */
+  in.dl_tensor.device.device_type = kDLCPU;
+  in.dl_tensor.ndim = 3;
+  in.dl_tensor.dtype.code = kDLFloat;
+  in.dl_tensor.dtype.bits = 32;
+  in.dl_tensor.dtype.lanes = 1;
+  in.dl_tensor.shape = dshape;
+  in.deleter = count_delete_versioned;
+  dlv_deleted = 0;
+  /* contiguous strides (any stride for the extent of 1), and NULL, accepted */
+  int64_t compact[3] = {3, 99, 1};
+  in.dl_tensor.strides = compact;
+  oslo_tensor *imp = NULL;
+  ok(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp));
+  float back[6];
+  ok(oslo_tensor_copy_to_host(imp, back, sizeof back));
+  assert_memory_equal(back, mem + 2, sizeof back);
+  oslo_tensor_destroy(imp);
+  assert_int_equal(dlv_deleted, 1);
+  in.dl_tensor.strides = NULL;
+  in.flags = DLPACK_FLAG_BITMASK_IS_COPIED; /* ours alone: fine */
+  ok(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp));
+  oslo_tensor_destroy(imp);
+  assert_int_equal(dlv_deleted, 2);
+  in.flags = 0;
+
+  /* refused, the caller keeps ownership (no deleter call) */
+  int64_t transposed[3] = {1, 3, 2};
+  in.dl_tensor.strides = transposed;
+  expect_error(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp), OSLO_ERR_NOT_SUPPORTED,
+               "not contiguous");
+  assert_null(imp);
+  in.dl_tensor.strides = compact;
+  in.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  expect_error(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp), OSLO_ERR_NOT_SUPPORTED,
+               "read-only");
+  in.flags = 0;
+  in.version.major = 2;
+  expect_error(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp), OSLO_ERR_NOT_SUPPORTED,
+               "version 2.7");
+  in.version.major = 0;
+  expect_error(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp), OSLO_ERR_NOT_SUPPORTED,
+               "major version 1");
+  in.version.major = 1;
+  in.dl_tensor.dtype.code = kDLComplex;
+  in.dl_tensor.dtype.bits = 64;
+  expect_error(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp), OSLO_ERR_DTYPE, "not supported");
+  in.dl_tensor.dtype.code = kDLFloat;
+  in.dl_tensor.dtype.bits = 32;
+  in.dl_tensor.device.device_type = kDLCUDA;
+  expect_error(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp), OSLO_ERR_NOT_SUPPORTED, "device");
+  in.dl_tensor.device.device_type = kDLCPU;
+  assert_int_equal(dlv_deleted, 2);
+  /* an empty tensor may have any strides and a NULL data pointer */
+  int64_t eshape[2] = {0, 3}, any[2] = {7, 5};
+  in.dl_tensor.ndim = 2;
+  in.dl_tensor.shape = eshape;
+  in.dl_tensor.strides = any;
+  in.dl_tensor.data = NULL;
+  in.dl_tensor.byte_offset = 0;
+  ok(oslo_tensor_from_dlpack_versioned(ctx, &in, &imp));
+  oslo_tensor_destroy(imp);
+  assert_int_equal(dlv_deleted, 3);
+  expect_error(oslo_tensor_from_dlpack_versioned(ctx, NULL, &imp), OSLO_ERR_INVALID_ARGUMENT,
+               "managed");
+  expect_error(oslo_tensor_from_dlpack_versioned(NULL, &in, &imp), OSLO_ERR_INVALID_ARGUMENT,
+               "ctx");
+  expect_error(oslo_tensor_to_dlpack_versioned(NULL, &m), OSLO_ERR_INVALID_ARGUMENT, "tensor");
 }
 
 /* ---- collectives on one rank ---- */
@@ -879,6 +1051,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tensor_bad_args, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_tensor_wrap_no_copy, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_dlpack, setup_ctx, teardown_ctx),
+      cmocka_unit_test_setup_teardown(test_dlpack_round_trip, setup_ctx, teardown_ctx),
+      cmocka_unit_test_setup_teardown(test_dlpack_versioned, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_collectives_single, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_options_versions, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_linear_bad_args, setup_ctx, teardown_ctx),
