@@ -28,9 +28,12 @@
  *    is written" puts every written argument in one place, in place or not,
  *    so mirrored pairs have mirrored signatures (oslo_context_send/_recv,
  *    oslo_tensor_copy_from_host/_to_host, forward/backward).
- *  - Types are oslo_<name>; an object's options struct is
- *    oslo_<object>_options, initialised by oslo_<object>_options_init with
- *    OSLO_<OBJECT>_OPTIONS_VERSION (see "Options structs" below).
+ *  - Types are oslo_<name>. An options struct is named after what it
+ *    configures and shares its stem: oslo_<object>_options for
+ *    oslo_<object>_create (oslo_parallel_linear_options), oslo_<operation>_options
+ *    for an operation (oslo_vocab_parallel_cross_entropy_options), with
+ *    oslo_<stem>_options_init and OSLO_<STEM>_OPTIONS_VERSION (see "Options
+ *    structs" below).
  *  - Enum values are OSLO_<PREFIX>_<NAME>, <PREFIX> being the enum's type name
  *    without oslo_ and without a trailing _op or _kind: OSLO_DTYPE_F32,
  *    OSLO_REDUCE_SUM, OSLO_GROUP_TENSOR, OSLO_LINEAR_COLUMN. The status codes

@@ -817,6 +817,48 @@ static void test_linear_low_precision(void **state) {
   oslo_parallel_linear_destroy(l);
 }
 
+/* Input, output and parameters may have different float dtypes (documented
+   choice): f16 in, f32 out; bf16 in, f16 out; f16 grad_output, f32
+   grad_input. Integer activations are refused. */
+static void test_linear_mixed_dtypes(void **state) {
+  oslo_context *ctx = (oslo_context *)*state;
+  oslo_parallel_linear_options o;
+  ok(oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION));
+  o.in_features = 2;
+  o.out_features = 2;
+  oslo_parallel_linear *l = NULL;
+  ok(oslo_parallel_linear_create(ctx, &o, &l));
+  float w[4] = {1, 2, 3, 4}, b[2] = {0.5f, -0.5f}, y[2];
+  oslo_tensor *tw = tensor2(ctx, OSLO_DTYPE_F32, 2, 2), *tb = NULL;
+  ok(oslo_tensor_create(ctx, OSLO_DTYPE_F32, 1, (int64_t[]){2}, &tb));
+  ok(oslo_tensor_copy_from_host(tw, w, sizeof w));
+  ok(oslo_tensor_copy_from_host(tb, b, sizeof b));
+  ok(oslo_parallel_linear_load_full(l, tw, tb));
+  uint16_t ones_f16[2] = {0x3c00, 0x3c00}, ones_bf16[2] = {0x3f80, 0x3f80}, h[2];
+  oslo_tensor *x16 = tensor2(ctx, OSLO_DTYPE_F16, 1, 2), *xbf = tensor2(ctx, OSLO_DTYPE_BF16, 1, 2);
+  oslo_tensor *y32 = tensor2(ctx, OSLO_DTYPE_F32, 1, 2), *y16 = tensor2(ctx, OSLO_DTYPE_F16, 1, 2);
+  ok(oslo_tensor_copy_from_host(x16, ones_f16, sizeof ones_f16));
+  ok(oslo_tensor_copy_from_host(xbf, ones_bf16, sizeof ones_bf16));
+  ok(oslo_parallel_linear_forward(l, x16, y32)); /* f16 in, f32 out */
+  ok(oslo_tensor_copy_to_host(y32, y, sizeof y));
+  assert_true(y[0] == 3.5f && y[1] == 6.5f);
+  ok(oslo_parallel_linear_forward(l, xbf, y16)); /* bf16 in, f16 out */
+  ok(oslo_tensor_copy_to_host(y16, h, sizeof h));
+  assert_int_equal(h[0], 0x4300); /* f16 3.5 */
+  assert_int_equal(h[1], 0x4680); /* f16 6.5 */
+  /* backward: f16 grad_output, f32 grad_input = dy W = [4, 6] */
+  oslo_tensor *dx = tensor2(ctx, OSLO_DTYPE_F32, 1, 2);
+  ok(oslo_parallel_linear_backward(l, x16, x16, dx));
+  ok(oslo_tensor_copy_to_host(dx, y, sizeof y));
+  assert_true(y[0] == 4.f && y[1] == 6.f);
+  oslo_tensor *xi = tensor2(ctx, OSLO_DTYPE_I32, 1, 2), *yi = tensor2(ctx, OSLO_DTYPE_I64, 1, 2);
+  expect_error(oslo_parallel_linear_forward(l, xi, y32), OSLO_ERR_DTYPE, "input");
+  expect_error(oslo_parallel_linear_forward(l, x16, yi), OSLO_ERR_DTYPE, "output");
+  oslo_tensor *ts[] = {tw, tb, x16, xbf, y32, y16, dx, xi, yi};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) oslo_tensor_destroy(ts[i]);
+  oslo_parallel_linear_destroy(l);
+}
+
 static void test_embedding_bad_args(void **state) {
   oslo_context *ctx = (oslo_context *)*state;
   oslo_parallel_embedding *e = (oslo_parallel_embedding *)0x1;
@@ -1057,6 +1099,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_options_versions, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_linear_bad_args, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_linear_low_precision, setup_ctx, teardown_ctx),
+      cmocka_unit_test_setup_teardown(test_linear_mixed_dtypes, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_embedding_bad_args, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_cross_entropy_bad_args, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_param_set_and_checkpoint_errors, setup_ctx,

@@ -540,6 +540,14 @@ static void run_collectives(th_state *s, oslo_context *ctx) {
       TH_CHECK(s, ok, "all_reduce op %d on group %d", ops[oi], g);
       oslo_tensor_destroy(t);
     }
+    /* Integer AVG truncates toward zero (documented): -7 / 2 is -3, not -4. */
+    int32_t iv[3] = {-7, 7, -1}, iz[3] = {0, 0, 0}, igot[3];
+    oslo_tensor *ti = mk(s, ctx, OSLO_DTYPE_I32, 1, 3, 0, 0, r == 0 ? iv : iz);
+    TH_OK(s, oslo_context_all_reduce(ctx, g, OSLO_REDUCE_AVG, ti));
+    TH_OK(s, oslo_tensor_copy_to_host(ti, igot, sizeof igot));
+    TH_CHECK(s, igot[0] == -7 / n && igot[1] == 7 / n && igot[2] == -1 / n,
+             "i32 avg on group %d of %d: got %d %d %d", g, n, igot[0], igot[1], igot[2]);
+    oslo_tensor_destroy(ti);
     /* all_gather: rank r contributes r*100 + i */
     for (int i = 0; i < N; ++i) buf[i] = (float)(r * 100 + i % 100);
     oslo_tensor *in = mk(s, ctx, OSLO_DTYPE_F32, 1, N, 0, 0, buf);
