@@ -90,9 +90,9 @@
 #include <stdint.h>
 
 #define OSLO_VERSION_MAJOR 0
-#define OSLO_VERSION_MINOR 1
+#define OSLO_VERSION_MINOR 2
 #define OSLO_VERSION_PATCH 0
-#define OSLO_VERSION_STRING "0.1.0"
+#define OSLO_VERSION_STRING "0.2.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, for compile-time comparisons. */
 #define OSLO_VERSION_NUMBER \
   (OSLO_VERSION_MAJOR * 10000 + OSLO_VERSION_MINOR * 100 + OSLO_VERSION_PATCH)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs oslo into a temporary prefix and builds the out-of-tree example
 # project (examples/outside) against it both ways a user would: with
-# pkg-config (its Makefile) and with find_package(oslo 0.1 REQUIRED) (its
+# pkg-config (its Makefile) and with find_package(oslo 0.2 REQUIRED) (its
 # CMakeLists.txt). Each program runs under the installed oslo-run on 2 ranks
 # and must match the unsharded computation. The prefix is then moved and both
 # builds are repeated: the installed package files are relocatable. A small
@@ -68,7 +68,7 @@ check_prefix() {
   LD_LIBRARY_PATH=$libdir "$tmp/dlpack_prog"
   passed=$((passed + 1))
 
-  echo "== [$tag] find_package(oslo 0.1 REQUIRED)"
+  echo "== [$tag] find_package(oslo 0.2 REQUIRED)"
   rm -rf "$tmp/build-cmake"
   cmake -S "$tmp/outside" -B "$tmp/build-cmake" -DCMAKE_PREFIX_PATH="$prefix" \
     -DTP_MLP_SOURCE="$tmp/outside/prog.c" >/dev/null
@@ -82,16 +82,19 @@ check_prefix "$tmp/prefix" installed
 mv "$tmp/prefix" "$tmp/moved-prefix"
 check_prefix "$tmp/moved-prefix" moved
 
-# A version the package does not provide is refused.
-mkdir -p "$tmp/v9"
-cat >"$tmp/v9/CMakeLists.txt" <<'CM'
+# Versions the package does not provide are refused: a later one, and while
+# oslo is 0.x an earlier minor one (0.1's API differs from 0.2's).
+for v in 9.0 0.1; do
+  mkdir -p "$tmp/v$v"
+  cat >"$tmp/v$v/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.20)
-project(v9 LANGUAGES C)
-find_package(oslo 9.0 QUIET)
+project(v LANGUAGES C)
+find_package(oslo $v QUIET)
 if(oslo_FOUND)
-  message(FATAL_ERROR "find_package(oslo 9.0) accepted version ${oslo_VERSION}")
+  message(FATAL_ERROR "find_package(oslo $v) accepted version \${oslo_VERSION}")
 endif()
 CM
-cmake -S "$tmp/v9" -B "$tmp/v9/build" -DCMAKE_PREFIX_PATH="$tmp/moved-prefix" >/dev/null
-passed=$((passed + 1))
+  cmake -S "$tmp/v$v" -B "$tmp/v$v/build" -DCMAKE_PREFIX_PATH="$tmp/moved-prefix" >/dev/null
+  passed=$((passed + 1))
+done
 echo "install: $passed passed, 0 failed"
