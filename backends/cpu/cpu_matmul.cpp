@@ -37,7 +37,7 @@ namespace {
 using dnnl::memory;
 
 bool is_float(oslo_dtype dt) {
-  return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16;
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
 }
 
 struct Mat {  // one 2-D operand
@@ -105,13 +105,13 @@ void sgemm(int threads, int64_t M, int64_t N, int64_t K, const Mat& a, const Mat
   int64_t lda, ldb;
   const float* pa = reinterpret_cast<const float*>(a.data);
   const float* pb = reinterpret_cast<const float*>(b.data);
-  if (a.dtype != OSLO_F32 || !blas_layout(a, &transa, &lda)) {
+  if (a.dtype != OSLO_DTYPE_F32 || !blas_layout(a, &transa, &lda)) {
     ta = to_f32_dense(a);
     pa = ta.data();
     transa = 'N';
     lda = std::max<int64_t>(K, 1);
   }
-  if (b.dtype != OSLO_F32 || !blas_layout(b, &transb, &ldb)) {
+  if (b.dtype != OSLO_DTYPE_F32 || !blas_layout(b, &transb, &ldb)) {
     tb = to_f32_dense(b);
     pb = tb.data();
     transb = 'N';
@@ -220,7 +220,7 @@ void few_rows(int threads, int64_t M, int64_t N, int64_t K, const float* a, cons
   // b is [K, N] with element (k, n) at n * cs + k: the weight W [N, K].
   const uint16_t* w = reinterpret_cast<const uint16_t*>(b.data);
   const int64_t ldw = b.cs;
-  const bool bf16 = b.dtype == OSLO_BF16;
+  const bool bf16 = b.dtype == OSLO_DTYPE_BF16;
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   const int64_t block = 64;
   const int64_t blocks = (N + block - 1) / block;
@@ -297,7 +297,7 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
   for (int64_t bi = 0; bi < batches; ++bi) {
     Mat am = mat_of(a, bi), bm = mat_of(b, bi), cm = mat_of(c, bi);
     // c written directly when it is plain f32 and there is no epilogue left.
-    const bool direct = cm.dtype == OSLO_F32 && cm.cs == 1 && cm.rs >= N;
+    const bool direct = cm.dtype == OSLO_DTYPE_F32 && cm.cs == 1 && cm.rs >= N;
     std::vector<float> tmp;
     float* out = reinterpret_cast<float*>(cm.data);
     int64_t ldo = cm.rs;
@@ -306,7 +306,7 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
       tmp.assign(static_cast<size_t>(M * N), 0.f);
       out = tmp.data();
       ldo = N;
-    } else if (am.dtype == OSLO_F32) {
+    } else if (am.dtype == OSLO_DTYPE_F32) {
       if (direct) {
         sgemm(threads, M, N, K, am, bm, out, ldo, alpha, beta);
         epilogue = false;
@@ -323,12 +323,12 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
       if (M <= 8 && bm.rs == 1 && bm.cs >= K) {
         std::vector<float> a32 = to_f32_dense(am);
         few_rows(threads, M, N, K, a32.data(), bm, out, ldo);
-      } else if (am.dtype == OSLO_BF16) {
+      } else if (am.dtype == OSLO_DTYPE_BF16) {
         bf16_gemm(threads, M, N, K, Mat2{am.data, am.rs, am.cs}, Mat2{bm.data, bm.rs, bm.cs}, out);
       } else {
         // f16: widen the weight a panel of columns at a time.
         std::vector<float> a32 = to_f32_dense(am);
-        Mat a32m{reinterpret_cast<char*>(a32.data()), OSLO_F32, M, K, K, 1};
+        Mat a32m{reinterpret_cast<char*>(a32.data()), OSLO_DTYPE_F32, M, K, K, 1};
         const int64_t panel = 1024;  // 16 MB of f32 for K = 4096; fewer re-packs of a
         const bool w_rows = bm.rs == 1 && bm.cs >= K;  // b = W^T, W rows contiguous
         std::vector<float> b32;
@@ -339,14 +339,14 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
             // Rows n0 .. n0 + nb of W, widened in one pass, used transposed.
             b32.resize(static_cast<size_t>(nb * K));
             for (int64_t j = 0; j < nb; ++j)
-              to_f32(OSLO_F16, bm.at(0, n0 + j), b32.data() + j * K, static_cast<size_t>(K));
-            b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_F32, K, nb, 1, K};
+              to_f32(OSLO_DTYPE_F16, bm.at(0, n0 + j), b32.data() + j * K, static_cast<size_t>(K));
+            b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_DTYPE_F32, K, nb, 1, K};
           } else {
             Mat bp = bm;
             bp.data = bm.at(0, n0);
             bp.cols = nb;
             b32 = to_f32_dense(bp);
-            b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_F32, K, nb, nb, 1};
+            b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_DTYPE_F32, K, nb, nb, 1};
           }
           sgemm(threads, M, nb, K, a32m, b32m, out + n0, ldo, 1.f, 0.f);
         }

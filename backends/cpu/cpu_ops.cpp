@@ -18,10 +18,10 @@ namespace {
 constexpr double kPi = 3.14159265358979323846;
 
 bool is_float(oslo_dtype dt) {
-  return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16;
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
 }
 bool is_int(oslo_dtype dt) {
-  return dt == OSLO_I32 || dt == OSLO_I64;
+  return dt == OSLO_DTYPE_I32 || dt == OSLO_DTYPE_I64;
 }
 
 void check_view(const V& v, const char* what) {
@@ -112,12 +112,12 @@ char* at(const V& v, int64_t off) {
 float load1(const V& v, int64_t off) {
   const char* p = at(v, off);
   switch (v.dtype) {
-    case OSLO_F32: {
+    case OSLO_DTYPE_F32: {
       float f;
       std::memcpy(&f, p, 4);
       return f;
     }
-    case OSLO_BF16: {
+    case OSLO_DTYPE_BF16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
       return bf16_to_f32(h);
@@ -132,7 +132,7 @@ float load1(const V& v, int64_t off) {
 
 int64_t load_id(const V& v, int64_t i) {
   const char* p = at(v, i * (v.ndim ? v.strides[v.ndim - 1] : 1));
-  if (v.dtype == OSLO_I32) {
+  if (v.dtype == OSLO_DTYPE_I32) {
     int32_t x;
     std::memcpy(&x, p, 4);
     return x;
@@ -217,7 +217,7 @@ int64_t numel(const V& v) {
 }
 
 const float* load_row(const V& v, int64_t off, int64_t n, int64_t s, float* buf) {
-  if (v.dtype == OSLO_F32 && s == 1) return reinterpret_cast<const float*>(at(v, off));
+  if (v.dtype == OSLO_DTYPE_F32 && s == 1) return reinterpret_cast<const float*>(at(v, off));
   if (s == 0) {
     std::fill(buf, buf + n, load1(v, off));
     return buf;
@@ -232,7 +232,7 @@ const float* load_row(const V& v, int64_t off, int64_t n, int64_t s, float* buf)
 
 void store_row(const V& v, int64_t off, int64_t n, int64_t s, const float* src) {
   if (s == 1) {
-    if (v.dtype == OSLO_F32) {
+    if (v.dtype == OSLO_DTYPE_F32) {
       float* d = reinterpret_cast<float*>(at(v, off));
       if (d != src) std::memmove(d, src, static_cast<size_t>(n) * 4);
     } else {
@@ -242,10 +242,10 @@ void store_row(const V& v, int64_t off, int64_t n, int64_t s, const float* src) 
   }
   for (int64_t i = 0; i < n; ++i) {
     char* p = at(v, off + i * s);
-    if (v.dtype == OSLO_F32) {
+    if (v.dtype == OSLO_DTYPE_F32) {
       std::memcpy(p, &src[i], 4);
     } else {
-      uint16_t h = v.dtype == OSLO_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+      uint16_t h = v.dtype == OSLO_DTYPE_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
       std::memcpy(p, &h, 2);
     }
   }
@@ -266,7 +266,7 @@ void convert(int threads, const V& out, const V& x0) {
       for (int64_t c = 0; c < cols; ++c) {
         const char* p = at(x, xo + c * inner_stride(x));
         int64_t val;
-        if (x.dtype == OSLO_I32) {
+        if (x.dtype == OSLO_DTYPE_I32) {
           int32_t t;
           std::memcpy(&t, p, 4);
           val = t;
@@ -274,7 +274,7 @@ void convert(int threads, const V& out, const V& x0) {
           std::memcpy(&val, p, 8);
         }
         char* q = at(out, oo + c * inner_stride(out));
-        if (out.dtype == OSLO_I32) {
+        if (out.dtype == OSLO_DTYPE_I32) {
           OSLO_CHECK(val >= INT32_MIN && val <= INT32_MAX, OSLO_ERR_INVALID_ARGUMENT, "value ", val,
                      " does not fit i32");
           int32_t t = static_cast<int32_t>(val);
@@ -299,10 +299,10 @@ void convert(int threads, const V& out, const V& x0) {
       if (out.dtype == x.dtype) {
         if (at(out, lo) != at(x, lo))
           std::memmove(at(out, lo), at(x, lo), static_cast<size_t>(m) * esize(out.dtype));
-      } else if (x.dtype == OSLO_F32) {
+      } else if (x.dtype == OSLO_DTYPE_F32) {
         from_f32(out.dtype, reinterpret_cast<const float*>(at(x, lo)), at(out, lo),
                  static_cast<size_t>(m));
-      } else if (out.dtype == OSLO_F32) {
+      } else if (out.dtype == OSLO_DTYPE_F32) {
         to_f32(x.dtype, at(x, lo), reinterpret_cast<float*>(at(out, lo)), static_cast<size_t>(m));
       } else {
         std::vector<float> tmp(static_cast<size_t>(m));
@@ -326,7 +326,7 @@ void fill(int threads, const V& out, double value) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         char* q = at(out, row_offset(out, out, r) + c * inner_stride(out));
-        if (out.dtype == OSLO_I32) {
+        if (out.dtype == OSLO_DTYPE_I32) {
           int32_t t = static_cast<int32_t>(value);
           std::memcpy(q, &t, 4);
         } else {
@@ -371,7 +371,7 @@ void elementwise(int threads, const V& out0, const V& a0, const V* b0, F f) {
     const float* ar = load_row(a, row_offset(out, a, r), cols, inner_stride(a), s.a.data());
     const float* br =
         b0 ? load_row(b, row_offset(out, b, r), cols, inner_stride(b), s.b.data()) : nullptr;
-    const bool direct = out.dtype == OSLO_F32 && inner_stride(out) == 1;
+    const bool direct = out.dtype == OSLO_DTYPE_F32 && inner_stride(out) == 1;
     float* o = direct ? reinterpret_cast<float*>(at(out, row_offset(out, out, r))) : s.c.data();
     f(o, ar, br, cols);
     if (!direct) store_row(out, row_offset(out, out, r), cols, inner_stride(out), o);
@@ -718,7 +718,7 @@ int64_t ids_len(const V& ids, const char* what) {
 int64_t id_at(const V& ids, int64_t i) {
   if (ids.ndim <= 1) return load_id(ids, i);
   const char* p = static_cast<const char*>(ids.data) + i * static_cast<int64_t>(esize(ids.dtype));
-  if (ids.dtype == OSLO_I32) {
+  if (ids.dtype == OSLO_DTYPE_I32) {
     int32_t v;
     std::memcpy(&v, p, 4);
     return v;

@@ -69,29 +69,29 @@ Scope::Scope(Instance& in) {
 
 const char* dtype_name(oslo_dtype dtype) {
   switch (dtype) {
-    case OSLO_F32: return "f32";
-    case OSLO_F16: return "f16";
-    case OSLO_BF16: return "bf16";
-    case OSLO_I32: return "i32";
-    case OSLO_I64: return "i64";
+    case OSLO_DTYPE_F32: return "f32";
+    case OSLO_DTYPE_F16: return "f16";
+    case OSLO_DTYPE_BF16: return "bf16";
+    case OSLO_DTYPE_I32: return "i32";
+    case OSLO_DTYPE_I64: return "i64";
     default: return "unknown dtype";
   }
 }
 
 bool is_float(oslo_dtype dtype) {
-  return dtype == OSLO_F32 || dtype == OSLO_F16 || dtype == OSLO_BF16;
+  return dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_F16 || dtype == OSLO_DTYPE_BF16;
 }
 bool is_int(oslo_dtype dtype) {
-  return dtype == OSLO_I32 || dtype == OSLO_I64;
+  return dtype == OSLO_DTYPE_I32 || dtype == OSLO_DTYPE_I64;
 }
 
 at::ScalarType scalar_type_of(oslo_dtype dtype, const char* entry, const char* what) {
   switch (dtype) {
-    case OSLO_F32: return at::kFloat;
-    case OSLO_F16: return at::kHalf;
-    case OSLO_BF16: return at::kBFloat16;
-    case OSLO_I32: return at::kInt;
-    case OSLO_I64: return at::kLong;
+    case OSLO_DTYPE_F32: return at::kFloat;
+    case OSLO_DTYPE_F16: return at::kHalf;
+    case OSLO_DTYPE_BF16: return at::kBFloat16;
+    case OSLO_DTYPE_I32: return at::kInt;
+    case OSLO_DTYPE_I64: return at::kLong;
     default:
       fail(OSLO_ERR_DTYPE, std::string(entry) + ": " + what + " has unknown dtype " +
                                std::to_string(static_cast<int>(dtype)));

@@ -195,10 +195,10 @@ at::Tensor flat(Comm& c, const void* p, size_t count, oslo_dtype dtype, const ch
 
 c10d::ReduceOp reduce_op(oslo_reduce_op op, const char* entry) {
   switch (op) {
-    case OSLO_SUM:
-    case OSLO_AVG: return c10d::ReduceOp::SUM;  // AVG divides afterwards
-    case OSLO_MAX: return c10d::ReduceOp::MAX;
-    case OSLO_MIN: return c10d::ReduceOp::MIN;
+    case OSLO_REDUCE_SUM:
+    case OSLO_REDUCE_AVG: return c10d::ReduceOp::SUM;  // AVG divides afterwards
+    case OSLO_REDUCE_MAX: return c10d::ReduceOp::MAX;
+    case OSLO_REDUCE_MIN: return c10d::ReduceOp::MIN;
     default:
       fail(OSLO_ERR_INVALID_ARGUMENT,
            std::string(entry) + ": unknown reduce op " + std::to_string(static_cast<int>(op)));
@@ -215,7 +215,7 @@ void all_reduce_tensor(Comm& c, at::Tensor t, oslo_reduce_op op, const char* ent
   opts.reduceOp = rop;
   opts.timeout = c.timeout;
   wait_work(c, with_pg(c, [&](auto& pg) { return pg.allreduce(v, opts); }), entry);
-  if (op == OSLO_AVG) {
+  if (op == OSLO_REDUCE_AVG) {
     if (at::isFloatingType(work_t.scalar_type()))
       work_t.div_(static_cast<double>(c.size));
     else
@@ -316,7 +316,7 @@ oslo_status comm_create(void* self, void** comm, const oslo_bk_group* group,
       // NCCL connects lazily at the first collective; run one now, while the
       // store is lent.
       at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(in.device));
-      all_reduce_tensor(*c, one, OSLO_SUM, "comm_create");
+      all_reduce_tensor(*c, one, OSLO_REDUCE_SUM, "comm_create");
       if (in.stream) in.stream->synchronize();
 #else
       fail(OSLO_ERR_NOT_SUPPORTED,

@@ -124,8 +124,8 @@ oslo_status op_fill(void* self, const oslo_bk_view* out, double value) {
   return guard(self, "fill", [&](Instance& in) {
     at::Tensor o = wrap(in, out, "fill", "out", Role::Output);
     if (is_int(out->dtype)) {
-      const double lo = out->dtype == OSLO_I32 ? -2147483648.0 : -9223372036854775808.0;
-      const double hi = out->dtype == OSLO_I32 ? 2147483647.0 : 9223372036854775807.0;
+      const double lo = out->dtype == OSLO_DTYPE_I32 ? -2147483648.0 : -9223372036854775808.0;
+      const double hi = out->dtype == OSLO_DTYPE_I32 ? 2147483647.0 : 9223372036854775807.0;
       if (!(value >= lo && value <= hi))
         fail(OSLO_ERR_INVALID_ARGUMENT,
              "fill: " + std::to_string(value) + " does not fit in " + dtype_name(out->dtype));
@@ -176,8 +176,8 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
     // is seen to accumulate in f32 there. ATen's addmm/baddbmm with beta == 0
     // ignore c's previous contents, NaN included.
     const bool same = a->dtype == c->dtype && (bias == nullptr || bias->dtype == c->dtype);
-    bool native = same && (a->dtype == OSLO_F32 || !in.is_cpu());
-    if (same && a->dtype == OSLO_BF16 && in.is_cpu() && M * K * N >= kLargeGemm)
+    bool native = same && (a->dtype == OSLO_DTYPE_F32 || !in.is_cpu());
+    if (same && a->dtype == OSLO_DTYPE_BF16 && in.is_cpu() && M * K * N >= kLargeGemm)
       native = cpu_bf16_gemm_accumulates_in_f32();
     if (native) {
       float b_ = beta;
@@ -222,7 +222,7 @@ oslo_status op_binary(void* self, oslo_bk_binary op_arg, const oslo_bk_view* out
     check_broadcast("binary", "b", B, O);
     // Integer tensors of one dtype and f32 write into out directly.
     const bool direct =
-        a->dtype == out->dtype && b->dtype == out->dtype && (out->dtype == OSLO_F32 || !fl);
+        a->dtype == out->dtype && b->dtype == out->dtype && (out->dtype == OSLO_DTYPE_F32 || !fl);
     at::Tensor x = direct ? A : (fl ? f32(A) : A.to(at::kLong));
     at::Tensor y = direct ? B : (fl ? f32(B) : B.to(at::kLong));
     at::Tensor r = direct ? O : at::empty(O.sizes(), x.options());

@@ -121,7 +121,7 @@ std::string stat_text(const Stat& st) {
 uint16_t to_half(float f, oslo_dtype dt) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if (dt == OSLO_BF16) {
+  if (dt == OSLO_DTYPE_BF16) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return static_cast<uint16_t>(u >> 16);
   }
@@ -136,7 +136,7 @@ uint16_t to_half(float f, oslo_dtype dt) {
   return static_cast<uint16_t>(sign | r);
 }
 double from_half(uint16_t h, oslo_dtype dt) {
-  if (dt == OSLO_BF16) {
+  if (dt == OSLO_DTYPE_BF16) {
     uint32_t u = static_cast<uint32_t>(h) << 16;
     float f;
     std::memcpy(&f, &u, 4);
@@ -171,15 +171,16 @@ struct Row {
 //         buffer alone moves the memory-bound M = 1 case by up to ~25%).
 Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bool with_bias,
              int rounds) {
-  oslo_linear_options o = oslo_linear_default_options();
-  o.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options o;
+  oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
+  o.kind = OSLO_LINEAR_COLUMN;
   o.in_features = K;
   o.out_features = N;
   o.bias = with_bias ? 1 : 0;
   o.gather_output = 0;
-  o.dtype = OSLO_F32;
+  o.dtype = OSLO_DTYPE_F32;
   oslo_parallel_linear* layer = nullptr;
-  CHECK(oslo_parallel_linear_create(&layer, ctx, &o));
+  CHECK(oslo_parallel_linear_create(ctx, &o, &layer));
 
   const float wscale = 1.0f / std::sqrt(static_cast<float>(K));
   float* W = alloc_f32(static_cast<size_t>(N * K));  // the "own" reference's weight
@@ -195,8 +196,8 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   {  // load the full weight (and bias) through the API; TP=1 keeps it all
     int64_t ws[2] = {N, K}, bs[1] = {N};
     oslo_tensor *wt = nullptr, *bt = nullptr;
-    CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_F32, 2, ws));
-    if (with_bias) CHECK(oslo_tensor_wrap(&bt, ctx, B, OSLO_F32, 1, bs));
+    CHECK(oslo_tensor_wrap(ctx, W, OSLO_DTYPE_F32, 2, ws, &wt));
+    if (with_bias) CHECK(oslo_tensor_wrap(ctx, B, OSLO_DTYPE_F32, 1, bs, &bt));
     CHECK(oslo_parallel_linear_load_full(layer, wt, bt));
     oslo_tensor_destroy(wt);
     oslo_tensor_destroy(bt);
@@ -204,17 +205,17 @@ Row run_case(oslo_context* ctx, int threads, int64_t M, int64_t K, int64_t N, bo
   const float* Wl = nullptr;  // the layer's weight memory
   {
     oslo_tensor* lw = nullptr;
-    CHECK(oslo_parallel_linear_params(&lw, nullptr, nullptr, nullptr, layer));
+    CHECK(oslo_parallel_linear_params(layer, &lw, nullptr, nullptr, nullptr));
     void* p = nullptr;
-    CHECK(oslo_tensor_data(&p, lw));
+    CHECK(oslo_tensor_data(lw, &p));
     Wl = static_cast<const float*>(p);
   }
   int64_t xs[2] = {M, K}, ys[2] = {M, N};
   oslo_tensor *xt = nullptr, *yt = nullptr;
-  CHECK(oslo_tensor_wrap(&xt, ctx, X, OSLO_F32, 2, xs));
-  CHECK(oslo_tensor_wrap(&yt, ctx, Yo, OSLO_F32, 2, ys));
+  CHECK(oslo_tensor_wrap(ctx, X, OSLO_DTYPE_F32, 2, xs, &xt));
+  CHECK(oslo_tensor_wrap(ctx, Yo, OSLO_DTYPE_F32, 2, ys, &yt));
 
-  auto call_oslo = [&] { CHECK(oslo_parallel_linear_forward(yt, layer, xt)); };
+  auto call_oslo = [&] { CHECK(oslo_parallel_linear_forward(layer, xt, yt)); };
   auto direct = [&](const float* w, float* y) {
     omp_set_num_threads(threads);
     dnnl_status_t st = dnnl_sgemm('N', 'T', M, N, K, 1.0f, X, K, w, K, 0.0f, y, N);
@@ -340,21 +341,22 @@ int dtype_bench(const std::vector<int>& threads_list, int rounds) {
     char cfg[64];
     std::snprintf(cfg, sizeof cfg, "{\"num_threads\": %d}", threads);
     oslo_context* ctx = nullptr;
-    CHECK(oslo_context_create(&ctx, cfg));
+    CHECK(oslo_context_create(cfg, &ctx));
     float* W = alloc_f32(static_cast<size_t>(N * K));
     for (int64_t i = 0; i < N * K; ++i) W[i] = hashval(i, 1) / 64.0f;
     int64_t ws[2] = {N, K};
     oslo_tensor* wt = nullptr;
-    CHECK(oslo_tensor_wrap(&wt, ctx, W, OSLO_F32, 2, ws));
-    const oslo_dtype dts[3] = {OSLO_F32, OSLO_BF16, OSLO_F16};
+    CHECK(oslo_tensor_wrap(ctx, W, OSLO_DTYPE_F32, 2, ws, &wt));
+    const oslo_dtype dts[3] = {OSLO_DTYPE_F32, OSLO_DTYPE_BF16, OSLO_DTYPE_F16};
     oslo_parallel_linear* layers[3];
     for (int d = 0; d < 3; ++d) {
-      oslo_linear_options o = oslo_linear_default_options();
+      oslo_parallel_linear_options o;
+      oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
       o.in_features = K;
       o.out_features = N;
       o.bias = 0;
       o.dtype = dts[d];
-      CHECK(oslo_parallel_linear_create(&layers[d], ctx, &o));
+      CHECK(oslo_parallel_linear_create(ctx, &o, &layers[d]));
       CHECK(oslo_parallel_linear_load_full(layers[d], wt, nullptr));
     }
     for (int64_t M : {int64_t(1), int64_t(2048)}) {
@@ -362,20 +364,20 @@ int dtype_bench(const std::vector<int>& threads_list, int rounds) {
       for (int64_t i = 0; i < M * K; ++i) X[i] = hashval(i, 3);
       int64_t xs[2] = {M, K}, ys[2] = {M, N};
       oslo_tensor *x32 = nullptr, *xin[3], *y[3];
-      CHECK(oslo_tensor_wrap(&x32, ctx, X, OSLO_F32, 2, xs));
+      CHECK(oslo_tensor_wrap(ctx, X, OSLO_DTYPE_F32, 2, xs, &x32));
       for (int d = 0; d < 3; ++d) {
-        CHECK(oslo_tensor_create(&xin[d], ctx, dts[d], 2, xs));
+        CHECK(oslo_tensor_create(ctx, dts[d], 2, xs, &xin[d]));
         // x in the layer dtype: a column layer of tp 1 with identity weight
         // would do; a plain conversion through the host is simpler.
         std::vector<uint16_t> h(static_cast<size_t>(M * K));
-        if (dts[d] == OSLO_F32) {
+        if (dts[d] == OSLO_DTYPE_F32) {
           CHECK(oslo_tensor_copy_from_host(xin[d], X, static_cast<size_t>(M * K) * 4));
         } else {
           for (int64_t i = 0; i < M * K; ++i) h[i] = to_half(X[i], dts[d]);
           CHECK(oslo_tensor_copy_from_host(xin[d], h.data(), static_cast<size_t>(M * K) * 2));
         }
-        CHECK(oslo_tensor_create(&y[d], ctx, OSLO_F32, 2, ys));
-        CHECK(oslo_parallel_linear_forward(y[d], layers[d], xin[d]));  // warm-up
+        CHECK(oslo_tensor_create(ctx, OSLO_DTYPE_F32, 2, ys, &y[d]));
+        CHECK(oslo_parallel_linear_forward(layers[d], xin[d], y[d]));  // warm-up
       }
       const int inner = M == 1 ? 20 : 1;
       const int R = M == 1 ? 3 * rounds : rounds;
@@ -386,7 +388,7 @@ int dtype_bench(const std::vector<int>& threads_list, int rounds) {
           int d = (r + k) % 3;  // rotating order
           double st = now();
           for (int i = 0; i < inner; ++i)
-            CHECK(oslo_parallel_linear_forward(y[d], layers[d], xin[d]));
+            CHECK(oslo_parallel_linear_forward(layers[d], xin[d], y[d]));
           tt[d] = (now() - st) / inner;
           t[d].push_back(tt[d]);
         }
@@ -397,7 +399,7 @@ int dtype_bench(const std::vector<int>& threads_list, int rounds) {
       double err[3] = {0, 0, 0};
       for (int d = 1; d < 3; ++d) {
         std::vector<float> out(static_cast<size_t>(M * N));
-        CHECK(oslo_tensor_copy_to_host(out.data(), out.size() * 4, y[d]));
+        CHECK(oslo_tensor_copy_to_host(y[d], out.data(), out.size() * 4));
         double ymax = 0, emax = 0;
         for (int sidx = 0; sidx < 64; ++sidx) {
           int64_t i = (sidx * 7919) % M, j = (sidx * 104729) % N;
@@ -483,7 +485,7 @@ int main(int argc, char** argv) {
     pin_to(cpus);
     oslo_context* ctx = nullptr;
     std::string cfg = "{\"num_threads\": " + std::to_string(t) + "}";
-    CHECK(oslo_context_create(&ctx, cfg.c_str()));
+    CHECK(oslo_context_create(cfg.c_str(), &ctx));
     for (const Shape& s : shapes) {
       if (s.bias && t != thread_counts.front()) continue;  // bias rows: first thread count only
       // M = 1 samples are short: more rounds for the same wall time.

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     }
     const bool bf16 = std::strcmp(dts, "bf16") == 0;
     const at::ScalarType st = bf16 ? at::kBFloat16 : at::kFloat;
-    const oslo_dtype dt = bf16 ? OSLO_BF16 : OSLO_F32;
+    const oslo_dtype dt = bf16 ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
     at::manual_seed(1);
     at::Tensor x = at::randn({M, K}).to(st), w = at::randn({N, K}).div_(64).to(st);
     at::Tensor y = at::empty({M, N}, x.options());

@@ -75,7 +75,7 @@ bool valid_file_name(const std::string& f) {
 }
 
 bool is_float(oslo_dtype dt) {
-  return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16;
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
 }
 
 // --------------------------------------------------------------------------
@@ -169,9 +169,9 @@ void convert(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t 
     return;
   }
   if (is_float(sdt) && is_float(ddt)) {
-    if (sdt == OSLO_F32) {
+    if (sdt == OSLO_DTYPE_F32) {
       from_f32(ddt, static_cast<const float*>(src), dst, n);
-    } else if (ddt == OSLO_F32) {
+    } else if (ddt == OSLO_DTYPE_F32) {
       to_f32(sdt, src, static_cast<float*>(dst), n);
     } else {
       float tmp[1024];
@@ -185,7 +185,7 @@ void convert(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t 
     }
     return;
   }
-  if (sdt == OSLO_I32 && ddt == OSLO_I64) {
+  if (sdt == OSLO_DTYPE_I32 && ddt == OSLO_DTYPE_I64) {
     for (size_t i = 0; i < n; ++i) {
       int32_t v;
       std::memcpy(&v, static_cast<const char*>(src) + 4 * i, 4);
@@ -194,7 +194,7 @@ void convert(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t 
     }
     return;
   }
-  if (sdt == OSLO_I64 && ddt == OSLO_I32) {
+  if (sdt == OSLO_DTYPE_I64 && ddt == OSLO_DTYPE_I32) {
     for (size_t i = 0; i < n; ++i) {
       int64_t v;
       std::memcpy(&v, static_cast<const char*>(src) + 8 * i, 8);
@@ -225,7 +225,7 @@ struct ManifestShard {
 };
 
 struct ManifestTensor {
-  oslo_dtype dtype = OSLO_F32;
+  oslo_dtype dtype = OSLO_DTYPE_F32;
   std::vector<int64_t> shape;
   int split_dim = -1;
   std::vector<ManifestShard> shards;  // sorted by offset
@@ -409,7 +409,7 @@ Manifest parse_manifest(const std::string& dir) {
 // Per-tensor record in a shard file's __metadata__["oslo"].
 struct ShardRecord {
   std::string name;
-  oslo_dtype dtype = OSLO_F32;
+  oslo_dtype dtype = OSLO_DTYPE_F32;
   std::vector<int64_t> shape;  // global
   int split_dim = -1;
   int64_t offset = 0;
@@ -702,7 +702,7 @@ struct Failure {
 // All-reduces (failing world rank + 1, status) with MAX; returns it.
 std::pair<int, oslo_status> agree(Communicator& world, const Failure& f) {
   int32_t v[2] = {f.failed() ? world.rank() + 1 : 0, static_cast<int32_t>(f.status)};
-  world.all_reduce(v, v, 2, OSLO_I32, OSLO_MAX);
+  world.all_reduce(v, v, 2, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
   return {v[0] - 1, static_cast<oslo_status>(v[1])};
 }
 
@@ -875,7 +875,7 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
       } while (fsutil::exists(fsutil::join(dir, shard_file_name(hex64(id), 0, 0))));
     });
   }
-  world.broadcast(&id, 1, OSLO_I64, 0);
+  world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
   const std::string save_id = hex64(id);
 
   const bool writer = layout.dp_rank == 0;

@@ -19,7 +19,7 @@ namespace oslo {
 // One local parameter buffer and where it sits in the global tensor.
 struct ParamShard {
   std::string name;
-  oslo_dtype dtype = OSLO_F32;        // dtype of the local buffer
+  oslo_dtype dtype = OSLO_DTYPE_F32;  // dtype of the local buffer
   std::vector<int64_t> global_shape;  // real (unpadded) global shape
   int split_dim = -1;                 // -1: replicated on every tensor-parallel rank
   int64_t offset = 0;                 // global index along split_dim of local row 0

@@ -33,16 +33,16 @@ __attribute__((target("avx,f16c"))) size_t f32_to_f16_f16c(const float* s, uint1
 }  // namespace
 
 bool dtype_valid(int dt) {
-  return dt >= OSLO_F32 && dt <= OSLO_I64;
+  return dt >= OSLO_DTYPE_F32 && dt <= OSLO_DTYPE_I64;
 }
 
 size_t dtype_size(oslo_dtype dt) {
   switch (dt) {
-    case OSLO_F32: return 4;
-    case OSLO_F16: return 2;
-    case OSLO_BF16: return 2;
-    case OSLO_I32: return 4;
-    case OSLO_I64: return 8;
+    case OSLO_DTYPE_F32: return 4;
+    case OSLO_DTYPE_F16: return 2;
+    case OSLO_DTYPE_BF16: return 2;
+    case OSLO_DTYPE_I32: return 4;
+    case OSLO_DTYPE_I64: return 8;
     default: break;
   }
   fail(OSLO_ERR_DTYPE, "unknown dtype ", static_cast<int>(dt));
@@ -50,18 +50,18 @@ size_t dtype_size(oslo_dtype dt) {
 
 const char* dtype_name(oslo_dtype dt) {
   switch (dt) {
-    case OSLO_F32: return "f32";
-    case OSLO_F16: return "f16";
-    case OSLO_BF16: return "bf16";
-    case OSLO_I32: return "i32";
-    case OSLO_I64: return "i64";
+    case OSLO_DTYPE_F32: return "f32";
+    case OSLO_DTYPE_F16: return "f16";
+    case OSLO_DTYPE_BF16: return "bf16";
+    case OSLO_DTYPE_I32: return "i32";
+    case OSLO_DTYPE_I64: return "i64";
     default: break;
   }
   return "unknown";
 }
 
 bool dtype_is_float(oslo_dtype dt) {
-  return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16;
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
 }
 
 float f16_to_f32(uint16_t h) {
@@ -116,16 +116,16 @@ uint16_t f32_to_f16(float f) {
 
 void to_f32(oslo_dtype src_dtype, const void* src, float* dst, size_t n) {
   switch (src_dtype) {
-    case OSLO_F32:
+    case OSLO_DTYPE_F32:
       if (static_cast<const void*>(dst) != src) std::memcpy(dst, src, n * 4);
       return;
-    case OSLO_F16: {
+    case OSLO_DTYPE_F16: {
       auto s = static_cast<const uint16_t*>(src);
       size_t i = have_f16c() ? f16_to_f32_f16c(s, dst, n) : 0;
       for (; i < n; ++i) dst[i] = f16_to_f32(s[i]);
       return;
     }
-    case OSLO_BF16: {
+    case OSLO_DTYPE_BF16: {
       auto s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
@@ -136,16 +136,16 @@ void to_f32(oslo_dtype src_dtype, const void* src, float* dst, size_t n) {
 
 void from_f32(oslo_dtype dst_dtype, const float* src, void* dst, size_t n) {
   switch (dst_dtype) {
-    case OSLO_F32:
+    case OSLO_DTYPE_F32:
       if (static_cast<const void*>(src) != dst) std::memcpy(dst, src, n * 4);
       return;
-    case OSLO_F16: {
+    case OSLO_DTYPE_F16: {
       auto d = static_cast<uint16_t*>(dst);
       size_t i = have_f16c() ? f32_to_f16_f16c(src, d, n) : 0;
       for (; i < n; ++i) d[i] = f32_to_f16(src[i]);
       return;
     }
-    case OSLO_BF16: {
+    case OSLO_DTYPE_BF16: {
       auto d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;

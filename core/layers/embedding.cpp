@@ -30,7 +30,7 @@ ParallelEmbedding::ParallelEmbedding(Context& ctx, int64_t vocab, int64_t hidden
   start_ = p.start;
   real_rows_ = p.valid;
   weight = Tensor::zeros(ctx.backend_ptr(), dtype, {local_rows_, hidden_});
-  grad_weight = Tensor::zeros(ctx.backend_ptr(), OSLO_F32, {local_rows_, hidden_});
+  grad_weight = Tensor::zeros(ctx.backend_ptr(), OSLO_DTYPE_F32, {local_rows_, hidden_});
 }
 
 void ParallelEmbedding::load_full(const Tensor& w) {
@@ -62,7 +62,7 @@ View ParallelEmbedding::real_rows(const Tensor& t) const {
 
 void ParallelEmbedding::check_ids(const Tensor& ids) const {
   OSLO_CHECK(ids.defined(), OSLO_ERR_INVALID_ARGUMENT, "embedding: ids is NULL");
-  OSLO_CHECK(ids.dtype() == OSLO_I32 || ids.dtype() == OSLO_I64, OSLO_ERR_DTYPE,
+  OSLO_CHECK(ids.dtype() == OSLO_DTYPE_I32 || ids.dtype() == OSLO_DTYPE_I64, OSLO_ERR_DTYPE,
              "embedding: ids must be i32 or i64, got ", dtype_name(ids.dtype()));
 }
 
@@ -73,7 +73,7 @@ namespace {
 std::vector<int64_t> ids_on_host(Context& ctx, const Tensor& ids) {
   const size_t n = static_cast<size_t>(ids.numel());
   std::vector<int64_t> out(n);
-  if (ids.dtype() == OSLO_I64) {
+  if (ids.dtype() == OSLO_DTYPE_I64) {
     ctx.backend().copy(out.data(), ids.data(), n * 8, CopyKind::DeviceToHost);
   } else {
     std::vector<int32_t> tmp(n);
@@ -128,7 +128,7 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
                                   float* mean_loss, const Tensor* grad_logits) {
   require_float(logits, "logits");
   OSLO_CHECK(labels.defined(), OSLO_ERR_INVALID_ARGUMENT, "cross_entropy: labels is NULL");
-  OSLO_CHECK(labels.dtype() == OSLO_I32 || labels.dtype() == OSLO_I64, OSLO_ERR_DTYPE,
+  OSLO_CHECK(labels.dtype() == OSLO_DTYPE_I32 || labels.dtype() == OSLO_DTYPE_I64, OSLO_ERR_DTYPE,
              "cross_entropy: labels must be i32 or i64, got ", dtype_name(labels.dtype()));
   OSLO_CHECK(vocab > 0, OSLO_ERR_INVALID_ARGUMENT, "cross_entropy: vocab_size must be positive");
   const int tp = ctx.topology().tp_size();
@@ -141,7 +141,7 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   OSLO_CHECK(labels.numel() == tokens, OSLO_ERR_SHAPE, "cross_entropy: labels have ",
              labels.numel(), " elements but logits have ", tokens, " rows");
   if (losses) {
-    OSLO_CHECK(losses->dtype() == OSLO_F32, OSLO_ERR_DTYPE, "cross_entropy: losses must be f32");
+    OSLO_CHECK(losses->dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "cross_entropy: losses must be f32");
     OSLO_CHECK(losses->numel() == tokens, OSLO_ERR_SHAPE, "cross_entropy: losses have ",
                losses->numel(), " elements, expected ", tokens);
   }
@@ -168,14 +168,14 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   View x = view(logits);
   View lab = flat_ids(labels);
   // stats: gmax[T] | sumexp[T], target[T]
-  Tensor gmax = scratch(bk, OSLO_F32, {tokens});
-  Tensor sums = scratch(bk, OSLO_F32, {2, tokens});
-  View sumexp = make_view(sums.data(), OSLO_F32, {tokens});
-  View target = make_view(static_cast<float*>(sums.data()) + tokens, OSLO_F32, {tokens});
+  Tensor gmax = scratch(bk, OSLO_DTYPE_F32, {tokens});
+  Tensor sums = scratch(bk, OSLO_DTYPE_F32, {2, tokens});
+  View sumexp = make_view(sums.data(), OSLO_DTYPE_F32, {tokens});
+  View target = make_view(static_cast<float*>(sums.data()) + tokens, OSLO_DTYPE_F32, {tokens});
   be.reduce(OSLO_BK_REDUCE_MAX, view(gmax), x, nullptr, p.valid);
   if (tp > 1)
     comm_ready(ctx, OSLO_GROUP_TENSOR)
-        .all_reduce(gmax.data(), gmax.data(), static_cast<size_t>(tokens), OSLO_F32, OSLO_MAX);
+        .all_reduce(gmax.data(), gmax.data(), static_cast<size_t>(tokens), OSLO_DTYPE_F32, OSLO_REDUCE_MAX);
   View gm = view(gmax);
   be.reduce(OSLO_BK_REDUCE_SUM_EXP, sumexp, x, &gm, p.valid);
   be.gather_cols(target, x, lab, p.start, vocab, ignore_index);
@@ -206,9 +206,9 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
     View g = view(*grad_logits);
     if (p.valid < p.local) be.fill(columns(g, p.valid, p.local - p.valid), 0.0);
     if (p.valid > 0) {
-      Tensor c = scratch(bk, OSLO_F32, {tokens});
+      Tensor c = scratch(bk, OSLO_DTYPE_F32, {tokens});
       be.copy(c.data(), coef.data(), coef.size() * 4, CopyKind::HostToDevice);
-      Tensor tmp = scratch(bk, OSLO_F32, {tokens, p.valid});
+      Tensor tmp = scratch(bk, OSLO_DTYPE_F32, {tokens, p.valid});
       be.binary(OSLO_BK_SUB, view(tmp), columns(x, 0, p.valid), as_column(gm));
       be.unary(OSLO_BK_EXP, view(tmp), view(tmp));
       be.binary(OSLO_BK_MUL, columns(g, 0, p.valid), view(tmp), as_column(view(c)));

@@ -8,9 +8,10 @@
 
 namespace oslo {
 
-ParallelLinear::ParallelLinear(Context& ctx, const oslo_linear_options& o) : ctx_(ctx), opt_(o) {
-  OSLO_CHECK(o.kind == OSLO_COLUMN_PARALLEL || o.kind == OSLO_ROW_PARALLEL,
-             OSLO_ERR_INVALID_ARGUMENT, "linear: unknown kind ", static_cast<int>(o.kind));
+ParallelLinear::ParallelLinear(Context& ctx, const oslo_parallel_linear_options& o)
+    : ctx_(ctx), opt_(o) {
+  OSLO_CHECK(o.kind == OSLO_LINEAR_COLUMN || o.kind == OSLO_LINEAR_ROW, OSLO_ERR_INVALID_ARGUMENT,
+             "linear: unknown kind ", static_cast<int>(o.kind));
   OSLO_CHECK(o.in_features > 0 && o.out_features > 0, OSLO_ERR_INVALID_ARGUMENT,
              "linear: in_features (", o.in_features, ") and out_features (", o.out_features,
              ") must be positive");
@@ -33,10 +34,10 @@ ParallelLinear::ParallelLinear(Context& ctx, const oslo_linear_options& o) : ctx
   }
   auto be = ctx.backend_ptr();
   weight = Tensor::zeros(be, o.dtype, {local_out_, local_in_});
-  grad_weight = Tensor::zeros(be, OSLO_F32, {local_out_, local_in_});
+  grad_weight = Tensor::zeros(be, OSLO_DTYPE_F32, {local_out_, local_in_});
   if (o.bias) {
     bias = Tensor::zeros(be, o.dtype, {local_out_});
-    grad_bias = Tensor::zeros(be, OSLO_F32, {local_out_});
+    grad_bias = Tensor::zeros(be, OSLO_DTYPE_F32, {local_out_});
   }
 }
 
@@ -155,8 +156,8 @@ void ParallelLinear::forward(const Tensor& input, const Tensor& output) {
   // after the sum.
   Tensor partial;
   View p = y;
-  if (output.dtype() != OSLO_F32 && tp_ > 1) {
-    partial = scratch(ctx_.backend_ptr(), OSLO_F32, {rows, local_out_});
+  if (output.dtype() != OSLO_DTYPE_F32 && tp_ > 1) {
+    partial = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {rows, local_out_});
     p = view(partial);
   }
   be.matmul(p, x, wt);
@@ -184,17 +185,17 @@ void ParallelLinear::backward(const Tensor& input, const Tensor& grad_output,
 
   // Weight gradients are f32 and computed from f32 activations.
   Tensor x32_keep, dy32_keep;
-  View x32 = as_dtype(ctx_, input, OSLO_F32, &x32_keep);
-  View dy32 = as_dtype(ctx_, grad_output, OSLO_F32, &dy32_keep);
+  View x32 = as_dtype(ctx_, input, OSLO_DTYPE_F32, &x32_keep);
+  View dy32 = as_dtype(ctx_, grad_output, OSLO_DTYPE_F32, &dy32_keep);
   // Local slices of the activations this rank's weights saw.
   Tensor dy_split, x_split;
   if (column() && opt_.gather_output && tp_ > 1) {
-    dy_split = scratch(bk, OSLO_F32, {rows, local_out_});
+    dy_split = scratch(bk, OSLO_DTYPE_F32, {rows, local_out_});
     split_last_dim(ctx_, OSLO_GROUP_TENSOR, dy32, view(dy_split));
     dy32 = view(dy_split);
   }
   if (!column() && !opt_.input_is_parallel && tp_ > 1) {
-    x_split = scratch(bk, OSLO_F32, {rows, local_in_});
+    x_split = scratch(bk, OSLO_DTYPE_F32, {rows, local_in_});
     split_last_dim(ctx_, OSLO_GROUP_TENSOR, x32, view(x_split));
     x32 = view(x_split);
   }
@@ -211,7 +212,7 @@ void ParallelLinear::backward(const Tensor& input, const Tensor& grad_output,
   // dx = dy W, in the weight's dtype like the forward.
   Tensor dyw_keep;
   View dyw = dy32;
-  if (weight.dtype() != OSLO_F32) {
+  if (weight.dtype() != OSLO_DTYPE_F32) {
     dyw_keep = scratch(bk, weight.dtype(), {rows, local_out_});
     be.convert(view(dyw_keep), dy32);
     dyw = view(dyw_keep);
@@ -221,8 +222,8 @@ void ParallelLinear::backward(const Tensor& input, const Tensor& grad_output,
   if (column()) {
     Tensor acc;
     View d = dx;
-    if (grad_input->dtype() != OSLO_F32 && tp_ > 1) {
-      acc = scratch(bk, OSLO_F32, {rows, local_in_});
+    if (grad_input->dtype() != OSLO_DTYPE_F32 && tp_ > 1) {
+      acc = scratch(bk, OSLO_DTYPE_F32, {rows, local_in_});
       d = view(acc);
     }
     be.matmul(d, dyw, w);

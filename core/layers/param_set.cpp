@@ -95,7 +95,7 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
   std::vector<const ParamEntry*> counted;
   for (const auto& e : entries_) {
     if (!e.grad.defined()) continue;
-    OSLO_CHECK(e.grad.dtype() == OSLO_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '", e.name,
+    OSLO_CHECK(e.grad.dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '", e.name,
                "' must be f32");
     // Replicated gradients are the same on every tensor rank: count them once.
     if (e.split_dim < 0 && !tp_first && !inf) continue;
@@ -103,15 +103,15 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
   }
   double local = 0;
   if (!counted.empty()) {
-    Tensor slots = scratch(bk, OSLO_F32, {static_cast<int64_t>(counted.size())});
+    Tensor slots = scratch(bk, OSLO_DTYPE_F32, {static_cast<int64_t>(counted.size())});
     for (size_t i = 0; i < counted.size(); ++i) {
       const Tensor& g = counted[i]->grad;
-      View flat = make_view(g.data(), OSLO_F32, {1, g.numel()});
-      View slot = make_view(static_cast<float*>(slots.data()) + i, OSLO_F32, {1});
+      View flat = make_view(g.data(), OSLO_DTYPE_F32, {1, g.numel()});
+      View slot = make_view(static_cast<float*>(slots.data()) + i, OSLO_DTYPE_F32, {1});
       if (inf) {
         be.reduce(OSLO_BK_REDUCE_MAX_ABS, slot, flat);
       } else {
-        Tensor pw = scratch(bk, OSLO_F32, {1, g.numel()});
+        Tensor pw = scratch(bk, OSLO_DTYPE_F32, {1, g.numel()});
         be.unary(OSLO_BK_ABS_POW, view(pw), flat, static_cast<float>(norm_type));
         be.reduce(OSLO_BK_REDUCE_SUM, slot, view(pw));
       }
@@ -131,10 +131,10 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
     float pair[2];
     pair[0] = static_cast<float>(total);
     pair[1] = static_cast<float>(total - static_cast<double>(pair[0]));
-    Tensor mine = scratch(bk, OSLO_F32, {2});
-    Tensor all = scratch(bk, OSLO_F32, {c.size(), 2});
+    Tensor mine = scratch(bk, OSLO_DTYPE_F32, {2});
+    Tensor all = scratch(bk, OSLO_DTYPE_F32, {c.size(), 2});
     be.copy(mine.data(), pair, sizeof pair, CopyKind::HostToDevice);
-    comm_ready(ctx_, g).all_gather(mine.data(), all.data(), 2, OSLO_F32);
+    comm_ready(ctx_, g).all_gather(mine.data(), all.data(), 2, OSLO_DTYPE_F32);
     std::vector<float> host(static_cast<size_t>(2 * c.size()));
     be.copy(host.data(), all.data(), host.size() * 4, CopyKind::DeviceToHost);
     total = 0.0;

@@ -25,7 +25,7 @@ static void expect_failure(const char *backend, oslo_status want, const char *ne
   char cfg[512];
   snprintf(cfg, sizeof cfg, "{\"backend\": \"%s\"}", backend);
   oslo_context *ctx = (oslo_context *)1;
-  oslo_status st = oslo_context_create(&ctx, cfg);
+  oslo_status st = oslo_context_create(cfg, &ctx);
   char what[256];
   snprintf(what, sizeof what, "backend '%.40s': status %d (want %d), message names '%s'", backend,
            (int)st, (int)want, needle);
@@ -36,26 +36,27 @@ static void expect_failure(const char *backend, oslo_status want, const char *ne
 int main(void) {
   /* A real plugin: a 2x3 column linear forward equals x W^T + b. */
   oslo_context *ctx = NULL;
-  oslo_status st = oslo_context_create(&ctx, "{\"backend\": \"cpu_plugin\"}");
+  oslo_status st = oslo_context_create("{\"backend\": \"cpu_plugin\"}", &ctx);
   check(st == OSLO_OK, "the cpu_plugin plugin loads");
   if (st == OSLO_OK) {
     const char *name = NULL;
-    oslo_context_backend(&name, NULL, ctx, OSLO_GROUP_WORLD);
+    oslo_context_backend(ctx, OSLO_GROUP_WORLD, &name, NULL);
     check(name && strcmp(name, "cpu_plugin") == 0, "the context reports the plugin's name");
-    oslo_linear_options o = oslo_linear_default_options();
+    oslo_parallel_linear_options o;
+    oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
     o.in_features = 3;
     o.out_features = 2;
     oslo_parallel_linear *l = NULL;
-    check(oslo_parallel_linear_create(&l, ctx, &o) == OSLO_OK, "linear on the plugin");
+    check(oslo_parallel_linear_create(ctx, &o, &l) == OSLO_OK, "linear on the plugin");
     float w[6] = {1, 2, 3, 4, 5, 6}, b[2] = {0.5f, -1}, x[3] = {1, -1, 2}, y[2] = {0, 0};
     int64_t ws[2] = {2, 3}, bs[1] = {2}, xs[2] = {1, 3}, ys[2] = {1, 2};
     oslo_tensor *tw = NULL, *tb = NULL, *tx = NULL, *ty = NULL;
-    oslo_tensor_wrap(&tw, ctx, w, OSLO_F32, 2, ws);
-    oslo_tensor_wrap(&tb, ctx, b, OSLO_F32, 1, bs);
-    oslo_tensor_wrap(&tx, ctx, x, OSLO_F32, 2, xs);
-    oslo_tensor_wrap(&ty, ctx, y, OSLO_F32, 2, ys);
+    oslo_tensor_wrap(ctx, w, OSLO_DTYPE_F32, 2, ws, &tw);
+    oslo_tensor_wrap(ctx, b, OSLO_DTYPE_F32, 1, bs, &tb);
+    oslo_tensor_wrap(ctx, x, OSLO_DTYPE_F32, 2, xs, &tx);
+    oslo_tensor_wrap(ctx, y, OSLO_DTYPE_F32, 2, ys, &ty);
     check(oslo_parallel_linear_load_full(l, tw, tb) == OSLO_OK, "load on the plugin");
-    check(oslo_parallel_linear_forward(ty, l, tx) == OSLO_OK, "forward on the plugin");
+    check(oslo_parallel_linear_forward(l, tx, ty) == OSLO_OK, "forward on the plugin");
     check(y[0] == 1 - 2 + 6 + 0.5f && y[1] == 4 - 5 + 12 - 1, "plugin forward values");
     oslo_tensor_destroy(tw);
     oslo_tensor_destroy(tb);
@@ -78,7 +79,7 @@ int main(void) {
   memset(cfg + strlen(cfg), 'a', n);
   strcpy(cfg + 13 + n, "\"}");
   oslo_context *c2 = (oslo_context *)1;
-  st = oslo_context_create(&c2, cfg);
+  st = oslo_context_create(cfg, &c2);
   check(st == OSLO_ERR_CONFIG && c2 == NULL, "a 1 MiB backend name is a config error");
   check(strlen(oslo_last_error()) < 4096, "the message does not echo the whole name");
   free(cfg);

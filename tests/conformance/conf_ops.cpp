@@ -39,7 +39,7 @@ void check(bool ok, const std::string& what) {
 }
 
 double tol(oslo_dtype dt) {
-  return dt == OSLO_BF16 ? 1.6e-2 : dt == OSLO_F16 ? 2e-3 : 1e-5;
+  return dt == OSLO_DTYPE_BF16 ? 1.6e-2 : dt == OSLO_DTYPE_F16 ? 2e-3 : 1e-5;
 }
 
 uint64_t g_seed = 1;
@@ -54,8 +54,8 @@ double rnd() {
 // The value as stored in dt.
 double quant(double v, oslo_dtype dt) {
   float f = static_cast<float>(v);
-  if (dt == OSLO_BF16) return bf16_to_f32(f32_to_bf16(f));
-  if (dt == OSLO_F16) return f16_to_f32(f32_to_f16(f));
+  if (dt == OSLO_DTYPE_BF16) return bf16_to_f32(f32_to_bf16(f));
+  if (dt == OSLO_DTYPE_F16) return f16_to_f32(f32_to_f16(f));
   return f;
 }
 
@@ -81,22 +81,22 @@ struct Dev {
     std::vector<char> raw(bytes);
     for (size_t i = 0; i < n; ++i) {
       switch (v.dtype) {
-        case OSLO_F32: {
+        case OSLO_DTYPE_F32: {
           float f = static_cast<float>(host[i]);
           std::memcpy(raw.data() + 4 * i, &f, 4);
           break;
         }
-        case OSLO_BF16: {
+        case OSLO_DTYPE_BF16: {
           uint16_t h = f32_to_bf16(static_cast<float>(host[i]));
           std::memcpy(raw.data() + 2 * i, &h, 2);
           break;
         }
-        case OSLO_F16: {
+        case OSLO_DTYPE_F16: {
           uint16_t h = f32_to_f16(static_cast<float>(host[i]));
           std::memcpy(raw.data() + 2 * i, &h, 2);
           break;
         }
-        case OSLO_I32: {
+        case OSLO_DTYPE_I32: {
           int32_t x = static_cast<int32_t>(host[i]);
           std::memcpy(raw.data() + 4 * i, &x, 4);
           break;
@@ -116,25 +116,25 @@ struct Dev {
     std::vector<double> out(n);
     for (size_t i = 0; i < n; ++i) {
       switch (v.dtype) {
-        case OSLO_F32: {
+        case OSLO_DTYPE_F32: {
           float f;
           std::memcpy(&f, raw.data() + 4 * i, 4);
           out[i] = f;
           break;
         }
-        case OSLO_BF16: {
+        case OSLO_DTYPE_BF16: {
           uint16_t h;
           std::memcpy(&h, raw.data() + 2 * i, 2);
           out[i] = bf16_to_f32(h);
           break;
         }
-        case OSLO_F16: {
+        case OSLO_DTYPE_F16: {
           uint16_t h;
           std::memcpy(&h, raw.data() + 2 * i, 2);
           out[i] = f16_to_f32(h);
           break;
         }
-        case OSLO_I32: {
+        case OSLO_DTYPE_I32: {
           int32_t x;
           std::memcpy(&x, raw.data() + 4 * i, 4);
           out[i] = x;
@@ -184,7 +184,7 @@ std::string fmt(const char* f, ...) {
   return buf;
 }
 
-const oslo_dtype kFloats[] = {OSLO_F32, OSLO_F16, OSLO_BF16};
+const oslo_dtype kFloats[] = {OSLO_DTYPE_F32, OSLO_DTYPE_F16, OSLO_DTYPE_BF16};
 
 // ---- cases ----------------------------------------------------------------
 
@@ -205,25 +205,25 @@ void test_convert(const std::shared_ptr<Backend>& be) {
   // Transposed copy and broadcast of a row.
   g_case = "convert transpose";
   {
-    Dev a(be, OSLO_F32, {5, 3});
-    auto h = random_in(15, OSLO_F32);
+    Dev a(be, OSLO_DTYPE_F32, {5, 3});
+    auto h = random_in(15, OSLO_DTYPE_F32);
     a.upload(h);
-    Dev b(be, OSLO_BF16, {3, 5});
+    Dev b(be, OSLO_DTYPE_BF16, {3, 5});
     View t = a.v;
     std::swap(t.shape[0], t.shape[1]);
     std::swap(t.strides[0], t.strides[1]);
     be->convert(b.v, t);
     std::vector<double> ref(15);
     for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 5; ++j) ref[i * 5 + j] = quant(h[j * 3 + i], OSLO_BF16);
+      for (int j = 0; j < 5; ++j) ref[i * 5 + j] = quant(h[j * 3 + i], OSLO_DTYPE_BF16);
     check(close(b.download(), ref, 1e-7), "transposed values");
   }
   g_case = "convert broadcast";
   {
-    Dev a(be, OSLO_F16, {4});
-    auto h = random_in(4, OSLO_F16);
+    Dev a(be, OSLO_DTYPE_F16, {4});
+    auto h = random_in(4, OSLO_DTYPE_F16);
     a.upload(h);
-    Dev b(be, OSLO_F32, {3, 4});
+    Dev b(be, OSLO_DTYPE_F32, {3, 4});
     be->convert(b.v, a.v);
     std::vector<double> ref(12);
     for (int i = 0; i < 12; ++i) ref[i] = h[i % 4];
@@ -231,12 +231,12 @@ void test_convert(const std::shared_ptr<Backend>& be) {
   }
   g_case = "convert ints";
   {
-    Dev a(be, OSLO_I64, {5});
+    Dev a(be, OSLO_DTYPE_I64, {5});
     a.upload({-3, 0, 7, 123456789, -2147483648.0});
-    Dev b(be, OSLO_I32, {5});
+    Dev b(be, OSLO_DTYPE_I32, {5});
     be->convert(b.v, a.v);
     check(b.download() == std::vector<double>({-3, 0, 7, 123456789, -2147483648.0}), "i64->i32");
-    Dev f(be, OSLO_F32, {5});
+    Dev f(be, OSLO_DTYPE_F32, {5});
     oslo_status st = OSLO_OK;
     try {
       be->convert(f.v, a.v);
@@ -272,7 +272,7 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
   };
   const Shape shapes[] = {{1, 64, 48}, {3, 33, 17}, {8, 40, 100}, {37, 64, 80}, {65, 96, 130}};
   for (oslo_dtype dt : kFloats)
-    for (oslo_dtype cdt : {OSLO_F32, dt})
+    for (oslo_dtype cdt : {OSLO_DTYPE_F32, dt})
       for (const Shape& s : shapes)
         for (bool w_layout : {true, false})
           for (int epi = 0; epi < 2; ++epi) {
@@ -298,8 +298,8 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
               c.upload(hc);
             else
               be->fill(c.v, std::nan(""));  // beta == 0 must ignore NaN in c
-            Dev bias(be, OSLO_F32, {s.N});
-            auto hbias = random_in(static_cast<size_t>(s.N), OSLO_F32);
+            Dev bias(be, OSLO_DTYPE_F32, {s.N});
+            auto hbias = random_in(static_cast<size_t>(s.N), OSLO_DTYPE_F32);
             bias.upload(hbias);
             const float alpha = epi ? 0.5f : 1.f, beta = epi ? -2.f : 0.f;
             be->matmul(c.v, a.v, bv, epi ? &bias.v : nullptr, alpha, beta);
@@ -319,7 +319,7 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
     Dev b(be, dt, {1, K, N});
     auto hb = random_in(static_cast<size_t>(K * N), dt);
     b.upload(hb);
-    Dev c(be, OSLO_F32, {B, M, N});
+    Dev c(be, OSLO_DTYPE_F32, {B, M, N});
     be->matmul(c.v, a.v, b.v);
     std::vector<double> ref(static_cast<size_t>(B * M * N));
     for (int64_t bi = 0; bi < B; ++bi) {
@@ -332,14 +332,14 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
   }
   g_case = "matmul K=0";
   {
-    Dev a(be, OSLO_F32, {2, 0}), b(be, OSLO_F32, {0, 3}), c(be, OSLO_F32, {2, 3});
+    Dev a(be, OSLO_DTYPE_F32, {2, 0}), b(be, OSLO_DTYPE_F32, {0, 3}), c(be, OSLO_DTYPE_F32, {2, 3});
     be->fill(c.v, 7);
     be->matmul(c.v, a.v, b.v);
     check(c.download() == std::vector<double>(6, 0.0), "empty product is zero");
   }
   g_case = "matmul errors";
   {
-    Dev a(be, OSLO_F32, {2, 3}), b(be, OSLO_BF16, {3, 4}), c(be, OSLO_F32, {2, 4});
+    Dev a(be, OSLO_DTYPE_F32, {2, 3}), b(be, OSLO_DTYPE_BF16, {3, 4}), c(be, OSLO_DTYPE_F32, {2, 4});
     oslo_status st = OSLO_OK;
     try {
       be->matmul(c.v, a.v, b.v);
@@ -347,7 +347,7 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
       st = e.status();
     }
     check(st == OSLO_ERR_DTYPE, "mixed a/b dtypes refused");
-    Dev b2(be, OSLO_F32, {4, 4});
+    Dev b2(be, OSLO_DTYPE_F32, {4, 4});
     st = OSLO_OK;
     try {
       be->matmul(c.v, a.v, b2.v);
@@ -483,11 +483,11 @@ void test_reduce(const std::shared_ptr<Backend>& be) {
             Dev x(be, dt, {R, cols});
             auto hx = random_in(static_cast<size_t>(R * cols), dt, 2.0);
             x.upload(hx);
-            Dev shift(be, OSLO_F32, {R});
-            auto hs = random_in(static_cast<size_t>(R), OSLO_F32);
+            Dev shift(be, OSLO_DTYPE_F32, {R});
+            auto hs = random_in(static_cast<size_t>(R), OSLO_DTYPE_F32);
             shift.upload(hs);
-            Dev out(be, OSLO_F32, {R});
-            auto ho = random_in(static_cast<size_t>(R), OSLO_F32);
+            Dev out(be, OSLO_DTYPE_F32, {R});
+            auto ho = random_in(static_cast<size_t>(R), OSLO_DTYPE_F32);
             out.upload(ho);
             be->reduce(op, out.v, x.v, &shift.v, valid, acc != 0);
             const int64_t n = valid < 0 ? cols : valid;
@@ -511,10 +511,10 @@ void test_reduce(const std::shared_ptr<Backend>& be) {
   g_case = "reduce long row";
   {
     const int64_t n = 300001;
-    Dev x(be, OSLO_F32, {1, n});
-    auto hx = random_in(static_cast<size_t>(n), OSLO_F32);
+    Dev x(be, OSLO_DTYPE_F32, {1, n});
+    auto hx = random_in(static_cast<size_t>(n), OSLO_DTYPE_F32);
     x.upload(hx);
-    Dev out(be, OSLO_F32, {1});
+    Dev out(be, OSLO_DTYPE_F32, {1});
     be->reduce(OSLO_BK_REDUCE_SUM, out.v, x.v);
     double s = 0;
     for (double v : hx) s += v;
@@ -523,9 +523,9 @@ void test_reduce(const std::shared_ptr<Backend>& be) {
   }
   g_case = "reduce max NaN";
   {
-    Dev x(be, OSLO_F32, {1, 4});
+    Dev x(be, OSLO_DTYPE_F32, {1, 4});
     x.upload({1, NAN, 3, 2});
-    Dev out(be, OSLO_F32, {1});
+    Dev out(be, OSLO_DTYPE_F32, {1});
     be->reduce(OSLO_BK_REDUCE_MAX, out.v, x.v);
     check(std::isnan(out.download()[0]), "NaN wins max");
   }
@@ -535,8 +535,8 @@ void test_reduce(const std::shared_ptr<Backend>& be) {
     Dev x(be, dt, {R, C});
     auto hx = random_in(static_cast<size_t>(R * C), dt);
     x.upload(hx);
-    Dev out(be, OSLO_F32, {C});
-    auto ho = random_in(static_cast<size_t>(C), OSLO_F32);
+    Dev out(be, OSLO_DTYPE_F32, {C});
+    auto ho = random_in(static_cast<size_t>(C), OSLO_DTYPE_F32);
     out.upload(ho);
     be->sum_rows(out.v, x.v, true);
     std::vector<double> ref = ho;
@@ -555,7 +555,7 @@ void test_softmax_norm(const std::shared_ptr<Backend>& be) {
         Dev x(be, dt, {B, Q, K}), y(be, dt, {B, Q, K});
         auto hx = random_in(static_cast<size_t>(B * Q * K), dt, 4.0);
         x.upload(hx);
-        Dev mask(be, OSLO_F32, {K});
+        Dev mask(be, OSLO_DTYPE_F32, {K});
         std::vector<double> hm(static_cast<size_t>(K), 0.0);
         hm[2] = -INFINITY;
         hm[4] = -1.5;
@@ -579,7 +579,7 @@ void test_softmax_norm(const std::shared_ptr<Backend>& be) {
         double e;
         check(close(y.download(), ref, tol(dt), &e), fmt("err %g", e));
         // Backward.
-        Dev gy(be, dt, {B, Q, K}), gx(be, OSLO_F32, {B, Q, K});
+        Dev gy(be, dt, {B, Q, K}), gx(be, OSLO_DTYPE_F32, {B, Q, K});
         auto hg = random_in(hx.size(), dt);
         gy.upload(hg);
         auto hy = y.download();
@@ -626,7 +626,7 @@ void test_softmax_norm(const std::shared_ptr<Backend>& be) {
 
 void test_gather_scatter(const std::shared_ptr<Backend>& be) {
   for (oslo_dtype dt : kFloats)
-    for (oslo_dtype it : {OSLO_I32, OSLO_I64}) {
+    for (oslo_dtype it : {OSLO_DTYPE_I32, OSLO_DTYPE_I64}) {
       g_case = fmt("gather_rows %s %s", dtype_name(dt), dtype_name(it));
       const int64_t rows = 5, H = 8, offset = 10, limit = 20;
       Dev table(be, dt, {rows, H});
@@ -635,7 +635,7 @@ void test_gather_scatter(const std::shared_ptr<Backend>& be) {
       std::vector<double> ids = {10, 14, 3, 12, 19, 10};
       Dev id(be, it, {static_cast<int64_t>(ids.size())});
       id.upload(ids);
-      Dev out(be, OSLO_F32, {static_cast<int64_t>(ids.size()), H});
+      Dev out(be, OSLO_DTYPE_F32, {static_cast<int64_t>(ids.size()), H});
       be->gather_rows(out.v, table.v, id.v, offset, limit);
       std::vector<double> ref(ids.size() * H, 0.0);
       for (size_t t = 0; t < ids.size(); ++t) {
@@ -645,7 +645,7 @@ void test_gather_scatter(const std::shared_ptr<Backend>& be) {
       }
       check(close(out.download(), ref, 0), "gathered rows, zeros off range");
       // Scatter: table += src at each in-range id, in order (10 twice).
-      Dev grad(be, OSLO_F32, {rows, H});
+      Dev grad(be, OSLO_DTYPE_F32, {rows, H});
       be->fill(grad.v, 0);
       Dev src(be, dt, {static_cast<int64_t>(ids.size()), H});
       auto hs = random_in(ids.size() * H, dt);
@@ -664,7 +664,7 @@ void test_gather_scatter(const std::shared_ptr<Backend>& be) {
       oslo_status st = OSLO_OK;
       std::string msg;
       try {
-        be->gather_rows(make_view(out.p, OSLO_F32, {2, H}), table.v, bad.v, offset, limit);
+        be->gather_rows(make_view(out.p, OSLO_DTYPE_F32, {2, H}), table.v, bad.v, offset, limit);
       } catch (const Error& e) {
         st = e.status();
         msg = e.what();
@@ -679,9 +679,9 @@ void test_gather_scatter(const std::shared_ptr<Backend>& be) {
     auto hx = random_in(static_cast<size_t>(T * C), dt);
     x.upload(hx);
     std::vector<double> idx = {7, 2, -100, 11, 6};
-    Dev id(be, OSLO_I64, {T});
+    Dev id(be, OSLO_DTYPE_I64, {T});
     id.upload(idx);
-    Dev out(be, OSLO_F32, {T});
+    Dev out(be, OSLO_DTYPE_F32, {T});
     be->gather_cols(out.v, x.v, id.v, offset, limit, ignore);
     std::vector<double> ref(static_cast<size_t>(T), 0.0);
     for (int64_t t = 0; t < T; ++t) {
@@ -689,7 +689,7 @@ void test_gather_scatter(const std::shared_ptr<Backend>& be) {
       if (idx[t] != ignore && c >= 0 && c < C) ref[t] = hx[t * C + c];
     }
     check(close(out.download(), ref, 0), "picked columns");
-    Dev g(be, OSLO_F32, {T, C});
+    Dev g(be, OSLO_DTYPE_F32, {T, C});
     be->fill(g.v, 1.0);
     be->scatter_add_cols(g.v, id.v, offset, ignore, -0.25f);
     std::vector<double> rg(static_cast<size_t>(T * C), 1.0);
@@ -698,7 +698,7 @@ void test_gather_scatter(const std::shared_ptr<Backend>& be) {
       if (idx[t] != ignore && c >= 0 && c < C) rg[t * C + c] -= 0.25;
     }
     check(close(g.download(), rg, 0), "added at columns");
-    Dev bad(be, OSLO_I64, {T});
+    Dev bad(be, OSLO_DTYPE_I64, {T});
     bad.upload({7, 2, 12, 11, 6});
     oslo_status st = OSLO_OK;
     try {

@@ -77,8 +77,10 @@ class ServerProcess {
   int ctl_ = -1;
   int port_ = -1;
 };
-constexpr oslo_dtype kDtypes[] = {OSLO_F32, OSLO_F16, OSLO_BF16, OSLO_I32, OSLO_I64};
-constexpr oslo_reduce_op kOps[] = {OSLO_SUM, OSLO_AVG, OSLO_MAX, OSLO_MIN};
+constexpr oslo_dtype kDtypes[] = {OSLO_DTYPE_F32, OSLO_DTYPE_F16, OSLO_DTYPE_BF16, OSLO_DTYPE_I32,
+                                  OSLO_DTYPE_I64};
+constexpr oslo_reduce_op kOps[] = {OSLO_REDUCE_SUM, OSLO_REDUCE_AVG, OSLO_REDUCE_MAX,
+                                   OSLO_REDUCE_MIN};
 const size_t kSizes[] = {0, 1, 7, 4096};
 constexpr size_t kLarge = (size_t(4) << 20) + 3;  // ~4M elements, not a multiple of n
 
@@ -103,7 +105,7 @@ int64_t base_value(int rank, size_t i) {
 }
 
 int64_t int_scale(oslo_dtype dt) {
-  return dt == OSLO_I64 ? 3000000007LL : 100000;
+  return dt == OSLO_DTYPE_I64 ? 3000000007LL : 100000;
 }
 
 // Buffer of count elements of rank's input, in dtype dt.
@@ -112,10 +114,10 @@ std::vector<uint8_t> make_input(oslo_dtype dt, int rank, size_t count, size_t fi
   for (size_t i = 0; i < count; ++i) {
     int64_t v = base_value(rank, first + i);
     switch (dt) {
-      case OSLO_I32:
+      case OSLO_DTYPE_I32:
         reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(v * int_scale(dt));
         break;
-      case OSLO_I64: reinterpret_cast<int64_t*>(b.data())[i] = v * int_scale(dt); break;
+      case OSLO_DTYPE_I64: reinterpret_cast<int64_t*>(b.data())[i] = v * int_scale(dt); break;
       default: {
         float f = static_cast<float>(v);
         oslo::from_f32(dt, &f, b.data() + i * oslo::dtype_size(dt), 1);
@@ -138,21 +140,21 @@ std::vector<uint8_t> expected_reduce(oslo_dtype dt, oslo_reduce_op op, int n, si
       mx = std::max(mx, v);
       mn = std::min(mn, v);
     }
-    if (dt == OSLO_I32 || dt == OSLO_I64) {
+    if (dt == OSLO_DTYPE_I32 || dt == OSLO_DTYPE_I64) {
       int64_t s = int_scale(dt);
-      int64_t r = op == OSLO_SUM   ? sum * s
-                  : op == OSLO_AVG ? (sum * s) / n
-                  : op == OSLO_MAX ? mx * s
-                                   : mn * s;
-      if (dt == OSLO_I32)
+      int64_t r = op == OSLO_REDUCE_SUM   ? sum * s
+                  : op == OSLO_REDUCE_AVG ? (sum * s) / n
+                  : op == OSLO_REDUCE_MAX ? mx * s
+                                          : mn * s;
+      if (dt == OSLO_DTYPE_I32)
         reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(r);
       else
         reinterpret_cast<int64_t*>(b.data())[i] = r;
     } else {
-      float f = op == OSLO_SUM   ? static_cast<float>(sum)
-                : op == OSLO_AVG ? static_cast<float>(sum) / static_cast<float>(n)
-                : op == OSLO_MAX ? static_cast<float>(mx)
-                                 : static_cast<float>(mn);
+      float f = op == OSLO_REDUCE_SUM   ? static_cast<float>(sum)
+                : op == OSLO_REDUCE_AVG ? static_cast<float>(sum) / static_cast<float>(n)
+                : op == OSLO_REDUCE_MAX ? static_cast<float>(mx)
+                                        : static_cast<float>(mn);
       oslo::from_f32(dt, &f, b.data() + i * oslo::dtype_size(dt), 1);
     }
   }
@@ -326,11 +328,11 @@ int check_bitwise_agreement(Communicator& c) {
   // Reference: sum in rank order 0..n-1 in f32.
   for (int p = 0; p < n; ++p)
     for (size_t i = 0; i < count; ++i) want[i] = p == 0 ? noise(0, i) : want[i] + noise(p, i);
-  c.all_reduce(in.data(), out.data(), count, OSLO_F32, OSLO_SUM);
+  c.all_reduce(in.data(), out.data(), count, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
   CHECK(std::memcmp(want.data(), out.data(), count * 4) == 0, "f32 sum not rank-ordered");
   // Every rank holds the same bits: gather everybody's result and compare.
   std::vector<float> all(count * n);
-  c.all_gather(out.data(), all.data(), count, OSLO_F32);
+  c.all_gather(out.data(), all.data(), count, OSLO_DTYPE_F32);
   for (int p = 0; p < n; ++p)
     CHECK(std::memcmp(all.data() + p * count, out.data(), count * 4) == 0,
           "rank %d's result differs", p);
@@ -344,18 +346,18 @@ int check_bitwise_agreement(Communicator& c) {
       acc[i] = p == 0 ? v : acc[i] + v;
     }
   for (size_t i = 0; i < count; ++i) bwant[i] = oslo::f32_to_bf16(acc[i] / static_cast<float>(n));
-  c.all_reduce(bin.data(), bout.data(), count, OSLO_BF16, OSLO_AVG);
+  c.all_reduce(bin.data(), bout.data(), count, OSLO_DTYPE_BF16, OSLO_REDUCE_AVG);
   CHECK(bwant == bout, "bf16 avg differs from f32 accumulation rounded once");
   return failures;
 }
 
 int check_large(Communicator& c) {
   int failures = 0;
-  failures += check_all_reduce(c, kLarge, OSLO_F32, OSLO_SUM);
-  failures += check_all_reduce(c, kLarge, OSLO_BF16, OSLO_AVG);
-  failures += check_all_gather(c, kLarge / c.size(), OSLO_F32);
-  failures += check_reduce_scatter(c, kLarge / c.size(), OSLO_I64, OSLO_MAX);
-  failures += check_broadcast(c, kLarge / 4, OSLO_F16);
+  failures += check_all_reduce(c, kLarge, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+  failures += check_all_reduce(c, kLarge, OSLO_DTYPE_BF16, OSLO_REDUCE_AVG);
+  failures += check_all_gather(c, kLarge / c.size(), OSLO_DTYPE_F32);
+  failures += check_reduce_scatter(c, kLarge / c.size(), OSLO_DTYPE_I64, OSLO_REDUCE_MAX);
+  failures += check_broadcast(c, kLarge / 4, OSLO_DTYPE_F16);
   return failures;
 }
 
@@ -381,10 +383,11 @@ int run_all_ops(Communicator& c, bool large) {
   c.barrier();
   // Argument errors are reported without breaking the communicator.
   float x = 0;
-  CHECK(status_of([&] { c.broadcast(&x, 1, OSLO_F32, c.size()); }) == OSLO_ERR_INVALID_ARGUMENT,
-        "bad root");
+  CHECK(
+      status_of([&] { c.broadcast(&x, 1, OSLO_DTYPE_F32, c.size()); }) == OSLO_ERR_INVALID_ARGUMENT,
+      "bad root");
   CHECK(status_of([&] { c.send(&x, 4, c.rank()); }) == OSLO_ERR_INVALID_ARGUMENT, "send to self");
-  CHECK(status_of([&] { c.all_reduce(&x, &x, 1, static_cast<oslo_dtype>(7), OSLO_SUM); }) ==
+  CHECK(status_of([&] { c.all_reduce(&x, &x, 1, static_cast<oslo_dtype>(7), OSLO_REDUCE_SUM); }) ==
             OSLO_ERR_DTYPE,
         "bad dtype");
   c.barrier();
@@ -490,13 +493,13 @@ void test_misc_single_rank(void**) {
   auto c = join(server, unique_prefix("single"), 0, 1, 5);
   assert_int_equal(c->size(), 1);
   int32_t v[3] = {1, -2, 3}, o[3] = {0, 0, 0};
-  c->all_reduce(v, o, 3, OSLO_I32, OSLO_AVG);
+  c->all_reduce(v, o, 3, OSLO_DTYPE_I32, OSLO_REDUCE_AVG);
   assert_memory_equal(v, o, sizeof v);
-  c->all_gather(v, o, 3, OSLO_I32);
+  c->all_gather(v, o, 3, OSLO_DTYPE_I32);
   assert_memory_equal(v, o, sizeof v);
-  c->reduce_scatter(v, o, 3, OSLO_I32, OSLO_MAX);
+  c->reduce_scatter(v, o, 3, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
   assert_memory_equal(v, o, sizeof v);
-  c->broadcast(v, 3, OSLO_I32, 0);
+  c->broadcast(v, 3, OSLO_DTYPE_I32, 0);
   c->barrier();
 }
 
@@ -517,7 +520,7 @@ void test_fault_sigkill_mid_allreduce(void**) {
           auto t0 = std::chrono::steady_clock::now();
           oslo_status st = status_of(
               [&] {
-                c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_F32, OSLO_SUM);
+                c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
                 std::fill(buf.begin(), buf.end(), 1.0f);
               },
               &msg);
@@ -553,28 +556,31 @@ void test_fault_sigstop_times_out(void**) {
   constexpr int n = 3;
   constexpr double timeout = 2.0;
   ServerProcess server;
-  auto pids = spawn_ranks(
-      n, timeout, server.port(), unique_prefix("stop"),
-      [](Communicator& c, TcpStore& s, int r) -> int {
-        c.barrier();
-        if (r == n - 1) {
-          s.set("stopping", test_util::bytes("1"));
-          raise(SIGSTOP);
-          return 0;
-        }
-        s.wait({"stopping"}, Deadline(10));
-        std::vector<float> buf(1000, 1.0f);
-        std::string msg;
-        auto t0 = std::chrono::steady_clock::now();
-        oslo_status st = status_of(
-            [&] { c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_F32, OSLO_SUM); }, &msg);
-        double took = test_util::seconds_since(t0);
-        std::fprintf(stderr, "rank %d: %.2f s: %s\n", r, took, msg.c_str());
-        if (st != OSLO_ERR_TIMEOUT) return 2;
-        if (took < 0.9 * timeout || took > 2 * timeout) return 3;
-        if (std::strstr(msg.c_str(), "all_reduce") == nullptr) return 4;
-        return 0;
-      });
+  auto pids = spawn_ranks(n, timeout, server.port(), unique_prefix("stop"),
+                          [](Communicator& c, TcpStore& s, int r) -> int {
+                            c.barrier();
+                            if (r == n - 1) {
+                              s.set("stopping", test_util::bytes("1"));
+                              raise(SIGSTOP);
+                              return 0;
+                            }
+                            s.wait({"stopping"}, Deadline(10));
+                            std::vector<float> buf(1000, 1.0f);
+                            std::string msg;
+                            auto t0 = std::chrono::steady_clock::now();
+                            oslo_status st = status_of(
+                                [&] {
+                                  c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_DTYPE_F32,
+                                               OSLO_REDUCE_SUM);
+                                },
+                                &msg);
+                            double took = test_util::seconds_since(t0);
+                            std::fprintf(stderr, "rank %d: %.2f s: %s\n", r, took, msg.c_str());
+                            if (st != OSLO_ERR_TIMEOUT) return 2;
+                            if (took < 0.9 * timeout || took > 2 * timeout) return 3;
+                            if (std::strstr(msg.c_str(), "all_reduce") == nullptr) return 4;
+                            return 0;
+                          });
   for (int r = 0; r < n - 1; ++r) assert_int_equal(test_util::wait_child(pids[r], 3 * timeout), 0);
   test_util::kill_children(nullptr);
 }
@@ -850,7 +856,9 @@ void test_misc_bad_local_address(void**) {
   std::string msg;
   // 192.0.2.1 is TEST-NET-1 (RFC 5737): never an address of this host.
   oslo_status st = test_util::status_of(
-      [&] { oslo::create_gloo_communicator(store, unique_prefix("badaddr"), 0, 2, 1.0, "192.0.2.1"); },
+      [&] {
+        oslo::create_gloo_communicator(store, unique_prefix("badaddr"), 0, 2, 1.0, "192.0.2.1");
+      },
       &msg);
   assert_int_equal(st, OSLO_ERR_IO);
   assert_non_null(std::strstr(msg.c_str(), "192.0.2.1"));

@@ -118,12 +118,13 @@ int fault_loop(const Case& cs, int r, int n, SharedReports& reps) {
   try {
     for (long it = 0; now_s() < end; ++it) {
       std::fill(small.begin(), small.end(), 1.0f);
-      c->all_reduce(small.data(), small.data(), small.size(), OSLO_F32, OSLO_SUM);
+      c->all_reduce(small.data(), small.data(), small.size(), OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
       if (small[5] != static_cast<float>(n)) {
         set_msg(reps[r], "wrong result");
         return 5;
       }
-      if (it % 4 == 0) c->all_reduce(big.data(), big.data(), big.size(), OSLO_F32, OSLO_MAX);
+      if (it % 4 == 0)
+        c->all_reduce(big.data(), big.data(), big.size(), OSLO_DTYPE_F32, OSLO_REDUCE_MAX);
     }
   } catch (const oslo::Error& e) {
     reps[r].err_time = now_s();

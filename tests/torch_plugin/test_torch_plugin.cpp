@@ -51,7 +51,7 @@ const double kInf = std::numeric_limits<double>::infinity();
 // -- dtypes (reference conversions, not ATen's) ---------------------------------
 
 size_t dtype_size(oslo_dtype dt) {
-  return dt == OSLO_F32 || dt == OSLO_I32 ? 4 : dt == OSLO_I64 ? 8 : 2;
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_I32 ? 4 : dt == OSLO_DTYPE_I64 ? 8 : 2;
 }
 
 uint16_t f32_to_bf16(float f) {
@@ -70,22 +70,22 @@ float bf16_to_f32(uint16_t h) {
 
 const char* dname(oslo_dtype dt) {
   switch (dt) {
-    case OSLO_F32: return "f32";
-    case OSLO_F16: return "f16";
-    case OSLO_BF16: return "bf16";
-    case OSLO_I32: return "i32";
+    case OSLO_DTYPE_F32: return "f32";
+    case OSLO_DTYPE_F16: return "f16";
+    case OSLO_DTYPE_BF16: return "bf16";
+    case OSLO_DTYPE_I32: return "i32";
     default: return "i64";
   }
 }
 
 // Half an ulp at 1 (relative rounding error of one rounding) per dtype.
 double rel_eps(oslo_dtype dt) {
-  return dt == OSLO_BF16 ? 1.0 / 256 : dt == OSLO_F16 ? 1.0 / 2048 : 1e-6;
+  return dt == OSLO_DTYPE_BF16 ? 1.0 / 256 : dt == OSLO_DTYPE_F16 ? 1.0 / 2048 : 1e-6;
 }
 
 // A host tensor (the CPU instance's memory is host memory).
 struct Tensor {
-  oslo_dtype dt = OSLO_F32;
+  oslo_dtype dt = OSLO_DTYPE_F32;
   std::vector<int64_t> shape;
   std::vector<unsigned char> mem;
 
@@ -101,22 +101,22 @@ struct Tensor {
   double get(size_t i) const {
     const unsigned char* p = mem.data() + i * dtype_size(dt);
     switch (dt) {
-      case OSLO_F32: {
+      case OSLO_DTYPE_F32: {
         float f;
         std::memcpy(&f, p, 4);
         return f;
       }
-      case OSLO_BF16: {
+      case OSLO_DTYPE_BF16: {
         uint16_t h;
         std::memcpy(&h, p, 2);
         return bf16_to_f32(h);
       }
-      case OSLO_F16: {
+      case OSLO_DTYPE_F16: {
         _Float16 h;
         std::memcpy(&h, p, 2);
         return static_cast<float>(h);
       }
-      case OSLO_I32: {
+      case OSLO_DTYPE_I32: {
         int32_t v;
         std::memcpy(&v, p, 4);
         return v;
@@ -131,22 +131,22 @@ struct Tensor {
   void set(size_t i, double v) {
     unsigned char* p = mem.data() + i * dtype_size(dt);
     switch (dt) {
-      case OSLO_F32: {
+      case OSLO_DTYPE_F32: {
         float f = static_cast<float>(v);
         std::memcpy(p, &f, 4);
         break;
       }
-      case OSLO_BF16: {
+      case OSLO_DTYPE_BF16: {
         uint16_t h = f32_to_bf16(static_cast<float>(v));
         std::memcpy(p, &h, 2);
         break;
       }
-      case OSLO_F16: {
+      case OSLO_DTYPE_F16: {
         _Float16 h = static_cast<_Float16>(static_cast<float>(v));
         std::memcpy(p, &h, 2);
         break;
       }
-      case OSLO_I32: {
+      case OSLO_DTYPE_I32: {
         int32_t x = static_cast<int32_t>(v);
         std::memcpy(p, &x, 4);
         break;
@@ -270,7 +270,7 @@ struct Instance {
   }
 };
 
-const oslo_dtype kFloats[] = {OSLO_F32, OSLO_BF16, OSLO_F16};
+const oslo_dtype kFloats[] = {OSLO_DTYPE_F32, OSLO_DTYPE_BF16, OSLO_DTYPE_F16};
 
 // -- table, instance, memory -----------------------------------------------------
 
@@ -410,8 +410,8 @@ void test_instances_on_threads(void**) {
       ++failures;
       return;
     }
-    Tensor a = random_tensor(OSLO_F32, {64, 96}, 7), b = random_tensor(OSLO_F32, {96, 80}, 8);
-    Tensor c(OSLO_F32, {64, 80});
+    Tensor a = random_tensor(OSLO_DTYPE_F32, {64, 96}, 7), b = random_tensor(OSLO_DTYPE_F32, {96, 80}, 8);
+    Tensor c(OSLO_DTYPE_F32, {64, 80});
     oslo_bk_view av = a.view(), bv = b.view(), cv = c.view();
     for (int i = 0; i < 20; ++i)
       if (g_bk->matmul(self, &cv, &av, &bv, nullptr, 1.f, 0.f) != OSLO_OK) ++failures;
@@ -439,8 +439,8 @@ void test_convert(void**) {
       expect_dt(out, x.values(), std::string("convert from ") + dname(from), 0);
     }
   // Transposed (strided) input: out[i][j] = x[j][i].
-  Tensor x = random_tensor(OSLO_F32, {4, 3}, 12);
-  Tensor out(OSLO_BF16, {3, 4});
+  Tensor x = random_tensor(OSLO_DTYPE_F32, {4, 3}, 12);
+  Tensor out(OSLO_DTYPE_BF16, {3, 4});
   oslo_bk_view o = out.view(), xt = x.view_as({3, 4}, {1, 3}, 0);
   in.ok(g_bk->convert(in.self, &o, &xt), "convert transposed");
   std::vector<double> ref(12);
@@ -448,24 +448,24 @@ void test_convert(void**) {
     for (int j = 0; j < 4; ++j) ref[i * 4 + j] = x.get(j * 3 + i);
   expect_dt(out, ref, "convert transposed", 0);
   // Strided output (every other column of a [3, 8]) from a broadcast row.
-  Tensor big(OSLO_F32, {3, 8});
-  Tensor row = random_tensor(OSLO_F32, {4}, 13);
+  Tensor big(OSLO_DTYPE_F32, {3, 8});
+  Tensor row = random_tensor(OSLO_DTYPE_F32, {4}, 13);
   oslo_bk_view ob = big.view_as({3, 4}, {8, 2}, 1), rb = row.view_as({3, 4}, {0, 1}, 0);
   in.ok(g_bk->convert(in.self, &ob, &rb), "convert broadcast");
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 8; ++j)
       assert_true(big.get(i * 8 + j) == (j % 2 == 1 ? row.get(j / 2) : 0.0));
   // Integers.
-  Tensor i32(OSLO_I32, {4}), i64(OSLO_I64, {4});
+  Tensor i32(OSLO_DTYPE_I32, {4}), i64(OSLO_DTYPE_I64, {4});
   i32.fill_values({-3, 0, 7, 2147483647});
   oslo_bk_view v32 = i32.view(), v64 = i64.view();
   in.ok(g_bk->convert(in.self, &v64, &v32), "convert i32 -> i64");
   assert_true(i64.get(3) == 2147483647.0 && i64.get(0) == -3);
   // Errors.
-  Tensor f(OSLO_F32, {4});
+  Tensor f(OSLO_DTYPE_F32, {4});
   oslo_bk_view vf = f.view();
   in.fails(g_bk->convert(in.self, &vf, &v32), OSLO_ERR_DTYPE, "i32", "convert i32 -> f32");
-  Tensor f5(OSLO_F32, {5});
+  Tensor f5(OSLO_DTYPE_F32, {5});
   oslo_bk_view v5 = f5.view();
   in.fails(g_bk->convert(in.self, &v5, &vf), OSLO_ERR_SHAPE, "broadcast", "convert [4] -> [5]");
   oslo_bk_view bad = vf;
@@ -482,21 +482,21 @@ void test_convert(void**) {
 
 void test_fill(void**) {
   Instance in;
-  for (oslo_dtype dt : {OSLO_F32, OSLO_BF16, OSLO_F16, OSLO_I32, OSLO_I64}) {
+  for (oslo_dtype dt : {OSLO_DTYPE_F32, OSLO_DTYPE_BF16, OSLO_DTYPE_F16, OSLO_DTYPE_I32, OSLO_DTYPE_I64}) {
     Tensor t(dt, {2, 3});
     oslo_bk_view v = t.view();
     in.ok(g_bk->fill(in.self, &v, 3.0), "fill");
     for (size_t i = 0; i < 6; ++i) assert_true(t.get(i) == 3.0);
   }
-  Tensor h(OSLO_F16, {2});
+  Tensor h(OSLO_DTYPE_F16, {2});
   oslo_bk_view hv = h.view();
   in.ok(g_bk->fill(in.self, &hv, 1e10), "fill f16 overflow");
   assert_true(std::isinf(h.get(0)));
-  Tensor e(OSLO_F32, {0, 3});
+  Tensor e(OSLO_DTYPE_F32, {0, 3});
   oslo_bk_view ev = e.view();
   ev.data = nullptr;
   in.ok(g_bk->fill(in.self, &ev, 1.0), "fill empty");
-  Tensor i(OSLO_I32, {2});
+  Tensor i(OSLO_DTYPE_I32, {2});
   oslo_bk_view iv = i.view();
   in.fails(g_bk->fill(in.self, &iv, 1e20), OSLO_ERR_INVALID_ARGUMENT, "fit", "fill i32 1e20");
   in.fails(g_bk->fill(in.self, &iv, kNaN), OSLO_ERR_INVALID_ARGUMENT, "fit", "fill i32 NaN");
@@ -578,29 +578,29 @@ void test_matmul(void**) {
   for (oslo_dtype dt : kFloats)
     for (const MatmulCase& mc : cases) {
       run_matmul(in, dt, dt, mc);
-      run_matmul(in, dt, OSLO_F32, mc);  // c (and bias) in another dtype
+      run_matmul(in, dt, OSLO_DTYPE_F32, mc);  // c (and bias) in another dtype
     }
-  run_matmul(in, OSLO_F32, OSLO_BF16, cases[1]);
+  run_matmul(in, OSLO_DTYPE_F32, OSLO_DTYPE_BF16, cases[1]);
 
   // Large enough for libtorch's own bf16 GEMM (oneDNN) to be used.
-  run_matmul(in, OSLO_BF16, OSLO_BF16, {0, 48, 64, 40, true, false, true, false, 1.f, 0.f});
-  run_matmul(in, OSLO_BF16, OSLO_BF16, {0, 48, 64, 40, false, false, true, true, 0.5f, 0.f});
-  run_matmul(in, OSLO_BF16, OSLO_BF16, {2, 48, 64, 40, true, true, false, false, 1.f, 0.5f});
+  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16, {0, 48, 64, 40, true, false, true, false, 1.f, 0.f});
+  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16, {0, 48, 64, 40, false, false, true, true, 0.5f, 0.f});
+  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16, {2, 48, 64, 40, true, true, false, false, 1.f, 0.5f});
 
   // Products accumulate in f32: 1 + 256 * 2^-9 is 1.5 in f32 (exact in
   // bf16), but 1 if each partial sum were rounded to bf16. Small and large
   // (M, N) take different paths.
-  for (oslo_dtype dt : {OSLO_BF16, OSLO_F16})
+  for (oslo_dtype dt : {OSLO_DTYPE_BF16, OSLO_DTYPE_F16})
     for (int64_t MN : {1, 64}) {
       const int64_t K = 257;
       Tensor a(dt, {MN, K}), b(dt, {K, MN}), c(dt, {MN, MN});
       for (int64_t k = 0; k < K; ++k) {
         a.set(k, 1.0);
-        b.set(k * MN, k == 0 ? 1.0 : (dt == OSLO_BF16 ? 1.0 / 512 : 1.0 / 4096));
+        b.set(k * MN, k == 0 ? 1.0 : (dt == OSLO_DTYPE_BF16 ? 1.0 / 512 : 1.0 / 4096));
       }
       oslo_bk_view av = a.view(), bv = b.view(), cv = c.view();
       in.ok(g_bk->matmul(in.self, &cv, &av, &bv, nullptr, 1.f, 0.f), "matmul accumulation");
-      const double want = dt == OSLO_BF16 ? 1.5 : 1.0 + 256.0 / 4096;
+      const double want = dt == OSLO_DTYPE_BF16 ? 1.5 : 1.0 + 256.0 / 4096;
       if (c.get(0) != want) {
         report("matmul %s [%lld x %lld] accumulation: %.9g, want %.9g\n", dname(dt),
                static_cast<long long>(MN), static_cast<long long>(MN), c.get(0), want);
@@ -609,8 +609,8 @@ void test_matmul(void**) {
     }
 
   // A column block of c (strided output): c[:, 2:5] of a [4, 8].
-  Tensor a = random_tensor(OSLO_F32, {4, 6}, 31), b = random_tensor(OSLO_F32, {6, 3}, 32);
-  Tensor c(OSLO_F32, {4, 8});
+  Tensor a = random_tensor(OSLO_DTYPE_F32, {4, 6}, 31), b = random_tensor(OSLO_DTYPE_F32, {6, 3}, 32);
+  Tensor c(OSLO_DTYPE_F32, {4, 8});
   c.fill_values(std::vector<double>(32, 7.0));
   oslo_bk_view av = a.view(), bv = b.view(), cv = c.view_as({4, 3}, {8, 1}, 2);
   in.ok(g_bk->matmul(in.self, &cv, &av, &bv, nullptr, 1.f, 0.f), "matmul strided c");
@@ -625,22 +625,22 @@ void test_matmul(void**) {
     }
 
   // Errors.
-  Tensor b5(OSLO_F32, {5, 3});
-  oslo_bk_view b5v = b5.view(), cfull = Tensor(OSLO_F32, {4, 3}).view();
-  Tensor c43(OSLO_F32, {4, 3});
+  Tensor b5(OSLO_DTYPE_F32, {5, 3});
+  oslo_bk_view b5v = b5.view(), cfull = Tensor(OSLO_DTYPE_F32, {4, 3}).view();
+  Tensor c43(OSLO_DTYPE_F32, {4, 3});
   cfull = c43.view();
   in.fails(g_bk->matmul(in.self, &cfull, &av, &b5v, nullptr, 1.f, 0.f), OSLO_ERR_SHAPE,
            "shapes do not match", "matmul K mismatch");
-  Tensor bh(OSLO_BF16, {6, 3});
+  Tensor bh(OSLO_DTYPE_BF16, {6, 3});
   oslo_bk_view bhv = bh.view();
   in.fails(g_bk->matmul(in.self, &cfull, &av, &bhv, nullptr, 1.f, 0.f), OSLO_ERR_DTYPE,
            "share one dtype", "matmul a/b dtypes");
-  Tensor bi(OSLO_I32, {6, 3});
-  Tensor ai(OSLO_I32, {4, 6});
+  Tensor bi(OSLO_DTYPE_I32, {6, 3});
+  Tensor ai(OSLO_DTYPE_I32, {4, 6});
   oslo_bk_view biv = bi.view(), aiv = ai.view();
   in.fails(g_bk->matmul(in.self, &cfull, &aiv, &biv, nullptr, 1.f, 0.f), OSLO_ERR_DTYPE, "i32",
            "matmul int");
-  Tensor bias4(OSLO_F32, {4});
+  Tensor bias4(OSLO_DTYPE_F32, {4});
   oslo_bk_view b4v = bias4.view();
   in.fails(g_bk->matmul(in.self, &cfull, &av, &bv, &b4v, 1.f, 0.f), OSLO_ERR_SHAPE, "bias",
            "matmul bias shape");
@@ -675,8 +675,8 @@ void test_binary(void**) {
       for (size_t i = 0; i < 12; ++i) ref[i] = ref_binary(op, a.get(i), b.get(i % 4));
       expect_dt(out, ref, "binary op " + std::to_string(op));
       // Mixed: out f32 from a (dt) and b f32, and in place (out == a) for f32.
-      Tensor b32 = random_tensor(OSLO_F32, {3, 4}, 43, 0.5, 2);
-      Tensor o32(OSLO_F32, {3, 4});
+      Tensor b32 = random_tensor(OSLO_DTYPE_F32, {3, 4}, 43, 0.5, 2);
+      Tensor o32(OSLO_DTYPE_F32, {3, 4});
       oslo_bk_view b32v = b32.view(), o32v = o32.view();
       in.ok(g_bk->binary(in.self, op, &o32v, &av, &b32v), "binary mixed");
       for (size_t i = 0; i < 12; ++i) ref[i] = ref_binary(op, a.get(i), b32.get(i));
@@ -686,7 +686,7 @@ void test_binary(void**) {
       expect_close(o32, ref, 1e-5, 1e-5, "binary in place op " + std::to_string(op));
     }
   // Integers; DIV of integers and int/float mixes are refused.
-  Tensor ia(OSLO_I64, {3}), ib(OSLO_I32, {3}), io(OSLO_I64, {3});
+  Tensor ia(OSLO_DTYPE_I64, {3}), ib(OSLO_DTYPE_I32, {3}), io(OSLO_DTYPE_I64, {3});
   ia.fill_values({1, -5, 1LL << 40});
   ib.fill_values({2, 3, 1});
   oslo_bk_view iav = ia.view(), ibv = ib.view(), iov = io.view();
@@ -694,11 +694,11 @@ void test_binary(void**) {
   assert_true(io.get(0) == 3 && io.get(1) == -2 && io.get(2) == std::ldexp(1.0, 40) + 1);
   in.fails(g_bk->binary(in.self, OSLO_BK_DIV, &iov, &iav, &ibv), OSLO_ERR_DTYPE, "DIV",
            "binary int div");
-  Tensor f(OSLO_F32, {3});
+  Tensor f(OSLO_DTYPE_F32, {3});
   oslo_bk_view fv = f.view();
   in.fails(g_bk->binary(in.self, OSLO_BK_ADD, &fv, &fv, &ibv), OSLO_ERR_DTYPE, "integer",
            "binary float + int");
-  Tensor f4(OSLO_F32, {4});
+  Tensor f4(OSLO_DTYPE_F32, {4});
   oslo_bk_view f4v = f4.view();
   in.fails(g_bk->binary(in.self, OSLO_BK_ADD, &fv, &fv, &f4v), OSLO_ERR_SHAPE, "broadcast",
            "binary shapes");
@@ -762,7 +762,7 @@ void test_unary(void**) {
         ref[i] = ref_unary(static_cast<oslo_bk_unary>(op), x.get(i), alpha);
       expect_dt(out, ref, "unary op " + std::to_string(op));
       // Into f32 from a transposed view of x's first [3, 5] block.
-      Tensor o2(OSLO_F32, {5, 3});
+      Tensor o2(OSLO_DTYPE_F32, {5, 3});
       oslo_bk_view xt = x.view_as({5, 3}, {1, 5}, 0), o2v = o2.view();
       in.ok(g_bk->unary(in.self, static_cast<oslo_bk_unary>(op), &o2v, &xt, alpha),
             "unary strided");
@@ -772,7 +772,7 @@ void test_unary(void**) {
           r2[i * 3 + j] = ref_unary(static_cast<oslo_bk_unary>(op), x.get(j * 5 + i), alpha);
       expect_dt(o2, r2, "unary strided op " + std::to_string(op));
     }
-  Tensor i(OSLO_I32, {2});
+  Tensor i(OSLO_DTYPE_I32, {2});
   oslo_bk_view iv = i.view();
   in.fails(g_bk->unary(in.self, OSLO_BK_EXP, &iv, &iv, 0.f), OSLO_ERR_DTYPE, "i32", "unary int");
 }
@@ -792,7 +792,7 @@ void test_unary_backward(void**) {
       for (size_t i = 0; i < 24; ++i) ref[i] = g.get(i) * ref_unary_grad(op, x.get(i), 0.5);
       expect_dt(gx, ref, "unary_backward op " + std::to_string(op));
     }
-  Tensor t(OSLO_F32, {2});
+  Tensor t(OSLO_DTYPE_F32, {2});
   oslo_bk_view tv = t.view();
   in.fails(g_bk->unary_backward(in.self, OSLO_BK_EXP, &tv, &tv, &tv, 1.f),
            OSLO_ERR_INVALID_ARGUMENT, "no backward", "unary_backward EXP");
@@ -808,7 +808,7 @@ void test_reduce(void**) {
         for (int acc : {0, 1}) {
           const int64_t R0 = 2, R1 = 3, C = 7;
           Tensor x = random_tensor(dt, {R0, R1, C}, 71 + op, -2, 2);
-          Tensor shift = random_tensor(OSLO_F32, {R0, R1}, 72);
+          Tensor shift = random_tensor(OSLO_DTYPE_F32, {R0, R1}, 72);
           Tensor out = random_tensor(dt, {R0, R1}, 73);
           if (op == OSLO_BK_REDUCE_MAX) x.set(C + 1, kNaN);  // row 1: NaN wins
           const std::vector<double> before = out.values();
@@ -842,11 +842,11 @@ void test_reduce(void**) {
                     "reduce op " + std::to_string(op) + " valid " + std::to_string(valid) +
                         (acc ? " accumulate" : ""));
         }
-  Tensor x(OSLO_F32, {2, 3}), o(OSLO_F32, {3});
+  Tensor x(OSLO_DTYPE_F32, {2, 3}), o(OSLO_DTYPE_F32, {3});
   oslo_bk_view xv = x.view(), ov = o.view();
   in.fails(g_bk->reduce(in.self, OSLO_BK_REDUCE_SUM, &ov, &xv, nullptr, -1, 0), OSLO_ERR_SHAPE,
            "without its last", "reduce shape");
-  Tensor o2(OSLO_F32, {2});
+  Tensor o2(OSLO_DTYPE_F32, {2});
   oslo_bk_view o2v = o2.view();
   in.fails(g_bk->reduce(in.self, OSLO_BK_REDUCE_SUM, &o2v, &xv, nullptr, 4, 0),
            OSLO_ERR_INVALID_ARGUMENT, "valid 4", "reduce valid > cols");
@@ -886,7 +886,7 @@ void test_softmax(void**) {
           if (!causal && offset != 0) continue;
           const int64_t H = 2, S = 4, T = 5;
           Tensor x = random_tensor(dt, {H, S, T}, 91, -3, 3);
-          Tensor mask = random_tensor(OSLO_F32, {T}, 92, -1, 0);
+          Tensor mask = random_tensor(OSLO_DTYPE_F32, {T}, 92, -1, 0);
           Tensor out(dt, {H, S, T});
           const float scale = 0.7f;
           oslo_bk_view xv = x.view(), ov = out.view();
@@ -912,7 +912,7 @@ void test_softmax(void**) {
                     "softmax causal " + std::to_string(causal) + " offset " +
                         std::to_string(offset) + (with_mask ? " mask" : ""));
         }
-  Tensor x(OSLO_F32, {4});
+  Tensor x(OSLO_DTYPE_F32, {4});
   oslo_bk_view xv = x.view();
   in.fails(g_bk->softmax(in.self, &xv, &xv, nullptr, 1.f, 1, 0), OSLO_ERR_SHAPE, "causal",
            "softmax causal 1-D");
@@ -977,7 +977,7 @@ void test_norm(void**) {
 void test_gather_rows(void**) {
   Instance in;
   for (oslo_dtype dt : kFloats)
-    for (oslo_dtype idt : {OSLO_I32, OSLO_I64}) {
+    for (oslo_dtype idt : {OSLO_DTYPE_I32, OSLO_DTYPE_I64}) {
       // This rank holds rows [10, 14) of a vocabulary of 20.
       const int64_t offset = 10, rows = 4, H = 3, limit = 20;
       Tensor table = random_tensor(dt, {rows, H}, 121);
@@ -1001,7 +1001,7 @@ void test_gather_rows(void**) {
       in.fails(g_bk->gather_rows(in.self, &ov, &tv, &iv, offset, limit), OSLO_ERR_INVALID_ARGUMENT,
                "id -3 at position 4", "gather_rows negative id");
     }
-  Tensor table(OSLO_F32, {4, 3}), fids(OSLO_F32, {2}), out(OSLO_F32, {2, 3});
+  Tensor table(OSLO_DTYPE_F32, {4, 3}), fids(OSLO_DTYPE_F32, {2}), out(OSLO_DTYPE_F32, {2, 3});
   oslo_bk_view tv = table.view(), fv = fids.view(), ov = out.view();
   in.fails(g_bk->gather_rows(in.self, &ov, &tv, &fv, 0, 4), OSLO_ERR_DTYPE, "i32 or i64",
            "gather_rows float ids");
@@ -1010,11 +1010,11 @@ void test_gather_rows(void**) {
 void test_scatter_add_rows(void**) {
   Instance in;
   for (oslo_dtype dt : kFloats)
-    for (oslo_dtype sdt : {dt, OSLO_F32}) {
+    for (oslo_dtype sdt : {dt, OSLO_DTYPE_F32}) {
       const int64_t offset = 5, rows = 3, H = 4;
       Tensor table = random_tensor(dt, {rows, H}, 131);
       const std::vector<double> before = table.values();
-      Tensor ids(OSLO_I64, {6});
+      Tensor ids(OSLO_DTYPE_I64, {6});
       ids.fill_values({5, 7, 5, 0, 8, 5});  // repeated, and out of this table
       Tensor src = random_tensor(sdt, {6, H}, 132);
       oslo_bk_view tv = table.view(), iv = ids.view(), sv = src.view();
@@ -1037,7 +1037,7 @@ void test_gather_cols(void**) {
     // Columns [4, 8) of a vocabulary of 12; ignore index -100.
     const int64_t offset = 4, C = 4, limit = 12, ignore = -100;
     Tensor x = random_tensor(dt, {5, C}, 141);
-    Tensor idx(OSLO_I32, {5});
+    Tensor idx(OSLO_DTYPE_I32, {5});
     idx.fill_values({4, 7, 0, -100, 11});
     Tensor out = random_tensor(dt, {5}, 142);
     oslo_bk_view xv = x.view(), iv = idx.view(), ov = out.view();
@@ -1064,7 +1064,7 @@ void test_scatter_add_cols(void**) {
     Tensor x = random_tensor(dt, {5, C}, 151);
     x.set(2 * C, -0.0);
     const std::vector<double> before = x.values();
-    Tensor idx(OSLO_I64, {5});
+    Tensor idx(OSLO_DTYPE_I64, {5});
     idx.fill_values({4, 7, 0, -100, 11});
     oslo_bk_view xv = x.view(), iv = idx.view();
     in.ok(g_bk->scatter_add_cols(in.self, &xv, &iv, offset, ignore, -1.0f), "scatter_add_cols");
@@ -1144,37 +1144,37 @@ void test_comm_gloo_threads(void**) {
     }
     check(std::strstr(g_bk->comm_name(comm), "gloo") != nullptr, "comm_name", comm);
     // all_reduce SUM/AVG/MAX in f32 and bf16; in place and out of place.
-    for (oslo_dtype dt : {OSLO_F32, OSLO_BF16}) {
+    for (oslo_dtype dt : {OSLO_DTYPE_F32, OSLO_DTYPE_BF16}) {
       Tensor a(dt, {5}), b(dt, {5});
       for (int i = 0; i < 5; ++i) a.set(i, (rank + 1) * (i + 1));
-      check(g_bk->comm_all_reduce(comm, a.mem.data(), b.mem.data(), 5, dt, OSLO_SUM) == OSLO_OK,
+      check(g_bk->comm_all_reduce(comm, a.mem.data(), b.mem.data(), 5, dt, OSLO_REDUCE_SUM) == OSLO_OK,
             "all_reduce sum", comm);
       for (int i = 0; i < 5; ++i) check(b.get(i) == 3.0 * (i + 1), "all_reduce sum value", comm);
-      check(g_bk->comm_all_reduce(comm, a.mem.data(), a.mem.data(), 5, dt, OSLO_AVG) == OSLO_OK,
+      check(g_bk->comm_all_reduce(comm, a.mem.data(), a.mem.data(), 5, dt, OSLO_REDUCE_AVG) == OSLO_OK,
             "all_reduce avg", comm);
       for (int i = 0; i < 5; ++i) check(a.get(i) == 1.5 * (i + 1), "all_reduce avg value", comm);
       Tensor m(dt, {1});
       m.set(0, rank == 0 ? 4.0 : -2.0);
-      check(g_bk->comm_all_reduce(comm, m.mem.data(), m.mem.data(), 1, dt, OSLO_MAX) == OSLO_OK,
+      check(g_bk->comm_all_reduce(comm, m.mem.data(), m.mem.data(), 1, dt, OSLO_REDUCE_MAX) == OSLO_OK,
             "all_reduce max", comm);
       check(m.get(0) == 4.0, "all_reduce max value", comm);
     }
     // all_gather, reduce_scatter, broadcast.
-    Tensor mine(OSLO_I64, {3}), all(OSLO_I64, {6});
+    Tensor mine(OSLO_DTYPE_I64, {3}), all(OSLO_DTYPE_I64, {6});
     for (int i = 0; i < 3; ++i) mine.set(i, rank * 10 + i);
-    check(g_bk->comm_all_gather(comm, mine.mem.data(), all.mem.data(), 3, OSLO_I64) == OSLO_OK,
+    check(g_bk->comm_all_gather(comm, mine.mem.data(), all.mem.data(), 3, OSLO_DTYPE_I64) == OSLO_OK,
           "all_gather", comm);
     for (int i = 0; i < 6; ++i) check(all.get(i) == (i / 3) * 10 + i % 3, "all_gather value", comm);
-    Tensor full(OSLO_F32, {4}), part(OSLO_F32, {2});
+    Tensor full(OSLO_DTYPE_F32, {4}), part(OSLO_DTYPE_F32, {2});
     for (int i = 0; i < 4; ++i) full.set(i, i + rank);
-    check(g_bk->comm_reduce_scatter(comm, full.mem.data(), part.mem.data(), 2, OSLO_F32,
-                                    OSLO_SUM) == OSLO_OK,
+    check(g_bk->comm_reduce_scatter(comm, full.mem.data(), part.mem.data(), 2, OSLO_DTYPE_F32,
+                                    OSLO_REDUCE_SUM) == OSLO_OK,
           "reduce_scatter", comm);
     for (int i = 0; i < 2; ++i)
       check(part.get(i) == 2.0 * (rank * 2 + i) + 1, "reduce_scatter value", comm);
-    Tensor bc(OSLO_F16, {3});
+    Tensor bc(OSLO_DTYPE_F16, {3});
     for (int i = 0; i < 3; ++i) bc.set(i, rank == 1 ? 0.5 * i : 99);
-    check(g_bk->comm_broadcast(comm, bc.mem.data(), 3, OSLO_F16, 1) == OSLO_OK, "broadcast", comm);
+    check(g_bk->comm_broadcast(comm, bc.mem.data(), 3, OSLO_DTYPE_F16, 1) == OSLO_OK, "broadcast", comm);
     for (int i = 0; i < 3; ++i) check(bc.get(i) == 0.5 * i, "broadcast value", comm);
     // send/recv both ways, then a barrier.
     char msg[16] = {0};

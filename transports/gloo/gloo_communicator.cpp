@@ -540,7 +540,7 @@ void GlooCommunicator::sender_loop() {
 
 void GlooCommunicator::check_dtype_op(oslo_dtype dt, int op) const {
   OSLO_CHECK(dtype_valid(dt), OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));
-  OSLO_CHECK(op >= OSLO_SUM && op <= OSLO_MIN, OSLO_ERR_INVALID_ARGUMENT,
+  OSLO_CHECK(op >= OSLO_REDUCE_SUM && op <= OSLO_REDUCE_MIN, OSLO_ERR_INVALID_ARGUMENT,
              "gloo: unknown reduce op ", op);
 }
 
@@ -645,7 +645,7 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, size_t count, o
 }
 
 void GlooCommunicator::all_gather(const void* in, void* out, size_t count, oslo_dtype dt) {
-  check_dtype_op(dt, OSLO_SUM);
+  check_dtype_op(dt, OSLO_REDUCE_SUM);
   OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "gloo all_gather: null buffer");
   run("all_gather", [&] {
     if (count == 0) return;
@@ -667,7 +667,7 @@ void GlooCommunicator::all_gather(const void* in, void* out, size_t count, oslo_
 }
 
 void GlooCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int root) {
-  check_dtype_op(dt, OSLO_SUM);
+  check_dtype_op(dt, OSLO_REDUCE_SUM);
   OSLO_CHECK(root >= 0 && root < ctx_->size, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: root ",
              root, " out of range for group of ", ctx_->size);
   OSLO_CHECK(count == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: null buffer");

@@ -242,10 +242,10 @@ const char* kind_name(uint32_t k) {
 }
 const char* op_name(uint32_t op) {
   switch (op) {
-    case OSLO_SUM: return "sum";
-    case OSLO_AVG: return "avg";
-    case OSLO_MAX: return "max";
-    case OSLO_MIN: return "min";
+    case OSLO_REDUCE_SUM: return "sum";
+    case OSLO_REDUCE_AVG: return "avg";
+    case OSLO_REDUCE_MAX: return "max";
+    case OSLO_REDUCE_MIN: return "min";
   }
   return "?";
 }
@@ -400,8 +400,8 @@ class ShmCommunicator final : public Communicator {
   // ---- argument checks (before anything is exchanged; they do not break) ----
   size_t checked_bytes(const char* op, size_t count, oslo_dtype dt, size_t times = 1) const;
   void check_op(const char* op, oslo_reduce_op rop) const {
-    OSLO_CHECK(rop >= OSLO_SUM && rop <= OSLO_MIN, OSLO_ERR_INVALID_ARGUMENT, "shm: ", op,
-               ": unknown reduce op ", static_cast<int>(rop));
+    OSLO_CHECK(rop >= OSLO_REDUCE_SUM && rop <= OSLO_REDUCE_MIN, OSLO_ERR_INVALID_ARGUMENT,
+               "shm: ", op, ": unknown reduce op ", static_cast<int>(rop));
   }
   void check_peer(const char* op, int peer) const {
     OSLO_CHECK(peer >= 0 && peer < size_ && peer != rank_, OSLO_ERR_INVALID_ARGUMENT, "shm: ", op,
