@@ -176,7 +176,9 @@ struct DLManagedTensor;
  *
  * `config` is JSON text, a path to a JSON file, or NULL/"" for all defaults.
  * Keys (all optional):
- *   "backend"                 "cpu" (default)
+ *   "backend"                 "cpu" (default), or the name of a plugin
+ *                             liboslo_backend_<name>.so: 1 to 64 letters,
+ *                             digits or '_'
  *   "tensor_parallel_size"    int > 0, default 1
  *   "pipeline_parallel_size"  int > 0, default 1
  *   "data_parallel_size"      int > 0, default world / (tp * pp)

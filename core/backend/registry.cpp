@@ -12,11 +12,20 @@ namespace oslo {
 // and a message in *error (static storage).
 using PluginCreateFn = Backend* (*)(const BackendOptions* options, const char** error);
 
+// Longest backend name: it becomes part of a library file name.
+constexpr size_t kMaxBackendName = 64;
+
 std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu") return create_cpu_backend(options);
+  // Checked before dlopen: glibc builds the library path on the stack, so a
+  // long name would overflow it (rank threads may have small stacks).
+  OSLO_CHECK(!name.empty() && name.size() <= kMaxBackendName, OSLO_ERR_CONFIG,
+             "config: \"backend\" ", quote(name), " is not a backend name (1 to ", kMaxBackendName,
+             " characters, got ", name.size(), ")");
   for (char ch : name)
     OSLO_CHECK(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_', OSLO_ERR_CONFIG,
-               "config: \"backend\" '", name, "' is not a backend name");
+               "config: \"backend\" ", quote(name),
+               " is not a backend name (letters, digits and '_' only)");
   std::string lib = "liboslo_backend_" + name + ".so";
   void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle)

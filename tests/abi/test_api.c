@@ -5,6 +5,7 @@
  */
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -177,6 +180,84 @@ static void test_context_bad_configs(void **state) {
                cases[i].needle);
     assert_null(ctx);
   }
+}
+
+/* Builds {"<key>": <value>} around a long run of `fill` characters: the key
+ * (value NULL) or a string value is `n` bytes long, starting with `start`. */
+static char *config_with_long(const char *key, const char *start, char fill, size_t n,
+                              const char *value_prefix) {
+  size_t cap = n + 256;
+  char *c = malloc(cap);
+  assert_non_null(c);
+  size_t len = strlen(start);
+  char *big = malloc(n + 1);
+  assert_non_null(big);
+  memcpy(big, start, len);
+  memset(big + len, fill, n - len);
+  big[n] = '\0';
+  if (key)
+    snprintf(c, cap, "{\"%s\": \"%s%s\"}", key, value_prefix ? value_prefix : "", big);
+  else
+    snprintf(c, cap, "{\"%s\": 1}", big);
+  free(big);
+  return c;
+}
+
+/* Expects `config` to fail with `want`, a message under 1 KB that mentions
+ * every needle. */
+static void expect_short_error(const char *config, oslo_status want, const char *n1,
+                               const char *n2) {
+  oslo_context *ctx = (oslo_context *)0x1;
+  oslo_status st = oslo_context_create(&ctx, config);
+  const char *m = oslo_last_error();
+  if (st != want || strlen(m) >= 1024 || (n1 && !strstr(m, n1)) || (n2 && !strstr(m, n2)))
+    fail_msg(
+        "got %s, message of %zu bytes (\"%.300s\"), expected %s under 1 KB mentioning "
+        "\"%s\" and \"%s\"",
+        oslo_status_string(st), strlen(m), m, oslo_status_string(want), n1 ? n1 : "", n2 ? n2 : "");
+  assert_null(ctx);
+}
+
+/* Defect: the backend name went to dlopen unchecked; a 1 MiB name crashed
+ * (glibc builds the path on the stack). */
+static void backend_name_cases(void) {
+  char *huge = config_with_long("backend", "hugebackend", 'x', 1 << 20, NULL);
+  expect_short_error(huge, OSLO_ERR_CONFIG, "\"backend\"", "'hugebackendxxx");
+  free(huge);
+  char name65[128];
+  memset(name65, 'b', 65);
+  name65[65] = '\0';
+  char cfg[256];
+  snprintf(cfg, sizeof cfg, "{\"backend\": \"%s\"}", name65);
+  expect_short_error(cfg, OSLO_ERR_CONFIG, "backend", "64");
+  expect_short_error("{\"backend\": \"\"}", OSLO_ERR_CONFIG, "backend", NULL);
+  expect_short_error("{\"backend\": \"../evil\"}", OSLO_ERR_CONFIG, "backend", "'../evil'");
+  expect_short_error("{\"backend\": \"a\\u0000b\"}", OSLO_ERR_CONFIG, "backend", "\\x00");
+  /* 64 characters is a name: it is looked for, and not found */
+  name65[64] = '\0';
+  snprintf(cfg, sizeof cfg, "{\"backend\": \"%s\"}", name65);
+  expect_short_error(cfg, OSLO_ERR_BACKEND_UNAVAILABLE, name65, NULL);
+}
+
+static void *backend_name_thread(void *arg) {
+  (void)arg;
+  backend_name_cases();
+  return NULL;
+}
+
+static void test_context_backend_names(void **state) {
+  (void)state;
+  /* Rank threads may have small stacks: from a 64 KiB one, then from this. */
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  assert_int_equal(pthread_attr_setstacksize(&attr, 64 << 10), 0);
+  pthread_t tid;
+  assert_int_equal(pthread_create(&tid, &attr, backend_name_thread, NULL), 0);
+  pthread_attr_destroy(&attr);
+  /* cmocka's assertions do not work in another thread: a failure there ends
+   * the process (fail_msg), a crash too; both fail the test. */
+  assert_int_equal(pthread_join(tid, NULL), 0);
+  backend_name_cases();
 }
 
 static void test_context_null_args(void **state) {
@@ -745,7 +826,8 @@ static void test_param_set_and_checkpoint_errors(void **state) {
   oslo_tensor_destroy(g_bad);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_context_*" */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_status_strings),
@@ -754,6 +836,7 @@ int main(void) {
       cmocka_unit_test(test_context_config_file),
       cmocka_unit_test(test_context_bad_configs),
       cmocka_unit_test(test_context_abort),
+      cmocka_unit_test(test_context_backend_names),
       cmocka_unit_test_setup_teardown(test_context_null_args, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_tensor_create_and_query, setup_ctx, teardown_ctx),
       cmocka_unit_test_setup_teardown(test_tensor_bad_args, setup_ctx, teardown_ctx),
