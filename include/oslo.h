@@ -175,6 +175,9 @@ struct DLManagedTensor;
  * timeout_seconds passed (the error then names the ranks that never came).
  *
  * `config` is JSON text, a path to a JSON file, or NULL/"" for all defaults.
+ * A config file must be a regular file of at most 16 MiB (a FIFO, device or
+ * directory is refused without reading it). Each key may appear once per
+ * object; nesting deeper than 64 levels is refused.
  * Keys (all optional):
  *   "backend"                 "cpu" (default), or the name of a plugin
  *                             liboslo_backend_<name>.so: 1 to 64 letters,
@@ -187,14 +190,16 @@ struct DLManagedTensor;
  *   "rank", "world_size"      explicit rank and world size (ranks that are
  *                             threads of one process; overrides environment)
  *   "local_rank", "local_world_size"  rank within the host and ranks on it
- *   "timeout_seconds"         number > 0, default 300
+ *   "timeout_seconds"         number > 0 and <= 1e7 (about 116 days),
+ *                             default 300
  *   "num_threads"             compute threads per rank, default
  *                             max(1, cores / local_world_size)
  *   "model_parallelism"       object holding any of the *_parallel_size keys
  *                             (OSLO's {"model_parallelism":
  *                             {"tensor_parallel_size": 2}} form)
- * Unknown keys, wrong types, non-positive sizes and sizes whose product does
- * not divide the world size fail with OSLO_ERR_CONFIG naming the key.
+ * Unknown or repeated keys, wrong types, out-of-range values and sizes whose
+ * product does not divide the world size fail with OSLO_ERR_CONFIG naming the
+ * key. Messages quote only the start of a long key or value.
  *
  * Rank and world size come from, in this order of precedence: the config's
  * "rank"/"world_size"; torchrun/oslo-run (RANK, WORLD_SIZE, LOCAL_RANK,
@@ -204,7 +209,8 @@ struct DLManagedTensor;
  * and MASTER_PORT (default 29500).
  *
  * Errors: OSLO_ERR_INVALID_ARGUMENT (out is NULL), OSLO_ERR_CONFIG,
- * OSLO_ERR_FORMAT (invalid JSON), OSLO_ERR_IO (unreadable config file, port
+ * OSLO_ERR_FORMAT (invalid JSON, including numbers beyond the range of a
+ * double), OSLO_ERR_IO (unreadable, non-regular or oversized config file, port
  * in use: the message names address and port), OSLO_ERR_TIMEOUT,
  * OSLO_ERR_COMM, OSLO_ERR_BACKEND_UNAVAILABLE.
  * Thread-safety: each rank thread creates its own context.
