@@ -358,7 +358,10 @@ OSLO_API oslo_status oslo_reduce_scatter(oslo_tensor *output, oslo_context *ctx,
 
 /**
  * Copies `tensor` of group rank `root` into `tensor` on every other rank.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (bad root), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Every rank must name the same root, dtype and element count; a rank that
+ * differs makes the call fail on every rank (OSLO_ERR_INVALID_ARGUMENT).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (bad root, mismatch), OSLO_ERR_COMM,
+ * OSLO_ERR_TIMEOUT.
  */
 OSLO_API oslo_status oslo_broadcast(oslo_context *ctx, oslo_group group, oslo_tensor *tensor,
                                     int root);
