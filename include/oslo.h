@@ -208,7 +208,8 @@ struct DLManagedTensor;
  * a single rank (rank 0 of 1). env:// reads MASTER_ADDR (default 127.0.0.1)
  * and MASTER_PORT (default 29500).
  *
- * Errors: OSLO_ERR_INVALID_ARGUMENT (out is NULL), OSLO_ERR_CONFIG,
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (out is NULL), OSLO_ERR_CONFIG (also:
+ * a file:// store left by an earlier run, reported on every rank),
  * OSLO_ERR_FORMAT (invalid JSON, including numbers beyond the range of a
  * double), OSLO_ERR_IO (unreadable, non-regular or oversized config file, port
  * in use: the message names address and port), OSLO_ERR_TIMEOUT,
