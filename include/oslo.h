@@ -623,10 +623,16 @@ OSLO_API oslo_status oslo_checkpoint_save(oslo_param_set *set, const char *dir);
  * Loads every tensor of the set from a checkpoint saved by
  * oslo_checkpoint_save at any tensor-parallel size: each rank reads only the
  * byte ranges of its own slice and re-slices (padding rows are zeroed).
- * Dtypes are converted. Not collective. Errors: OSLO_ERR_INVALID_ARGUMENT,
+ * Dtypes are converted. Collective over the world group: every rank loads,
+ * then all ranks agree on the outcome, so they all succeed or all fail. If
+ * any rank failed, every rank returns the status of the lowest failing world
+ * rank, with a message naming that rank and quoting its error (the tensors
+ * may then hold loaded, partly loaded or previous values, on any rank). The
+ * agreement honours timeout_seconds. Errors: OSLO_ERR_INVALID_ARGUMENT,
  * OSLO_ERR_IO (missing files), OSLO_ERR_FORMAT (corrupt manifest or shard,
- * missing tensor: the message names it), OSLO_ERR_SHAPE (global shape differs),
- * OSLO_ERR_DTYPE (a float checkpoint loaded into an integer tensor).
+ * missing tensor: the message names it), OSLO_ERR_SHAPE (global shape
+ * differs), OSLO_ERR_DTYPE (a float checkpoint loaded into an integer
+ * tensor), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
  */
 OSLO_API oslo_status oslo_checkpoint_load(oslo_param_set *set, const char *dir);
 

@@ -692,10 +692,10 @@ struct Failure {
       message = e.what();
     } catch (const std::bad_alloc&) {
       status = OSLO_ERR_OUT_OF_MEMORY;
-      message = "out of memory while saving a checkpoint";
+      message = "out of memory in a checkpoint save or load";
     } catch (const std::exception& e) {
       status = OSLO_ERR_INTERNAL;
-      message = std::string("checkpoint save: ") + e.what();
+      message = std::string("checkpoint: ") + e.what();
     }
   }
 };
@@ -1029,6 +1029,39 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
     }
     stats->files_opened += readers.size();
   }
+}
+
+void load_checkpoint_collective(const std::string& dir, const std::vector<ParamShard>& params,
+                                Communicator& world) {
+  Failure f;
+  f.run([&] { load_checkpoint(dir, params); });
+  if (world.size() == 1) {
+    if (f.failed()) throw Error(f.status, f.message);
+    return;
+  }
+  // The lowest failing world rank, then its status and message (clipped to
+  // what fits in kWords) from it: every rank reports the same failure.
+  int32_t first = f.failed() ? world.rank() : world.size();
+  world.all_reduce(&first, &first, 1, OSLO_I32, OSLO_MIN);
+  if (first == world.size()) return;
+  constexpr size_t kWords = 256;
+  std::vector<int32_t> buf(2 + kWords, 0);
+  if (world.rank() == first) {
+    const std::string m = clip(f.message, kWords * 4 - 20);
+    buf[0] = static_cast<int32_t>(f.status);
+    buf[1] = static_cast<int32_t>(m.size());
+    std::memcpy(buf.data() + 2, m.data(), m.size());
+  }
+  world.broadcast(buf.data(), buf.size(), OSLO_I32, first);
+  if (world.rank() == first)
+    fail(f.status, "checkpoint load from ", quote_path(dir), " failed on world rank ", first,
+         " (this rank): ", f.message);
+  const auto status = static_cast<oslo_status>(buf[0]);
+  const size_t len = std::min<size_t>(static_cast<uint32_t>(buf[1]), kWords * 4);
+  const std::string theirs(reinterpret_cast<const char*>(buf.data() + 2), len);
+  fail(status > OSLO_OK && status < OSLO_STATUS_COUNT ? status : OSLO_ERR_INTERNAL,
+       "checkpoint load from ", quote_path(dir), " failed on world rank ", first, ": ", theirs,
+       f.failed() ? "; this rank failed too: " + clip(f.message, 300) : std::string());
 }
 
 }  // namespace oslo

@@ -147,7 +147,7 @@ void ParamSet::save(const std::string& dir) {
 }
 
 void ParamSet::load(const std::string& dir) {
-  load_checkpoint(dir, shards_of(entries_));
+  load_checkpoint_collective(dir, shards_of(entries_), ctx_.comm(OSLO_GROUP_WORLD));
 }
 
 }  // namespace oslo
