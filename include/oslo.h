@@ -256,9 +256,13 @@ struct DLManagedTensorVersioned;
  * timeout_seconds passed (the error then names the ranks that never came).
  *
  * `config` is JSON text, a path to a JSON file, or NULL/"" for all defaults.
+ * A config file must be a regular file of at most 16 MiB (a FIFO, device or
+ * directory is refused without reading it). Each key may appear once per
+ * object; nesting deeper than 64 levels is refused.
  * Keys (all optional):
  *   "backend"                 "cpu" (default), or the name of a plugin
- *                             liboslo_backend_<name>.so such as "torch"
+ *                             liboslo_backend_<name>.so such as "torch":
+ *                             1 to 64 letters, digits or '_'
  *   "backend_options"         object handed to the backend (e.g. torch:
  *                             {"device": "cuda"}), default {}
  *   "tensor_parallel_size"    int > 0, default 1
@@ -269,14 +273,16 @@ struct DLManagedTensorVersioned;
  *   "rank", "world_size"      explicit rank and world size (ranks that are
  *                             threads of one process; overrides environment)
  *   "local_rank", "local_world_size"  rank within the host and ranks on it
- *   "timeout_seconds"         number > 0, default 300
+ *   "timeout_seconds"         number > 0 and <= 1e7 (about 116 days),
+ *                             default 300
  *   "num_threads"             compute threads per rank, default
  *                             max(1, cores / local_world_size)
  *   "model_parallelism"       object holding any of the *_parallel_size keys
  *                             (OSLO's {"model_parallelism":
  *                             {"tensor_parallel_size": 2}} form)
- * Unknown keys, wrong types, non-positive sizes and sizes whose product does
- * not divide the world size fail with OSLO_ERR_CONFIG naming the key.
+ * Unknown or repeated keys, wrong types, out-of-range values and sizes whose
+ * product does not divide the world size fail with OSLO_ERR_CONFIG naming the
+ * key. Messages quote only the start of a long key or value.
  *
  * Rank and world size come from, in this order of precedence: the config's
  * "rank"/"world_size"; torchrun/oslo-run (RANK, WORLD_SIZE, LOCAL_RANK,
@@ -287,8 +293,10 @@ struct DLManagedTensorVersioned;
  *
  * Ownership: `config` is read during the call only; the caller owns the new
  * context (*out) and frees it with oslo_context_destroy.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (out is NULL), OSLO_ERR_CONFIG,
- * OSLO_ERR_FORMAT (invalid JSON), OSLO_ERR_IO (unreadable config file, port
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (out is NULL), OSLO_ERR_CONFIG (also:
+ * a file:// store left by an earlier run, reported on every rank),
+ * OSLO_ERR_FORMAT (invalid JSON, including numbers beyond the range of a
+ * double), OSLO_ERR_IO (unreadable, non-regular or oversized config file, port
  * in use: the message names address and port), OSLO_ERR_TIMEOUT,
  * OSLO_ERR_COMM, OSLO_ERR_BACKEND_UNAVAILABLE, OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: thread-safe; each rank thread creates its own context.
@@ -545,9 +553,11 @@ OSLO_API oslo_status oslo_context_reduce_scatter(oslo_context *ctx, oslo_group g
 
 /**
  * Copies `tensor` of group rank `root` into `tensor` on every other rank.
+ * Every rank must name the same root, dtype and element count; a rank that
+ * differs makes the call fail on every rank (OSLO_ERR_INVALID_ARGUMENT).
  * Ownership: the caller keeps the tensor.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown group, bad root),
- * OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown group, bad root,
+ * mismatch), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
  * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_context_broadcast(oslo_context *ctx, oslo_group group, int root,
@@ -1011,12 +1021,17 @@ OSLO_API oslo_status oslo_param_set_save_checkpoint(oslo_param_set *set, const c
  * Loads every tensor of the set from a checkpoint saved by
  * oslo_param_set_save_checkpoint at any tensor-parallel size: each rank reads
  * only the byte ranges of its own slice and re-slices (padding rows are
- * zeroed). Dtypes are converted. Not collective.
+ * zeroed). Dtypes are converted. Collective over the world group: every rank
+ * loads, then all ranks agree on the outcome, so they all succeed or all
+ * fail. If any rank failed, every rank returns the status of the lowest
+ * failing world rank, with a message naming that rank and quoting its error
+ * (the tensors may then hold loaded, partly loaded or previous values, on any
+ * rank). The agreement honours timeout_seconds.
  * Ownership: writes the set's tensors; `dir` is read during the call only.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_IO (missing files),
  * OSLO_ERR_FORMAT (corrupt manifest or shard, missing tensor: the message
  * names it), OSLO_ERR_SHAPE (global shape differs), OSLO_ERR_DTYPE (a float
- * checkpoint loaded into an integer tensor).
+ * checkpoint loaded into an integer tensor), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
  * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_param_set_load_checkpoint(oslo_param_set *set, const char *dir);

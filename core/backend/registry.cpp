@@ -128,11 +128,12 @@ std::shared_ptr<Backend> create_backend(const std::string& name, const BackendOp
     // The name becomes part of a file name: keep it short and plain (glibc
     // builds dlopen's path on the stack, so a huge name would crash a thread
     // with a small stack).
-    OSLO_CHECK(!name.empty() && name.size() <= 64, OSLO_ERR_CONFIG, "config: \"backend\" name of ",
-               name.size(), " bytes (1 to 64 expected)");
+    OSLO_CHECK(!name.empty() && name.size() <= 64, OSLO_ERR_CONFIG, "config: \"backend\" ",
+               quote(name), " is not a backend name (1 to 64 characters, got ", name.size(), ")");
     for (char ch : name)
       OSLO_CHECK(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_', OSLO_ERR_CONFIG,
-                 "config: \"backend\" '", name, "' is not a backend name (letters, digits, _)");
+                 "config: \"backend\" ", quote(name),
+                 " is not a backend name (letters, digits and '_' only)");
     std::string file = "liboslo_backend_" + name + ".so";
     std::string errors;
     void* handle = nullptr;

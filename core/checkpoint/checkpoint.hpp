@@ -68,6 +68,15 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
 void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& params,
                      CheckpointLoadStats* stats = nullptr);
 
+// load_checkpoint on every rank of `world` (collective), then agreement on
+// the outcome: if any rank failed, every rank throws the status of the lowest
+// failing world rank with a message naming that rank and quoting its error
+// (a rank that failed too appends its own); ranks whose own load succeeded
+// keep the loaded values. The agreement uses `world`'s collectives, so it
+// honours their timeout.
+void load_checkpoint_collective(const std::string& dir, const std::vector<ParamShard>& params,
+                                Communicator& world);
+
 // Name of the manifest inside a checkpoint directory.
 extern const char* const kCheckpointManifest;  // "oslo_checkpoint.json"
 

@@ -535,15 +535,16 @@ Reader::Reader(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd_ < 0) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot open safetensors file '", path, "': ", fsutil::errno_text(e));
+    fail(OSLO_ERR_IO, "cannot open safetensors file ", quote_path(path), ": ",
+         fsutil::errno_text(e));
   }
   try {
     struct stat st;
     if (::fstat(fd_, &st) != 0) {
       int e = errno;
-      fail(OSLO_ERR_IO, "cannot stat '", path, "': ", fsutil::errno_text(e));
+      fail(OSLO_ERR_IO, "cannot stat ", quote_path(path), ": ", fsutil::errno_text(e));
     }
-    OSLO_CHECK(S_ISREG(st.st_mode), OSLO_ERR_IO, "'", path, "' is not a regular file");
+    OSLO_CHECK(S_ISREG(st.st_mode), OSLO_ERR_IO, quote_path(path), " is not a regular file");
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     OSLO_CHECK(size >= 8, OSLO_ERR_FORMAT, path, ": file is ", size,
                " bytes, too short for the 8-byte header length");

@@ -95,8 +95,8 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
   std::vector<const ParamEntry*> counted;
   for (const auto& e : entries_) {
     if (!e.grad.defined()) continue;
-    OSLO_CHECK(e.grad.dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '", e.name,
-               "' must be f32");
+    OSLO_CHECK(e.grad.dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '",
+               e.name, "' must be f32");
     // Replicated gradients are the same on every tensor rank: count them once.
     if (e.split_dim < 0 && !tp_first && !inf) continue;
     counted.push_back(&e);
@@ -214,7 +214,8 @@ void ParamSet::save(const std::string& dir) {
 
 void ParamSet::load(const std::string& dir) {
   HostShards hs(ctx_, entries_, false);
-  load_checkpoint(dir, hs.shards());
+  // Collective: every rank loads, then all agree on the outcome.
+  load_checkpoint_collective(dir, hs.shards(), comm_ready(ctx_, OSLO_GROUP_WORLD));
   hs.upload();
 }
 

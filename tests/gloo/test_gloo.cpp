@@ -488,6 +488,70 @@ void test_processes_4(void**) {
       run_processes(4, 20, [=](Communicator& c, TcpStore&) { return run_all_ops(c, large); }), 0);
 }
 
+// A broadcast whose ranks name different roots fails on every rank with a
+// mismatch (before, two ranks that each named themselves returned OK with
+// different data). Ranks 0 .. n-2 name root 0, the last rank names itself.
+int broadcast_root_mismatch(Communicator& c, TcpStore&) {
+  int failures = 0;
+  const int n = c.size();
+  const int root = c.rank() == n - 1 ? c.rank() : 0;
+  std::vector<float> buf(1000, static_cast<float>(c.rank()));
+  std::string msg;
+  oslo_status st = status_of([&] { c.broadcast(buf.data(), buf.size(), OSLO_DTYPE_F32, root); }, &msg);
+  CHECK(st == OSLO_ERR_INVALID_ARGUMENT, "status %d: %s", st, msg.c_str());
+  CHECK(std::strstr(msg.c_str(), "mismatch") && std::strstr(msg.c_str(), "root"), "message: %s",
+        msg.c_str());
+  return failures;
+}
+// A count that differs is caught the same way, instead of gloo aborting the
+// process on a message longer than the posted receive.
+int broadcast_count_mismatch(Communicator& c, TcpStore&) {
+  int failures = 0;
+  std::vector<float> buf(2000, 1.0f);
+  std::string msg;
+  oslo_status st =
+      status_of([&] { c.broadcast(buf.data(), c.rank() == 0 ? 2000 : 1000, OSLO_DTYPE_F32, 0); }, &msg);
+  CHECK(st == OSLO_ERR_INVALID_ARGUMENT, "status %d: %s", st, msg.c_str());
+  CHECK(std::strstr(msg.c_str(), "mismatch") && std::strstr(msg.c_str(), "count 1000"),
+        "message: %s", msg.c_str());
+  return failures;
+}
+void test_processes_broadcast_root_mismatch_2(void**) {
+  assert_int_equal(run_processes(2, 10, broadcast_root_mismatch), 0);
+  assert_int_equal(run_processes(2, 10, broadcast_count_mismatch), 0);
+}
+void test_processes_broadcast_root_mismatch_3(void**) {
+  assert_int_equal(run_processes(3, 10, broadcast_root_mismatch), 0);
+}
+
+// A timeout far beyond any deadline arithmetic's range (the largest the
+// config accepts) still waits for a peer that is late, in the rendezvous and
+// in a collective, instead of firing at once.
+void test_misc_huge_timeout_late_peer(void**) {
+  TcpStore server(kHost, 0, true, Deadline(10));
+  const std::string prefix = unique_prefix("huge");
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        TcpStore store(kHost, server.port(), false, Deadline(1e7));
+        auto c = join(store, prefix, r, 2, 1e7);
+        if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        float v = 1.0f;
+        c->all_reduce(&v, &v, 1, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+        if (v != 2.0f) ++failures;
+        c->barrier();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        ++failures;
+      }
+    });
+  for (auto& t : ts) t.join();
+  assert_int_equal(failures.load(), 0);
+}
+
 void test_misc_single_rank(void**) {
   TcpStore server(kHost, 0, true, Deadline(10));
   auto c = join(server, unique_prefix("single"), 0, 1, 5);
@@ -888,6 +952,9 @@ int main(int argc, char** argv) {
       cmocka_unit_test_teardown(test_fault_destroy_flushes_sends, test_util::kill_children),
       cmocka_unit_test_teardown(test_fault_send_recv_size_mismatch, test_util::kill_children),
       cmocka_unit_test_teardown(test_fault_frozen_during_rendezvous, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_broadcast_root_mismatch_2, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_broadcast_root_mismatch_3, test_util::kill_children),
+      cmocka_unit_test_teardown(test_misc_huge_timeout_late_peer, test_util::kill_children),
       cmocka_unit_test_teardown(test_misc_local_address_towards, test_util::kill_children),
       cmocka_unit_test_teardown(test_misc_bad_local_address, test_util::kill_children),
   };

@@ -3,8 +3,10 @@
  * with the unsharded single-rank computation done here in plain C (double).
  *
  * Usage:
- *   rank_test MODE [--tp T] [--threads N] [--dir D]
- * MODE: layers | collectives | topology | ckpt-save | ckpt-load
+ *   rank_test MODE [--tp T] [--threads N] [--dir D] [--bad-rank R]
+ * MODE: layers | collectives | topology | ckpt-save | ckpt-load | ckpt-load-bad
+ * (ckpt-load-bad: loading the checkpoint in --dir must fail with the same
+ * status on every rank, naming world rank --bad-rank as the one that failed)
  * Without --threads the ranks are processes (run it under oslo-run); with
  * --threads N it starts N threads that each create their own context.
  */
@@ -28,6 +30,7 @@ typedef struct {
   char config[512];
   const char *mode;
   const char *dir;
+  int bad_rank;
   th_state st;
 } rank_args;
 
@@ -750,7 +753,33 @@ static void ckpt_full(float *col_w, float *col_b, float *row_w, float *row_b, fl
   th_fill(rep, CK_REP, 56);
 }
 
-static void run_ckpt(th_state *s, oslo_context *ctx, int tp, int tr, const char *dir, int save) {
+/* A load that fails on one rank fails on all, with the same status, and
+ * every rank's message names the rank that failed. */
+static void check_load_fails_everywhere(th_state *s, oslo_context *ctx, oslo_param_set *ps,
+                                        const char *dir, int bad_rank) {
+  oslo_status st = oslo_param_set_load_checkpoint(ps, dir);
+  char msg[1024], want[64];
+  snprintf(msg, sizeof msg, "%s", oslo_last_error());
+  snprintf(want, sizeof want, "failed on world rank %d", bad_rank);
+  TH_CHECK(s, st == OSLO_ERR_FORMAT, "load of a corrupt checkpoint gave %s (%s)",
+           oslo_status_string(st), msg);
+  TH_CHECK(s, strstr(msg, want) != NULL, "message does not say \"%s\": %s", want, msg);
+  int world = 0;
+  TH_OK(s, oslo_context_size(ctx, OSLO_GROUP_WORLD, &world));
+  int32_t mine = (int32_t)st, all[64];
+  oslo_tensor *in = mk(s, ctx, OSLO_DTYPE_I32, 1, 1, 0, 0, &mine);
+  oslo_tensor *out = mk(s, ctx, OSLO_DTYPE_I32, 1, world, 0, 0, NULL);
+  TH_OK(s, oslo_context_all_gather(ctx, OSLO_GROUP_WORLD, in, out));
+  TH_OK(s, oslo_tensor_copy_to_host(out, all, (size_t)world * 4));
+  for (int r = 0; r < world && r < 64; ++r)
+    TH_CHECK(s, all[r] == mine, "rank %d got %s but this rank got %s", r,
+             oslo_status_string((oslo_status)all[r]), oslo_status_string(st));
+  oslo_tensor_destroy(in);
+  oslo_tensor_destroy(out);
+}
+
+static void run_ckpt(th_state *s, oslo_context *ctx, int tp, int tr, const char *dir, int save,
+                     int bad_rank) {
   float cw[CK_OUT * CK_IN], cb[CK_OUT], rw[CK_OUT * CK_IN], rb[CK_OUT], ew[CK_VOCAB * CK_H],
       rep[CK_REP];
   ckpt_full(cw, cb, rw, rb, ew, rep);
@@ -799,6 +828,8 @@ static void run_ckpt(th_state *s, oslo_context *ctx, int tp, int tr, const char 
   TH_CHECK(s, count == 6, "param count %zu", count);
   if (save) {
     TH_OK(s, oslo_param_set_save_checkpoint(ps, dir));
+  } else if (bad_rank >= 0) {
+    check_load_fails_everywhere(s, ctx, ps, dir, bad_rank);
   } else {
     TH_OK(s, oslo_param_set_load_checkpoint(ps, dir));
     const int ol = CK_OUT / tp, il = CK_IN / tp, per = (CK_VOCAB + tp - 1) / tp;
@@ -858,7 +889,9 @@ static void *rank_main(void *arg) {
   else if (strcmp(a->mode, "topology") == 0)
     run_topology(s, ctx, tp);
   else if (strcmp(a->mode, "ckpt-save") == 0 || strcmp(a->mode, "ckpt-load") == 0)
-    run_ckpt(s, ctx, tp, tr, a->dir, strcmp(a->mode, "ckpt-save") == 0);
+    run_ckpt(s, ctx, tp, tr, a->dir, strcmp(a->mode, "ckpt-save") == 0, -1);
+  else if (strcmp(a->mode, "ckpt-load-bad") == 0)
+    run_ckpt(s, ctx, tp, tr, a->dir, 0, a->bad_rank);
   else
     TH_CHECK(s, 0, "unknown mode %s", a->mode);
   /* Leave together so no rank tears down shared memory under a slow peer. */
@@ -886,11 +919,14 @@ static int free_port(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s MODE [--tp T] [--threads N] [--dir D] [--backend B]\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s MODE [--tp T] [--threads N] [--dir D] [--backend B] [--dtype D] "
+            "[--bad-rank R]\n",
+            argv[0]);
     return 2;
   }
   const char *mode = argv[1], *dir = "", *backend = "cpu";
-  int tp = 1, threads = 0;
+  int tp = 1, threads = 0, bad_rank = -1;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--tp") == 0)
       tp = atoi(argv[i + 1]);
@@ -905,7 +941,8 @@ int main(int argc, char **argv) {
              : strcmp(argv[i + 1], "f16") == 0 ? OSLO_DTYPE_F16
                                                : OSLO_DTYPE_F32;
       g_tol = g_dt == OSLO_DTYPE_BF16 ? 2e-2 : g_dt == OSLO_DTYPE_F16 ? 3e-3 : TOL;
-    }
+    } else if (strcmp(argv[i], "--bad-rank") == 0)
+      bad_rank = atoi(argv[i + 1]);
   }
   char label[128];
   snprintf(label, sizeof label, "rank_test %s tp=%d %s backend=%s", mode, tp,
@@ -917,6 +954,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < threads; ++r) {
       args[r].mode = mode;
       args[r].dir = dir;
+      args[r].bad_rank = bad_rank;
       args[r].st.rank = r;
       snprintf(args[r].config, sizeof args[r].config,
                "{\"rank\": %d, \"world_size\": %d, \"tensor_parallel_size\": %d, "
@@ -936,6 +974,7 @@ int main(int argc, char **argv) {
     memset(&a, 0, sizeof a);
     a.mode = mode;
     a.dir = dir;
+    a.bad_rank = bad_rank;
     snprintf(a.config, sizeof a.config,
              "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 60, \"backend\": \"%s\"}", tp,
              backend);

@@ -675,6 +675,31 @@ void GlooCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int roo
     if (count == 0 || ctx_->size == 1) return;
     uint64_t slot = next_slot();
     const size_t bytes = count * dtype_size(dt);
+    const int n = ctx_->size, me = ctx_->rank;
+    // First every rank tells every other what it called: ranks naming
+    // different roots would otherwise each send (or each wait), and a
+    // different count would make gloo abort on the oversized message.
+    const uint64_t mine[3] = {static_cast<uint64_t>(root), static_cast<uint64_t>(count),
+                              static_cast<uint64_t>(dt)};
+    std::vector<uint64_t> theirs(3 * static_cast<size_t>(n));
+    {
+      Exchange desc(*this);
+      for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
+        desc.recv(p, &theirs[3 * static_cast<size_t>(p)], sizeof mine, slot + 1);
+        desc.send(p, mine, sizeof mine, slot + 1);
+      }
+      desc.wait_all();
+    }
+    for (int p = 0; p < n; ++p) {
+      const uint64_t* t = &theirs[3 * static_cast<size_t>(p)];
+      if (p == me || (t[0] == mine[0] && t[1] == mine[1] && t[2] == mine[2])) continue;
+      fail(OSLO_ERR_INVALID_ARGUMENT, "collective mismatch: this rank (", me, ") called broadcast(",
+           dtype_name(dt), ", count ", count, ", root ", root, ") but rank ", p,
+           " called broadcast(",
+           dtype_valid(static_cast<int>(t[2])) ? dtype_name(static_cast<oslo_dtype>(t[2])) : "?",
+           ", count ", t[1], ", root ", t[0], ")");
+    }
     Exchange ex(*this);
     if (ctx_->rank == root) {
       for (int p = 0; p < ctx_->size; ++p)
