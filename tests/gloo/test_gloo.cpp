@@ -14,11 +14,11 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "transports/gloo/gloo_communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/rendezvous/hash_store.hpp"
 #include "core/rendezvous/local_address.hpp"
 #include "core/rendezvous/tcp_store.hpp"
+#include "transports/gloo/gloo_communicator.hpp"
 
 #include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
 
@@ -497,7 +497,8 @@ int broadcast_root_mismatch(Communicator& c, TcpStore&) {
   const int root = c.rank() == n - 1 ? c.rank() : 0;
   std::vector<float> buf(1000, static_cast<float>(c.rank()));
   std::string msg;
-  oslo_status st = status_of([&] { c.broadcast(buf.data(), buf.size(), OSLO_DTYPE_F32, root); }, &msg);
+  oslo_status st =
+      status_of([&] { c.broadcast(buf.data(), buf.size(), OSLO_DTYPE_F32, root); }, &msg);
   CHECK(st == OSLO_ERR_INVALID_ARGUMENT, "status %d: %s", st, msg.c_str());
   CHECK(std::strstr(msg.c_str(), "mismatch") && std::strstr(msg.c_str(), "root"), "message: %s",
         msg.c_str());
@@ -509,8 +510,8 @@ int broadcast_count_mismatch(Communicator& c, TcpStore&) {
   int failures = 0;
   std::vector<float> buf(2000, 1.0f);
   std::string msg;
-  oslo_status st =
-      status_of([&] { c.broadcast(buf.data(), c.rank() == 0 ? 2000 : 1000, OSLO_DTYPE_F32, 0); }, &msg);
+  oslo_status st = status_of(
+      [&] { c.broadcast(buf.data(), c.rank() == 0 ? 2000 : 1000, OSLO_DTYPE_F32, 0); }, &msg);
   CHECK(st == OSLO_ERR_INVALID_ARGUMENT, "status %d: %s", st, msg.c_str());
   CHECK(std::strstr(msg.c_str(), "mismatch") && std::strstr(msg.c_str(), "count 1000"),
         "message: %s", msg.c_str());
@@ -522,6 +523,81 @@ void test_processes_broadcast_root_mismatch_2(void**) {
 }
 void test_processes_broadcast_root_mismatch_3(void**) {
   assert_int_equal(run_processes(3, 10, broadcast_root_mismatch), 0);
+}
+
+// The other collectives check what every rank called the same way: a count
+// mismatch used to make gloo kill the process (an oversized message), an op
+// or dtype mismatch to return garbage as success. The last rank differs;
+// every rank fails (and, as after any error, the communicator is broken, so
+// each case gets a group of its own).
+int collective_mismatch(Communicator& c, int which) {
+  int failures = 0;
+  const int n = c.size();
+  const bool odd = c.rank() == n - 1;
+  std::vector<float> buf(4096 * n, 1.0f), out(4096 * n, 0.0f);
+  std::string msg;
+  const char* needle = "";
+  oslo_status st = OSLO_OK;
+  switch (which) {
+    case 0:
+      needle = "count";
+      st = status_of(
+          [&] {
+            c.all_reduce(buf.data(), out.data(), odd ? 1000 : 4096, OSLO_DTYPE_F32,
+                         OSLO_REDUCE_SUM);
+          },
+          &msg);
+      break;
+    case 1:
+      needle = "op";
+      st = status_of(
+          [&] {
+            c.all_reduce(buf.data(), out.data(), 100, OSLO_DTYPE_F32,
+                         odd ? OSLO_REDUCE_MAX : OSLO_REDUCE_SUM);
+          },
+          &msg);
+      break;
+    case 2:
+      needle = "dtype";
+      st = status_of(
+          [&] {
+            c.all_reduce(buf.data(), out.data(), 100, odd ? OSLO_DTYPE_I32 : OSLO_DTYPE_F32,
+                         OSLO_REDUCE_SUM);
+          },
+          &msg);
+      break;
+    case 3:
+      needle = "all_gather";
+      st = status_of([&] { c.all_gather(buf.data(), out.data(), odd ? 10 : 20, OSLO_DTYPE_F32); },
+                     &msg);
+      break;
+    default:
+      // A rank with nothing to reduce still takes part in the check.
+      needle = "reduce_scatter";
+      st = status_of(
+          [&] {
+            c.reduce_scatter(buf.data(), out.data(), odd ? 10 : 0, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+          },
+          &msg);
+  }
+  CHECK(st == OSLO_ERR_INVALID_ARGUMENT, "case %d: status %d: %s", which, st, msg.c_str());
+  CHECK(std::strstr(msg.c_str(), "mismatch") && std::strstr(msg.c_str(), needle),
+        "case %d: message lacks '%s': %s", which, needle, msg.c_str());
+  return failures;
+}
+void test_processes_collective_mismatch_2(void**) {
+  for (int which = 0; which < 5; ++which)
+    assert_int_equal(
+        run_processes(2, 20,
+                      [=](Communicator& c, TcpStore&) { return collective_mismatch(c, which); }),
+        0);
+}
+void test_processes_collective_mismatch_3(void**) {
+  for (int which = 0; which < 5; ++which)
+    assert_int_equal(
+        run_processes(3, 20,
+                      [=](Communicator& c, TcpStore&) { return collective_mismatch(c, which); }),
+        0);
 }
 
 // A timeout far beyond any deadline arithmetic's range (the largest the
@@ -953,6 +1029,8 @@ int main(int argc, char** argv) {
       cmocka_unit_test_teardown(test_fault_send_recv_size_mismatch, test_util::kill_children),
       cmocka_unit_test_teardown(test_fault_frozen_during_rendezvous, test_util::kill_children),
       cmocka_unit_test_teardown(test_processes_broadcast_root_mismatch_2, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_collective_mismatch_2, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_collective_mismatch_3, test_util::kill_children),
       cmocka_unit_test_teardown(test_processes_broadcast_root_mismatch_3, test_util::kill_children),
       cmocka_unit_test_teardown(test_misc_huge_timeout_late_peer, test_util::kill_children),
       cmocka_unit_test_teardown(test_misc_local_address_towards, test_util::kill_children),

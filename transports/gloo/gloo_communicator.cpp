@@ -285,6 +285,13 @@ class GlooCommunicator : public Communicator {
     return kCollectiveBase + 4 * (seq_++);
   }
   void check_dtype_op(oslo_dtype dt, int op) const;
+  // Every rank tells every other what it called (desc: three numbers, e.g.
+  // op, count and dtype) on slot + 3 of the collective's slots, and all fail
+  // with OSLO_ERR_INVALID_ARGUMENT if any differs: otherwise a count
+  // mismatch would make gloo kill the process (an oversized message) and an
+  // op or dtype mismatch would return garbage as success. One round trip of
+  // 24-byte messages.
+  void agree(const char* what, const uint64_t desc[3], const char* const names[3], uint64_t slot);
   void reduce_scatter_phase(const uint8_t* in, bool chunked, size_t count, oslo_dtype dt,
                             oslo_reduce_op op, uint8_t* out, uint64_t slot);
 
@@ -588,20 +595,56 @@ void GlooCommunicator::reduce_scatter_phase(const uint8_t* in, bool chunked, siz
   reduce_ranked(out, srcs.data(), n, my_len, dt, op);
 }
 
+void GlooCommunicator::agree(const char* what, const uint64_t desc[3], const char* const names[3],
+                             uint64_t slot) {
+  const int n = ctx_->size, me = ctx_->rank;
+  std::vector<uint64_t> theirs(3 * static_cast<size_t>(n));
+  {
+    Exchange ex(*this);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      ex.recv(p, &theirs[3 * static_cast<size_t>(p)], 3 * sizeof(uint64_t), slot + 3);
+      ex.send(p, desc, 3 * sizeof(uint64_t), slot + 3);
+    }
+    ex.wait_all();
+  }
+  auto text = [&](const uint64_t* d) {
+    std::string t;
+    for (int i = 0; i < 3; ++i) {
+      if (!names[i]) continue;
+      t += (t.empty() ? "" : ", ") + std::string(names[i]) + " ";
+      if (std::strcmp(names[i], "dtype") == 0)
+        t += dtype_valid(static_cast<int>(d[i])) ? dtype_name(static_cast<oslo_dtype>(d[i])) : "?";
+      else
+        t += std::to_string(d[i]);
+    }
+    return t;
+  };
+  for (int p = 0; p < n; ++p) {
+    const uint64_t* t = &theirs[3 * static_cast<size_t>(p)];
+    if (p == me || (t[0] == desc[0] && t[1] == desc[1] && t[2] == desc[2])) continue;
+    fail(OSLO_ERR_INVALID_ARGUMENT, "collective mismatch: this rank (", me, ") called ", what, "(",
+         text(desc), ") but rank ", p, " called ", what, "(", text(t), ")");
+  }
+}
+
 void GlooCommunicator::all_reduce(const void* in, void* out, size_t count, oslo_dtype dt,
                                   oslo_reduce_op op) {
   check_dtype_op(dt, op);
   OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "gloo all_reduce: null buffer");
   run("all_reduce", [&] {
-    if (count == 0) return;
     const size_t es = dtype_size(dt);
     const int n = ctx_->size, me = ctx_->rank;
     if (n == 1) {
       const void* src = in;
-      reduce_ranked(out, &src, 1, count, dt, op);
+      if (count) reduce_ranked(out, &src, 1, count, dt, op);
       return;
     }
     uint64_t slot = next_slot();
+    const uint64_t desc[3] = {static_cast<uint64_t>(op), count, static_cast<uint64_t>(dt)};
+    const char* const names[3] = {"op", "count", "dtype"};
+    agree("all_reduce", desc, names, slot);
+    if (count == 0) return;
     size_t my_off, my_len;
     chunk(count, me, &my_off, &my_len);
     uint8_t* o = static_cast<uint8_t*>(out);
@@ -629,13 +672,16 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, size_t count, o
   OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT,
              "gloo reduce_scatter: null buffer");
   run("reduce_scatter", [&] {
-    if (count == 0) return;
     if (ctx_->size == 1) {
       const void* src = in;
-      reduce_ranked(out, &src, 1, count, dt, op);
+      if (count) reduce_ranked(out, &src, 1, count, dt, op);
       return;
     }
     uint64_t slot = next_slot();
+    const uint64_t desc[3] = {static_cast<uint64_t>(op), count, static_cast<uint64_t>(dt)};
+    const char* const names[3] = {"op", "count", "dtype"};
+    agree("reduce_scatter", desc, names, slot);
+    if (count == 0) return;
     const size_t es = dtype_size(dt);
     // Scratch result, for the same aliasing reason as in all_reduce.
     std::unique_ptr<uint8_t[]> mine(new uint8_t[count * es]);
@@ -648,14 +694,17 @@ void GlooCommunicator::all_gather(const void* in, void* out, size_t count, oslo_
   check_dtype_op(dt, OSLO_REDUCE_SUM);
   OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "gloo all_gather: null buffer");
   run("all_gather", [&] {
-    if (count == 0) return;
     const size_t es = dtype_size(dt);
     const int n = ctx_->size, me = ctx_->rank;
     uint8_t* o = static_cast<uint8_t*>(out);
     uint8_t* mine = o + static_cast<size_t>(me) * count * es;
-    if (mine != in) std::memmove(mine, in, count * es);
+    if (count && mine != in) std::memmove(mine, in, count * es);
     if (n == 1) return;
     uint64_t slot = next_slot();
+    const uint64_t desc[3] = {0, count, static_cast<uint64_t>(dt)};
+    const char* const names[3] = {nullptr, "count", "dtype"};
+    agree("all_gather", desc, names, slot);
+    if (count == 0) return;
     Exchange ex(*this);
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
@@ -672,34 +721,16 @@ void GlooCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int roo
              root, " out of range for group of ", ctx_->size);
   OSLO_CHECK(count == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: null buffer");
   run("broadcast", [&] {
-    if (count == 0 || ctx_->size == 1) return;
+    if (ctx_->size == 1) return;
     uint64_t slot = next_slot();
     const size_t bytes = count * dtype_size(dt);
-    const int n = ctx_->size, me = ctx_->rank;
-    // First every rank tells every other what it called: ranks naming
-    // different roots would otherwise each send (or each wait), and a
-    // different count would make gloo abort on the oversized message.
-    const uint64_t mine[3] = {static_cast<uint64_t>(root), static_cast<uint64_t>(count),
-                              static_cast<uint64_t>(dt)};
-    std::vector<uint64_t> theirs(3 * static_cast<size_t>(n));
-    {
-      Exchange desc(*this);
-      for (int p = 0; p < n; ++p) {
-        if (p == me) continue;
-        desc.recv(p, &theirs[3 * static_cast<size_t>(p)], sizeof mine, slot + 1);
-        desc.send(p, mine, sizeof mine, slot + 1);
-      }
-      desc.wait_all();
-    }
-    for (int p = 0; p < n; ++p) {
-      const uint64_t* t = &theirs[3 * static_cast<size_t>(p)];
-      if (p == me || (t[0] == mine[0] && t[1] == mine[1] && t[2] == mine[2])) continue;
-      fail(OSLO_ERR_INVALID_ARGUMENT, "collective mismatch: this rank (", me, ") called broadcast(",
-           dtype_name(dt), ", count ", count, ", root ", root, ") but rank ", p,
-           " called broadcast(",
-           dtype_valid(static_cast<int>(t[2])) ? dtype_name(static_cast<oslo_dtype>(t[2])) : "?",
-           ", count ", t[1], ", root ", t[0], ")");
-    }
+    // Ranks naming different roots would otherwise each send (or each
+    // wait), and a different count would make gloo abort on the oversized
+    // message.
+    const uint64_t desc[3] = {static_cast<uint64_t>(root), count, static_cast<uint64_t>(dt)};
+    const char* const names[3] = {"root", "count", "dtype"};
+    agree("broadcast", desc, names, slot);
+    if (count == 0) return;
     Exchange ex(*this);
     if (ctx_->rank == root) {
       for (int p = 0; p < ctx_->size; ++p)
