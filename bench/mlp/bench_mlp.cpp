@@ -156,7 +156,7 @@ int env_int(const char* name, int dflt) {
 // ---------------------------------------------------------------------------
 // The measurement (one process per rank).
 // ---------------------------------------------------------------------------
-int run(int64_t T, int64_t H, int64_t F, int iters) {
+int run(int64_t T, int64_t H, int64_t F, int iters, const std::string& backend) {
   const int local_rank = env_int("LOCAL_RANK", 0);
   const int world = env_int("WORLD_SIZE", 1);
   {
@@ -167,7 +167,8 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   }
   oslo_context* ctx = nullptr;
   std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(world) +
-                    ", \"num_threads\": 1, \"timeout_seconds\": 600}";
+                    ", \"num_threads\": 1, \"timeout_seconds\": 600, \"backend\": \"" + backend +
+                    "\"}";
   CHECK(oslo_context_create(cfg.c_str(), &ctx));
   int tp = 1, r = 0;
   CHECK(oslo_context_size(ctx, OSLO_GROUP_TENSOR, &tp));
@@ -594,6 +595,7 @@ int summarize(const char* path) {
 int main(int argc, char** argv) {
   int64_t T = 2048, H = 4096, F = 16384;
   int iters = 1;
+  std::string backend = "cpu";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -612,13 +614,15 @@ int main(int argc, char** argv) {
       F = std::atoll(next());
     else if (a == "--iters")
       iters = std::max(1, std::atoi(next()));
+    else if (a == "--backend")
+      backend = next();
     else {
       std::fprintf(stderr,
-                   "usage: %s [--tokens T] [--hidden H] [--ffn F] [--iters N] "
+                   "usage: %s [--tokens T] [--hidden H] [--ffn F] [--iters N] [--backend B] "
                    "| --summarize FILE\n",
                    argv[0]);
       return 2;
     }
   }
-  return run(T, H, F, iters);
+  return run(T, H, F, iters, backend);
 }
