@@ -1,14 +1,14 @@
 // The backends linked into liboslo (others load as plugins, see
-// core/backend/registry.cpp).
+// core/backend/registry.cpp). Each provides the same C table a plugin does.
 #include "core/backend/backend.hpp"
 
 namespace oslo {
 
-std::unique_ptr<Backend> create_cpu_backend(const BackendOptions& options);
+const oslo_backend_iface* cpu_backend_table();
 
 namespace {
 const BuiltinBackend kBuiltin[] = {
-    {"cpu", create_cpu_backend},
+    {"cpu", cpu_backend_table},
     {nullptr, nullptr},
 };
 }  // namespace

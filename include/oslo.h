@@ -4,28 +4,82 @@
  * oslo runs transformer layers split across ranks (tensor, pipeline and data
  * parallelism). If it is not in this header, it is not API.
  *
+ * Names and argument order (one rule; every function follows it):
+ *  - Functions are oslo_<object>_<operation>, where <object> is the type the
+ *    function acts on or creates, without its oslo_ prefix: oslo_context_*,
+ *    oslo_tensor_*, oslo_parallel_linear_*, oslo_parallel_embedding_*,
+ *    oslo_param_set_*, oslo_<object>_options_init, oslo_status_string.
+ *    Collectives and the vocabulary-parallel loss run on a context's groups,
+ *    so they are oslo_context_* too. Only the functions of the library as a
+ *    whole take no object: oslo_version, oslo_version_string,
+ *    oslo_last_error, oslo_clear_error.
+ *  - Arguments come in this order:
+ *      1. the object acted on (for a function that creates an object: the
+ *         context it is made from), then, for context operations, the group;
+ *      2. inputs: values, strings, options, tensors and memory only read;
+ *      3. outputs: tensors and memory the call writes, including tensors
+ *         updated in place (all_reduce, broadcast, recv);
+ *      4. out-pointers: pointers through which the call returns values or
+ *         objects, last; a new object is returned through `out`.
+ *    A pointer to memory and its size in bytes count as one argument, the
+ *    size following the pointer.
+ *    Why: the first argument is the receiver of a method in the bindings
+ *    (ctx.all_reduce(...), tensor.copy_to_host(...)); "what is read, then what
+ *    is written" puts every written argument in one place, in place or not,
+ *    so mirrored pairs have mirrored signatures (oslo_context_send/_recv,
+ *    oslo_tensor_copy_from_host/_to_host, forward/backward).
+ *  - Types are oslo_<name>. An options struct is named after what it
+ *    configures and shares its stem: oslo_<object>_options for
+ *    oslo_<object>_create (oslo_parallel_linear_options), oslo_<operation>_options
+ *    for an operation (oslo_vocab_parallel_cross_entropy_options), with
+ *    oslo_<stem>_options_init and OSLO_<STEM>_OPTIONS_VERSION (see "Options
+ *    structs" below).
+ *  - Enum values are OSLO_<PREFIX>_<NAME>, <PREFIX> being the enum's type name
+ *    without oslo_ and without a trailing _op or _kind: OSLO_DTYPE_F32,
+ *    OSLO_REDUCE_SUM, OSLO_GROUP_TENSOR, OSLO_LINEAR_COLUMN. The status codes
+ *    OSLO_OK and OSLO_ERR_* keep the names they have had since 0.1.
+ *
  * Conventions (every function follows them unless its comment says otherwise):
  *  - Fallible functions return an oslo_status; OSLO_OK (0) is success. On
  *    failure a message naming the problem is available from oslo_last_error()
  *    on the same thread until the next failing oslo call on that thread.
- *  - Out-parameters come first. Objects returned through `T **out` are owned
- *    by the caller and freed with the matching *_destroy; on failure *out is
- *    set to NULL. Pointers returned through `const T **` or documented as
- *    "borrowed" stay owned by oslo and live as long as their owner.
+ *  - Objects returned through `T **out` are owned by the caller and freed
+ *    with the matching *_destroy; on failure *out is set to NULL. Pointers
+ *    returned through `const T **` or documented as "borrowed" stay owned by
+ *    oslo and live as long as their owner. Handles and memory passed as
+ *    arguments stay owned by the caller; oslo only uses them during the call
+ *    unless the function says it keeps them (parameter sets, wrapped memory).
  *  - Every *_destroy accepts NULL and does nothing.
  *  - No C++ exception, exit() or abort() ever crosses this ABI.
  *  - Thread-safety: distinct objects may be used from distinct threads at the
  *    same time. One context (and the layers, tensors and parameter sets made
  *    from it) is used by one thread at a time, except oslo_context_abort,
  *    which any thread may call at any time. Ranks may be threads of one
- *    process, each with its own context.
+ *    process, each with its own context. A function documented
+ *    "Thread-safety: per context" follows this rule: it must not overlap
+ *    another call on the same context or on an object made from it.
  *  - Every blocking call (context creation, collectives, layer forward and
  *    backward that communicate, checkpoint save and load) honours the
  *    context's timeout_seconds and returns OSLO_ERR_TIMEOUT or OSLO_ERR_COMM
  *    instead of hanging on a dead, frozen or missing peer.
  *
- * Stability: functions are only added. A changed meaning gets a new name
- * (a _v2 suffix); the old one keeps working for the whole 0.x series.
+ * Options structs: every struct passed as options starts with
+ * `unsigned int version`, set (with every default) by its
+ * oslo_<object>_options_init(&opts, OSLO_<OBJECT>_OPTIONS_VERSION). A struct
+ * grows only by appending fields, and each growth bumps its VERSION macro, so
+ * a program compiled against an older oslo.h keeps working with a newer
+ * library: the library reads only the fields of the version the struct
+ * declares and gives the later fields their defaults. A version of 0 (a
+ * struct never initialised) or one newer than the library knows is refused
+ * with OSLO_ERR_INVALID_ARGUMENT naming it. A version number rather than a
+ * struct_size field because sizes do not identify layouts: a new field can
+ * fit in the old struct's tail padding and leave sizeof unchanged.
+ *
+ * Stability: 0.x is pre-stable. 0.2 settled names, argument order and
+ * options structs ahead of the Python, Java and Go bindings (CHANGELOG.md
+ * lists every change from 0.1). From 0.2 on, functions are only added; a
+ * changed meaning gets a new name (a _v2 suffix) and the old one keeps
+ * working; options structs grow as described above.
  *
  * This header is C99 and compiles with -std=c99 -pedantic -Werror.
  */
@@ -36,9 +90,9 @@
 #include <stdint.h>
 
 #define OSLO_VERSION_MAJOR 0
-#define OSLO_VERSION_MINOR 1
+#define OSLO_VERSION_MINOR 2
 #define OSLO_VERSION_PATCH 0
-#define OSLO_VERSION_STRING "0.1.0"
+#define OSLO_VERSION_STRING "0.2.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, for compile-time comparisons. */
 #define OSLO_VERSION_NUMBER \
   (OSLO_VERSION_MAJOR * 10000 + OSLO_VERSION_MINOR * 100 + OSLO_VERSION_PATCH)
@@ -79,28 +133,42 @@ typedef enum oslo_status {
 
 /**
  * Static, human-readable name of a status ("OSLO_ERR_TIMEOUT: timed out").
- * Never NULL; unknown values give "unknown status". Thread-safe.
+ * Ownership: the string is static; never free it.
+ * Errors: none; never NULL, unknown values give "unknown status".
+ * Thread-safety: thread-safe.
  */
 OSLO_API const char *oslo_status_string(oslo_status status);
 
 /**
  * Message of the last failing oslo call on the calling thread, e.g.
- * "config: unknown key 'tensor_paralel_size'". Never NULL ("" when no call
- * has failed). The pointer is owned by oslo and valid until the next oslo
- * call on the same thread. Thread-safe (the message is thread-local).
+ * "config: unknown key 'tensor_paralel_size'"; "" when no call has failed.
+ * Ownership: the string is owned by oslo and valid until the next oslo call
+ * on the same thread; copy it to keep it.
+ * Errors: none; never NULL.
+ * Thread-safety: thread-safe (the message is thread-local).
  */
 OSLO_API const char *oslo_last_error(void);
 
-/** Clears the calling thread's last error message. Thread-safe. */
+/**
+ * Clears the calling thread's last error message.
+ * Ownership: nothing is passed. Errors: none.
+ * Thread-safety: thread-safe (affects the calling thread only).
+ */
 OSLO_API void oslo_clear_error(void);
 
 /**
- * Run-time version of the library (compare with OSLO_VERSION_* of the
- * header you compiled with). Any out-pointer may be NULL. Thread-safe.
+ * Run-time version of the library (compare with OSLO_VERSION_* of the header
+ * you compiled with). Any out-pointer may be NULL.
+ * Ownership: writes the caller's ints. Errors: none.
+ * Thread-safety: thread-safe.
  */
 OSLO_API void oslo_version(int *major, int *minor, int *patch);
 
-/** Run-time version string, e.g. "0.1.0". Static, never NULL. Thread-safe. */
+/**
+ * Run-time version string, e.g. "0.2.0".
+ * Ownership: the string is static; never free it. Errors: none; never NULL.
+ * Thread-safety: thread-safe.
+ */
 OSLO_API const char *oslo_version_string(void);
 
 /* ------------------------------------------------------------------------ */
@@ -109,23 +177,30 @@ OSLO_API const char *oslo_version_string(void);
 
 /** Element types. The CPU backend computes in f32; f16/bf16 are storage. */
 typedef enum oslo_dtype {
-  OSLO_F32 = 0,
-  OSLO_F16 = 1,
-  OSLO_BF16 = 2,
-  OSLO_I32 = 3, /**< token ids and labels */
-  OSLO_I64 = 4, /**< token ids and labels */
+  OSLO_DTYPE_F32 = 0,
+  OSLO_DTYPE_F16 = 1,
+  OSLO_DTYPE_BF16 = 2,
+  OSLO_DTYPE_I32 = 3, /**< token ids and labels */
+  OSLO_DTYPE_I64 = 4, /**< token ids and labels */
   /* Not values: they make every int a valid value of the type, so a bad value
      passed from C is reported as an error instead of being undefined in C++. */
   OSLO_DTYPE_ENUM_MIN_ = -2147483647 - 1,
   OSLO_DTYPE_ENUM_MAX_ = 2147483647
 } oslo_dtype;
 
-/** Reduction of collectives. AVG is SUM divided by the group size. */
+/**
+ * Reduction of collectives, combined in group-rank order so every rank gets
+ * the same bits. f16 and bf16 are combined in f32 and rounded once.
+ *  - SUM: integer sums wrap around (two's complement).
+ *  - AVG: SUM divided by the group size. For integers the exact sum is
+ *    divided and the quotient truncated toward zero (C division: -7 / 2 is -3).
+ *  - MAX, MIN: for floats a NaN wins.
+ */
 typedef enum oslo_reduce_op {
-  OSLO_SUM = 0,
-  OSLO_AVG = 1,
-  OSLO_MAX = 2,
-  OSLO_MIN = 3,
+  OSLO_REDUCE_SUM = 0,
+  OSLO_REDUCE_AVG = 1,
+  OSLO_REDUCE_MAX = 2,
+  OSLO_REDUCE_MIN = 3,
   /* Not values: they make every int a valid value of the type, so a bad value
      passed from C is reported as an error instead of being undefined in C++. */
   OSLO_REDUCE_ENUM_MIN_ = -2147483647 - 1,
@@ -161,8 +236,14 @@ typedef struct oslo_tensor oslo_tensor;
 typedef struct oslo_parallel_linear oslo_parallel_linear;
 typedef struct oslo_parallel_embedding oslo_parallel_embedding;
 typedef struct oslo_param_set oslo_param_set;
-/* DLPack's tensor (dlpack.h, v0.x/1.x "DLManagedTensor"); include dlpack.h to use it. */
+/* DLPack's managed tensors: DLManagedTensor (unversioned, DLPack 0.x and 1.x)
+   and DLManagedTensorVersioned (DLPack 1.x). oslo.h needs neither defined;
+   to use them include <oslo/dlpack.h>, the DLPack 1.1 header installed with
+   oslo (upstream dlpack.h, unmodified, under oslo's include folder). It
+   declares no typedef for DLManagedTensorVersioned: in C write the struct
+   keyword. */
 struct DLManagedTensor;
+struct DLManagedTensorVersioned;
 
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
@@ -175,8 +256,15 @@ struct DLManagedTensor;
  * timeout_seconds passed (the error then names the ranks that never came).
  *
  * `config` is JSON text, a path to a JSON file, or NULL/"" for all defaults.
+ * A config file must be a regular file of at most 16 MiB (a FIFO, device or
+ * directory is refused without reading it). Each key may appear once per
+ * object; nesting deeper than 64 levels is refused.
  * Keys (all optional):
- *   "backend"                 "cpu" (default)
+ *   "backend"                 "cpu" (default), or the name of a plugin
+ *                             liboslo_backend_<name>.so such as "torch":
+ *                             1 to 64 letters, digits or '_'
+ *   "backend_options"         object handed to the backend (e.g. torch:
+ *                             {"device": "cuda"}), default {}
  *   "tensor_parallel_size"    int > 0, default 1
  *   "pipeline_parallel_size"  int > 0, default 1
  *   "data_parallel_size"      int > 0, default world / (tp * pp)
@@ -185,14 +273,16 @@ struct DLManagedTensor;
  *   "rank", "world_size"      explicit rank and world size (ranks that are
  *                             threads of one process; overrides environment)
  *   "local_rank", "local_world_size"  rank within the host and ranks on it
- *   "timeout_seconds"         number > 0, default 300
+ *   "timeout_seconds"         number > 0 and <= 1e7 (about 116 days),
+ *                             default 300
  *   "num_threads"             compute threads per rank, default
  *                             max(1, cores / local_world_size)
  *   "model_parallelism"       object holding any of the *_parallel_size keys
  *                             (OSLO's {"model_parallelism":
  *                             {"tensor_parallel_size": 2}} form)
- * Unknown keys, wrong types, non-positive sizes and sizes whose product does
- * not divide the world size fail with OSLO_ERR_CONFIG naming the key.
+ * Unknown or repeated keys, wrong types, out-of-range values and sizes whose
+ * product does not divide the world size fail with OSLO_ERR_CONFIG naming the
+ * key. Messages quote only the start of a long key or value.
  *
  * Rank and world size come from, in this order of precedence: the config's
  * "rank"/"world_size"; torchrun/oslo-run (RANK, WORLD_SIZE, LOCAL_RANK,
@@ -201,18 +291,25 @@ struct DLManagedTensor;
  * a single rank (rank 0 of 1). env:// reads MASTER_ADDR (default 127.0.0.1)
  * and MASTER_PORT (default 29500).
  *
- * Errors: OSLO_ERR_INVALID_ARGUMENT (out is NULL), OSLO_ERR_CONFIG,
- * OSLO_ERR_FORMAT (invalid JSON), OSLO_ERR_IO (unreadable config file, port
+ * Ownership: `config` is read during the call only; the caller owns the new
+ * context (*out) and frees it with oslo_context_destroy.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (out is NULL), OSLO_ERR_CONFIG (also:
+ * a file:// store left by an earlier run, reported on every rank),
+ * OSLO_ERR_FORMAT (invalid JSON, including numbers beyond the range of a
+ * double), OSLO_ERR_IO (unreadable, non-regular or oversized config file, port
  * in use: the message names address and port), OSLO_ERR_TIMEOUT,
- * OSLO_ERR_COMM, OSLO_ERR_BACKEND_UNAVAILABLE.
- * Thread-safety: each rank thread creates its own context.
+ * OSLO_ERR_COMM, OSLO_ERR_BACKEND_UNAVAILABLE, OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: thread-safe; each rank thread creates its own context.
  */
-OSLO_API oslo_status oslo_context_create(oslo_context **out, const char *config);
+OSLO_API oslo_status oslo_context_create(const char *config, oslo_context **out);
 
 /**
- * Destroys a context and its communicators. Not collective; tensors, layers
- * and parameter sets made from the context must be destroyed first (the
- * context outlives them). NULL is a no-op.
+ * Destroys a context and its communicators. Not collective. NULL is a no-op.
+ * Ownership: takes the context back. Tensors, layers and parameter sets made
+ * from it must be destroyed first (the context outlives them); DLPack
+ * exports of its tensors may outlive it.
+ * Errors: none.
+ * Thread-safety: no other call may use the context meanwhile.
  */
 OSLO_API void oslo_context_destroy(oslo_context *ctx);
 
@@ -220,29 +317,37 @@ OSLO_API void oslo_context_destroy(oslo_context *ctx);
  * Aborts the context's communication: pending and later collectives on this
  * rank fail with OSLO_ERR_COMM, and peers sharing memory with it fail too
  * instead of waiting for their timeout. The context must still be destroyed.
- * Thread-safe: may be called from any thread (e.g. a watchdog) at any time.
+ * Ownership: the caller keeps the context.
  * Errors: OSLO_ERR_INVALID_ARGUMENT if ctx is NULL.
+ * Thread-safety: thread-safe: may be called from any thread (e.g. a
+ * watchdog) at any time, even while another thread is in a call on ctx.
  */
 OSLO_API oslo_status oslo_context_abort(oslo_context *ctx);
 
 /**
  * Rank of the calling process/thread within a group (0 .. size-1).
+ * Ownership: writes *rank.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL pointer, unknown group).
+ * Thread-safety: thread-safe (reads immutable topology).
  */
-OSLO_API oslo_status oslo_context_rank(int *rank, const oslo_context *ctx, oslo_group group);
+OSLO_API oslo_status oslo_context_rank(const oslo_context *ctx, oslo_group group, int *rank);
 
 /**
- * Number of ranks in a group. Errors: as oslo_context_rank.
+ * Number of ranks in a group.
+ * Ownership: writes *size. Errors: as oslo_context_rank.
+ * Thread-safety: thread-safe (reads immutable topology).
  */
-OSLO_API oslo_status oslo_context_size(int *size, const oslo_context *ctx, oslo_group group);
+OSLO_API oslo_status oslo_context_size(const oslo_context *ctx, oslo_group group, int *size);
 
 /**
  * Name of the context's backend ("cpu") and of the transport a group uses
- * ("self", "shm", "gloo"). Both strings are borrowed from the context.
- * `transport` may be NULL. Errors: OSLO_ERR_INVALID_ARGUMENT.
+ * ("self", "shm", "gloo"). `transport` may be NULL.
+ * Ownership: both strings are borrowed from the context and live as long as it.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL ctx or backend, unknown group).
+ * Thread-safety: thread-safe (reads immutable state).
  */
-OSLO_API oslo_status oslo_context_backend(const char **backend, const char **transport,
-                                          const oslo_context *ctx, oslo_group group);
+OSLO_API oslo_status oslo_context_backend(const oslo_context *ctx, oslo_group group,
+                                          const char **backend, const char **transport);
 
 /* ------------------------------------------------------------------------ */
 /* Tensors                                                                   */
@@ -251,124 +356,243 @@ OSLO_API oslo_status oslo_context_backend(const char **backend, const char **tra
 /**
  * Creates a zero-filled, contiguous row-major tensor on the context's device.
  * `shape` has `ndim` entries (0 <= ndim <= OSLO_MAX_DIMS, each >= 0).
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad ndim or negative extent),
- * OSLO_ERR_DTYPE (unknown dtype), OSLO_ERR_OUT_OF_MEMORY.
+ * Ownership: `shape` is read during the call only; the caller owns *out
+ * (oslo_tensor_destroy), which must not outlive ctx.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad ndim, negative extent, size
+ * overflow), OSLO_ERR_DTYPE (unknown dtype), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_tensor_create(oslo_tensor **out, oslo_context *ctx, oslo_dtype dtype,
-                                        int ndim, const int64_t *shape);
+OSLO_API oslo_status oslo_tensor_create(oslo_context *ctx, oslo_dtype dtype, int ndim,
+                                        const int64_t *shape, oslo_tensor **out);
 
 /**
  * Wraps caller memory without copying. `data` must be on the context's device
- * (host memory for "cpu"), hold the whole contiguous row-major tensor, and
- * outlive the returned tensor; it is never freed by oslo. Errors: as
- * oslo_tensor_create (data may be NULL only when the tensor has 0 elements).
+ * (host memory for "cpu") and hold the whole contiguous row-major tensor.
+ * Ownership: oslo never frees `data`; it must stay valid while the tensor
+ * (and any DLPack export of it) lives. The caller owns *out.
+ * Errors: as oslo_tensor_create (data may be NULL only when the tensor has
+ * 0 elements).
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_tensor_wrap(oslo_tensor **out, oslo_context *ctx, void *data,
-                                      oslo_dtype dtype, int ndim, const int64_t *shape);
+OSLO_API oslo_status oslo_tensor_wrap(oslo_context *ctx, void *data, oslo_dtype dtype, int ndim,
+                                      const int64_t *shape, oslo_tensor **out);
 
-/** Destroys a tensor (memory it owns is freed when no DLPack export still uses it). NULL is a
- * no-op. */
+/**
+ * Destroys a tensor. NULL is a no-op.
+ * Ownership: memory the tensor owns is freed once no DLPack export still
+ * uses it; an imported DLPack tensor's deleter is called then.
+ * Errors: none.
+ * Thread-safety: per context (see Conventions).
+ */
 OSLO_API void oslo_tensor_destroy(oslo_tensor *tensor);
 
 /**
- * Copies `bytes` bytes of host memory into the tensor; `bytes` must equal the
- * tensor's size in bytes (numel * dtype size). Errors: OSLO_ERR_INVALID_ARGUMENT,
- * OSLO_ERR_SHAPE (size mismatch).
+ * Copies `bytes` bytes of host memory `src` into the tensor; `bytes` must
+ * equal the tensor's size in bytes (numel * dtype size).
+ * Ownership: `src` is read during the call only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tensor, NULL src with bytes > 0),
+ * OSLO_ERR_SHAPE (size mismatch: the message names both sizes).
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_tensor_copy_from_host(oslo_tensor *dst, const void *src, size_t bytes);
+OSLO_API oslo_status oslo_tensor_copy_from_host(oslo_tensor *tensor, const void *src, size_t bytes);
 
-/** Copies the tensor into host memory; `bytes` must equal its size in bytes. Errors as above. */
-OSLO_API oslo_status oslo_tensor_copy_to_host(void *dst, size_t bytes, const oslo_tensor *src);
+/**
+ * Copies the tensor into `bytes` bytes of host memory `dst`; `bytes` must
+ * equal the tensor's size in bytes.
+ * Ownership: `dst` is written during the call only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tensor, NULL dst with bytes > 0),
+ * OSLO_ERR_SHAPE (size mismatch).
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_tensor_copy_to_host(const oslo_tensor *tensor, void *dst, size_t bytes);
 
-/** Number of dimensions. Errors: OSLO_ERR_INVALID_ARGUMENT. */
-OSLO_API oslo_status oslo_tensor_ndim(int *ndim, const oslo_tensor *tensor);
+/**
+ * Number of dimensions.
+ * Ownership: writes *ndim. Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_tensor_ndim(const oslo_tensor *tensor, int *ndim);
 
 /**
  * Writes the extents into shape[0 .. ndim-1]; `shape` must have room for
- * OSLO_MAX_DIMS entries. Errors: OSLO_ERR_INVALID_ARGUMENT.
+ * OSLO_MAX_DIMS entries.
+ * Ownership: writes the caller's array. Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_tensor_shape(int64_t *shape, const oslo_tensor *tensor);
-
-/** Element type. Errors: OSLO_ERR_INVALID_ARGUMENT. */
-OSLO_API oslo_status oslo_tensor_dtype(oslo_dtype *dtype, const oslo_tensor *tensor);
-
-/** Number of elements (1 for a 0-d tensor). Errors: OSLO_ERR_INVALID_ARGUMENT. */
-OSLO_API oslo_status oslo_tensor_numel(int64_t *numel, const oslo_tensor *tensor);
+OSLO_API oslo_status oslo_tensor_shape(const oslo_tensor *tensor, int64_t *shape);
 
 /**
- * Pointer to the tensor's data on its device (borrowed: valid while the
- * tensor lives). Errors: OSLO_ERR_INVALID_ARGUMENT.
+ * Element type.
+ * Ownership: writes *dtype. Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_tensor_data(void **data, const oslo_tensor *tensor);
+OSLO_API oslo_status oslo_tensor_dtype(const oslo_tensor *tensor, oslo_dtype *dtype);
 
 /**
- * Exports the tensor as a DLPack DLManagedTensor sharing its memory (no copy).
- * The caller (or the framework it hands it to) owns the result and must call
- * its deleter once; the memory stays valid until then, even after
- * oslo_tensor_destroy. Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_OUT_OF_MEMORY.
+ * Number of elements (1 for a 0-d tensor).
+ * Ownership: writes *numel. Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_tensor_to_dlpack(struct DLManagedTensor **out, oslo_tensor *tensor);
+OSLO_API oslo_status oslo_tensor_numel(const oslo_tensor *tensor, int64_t *numel);
 
 /**
- * Imports a DLPack tensor without copying. On success oslo owns `managed`
- * and calls its deleter when the returned tensor is destroyed; on failure the
- * caller still owns it. The tensor must be contiguous row-major (or have NULL
- * strides), on the context's device, and of a supported type (float32,
- * float16, bfloat16, int32, int64). Errors: OSLO_ERR_INVALID_ARGUMENT,
- * OSLO_ERR_DTYPE, OSLO_ERR_NOT_SUPPORTED (strided or other device).
+ * Pointer to the tensor's data on its device.
+ * Ownership: borrowed: valid while the tensor (or a DLPack export) lives.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_tensor_from_dlpack(oslo_tensor **out, oslo_context *ctx,
-                                             struct DLManagedTensor *managed);
+OSLO_API oslo_status oslo_tensor_data(const oslo_tensor *tensor, void **data);
+
+/*
+ * DLPack. Exports share the tensor's memory (no copy), are compact row-major
+ * and always carry explicit strides. Imports take over a producer's tensor
+ * without copying; it must be compact row-major (strides NULL or describing
+ * that layout; an extent of 1 may have any stride, an empty tensor any
+ * strides), on the context's device ("cpu": kDLCPU or kDLCUDAHost memory),
+ * and of a supported type (float32, float16, bfloat16, int32, int64).
+ * A binding implementing `__dlpack__(max_version=...)` (numpy 2, torch 2)
+ * exports with oslo_tensor_to_dlpack_versioned when max_version >= (1, 0),
+ * capsule "dltensor_versioned", and with oslo_tensor_to_dlpack otherwise,
+ * capsule "dltensor"; importing, it asks for max_version=(1, 0) and calls
+ * the function matching the capsule's name.
+ */
+
+/**
+ * Exports the tensor as an unversioned DLPack DLManagedTensor (the struct of
+ * DLPack 0.x, still accepted by 1.x consumers).
+ * Ownership: the caller (or the framework it hands it to) owns *out and must
+ * call its deleter once; the memory stays valid until then, even after
+ * oslo_tensor_destroy and oslo_context_destroy.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: per context (see Conventions); the deleter may be called
+ * from any thread.
+ */
+OSLO_API oslo_status oslo_tensor_to_dlpack(oslo_tensor *tensor, struct DLManagedTensor **out);
+
+/**
+ * Exports the tensor as a DLPack 1.x DLManagedTensorVersioned: version
+ * {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION} of <oslo/dlpack.h> (1.1),
+ * flags 0 (writable, shared rather than copied).
+ * Ownership: as oslo_tensor_to_dlpack.
+ * Errors: as oslo_tensor_to_dlpack.
+ * Thread-safety: as oslo_tensor_to_dlpack.
+ */
+OSLO_API oslo_status oslo_tensor_to_dlpack_versioned(oslo_tensor *tensor,
+                                                     struct DLManagedTensorVersioned **out);
+
+/**
+ * Imports an unversioned DLPack tensor without copying (see "DLPack" above
+ * for what it must be).
+ * Ownership: on success oslo owns `managed` and calls its deleter once the
+ * returned tensor (and every export of it) is gone; on failure the caller
+ * still owns it and must call its deleter. The caller owns *out.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad ndim or shape),
+ * OSLO_ERR_DTYPE (unsupported type), OSLO_ERR_NOT_SUPPORTED (not compact
+ * row-major, other device).
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_tensor_from_dlpack(oslo_context *ctx, struct DLManagedTensor *managed,
+                                             oslo_tensor **out);
+
+/**
+ * Imports a DLPack 1.x DLManagedTensorVersioned without copying. Its major
+ * version must be 1 (any minor version). A read-only tensor
+ * (DLPACK_FLAG_BITMASK_READ_ONLY) is refused: oslo tensors are writable and
+ * collectives, loads and layer outputs write into them, so honouring the
+ * flag would need a check on every call; import a writable copy instead. A
+ * tensor flagged DLPACK_FLAG_BITMASK_IS_COPIED is accepted like any other.
+ * Ownership: as oslo_tensor_from_dlpack (on failure, including a major
+ * version mismatch, the caller keeps it; DLPack requires it then to call the
+ * deleter).
+ * Errors: as oslo_tensor_from_dlpack, and OSLO_ERR_NOT_SUPPORTED for another
+ * major version or a read-only tensor.
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_tensor_from_dlpack_versioned(oslo_context *ctx,
+                                                       struct DLManagedTensorVersioned *managed,
+                                                       oslo_tensor **out);
 
 /* ------------------------------------------------------------------------ */
 /* Collectives (blocking; every rank of the group must call them alike)     */
 /* ------------------------------------------------------------------------ */
 
 /**
- * In-place all-reduce of `tensor` over `group`. Results are bitwise identical
- * on every rank. Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_DTYPE (MAX/MIN
- * and AVG on integers are allowed; all ops are), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * In-place all-reduce of `tensor` over `group` with `op` (see oslo_reduce_op:
+ * every op works on every dtype; integer AVG truncates toward zero). Results
+ * are bitwise identical on every rank.
+ * Ownership: the caller keeps the tensor.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown group or op),
+ * OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_all_reduce(oslo_context *ctx, oslo_group group, oslo_tensor *tensor,
-                                     oslo_reduce_op op);
+OSLO_API oslo_status oslo_context_all_reduce(oslo_context *ctx, oslo_group group, oslo_reduce_op op,
+                                             oslo_tensor *tensor);
 
 /**
  * Gathers every rank's `input` into `output`, concatenated along dimension 0
  * in group-rank order: output.numel == input.numel * group size, same dtype.
+ * Ownership: the caller keeps both tensors.
  * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_SHAPE, OSLO_ERR_DTYPE,
  * OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_all_gather(oslo_tensor *output, oslo_context *ctx, oslo_group group,
-                                     const oslo_tensor *input);
+OSLO_API oslo_status oslo_context_all_gather(oslo_context *ctx, oslo_group group,
+                                             const oslo_tensor *input, oslo_tensor *output);
 
 /**
- * Reduces `input` (numel = output.numel * group size) over the group and
- * leaves block `rank` (along dimension 0) in `output`. Errors: as oslo_all_gather.
+ * Reduces `input` (numel = output.numel * group size, same dtype) over the
+ * group with `op` and leaves block `rank` (along dimension 0) in `output`.
+ * Ownership: the caller keeps both tensors.
+ * Errors: as oslo_context_all_gather, and OSLO_ERR_INVALID_ARGUMENT for an
+ * unknown op.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_reduce_scatter(oslo_tensor *output, oslo_context *ctx, oslo_group group,
-                                         const oslo_tensor *input, oslo_reduce_op op);
+OSLO_API oslo_status oslo_context_reduce_scatter(oslo_context *ctx, oslo_group group,
+                                                 oslo_reduce_op op, const oslo_tensor *input,
+                                                 oslo_tensor *output);
 
 /**
  * Copies `tensor` of group rank `root` into `tensor` on every other rank.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (bad root), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Every rank must name the same root, dtype and element count; a rank that
+ * differs makes the call fail on every rank (OSLO_ERR_INVALID_ARGUMENT).
+ * Ownership: the caller keeps the tensor.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown group, bad root,
+ * mismatch), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_broadcast(oslo_context *ctx, oslo_group group, oslo_tensor *tensor,
-                                    int root);
+OSLO_API oslo_status oslo_context_broadcast(oslo_context *ctx, oslo_group group, int root,
+                                            oslo_tensor *tensor);
 
 /**
- * Sends `tensor` to group rank `peer`, which must call oslo_recv with a tensor
- * of the same size. Messages between one pair arrive in order. May return
- * before the peer received (buffered). Errors: OSLO_ERR_INVALID_ARGUMENT
- * (peer out of range or self), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Sends `tensor` to group rank `peer`, which must call oslo_context_recv with
+ * a tensor of the same size in bytes. Messages between one pair arrive in
+ * order. May return before the peer received (buffered).
+ * Ownership: the caller keeps the tensor; the data is copied or sent before
+ * the call returns.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown group, peer out of range
+ * or self), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_send(oslo_context *ctx, oslo_group group, const oslo_tensor *tensor,
-                               int peer);
+OSLO_API oslo_status oslo_context_send(oslo_context *ctx, oslo_group group, int peer,
+                                       const oslo_tensor *tensor);
 
-/** Receives into `tensor` from group rank `peer`. Errors: as oslo_send. */
-OSLO_API oslo_status oslo_recv(oslo_tensor *tensor, oslo_context *ctx, oslo_group group, int peer);
+/**
+ * Receives into `tensor` what group rank `peer` sent with oslo_context_send.
+ * Ownership: the caller keeps the tensor.
+ * Errors: as oslo_context_send.
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_context_recv(oslo_context *ctx, oslo_group group, int peer,
+                                       oslo_tensor *tensor);
 
-/** Blocks until every rank of the group arrived. Errors: OSLO_ERR_COMM, OSLO_ERR_TIMEOUT. */
-OSLO_API oslo_status oslo_barrier(oslo_context *ctx, oslo_group group);
+/**
+ * Blocks until every rank of the group arrived.
+ * Ownership: nothing is passed.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL ctx, unknown group), OSLO_ERR_COMM,
+ * OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_context_barrier(oslo_context *ctx, oslo_group group);
 
 /* ------------------------------------------------------------------------ */
 /* Tensor-parallel layers                                                    */
@@ -377,46 +601,77 @@ OSLO_API oslo_status oslo_barrier(oslo_context *ctx, oslo_group group);
 /** Which way a linear layer is split across the tensor-parallel group. */
 typedef enum oslo_linear_kind {
   /** Output features split: each rank holds rows [r*out/tp, (r+1)*out/tp) of W. */
-  OSLO_COLUMN_PARALLEL = 0,
+  OSLO_LINEAR_COLUMN = 0,
   /** Input features split: each rank holds columns [r*in/tp, (r+1)*in/tp) of W. */
-  OSLO_ROW_PARALLEL = 1,
+  OSLO_LINEAR_ROW = 1,
   /* Not values: they make every int a valid value of the type, so a bad value
      passed from C is reported as an error instead of being undefined in C++. */
   OSLO_LINEAR_ENUM_MIN_ = -2147483647 - 1,
   OSLO_LINEAR_ENUM_MAX_ = 2147483647
 } oslo_linear_kind;
 
-/** Options of a parallel linear layer y = x W^T + b (W is [out, in] as in nn.Linear). */
-typedef struct oslo_linear_options {
-  oslo_linear_kind kind;
-  int64_t in_features;
-  int64_t out_features;
+/** Version of oslo_parallel_linear_options this header declares. */
+#define OSLO_PARALLEL_LINEAR_OPTIONS_VERSION 1
+
+/**
+ * Options of a parallel linear layer y = x W^T + b (W is [out, in] as in
+ * nn.Linear). Initialise with oslo_parallel_linear_options_init, then set
+ * fields; see "Options structs" at the top for how it grows.
+ */
+typedef struct oslo_parallel_linear_options {
+  unsigned int version;  /**< OSLO_PARALLEL_LINEAR_OPTIONS_VERSION; set by _init */
+  oslo_linear_kind kind; /**< default OSLO_LINEAR_COLUMN */
+  int64_t in_features;   /**< required, > 0 (default 0) */
+  int64_t out_features;  /**< required, > 0 (default 0) */
   int bias;              /**< nonzero: the layer has a bias (default 1) */
   int gather_output;     /**< column only: all-gather the output (default 0) */
   int input_is_parallel; /**< row only: input already split along features (default 1) */
-  oslo_dtype dtype;      /**< parameter dtype (default OSLO_F32) */
-} oslo_linear_options;
+  oslo_dtype dtype;      /**< parameter dtype, f32/f16/bf16 (default OSLO_DTYPE_F32) */
+} oslo_parallel_linear_options;
 
-/** Default options (column-parallel, bias, no gather, input_is_parallel, f32, sizes 0). */
-OSLO_API oslo_linear_options oslo_linear_default_options(void);
+/**
+ * Sets `options` to the defaults of `version` (pass
+ * OSLO_PARALLEL_LINEAR_OPTIONS_VERSION): column-parallel, bias, no gather,
+ * input_is_parallel, f32, sizes 0. Writes only the fields that version has.
+ * Ownership: writes the caller's struct.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, version 0 or newer than this
+ * library knows: the message names it).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_parallel_linear_options_init(oslo_parallel_linear_options *options,
+                                                       unsigned int version);
 
 /**
  * Creates a parallel linear layer with zero weights. The split dimension
  * (out_features for column, in_features for row) must be divisible by the
- * tensor-parallel size. Not collective. Errors: OSLO_ERR_INVALID_ARGUMENT
- * (NULL, non-positive sizes, indivisible split, unknown kind), OSLO_ERR_DTYPE,
+ * tensor-parallel size. Not collective.
+ * Ownership: `options` is read during the call only; the caller owns *out
+ * (oslo_parallel_linear_destroy), which must not outlive ctx.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad options version, non-positive
+ * sizes, indivisible split, unknown kind), OSLO_ERR_DTYPE (non-float dtype),
  * OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_parallel_linear_create(oslo_parallel_linear **out, oslo_context *ctx,
-                                                 const oslo_linear_options *options);
+OSLO_API oslo_status oslo_parallel_linear_create(oslo_context *ctx,
+                                                 const oslo_parallel_linear_options *options,
+                                                 oslo_parallel_linear **out);
 
-/** Destroys a layer and its parameters and gradients. NULL is a no-op. */
+/**
+ * Destroys a layer and its parameters and gradients. NULL is a no-op.
+ * Ownership: the layer's tensors (oslo_parallel_linear_params) die with it;
+ * a parameter set holding them must not be used afterwards.
+ * Errors: none.
+ * Thread-safety: per context (see Conventions).
+ */
 OSLO_API void oslo_parallel_linear_destroy(oslo_parallel_linear *layer);
 
 /**
  * Loads the full, unsharded weight [out, in] (and bias [out], or NULL); each
- * rank copies its own slice. Any float dtype is converted. Errors:
- * OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_SHAPE, OSLO_ERR_DTYPE.
+ * rank copies its own slice. Any float dtype is converted. Not collective.
+ * Ownership: the caller keeps the tensors; they are copied.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL layer or weight, a bias for a
+ * layer without bias), OSLO_ERR_SHAPE, OSLO_ERR_DTYPE (non-float tensor).
+ * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_parallel_linear_load_full(oslo_parallel_linear *layer,
                                                     const oslo_tensor *weight,
@@ -425,163 +680,311 @@ OSLO_API oslo_status oslo_parallel_linear_load_full(oslo_parallel_linear *layer,
 /**
  * Loads this rank's slice directly: weight [out/tp, in] (column) or
  * [out, in/tp] (row); bias [out/tp] (column) or [out] (row), or NULL.
+ * Ownership: as oslo_parallel_linear_load_full.
  * Errors: as oslo_parallel_linear_load_full.
+ * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_parallel_linear_load_shard(oslo_parallel_linear *layer,
                                                      const oslo_tensor *weight,
                                                      const oslo_tensor *bias);
 
 /**
- * Borrowed pointers to the layer's local weight, bias, and their gradients
- * (any out-pointer may be NULL; bias pointers are NULL without bias).
- * Errors: OSLO_ERR_INVALID_ARGUMENT.
+ * The layer's local weight, bias, and their gradients (f32). Any out-pointer
+ * may be NULL; the bias pointers are set to NULL for a layer without bias.
+ * Ownership: borrowed: the tensors belong to the layer and die with it;
+ * never destroy them.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL layer).
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_parallel_linear_params(oslo_tensor **weight, oslo_tensor **bias,
-                                                 oslo_tensor **grad_weight, oslo_tensor **grad_bias,
-                                                 const oslo_parallel_linear *layer);
+OSLO_API oslo_status oslo_parallel_linear_params(const oslo_parallel_linear *layer,
+                                                 oslo_tensor **weight, oslo_tensor **bias,
+                                                 oslo_tensor **grad_weight,
+                                                 oslo_tensor **grad_bias);
 
 /**
  * Forward pass. `input` is [..., in] (column, or row without
  * input_is_parallel) or [..., in/tp] (row with input_is_parallel); `output`
- * (caller-allocated, same dtype as input) is [..., out/tp] (column) or
- * [..., out] (column with gather_output, row). Collective over the tensor
- * group when it communicates (column with gather_output; row).
- * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_SHAPE, OSLO_ERR_DTYPE,
- * OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * (caller-allocated) is [..., out/tp] (column) or [..., out] (column with
+ * gather_output, row). Input, output and parameters may each have any float
+ * dtype, independently (e.g. f16 input, f32 output): computation is f32 and
+ * the output is rounded once to its dtype. Collective over the tensor group
+ * when it communicates (column with gather_output; row).
+ * Ownership: the caller keeps both tensors.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_SHAPE, OSLO_ERR_DTYPE
+ * (non-float tensor), OSLO_ERR_OUT_OF_MEMORY, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_parallel_linear_forward(oslo_tensor *output, oslo_parallel_linear *layer,
-                                                  const oslo_tensor *input);
+OSLO_API oslo_status oslo_parallel_linear_forward(oslo_parallel_linear *layer,
+                                                  const oslo_tensor *input, oslo_tensor *output);
 
 /**
  * Backward pass for the forward that took `input` and produced an output of
  * `grad_output`'s shape. Adds the weight and bias gradients into the layer's
  * gradients (zero them with oslo_parallel_linear_zero_grad) and writes the
- * input gradient (same shape as `input`) into `grad_input` unless it is NULL.
- * Collective over the tensor group (column: all-reduce of grad_input; row
- * without input_is_parallel: all-gather of grad_input). Errors: as forward.
+ * input gradient (same shape as `input`, any float dtype) into `grad_input`
+ * unless it is NULL. Collective over the tensor group (column: all-reduce of
+ * grad_input; row without input_is_parallel: all-gather of grad_input);
+ * every rank must pass grad_input or every rank NULL.
+ * Ownership: the caller keeps the tensors.
+ * Errors: as oslo_parallel_linear_forward.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_parallel_linear_backward(oslo_tensor *grad_input,
-                                                   oslo_parallel_linear *layer,
+OSLO_API oslo_status oslo_parallel_linear_backward(oslo_parallel_linear *layer,
                                                    const oslo_tensor *input,
-                                                   const oslo_tensor *grad_output);
-
-/** Sets the layer's gradients to zero. Errors: OSLO_ERR_INVALID_ARGUMENT. */
-OSLO_API oslo_status oslo_parallel_linear_zero_grad(oslo_parallel_linear *layer);
+                                                   const oslo_tensor *grad_output,
+                                                   oslo_tensor *grad_input);
 
 /**
- * Creates a vocabulary-parallel embedding [vocab_size, hidden]. The vocabulary
+ * Sets the layer's gradients to zero.
+ * Ownership: the caller keeps the layer.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_parallel_linear_zero_grad(oslo_parallel_linear *layer);
+
+/** Version of oslo_parallel_embedding_options this header declares. */
+#define OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION 1
+
+/**
+ * Options of a vocabulary-parallel embedding [vocab_size, hidden_size].
+ * Initialise with oslo_parallel_embedding_options_init, then set fields; see
+ * "Options structs" at the top for how it grows.
+ */
+typedef struct oslo_parallel_embedding_options {
+  unsigned int version; /**< OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION; set by _init */
+  int64_t vocab_size;   /**< rows of the full table, required, > 0 (default 0) */
+  int64_t hidden_size;  /**< columns (embedding dimension), required, > 0 (default 0) */
+  oslo_dtype dtype;     /**< table dtype, f32/f16/bf16 (default OSLO_DTYPE_F32) */
+} oslo_parallel_embedding_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass
+ * OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION): sizes 0, f32. Writes only the
+ * fields that version has.
+ * Ownership: writes the caller's struct.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, version 0 or newer than this
+ * library knows: the message names it).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_parallel_embedding_options_init(oslo_parallel_embedding_options *options,
+                                                          unsigned int version);
+
+/**
+ * Creates a vocabulary-parallel embedding with a zero table. The vocabulary
  * is padded up to a multiple of the tensor-parallel size; rank r holds padded
  * rows [r*V_p/tp, (r+1)*V_p/tp). Padding rows are zero and never produce
- * output. Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_DTYPE, OSLO_ERR_OUT_OF_MEMORY.
+ * output. Not collective.
+ * Ownership: `options` is read during the call only; the caller owns *out
+ * (oslo_parallel_embedding_destroy), which must not outlive ctx.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad options version, non-positive
+ * sizes), OSLO_ERR_DTYPE (non-float dtype), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_parallel_embedding_create(oslo_parallel_embedding **out,
-                                                    oslo_context *ctx, int64_t vocab_size,
-                                                    int64_t hidden_size, oslo_dtype dtype);
+OSLO_API oslo_status oslo_parallel_embedding_create(oslo_context *ctx,
+                                                    const oslo_parallel_embedding_options *options,
+                                                    oslo_parallel_embedding **out);
 
-/** Destroys an embedding. NULL is a no-op. */
+/**
+ * Destroys an embedding and its table and gradient. NULL is a no-op.
+ * Ownership: as oslo_parallel_linear_destroy. Errors: none.
+ * Thread-safety: per context (see Conventions).
+ */
 OSLO_API void oslo_parallel_embedding_destroy(oslo_parallel_embedding *emb);
 
 /**
  * This rank's range of real vocabulary rows [*start, *end) (end <= vocab_size;
  * may be empty on the last ranks when padding is large) and the padded local
- * row count. Any out-pointer may be NULL. Errors: OSLO_ERR_INVALID_ARGUMENT.
+ * row count. Any out-pointer may be NULL.
+ * Ownership: writes the caller's ints.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL emb).
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_parallel_embedding_vocab_range(int64_t *start, int64_t *end,
-                                                         int64_t *local_rows,
-                                                         const oslo_parallel_embedding *emb);
+OSLO_API oslo_status oslo_parallel_embedding_vocab_range(const oslo_parallel_embedding *emb,
+                                                         int64_t *start, int64_t *end,
+                                                         int64_t *local_rows);
 
 /**
- * Loads the full table [vocab_size, hidden]; each rank keeps its rows.
- * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_SHAPE, OSLO_ERR_DTYPE.
+ * Loads the full table [vocab_size, hidden_size] (any float dtype, converted);
+ * each rank keeps its rows. Not collective.
+ * Ownership: the caller keeps the tensor; it is copied.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_SHAPE, OSLO_ERR_DTYPE.
+ * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_parallel_embedding_load_full(oslo_parallel_embedding *emb,
                                                        const oslo_tensor *weight);
 
-/** Loads this rank's padded rows [local_rows, hidden] directly. Errors: as load_full. */
+/**
+ * Loads this rank's padded rows [local_rows, hidden_size] directly (padding
+ * rows are zeroed whatever the tensor holds there).
+ * Ownership: as oslo_parallel_embedding_load_full.
+ * Errors: as oslo_parallel_embedding_load_full.
+ * Thread-safety: per context (see Conventions).
+ */
 OSLO_API oslo_status oslo_parallel_embedding_load_shard(oslo_parallel_embedding *emb,
                                                         const oslo_tensor *weight);
 
-/** Borrowed local weight and its gradient (either may be NULL). */
-OSLO_API oslo_status oslo_parallel_embedding_params(oslo_tensor **weight, oslo_tensor **grad_weight,
-                                                    const oslo_parallel_embedding *emb);
+/**
+ * The local table [local_rows, hidden_size] and its gradient (f32); either
+ * out-pointer may be NULL.
+ * Ownership: borrowed: the tensors belong to the embedding and die with it.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL emb).
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_parallel_embedding_params(const oslo_parallel_embedding *emb,
+                                                    oslo_tensor **weight,
+                                                    oslo_tensor **grad_weight);
 
 /**
- * Looks up `ids` (I32 or I64, any shape [...]) into `output` [..., hidden]
- * (float dtype). Collective over the tensor group (one all-reduce). An id
- * outside [0, vocab_size) fails with OSLO_ERR_INVALID_ARGUMENT naming it.
+ * Looks up `ids` (I32 or I64, any shape [...]) into `output` [..., hidden_size]
+ * (any float dtype). Collective over the tensor group (one all-reduce).
+ * Ownership: the caller keeps both tensors.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL; an id outside [0, vocab_size),
+ * the message names it and its position), OSLO_ERR_DTYPE (ids not I32/I64,
+ * output not float), OSLO_ERR_SHAPE (output not ids' shape + [hidden_size]),
+ * OSLO_ERR_OUT_OF_MEMORY, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_parallel_embedding_forward(oslo_tensor *output,
-                                                     oslo_parallel_embedding *emb,
-                                                     const oslo_tensor *ids);
+OSLO_API oslo_status oslo_parallel_embedding_forward(oslo_parallel_embedding *emb,
+                                                     const oslo_tensor *ids, oslo_tensor *output);
 
-/** Adds d(loss)/d(weight) for `grad_output` [..., hidden] into the gradient. Not collective. */
+/**
+ * Adds d(loss)/d(weight) for `grad_output` [..., hidden_size] (any float
+ * dtype) at the rows of `ids` (I32 or I64, shape [...]) into the embedding's
+ * gradient; ids outside this rank's rows add nothing here. Not collective.
+ * All ids are checked before anything is added: on failure the gradient is
+ * unchanged.
+ * Ownership: the caller keeps both tensors.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL; an id outside [0, vocab_size),
+ * the message names it and its position), OSLO_ERR_DTYPE (ids not I32/I64,
+ * grad_output not float), OSLO_ERR_SHAPE (grad_output not ids' shape +
+ * [hidden_size]), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: per context (see Conventions).
+ */
 OSLO_API oslo_status oslo_parallel_embedding_backward(oslo_parallel_embedding *emb,
                                                       const oslo_tensor *ids,
                                                       const oslo_tensor *grad_output);
 
-/** Sets the embedding's gradient to zero. */
+/**
+ * Sets the embedding's gradient to zero.
+ * Ownership: the caller keeps the embedding.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per context (see Conventions).
+ */
 OSLO_API oslo_status oslo_parallel_embedding_zero_grad(oslo_parallel_embedding *emb);
+
+/** Version of oslo_vocab_parallel_cross_entropy_options this header declares. */
+#define OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION 1
+
+/**
+ * Options of oslo_context_vocab_parallel_cross_entropy. Initialise with
+ * oslo_vocab_parallel_cross_entropy_options_init, then set fields; see
+ * "Options structs" at the top for how it grows.
+ */
+typedef struct oslo_vocab_parallel_cross_entropy_options {
+  unsigned int version; /**< OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION; set by _init */
+  int64_t vocab_size;   /**< the real (unpadded) vocabulary, required, > 0 (default 0) */
+  int64_t ignore_index; /**< labels equal to it add no loss (default -100, as torch) */
+} oslo_vocab_parallel_cross_entropy_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass
+ * OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION): vocab_size 0,
+ * ignore_index -100. Writes only the fields that version has.
+ * Ownership: writes the caller's struct.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, version 0 or newer than this
+ * library knows: the message names it).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_vocab_parallel_cross_entropy_options_init(
+    oslo_vocab_parallel_cross_entropy_options *options, unsigned int version);
 
 /**
  * Cross-entropy over logits split along the vocabulary: `logits` is this
- * rank's [tokens, V_p/tp] slice of the padded vocabulary (as produced by a
- * column-parallel head without gather_output or by the embedding's layout),
- * `labels` [tokens] (I32/I64), `vocab_size` the real vocabulary (columns
- * at or past it are padding and never win). Labels equal to `ignore_index`
- * contribute no loss. Writes per-token losses [tokens] (f32; 0 for ignored)
- * into `losses` and the mean over non-ignored tokens into `*mean_loss` (NaN
- * if all are ignored), and d(mean_loss)/d(logits) into `grad_logits`
- * (same shape as logits); each of the three outputs may be NULL.
- * Collective over the tensor group. Errors: OSLO_ERR_INVALID_ARGUMENT (label
- * out of range), OSLO_ERR_SHAPE, OSLO_ERR_DTYPE, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * rank's [tokens, V_p/tp] slice of the padded vocabulary (any float dtype;
+ * as produced by a column-parallel head without gather_output or by the
+ * embedding's layout), `labels` [tokens] (I32/I64); columns at or past
+ * options->vocab_size are padding and never win. Writes per-token losses
+ * [tokens] (f32; 0 for ignored) into `losses`, d(mean_loss)/d(logits) into
+ * `grad_logits` (same shape as logits, any float dtype) and the mean over
+ * non-ignored tokens into `*mean_loss` (NaN if all are ignored); each of the
+ * three outputs may be NULL. Collective over the tensor group.
+ * Ownership: the caller keeps every tensor; `options` is read during the
+ * call only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL ctx, logits, labels or options;
+ * bad options version; vocab_size <= 0; a label out of range),
+ * OSLO_ERR_SHAPE, OSLO_ERR_DTYPE, OSLO_ERR_OUT_OF_MEMORY, OSLO_ERR_COMM,
+ * OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_vocab_parallel_cross_entropy(oslo_tensor *losses, float *mean_loss,
-                                                       oslo_tensor *grad_logits, oslo_context *ctx,
-                                                       const oslo_tensor *logits,
-                                                       const oslo_tensor *labels,
-                                                       int64_t vocab_size, int64_t ignore_index);
+OSLO_API oslo_status oslo_context_vocab_parallel_cross_entropy(
+    oslo_context *ctx, const oslo_tensor *logits, const oslo_tensor *labels,
+    const oslo_vocab_parallel_cross_entropy_options *options, oslo_tensor *losses,
+    oslo_tensor *grad_logits, float *mean_loss);
 
 /* ------------------------------------------------------------------------ */
 /* Parameter sets: gradient clipping and checkpoints                         */
 /* ------------------------------------------------------------------------ */
 
 /**
- * Creates an empty set of named parameters. A set borrows the tensors added
- * to it: they (and the layers that own them) must outlive the set.
- * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_OUT_OF_MEMORY.
+ * Creates an empty set of named parameters.
+ * Ownership: the caller owns *out (oslo_param_set_destroy), which must not
+ * outlive ctx. A set borrows the tensors added to it: they (and the layers
+ * that own them) must outlive the set.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_param_set_create(oslo_param_set **out, oslo_context *ctx);
+OSLO_API oslo_status oslo_param_set_create(oslo_context *ctx, oslo_param_set **out);
 
-/** Destroys a set (not the tensors in it). NULL is a no-op. */
+/**
+ * Destroys a set. NULL is a no-op.
+ * Ownership: the tensors in it are not destroyed (the set only borrowed them).
+ * Errors: none.
+ * Thread-safety: per context (see Conventions).
+ */
 OSLO_API void oslo_param_set_destroy(oslo_param_set *set);
 
 /**
- * Adds a tensor under a unique `name` (copied). `split_dim` is the dimension
- * along which the tensor-parallel ranks hold equal consecutive slices of the
- * global tensor, or -1 if every tensor-parallel rank holds the same full
- * tensor (replicated). `grad` (same shape, may be NULL) is used by
- * oslo_clip_grad_norm. Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, duplicate
- * name, split_dim out of range), OSLO_ERR_SHAPE (grad shape).
+ * Adds a tensor under a unique `name`. `split_dim` is the dimension along
+ * which the tensor-parallel ranks hold equal consecutive slices of the global
+ * tensor, or -1 if every tensor-parallel rank holds the same full tensor
+ * (replicated). `grad` (same shape, may be NULL; f32 for
+ * oslo_param_set_clip_grad_norm) is the tensor's gradient.
+ * Ownership: `name` is copied; `tensor` and `grad` are borrowed until the
+ * set is destroyed.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, empty or duplicate name,
+ * split_dim out of range), OSLO_ERR_SHAPE (grad shape), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_param_set_add(oslo_param_set *set, const char *name, oslo_tensor *tensor,
                                         oslo_tensor *grad, int split_dim);
 
 /**
  * Adds a linear layer's parameters as "<prefix>.weight" and "<prefix>.bias"
- * with their gradients and split dimensions. Errors: as oslo_param_set_add.
+ * with their gradients and split dimensions.
+ * Ownership: `prefix` is copied; the layer is borrowed until the set is
+ * destroyed.
+ * Errors: as oslo_param_set_add.
+ * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_param_set_add_linear(oslo_param_set *set, const char *prefix,
                                                oslo_parallel_linear *layer);
 
 /**
- * Adds an embedding's table as "<prefix>.weight" (global shape is the real,
- * unpadded [vocab_size, hidden]). Errors: as oslo_param_set_add.
+ * Adds an embedding's table as "<prefix>.weight" (its global shape is the
+ * real, unpadded [vocab_size, hidden_size]).
+ * Ownership: as oslo_param_set_add_linear.
+ * Errors: as oslo_param_set_add.
+ * Thread-safety: per context (see Conventions).
  */
 OSLO_API oslo_status oslo_param_set_add_embedding(oslo_param_set *set, const char *prefix,
                                                   oslo_parallel_embedding *emb);
 
-/** Number of parameters in the set. */
-OSLO_API oslo_status oslo_param_set_count(size_t *count, const oslo_param_set *set);
+/**
+ * Number of parameters in the set.
+ * Ownership: writes *count. Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_param_set_count(const oslo_param_set *set, size_t *count);
 
 /**
  * Global gradient norm over the tensor-parallel group, as torch's
@@ -589,11 +992,15 @@ OSLO_API oslo_status oslo_param_set_count(size_t *count, const oslo_param_set *s
  * count on every rank, replicated ones once. `norm_type` is p >= 1 or
  * INFINITY (max norm). If max_norm > 0 and the norm exceeds it, every
  * gradient is scaled by max_norm / (norm + 1e-6). Parameters without a
- * gradient are skipped. Collective over the tensor group.
- * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * gradient are skipped. `total_norm` may be NULL. Collective over the
+ * tensor group.
+ * Ownership: writes the set's gradients and *total_norm.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL set, norm_type < 1, NaN max_norm),
+ * OSLO_ERR_DTYPE (a gradient that is not f32), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_clip_grad_norm(double *total_norm, oslo_param_set *set, double max_norm,
-                                         double norm_type);
+OSLO_API oslo_status oslo_param_set_clip_grad_norm(oslo_param_set *set, double max_norm,
+                                                   double norm_type, double *total_norm);
 
 /**
  * Saves the set under directory `dir` (created if missing): one safetensors
@@ -603,20 +1010,31 @@ OSLO_API oslo_status oslo_clip_grad_norm(double *total_norm, oslo_param_set *set
  * Atomic: files are written to temporaries, fsync'ed and renamed, the
  * manifest last; a crash leaves the previous checkpoint loadable and never a
  * half-written one. Collective over the world group.
- * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Ownership: `dir` is read during the call only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_IO, OSLO_ERR_COMM,
+ * OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_checkpoint_save(oslo_param_set *set, const char *dir);
+OSLO_API oslo_status oslo_param_set_save_checkpoint(oslo_param_set *set, const char *dir);
 
 /**
  * Loads every tensor of the set from a checkpoint saved by
- * oslo_checkpoint_save at any tensor-parallel size: each rank reads only the
- * byte ranges of its own slice and re-slices (padding rows are zeroed).
- * Dtypes are converted. Not collective. Errors: OSLO_ERR_INVALID_ARGUMENT,
- * OSLO_ERR_IO (missing files), OSLO_ERR_FORMAT (corrupt manifest or shard,
- * missing tensor: the message names it), OSLO_ERR_SHAPE (global shape differs),
- * OSLO_ERR_DTYPE (a float checkpoint loaded into an integer tensor).
+ * oslo_param_set_save_checkpoint at any tensor-parallel size: each rank reads
+ * only the byte ranges of its own slice and re-slices (padding rows are
+ * zeroed). Dtypes are converted. Collective over the world group: every rank
+ * loads, then all ranks agree on the outcome, so they all succeed or all
+ * fail. If any rank failed, every rank returns the status of the lowest
+ * failing world rank, with a message naming that rank and quoting its error
+ * (the tensors may then hold loaded, partly loaded or previous values, on any
+ * rank). The agreement honours timeout_seconds.
+ * Ownership: writes the set's tensors; `dir` is read during the call only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_IO (missing files),
+ * OSLO_ERR_FORMAT (corrupt manifest or shard, missing tensor: the message
+ * names it), OSLO_ERR_SHAPE (global shape differs), OSLO_ERR_DTYPE (a float
+ * checkpoint loaded into an integer tensor), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
  */
-OSLO_API oslo_status oslo_checkpoint_load(oslo_param_set *set, const char *dir);
+OSLO_API oslo_status oslo_param_set_load_checkpoint(oslo_param_set *set, const char *dir);
 
 #ifdef __cplusplus
 }

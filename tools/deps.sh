@@ -4,7 +4,8 @@
 #
 #   bash tools/deps.sh          build dependencies: what the main job needs
 #   bash tools/deps.sh --test   also what the tests need (CMocka, Python with
-#                               venv, Open MPI for the reference benchmark, ...)
+#                               venv, Open MPI for the reference benchmark,
+#                               libtorch for the torch backend plugin, ...)
 #
 # Every package the configure step or a test uses is named here explicitly:
 # nothing may work only because it happened to be installed already (packages
@@ -16,7 +17,8 @@ set -euo pipefail
 pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev)
 case "${1:-}" in
   "") ;;
-  --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps) ;;
+  --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps
+                 libtorch-dev) ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
 missing=()

@@ -1,103 +1,260 @@
-// The CPU backend: host memory, GEMM through oneDNN's dnnl_sgemm, simple
-// element-wise kernels, shared memory between ranks on one host and gloo over
-// TCP between hosts. It is the embedded default and the reference the other
-// backends are tested against. Why oneDNN: see docs/BENCHMARKS.md (measured
-// 1.1-1.4x OpenBLAS on square GEMMs on this machine kind, and as fast as
-// OpenBLAS's GEMV for the single-row products of decoding).
-#include <omp.h>
-
+// The CPU backend: host memory, ops in program order on the calling thread
+// (its queue is the program itself, so every op has finished when it
+// returns), GEMM through oneDNN. It is the embedded default and the reference
+// the other backends are tested against, and it implements the same C table
+// (core/backend/oslo_backend.h) a plugin does. Its groups use oslo's host
+// transports (it declines comm_create).
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 
-#include "backends/cpu/cpu_kernels.hpp"
-#include "core/backend/backend.hpp"
+#include "backends/cpu/cpu_matmul.hpp"
+#include "backends/cpu/cpu_ops.hpp"
+#include "core/backend/oslo_backend.h"
 #include "core/common/error.hpp"
 
 namespace oslo {
+namespace cpu {
 namespace {
 
-class CpuBackend : public Backend {
- public:
-  explicit CpuBackend(const BackendOptions& o) : kernels_(o.num_threads) {}
-
-  const char* name() const override { return "cpu"; }
-  int dlpack_device_type() const override { return 1; /* kDLCPU */ }
-  int device_id() const override { return 0; }
-
-  ~CpuBackend() override {
-    for (auto& kv : cache_) std::free(kv.second);
-  }
-
-  void* allocate(size_t bytes) override {
-    const size_t rounded = round(bytes);
-    if (rounded >= kCacheMin) {
-      std::lock_guard<std::mutex> lk(cache_mu_);
-      auto it = cache_.find(rounded);
-      if (it != cache_.end()) {
-        void* p = it->second;
-        cache_.erase(it);
-        cached_bytes_ -= rounded;
-        return p;
-      }
-    }
-    // 64-byte alignment for AVX-512 loads.
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) fail(OSLO_ERR_OUT_OF_MEMORY, "cpu: cannot allocate ", bytes, " bytes");
-    return p;
-  }
+struct Instance {
+  int threads = 1;
+  std::string error;
+  Matmul matmul;
   // Large blocks are kept for reuse: layers allocate the same scratch sizes on
   // every call, and a fresh mapping of tens of MB costs a page fault per 4 KB
   // (measured 10x on a bf16 GEMV, see bench/linear). Memory may be freed from
   // another thread (a DLPack export outliving its context), hence the lock.
-  void deallocate(void* p, size_t bytes) noexcept override {
-    if (!p) return;
-    const size_t rounded = round(bytes);
-    if (rounded >= kCacheMin) {
-      std::lock_guard<std::mutex> lk(cache_mu_);
-      if (cached_bytes_ + rounded <= kCacheMax) {
-        try {
-          cache_.emplace(rounded, p);
-          cached_bytes_ += rounded;
-          return;
-        } catch (...) {
-          // fall through and free it
-        }
-      }
-    }
-    std::free(p);
-  }
-  void copy(void* dst, const void* src, size_t bytes, CopyKind) override {
-    if (bytes && dst != src) std::memmove(dst, src, bytes);
-  }
-  void fill_zero(void* p, size_t bytes) override {
-    if (bytes) std::memset(p, 0, bytes);
-  }
-  void set_num_threads(int n) override { kernels_.set_num_threads(n); }
-  Kernels& kernels() override { return kernels_; }
+  std::mutex cache_mu;
+  std::multimap<size_t, void*> cache;
+  size_t cached_bytes = 0;
 
-  // Host memory: groups use oslo's host transports.
-  std::unique_ptr<Communicator> create_communicator(Store&, const GroupSpec&) override {
-    return nullptr;
+  ~Instance() {
+    for (auto& kv : cache) std::free(kv.second);
   }
-
- private:
-  static size_t round(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
-  static constexpr size_t kCacheMin = size_t(1) << 20;
-  static constexpr size_t kCacheMax = size_t(512) << 20;
-
-  CpuKernels kernels_;
-  std::mutex cache_mu_;
-  std::multimap<size_t, void*> cache_;  // free blocks by size
-  size_t cached_bytes_ = 0;
 };
 
-}  // namespace
+constexpr size_t kCacheMin = size_t(1) << 20;
+constexpr size_t kCacheMax = size_t(512) << 20;
+size_t round_size(size_t bytes) {
+  return bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+}
 
-std::unique_ptr<Backend> create_cpu_backend(const BackendOptions& options) {
-  return std::make_unique<CpuBackend>(options);
+Instance* inst(void* self) {
+  return static_cast<Instance*>(self);
+}
+
+// Runs body, turning exceptions into a status and the instance's message.
+template <typename Body>
+oslo_status guard(void* self, Body&& body) {
+  Instance* I = inst(self);
+  try {
+    body(*I);
+    return OSLO_OK;
+  } catch (const Error& e) {
+    I->error = e.what();
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    I->error = "out of memory";
+    return OSLO_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    I->error = e.what();
+    return OSLO_ERR_INTERNAL;
+  } catch (...) {
+    I->error = "unknown exception";
+    return OSLO_ERR_INTERNAL;
+  }
+}
+
+oslo_status create(void** self, const oslo_backend_options* o, const char** error) {
+  try {
+    auto* I = new Instance;
+    I->threads = o && o->num_threads > 0 ? o->num_threads : 1;
+    *self = I;
+    return OSLO_OK;
+  } catch (const std::exception& e) {
+    static thread_local std::string msg;
+    msg = e.what();
+    if (error) *error = msg.c_str();
+    return OSLO_ERR_BACKEND_UNAVAILABLE;
+  }
+}
+void destroy(void* self) {
+  delete inst(self);
+}
+const char* last_error(void* self) {
+  return inst(self)->error.c_str();
+}
+int32_t device_type(void*) {
+  return 1; /* kDLCPU */
+}
+int32_t device_id(void*) {
+  return 0;
+}
+int host_accessible(void*) {
+  return 1;
+}
+
+oslo_status alloc(void* self, size_t bytes, void** out) {
+  return guard(self, [&](Instance& I) {
+    const size_t rounded = round_size(bytes);
+    if (rounded >= kCacheMin) {
+      std::lock_guard<std::mutex> lk(I.cache_mu);
+      auto it = I.cache.find(rounded);
+      if (it != I.cache.end()) {
+        *out = it->second;
+        I.cache.erase(it);
+        I.cached_bytes -= rounded;
+        return;
+      }
+    }
+    // 64-byte alignment for AVX-512 loads.
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) fail(OSLO_ERR_OUT_OF_MEMORY, "cannot allocate ", bytes, " bytes");
+    *out = p;
+  });
+}
+void free_(void* self, void* p, size_t bytes) {
+  if (!p) return;
+  Instance& I = *inst(self);
+  const size_t rounded = round_size(bytes);
+  if (rounded >= kCacheMin) {
+    std::lock_guard<std::mutex> lk(I.cache_mu);
+    if (I.cached_bytes + rounded <= kCacheMax) {
+      try {
+        I.cache.emplace(rounded, p);
+        I.cached_bytes += rounded;
+        return;
+      } catch (...) {
+        // fall through and free it
+      }
+    }
+  }
+  std::free(p);
+}
+oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind) {
+  return guard(self, [&](Instance&) {
+    if (bytes && dst != src) std::memmove(dst, src, bytes);
+  });
+}
+oslo_status synchronize(void*) {
+  return OSLO_OK;
+}
+oslo_status set_num_threads(void* self, int n) {
+  inst(self)->threads = n > 0 ? n : 1;
+  return OSLO_OK;
+}
+
+oslo_status convert(void* self, const V* out, const V* x) {
+  return guard(self, [&](Instance& I) { cpu::convert(I.threads, *out, *x); });
+}
+oslo_status fill(void* self, const V* out, double value) {
+  return guard(self, [&](Instance& I) { cpu::fill(I.threads, *out, value); });
+}
+oslo_status matmul(void* self, const V* c, const V* a, const V* b, const V* bias, float alpha,
+                   float beta) {
+  return guard(self, [&](Instance& I) { I.matmul.run(I.threads, *c, *a, *b, bias, alpha, beta); });
+}
+oslo_status binary(void* self, oslo_bk_binary op, const V* out, const V* a, const V* b) {
+  return guard(self, [&](Instance& I) { cpu::binary(I.threads, op, *out, *a, *b); });
+}
+oslo_status unary(void* self, oslo_bk_unary op, const V* out, const V* x, float alpha) {
+  return guard(self, [&](Instance& I) { cpu::unary(I.threads, op, *out, *x, alpha); });
+}
+oslo_status unary_backward(void* self, oslo_bk_unary op, const V* gx, const V* x, const V* gy,
+                           float alpha) {
+  return guard(self, [&](Instance& I) { cpu::unary_backward(I.threads, op, *gx, *x, *gy, alpha); });
+}
+oslo_status reduce(void* self, oslo_bk_reduce op, const V* out, const V* x, const V* shift,
+                   int64_t valid, int accumulate) {
+  return guard(self, [&](Instance& I) {
+    cpu::reduce(I.threads, op, *out, *x, shift, valid, accumulate != 0);
+  });
+}
+oslo_status sum_rows(void* self, const V* out, const V* x, int accumulate) {
+  return guard(self, [&](Instance& I) { cpu::sum_rows(I.threads, *out, *x, accumulate != 0); });
+}
+oslo_status softmax(void* self, const V* out, const V* x, const V* mask, float scale, int causal,
+                    int64_t offset) {
+  return guard(self, [&](Instance& I) {
+    cpu::softmax(I.threads, *out, *x, mask, scale, causal != 0, offset);
+  });
+}
+oslo_status softmax_backward(void* self, const V* gx, const V* y, const V* gy, float scale) {
+  return guard(self, [&](Instance& I) { cpu::softmax_backward(I.threads, *gx, *y, *gy, scale); });
+}
+oslo_status norm(void* self, const V* out, const V* x, const V* gamma, const V* beta, float eps,
+                 int rms) {
+  return guard(self,
+               [&](Instance& I) { cpu::norm(I.threads, *out, *x, gamma, beta, eps, rms != 0); });
+}
+oslo_status gather_rows(void* self, const V* out, const V* table, const V* ids, int64_t offset,
+                        int64_t limit) {
+  return guard(
+      self, [&](Instance& I) { cpu::gather_rows(I.threads, *out, *table, *ids, offset, limit); });
+}
+oslo_status scatter_add_rows(void* self, const V* table, const V* ids, const V* src,
+                             int64_t offset) {
+  return guard(self,
+               [&](Instance& I) { cpu::scatter_add_rows(I.threads, *table, *ids, *src, offset); });
+}
+oslo_status gather_cols(void* self, const V* out, const V* x, const V* idx, int64_t offset,
+                        int64_t limit, int64_t ignore) {
+  return guard(self, [&](Instance& I) {
+    cpu::gather_cols(I.threads, *out, *x, *idx, offset, limit, ignore);
+  });
+}
+oslo_status scatter_add_cols(void* self, const V* x, const V* idx, int64_t offset, int64_t ignore,
+                             float value) {
+  return guard(self, [&](Instance& I) {
+    cpu::scatter_add_cols(I.threads, *x, *idx, offset, ignore, value);
+  });
+}
+
+oslo_backend_iface make_table() {
+  oslo_backend_iface t;
+  std::memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.abi_version = OSLO_BACKEND_ABI_VERSION;
+  t.name = "cpu";
+  t.create = create;
+  t.destroy = destroy;
+  t.last_error = last_error;
+  t.device_type = device_type;
+  t.device_id = device_id;
+  t.host_accessible = host_accessible;
+  t.alloc = alloc;
+  t.free = free_;
+  t.copy = copy;
+  t.synchronize = synchronize;
+  t.set_num_threads = set_num_threads;
+  t.convert = convert;
+  t.fill = fill;
+  t.matmul = matmul;
+  t.binary = binary;
+  t.unary = unary;
+  t.unary_backward = unary_backward;
+  t.reduce = reduce;
+  t.sum_rows = sum_rows;
+  t.softmax = softmax;
+  t.softmax_backward = softmax_backward;
+  t.norm = norm;
+  t.gather_rows = gather_rows;
+  t.scatter_add_rows = scatter_add_rows;
+  t.gather_cols = gather_cols;
+  t.scatter_add_cols = scatter_add_cols;
+  return t;  // comm_* stay NULL: host transports
+}
+
+}  // namespace
+}  // namespace cpu
+
+const oslo_backend_iface* cpu_backend_table() {
+  static const oslo_backend_iface table = cpu::make_table();
+  return &table;
 }
 
 }  // namespace oslo

@@ -31,21 +31,23 @@ int run_rank(int rank, int n, const std::string& store_path) {
     const size_t bytes = kBenchSizes[s], count = bytes / 4;
     if (!bench_size_wanted(bytes)) continue;
     const int iters = bench_iters(bytes);
-    for (int i = 0; i < iters / 10 + 5; ++i) comm->all_reduce(in, out, count, OSLO_F32, OSLO_SUM);
+    for (int i = 0; i < iters / 10 + 5; ++i)
+      comm->all_reduce(in, out, count, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
     double trial[BENCH_TRIALS];
     for (int t = 0; t < BENCH_TRIALS; ++t) {
       comm->barrier();
       double t0 = bench_now();
-      for (int i = 0; i < iters; ++i) comm->all_reduce(in, out, count, OSLO_F32, OSLO_SUM);
+      for (int i = 0; i < iters; ++i)
+        comm->all_reduce(in, out, count, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
       // The slowest rank's time counts.
       int64_t ns = static_cast<int64_t>((bench_now() - t0) * 1e9), worst = 0;
-      comm->all_reduce(&ns, &worst, 1, OSLO_I64, OSLO_MAX);
+      comm->all_reduce(&ns, &worst, 1, OSLO_DTYPE_I64, OSLO_REDUCE_MAX);
       trial[t] = static_cast<double>(worst) * 1e-9;
     }
     int32_t ok = 1, all_ok = 0;
     for (size_t i = 0; i < count; ++i)
       if (out[i] != bench_expected(n, i)) ok = 0;
-    comm->all_reduce(&ok, &all_ok, 1, OSLO_I32, OSLO_MIN);
+    comm->all_reduce(&ok, &all_ok, 1, OSLO_DTYPE_I32, OSLO_REDUCE_MIN);
     if (rank == 0) bench_print_row(bytes, n, trial, iters, all_ok);
   }
   std::free(in);

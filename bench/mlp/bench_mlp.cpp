@@ -106,14 +106,14 @@ inline float hashval(uint64_t i, uint64_t seed) {
 
 float* tensor_ptr(oslo_tensor* t) {
   void* p = nullptr;
-  CHECK(oslo_tensor_data(&p, t));
+  CHECK(oslo_tensor_data(t, &p));
   return static_cast<float*>(p);
 }
 
 oslo_tensor* make2d(oslo_context* ctx, int64_t r, int64_t c) {
   int64_t s[2] = {r, c};
   oslo_tensor* t = nullptr;
-  CHECK(oslo_tensor_create(&t, ctx, OSLO_F32, 2, s));  // zero-filled: pages touched
+  CHECK(oslo_tensor_create(ctx, OSLO_DTYPE_F32, 2, s, &t));  // zero-filled: pages touched
   return t;
 }
 
@@ -156,7 +156,7 @@ int env_int(const char* name, int dflt) {
 // ---------------------------------------------------------------------------
 // The measurement (one process per rank).
 // ---------------------------------------------------------------------------
-int run(int64_t T, int64_t H, int64_t F, int iters) {
+int run(int64_t T, int64_t H, int64_t F, int iters, const std::string& backend) {
   const int local_rank = env_int("LOCAL_RANK", 0);
   const int world = env_int("WORLD_SIZE", 1);
   {
@@ -167,37 +167,40 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   }
   oslo_context* ctx = nullptr;
   std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(world) +
-                    ", \"num_threads\": 1, \"timeout_seconds\": 600}";
-  CHECK(oslo_context_create(&ctx, cfg.c_str()));
+                    ", \"num_threads\": 1, \"timeout_seconds\": 600, \"backend\": \"" + backend +
+                    "\"}";
+  CHECK(oslo_context_create(cfg.c_str(), &ctx));
   int tp = 1, r = 0;
-  CHECK(oslo_context_size(&tp, ctx, OSLO_GROUP_TENSOR));
-  CHECK(oslo_context_rank(&r, ctx, OSLO_GROUP_TENSOR));
+  CHECK(oslo_context_size(ctx, OSLO_GROUP_TENSOR, &tp));
+  CHECK(oslo_context_rank(ctx, OSLO_GROUP_TENSOR, &r));
   const int64_t FL = F / tp;  // this rank's slice of the FFN dimension
 
   // --- layers ---------------------------------------------------------------
-  oslo_linear_options uo = oslo_linear_default_options();
-  uo.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options uo;
+  oslo_parallel_linear_options_init(&uo, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
+  uo.kind = OSLO_LINEAR_COLUMN;
   uo.in_features = H;
   uo.out_features = F;
   uo.bias = 1;
   uo.gather_output = 0;
-  oslo_linear_options dn = oslo_linear_default_options();
-  dn.kind = OSLO_ROW_PARALLEL;
+  oslo_parallel_linear_options dn;
+  oslo_parallel_linear_options_init(&dn, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
+  dn.kind = OSLO_LINEAR_ROW;
   dn.in_features = F;
   dn.out_features = H;
   dn.bias = 1;
   dn.input_is_parallel = 1;
   oslo_parallel_linear *up = nullptr, *down = nullptr;
-  CHECK(oslo_parallel_linear_create(&up, ctx, &uo));
-  CHECK(oslo_parallel_linear_create(&down, ctx, &dn));
+  CHECK(oslo_parallel_linear_create(ctx, &uo, &up));
+  CHECK(oslo_parallel_linear_create(ctx, &dn, &down));
 
   // Fill the local shards in place from the global indices (W1 [F, H], rows
   // [r*FL, (r+1)*FL); W2 [H, F], columns [r*FL, (r+1)*FL)).
   double t_init = now();
   {
     oslo_tensor *w1, *b1, *w2, *b2;
-    CHECK(oslo_parallel_linear_params(&w1, &b1, nullptr, nullptr, up));
-    CHECK(oslo_parallel_linear_params(&w2, &b2, nullptr, nullptr, down));
+    CHECK(oslo_parallel_linear_params(up, &w1, &b1, nullptr, nullptr));
+    CHECK(oslo_parallel_linear_params(down, &w2, &b2, nullptr, nullptr));
     float *pw1 = tensor_ptr(w1), *pb1 = tensor_ptr(b1), *pw2 = tensor_ptr(w2),
           *pb2 = tensor_ptr(b2);
     const float s1 = 1.0f / std::sqrt(static_cast<float>(H)),
@@ -226,12 +229,12 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   double c_up = 0;                         // thread CPU time of the last up GEMM
   auto forward = [&] {
     double t0 = now(), c0 = thread_cpu_now();
-    CHECK(oslo_parallel_linear_forward(h, up, x));
+    CHECK(oslo_parallel_linear_forward(up, x, h));
     double t1 = now();
     c_up = thread_cpu_now() - c0;
     gelu_fwd(pa, ph, nl);
     double t2 = now();
-    CHECK(oslo_parallel_linear_forward(y, down, a));
+    CHECK(oslo_parallel_linear_forward(down, a, y));
     double t3 = now();
     t_up = t1 - t0;
     t_act = t2 - t1;
@@ -240,11 +243,11 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   double tb_down = 0, tb_act = 0, tb_up = 0;
   auto backward = [&] {
     double t0 = now();
-    CHECK(oslo_parallel_linear_backward(da, down, a, g));
+    CHECK(oslo_parallel_linear_backward(down, a, g, da));
     double t1 = now();
     gelu_bwd_inplace(pda, ph, nl);
     double t2 = now();
-    CHECK(oslo_parallel_linear_backward(dx, up, x, da));
+    CHECK(oslo_parallel_linear_backward(up, x, da, dx));
     double t3 = now();
     tb_down = t1 - t0;
     tb_act = t2 - t1;
@@ -256,9 +259,9 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   {
     int64_t s1[2] = {8, H}, s2[2] = {8, FL};
     oslo_tensor *xs, *hs;
-    CHECK(oslo_tensor_wrap(&xs, ctx, px, OSLO_F32, 2, s1));
-    CHECK(oslo_tensor_wrap(&hs, ctx, ph, OSLO_F32, 2, s2));
-    CHECK(oslo_parallel_linear_forward(hs, up, xs));
+    CHECK(oslo_tensor_wrap(ctx, px, OSLO_DTYPE_F32, 2, s1, &xs));
+    CHECK(oslo_tensor_wrap(ctx, ph, OSLO_DTYPE_F32, 2, s2, &hs));
+    CHECK(oslo_parallel_linear_forward(up, xs, hs));
     oslo_tensor_destroy(xs);
     oslo_tensor_destroy(hs);
   }
@@ -273,13 +276,13 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   for (int it = 0; it < iters; ++it) {
     CHECK(oslo_parallel_linear_zero_grad(up));  // one step's gradients
     CHECK(oslo_parallel_linear_zero_grad(down));
-    CHECK(oslo_barrier(ctx, OSLO_GROUP_WORLD));
+    CHECK(oslo_context_barrier(ctx, OSLO_GROUP_WORLD));
     double c0 = cpu_now(), t0 = now();
     forward();
-    CHECK(oslo_barrier(ctx, OSLO_GROUP_WORLD));
+    CHECK(oslo_context_barrier(ctx, OSLO_GROUP_WORLD));
     double c1 = cpu_now(), t1 = now();
     backward();
-    CHECK(oslo_barrier(ctx, OSLO_GROUP_WORLD));
+    CHECK(oslo_context_barrier(ctx, OSLO_GROUP_WORLD));
     double c2 = cpu_now(), t2 = now();
     fwd_t.push_back(t1 - t0);
     fwdbwd_t.push_back(t2 - t0);
@@ -299,9 +302,9 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
     std::memcpy(tensor_ptr(buf), py, sizeof(float) * T * H);
     std::vector<double> v;
     for (int i = 0; i < 5; ++i) {
-      CHECK(oslo_barrier(ctx, OSLO_GROUP_WORLD));
+      CHECK(oslo_context_barrier(ctx, OSLO_GROUP_WORLD));
       double t0 = now();
-      CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, buf, OSLO_SUM));
+      CHECK(oslo_context_all_reduce(ctx, OSLO_GROUP_TENSOR, OSLO_REDUCE_SUM, buf));
       v.push_back(now() - t0);
     }
     std::sort(v.begin(), v.end());
@@ -318,8 +321,8 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   Sums sgw1, sgw2;
   {
     oslo_tensor *gw1, *gw2;
-    CHECK(oslo_parallel_linear_params(nullptr, nullptr, &gw1, nullptr, up));
-    CHECK(oslo_parallel_linear_params(nullptr, nullptr, &gw2, nullptr, down));
+    CHECK(oslo_parallel_linear_params(up, nullptr, nullptr, &gw1, nullptr));
+    CHECK(oslo_parallel_linear_params(down, nullptr, nullptr, &gw2, nullptr));
     const float *p1 = tensor_ptr(gw1), *p2 = tensor_ptr(gw2);
     // W1 shard: contiguous rows, global offset r*FL*H.
     sgw1 = checksum(p1, static_cast<size_t>(FL * H), static_cast<uint64_t>(r * FL * H));
@@ -355,10 +358,10 @@ int run(int64_t T, int64_t H, int64_t F, int iters) {
   {
     int64_t s[1] = {16}, s4[1] = {4};
     oslo_tensor *t, *t4;
-    CHECK(oslo_tensor_wrap(&t, ctx, red, OSLO_F32, 1, s));
-    CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t, OSLO_SUM));
-    CHECK(oslo_tensor_wrap(&t4, ctx, mx, OSLO_F32, 1, s4));
-    CHECK(oslo_all_reduce(ctx, OSLO_GROUP_TENSOR, t4, OSLO_MAX));
+    CHECK(oslo_tensor_wrap(ctx, red, OSLO_DTYPE_F32, 1, s, &t));
+    CHECK(oslo_context_all_reduce(ctx, OSLO_GROUP_TENSOR, OSLO_REDUCE_SUM, t));
+    CHECK(oslo_tensor_wrap(ctx, mx, OSLO_DTYPE_F32, 1, s4, &t4));
+    CHECK(oslo_context_all_reduce(ctx, OSLO_GROUP_TENSOR, OSLO_REDUCE_MAX, t4));
     oslo_tensor_destroy(t);
     oslo_tensor_destroy(t4);
   }
@@ -592,6 +595,7 @@ int summarize(const char* path) {
 int main(int argc, char** argv) {
   int64_t T = 2048, H = 4096, F = 16384;
   int iters = 1;
+  std::string backend = "cpu";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -610,13 +614,15 @@ int main(int argc, char** argv) {
       F = std::atoll(next());
     else if (a == "--iters")
       iters = std::max(1, std::atoi(next()));
+    else if (a == "--backend")
+      backend = next();
     else {
       std::fprintf(stderr,
-                   "usage: %s [--tokens T] [--hidden H] [--ffn F] [--iters N] "
+                   "usage: %s [--tokens T] [--hidden H] [--ffn F] [--iters N] [--backend B] "
                    "| --summarize FILE\n",
                    argv[0]);
       return 2;
     }
   }
-  return run(T, H, F, iters);
+  return run(T, H, F, iters, backend);
 }

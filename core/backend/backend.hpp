@@ -1,10 +1,12 @@
-// The interface a backend implements: device memory, the f32 compute kernels
-// the layers are built from, and communicators for process groups. The core
-// only talks to backends through this header, so a new device (CUDA + NCCL,
-// libtorch) is a new implementation, never a change to the core.
+// The core's side of the backend seam: a C++ handle over a backend's C table
+// (core/backend/oslo_backend.h). Every entry's status becomes an oslo::Error
+// naming the backend and the op, so layers read like ordinary C++. The core
+// reaches a backend only through this class and the registry below; it never
+// includes a backend's folder.
 //
-// All pointers passed to Kernels are device pointers of this backend. Every
-// kernel is deterministic for a given input and thread count.
+// Ordering: ops are enqueued on the backend's one queue in call order; the
+// host waits only in copy_to_host / copy_from_host / synchronize and in
+// collectives (see oslo_backend.h).
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend/oslo_backend.h"
 #include "core/comm/communicator.hpp"
 #include "core/comm/group.hpp"
 #include "core/rendezvous/store.hpp"
@@ -20,109 +23,105 @@
 
 namespace oslo {
 
-class Logger;
-
-class Kernels {
- public:
-  virtual ~Kernels() = default;
-
-  // Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
-  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc) = 0;
-  // Element type conversion (any float dtype to any float dtype).
-  virtual void convert(oslo_dtype dst_dtype, void* dst, oslo_dtype src_dtype, const void* src,
-                       size_t n) = 0;
-  // y[r, :] += b for r < rows.
-  virtual void add_row_vector(float* y, const float* b, int64_t rows, int64_t cols) = 0;
-  // out[c] += sum_r y[r, c], summed in row order.
-  virtual void accumulate_column_sums(float* out, const float* y, int64_t rows, int64_t cols) = 0;
-  // dst[r, 0:cols] = src[r, 0:cols] with leading dimensions dst_ld, src_ld.
-  virtual void copy_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
-                       int64_t cols) = 0;
-  // y[i] += x[i]
-  virtual void add(float* y, const float* x, size_t n) = 0;
-  // x[i] *= s
-  virtual void scale(float* x, size_t n, float s) = 0;
-  // sum |x|^p (p > 0), or max |x| when p is infinite; accumulated in double.
-  virtual double norm_accumulate(const float* x, size_t n, double p) = 0;
-
-  // Embedding rows [start, start + rows) live on this rank: out[t] = table[id - start]
-  // for ids in range, else 0. ids are I32 or I64; an id outside [0, vocab) throws.
-  virtual void embedding_forward(float* out, const float* table, int64_t start, int64_t rows,
-                                 int64_t hidden, const void* ids, oslo_dtype id_dtype, int64_t n,
-                                 int64_t vocab) = 0;
-  // grad_table[id - start] += grad_out[t] for ids in range, in token order.
-  virtual void embedding_backward(float* grad_table, int64_t start, int64_t rows, int64_t hidden,
-                                  const void* ids, oslo_dtype id_dtype, int64_t n,
-                                  const float* grad_out) = 0;
-
-  // Vocab-parallel cross-entropy pieces over logits [tokens, cols]; only the
-  // first `valid` columns are real vocabulary (the rest is padding).
-  // row_max[t] = max_c<valid logits[t, c] (-inf if valid == 0).
-  virtual void xent_row_max(float* row_max, const float* logits, int64_t tokens, int64_t cols,
-                            int64_t valid) = 0;
-  // sums[t] = sum_c<valid exp(logits[t, c] - gmax[t]);
-  // sums[tokens + t] = logits[t, label - start] if the label is local, else 0.
-  // Labels equal to ignore_index contribute nothing; other labels outside
-  // [0, vocab) throw.
-  virtual void xent_local_sums(float* sums, const float* logits, const float* gmax,
-                               const void* labels, oslo_dtype label_dtype, int64_t tokens,
-                               int64_t cols, int64_t valid, int64_t start, int64_t vocab,
-                               int64_t ignore_index) = 0;
-  // grad[t, c] = scale * (exp(logits - gmax) / sumexp - onehot(label)) for real
-  // columns of non-ignored tokens, 0 elsewhere.
-  virtual void xent_grad(float* grad, const float* logits, const float* gmax, const float* sumexp,
-                         const void* labels, oslo_dtype label_dtype, int64_t tokens, int64_t cols,
-                         int64_t valid, int64_t start, int64_t ignore_index, float scale) = 0;
+// A strided view (see oslo_bk_view); built from tensors by core/tensor/view.hpp.
+struct View : oslo_bk_view {
+  View() : oslo_bk_view{} {}
+  int64_t rows() const;  // product of all dimensions but the last (1 for ndim 0)
+  int64_t cols() const;  // last dimension (1 for ndim 0)
+  int64_t numel() const;
+  bool contiguous() const;
 };
+
+// A contiguous row-major view of `shape` at data.
+View make_view(void* data, oslo_dtype dtype, const std::vector<int64_t>& shape);
 
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
-
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual const char* name() const = 0;
-  // DLPack device (DLDeviceType value and index) of this backend's memory.
-  virtual int dlpack_device_type() const = 0;
-  virtual int device_id() const = 0;
-
-  // Uninitialised device memory (64-byte aligned, valid even for 0 bytes);
-  // throws OSLO_ERR_OUT_OF_MEMORY.
-  virtual void* allocate(size_t bytes) = 0;
-  virtual void deallocate(void* p, size_t bytes) noexcept = 0;
-  virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
-  virtual void fill_zero(void* p, size_t bytes) = 0;
-
-  // Threads the calling thread's compute may use (applied per call).
-  virtual void set_num_threads(int n) = 0;
-  virtual Kernels& kernels() = 0;
-
-  // Collective over the group's members (size >= 2). nullptr: the backend's
-  // memory is host memory and the group uses oslo's host transports.
-  virtual std::unique_ptr<Communicator> create_communicator(Store& store,
-                                                            const GroupSpec& group) = 0;
-};
 
 struct BackendOptions {
   int local_rank = 0;
   int num_threads = 1;
-  Logger* logger = nullptr;
+  std::string extra_json = "{}";
 };
 
-// "cpu" is built in; any other name is looked up as the plugin
-// liboslo_backend_<name>.so exporting oslo_backend_plugin_create_v1.
-// Throws OSLO_ERR_BACKEND_UNAVAILABLE naming the backend and the reason.
-std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& options);
+class Backend {
+ public:
+  // Takes the (already validated) table and an instance it created.
+  Backend(const oslo_backend_iface& table, void* self);
+  ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  const char* name() const { return t_.name; }
+  int dlpack_device_type() const;
+  int device_id() const;
+  bool host_accessible() const;
+
+  // Uninitialised memory (64-byte aligned, valid for 0 bytes); throws
+  // OSLO_ERR_OUT_OF_MEMORY.
+  void* allocate(size_t bytes);
+  void deallocate(void* p, size_t bytes) noexcept;
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind);
+  void synchronize();
+  void set_num_threads(int n);
+
+  // Ops (see oslo_backend.h for their exact meaning).
+  void convert(const View& out, const View& x);
+  void fill(const View& out, double value);
+  void matmul(const View& c, const View& a, const View& b, const View* bias = nullptr,
+              float alpha = 1.f, float beta = 0.f);
+  void binary(oslo_bk_binary op, const View& out, const View& a, const View& b);
+  void unary(oslo_bk_unary op, const View& out, const View& x, float alpha = 0.f);
+  void unary_backward(oslo_bk_unary op, const View& grad_x, const View& x, const View& grad_out,
+                      float alpha = 0.f);
+  void reduce(oslo_bk_reduce op, const View& out, const View& x, const View* shift = nullptr,
+              int64_t valid = -1, bool accumulate = false);
+  void sum_rows(const View& out, const View& x, bool accumulate);
+  void softmax(const View& out, const View& x, const View* mask, float scale, bool causal,
+               int64_t causal_offset);
+  void softmax_backward(const View& grad_x, const View& y, const View& grad_y, float scale);
+  void norm(const View& out, const View& x, const View* gamma, const View* beta, float eps,
+            bool rms);
+  void gather_rows(const View& out, const View& table, const View& ids, int64_t offset,
+                   int64_t limit);
+  void scatter_add_rows(const View& table, const View& ids, const View& src, int64_t offset);
+  void gather_cols(const View& out, const View& x, const View& idx, int64_t offset, int64_t limit,
+                   int64_t ignore);
+  void scatter_add_cols(const View& x, const View& idx, int64_t offset, int64_t ignore,
+                        float value);
+
+  // The backend's own communicator for a group (collective over its
+  // members), or nullptr: the group then uses oslo's host transports.
+  std::unique_ptr<Communicator> create_communicator(Store& store, const GroupSpec& group);
+
+ private:
+  [[noreturn]] void raise(oslo_status st, const char* op) const;
+  void check(oslo_status st, const char* op) const {
+    if (st != OSLO_OK) raise(st, op);
+  }
+
+  oslo_backend_iface t_;  // the plugin's table, entries past its struct_size NULL
+  void* self_;
+};
 
 // A backend linked into liboslo.
 struct BuiltinBackend {
   const char* name;
-  std::unique_ptr<Backend> (*create)(const BackendOptions& options);
+  const oslo_backend_iface* (*table)();
 };
 // The built-in backends, terminated by an entry with name == nullptr. Defined
 // outside the core (backends/builtin.cpp), so the core never includes a
 // backend.
 const BuiltinBackend* builtin_backends();
+
+// Checks a table's version, size and required entries and copies it with
+// entries past its struct_size set to NULL. Throws
+// OSLO_ERR_BACKEND_UNAVAILABLE naming what is wrong.
+oslo_backend_iface validate_backend_table(const oslo_backend_iface* table, const std::string& from);
+
+// "cpu" is built in; any other name is looked up as the plugin
+// liboslo_backend_<name>.so (next to liboslo, then the loader's search path)
+// exporting oslo_backend_plugin_v1. Throws OSLO_ERR_CONFIG for a malformed
+// name and OSLO_ERR_BACKEND_UNAVAILABLE naming the backend and the reason.
+std::shared_ptr<Backend> create_backend(const std::string& name, const BackendOptions& options);
 
 }  // namespace oslo

@@ -71,7 +71,10 @@ typedef struct oslo_bk_view {
 typedef enum oslo_bk_copy_kind {
   OSLO_BK_HOST_TO_DEVICE = 0,
   OSLO_BK_DEVICE_TO_HOST = 1,
-  OSLO_BK_DEVICE_TO_DEVICE = 2
+  OSLO_BK_DEVICE_TO_DEVICE = 2,
+  /* Not values: they make every int a valid value of the type (see oslo.h). */
+  OSLO_BK_COPY_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_BK_COPY_ENUM_MAX_ = 2147483647
 } oslo_bk_copy_kind;
 
 /** Element-wise binary ops: out = a OP b (with broadcasting through strides). */
@@ -81,7 +84,10 @@ typedef enum oslo_bk_binary {
   OSLO_BK_MUL = 2,
   OSLO_BK_DIV = 3,
   OSLO_BK_MAXIMUM = 4,
-  OSLO_BK_MINIMUM = 5
+  OSLO_BK_MINIMUM = 5,
+  /* Not values: they make every int a valid value of the type (see oslo.h). */
+  OSLO_BK_BINARY_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_BK_BINARY_ENUM_MAX_ = 2147483647
 } oslo_bk_binary;
 
 /** Element-wise unary ops: out = f(x). SCALE multiplies by alpha. The GELUs are
@@ -96,7 +102,12 @@ typedef enum oslo_bk_unary {
   OSLO_BK_TANH = 6,
   OSLO_BK_SQUARE = 7,
   OSLO_BK_ABS_POW = 8, /**< |x|^alpha */
-  OSLO_BK_ABS = 9
+  OSLO_BK_ABS = 9,
+  OSLO_BK_LOG = 10,
+  OSLO_BK_RSQRT = 11,
+  /* Not values: they make every int a valid value of the type (see oslo.h). */
+  OSLO_BK_UNARY_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_BK_UNARY_ENUM_MAX_ = 2147483647
 } oslo_bk_unary;
 
 /** Reductions along the last dimension (out has the input's shape without it). */
@@ -104,7 +115,10 @@ typedef enum oslo_bk_reduce {
   OSLO_BK_REDUCE_SUM = 0,
   OSLO_BK_REDUCE_MAX = 1,     /**< NaN wins; -inf for an empty row */
   OSLO_BK_REDUCE_SUM_EXP = 2, /**< sum exp(x - shift[row]) */
-  OSLO_BK_REDUCE_MAX_ABS = 3
+  OSLO_BK_REDUCE_MAX_ABS = 3,
+  /* Not values: they make every int a valid value of the type (see oslo.h). */
+  OSLO_BK_REDUCE_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_BK_REDUCE_ENUM_MAX_ = 2147483647
 } oslo_bk_reduce;
 
 /** A process group handed to a backend's own communicator. */
@@ -181,7 +195,7 @@ typedef struct oslo_backend_iface {
   /**
    * c = alpha * a @ b + beta * c (+ bias broadcast over rows, if not NULL).
    * 2-D: a [M,K], b [K,N], c [M,N]; 3-D: batched over dimension 0 (a or b
-   * may have batch stride 0). Transposes are expressed by strides (a view of
+   * may have batch 1 or batch stride 0: shared by every batch). Transposes are expressed by strides (a view of
    * W [N,K] with swapped shape and strides is W^T). a and b share one float
    * dtype; c and bias may be any float dtype; products accumulate in f32.
    * beta == 0 ignores c's previous contents (even NaN).
@@ -198,8 +212,9 @@ typedef struct oslo_backend_iface {
   /**
    * out[r] = reduce over the first `valid` elements of row r of x (the last
    * dimension; valid < 0 means all). shift [rows] is used by SUM_EXP only.
-   * If accumulate is nonzero, out[r] += result instead. Rows reduce in
-   * element order with an f32 (SUM: f64 on the CPU) accumulator.
+   * If accumulate is nonzero the result is combined with out[r] by the op's
+   * own combiner (+ for SUM and SUM_EXP, max for MAX and MAX_ABS). Rows reduce
+   * in element order with an f32 or wider (the CPU: f64) accumulator.
    */
   oslo_status (*reduce)(void *self, oslo_bk_reduce op, const oslo_bk_view *out,
                         const oslo_bk_view *x, const oslo_bk_view *shift, int64_t valid,

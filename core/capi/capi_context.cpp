@@ -13,7 +13,7 @@ void check_group(oslo_group g, const char* fn) {
 
 extern "C" {
 
-oslo_status oslo_context_create(oslo_context** out, const char* config) {
+oslo_status oslo_context_create(const char* config, oslo_context** out) {
   if (out) *out = nullptr;
   return guard([&] {
     need(out, "oslo_context_create", "out");
@@ -40,30 +40,30 @@ oslo_status oslo_context_abort(oslo_context* ctx) {
   });
 }
 
-oslo_status oslo_context_rank(int* rank, const oslo_context* ctx, oslo_group group) {
+oslo_status oslo_context_rank(const oslo_context* ctx, oslo_group group, int* rank) {
   return guard([&] {
-    need(rank, "oslo_context_rank", "rank");
     need(ctx, "oslo_context_rank", "ctx");
     check_group(group, "oslo_context_rank");
+    need(rank, "oslo_context_rank", "rank");
     *rank = ctx->impl->topology().rank(group);
   });
 }
 
-oslo_status oslo_context_size(int* size, const oslo_context* ctx, oslo_group group) {
+oslo_status oslo_context_size(const oslo_context* ctx, oslo_group group, int* size) {
   return guard([&] {
-    need(size, "oslo_context_size", "size");
     need(ctx, "oslo_context_size", "ctx");
     check_group(group, "oslo_context_size");
+    need(size, "oslo_context_size", "size");
     *size = ctx->impl->topology().size(group);
   });
 }
 
-oslo_status oslo_context_backend(const char** backend, const char** transport,
-                                 const oslo_context* ctx, oslo_group group) {
+oslo_status oslo_context_backend(const oslo_context* ctx, oslo_group group, const char** backend,
+                                 const char** transport) {
   return guard([&] {
-    need(backend, "oslo_context_backend", "backend");
     need(ctx, "oslo_context_backend", "ctx");
     check_group(group, "oslo_context_backend");
+    need(backend, "oslo_context_backend", "backend");
     *backend = ctx->impl->backend().name();
     if (transport) *transport = ctx->impl->comm(group).transport();
   });

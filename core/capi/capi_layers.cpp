@@ -1,8 +1,12 @@
 // C shims: parallel linear, embedding, cross-entropy.
+#include <cstring>
+
 #include "core/capi/handles.hpp"
+#include "core/capi/options.hpp"
 
 using oslo::capi::guard;
 using oslo::capi::need;
+using oslo::capi::OptionsHistory;
 using oslo::capi::tensor_of;
 
 namespace {
@@ -18,31 +22,87 @@ const oslo::Tensor* opt_tensor(const oslo_tensor* t) {
   return t ? &t->t : nullptr;
 }
 
-}  // namespace
+// Layout history of each options struct (core/capi/options.hpp).
+const OptionsHistory<oslo_parallel_linear_options, 1> kLinearHistory = {
+    "oslo_parallel_linear_options",
+    "OSLO_PARALLEL_LINEAR_OPTIONS_VERSION",
+    {OSLO_OPTIONS_END(oslo_parallel_linear_options, dtype)}};
+OSLO_OPTIONS_LAST_FIELD(oslo_parallel_linear_options, dtype);
+static_assert(OSLO_PARALLEL_LINEAR_OPTIONS_VERSION == 1, "add the new version to kLinearHistory");
 
-extern "C" {
-
-oslo_linear_options oslo_linear_default_options(void) {
-  oslo_linear_options o;
-  o.kind = OSLO_COLUMN_PARALLEL;
+oslo_parallel_linear_options linear_defaults() {
+  oslo_parallel_linear_options o;
+  std::memset(&o, 0, sizeof o);
+  o.version = OSLO_PARALLEL_LINEAR_OPTIONS_VERSION;
+  o.kind = OSLO_LINEAR_COLUMN;
   o.in_features = 0;
   o.out_features = 0;
   o.bias = 1;
   o.gather_output = 0;
   o.input_is_parallel = 1;
-  o.dtype = OSLO_F32;
+  o.dtype = OSLO_DTYPE_F32;
   return o;
 }
 
-oslo_status oslo_parallel_linear_create(oslo_parallel_linear** out, oslo_context* ctx,
-                                        const oslo_linear_options* options) {
+const OptionsHistory<oslo_parallel_embedding_options, 1> kEmbeddingHistory = {
+    "oslo_parallel_embedding_options",
+    "OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION",
+    {OSLO_OPTIONS_END(oslo_parallel_embedding_options, dtype)}};
+OSLO_OPTIONS_LAST_FIELD(oslo_parallel_embedding_options, dtype);
+static_assert(OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION == 1,
+              "add the new version to kEmbeddingHistory");
+
+oslo_parallel_embedding_options embedding_defaults() {
+  oslo_parallel_embedding_options o;
+  std::memset(&o, 0, sizeof o);
+  o.version = OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION;
+  o.vocab_size = 0;
+  o.hidden_size = 0;
+  o.dtype = OSLO_DTYPE_F32;
+  return o;
+}
+
+const OptionsHistory<oslo_vocab_parallel_cross_entropy_options, 1> kCrossEntropyHistory = {
+    "oslo_vocab_parallel_cross_entropy_options",
+    "OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION",
+    {OSLO_OPTIONS_END(oslo_vocab_parallel_cross_entropy_options, ignore_index)}};
+OSLO_OPTIONS_LAST_FIELD(oslo_vocab_parallel_cross_entropy_options, ignore_index);
+static_assert(OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION == 1,
+              "add the new version to kCrossEntropyHistory");
+
+oslo_vocab_parallel_cross_entropy_options cross_entropy_defaults() {
+  oslo_vocab_parallel_cross_entropy_options o;
+  std::memset(&o, 0, sizeof o);
+  o.version = OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION;
+  o.vocab_size = 0;
+  o.ignore_index = -100;
+  return o;
+}
+
+}  // namespace
+
+extern "C" {
+
+oslo_status oslo_parallel_linear_options_init(oslo_parallel_linear_options* options,
+                                              unsigned int version) {
+  return guard([&] {
+    oslo::capi::init_options(kLinearHistory, linear_defaults(), options, version,
+                             "oslo_parallel_linear_options_init");
+  });
+}
+
+oslo_status oslo_parallel_linear_create(oslo_context* ctx,
+                                        const oslo_parallel_linear_options* options,
+                                        oslo_parallel_linear** out) {
   if (out) *out = nullptr;
   return guard([&] {
-    need(out, "oslo_parallel_linear_create", "out");
-    need(ctx, "oslo_parallel_linear_create", "ctx");
-    need(options, "oslo_parallel_linear_create", "options");
+    const char* fn = "oslo_parallel_linear_create";
+    need(out, fn, "out");
+    need(ctx, fn, "ctx");
+    oslo_parallel_linear_options o =
+        oslo::capi::read_options(kLinearHistory, linear_defaults(), options, fn, "options");
     auto h = std::make_unique<oslo_parallel_linear>();
-    h->impl = std::make_unique<oslo::ParallelLinear>(*ctx->impl, *options);
+    h->impl = std::make_unique<oslo::ParallelLinear>(*ctx->impl, o);
     h->weight = view(h->impl->weight, ctx);
     h->grad_weight = view(h->impl->grad_weight, ctx);
     h->bias = view(h->impl->bias, ctx);
@@ -73,9 +133,9 @@ oslo_status oslo_parallel_linear_load_shard(oslo_parallel_linear* layer, const o
   });
 }
 
-oslo_status oslo_parallel_linear_params(oslo_tensor** weight, oslo_tensor** bias,
-                                        oslo_tensor** grad_weight, oslo_tensor** grad_bias,
-                                        const oslo_parallel_linear* layer) {
+oslo_status oslo_parallel_linear_params(const oslo_parallel_linear* layer, oslo_tensor** weight,
+                                        oslo_tensor** bias, oslo_tensor** grad_weight,
+                                        oslo_tensor** grad_bias) {
   return guard([&] {
     need(layer, "oslo_parallel_linear_params", "layer");
     auto* l = const_cast<oslo_parallel_linear*>(layer);
@@ -87,8 +147,8 @@ oslo_status oslo_parallel_linear_params(oslo_tensor** weight, oslo_tensor** bias
   });
 }
 
-oslo_status oslo_parallel_linear_forward(oslo_tensor* output, oslo_parallel_linear* layer,
-                                         const oslo_tensor* input) {
+oslo_status oslo_parallel_linear_forward(oslo_parallel_linear* layer, const oslo_tensor* input,
+                                         oslo_tensor* output) {
   return guard([&] {
     need(layer, "oslo_parallel_linear_forward", "layer");
     layer->impl->forward(tensor_of(input, "oslo_parallel_linear_forward", "input"),
@@ -96,9 +156,8 @@ oslo_status oslo_parallel_linear_forward(oslo_tensor* output, oslo_parallel_line
   });
 }
 
-oslo_status oslo_parallel_linear_backward(oslo_tensor* grad_input, oslo_parallel_linear* layer,
-                                          const oslo_tensor* input,
-                                          const oslo_tensor* grad_output) {
+oslo_status oslo_parallel_linear_backward(oslo_parallel_linear* layer, const oslo_tensor* input,
+                                          const oslo_tensor* grad_output, oslo_tensor* grad_input) {
   return guard([&] {
     need(layer, "oslo_parallel_linear_backward", "layer");
     layer->impl->backward(tensor_of(input, "oslo_parallel_linear_backward", "input"),
@@ -114,15 +173,27 @@ oslo_status oslo_parallel_linear_zero_grad(oslo_parallel_linear* layer) {
   });
 }
 
-oslo_status oslo_parallel_embedding_create(oslo_parallel_embedding** out, oslo_context* ctx,
-                                           int64_t vocab_size, int64_t hidden_size,
-                                           oslo_dtype dtype) {
+oslo_status oslo_parallel_embedding_options_init(oslo_parallel_embedding_options* options,
+                                                 unsigned int version) {
+  return guard([&] {
+    oslo::capi::init_options(kEmbeddingHistory, embedding_defaults(), options, version,
+                             "oslo_parallel_embedding_options_init");
+  });
+}
+
+oslo_status oslo_parallel_embedding_create(oslo_context* ctx,
+                                           const oslo_parallel_embedding_options* options,
+                                           oslo_parallel_embedding** out) {
   if (out) *out = nullptr;
   return guard([&] {
-    need(out, "oslo_parallel_embedding_create", "out");
-    need(ctx, "oslo_parallel_embedding_create", "ctx");
+    const char* fn = "oslo_parallel_embedding_create";
+    need(out, fn, "out");
+    need(ctx, fn, "ctx");
+    oslo_parallel_embedding_options o =
+        oslo::capi::read_options(kEmbeddingHistory, embedding_defaults(), options, fn, "options");
     auto h = std::make_unique<oslo_parallel_embedding>();
-    h->impl = std::make_unique<oslo::ParallelEmbedding>(*ctx->impl, vocab_size, hidden_size, dtype);
+    h->impl =
+        std::make_unique<oslo::ParallelEmbedding>(*ctx->impl, o.vocab_size, o.hidden_size, o.dtype);
     h->weight = view(h->impl->weight, ctx);
     h->grad_weight = view(h->impl->grad_weight, ctx);
     *out = h.release();
@@ -133,8 +204,8 @@ void oslo_parallel_embedding_destroy(oslo_parallel_embedding* emb) {
   delete emb;
 }
 
-oslo_status oslo_parallel_embedding_vocab_range(int64_t* start, int64_t* end, int64_t* local_rows,
-                                                const oslo_parallel_embedding* emb) {
+oslo_status oslo_parallel_embedding_vocab_range(const oslo_parallel_embedding* emb, int64_t* start,
+                                                int64_t* end, int64_t* local_rows) {
   return guard([&] {
     need(emb, "oslo_parallel_embedding_vocab_range", "emb");
     if (start) *start = emb->impl->start();
@@ -159,8 +230,8 @@ oslo_status oslo_parallel_embedding_load_shard(oslo_parallel_embedding* emb,
   });
 }
 
-oslo_status oslo_parallel_embedding_params(oslo_tensor** weight, oslo_tensor** grad_weight,
-                                           const oslo_parallel_embedding* emb) {
+oslo_status oslo_parallel_embedding_params(const oslo_parallel_embedding* emb, oslo_tensor** weight,
+                                           oslo_tensor** grad_weight) {
   return guard([&] {
     need(emb, "oslo_parallel_embedding_params", "emb");
     auto* e = const_cast<oslo_parallel_embedding*>(emb);
@@ -169,8 +240,8 @@ oslo_status oslo_parallel_embedding_params(oslo_tensor** weight, oslo_tensor** g
   });
 }
 
-oslo_status oslo_parallel_embedding_forward(oslo_tensor* output, oslo_parallel_embedding* emb,
-                                            const oslo_tensor* ids) {
+oslo_status oslo_parallel_embedding_forward(oslo_parallel_embedding* emb, const oslo_tensor* ids,
+                                            oslo_tensor* output) {
   return guard([&] {
     need(emb, "oslo_parallel_embedding_forward", "emb");
     emb->impl->forward(tensor_of(ids, "oslo_parallel_embedding_forward", "ids"),
@@ -194,16 +265,27 @@ oslo_status oslo_parallel_embedding_zero_grad(oslo_parallel_embedding* emb) {
   });
 }
 
-oslo_status oslo_vocab_parallel_cross_entropy(oslo_tensor* losses, float* mean_loss,
-                                              oslo_tensor* grad_logits, oslo_context* ctx,
-                                              const oslo_tensor* logits, const oslo_tensor* labels,
-                                              int64_t vocab_size, int64_t ignore_index) {
+oslo_status oslo_vocab_parallel_cross_entropy_options_init(
+    oslo_vocab_parallel_cross_entropy_options* options, unsigned int version) {
   return guard([&] {
-    need(ctx, "oslo_vocab_parallel_cross_entropy", "ctx");
-    oslo::vocab_parallel_cross_entropy(
-        *ctx->impl, tensor_of(logits, "oslo_vocab_parallel_cross_entropy", "logits"),
-        tensor_of(labels, "oslo_vocab_parallel_cross_entropy", "labels"), vocab_size, ignore_index,
-        opt_tensor(losses), mean_loss, opt_tensor(grad_logits));
+    oslo::capi::init_options(kCrossEntropyHistory, cross_entropy_defaults(), options, version,
+                             "oslo_vocab_parallel_cross_entropy_options_init");
+  });
+}
+
+oslo_status oslo_context_vocab_parallel_cross_entropy(
+    oslo_context* ctx, const oslo_tensor* logits, const oslo_tensor* labels,
+    const oslo_vocab_parallel_cross_entropy_options* options, oslo_tensor* losses,
+    oslo_tensor* grad_logits, float* mean_loss) {
+  return guard([&] {
+    const char* fn = "oslo_context_vocab_parallel_cross_entropy";
+    need(ctx, fn, "ctx");
+    const oslo::Tensor& lg = tensor_of(logits, fn, "logits");
+    const oslo::Tensor& lb = tensor_of(labels, fn, "labels");
+    oslo_vocab_parallel_cross_entropy_options o = oslo::capi::read_options(
+        kCrossEntropyHistory, cross_entropy_defaults(), options, fn, "options");
+    oslo::vocab_parallel_cross_entropy(*ctx->impl, lg, lb, o.vocab_size, o.ignore_index,
+                                       opt_tensor(losses), mean_loss, opt_tensor(grad_logits));
   });
 }
 

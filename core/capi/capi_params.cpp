@@ -7,7 +7,7 @@ using oslo::capi::tensor_of;
 
 extern "C" {
 
-oslo_status oslo_param_set_create(oslo_param_set** out, oslo_context* ctx) {
+oslo_status oslo_param_set_create(oslo_context* ctx, oslo_param_set** out) {
   if (out) *out = nullptr;
   return guard([&] {
     need(out, "oslo_param_set_create", "out");
@@ -52,35 +52,35 @@ oslo_status oslo_param_set_add_embedding(oslo_param_set* set, const char* prefix
   });
 }
 
-oslo_status oslo_param_set_count(size_t* count, const oslo_param_set* set) {
+oslo_status oslo_param_set_count(const oslo_param_set* set, size_t* count) {
   return guard([&] {
-    need(count, "oslo_param_set_count", "count");
     need(set, "oslo_param_set_count", "set");
+    need(count, "oslo_param_set_count", "count");
     *count = set->impl->size();
   });
 }
 
-oslo_status oslo_clip_grad_norm(double* total_norm, oslo_param_set* set, double max_norm,
-                                double norm_type) {
+oslo_status oslo_param_set_clip_grad_norm(oslo_param_set* set, double max_norm, double norm_type,
+                                          double* total_norm) {
   return guard([&] {
-    need(set, "oslo_clip_grad_norm", "set");
+    need(set, "oslo_param_set_clip_grad_norm", "set");
     double n = set->impl->clip_grad_norm(max_norm, norm_type);
     if (total_norm) *total_norm = n;
   });
 }
 
-oslo_status oslo_checkpoint_save(oslo_param_set* set, const char* dir) {
+oslo_status oslo_param_set_save_checkpoint(oslo_param_set* set, const char* dir) {
   return guard([&] {
-    need(set, "oslo_checkpoint_save", "set");
-    need(dir, "oslo_checkpoint_save", "dir");
+    need(set, "oslo_param_set_save_checkpoint", "set");
+    need(dir, "oslo_param_set_save_checkpoint", "dir");
     set->impl->save(dir);
   });
 }
 
-oslo_status oslo_checkpoint_load(oslo_param_set* set, const char* dir) {
+oslo_status oslo_param_set_load_checkpoint(oslo_param_set* set, const char* dir) {
   return guard([&] {
-    need(set, "oslo_checkpoint_load", "set");
-    need(dir, "oslo_checkpoint_load", "dir");
+    need(set, "oslo_param_set_load_checkpoint", "set");
+    need(dir, "oslo_param_set_load_checkpoint", "dir");
     set->impl->load(dir);
   });
 }

@@ -28,8 +28,8 @@ void check_dtype(oslo_dtype dt, const char* fn) {
 
 extern "C" {
 
-oslo_status oslo_tensor_create(oslo_tensor** out, oslo_context* ctx, oslo_dtype dtype, int ndim,
-                               const int64_t* shape) {
+oslo_status oslo_tensor_create(oslo_context* ctx, oslo_dtype dtype, int ndim, const int64_t* shape,
+                               oslo_tensor** out) {
   if (out) *out = nullptr;
   return guard([&] {
     need(out, "oslo_tensor_create", "out");
@@ -43,8 +43,8 @@ oslo_status oslo_tensor_create(oslo_tensor** out, oslo_context* ctx, oslo_dtype 
   });
 }
 
-oslo_status oslo_tensor_wrap(oslo_tensor** out, oslo_context* ctx, void* data, oslo_dtype dtype,
-                             int ndim, const int64_t* shape) {
+oslo_status oslo_tensor_wrap(oslo_context* ctx, void* data, oslo_dtype dtype, int ndim,
+                             const int64_t* shape, oslo_tensor** out) {
   if (out) *out = nullptr;
   return guard([&] {
     need(out, "oslo_tensor_wrap", "out");
@@ -62,9 +62,9 @@ void oslo_tensor_destroy(oslo_tensor* tensor) {
   delete tensor;
 }
 
-oslo_status oslo_tensor_copy_from_host(oslo_tensor* dst, const void* src, size_t bytes) {
+oslo_status oslo_tensor_copy_from_host(oslo_tensor* tensor, const void* src, size_t bytes) {
   return guard([&] {
-    const auto& t = tensor_of(dst, "oslo_tensor_copy_from_host", "dst");
+    const auto& t = tensor_of(tensor, "oslo_tensor_copy_from_host", "tensor");
     if (bytes != t.nbytes())
       oslo::fail(OSLO_ERR_SHAPE, "oslo_tensor_copy_from_host: ", bytes,
                  " bytes given but the tensor ", t.describe(), " holds ", t.nbytes());
@@ -73,9 +73,9 @@ oslo_status oslo_tensor_copy_from_host(oslo_tensor* dst, const void* src, size_t
   });
 }
 
-oslo_status oslo_tensor_copy_to_host(void* dst, size_t bytes, const oslo_tensor* src) {
+oslo_status oslo_tensor_copy_to_host(const oslo_tensor* tensor, void* dst, size_t bytes) {
   return guard([&] {
-    const auto& t = tensor_of(src, "oslo_tensor_copy_to_host", "src");
+    const auto& t = tensor_of(tensor, "oslo_tensor_copy_to_host", "tensor");
     if (bytes != t.nbytes())
       oslo::fail(OSLO_ERR_SHAPE, "oslo_tensor_copy_to_host: ", bytes,
                  " bytes given but the tensor ", t.describe(), " holds ", t.nbytes());
@@ -84,43 +84,47 @@ oslo_status oslo_tensor_copy_to_host(void* dst, size_t bytes, const oslo_tensor*
   });
 }
 
-oslo_status oslo_tensor_ndim(int* ndim, const oslo_tensor* tensor) {
+oslo_status oslo_tensor_ndim(const oslo_tensor* tensor, int* ndim) {
   return guard([&] {
+    const auto& t = tensor_of(tensor, "oslo_tensor_ndim", "tensor");
     need(ndim, "oslo_tensor_ndim", "ndim");
-    *ndim = tensor_of(tensor, "oslo_tensor_ndim", "tensor").ndim();
+    *ndim = t.ndim();
   });
 }
 
-oslo_status oslo_tensor_shape(int64_t* shape, const oslo_tensor* tensor) {
+oslo_status oslo_tensor_shape(const oslo_tensor* tensor, int64_t* shape) {
   return guard([&] {
-    need(shape, "oslo_tensor_shape", "shape");
     const auto& t = tensor_of(tensor, "oslo_tensor_shape", "tensor");
+    need(shape, "oslo_tensor_shape", "shape");
     for (int i = 0; i < t.ndim(); ++i) shape[i] = t.shape()[i];
   });
 }
 
-oslo_status oslo_tensor_dtype(oslo_dtype* dtype, const oslo_tensor* tensor) {
+oslo_status oslo_tensor_dtype(const oslo_tensor* tensor, oslo_dtype* dtype) {
   return guard([&] {
+    const auto& t = tensor_of(tensor, "oslo_tensor_dtype", "tensor");
     need(dtype, "oslo_tensor_dtype", "dtype");
-    *dtype = tensor_of(tensor, "oslo_tensor_dtype", "tensor").dtype();
+    *dtype = t.dtype();
   });
 }
 
-oslo_status oslo_tensor_numel(int64_t* numel, const oslo_tensor* tensor) {
+oslo_status oslo_tensor_numel(const oslo_tensor* tensor, int64_t* numel) {
   return guard([&] {
+    const auto& t = tensor_of(tensor, "oslo_tensor_numel", "tensor");
     need(numel, "oslo_tensor_numel", "numel");
-    *numel = tensor_of(tensor, "oslo_tensor_numel", "tensor").numel();
+    *numel = t.numel();
   });
 }
 
-oslo_status oslo_tensor_data(void** data, const oslo_tensor* tensor) {
+oslo_status oslo_tensor_data(const oslo_tensor* tensor, void** data) {
   return guard([&] {
+    const auto& t = tensor_of(tensor, "oslo_tensor_data", "tensor");
     need(data, "oslo_tensor_data", "data");
-    *data = tensor_of(tensor, "oslo_tensor_data", "tensor").data();
+    *data = t.data();
   });
 }
 
-oslo_status oslo_tensor_to_dlpack(struct DLManagedTensor** out, oslo_tensor* tensor) {
+oslo_status oslo_tensor_to_dlpack(oslo_tensor* tensor, struct DLManagedTensor** out) {
   if (out) *out = nullptr;
   return guard([&] {
     need(out, "oslo_tensor_to_dlpack", "out");
@@ -128,8 +132,18 @@ oslo_status oslo_tensor_to_dlpack(struct DLManagedTensor** out, oslo_tensor* ten
   });
 }
 
-oslo_status oslo_tensor_from_dlpack(oslo_tensor** out, oslo_context* ctx,
-                                    struct DLManagedTensor* managed) {
+oslo_status oslo_tensor_to_dlpack_versioned(oslo_tensor* tensor,
+                                            struct DLManagedTensorVersioned** out) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tensor_to_dlpack_versioned", "out");
+    *out =
+        oslo::to_dlpack_versioned(tensor_of(tensor, "oslo_tensor_to_dlpack_versioned", "tensor"));
+  });
+}
+
+oslo_status oslo_tensor_from_dlpack(oslo_context* ctx, struct DLManagedTensor* managed,
+                                    oslo_tensor** out) {
   if (out) *out = nullptr;
   return guard([&] {
     need(out, "oslo_tensor_from_dlpack", "out");
@@ -139,6 +153,22 @@ oslo_status oslo_tensor_from_dlpack(oslo_tensor** out, oslo_context* ctx,
     h->ctx = ctx;
     // Ownership of `managed` moves only once nothing below can fail.
     h->t = oslo::from_dlpack(ctx->impl->backend_ptr(), managed);
+    *out = h.release();
+  });
+}
+
+oslo_status oslo_tensor_from_dlpack_versioned(oslo_context* ctx,
+                                              struct DLManagedTensorVersioned* managed,
+                                              oslo_tensor** out) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tensor_from_dlpack_versioned", "out");
+    need(ctx, "oslo_tensor_from_dlpack_versioned", "ctx");
+    need(managed, "oslo_tensor_from_dlpack_versioned", "managed");
+    auto h = std::make_unique<oslo_tensor>();
+    h->ctx = ctx;
+    // Ownership of `managed` moves only once nothing below can fail.
+    h->t = oslo::from_dlpack_versioned(ctx->impl->backend_ptr(), managed);
     *out = h.release();
   });
 }

@@ -75,7 +75,7 @@ bool valid_file_name(const std::string& f) {
 }
 
 bool is_float(oslo_dtype dt) {
-  return dt == OSLO_F32 || dt == OSLO_F16 || dt == OSLO_BF16;
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
 }
 
 // --------------------------------------------------------------------------
@@ -88,7 +88,7 @@ struct ParamGeom {
 };
 
 ParamGeom check_param(const ParamShard& p) {
-  const std::string who = "parameter '" + p.name + "'";
+  const std::string who = "parameter " + quote(p.name);
   OSLO_CHECK(!p.name.empty(), OSLO_ERR_INVALID_ARGUMENT, "parameter with an empty name");
   OSLO_CHECK(st::valid_utf8(p.name.data(), p.name.size()) && p.name != "__metadata__",
              OSLO_ERR_INVALID_ARGUMENT, who, ": name must be valid UTF-8 other than __metadata__");
@@ -140,8 +140,8 @@ ParamGeom check_param(const ParamShard& p) {
 void check_unique(const std::vector<ParamShard>& params) {
   std::unordered_set<std::string> names;
   for (const ParamShard& p : params)
-    OSLO_CHECK(names.insert(p.name).second, OSLO_ERR_INVALID_ARGUMENT, "parameter '", p.name,
-               "' appears twice");
+    OSLO_CHECK(names.insert(p.name).second, OSLO_ERR_INVALID_ARGUMENT, "parameter ", quote(p.name),
+               " appears twice");
 }
 
 void check_layout(const CheckpointLayout& l, const Communicator& world) {
@@ -169,9 +169,9 @@ void convert(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t 
     return;
   }
   if (is_float(sdt) && is_float(ddt)) {
-    if (sdt == OSLO_F32) {
+    if (sdt == OSLO_DTYPE_F32) {
       from_f32(ddt, static_cast<const float*>(src), dst, n);
-    } else if (ddt == OSLO_F32) {
+    } else if (ddt == OSLO_DTYPE_F32) {
       to_f32(sdt, src, static_cast<float*>(dst), n);
     } else {
       float tmp[1024];
@@ -185,7 +185,7 @@ void convert(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t 
     }
     return;
   }
-  if (sdt == OSLO_I32 && ddt == OSLO_I64) {
+  if (sdt == OSLO_DTYPE_I32 && ddt == OSLO_DTYPE_I64) {
     for (size_t i = 0; i < n; ++i) {
       int32_t v;
       std::memcpy(&v, static_cast<const char*>(src) + 4 * i, 4);
@@ -194,18 +194,18 @@ void convert(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t 
     }
     return;
   }
-  if (sdt == OSLO_I64 && ddt == OSLO_I32) {
+  if (sdt == OSLO_DTYPE_I64 && ddt == OSLO_DTYPE_I32) {
     for (size_t i = 0; i < n; ++i) {
       int64_t v;
       std::memcpy(&v, static_cast<const char*>(src) + 8 * i, 8);
-      OSLO_CHECK(v >= INT32_MIN && v <= INT32_MAX, OSLO_ERR_DTYPE, "tensor '", tensor, "': value ",
-                 v, " does not fit the i32 parameter");
+      OSLO_CHECK(v >= INT32_MIN && v <= INT32_MAX, OSLO_ERR_DTYPE, "tensor ", quote(tensor),
+                 ": value ", v, " does not fit the i32 parameter");
       int32_t w = static_cast<int32_t>(v);
       std::memcpy(static_cast<char*>(dst) + 4 * i, &w, 4);
     }
     return;
   }
-  fail(OSLO_ERR_DTYPE, "tensor '", tensor, "': cannot convert ", dtype_name(sdt), " to ",
+  fail(OSLO_ERR_DTYPE, "tensor ", quote(tensor), ": cannot convert ", dtype_name(sdt), " to ",
        dtype_name(ddt));
 }
 
@@ -225,7 +225,7 @@ struct ManifestShard {
 };
 
 struct ManifestTensor {
-  oslo_dtype dtype = OSLO_F32;
+  oslo_dtype dtype = OSLO_DTYPE_F32;
   std::vector<int64_t> shape;
   int split_dim = -1;
   std::vector<ManifestShard> shards;  // sorted by offset
@@ -254,7 +254,7 @@ class Schema {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
       bool known = false;
       for (const char* k : keys) known = known || it.key() == k;
-      if (!known) bad(where, "unknown field '" + it.key() + "'");
+      if (!known) bad(where, "unknown field " + quote(it.key()));
     }
   }
   int64_t integer(const json& v, const std::string& where, int64_t lo, int64_t hi) const {
@@ -294,7 +294,7 @@ class Schema {
     st::Dtype sd;
     oslo_dtype od;
     if (!st::parse_dtype(name, &sd) || !st::to_oslo(sd, &od))
-      bad(where, "unsupported dtype '" + name + "'");
+      bad(where, "unsupported dtype " + quote(name));
     return od;
   }
 
@@ -304,7 +304,8 @@ class Schema {
 
 Manifest parse_manifest(const std::string& dir) {
   const std::string path = fsutil::join(dir, kCheckpointManifest);
-  if (!fsutil::exists(path)) fail(OSLO_ERR_IO, "no ", kCheckpointManifest, " in ", dir);
+  if (!fsutil::exists(path))
+    fail(OSLO_ERR_IO, "no ", kCheckpointManifest, " in ", clip(dir, kQuotedPathMax));
   const std::string text = fsutil::read_small_file(path, kMaxManifestBytes);
   json j;
   try {
@@ -312,10 +313,10 @@ Manifest parse_manifest(const std::string& dir) {
   } catch (const json::exception& e) {
     std::string what = e.what();
     size_t p = what.find("] ");
-    fail(OSLO_ERR_FORMAT, path,
-         ": invalid JSON: ", p == std::string::npos ? what : what.substr(p + 2));
+    fail(OSLO_ERR_FORMAT, clip(path, kQuotedPathMax),
+         ": invalid JSON: ", clip(p == std::string::npos ? what : what.substr(p + 2), 200));
   }
-  Schema sc(path);
+  Schema sc(clip(path, kQuotedPathMax));
   sc.exact_keys(j, "manifest",
                 {"format", "version", "save_id", "tensor_parallel_size", "pipeline_parallel_size",
                  "data_parallel_size", "files", "tensors"});
@@ -340,14 +341,14 @@ Manifest parse_manifest(const std::string& dir) {
   for (size_t i = 0; i < files.size(); ++i) {
     std::string where = "files[" + std::to_string(i) + "]";
     std::string f = sc.string(files[i], where);
-    if (!valid_file_name(f)) sc.bad(where, "'" + f + "' is not a plain file name");
-    if (!file_set.insert(f).second) sc.bad(where, "'" + f + "' is listed twice");
+    if (!valid_file_name(f)) sc.bad(where, quote(f) + " is not a plain file name");
+    if (!file_set.insert(f).second) sc.bad(where, quote(f) + " is listed twice");
     m.files.push_back(f);
   }
   const json& tensors = j["tensors"];
   if (!tensors.is_object()) sc.bad("tensors", "must be an object");
   for (auto it = tensors.begin(); it != tensors.end(); ++it) {
-    const std::string where = "tensor '" + it.key() + "'";
+    const std::string where = "tensor " + quote(it.key());
     const json& t = it.value();
     sc.exact_keys(t, where, {"dtype", "shape", "split_dim", "shards"});
     ManifestTensor mt;
@@ -373,8 +374,8 @@ Manifest parse_manifest(const std::string& dir) {
       ms.file = sc.string(s["file"], sw + ".file");
       ms.key = sc.string(s["key"], sw + ".key");
       if (!valid_file_name(ms.file))
-        sc.bad(sw + ".file", "'" + ms.file + "' is not a plain file name");
-      if (!file_set.count(ms.file)) sc.bad(sw + ".file", "'" + ms.file + "' is not in 'files'");
+        sc.bad(sw + ".file", quote(ms.file) + " is not a plain file name");
+      if (!file_set.count(ms.file)) sc.bad(sw + ".file", quote(ms.file) + " is not in 'files'");
       mt.shards.push_back(ms);
     }
     if (mt.split_dim < 0) {
@@ -409,7 +410,7 @@ Manifest parse_manifest(const std::string& dir) {
 // Per-tensor record in a shard file's __metadata__["oslo"].
 struct ShardRecord {
   std::string name;
-  oslo_dtype dtype = OSLO_F32;
+  oslo_dtype dtype = OSLO_DTYPE_F32;
   std::vector<int64_t> shape;  // global
   int split_dim = -1;
   int64_t offset = 0;
@@ -491,7 +492,7 @@ std::vector<ShardRecord> read_shard_records(const std::string& dir, const std::s
                                             const CheckpointLayout& layout) {
   const std::string path = fsutil::join(dir, file);
   st::Reader rd(path);
-  Schema sc(path);
+  Schema sc(clip(path, kQuotedPathMax));
   auto mit = rd.header().metadata.find(kShardMetaKey);
   if (mit == rd.header().metadata.end()) sc.bad("__metadata__", "missing the 'oslo' entry");
   json meta;
@@ -514,7 +515,7 @@ std::vector<ShardRecord> read_shard_records(const std::string& dir, const std::s
   if (!ts.is_object()) sc.bad("__metadata__.oslo.tensors", "must be an object");
   std::vector<ShardRecord> out;
   for (auto it = ts.begin(); it != ts.end(); ++it) {
-    const std::string where = "record of '" + it.key() + "'";
+    const std::string where = "record of " + quote(it.key());
     const json& r = it.value();
     sc.exact_keys(r, where, {"dtype", "shape", "split_dim", "offset", "length", "stored"});
     ShardRecord rec;
@@ -535,7 +536,7 @@ std::vector<ShardRecord> read_shard_records(const std::string& dir, const std::s
       if (rec.split_dim >= 0) expect[rec.split_dim] = rec.length;
       const st::TensorInfo& ti = rd.at(rec.name);
       if (ti.dtype != st::from_oslo(rec.dtype) || ti.shape != to_u64(expect))
-        sc.bad("tensor '" + rec.name + "'", "stored dtype/shape differ from its record");
+        sc.bad("tensor " + quote(rec.name), "stored dtype/shape differ from its record");
     }
     out.push_back(std::move(rec));
   }
@@ -556,8 +557,8 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
         recs = read_shard_records(dir, file, save_id, tp, pp, layout);
       } catch (const Error& e) {
         if (e.status() != OSLO_ERR_IO) throw;
-        fail(OSLO_ERR_IO, e.what(), " (world rank 0 reads every shard: is '", dir,
-             "' on a file system shared by all ranks?)");
+        fail(OSLO_ERR_IO, e.what(), " (world rank 0 reads every shard: is ", quote_path(dir),
+             " on a file system shared by all ranks?)");
       }
       for (ShardRecord& r : recs) by_name[r.name].push_back(std::move(r));
     }
@@ -575,7 +576,7 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
       if (r.pp == pp0 && (!ref || r.tp < ref->tp)) ref = &r;
     for (const ShardRecord& r : recs)
       OSLO_CHECK(r.dtype == ref->dtype && r.shape == ref->shape && r.split_dim == ref->split_dim,
-                 OSLO_ERR_INVALID_ARGUMENT, "tensor '", name, "': rank tp", r.tp, "/pp", r.pp,
+                 OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(name), ": rank tp", r.tp, "/pp", r.pp,
                  " saves ", dtype_name(r.dtype), " ", shape_str(r.shape), " split_dim ",
                  r.split_dim, " but rank tp", ref->tp, "/pp", ref->pp, " saves ",
                  dtype_name(ref->dtype), " ", shape_str(ref->shape), " split_dim ", ref->split_dim);
@@ -584,8 +585,8 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
       const ShardRecord* owner = nullptr;
       for (const ShardRecord& r : recs)
         if (r.pp == pp0 && r.tp == 0 && r.stored) owner = &r;
-      OSLO_CHECK(owner, OSLO_ERR_INVALID_ARGUMENT, "replicated tensor '", name,
-                 "' is not held by tensor-parallel rank 0 of pipeline stage ", pp0);
+      OSLO_CHECK(owner, OSLO_ERR_INVALID_ARGUMENT, "replicated tensor ", quote(name),
+                 " is not held by tensor-parallel rank 0 of pipeline stage ", pp0);
       ojson s;
       s["file"] = owner->file;
       s["key"] = name;
@@ -599,13 +600,13 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
       const int64_t G = ref->shape[ref->split_dim];
       int64_t next = 0;
       for (const ShardRecord* r : parts) {
-        OSLO_CHECK(r->offset == next, OSLO_ERR_INVALID_ARGUMENT, "tensor '", name,
-                   "': the tensor-parallel slices ",
+        OSLO_CHECK(r->offset == next, OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(name),
+                   ": the tensor-parallel slices ",
                    r->offset > next ? "leave rows " : "overlap at rows ", std::min(next, r->offset),
                    "..", std::max(next, r->offset), r->offset > next ? " unsaved" : "",
                    " (split_dim ", ref->split_dim, ", extent ", G, ")");
         OSLO_CHECK(!__builtin_add_overflow(next, r->length, &next), OSLO_ERR_INVALID_ARGUMENT,
-                   "tensor '", name, "': slice rows overflow");
+                   "tensor ", quote(name), ": slice rows overflow");
         ojson s;
         s["file"] = r->file;
         s["key"] = name;
@@ -613,8 +614,8 @@ std::string build_manifest(const std::string& dir, const std::string& save_id,
         s["length"] = r->length;
         shards.push_back(std::move(s));
       }
-      OSLO_CHECK(next == G, OSLO_ERR_INVALID_ARGUMENT, "tensor '", name,
-                 "': the tensor-parallel slices cover rows 0..", next, " of ", G,
+      OSLO_CHECK(next == G, OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(name),
+                 ": the tensor-parallel slices cover rows 0..", next, " of ", G,
                  " along split_dim ", ref->split_dim);
     }
     ojson t;
@@ -691,10 +692,10 @@ struct Failure {
       message = e.what();
     } catch (const std::bad_alloc&) {
       status = OSLO_ERR_OUT_OF_MEMORY;
-      message = "out of memory while saving a checkpoint";
+      message = "out of memory in a checkpoint save or load";
     } catch (const std::exception& e) {
       status = OSLO_ERR_INTERNAL;
-      message = std::string("checkpoint save: ") + e.what();
+      message = std::string("checkpoint: ") + e.what();
     }
   }
 };
@@ -702,7 +703,7 @@ struct Failure {
 // All-reduces (failing world rank + 1, status) with MAX; returns it.
 std::pair<int, oslo_status> agree(Communicator& world, const Failure& f) {
   int32_t v[2] = {f.failed() ? world.rank() + 1 : 0, static_cast<int32_t>(f.status)};
-  world.all_reduce(v, v, 2, OSLO_I32, OSLO_MAX);
+  world.all_reduce(v, v, 2, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
   return {v[0] - 1, static_cast<oslo_status>(v[1])};
 }
 
@@ -875,7 +876,7 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
       } while (fsutil::exists(fsutil::join(dir, shard_file_name(hex64(id), 0, 0))));
     });
   }
-  world.broadcast(&id, 1, OSLO_I64, 0);
+  world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
   const std::string save_id = hex64(id);
 
   const bool writer = layout.dp_rank == 0;
@@ -898,8 +899,8 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
   if (outcome.first >= 0) {
     if (!my_file.empty()) remove_quietly(fsutil::join(dir, my_file));
     if (f.failed()) throw Error(f.status, f.message);
-    fail(outcome.second, "checkpoint save to '", dir, "' failed on world rank ", outcome.first,
-         " (see that rank's error); the previous checkpoint is unchanged");
+    fail(outcome.second, "checkpoint save to ", quote_path(dir), " failed on world rank ",
+         outcome.first, " (see that rank's error); the previous checkpoint is unchanged");
   }
 
   // Every shard is durable: world rank 0 commits the manifest.
@@ -924,8 +925,8 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
   outcome = agree(world, f);
   if (outcome.first >= 0) {
     if (f.failed()) throw Error(f.status, f.message);
-    fail(outcome.second, "checkpoint save to '", dir, "' failed on world rank ", outcome.first,
-         " (see that rank's error); the previous checkpoint is unchanged");
+    fail(outcome.second, "checkpoint save to ", quote_path(dir), " failed on world rank ",
+         outcome.first, " (see that rank's error); the previous checkpoint is unchanged");
   }
 }
 
@@ -946,14 +947,14 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamShard& p = params[i];
     auto it = m.tensors.find(p.name);
-    OSLO_CHECK(it != m.tensors.end(), OSLO_ERR_FORMAT, "tensor '", p.name,
-               "' is not in the checkpoint in ", dir);
+    OSLO_CHECK(it != m.tensors.end(), OSLO_ERR_FORMAT, "tensor ", quote(p.name),
+               " is not in the checkpoint in ", clip(dir, kQuotedPathMax));
     const ManifestTensor& t = it->second;
-    OSLO_CHECK(t.shape == p.global_shape, OSLO_ERR_SHAPE, "tensor '", p.name,
-               "': the checkpoint in ", dir, " has shape ", shape_str(t.shape),
+    OSLO_CHECK(t.shape == p.global_shape, OSLO_ERR_SHAPE, "tensor ", quote(p.name),
+               ": the checkpoint in ", clip(dir, kQuotedPathMax), " has shape ", shape_str(t.shape),
                " but the parameter's global shape is ", shape_str(p.global_shape));
-    OSLO_CHECK(convertible(t.dtype, p.dtype), OSLO_ERR_DTYPE, "tensor '", p.name,
-               "': cannot load the checkpoint's ", dtype_name(t.dtype), " into a ",
+    OSLO_CHECK(convertible(t.dtype, p.dtype), OSLO_ERR_DTYPE, "tensor ", quote(p.name),
+               ": cannot load the checkpoint's ", dtype_name(t.dtype), " into a ",
                dtype_name(p.dtype), " parameter");
     LoadPlan plan{&p, &t, geoms[i].real_rows, {}};
     const int l = p.split_dim, s = t.split_dim;
@@ -973,8 +974,8 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
         std::vector<int64_t> expect = t.shape;
         if (s >= 0) expect[s] = sh.length;
         OSLO_CHECK(ti.dtype == st::from_oslo(t.dtype) && ti.shape == to_u64(expect),
-                   OSLO_ERR_FORMAT, rd.path(), ": tensor '", sh.key, "' is ",
-                   st::dtype_name(ti.dtype), " ",
+                   OSLO_ERR_FORMAT, clip(rd.path(), kQuotedPathMax), ": tensor ", quote(sh.key),
+                   " is ", st::dtype_name(ti.dtype), " ",
                    shape_str(std::vector<int64_t>(ti.shape.begin(), ti.shape.end())),
                    " but the manifest expects ", st::dtype_name(st::from_oslo(t.dtype)), " ",
                    shape_str(expect));
@@ -1028,6 +1029,39 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
     }
     stats->files_opened += readers.size();
   }
+}
+
+void load_checkpoint_collective(const std::string& dir, const std::vector<ParamShard>& params,
+                                Communicator& world) {
+  Failure f;
+  f.run([&] { load_checkpoint(dir, params); });
+  if (world.size() == 1) {
+    if (f.failed()) throw Error(f.status, f.message);
+    return;
+  }
+  // The lowest failing world rank, then its status and message (clipped to
+  // what fits in kWords) from it: every rank reports the same failure.
+  int32_t first = f.failed() ? world.rank() : world.size();
+  world.all_reduce(&first, &first, 1, OSLO_DTYPE_I32, OSLO_REDUCE_MIN);
+  if (first == world.size()) return;
+  constexpr size_t kWords = 256;
+  std::vector<int32_t> buf(2 + kWords, 0);
+  if (world.rank() == first) {
+    const std::string m = clip(f.message, kWords * 4 - 20);
+    buf[0] = static_cast<int32_t>(f.status);
+    buf[1] = static_cast<int32_t>(m.size());
+    std::memcpy(buf.data() + 2, m.data(), m.size());
+  }
+  world.broadcast(buf.data(), buf.size(), OSLO_DTYPE_I32, first);
+  if (world.rank() == first)
+    fail(f.status, "checkpoint load from ", quote_path(dir), " failed on world rank ", first,
+         " (this rank): ", f.message);
+  const auto status = static_cast<oslo_status>(buf[0]);
+  const size_t len = std::min<size_t>(static_cast<uint32_t>(buf[1]), kWords * 4);
+  const std::string theirs(reinterpret_cast<const char*>(buf.data() + 2), len);
+  fail(status > OSLO_OK && status < OSLO_STATUS_COUNT ? status : OSLO_ERR_INTERNAL,
+       "checkpoint load from ", quote_path(dir), " failed on world rank ", first, ": ", theirs,
+       f.failed() ? "; this rank failed too: " + clip(f.message, 300) : std::string());
 }
 
 }  // namespace oslo

@@ -19,7 +19,7 @@ namespace oslo {
 // One local parameter buffer and where it sits in the global tensor.
 struct ParamShard {
   std::string name;
-  oslo_dtype dtype = OSLO_F32;        // dtype of the local buffer
+  oslo_dtype dtype = OSLO_DTYPE_F32;  // dtype of the local buffer
   std::vector<int64_t> global_shape;  // real (unpadded) global shape
   int split_dim = -1;                 // -1: replicated on every tensor-parallel rank
   int64_t offset = 0;                 // global index along split_dim of local row 0
@@ -67,6 +67,15 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
 // OSLO_ERR_SHAPE (global shape differs), OSLO_ERR_DTYPE (float <-> integer).
 void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& params,
                      CheckpointLoadStats* stats = nullptr);
+
+// load_checkpoint on every rank of `world` (collective), then agreement on
+// the outcome: if any rank failed, every rank throws the status of the lowest
+// failing world rank with a message naming that rank and quoting its error
+// (a rank that failed too appends its own); ranks whose own load succeeded
+// keep the loaded values. The agreement uses `world`'s collectives, so it
+// honours their timeout.
+void load_checkpoint_collective(const std::string& dir, const std::vector<ParamShard>& params,
+                                Communicator& world);
 
 // Name of the manifest inside a checkpoint directory.
 extern const char* const kCheckpointManifest;  // "oslo_checkpoint.json"

@@ -76,9 +76,9 @@ void write_all(int fd, const void* data, size_t n, const std::string& what) {
     if (w < 0) {
       if (errno == EINTR) continue;
       int e = errno;
-      fail(OSLO_ERR_IO, "cannot write '", what, "': ", errno_text(e));
+      fail(OSLO_ERR_IO, "cannot write ", quote_path(what), ": ", errno_text(e));
     }
-    if (w == 0) fail(OSLO_ERR_IO, "cannot write '", what, "': write returned 0");
+    if (w == 0) fail(OSLO_ERR_IO, "cannot write ", quote_path(what), ": write returned 0");
     p += w;
     n -= static_cast<size_t>(w);
   }
@@ -93,7 +93,7 @@ size_t pread_full(int fd, void* data, size_t n, uint64_t offset, const std::stri
     if (r < 0) {
       if (errno == EINTR) continue;
       int e = errno;
-      fail(OSLO_ERR_IO, "cannot read '", what, "': ", errno_text(e));
+      fail(OSLO_ERR_IO, "cannot read ", quote_path(what), ": ", errno_text(e));
     }
     if (r == 0) break;
     done += static_cast<size_t>(r);
@@ -105,12 +105,12 @@ void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot open directory '", dir, "': ", errno_text(e));
+    fail(OSLO_ERR_IO, "cannot open directory ", quote_path(dir), ": ", errno_text(e));
   }
   FdGuard guard(fd);
   if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot fsync directory '", dir, "': ", errno_text(e));
+    fail(OSLO_ERR_IO, "cannot fsync directory ", quote_path(dir), ": ", errno_text(e));
   }
 }
 
@@ -118,19 +118,19 @@ void make_dirs(const std::string& dir) {
   OSLO_CHECK(!dir.empty(), OSLO_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
   struct stat st;
   if (::stat(dir.c_str(), &st) == 0) {
-    OSLO_CHECK(S_ISDIR(st.st_mode), OSLO_ERR_IO, "'", dir, "' exists and is not a directory");
+    OSLO_CHECK(S_ISDIR(st.st_mode), OSLO_ERR_IO, quote_path(dir), " exists and is not a directory");
     return;
   }
   if (errno != ENOENT) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot access '", dir, "': ", errno_text(e));
+    fail(OSLO_ERR_IO, "cannot access ", quote_path(dir), ": ", errno_text(e));
   }
   std::string parent = parent_dir(dir);
   if (parent != dir) make_dirs(parent);
   if (::mkdir(dir.c_str(), 0777) != 0) {
     int e = errno;
     if (e == EEXIST && ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return;  // a peer won
-    fail(OSLO_ERR_IO, "cannot create directory '", dir, "': ", errno_text(e));
+    fail(OSLO_ERR_IO, "cannot create directory ", quote_path(dir), ": ", errno_text(e));
   }
   fsync_dir(parent);
 }
@@ -139,7 +139,7 @@ std::vector<std::string> list_dir(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (!d) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot list directory '", dir, "': ", errno_text(e));
+    fail(OSLO_ERR_IO, "cannot list directory ", quote_path(dir), ": ", errno_text(e));
   }
   std::vector<std::string> names;
   for (;;) {
@@ -148,7 +148,7 @@ std::vector<std::string> list_dir(const std::string& dir) {
     if (!ent) {
       int e = errno;
       ::closedir(d);
-      if (e != 0) fail(OSLO_ERR_IO, "cannot list directory '", dir, "': ", errno_text(e));
+      if (e != 0) fail(OSLO_ERR_IO, "cannot list directory ", quote_path(dir), ": ", errno_text(e));
       break;
     }
     std::string name = ent->d_name;
@@ -161,16 +161,16 @@ std::string read_small_file(const std::string& path, size_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot open '", path, "': ", errno_text(e));
+    fail(OSLO_ERR_IO, "cannot open ", quote_path(path), ": ", errno_text(e));
   }
   FdGuard guard(fd);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot stat '", path, "': ", errno_text(e));
+    fail(OSLO_ERR_IO, "cannot stat ", quote_path(path), ": ", errno_text(e));
   }
-  OSLO_CHECK(S_ISREG(st.st_mode), OSLO_ERR_IO, "'", path, "' is not a regular file");
-  OSLO_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes, OSLO_ERR_IO, "'", path, "' is ",
+  OSLO_CHECK(S_ISREG(st.st_mode), OSLO_ERR_IO, quote_path(path), " is not a regular file");
+  OSLO_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes, OSLO_ERR_IO, quote_path(path), " is ",
              st.st_size, " bytes, more than the limit of ", max_bytes);
   std::string data(static_cast<size_t>(st.st_size), '\0');
   size_t got = pread_full(fd, &data[0], data.size(), 0, path);
@@ -206,23 +206,24 @@ void write_atomically(const std::string& path, const std::function<void(int fd)>
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot create '", tmp, "': ", errno_text(e));
+    fail(OSLO_ERR_IO, "cannot create ", quote_path(tmp), ": ", errno_text(e));
   }
   FdGuard guard(fd);
   try {
     body(fd);
     if (::fsync(fd) != 0) {
       int e = errno;
-      fail(OSLO_ERR_IO, "cannot fsync '", tmp, "': ", errno_text(e));
+      fail(OSLO_ERR_IO, "cannot fsync ", quote_path(tmp), ": ", errno_text(e));
     }
     if (guard.close_now() != 0) {
       int e = errno;
-      fail(OSLO_ERR_IO, "cannot close '", tmp, "': ", errno_text(e));
+      fail(OSLO_ERR_IO, "cannot close ", quote_path(tmp), ": ", errno_text(e));
     }
     fault_point("atomic.before_rename", path);
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       int e = errno;
-      fail(OSLO_ERR_IO, "cannot rename '", tmp, "' to '", path, "': ", errno_text(e));
+      fail(OSLO_ERR_IO, "cannot rename ", quote_path(tmp), " to ", quote_path(path), ": ",
+           errno_text(e));
     }
   } catch (...) {
     ::unlink(tmp.c_str());

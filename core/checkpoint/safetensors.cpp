@@ -421,11 +421,11 @@ unsigned dtype_bits(Dtype dt) {
 
 Dtype from_oslo(oslo_dtype dt) {
   switch (dt) {
-    case OSLO_F32: return Dtype::F32;
-    case OSLO_F16: return Dtype::F16;
-    case OSLO_BF16: return Dtype::BF16;
-    case OSLO_I32: return Dtype::I32;
-    case OSLO_I64: return Dtype::I64;
+    case OSLO_DTYPE_F32: return Dtype::F32;
+    case OSLO_DTYPE_F16: return Dtype::F16;
+    case OSLO_DTYPE_BF16: return Dtype::BF16;
+    case OSLO_DTYPE_I32: return Dtype::I32;
+    case OSLO_DTYPE_I64: return Dtype::I64;
     default: break;
   }
   fail(OSLO_ERR_DTYPE, "unknown dtype ", static_cast<int>(dt));
@@ -433,11 +433,11 @@ Dtype from_oslo(oslo_dtype dt) {
 
 bool to_oslo(Dtype dt, oslo_dtype* out) {
   switch (dt) {
-    case Dtype::F32: *out = OSLO_F32; return true;
-    case Dtype::F16: *out = OSLO_F16; return true;
-    case Dtype::BF16: *out = OSLO_BF16; return true;
-    case Dtype::I32: *out = OSLO_I32; return true;
-    case Dtype::I64: *out = OSLO_I64; return true;
+    case Dtype::F32: *out = OSLO_DTYPE_F32; return true;
+    case Dtype::F16: *out = OSLO_DTYPE_F16; return true;
+    case Dtype::BF16: *out = OSLO_DTYPE_BF16; return true;
+    case Dtype::I32: *out = OSLO_DTYPE_I32; return true;
+    case Dtype::I64: *out = OSLO_DTYPE_I64; return true;
     default: return false;
   }
 }
@@ -535,15 +535,16 @@ Reader::Reader(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd_ < 0) {
     int e = errno;
-    fail(OSLO_ERR_IO, "cannot open safetensors file '", path, "': ", fsutil::errno_text(e));
+    fail(OSLO_ERR_IO, "cannot open safetensors file ", quote_path(path), ": ",
+         fsutil::errno_text(e));
   }
   try {
     struct stat st;
     if (::fstat(fd_, &st) != 0) {
       int e = errno;
-      fail(OSLO_ERR_IO, "cannot stat '", path, "': ", fsutil::errno_text(e));
+      fail(OSLO_ERR_IO, "cannot stat ", quote_path(path), ": ", fsutil::errno_text(e));
     }
-    OSLO_CHECK(S_ISREG(st.st_mode), OSLO_ERR_IO, "'", path, "' is not a regular file");
+    OSLO_CHECK(S_ISREG(st.st_mode), OSLO_ERR_IO, quote_path(path), " is not a regular file");
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     OSLO_CHECK(size >= 8, OSLO_ERR_FORMAT, path, ": file is ", size,
                " bytes, too short for the 8-byte header length");

@@ -3,12 +3,20 @@
 // OSLO_ERR_CONFIG naming the key; malformed JSON fails with OSLO_ERR_FORMAT.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace oslo {
 
+// Largest config file read (a bigger one fails with OSLO_ERR_IO).
+constexpr size_t kMaxConfigFileBytes = size_t(16) << 20;
+// Largest accepted "timeout_seconds" (about 116 days); larger values are
+// refused with OSLO_ERR_CONFIG rather than overflowing deadline arithmetic.
+constexpr double kMaxTimeoutSeconds = 1e7;
+
 struct Config {
   std::string backend = "cpu";
+  std::string backend_options = "{}";  // JSON object handed to the backend
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   int data_parallel_size = -1;  // -1: world / (tp * pp)

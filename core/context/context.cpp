@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,9 @@ std::vector<uint8_t> bytes_of(const std::string& s) {
 std::string string_of(const std::vector<uint8_t>& v) {
   return {v.begin(), v.end()};
 }
+
+// Verdict (step 2 of the rendezvous) of a rank whose claim was not the first.
+const char* const kVerdictTwice = "twice";
 
 std::string describe_ranks(const std::vector<int>& ranks) {
   std::string s;
@@ -81,7 +85,7 @@ Context::Context(const Config& config) : config_(config) {
   BackendOptions bo;
   bo.local_rank = li.local_rank;
   bo.num_threads = num_threads_;
-  bo.logger = &log_;
+  bo.extra_json = config.backend_options;
   backend_ = create_backend(config.backend, bo);
 
   log_.log(LogLevel::Info, "rank ", li.rank, " of ", world, " (from ", li.source, "), tp ", tp,
@@ -98,6 +102,12 @@ Communicator& Context::comm(oslo_group g) const {
   return *comms_.at(g);
 }
 
+bool Context::host_transport(oslo_group g) const {
+  OSLO_CHECK(g >= OSLO_GROUP_WORLD && g <= OSLO_GROUP_DATA, OSLO_ERR_INVALID_ARGUMENT,
+             "unknown group ", static_cast<int>(g));
+  return host_transport_.at(g);
+}
+
 void Context::abort() noexcept {
   for (auto& c : comms_)
     if (c) c->abort();
@@ -107,6 +117,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
   const Topology& t = *topo_;
   const int world = t.world_size(), rank = t.world_rank();
   comms_.resize(4);
+  host_transport_.assign(4, false);
   if (world == 1) {
     auto self = std::make_shared<SelfCommunicator>();
     for (auto& c : comms_) c = self;
@@ -135,17 +146,26 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
 
   // 1. Claim the rank (a second process with the same rank, or a stale file
   //    store from an earlier run, is caught here) and publish who we are.
+  //    A rank whose claim is not the first still publishes its record and
+  //    its verdict (step 2) before it fails, so that the other ranks report
+  //    the same cause instead of tripping over the leftovers.
+  const bool file_store = im.kind == InitMethod::File;
+  const char* stale_hint =
+      file_store ? ", or a stale store file from an earlier run: delete it" : "";
+  const char* mismatch_hint =
+      file_store ? " (or the store file is a stale one from an earlier run: delete it)" : "";
   int64_t claims = store->add(str("oslo/claim/", rank), 1);
-  OSLO_CHECK(
-      claims == 1, OSLO_ERR_CONFIG, "rendezvous at ", where, ": rank ", rank,
-      " joined twice (two processes with the same rank",
-      im.kind == InitMethod::File ? ", or a stale store file from an earlier run: delete it" : "",
-      ")");
   const std::string my_host = host_identity();
   json me = {{"host", my_host},           {"pid", static_cast<int>(getpid())},
              {"tp", t.tp_size()},         {"pp", t.pp_size()},
              {"dp", t.dp_size()},         {"world", world},
              {"backend", config_.backend}};
+  if (claims != 1) {
+    store->set(str("oslo/verdict/", rank), bytes_of(kVerdictTwice));
+    store->set(str("oslo/join/", rank), bytes_of(me.dump()));
+    fail(OSLO_ERR_CONFIG, "rendezvous at ", where, ": rank ", rank,
+         " joined twice (two processes with the same rank", stale_hint, ")");
+  }
   store->set(str("oslo/join/", rank), bytes_of(me.dump()));
 
   std::vector<std::string> keys;
@@ -162,33 +182,73 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
          world, " to join");
   }
 
-  // 2. Every rank checks that all agree on the layout.
+  // 2. Every rank checks that all agree on the layout, publishes its verdict
+  //    and reads everyone's: a rank that claimed twice explains any mismatch
+  //    (its record may be a leftover), and a group is never formed from
+  //    records of another run.
   std::vector<std::string> hosts(world);
-  for (int r = 0; r < world; ++r) {
-    json j;
-    try {
-      j = json::parse(string_of(store->get(keys[r], deadline)));
-    } catch (const json::exception& e) {
-      fail(OSLO_ERR_FORMAT, "rendezvous: rank ", r, " published invalid data: ", e.what());
+  oslo_status problem = OSLO_OK;
+  std::string problem_msg;
+  try {
+    for (int r = 0; r < world; ++r) {
+      json j;
+      try {
+        j = json::parse(string_of(store->get(keys[r], deadline)));
+      } catch (const json::exception& e) {
+        fail(OSLO_ERR_FORMAT, "rendezvous: rank ", r, " published invalid data: ", e.what());
+      }
+      hosts[r] = j.value("host", "");
+      for (const char* k : {"tp", "pp", "dp", "world"}) {
+        OSLO_CHECK(j.value(k, -1) == me[k].get<int>(), OSLO_ERR_CONFIG, "rendezvous: rank ", r,
+                   " has ", k, "=", j.value(k, -1), " but rank ", rank, " has ", k, "=",
+                   me[k].get<int>(), "; every rank must use the same parallel sizes",
+                   mismatch_hint);
+      }
+      OSLO_CHECK(j.value("backend", "") == config_.backend, OSLO_ERR_CONFIG, "rendezvous: rank ", r,
+                 " uses backend '", j.value("backend", ""), "' but rank ", rank, " uses '",
+                 config_.backend, "'", mismatch_hint);
     }
-    hosts[r] = j.value("host", "");
-    for (const char* k : {"tp", "pp", "dp", "world"}) {
-      OSLO_CHECK(j.value(k, -1) == me[k].get<int>(), OSLO_ERR_CONFIG, "rendezvous: rank ", r,
-                 " has ", k, "=", j.value(k, -1), " but rank ", rank, " has ", k, "=",
-                 me[k].get<int>(), "; every rank must use the same parallel sizes");
-    }
-    OSLO_CHECK(j.value("backend", "") == config_.backend, OSLO_ERR_CONFIG, "rendezvous: rank ", r,
-               " uses backend '", j.value("backend", ""), "' but rank ", rank, " uses '",
-               config_.backend, "'");
+  } catch (const Error& e) {
+    problem = e.status();
+    problem_msg = e.what();
+  } catch (const json::exception& e) {
+    problem = OSLO_ERR_FORMAT;
+    problem_msg = str("rendezvous: a rank published invalid data: ", e.what());
   }
+  store->set(str("oslo/verdict/", rank), bytes_of(problem == OSLO_OK ? "ok" : "bad"));
+  std::vector<std::string> verdicts;
+  for (int r = 0; r < world; ++r) verdicts.push_back(str("oslo/verdict/", r));
+  try {
+    store->wait(verdicts, deadline);
+    for (int r = 0; r < world; ++r)
+      if (string_of(store->get(verdicts[r], deadline)) == kVerdictTwice)
+        fail(OSLO_ERR_CONFIG, "rendezvous at ", where, ": rank ", r,
+             " joined twice (two processes with the same rank", stale_hint, "); seen by rank ",
+             rank);
+  } catch (const Error& e) {
+    // Our own finding is the better report when the store went away (rank 0
+    // serving it failed too) or a peer never got this far.
+    if (problem != OSLO_OK && e.status() != OSLO_ERR_CONFIG) throw Error(problem, problem_msg);
+    if (e.status() != OSLO_ERR_TIMEOUT) throw;
+    std::vector<int> missing;
+    for (int r = 0; r < world; ++r)
+      if (!store->check({verdicts[r]})) missing.push_back(r);
+    fail(OSLO_ERR_TIMEOUT, "rendezvous at ", where, ": timed out after ", config_.timeout_seconds,
+         " s waiting for rank", missing.size() == 1 ? " " : "s ", describe_ranks(missing), " of ",
+         world, " to check the layout");
+  }
+  if (problem != OSLO_OK) throw Error(problem, problem_msg);
 
   // 3. One communicator per distinct member list, created in a fixed group order.
   std::map<std::vector<int>, std::shared_ptr<Communicator>> by_members;
+  std::set<const Communicator*> host_set;
+  host_transport_.assign(4, false);
   for (oslo_group g : {OSLO_GROUP_WORLD, OSLO_GROUP_TENSOR, OSLO_GROUP_DATA, OSLO_GROUP_PIPELINE}) {
     std::vector<int> members = t.members(g);
     auto it = by_members.find(members);
     if (it != by_members.end()) {
       comms_[g] = it->second;
+      host_transport_[g] = host_set.count(it->second.get()) > 0;
       continue;
     }
     std::shared_ptr<Communicator> c;
@@ -205,12 +265,19 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
       spec.timeout_seconds = config_.timeout_seconds;
       spec.local_address = local_address;
       c = backend_->create_communicator(*store, spec);
-      if (!c) c = connect_host_transport(*store, spec);
+      if (!c) {
+        OSLO_CHECK(backend_->host_accessible(), OSLO_ERR_NOT_SUPPORTED, "backend '",
+                   backend_->name(), "' has no communicator for group ", spec.name,
+                   " and its memory is not host memory");
+        c = connect_host_transport(*store, spec);
+        host_set.insert(c.get());
+      }
       log_.log(LogLevel::Info, "group ", spec.name, " (ranks ", describe_ranks(members), ") uses ",
                c->transport());
     }
     by_members[members] = c;
     comms_[g] = c;
+    host_transport_[g] = host_set.count(c.get()) > 0;
   }
 
   // 4. Nobody needs the store any more once every rank has said so; rank 0

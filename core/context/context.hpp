@@ -25,9 +25,11 @@ class Context {
 
   const Topology& topology() const { return *topo_; }
   Communicator& comm(oslo_group g) const;
+  // Whether the group runs on a host transport (reads tensor memory directly,
+  // so the backend's queue must drain first; see core/parallel/mappings.hpp).
+  bool host_transport(oslo_group g) const;
   Backend& backend() const { return *backend_; }
   const std::shared_ptr<Backend>& backend_ptr() const { return backend_; }
-  Kernels& kernels() const { return backend_->kernels(); }
   const Logger& log() const { return log_; }
   double timeout_seconds() const { return config_.timeout_seconds; }
   int num_threads() const { return num_threads_; }
@@ -45,6 +47,7 @@ class Context {
   int num_threads_ = 1;
   // Groups with identical members share one communicator.
   std::vector<std::shared_ptr<Communicator>> comms_;  // indexed by oslo_group
+  std::vector<bool> host_transport_;                  // indexed by oslo_group
 };
 
 // Identity of this host for deciding which ranks can share memory:

@@ -3,10 +3,11 @@
 #include <cmath>
 #include <limits>
 
-#include "core/parallel/mappings.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
-#include "core/layers/f32_view.hpp"
+#include "core/layers/layer_util.hpp"
+#include "core/parallel/mappings.hpp"
+#include "core/tensor/view.hpp"
 
 namespace oslo {
 
@@ -29,7 +30,7 @@ ParallelEmbedding::ParallelEmbedding(Context& ctx, int64_t vocab, int64_t hidden
   start_ = p.start;
   real_rows_ = p.valid;
   weight = Tensor::zeros(ctx.backend_ptr(), dtype, {local_rows_, hidden_});
-  grad_weight = Tensor::zeros(ctx.backend_ptr(), OSLO_F32, {local_rows_, hidden_});
+  grad_weight = Tensor::zeros(ctx.backend_ptr(), OSLO_DTYPE_F32, {local_rows_, hidden_});
 }
 
 void ParallelEmbedding::load_full(const Tensor& w) {
@@ -38,8 +39,10 @@ void ParallelEmbedding::load_full(const Tensor& w) {
              "embedding: full weight has shape ", Tensor::shape_str(w.shape()), ", expected [",
              vocab_, ", ", hidden_, "]");
   weight.zero();  // padding rows stay zero
-  const char* src = static_cast<const char*>(w.data()) + start_ * hidden_ * dtype_size(w.dtype());
-  ctx_.kernels().convert(weight.dtype(), weight.data(), w.dtype(), src, real_rows_ * hidden_);
+  if (real_rows_ == 0) return;
+  View src = make_view(static_cast<char*>(w.data()) + start_ * hidden_ * dtype_size(w.dtype()),
+                       w.dtype(), {real_rows_, hidden_});
+  ctx_.backend().convert(real_rows(weight), src);
 }
 
 void ParallelEmbedding::load_shard(const Tensor& w) {
@@ -47,18 +50,44 @@ void ParallelEmbedding::load_shard(const Tensor& w) {
   OSLO_CHECK(w.ndim() == 2 && w.dim(0) == local_rows_ && w.dim(1) == hidden_, OSLO_ERR_SHAPE,
              "embedding: weight shard has shape ", Tensor::shape_str(w.shape()), ", expected [",
              local_rows_, ", ", hidden_, "]");
-  ctx_.kernels().convert(weight.dtype(), weight.data(), w.dtype(), w.data(), w.numel());
-  // Padding rows must never hold anything.
-  size_t dsz = dtype_size(weight.dtype());
-  ctx_.backend().fill_zero(static_cast<char*>(weight.data()) + real_rows_ * hidden_ * dsz,
-                           (local_rows_ - real_rows_) * hidden_ * dsz);
+  weight.zero();  // padding rows must never hold anything
+  if (real_rows_ == 0) return;
+  View src = make_view(w.data(), w.dtype(), {real_rows_, hidden_});
+  ctx_.backend().convert(real_rows(weight), src);
+}
+
+View ParallelEmbedding::real_rows(const Tensor& t) const {
+  return make_view(t.data(), t.dtype(), {real_rows_, hidden_});
 }
 
 void ParallelEmbedding::check_ids(const Tensor& ids) const {
   OSLO_CHECK(ids.defined(), OSLO_ERR_INVALID_ARGUMENT, "embedding: ids is NULL");
-  OSLO_CHECK(ids.dtype() == OSLO_I32 || ids.dtype() == OSLO_I64, OSLO_ERR_DTYPE,
+  OSLO_CHECK(ids.dtype() == OSLO_DTYPE_I32 || ids.dtype() == OSLO_DTYPE_I64, OSLO_ERR_DTYPE,
              "embedding: ids must be i32 or i64, got ", dtype_name(ids.dtype()));
 }
+
+namespace {
+
+// A copy of integer ids (labels) on the host, through the backend's copy (a
+// wait point): the core never dereferences device memory.
+std::vector<int64_t> ids_on_host(Context& ctx, const Tensor& ids) {
+  const size_t n = static_cast<size_t>(ids.numel());
+  std::vector<int64_t> out(n);
+  if (ids.dtype() == OSLO_DTYPE_I64) {
+    ctx.backend().copy(out.data(), ids.data(), n * 8, CopyKind::DeviceToHost);
+  } else {
+    std::vector<int32_t> tmp(n);
+    ctx.backend().copy(tmp.data(), ids.data(), n * 4, CopyKind::DeviceToHost);
+    std::copy(tmp.begin(), tmp.end(), out.begin());
+  }
+  return out;
+}
+
+View flat_ids(const Tensor& ids) {
+  return make_view(ids.data(), ids.dtype(), {ids.numel()});
+}
+
+}  // namespace
 
 void ParallelEmbedding::forward(const Tensor& ids, const Tensor& output) {
   check_ids(ids);
@@ -67,13 +96,13 @@ void ParallelEmbedding::forward(const Tensor& ids, const Tensor& output) {
   expect.push_back(hidden_);
   OSLO_CHECK(output.shape() == expect, OSLO_ERR_SHAPE, "embedding: output has shape ",
              Tensor::shape_str(output.shape()), ", expected ", Tensor::shape_str(expect));
-  ctx_.backend().set_num_threads(ctx_.num_threads());
-  F32In w(ctx_, weight);
-  F32Out y(ctx_, output);
-  ctx_.kernels().embedding_forward(y.get(), w.get(), start_, real_rows_, hidden_, ids.data(),
-                                   ids.dtype(), ids.numel(), vocab_);
-  reduce_sum(ctx_, OSLO_GROUP_TENSOR, y.get(), ids.numel() * hidden_);
-  y.commit();
+  Backend& be = ctx_.backend();
+  be.set_num_threads(ctx_.num_threads());
+  View y = make_view(output.data(), output.dtype(), {ids.numel(), hidden_});
+  // Each token's row is on exactly one rank (zeros elsewhere), so the sum
+  // over the group is exact in any dtype.
+  be.gather_rows(y, real_rows(weight), flat_ids(ids), start_, vocab_);
+  reduce_sum(ctx_, OSLO_GROUP_TENSOR, y);
 }
 
 void ParallelEmbedding::backward(const Tensor& ids, const Tensor& grad_output) {
@@ -83,16 +112,15 @@ void ParallelEmbedding::backward(const Tensor& ids, const Tensor& grad_output) {
   expect.push_back(hidden_);
   OSLO_CHECK(grad_output.shape() == expect, OSLO_ERR_SHAPE, "embedding: grad_output has shape ",
              Tensor::shape_str(grad_output.shape()), ", expected ", Tensor::shape_str(expect));
-  const int64_t n = ids.numel();
-  for (int64_t t = 0; t < n; ++t) {
-    int64_t id = ids.dtype() == OSLO_I64 ? static_cast<const int64_t*>(ids.data())[t]
-                                         : static_cast<const int32_t*>(ids.data())[t];
-    OSLO_CHECK(id >= 0 && id < vocab_, OSLO_ERR_INVALID_ARGUMENT, "embedding: token id ", id,
-               " at position ", t, " is outside the vocabulary [0, ", vocab_, ")");
-  }
-  F32In dy(ctx_, grad_output);
-  ctx_.kernels().embedding_backward(grad_weight.f32(), start_, real_rows_, hidden_, ids.data(),
-                                    ids.dtype(), n, dy.get());
+  std::vector<int64_t> host = ids_on_host(ctx_, ids);
+  for (size_t t = 0; t < host.size(); ++t)
+    OSLO_CHECK(host[t] >= 0 && host[t] < vocab_, OSLO_ERR_INVALID_ARGUMENT, "embedding: token id ",
+               host[t], " at position ", t, " is outside the vocabulary [0, ", vocab_, ")");
+  if (real_rows_ == 0) return;
+  ctx_.backend().set_num_threads(ctx_.num_threads());
+  ctx_.backend().scatter_add_rows(
+      real_rows(grad_weight), flat_ids(ids),
+      make_view(grad_output.data(), grad_output.dtype(), {ids.numel(), hidden_}), start_);
 }
 
 void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels,
@@ -100,7 +128,7 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
                                   float* mean_loss, const Tensor* grad_logits) {
   require_float(logits, "logits");
   OSLO_CHECK(labels.defined(), OSLO_ERR_INVALID_ARGUMENT, "cross_entropy: labels is NULL");
-  OSLO_CHECK(labels.dtype() == OSLO_I32 || labels.dtype() == OSLO_I64, OSLO_ERR_DTYPE,
+  OSLO_CHECK(labels.dtype() == OSLO_DTYPE_I32 || labels.dtype() == OSLO_DTYPE_I64, OSLO_ERR_DTYPE,
              "cross_entropy: labels must be i32 or i64, got ", dtype_name(labels.dtype()));
   OSLO_CHECK(vocab > 0, OSLO_ERR_INVALID_ARGUMENT, "cross_entropy: vocab_size must be positive");
   const int tp = ctx.topology().tp_size();
@@ -109,11 +137,11 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
              "cross_entropy: logits have shape ", Tensor::shape_str(logits.shape()),
              ", expected [tokens, ", p.local, "] (vocab ", vocab, " padded to ", p.local * tp,
              " over ", tp, " ranks)");
-  const int64_t tokens = logits.dim(0), cols = p.local;
+  const int64_t tokens = logits.dim(0);
   OSLO_CHECK(labels.numel() == tokens, OSLO_ERR_SHAPE, "cross_entropy: labels have ",
              labels.numel(), " elements but logits have ", tokens, " rows");
   if (losses) {
-    OSLO_CHECK(losses->dtype() == OSLO_F32, OSLO_ERR_DTYPE, "cross_entropy: losses must be f32");
+    OSLO_CHECK(losses->dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "cross_entropy: losses must be f32");
     OSLO_CHECK(losses->numel() == tokens, OSLO_ERR_SHAPE, "cross_entropy: losses have ",
                losses->numel(), " elements, expected ", tokens);
   }
@@ -123,44 +151,69 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
                "cross_entropy: grad_logits have shape ", Tensor::shape_str(grad_logits->shape()),
                ", expected ", Tensor::shape_str(logits.shape()));
   }
-  Kernels& k = ctx.kernels();
-  ctx.backend().set_num_threads(ctx.num_threads());
-  F32In x(ctx, logits);
-  // gmax[T] | sums: sumexp[T], target[T]
-  DeviceBuffer gmax(ctx.backend(), tokens * sizeof(float) + 1);
-  DeviceBuffer sums(ctx.backend(), 2 * tokens * sizeof(float) + 1);
-  k.xent_row_max(gmax.f32(), x.get(), tokens, cols, p.valid);
-  ctx.comm(OSLO_GROUP_TENSOR).all_reduce(gmax.get(), gmax.get(), tokens, OSLO_F32, OSLO_MAX);
-  k.xent_local_sums(sums.f32(), x.get(), gmax.f32(), labels.data(), labels.dtype(), tokens, cols,
-                    p.valid, p.start, vocab, ignore_index);
-  reduce_sum(ctx, OSLO_GROUP_TENSOR, sums.f32(), 2 * tokens);
-
-  // Per-token losses on the host (tokens floats; tiny next to the logits).
-  std::vector<float> hmax(tokens), hsums(2 * tokens);
-  ctx.backend().copy(hmax.data(), gmax.get(), tokens * sizeof(float), CopyKind::DeviceToHost);
-  ctx.backend().copy(hsums.data(), sums.get(), 2 * tokens * sizeof(float), CopyKind::DeviceToHost);
-  std::vector<float> per(tokens, 0.f);
-  double total = 0;
+  // Labels are checked on the host (a wait point) so the error names the
+  // label, as the unsharded loss would.
+  std::vector<int64_t> host_labels = ids_on_host(ctx, labels);
   int64_t counted = 0;
   for (int64_t t = 0; t < tokens; ++t) {
-    int64_t y = labels.dtype() == OSLO_I64 ? static_cast<const int64_t*>(labels.data())[t]
-                                           : static_cast<const int32_t*>(labels.data())[t];
+    const int64_t y = host_labels[static_cast<size_t>(t)];
     if (y == ignore_index) continue;
-    per[t] = std::log(hsums[t]) + hmax[t] - hsums[tokens + t];
-    total += per[t];
+    OSLO_CHECK(y >= 0 && y < vocab, OSLO_ERR_INVALID_ARGUMENT, "cross_entropy: label ", y,
+               " at position ", t, " is outside [0, ", vocab, ")");
     ++counted;
   }
-  if (losses)
-    ctx.backend().copy(losses->data(), per.data(), tokens * sizeof(float), CopyKind::HostToDevice);
+  Backend& be = ctx.backend();
+  auto bk = ctx.backend_ptr();
+  be.set_num_threads(ctx.num_threads());
+  View x = view(logits);
+  View lab = flat_ids(labels);
+  // stats: gmax[T] | sumexp[T], target[T]
+  Tensor gmax = scratch(bk, OSLO_DTYPE_F32, {tokens});
+  Tensor sums = scratch(bk, OSLO_DTYPE_F32, {2, tokens});
+  View sumexp = make_view(sums.data(), OSLO_DTYPE_F32, {tokens});
+  View target = make_view(static_cast<float*>(sums.data()) + tokens, OSLO_DTYPE_F32, {tokens});
+  be.reduce(OSLO_BK_REDUCE_MAX, view(gmax), x, nullptr, p.valid);
+  if (tp > 1)
+    comm_ready(ctx, OSLO_GROUP_TENSOR)
+        .all_reduce(gmax.data(), gmax.data(), static_cast<size_t>(tokens), OSLO_DTYPE_F32, OSLO_REDUCE_MAX);
+  View gm = view(gmax);
+  be.reduce(OSLO_BK_REDUCE_SUM_EXP, sumexp, x, &gm, p.valid);
+  be.gather_cols(target, x, lab, p.start, vocab, ignore_index);
+  reduce_sum(ctx, OSLO_GROUP_TENSOR, view(sums));
+
+  // Per-token losses on the host (tokens floats; tiny next to the logits).
+  std::vector<float> hmax(static_cast<size_t>(tokens)), hsums(static_cast<size_t>(2 * tokens));
+  be.copy(hmax.data(), gmax.data(), hmax.size() * 4, CopyKind::DeviceToHost);
+  be.copy(hsums.data(), sums.data(), hsums.size() * 4, CopyKind::DeviceToHost);
+  std::vector<float> per(static_cast<size_t>(tokens), 0.f);
+  std::vector<float> coef(static_cast<size_t>(tokens), 0.f);
+  const float scale = counted ? 1.f / static_cast<float>(counted) : 0.f;
+  double total = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const size_t i = static_cast<size_t>(t);
+    if (host_labels[i] == ignore_index) continue;
+    per[i] = std::log(hsums[i]) + hmax[i] - hsums[tokens + t];
+    coef[i] = scale / hsums[i];
+    total += per[i];
+  }
+  if (losses) be.copy(losses->data(), per.data(), per.size() * 4, CopyKind::HostToDevice);
   if (mean_loss)
     *mean_loss =
         counted ? static_cast<float>(total / counted) : std::numeric_limits<float>::quiet_NaN();
   if (grad_logits) {
-    F32Out g(ctx, *grad_logits);
-    float scale = counted ? 1.f / static_cast<float>(counted) : 0.f;
-    k.xent_grad(g.get(), x.get(), gmax.f32(), sums.f32(), labels.data(), labels.dtype(), tokens,
-                cols, p.valid, p.start, ignore_index, scale);
-    g.commit();
+    // grad = coef[t] * exp(x - gmax[t]) over the real columns, 0 on padding,
+    // then -scale at each label's column.
+    View g = view(*grad_logits);
+    if (p.valid < p.local) be.fill(columns(g, p.valid, p.local - p.valid), 0.0);
+    if (p.valid > 0) {
+      Tensor c = scratch(bk, OSLO_DTYPE_F32, {tokens});
+      be.copy(c.data(), coef.data(), coef.size() * 4, CopyKind::HostToDevice);
+      Tensor tmp = scratch(bk, OSLO_DTYPE_F32, {tokens, p.valid});
+      be.binary(OSLO_BK_SUB, view(tmp), columns(x, 0, p.valid), as_column(gm));
+      be.unary(OSLO_BK_EXP, view(tmp), view(tmp));
+      be.binary(OSLO_BK_MUL, columns(g, 0, p.valid), view(tmp), as_column(view(c)));
+    }
+    be.scatter_add_cols(g, lab, p.start, ignore_index, -scale);
   }
 }
 

@@ -29,6 +29,8 @@ class ParallelEmbedding {
 
  private:
   void check_ids(const Tensor& ids) const;
+  // The rows of a local table that hold real vocabulary (padding excluded).
+  View real_rows(const Tensor& t) const;
 
   Context& ctx_;
   int64_t vocab_, hidden_, local_rows_, start_, real_rows_;
@@ -42,7 +44,7 @@ struct VocabPartition {
 };
 VocabPartition vocab_partition(int64_t vocab, int tp, int rank);
 
-// Vocab-parallel cross-entropy (see oslo_vocab_parallel_cross_entropy).
+// Vocab-parallel cross-entropy (see oslo_context_vocab_parallel_cross_entropy).
 // losses / grad_logits may be undefined tensors; mean_loss may be NULL.
 void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels,
                                   int64_t vocab, int64_t ignore_index, const Tensor* losses,

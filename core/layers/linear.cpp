@@ -1,15 +1,17 @@
 #include "core/layers/linear.hpp"
 
-#include "core/parallel/mappings.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
-#include "core/layers/f32_view.hpp"
+#include "core/layers/layer_util.hpp"
+#include "core/parallel/mappings.hpp"
+#include "core/tensor/view.hpp"
 
 namespace oslo {
 
-ParallelLinear::ParallelLinear(Context& ctx, const oslo_linear_options& o) : ctx_(ctx), opt_(o) {
-  OSLO_CHECK(o.kind == OSLO_COLUMN_PARALLEL || o.kind == OSLO_ROW_PARALLEL,
-             OSLO_ERR_INVALID_ARGUMENT, "linear: unknown kind ", static_cast<int>(o.kind));
+ParallelLinear::ParallelLinear(Context& ctx, const oslo_parallel_linear_options& o)
+    : ctx_(ctx), opt_(o) {
+  OSLO_CHECK(o.kind == OSLO_LINEAR_COLUMN || o.kind == OSLO_LINEAR_ROW, OSLO_ERR_INVALID_ARGUMENT,
+             "linear: unknown kind ", static_cast<int>(o.kind));
   OSLO_CHECK(o.in_features > 0 && o.out_features > 0, OSLO_ERR_INVALID_ARGUMENT,
              "linear: in_features (", o.in_features, ") and out_features (", o.out_features,
              ") must be positive");
@@ -32,10 +34,10 @@ ParallelLinear::ParallelLinear(Context& ctx, const oslo_linear_options& o) : ctx
   }
   auto be = ctx.backend_ptr();
   weight = Tensor::zeros(be, o.dtype, {local_out_, local_in_});
-  grad_weight = Tensor::zeros(be, OSLO_F32, {local_out_, local_in_});
+  grad_weight = Tensor::zeros(be, OSLO_DTYPE_F32, {local_out_, local_in_});
   if (o.bias) {
     bias = Tensor::zeros(be, o.dtype, {local_out_});
-    grad_bias = Tensor::zeros(be, OSLO_F32, {local_out_});
+    grad_bias = Tensor::zeros(be, OSLO_DTYPE_F32, {local_out_});
   }
 }
 
@@ -73,22 +75,18 @@ void ParallelLinear::load_full(const Tensor& w, const Tensor* b) {
                "linear: full bias has shape ", Tensor::shape_str(b->shape()), ", expected [",
                opt_.out_features, "]");
   }
-  Kernels& k = ctx_.kernels();
-  const size_t wsz = dtype_size(w.dtype()), dsz = dtype_size(opt_.dtype);
-  const char* src = static_cast<const char*>(w.data());
-  char* dst = static_cast<char*>(weight.data());
+  Backend& be = ctx_.backend();
+  View full = view(w);
   if (column()) {
-    k.convert(opt_.dtype, dst, w.dtype(), src + tp_rank_ * local_out_ * local_in_ * wsz,
-              local_out_ * local_in_);
+    // Rows [r * out/tp, (r + 1) * out/tp) of W: the transposed view's columns.
+    be.convert(view(weight),
+               transposed(columns(transposed(full), tp_rank_ * local_out_, local_out_)));
   } else {
-    for (int64_t r = 0; r < local_out_; ++r)
-      k.convert(opt_.dtype, dst + r * local_in_ * dsz, w.dtype(),
-                src + (r * opt_.in_features + tp_rank_ * local_in_) * wsz, local_in_);
+    be.convert(view(weight), columns(full, tp_rank_ * local_in_, local_in_));
   }
   if (b) {
-    const char* bs = static_cast<const char*>(b->data());
-    int64_t off = column() ? tp_rank_ * local_out_ : 0;
-    k.convert(opt_.dtype, bias.data(), b->dtype(), bs + off * dtype_size(b->dtype()), local_out_);
+    View bv = view(*b);
+    be.convert(view(bias), column() ? columns(bv, tp_rank_ * local_out_, local_out_) : bv);
   }
 }
 
@@ -105,50 +103,69 @@ void ParallelLinear::load_shard(const Tensor& w, const Tensor* b) {
                "linear: bias shard has shape ", Tensor::shape_str(b->shape()), ", expected [",
                local_out_, "]");
   }
-  ctx_.kernels().convert(opt_.dtype, weight.data(), w.dtype(), w.data(), w.numel());
-  if (b) ctx_.kernels().convert(opt_.dtype, bias.data(), b->dtype(), b->data(), local_out_);
+  ctx_.backend().convert(view(weight), view(w));
+  if (b) ctx_.backend().convert(view(bias), view(*b));
 }
+
+namespace {
+
+// x as a matrix in dtype dt: the tensor itself when it already has it, else a
+// converted copy held in *keep.
+View as_dtype(Context& ctx, const Tensor& x, oslo_dtype dt, Tensor* keep) {
+  if (x.dtype() == dt) return matrix(x);
+  *keep = scratch(ctx.backend_ptr(), dt, {rows_of(x), x.ndim() ? x.dim(-1) : 1});
+  ctx.backend().convert(view(*keep), matrix(x));
+  return view(*keep);
+}
+
+}  // namespace
 
 void ParallelLinear::forward(const Tensor& input, const Tensor& output) {
   check_activation(input, input_features(), "input", -1);
   const int64_t rows = rows_of(input);
   check_activation(output, output_features(), "output", rows);
-  Kernels& k = ctx_.kernels();
-  ctx_.backend().set_num_threads(ctx_.num_threads());
-  F32In x(ctx_, input);
-  F32In w(ctx_, weight);
-  std::unique_ptr<F32In> b;
-  if (opt_.bias) b = std::make_unique<F32In>(ctx_, bias);
-  F32Out y(ctx_, output);
+  Backend& be = ctx_.backend();
+  be.set_num_threads(ctx_.num_threads());
+  // Products run in the weight's dtype (bf16 natively where the device can),
+  // accumulating in f32; the input is converted to it if needed.
+  Tensor x_conv;
+  View x = as_dtype(ctx_, input, weight.dtype(), &x_conv);
+  View wt = transposed(view(weight));  // [in_local, out_local]
+  View y = matrix(output);
+  View bv;
+  if (opt_.bias) bv = view(bias);
 
   if (column()) {
     // y_local = x W_local^T + b_local, then optionally gathered.
-    std::unique_ptr<DeviceBuffer> local;
-    float* yl = y.get();
     if (opt_.gather_output && tp_ > 1) {
-      local = std::make_unique<DeviceBuffer>(ctx_.backend(), rows * local_out_ * sizeof(float));
-      yl = local->f32();
+      Tensor local = scratch(ctx_.backend_ptr(), output.dtype(), {rows, local_out_});
+      be.matmul(view(local), x, wt, opt_.bias ? &bv : nullptr);
+      gather_last_dim(ctx_, OSLO_GROUP_TENSOR, view(local), y);
+    } else {
+      be.matmul(y, x, wt, opt_.bias ? &bv : nullptr);
     }
-    k.gemm(false, true, rows, local_out_, local_in_, 1.f, x.get(), local_in_, w.get(), local_in_,
-           0.f, yl, local_out_);
-    if (b) k.add_row_vector(yl, b->get(), rows, local_out_);
-    if (opt_.gather_output && tp_ > 1)
-      gather_last_dim(ctx_, OSLO_GROUP_TENSOR, yl, y.get(), rows, local_out_);
-  } else {
-    const float* xl = x.get();
-    std::unique_ptr<DeviceBuffer> split;
-    if (!opt_.input_is_parallel && tp_ > 1) {
-      split = std::make_unique<DeviceBuffer>(ctx_.backend(), rows * local_in_ * sizeof(float));
-      split_last_dim(ctx_, OSLO_GROUP_TENSOR, x.get(), split->f32(), rows, opt_.in_features);
-      xl = split->f32();
-    }
-    // Partial products summed over the group; the bias (replicated) after the sum.
-    k.gemm(false, true, rows, local_out_, local_in_, 1.f, xl, local_in_, w.get(), local_in_, 0.f,
-           y.get(), local_out_);
-    reduce_sum(ctx_, OSLO_GROUP_TENSOR, y.get(), rows * local_out_);
-    if (b) k.add_row_vector(y.get(), b->get(), rows, local_out_);
+    return;
   }
-  y.commit();
+  Tensor split;
+  if (!opt_.input_is_parallel && tp_ > 1) {
+    split = scratch(ctx_.backend_ptr(), x.dtype, {rows, local_in_});
+    split_last_dim(ctx_, OSLO_GROUP_TENSOR, x, view(split));
+    x = view(split);
+  }
+  // Partial products summed over the group in f32; the bias (replicated)
+  // after the sum.
+  Tensor partial;
+  View p = y;
+  if (output.dtype() != OSLO_DTYPE_F32 && tp_ > 1) {
+    partial = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {rows, local_out_});
+    p = view(partial);
+  }
+  be.matmul(p, x, wt);
+  reduce_sum(ctx_, OSLO_GROUP_TENSOR, p);
+  if (opt_.bias)
+    be.binary(OSLO_BK_ADD, y, p, bv);
+  else if (p.data != y.data)
+    be.convert(y, p);
 }
 
 void ParallelLinear::backward(const Tensor& input, const Tensor& grad_output,
@@ -162,53 +179,63 @@ void ParallelLinear::backward(const Tensor& input, const Tensor& grad_output,
                "linear: grad_input has shape ", Tensor::shape_str(grad_input->shape()),
                " but input has ", Tensor::shape_str(input.shape()));
   }
-  Kernels& k = ctx_.kernels();
-  ctx_.backend().set_num_threads(ctx_.num_threads());
-  F32In x(ctx_, input);
-  F32In dy_full(ctx_, grad_output);
-  F32In w(ctx_, weight);
+  Backend& be = ctx_.backend();
+  be.set_num_threads(ctx_.num_threads());
+  auto bk = ctx_.backend_ptr();
 
+  // Weight gradients are f32 and computed from f32 activations.
+  Tensor x32_keep, dy32_keep;
+  View x32 = as_dtype(ctx_, input, OSLO_DTYPE_F32, &x32_keep);
+  View dy32 = as_dtype(ctx_, grad_output, OSLO_DTYPE_F32, &dy32_keep);
   // Local slices of the activations this rank's weights saw.
-  const float* dy = dy_full.get();
-  std::unique_ptr<DeviceBuffer> dy_split, x_split;
+  Tensor dy_split, x_split;
   if (column() && opt_.gather_output && tp_ > 1) {
-    dy_split = std::make_unique<DeviceBuffer>(ctx_.backend(), rows * local_out_ * sizeof(float));
-    split_last_dim(ctx_, OSLO_GROUP_TENSOR, dy_full.get(), dy_split->f32(), rows,
-                   opt_.out_features);
-    dy = dy_split->f32();
+    dy_split = scratch(bk, OSLO_DTYPE_F32, {rows, local_out_});
+    split_last_dim(ctx_, OSLO_GROUP_TENSOR, dy32, view(dy_split));
+    dy32 = view(dy_split);
   }
-  const float* xl = x.get();
   if (!column() && !opt_.input_is_parallel && tp_ > 1) {
-    x_split = std::make_unique<DeviceBuffer>(ctx_.backend(), rows * local_in_ * sizeof(float));
-    split_last_dim(ctx_, OSLO_GROUP_TENSOR, x.get(), x_split->f32(), rows, opt_.in_features);
-    xl = x_split->f32();
+    x_split = scratch(bk, OSLO_DTYPE_F32, {rows, local_in_});
+    split_last_dim(ctx_, OSLO_GROUP_TENSOR, x32, view(x_split));
+    x32 = view(x_split);
   }
 
   // dW += dy^T x ; db += column sums of dy.
-  k.gemm(true, false, local_out_, local_in_, rows, 1.f, dy, local_out_, xl, local_in_, 1.f,
-         grad_weight.f32(), local_in_);
-  if (opt_.bias) k.accumulate_column_sums(grad_bias.f32(), dy, rows, local_out_);
+  be.matmul(view(grad_weight), transposed(dy32), x32, nullptr, 1.f, 1.f);
+  if (opt_.bias) be.sum_rows(view(grad_bias), dy32, true);
 
   if (!grad_input) {
     // The column layer's input gradient all-reduce is collective: every rank
     // must either take part or skip it, so callers skip it consistently.
     return;
   }
-  F32Out dx(ctx_, *grad_input);
-  if (column()) {
-    k.gemm(false, false, rows, local_in_, local_out_, 1.f, dy, local_out_, w.get(), local_in_, 0.f,
-           dx.get(), local_in_);
-    reduce_sum(ctx_, OSLO_GROUP_TENSOR, dx.get(), rows * local_in_);
-  } else if (opt_.input_is_parallel || tp_ == 1) {
-    k.gemm(false, false, rows, local_in_, local_out_, 1.f, dy, local_out_, w.get(), local_in_, 0.f,
-           dx.get(), local_in_);
-  } else {
-    DeviceBuffer local(ctx_.backend(), rows * local_in_ * sizeof(float));
-    k.gemm(false, false, rows, local_in_, local_out_, 1.f, dy, local_out_, w.get(), local_in_, 0.f,
-           local.f32(), local_in_);
-    gather_last_dim(ctx_, OSLO_GROUP_TENSOR, local.f32(), dx.get(), rows, local_in_);
+  // dx = dy W, in the weight's dtype like the forward.
+  Tensor dyw_keep;
+  View dyw = dy32;
+  if (weight.dtype() != OSLO_DTYPE_F32) {
+    dyw_keep = scratch(bk, weight.dtype(), {rows, local_out_});
+    be.convert(view(dyw_keep), dy32);
+    dyw = view(dyw_keep);
   }
-  dx.commit();
+  View w = view(weight);  // [out_local, in_local]
+  View dx = matrix(*grad_input);
+  if (column()) {
+    Tensor acc;
+    View d = dx;
+    if (grad_input->dtype() != OSLO_DTYPE_F32 && tp_ > 1) {
+      acc = scratch(bk, OSLO_DTYPE_F32, {rows, local_in_});
+      d = view(acc);
+    }
+    be.matmul(d, dyw, w);
+    reduce_sum(ctx_, OSLO_GROUP_TENSOR, d);
+    if (d.data != dx.data) be.convert(dx, d);
+  } else if (opt_.input_is_parallel || tp_ == 1) {
+    be.matmul(dx, dyw, w);
+  } else {
+    Tensor local = scratch(bk, grad_input->dtype(), {rows, local_in_});
+    be.matmul(view(local), dyw, w);
+    gather_last_dim(ctx_, OSLO_GROUP_TENSOR, view(local), dx);
+  }
 }
 
 void ParallelLinear::zero_grad() {

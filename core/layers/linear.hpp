@@ -10,7 +10,7 @@ namespace oslo {
 
 class ParallelLinear {
  public:
-  ParallelLinear(Context& ctx, const oslo_linear_options& options);
+  ParallelLinear(Context& ctx, const oslo_parallel_linear_options& options);
 
   void load_full(const Tensor& weight, const Tensor* bias);
   void load_shard(const Tensor& weight, const Tensor* bias);
@@ -18,8 +18,8 @@ class ParallelLinear {
   void backward(const Tensor& input, const Tensor& grad_output, const Tensor* grad_input);
   void zero_grad();
 
-  const oslo_linear_options& options() const { return opt_; }
-  bool column() const { return opt_.kind == OSLO_COLUMN_PARALLEL; }
+  const oslo_parallel_linear_options& options() const { return opt_; }
+  bool column() const { return opt_.kind == OSLO_LINEAR_COLUMN; }
   int64_t local_in() const { return local_in_; }
   int64_t local_out() const { return local_out_; }
   // Expected last dimensions of the input and output tensors.
@@ -33,7 +33,7 @@ class ParallelLinear {
   void check_activation(const Tensor& t, int64_t last, const char* what, int64_t rows) const;
 
   Context& ctx_;
-  oslo_linear_options opt_;
+  oslo_parallel_linear_options opt_;
   int tp_, tp_rank_;
   int64_t local_in_, local_out_;
 };

@@ -8,6 +8,8 @@
 #include "core/common/error.hpp"
 #include "core/layers/embedding.hpp"
 #include "core/layers/linear.hpp"
+#include "core/parallel/mappings.hpp"
+#include "core/tensor/view.hpp"
 
 namespace oslo {
 
@@ -84,58 +86,121 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
   OSLO_CHECK(!std::isnan(max_norm), OSLO_ERR_INVALID_ARGUMENT, "clip_grad_norm: max_norm is NaN");
   const bool inf = std::isinf(norm_type);
   const bool tp_first = ctx_.topology().tp_rank() == 0;
-  Kernels& k = ctx_.kernels();
-  double local = 0;
+  Backend& be = ctx_.backend();
+  auto bk = ctx_.backend_ptr();
+  be.set_num_threads(ctx_.num_threads());
+  // One slot per gradient: sum |g|^p (or max |g|) accumulated in f64 by the
+  // backend and rounded once to f32; the slots are then added on the host in
+  // f64 after one copy (a wait point).
+  std::vector<const ParamEntry*> counted;
   for (const auto& e : entries_) {
     if (!e.grad.defined()) continue;
-    OSLO_CHECK(e.grad.dtype() == OSLO_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '", e.name,
-               "' must be f32");
+    OSLO_CHECK(e.grad.dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '",
+               e.name, "' must be f32");
     // Replicated gradients are the same on every tensor rank: count them once.
     if (e.split_dim < 0 && !tp_first && !inf) continue;
-    double v = k.norm_accumulate(e.grad.f32(), e.grad.numel(), norm_type);
-    local = inf ? std::max(local, v) : local + v;
+    counted.push_back(&e);
+  }
+  double local = 0;
+  if (!counted.empty()) {
+    Tensor slots = scratch(bk, OSLO_DTYPE_F32, {static_cast<int64_t>(counted.size())});
+    for (size_t i = 0; i < counted.size(); ++i) {
+      const Tensor& g = counted[i]->grad;
+      View flat = make_view(g.data(), OSLO_DTYPE_F32, {1, g.numel()});
+      View slot = make_view(static_cast<float*>(slots.data()) + i, OSLO_DTYPE_F32, {1});
+      if (inf) {
+        be.reduce(OSLO_BK_REDUCE_MAX_ABS, slot, flat);
+      } else {
+        Tensor pw = scratch(bk, OSLO_DTYPE_F32, {1, g.numel()});
+        be.unary(OSLO_BK_ABS_POW, view(pw), flat, static_cast<float>(norm_type));
+        be.reduce(OSLO_BK_REDUCE_SUM, slot, view(pw));
+      }
+    }
+    std::vector<float> host(counted.size());
+    be.copy(host.data(), slots.data(), host.size() * 4, CopyKind::DeviceToHost);
+    for (float v : host) local = inf ? std::max(local, static_cast<double>(v)) : local + v;
   }
   // Sum (or max) over the tensor group, then over pipeline stages, which hold
-  // different parameters. Data-parallel replicas hold the same gradients.
+  // different parameters. Data-parallel replicas hold the same gradients. The
+  // f64 partial travels as two f32 (high and low part) in device memory and
+  // is combined in rank order: identical on every rank.
   double total = local;
   for (oslo_group g : {OSLO_GROUP_TENSOR, OSLO_GROUP_PIPELINE}) {
     Communicator& c = ctx_.comm(g);
-    if (c.size() > 1) {
-      // Gather every rank's double (as its 8 bytes) and combine in rank order:
-      // exact, and identical on every rank.
-      std::vector<double> all(c.size());
-      c.all_gather(&total, all.data(), 1, OSLO_I64);
-      total = 0.0;
-      for (double v : all) total = inf ? std::max(total, v) : total + v;
+    if (c.size() == 1) continue;
+    float pair[2];
+    pair[0] = static_cast<float>(total);
+    pair[1] = static_cast<float>(total - static_cast<double>(pair[0]));
+    Tensor mine = scratch(bk, OSLO_DTYPE_F32, {2});
+    Tensor all = scratch(bk, OSLO_DTYPE_F32, {c.size(), 2});
+    be.copy(mine.data(), pair, sizeof pair, CopyKind::HostToDevice);
+    comm_ready(ctx_, g).all_gather(mine.data(), all.data(), 2, OSLO_DTYPE_F32);
+    std::vector<float> host(static_cast<size_t>(2 * c.size()));
+    be.copy(host.data(), all.data(), host.size() * 4, CopyKind::DeviceToHost);
+    total = 0.0;
+    for (int r = 0; r < c.size(); ++r) {
+      double v = static_cast<double>(host[2 * r]) + static_cast<double>(host[2 * r + 1]);
+      total = inf ? std::max(total, v) : total + v;
     }
   }
   double norm = inf ? total : std::pow(total, 1.0 / norm_type);
   if (max_norm > 0 && norm > max_norm) {
     float coef = static_cast<float>(max_norm / (norm + 1e-6));
     for (const auto& e : entries_)
-      if (e.grad.defined()) k.scale(e.grad.f32(), e.grad.numel(), coef);
+      if (e.grad.defined()) be.unary(OSLO_BK_SCALE, view(e.grad), view(e.grad), coef);
   }
   return norm;
 }
 
 namespace {
 
-std::vector<ParamShard> shards_of(const std::vector<ParamEntry>& entries) {
-  std::vector<ParamShard> out;
-  out.reserve(entries.size());
-  for (const auto& e : entries) {
-    ParamShard s;
-    s.name = e.name;
-    s.dtype = e.tensor.dtype();
-    s.global_shape = e.global_shape;
-    s.split_dim = e.split_dim;
-    s.offset = e.offset;
-    s.local_shape = e.tensor.shape();
-    s.data = e.tensor.data();
-    out.push_back(std::move(s));
+// The set's tensors as host buffers for the checkpoint code. Memory the host
+// may address (cpu; torch on CPU) is used in place once the backend's queue
+// has drained; device memory is staged through host copies (the backend's
+// copy operations), so the core never dereferences device memory.
+class HostShards {
+ public:
+  HostShards(Context& ctx, const std::vector<ParamEntry>& entries, bool for_save)
+      : ctx_(ctx), entries_(entries) {
+    Backend& be = ctx.backend();
+    be.synchronize();
+    direct_ = be.host_accessible();
+    if (!direct_) staging_.resize(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const ParamEntry& e = entries[i];
+      ParamShard s;
+      s.name = e.name;
+      s.dtype = e.tensor.dtype();
+      s.global_shape = e.global_shape;
+      s.split_dim = e.split_dim;
+      s.offset = e.offset;
+      s.local_shape = e.tensor.shape();
+      if (direct_) {
+        s.data = e.tensor.data();
+      } else {
+        staging_[i].resize(e.tensor.nbytes());
+        s.data = staging_[i].data();
+        if (for_save) be.copy(s.data, e.tensor.data(), e.tensor.nbytes(), CopyKind::DeviceToHost);
+      }
+      shards_.push_back(std::move(s));
+    }
   }
-  return out;
-}
+  const std::vector<ParamShard>& shards() const { return shards_; }
+  // After a load: moves staged bytes to the device.
+  void upload() {
+    if (direct_) return;
+    for (size_t i = 0; i < entries_.size(); ++i)
+      ctx_.backend().copy(entries_[i].tensor.data(), staging_[i].data(), staging_[i].size(),
+                          CopyKind::HostToDevice);
+  }
+
+ private:
+  Context& ctx_;
+  const std::vector<ParamEntry>& entries_;
+  bool direct_ = true;
+  std::vector<std::vector<char>> staging_;
+  std::vector<ParamShard> shards_;
+};
 
 }  // namespace
 
@@ -143,11 +208,15 @@ void ParamSet::save(const std::string& dir) {
   const Topology& t = ctx_.topology();
   CheckpointLayout layout{t.tp_rank(), t.tp_size(), t.pp_rank(),    t.pp_size(),
                           t.dp_rank(), t.dp_size(), t.world_rank(), t.world_size()};
-  save_checkpoint(dir, shards_of(entries_), layout, ctx_.comm(OSLO_GROUP_WORLD));
+  HostShards hs(ctx_, entries_, true);
+  save_checkpoint(dir, hs.shards(), layout, comm_ready(ctx_, OSLO_GROUP_WORLD));
 }
 
 void ParamSet::load(const std::string& dir) {
-  load_checkpoint(dir, shards_of(entries_));
+  HostShards hs(ctx_, entries_, false);
+  // Collective: every rank loads, then all agree on the outcome.
+  load_checkpoint_collective(dir, hs.shards(), comm_ready(ctx_, OSLO_GROUP_WORLD));
+  hs.upload();
 }
 
 }  // namespace oslo

@@ -35,7 +35,7 @@ class ParamSet {
   const std::vector<ParamEntry>& entries() const { return entries_; }
   Context& context() const { return ctx_; }
 
-  // See oslo_clip_grad_norm.
+  // See oslo_param_set_clip_grad_norm.
   double clip_grad_norm(double max_norm, double norm_type);
   void save(const std::string& dir);
   void load(const std::string& dir);

@@ -5,36 +5,69 @@
 
 namespace oslo {
 
-void reduce_sum(Context& ctx, oslo_group g, float* x, int64_t n) {
+Communicator& comm_ready(Context& ctx, oslo_group g) {
   Communicator& c = ctx.comm(g);
-  if (c.size() == 1 || n == 0) return;
-  c.all_reduce(x, x, static_cast<size_t>(n), OSLO_F32, OSLO_SUM);
+  if (c.size() > 1 && ctx.host_transport(g)) ctx.backend().synchronize();
+  return c;
 }
 
-void gather_last_dim(Context& ctx, oslo_group g, const float* local, float* out, int64_t rows,
-                     int64_t cols) {
+void reduce_sum(Context& ctx, oslo_group g, const View& x) {
+  Communicator& c = ctx.comm(g);
+  if (c.size() == 1 || x.numel() == 0) return;
+  OSLO_CHECK(x.contiguous(), OSLO_ERR_INTERNAL, "reduce_sum of a strided view");
+  comm_ready(ctx, g).all_reduce(x.data, x.data, static_cast<size_t>(x.numel()), x.dtype, OSLO_REDUCE_SUM);
+}
+
+void gather_last_dim(Context& ctx, oslo_group g, const View& local, const View& out) {
   Communicator& c = ctx.comm(g);
   const int n = c.size();
+  const int64_t rows = local.rows(), cols = local.cols();
+  OSLO_CHECK(out.rows() == rows && out.cols() == cols * n, OSLO_ERR_INTERNAL,
+             "gather_last_dim: output has the wrong shape");
   if (n == 1) {
-    ctx.kernels().copy_2d(out, cols, local, cols, rows, cols);
+    ctx.backend().convert(out, local);
     return;
   }
-  // all_gather concatenates along the first dimension: [n][rows][cols]; then
-  // each block moves to its column range.
-  DeviceBuffer tmp(ctx.backend(), static_cast<size_t>(n * rows * cols) * sizeof(float));
-  c.all_gather(local, tmp.get(), static_cast<size_t>(rows * cols), OSLO_F32);
-  for (int r = 0; r < n; ++r)
-    ctx.kernels().copy_2d(out + r * cols, cols * n, tmp.f32() + r * rows * cols, cols, rows, cols);
+  // all_gather concatenates along the first dimension: [n][rows][cols]; one
+  // strided copy then moves every block to its column range.
+  Tensor tmp = scratch(ctx.backend_ptr(), local.dtype, {n, rows, cols});
+  View packed = view(tmp);
+  if (local.contiguous()) {
+    comm_ready(ctx, g).all_gather(local.data, tmp.data(), static_cast<size_t>(rows * cols),
+                                  local.dtype);
+  } else {
+    Tensor mine = scratch(ctx.backend_ptr(), local.dtype, {rows, cols});
+    ctx.backend().convert(view(mine), local);
+    comm_ready(ctx, g).all_gather(mine.data(), tmp.data(), static_cast<size_t>(rows * cols),
+                                  local.dtype);
+  }
+  // packed as [rows, n, cols]; out as [rows, n, cols].
+  View src = packed;
+  src.ndim = 3;
+  src.shape[0] = rows;
+  src.shape[1] = n;
+  src.shape[2] = cols;
+  src.strides[0] = cols;
+  src.strides[1] = rows * cols;
+  src.strides[2] = 1;
+  View dst = out;
+  dst.ndim = 3;
+  dst.shape[0] = rows;
+  dst.shape[1] = n;
+  dst.shape[2] = cols;
+  dst.strides[0] = out.ndim >= 2 ? out.strides[out.ndim - 2] : cols * n;
+  dst.strides[1] = cols * out.strides[out.ndim - 1];
+  dst.strides[2] = out.strides[out.ndim - 1];
+  ctx.backend().convert(dst, src);
 }
 
-void split_last_dim(Context& ctx, oslo_group g, const float* full, float* local, int64_t rows,
-                    int64_t cols) {
+void split_last_dim(Context& ctx, oslo_group g, const View& full, const View& local) {
   Communicator& c = ctx.comm(g);
   const int n = c.size();
-  OSLO_CHECK(cols % n == 0, OSLO_ERR_SHAPE, "split: last dimension ", cols,
+  OSLO_CHECK(full.cols() % n == 0, OSLO_ERR_SHAPE, "split: last dimension ", full.cols(),
              " is not divisible by the group size ", n);
-  const int64_t part = cols / n;
-  ctx.kernels().copy_2d(local, part, full + c.rank() * part, cols, rows, part);
+  const int64_t part = full.cols() / n;
+  ctx.backend().convert(local, columns(full, c.rank() * part, part));
 }
 
 }  // namespace oslo

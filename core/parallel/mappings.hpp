@@ -1,28 +1,31 @@
 // The communication ops layers are built from (Megatron's mappings). Layers
-// never call a collective directly; each op returns early for a group of one,
-// so a single rank runs exactly the reference computation.
-//
-// All buffers are f32 device memory of `rows` x `cols` row-major matrices.
+// never call a collective directly; each op returns early (or makes a local
+// copy) for a group of one, so a single rank runs exactly the reference
+// computation. Views are of the context's backend memory; buffers handed to a
+// communicator are contiguous.
 #pragma once
 
 #include <cstdint>
 
 #include "core/context/context.hpp"
+#include "core/tensor/view.hpp"
 
 namespace oslo {
 
-// In-place sum over the group (forward of a row-parallel layer, backward of
-// a column-parallel one).
-void reduce_sum(Context& ctx, oslo_group g, float* x, int64_t n);
+// The group's communicator, after the backend's queue has drained when the
+// group runs on a host transport (which reads memory directly).
+Communicator& comm_ready(Context& ctx, oslo_group g);
+
+// In-place sum over the group of a contiguous view (forward of a row-parallel
+// layer, backward of a column-parallel one).
+void reduce_sum(Context& ctx, oslo_group g, const View& x);
 
 // out [rows, cols * size] = concatenation along the last dimension of every
-// rank's local [rows, cols].
-void gather_last_dim(Context& ctx, oslo_group g, const float* local, float* out, int64_t rows,
-                     int64_t cols);
+// rank's local [rows, cols] (any dtypes; out may be strided).
+void gather_last_dim(Context& ctx, oslo_group g, const View& local, const View& out);
 
 // local [rows, cols / size] = this rank's slice of full [rows, cols] along the
 // last dimension (no communication).
-void split_last_dim(Context& ctx, oslo_group g, const float* full, float* local, int64_t rows,
-                    int64_t cols);
+void split_last_dim(Context& ctx, oslo_group g, const View& full, const View& local);
 
 }  // namespace oslo

@@ -1,7 +1,5 @@
 #include "core/tensor/tensor.hpp"
 
-#include <dlpack/dlpack.h>
-
 #include <limits>
 
 #include "core/common/dtype.hpp"
@@ -11,7 +9,7 @@ namespace oslo {
 
 Storage::~Storage() {
   if (owned && backend) backend->deallocate(data, bytes);
-  if (imported && imported->deleter) imported->deleter(imported);
+  if (release) release(release_ctx);
 }
 
 void Tensor::check_shape(const std::vector<int64_t>& shape) {
@@ -48,12 +46,12 @@ size_t Tensor::nbytes() const {
 }
 
 float* Tensor::f32() const {
-  OSLO_CHECK(dtype_ == OSLO_F32, OSLO_ERR_DTYPE, "expected an f32 tensor, got ", describe());
+  OSLO_CHECK(dtype_ == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "expected an f32 tensor, got ", describe());
   return static_cast<float*>(data());
 }
 
 void Tensor::zero() {
-  if (storage_) storage_->backend->fill_zero(data(), nbytes());
+  if (storage_) storage_->backend->fill(make_view(data(), dtype_, shape_), 0.0);
 }
 
 std::string Tensor::describe() const {

@@ -11,16 +11,17 @@
 #include "core/backend/backend.hpp"
 #include "oslo.h"
 
-struct DLManagedTensor;
-
 namespace oslo {
 
 struct Storage {
   std::shared_ptr<Backend> backend;
   void* data = nullptr;
   size_t bytes = 0;
-  bool owned = false;                   // allocated by the backend
-  DLManagedTensor* imported = nullptr;  // DLPack tensor whose deleter we call
+  bool owned = false;  // allocated by the backend
+  // Memory lent by someone else (a DLPack import): release(release_ctx) is
+  // called once, when the storage dies.
+  void (*release)(void*) = nullptr;
+  void* release_ctx = nullptr;
   ~Storage();
 };
 
@@ -58,28 +59,12 @@ class Tensor {
 
  private:
   std::shared_ptr<Storage> storage_;
-  oslo_dtype dtype_ = OSLO_F32;
+  oslo_dtype dtype_ = OSLO_DTYPE_F32;
   std::vector<int64_t> shape_;
   friend Tensor tensor_from_storage(std::shared_ptr<Storage>, oslo_dtype, std::vector<int64_t>);
 };
 
 Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype,
                            std::vector<int64_t> shape);
-
-// Scratch memory for one call (uninitialised), freed on scope exit.
-class DeviceBuffer {
- public:
-  DeviceBuffer(Backend& b, size_t bytes) : b_(b), bytes_(bytes), p_(b.allocate(bytes)) {}
-  ~DeviceBuffer() { b_.deallocate(p_, bytes_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* f32() const { return static_cast<float*>(p_); }
-  void* get() const { return p_; }
-
- private:
-  Backend& b_;
-  size_t bytes_;
-  void* p_;
-};
 
 }  // namespace oslo

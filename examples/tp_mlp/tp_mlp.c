@@ -50,7 +50,7 @@ static double gelu_grad(double x) {
 static oslo_tensor *tensor(oslo_context *ctx, int64_t rows, int64_t cols, const float *data) {
   int64_t shape[2] = {rows, cols};
   oslo_tensor *t = NULL;
-  CHECK(oslo_tensor_create(&t, ctx, OSLO_F32, cols ? 2 : 1, shape));
+  CHECK(oslo_tensor_create(ctx, OSLO_DTYPE_F32, cols ? 2 : 1, shape, &t));
   if (data) CHECK(oslo_tensor_copy_from_host(t, data, sizeof(float) * rows * (cols ? cols : 1)));
   return t;
 }
@@ -73,11 +73,11 @@ int main(int argc, char **argv) {
   snprintf(config, sizeof config, "{\"model_parallelism\": {\"tensor_parallel_size\": %d}}",
            want_tp);
   oslo_context *ctx = NULL;
-  CHECK(oslo_context_create(&ctx, config));
+  CHECK(oslo_context_create(config, &ctx));
   int rank, tp, tp_rank;
-  CHECK(oslo_context_rank(&rank, ctx, OSLO_GROUP_WORLD));
-  CHECK(oslo_context_size(&tp, ctx, OSLO_GROUP_TENSOR));
-  CHECK(oslo_context_rank(&tp_rank, ctx, OSLO_GROUP_TENSOR));
+  CHECK(oslo_context_rank(ctx, OSLO_GROUP_WORLD, &rank));
+  CHECK(oslo_context_size(ctx, OSLO_GROUP_TENSOR, &tp));
+  CHECK(oslo_context_rank(ctx, OSLO_GROUP_TENSOR, &tp_rank));
   const int fl = FFN / tp; /* this rank's slice of the FFN dimension */
 
   static float w1[FFN * HIDDEN], b1[FFN], w2[HIDDEN * FFN], b2[HIDDEN], x[TOKENS * HIDDEN];
@@ -87,17 +87,19 @@ int main(int argc, char **argv) {
   for (unsigned i = 0; i < TOKENS * HIDDEN; ++i) x[i] = value(5, i);
 
   /* --- the parallel block --- */
-  oslo_linear_options up_o = oslo_linear_default_options(), down_o = oslo_linear_default_options();
-  up_o.kind = OSLO_COLUMN_PARALLEL;
+  oslo_parallel_linear_options up_o, down_o;
+  CHECK(oslo_parallel_linear_options_init(&up_o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION));
+  CHECK(oslo_parallel_linear_options_init(&down_o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION));
+  up_o.kind = OSLO_LINEAR_COLUMN;
   up_o.in_features = HIDDEN;
   up_o.out_features = FFN;
-  down_o.kind = OSLO_ROW_PARALLEL;
+  down_o.kind = OSLO_LINEAR_ROW;
   down_o.in_features = FFN;
   down_o.out_features = HIDDEN;
   down_o.input_is_parallel = 1;
   oslo_parallel_linear *up = NULL, *down = NULL;
-  CHECK(oslo_parallel_linear_create(&up, ctx, &up_o));
-  CHECK(oslo_parallel_linear_create(&down, ctx, &down_o));
+  CHECK(oslo_parallel_linear_create(ctx, &up_o, &up));
+  CHECK(oslo_parallel_linear_create(ctx, &down_o, &down));
   oslo_tensor *tw1 = tensor(ctx, FFN, HIDDEN, w1), *tb1 = tensor(ctx, FFN, 0, b1);
   oslo_tensor *tw2 = tensor(ctx, HIDDEN, FFN, w2), *tb2 = tensor(ctx, HIDDEN, 0, b2);
   CHECK(oslo_parallel_linear_load_full(up, tw1, tb1)); /* each rank keeps its slice */
@@ -105,28 +107,28 @@ int main(int argc, char **argv) {
 
   oslo_tensor *tx = tensor(ctx, TOKENS, HIDDEN, x), *th = tensor(ctx, TOKENS, fl, NULL);
   oslo_tensor *ta = tensor(ctx, TOKENS, fl, NULL), *ty = tensor(ctx, TOKENS, HIDDEN, NULL);
-  CHECK(oslo_parallel_linear_forward(th, up, tx));
+  CHECK(oslo_parallel_linear_forward(up, tx, th));
   float *h, *a, *y;
-  CHECK(oslo_tensor_data((void **)&h, th)); /* CPU tensors live in host memory */
-  CHECK(oslo_tensor_data((void **)&a, ta));
+  CHECK(oslo_tensor_data(th, (void **)&h)); /* CPU tensors live in host memory */
+  CHECK(oslo_tensor_data(ta, (void **)&a));
   for (int i = 0; i < TOKENS * fl; ++i) a[i] = (float)gelu(h[i]);
-  CHECK(oslo_parallel_linear_forward(ty, down, ta));
-  CHECK(oslo_tensor_data((void **)&y, ty));
+  CHECK(oslo_parallel_linear_forward(down, ta, ty));
+  CHECK(oslo_tensor_data(ty, (void **)&y));
 
   /* backward of loss = 0.5 * sum(y^2): dy = y */
   oslo_tensor *tdy = tensor(ctx, TOKENS, HIDDEN, y), *tda = tensor(ctx, TOKENS, fl, NULL);
   oslo_tensor *tdx = tensor(ctx, TOKENS, HIDDEN, NULL);
-  CHECK(oslo_parallel_linear_backward(tda, down, ta, tdy));
+  CHECK(oslo_parallel_linear_backward(down, ta, tdy, tda));
   float *da;
-  CHECK(oslo_tensor_data((void **)&da, tda));
+  CHECK(oslo_tensor_data(tda, (void **)&da));
   for (int i = 0; i < TOKENS * fl; ++i) da[i] *= (float)gelu_grad(h[i]);
-  CHECK(oslo_parallel_linear_backward(tdx, up, tx, tda));
+  CHECK(oslo_parallel_linear_backward(up, tx, tda, tdx));
   oslo_param_set *params = NULL;
-  CHECK(oslo_param_set_create(&params, ctx));
+  CHECK(oslo_param_set_create(ctx, &params));
   CHECK(oslo_param_set_add_linear(params, "mlp.up", up));
   CHECK(oslo_param_set_add_linear(params, "mlp.down", down));
   double norm = 0;
-  CHECK(oslo_clip_grad_norm(&norm, params, 0.0, 2.0));
+  CHECK(oslo_param_set_clip_grad_norm(params, 0.0, 2.0, &norm));
 
   /* --- the unsharded reference, in plain C --- */
   static double rh[TOKENS * FFN], ry[TOKENS * HIDDEN], rda[TOKENS * FFN], rdx[TOKENS * HIDDEN];
@@ -182,14 +184,14 @@ int main(int argc, char **argv) {
   static float got[FFN * HIDDEN];
   static double want[FFN * HIDDEN];
   double e_y = max_rel_err(y, ry, TOKENS * HIDDEN);
-  CHECK(oslo_tensor_copy_to_host(got, sizeof(float) * TOKENS * HIDDEN, tdx));
+  CHECK(oslo_tensor_copy_to_host(tdx, got, sizeof(float) * TOKENS * HIDDEN));
   double e_dx = max_rel_err(got, rdx, TOKENS * HIDDEN);
   oslo_tensor *gw1 = NULL, *gw2 = NULL;
-  CHECK(oslo_parallel_linear_params(NULL, NULL, &gw1, NULL, up));
-  CHECK(oslo_parallel_linear_params(NULL, NULL, &gw2, NULL, down));
-  CHECK(oslo_tensor_copy_to_host(got, sizeof(float) * fl * HIDDEN, gw1));
+  CHECK(oslo_parallel_linear_params(up, NULL, NULL, &gw1, NULL));
+  CHECK(oslo_parallel_linear_params(down, NULL, NULL, &gw2, NULL));
+  CHECK(oslo_tensor_copy_to_host(gw1, got, sizeof(float) * fl * HIDDEN));
   double e_dw1 = max_rel_err(got, rdw1 + tp_rank * fl * HIDDEN, (size_t)fl * HIDDEN);
-  CHECK(oslo_tensor_copy_to_host(got, sizeof(float) * HIDDEN * fl, gw2));
+  CHECK(oslo_tensor_copy_to_host(gw2, got, sizeof(float) * HIDDEN * fl));
   for (int o = 0; o < HIDDEN; ++o)
     for (int f = 0; f < fl; ++f) want[o * fl + f] = rdw2[o * FFN + tp_rank * fl + f];
   double e_dw2 = max_rel_err(got, want, (size_t)HIDDEN * fl);

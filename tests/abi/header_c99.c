@@ -3,9 +3,10 @@
 
 int main(void) {
   oslo_context *ctx = NULL;
-  oslo_linear_options o = oslo_linear_default_options();
+  oslo_parallel_linear_options o;
+  oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
   int64_t shape[OSLO_MAX_DIMS] = {0};
   (void)o;
   (void)shape;
-  return oslo_context_create(&ctx, NULL) == OSLO_OK ? (oslo_context_destroy(ctx), 0) : 1;
+  return oslo_context_create(NULL, &ctx) == OSLO_OK ? (oslo_context_destroy(ctx), 0) : 1;
 }

@@ -23,12 +23,14 @@
 #include "core/comm/communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
-#include "tests/common/temp_dir.hpp"
 #include "core/rendezvous/hash_store.hpp"
+#include "tests/common/temp_dir.hpp"
 
 namespace ckpt_test {
 
-inline std::string temp_dir() { return oslo_test::temp_dir("oslo-ckpt"); }
+inline std::string temp_dir() {
+  return oslo_test::temp_dir("oslo-ckpt");
+}
 using oslo_test::remove_tree;
 
 inline std::string read_bytes(const std::string& path) {
@@ -151,23 +153,23 @@ class StoreComm : public oslo::Communicator {
   static void reduce_t(T* acc, const T* v, size_t n, oslo_reduce_op op) {
     for (size_t i = 0; i < n; ++i) {
       switch (op) {
-        case OSLO_SUM:
-        case OSLO_AVG: acc[i] += v[i]; break;
-        case OSLO_MAX: acc[i] = std::max(acc[i], v[i]); break;
-        case OSLO_MIN: acc[i] = std::min(acc[i], v[i]); break;
+        case OSLO_REDUCE_SUM:
+        case OSLO_REDUCE_AVG: acc[i] += v[i]; break;
+        case OSLO_REDUCE_MAX: acc[i] = std::max(acc[i], v[i]); break;
+        case OSLO_REDUCE_MIN: acc[i] = std::min(acc[i], v[i]); break;
         default: oslo::fail(OSLO_ERR_NOT_SUPPORTED, "test communicator: reduce op");
       }
     }
   }
   static void reduce(uint8_t* acc, const uint8_t* v, size_t n, oslo_dtype dt, oslo_reduce_op op) {
     switch (dt) {
-      case OSLO_I32:
+      case OSLO_DTYPE_I32:
         reduce_t(reinterpret_cast<int32_t*>(acc), reinterpret_cast<const int32_t*>(v), n, op);
         return;
-      case OSLO_I64:
+      case OSLO_DTYPE_I64:
         reduce_t(reinterpret_cast<int64_t*>(acc), reinterpret_cast<const int64_t*>(v), n, op);
         return;
-      case OSLO_F32:
+      case OSLO_DTYPE_F32:
         reduce_t(reinterpret_cast<float*>(acc), reinterpret_cast<const float*>(v), n, op);
         return;
       default: oslo::fail(OSLO_ERR_NOT_SUPPORTED, "test communicator: dtype");

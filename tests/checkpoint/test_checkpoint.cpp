@@ -82,27 +82,27 @@ Full make_full(const Def& d, int version) {
                1000.0 * version;
     char* p = f.bytes.data() + i * es;
     switch (d.dtype) {
-      case OSLO_F32: {
+      case OSLO_DTYPE_F32: {
         float x = static_cast<float>(v);
         std::memcpy(p, &x, 4);
         break;
       }
-      case OSLO_F16: {
+      case OSLO_DTYPE_F16: {
         uint16_t x = oslo::f32_to_f16(static_cast<float>(v / 8));
         std::memcpy(p, &x, 2);
         break;
       }
-      case OSLO_BF16: {
+      case OSLO_DTYPE_BF16: {
         uint16_t x = oslo::f32_to_bf16(static_cast<float>(v));
         std::memcpy(p, &x, 2);
         break;
       }
-      case OSLO_I32: {
+      case OSLO_DTYPE_I32: {
         int32_t x = static_cast<int32_t>(v * 64);
         std::memcpy(p, &x, 4);
         break;
       }
-      case OSLO_I64: {
+      case OSLO_DTYPE_I64: {
         int64_t x = static_cast<int64_t>(v * 64) * 1001;  // fits i32 (converted in a test)
         std::memcpy(p, &x, 8);
         break;
@@ -164,7 +164,7 @@ Local make_local(const Full& full, int split_dim, int r, int tp, oslo_dtype dtyp
         char* e = l.expect.data() + dst * des;
         if (full.def.dtype == dtype) {
           std::memcpy(e, s, des);
-        } else if (full.def.dtype == OSLO_I64 && dtype == OSLO_I32) {
+        } else if (full.def.dtype == OSLO_DTYPE_I64 && dtype == OSLO_DTYPE_I32) {
           int64_t v;
           std::memcpy(&v, s, 8);
           int32_t w = static_cast<int32_t>(v);
@@ -220,19 +220,19 @@ std::string first_mismatch(const std::vector<Local>& ls) {
 
 std::vector<Def> main_defs() {
   return {
-      {"embed.weight", OSLO_F32, {11, 4}, 0},  // vocabulary 11: padded at tp 2, 3, 4
-      {"col.weight", OSLO_F32, {10, 6}, 0},
-      {"col.bias", OSLO_F32, {10}, 0},
-      {"row.weight", OSLO_F32, {6, 10}, 1},
-      {"pad.inner", OSLO_F32, {3, 7, 5}, 1},  // padded along an inner dimension
-      {"cube", OSLO_F32, {2, 3, 9}, 2},
-      {"ln.weight", OSLO_F32, {6}, -1},
-      {"scalar", OSLO_F32, {}, -1},
-      {"ids", OSLO_I64, {5}, -1},
-      {"half", OSLO_BF16, {8, 3}, 0},
-      {"h16", OSLO_F16, {3, 8}, 1},
-      {"empty", OSLO_F32, {0, 4}, 0},
-      {"empty.inner", OSLO_F32, {4, 0}, 0},
+      {"embed.weight", OSLO_DTYPE_F32, {11, 4}, 0},  // vocabulary 11: padded at tp 2, 3, 4
+      {"col.weight", OSLO_DTYPE_F32, {10, 6}, 0},
+      {"col.bias", OSLO_DTYPE_F32, {10}, 0},
+      {"row.weight", OSLO_DTYPE_F32, {6, 10}, 1},
+      {"pad.inner", OSLO_DTYPE_F32, {3, 7, 5}, 1},  // padded along an inner dimension
+      {"cube", OSLO_DTYPE_F32, {2, 3, 9}, 2},
+      {"ln.weight", OSLO_DTYPE_F32, {6}, -1},
+      {"scalar", OSLO_DTYPE_F32, {}, -1},
+      {"ids", OSLO_DTYPE_I64, {5}, -1},
+      {"half", OSLO_DTYPE_BF16, {8, 3}, 0},
+      {"h16", OSLO_DTYPE_F16, {3, 8}, 1},
+      {"empty", OSLO_DTYPE_F32, {0, 4}, 0},
+      {"empty.inner", OSLO_DTYPE_F32, {4, 0}, 0},
   };
 }
 
@@ -345,16 +345,17 @@ void test_dtype_conversion(void**) {
   const std::vector<Full> fulls = make_fulls(main_defs(), 2);
   assert_all_ok(save_tp(ckpt_dir(), fulls, 2));
   std::map<std::string, oslo_dtype> to_bf16 = {
-      {"embed.weight", OSLO_BF16}, {"col.weight", OSLO_BF16}, {"row.weight", OSLO_F16},
-      {"half", OSLO_F32},          {"h16", OSLO_BF16},        {"ids", OSLO_I32},
-      {"scalar", OSLO_F16}};
+      {"embed.weight", OSLO_DTYPE_BF16}, {"col.weight", OSLO_DTYPE_BF16},
+      {"row.weight", OSLO_DTYPE_F16},    {"half", OSLO_DTYPE_F32},
+      {"h16", OSLO_DTYPE_BF16},          {"ids", OSLO_DTYPE_I32},
+      {"scalar", OSLO_DTYPE_F16}};
   for (int tp : {1, 2, 3}) {
     std::string err = load_and_compare(ckpt_dir(), fulls, tp, {}, to_bf16);
     if (!err.empty()) fprintf(stderr, "%s\n", err.c_str());
     assert_true(err.empty());
   }
   // Float <-> integer is refused.
-  std::vector<Local> ls = make_locals(fulls, 0, 1, 0xAB, {}, {{"col.bias", OSLO_I32}});
+  std::vector<Local> ls = make_locals(fulls, 0, 1, 0xAB, {}, {{"col.bias", OSLO_DTYPE_I32}});
   std::string msg;
   assert_int_equal(status_of([&] { oslo::load_checkpoint(ckpt_dir(), params_of(ls)); }, &msg),
                    OSLO_ERR_DTYPE);
@@ -363,12 +364,12 @@ void test_dtype_conversion(void**) {
 
 // world 8 = tp 2 x dp 2 x pp 2, Megatron order; a weight tied across stages.
 void test_tp_dp_pp(void**) {
-  const std::vector<Def> stage0 = {{"embed.weight", OSLO_F32, {11, 4}, 0},
-                                   {"l0.w", OSLO_F32, {6, 4}, 0},
-                                   {"l0.ln", OSLO_F32, {4}, -1}};
-  const std::vector<Def> stage1 = {{"l1.w", OSLO_F32, {4, 6}, 1},
-                                   {"head.ln", OSLO_F32, {4}, -1},
-                                   {"embed.weight", OSLO_F32, {11, 4}, 0}};
+  const std::vector<Def> stage0 = {{"embed.weight", OSLO_DTYPE_F32, {11, 4}, 0},
+                                   {"l0.w", OSLO_DTYPE_F32, {6, 4}, 0},
+                                   {"l0.ln", OSLO_DTYPE_F32, {4}, -1}};
+  const std::vector<Def> stage1 = {{"l1.w", OSLO_DTYPE_F32, {4, 6}, 1},
+                                   {"head.ln", OSLO_DTYPE_F32, {4}, -1},
+                                   {"embed.weight", OSLO_DTYPE_F32, {11, 4}, 0}};
   const std::vector<Full> f0 = make_fulls(stage0, 3), f1 = make_fulls(stage1, 3);
   oslo::HashStore store;
   auto res = ckpt_test::run_ranks(8, [&](int g) {
@@ -720,8 +721,9 @@ void test_crash_at_every_step(void**) {
 
 // A rank reads only the bytes of its own slice.
 void test_reads_only_needed_bytes(void**) {
-  const std::vector<Def> defs = {
-      {"A", OSLO_F32, {1000, 16}, 0}, {"B", OSLO_F32, {16, 1000}, 1}, {"R", OSLO_F32, {64}, -1}};
+  const std::vector<Def> defs = {{"A", OSLO_DTYPE_F32, {1000, 16}, 0},
+                                 {"B", OSLO_DTYPE_F32, {16, 1000}, 1},
+                                 {"R", OSLO_DTYPE_F32, {64}, -1}};
   const std::vector<Full> fulls = make_fulls(defs, 1);
   const std::string dir = ckpt_dir();
   assert_all_ok(save_tp(dir, fulls, 2));

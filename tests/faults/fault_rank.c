@@ -45,7 +45,7 @@ struct thread_rank {
 
 static void *make_ctx(void *arg) {
   struct thread_rank *r = (struct thread_rank *)arg;
-  r->st = oslo_context_create(&r->ctx, r->config);
+  r->st = oslo_context_create(r->config, &r->ctx);
   return NULL;
 }
 
@@ -74,11 +74,11 @@ int main(int argc, char **argv) {
     if (r[0].st || r[1].st) return report(r[0].st ? r[0].st : r[1].st, now());
     int64_t n = 1024;
     oslo_tensor *x = NULL;
-    oslo_tensor_create(&x, r[0].ctx, OSLO_F32, 1, &n);
+    oslo_tensor_create(r[0].ctx, OSLO_DTYPE_F32, 1, &n, &x);
     pthread_t w;
     pthread_create(&w, NULL, watchdog, r[0].ctx);
     double t0 = now();
-    oslo_status st = oslo_all_reduce(r[0].ctx, OSLO_GROUP_WORLD, x, OSLO_SUM);
+    oslo_status st = oslo_context_all_reduce(r[0].ctx, OSLO_GROUP_WORLD, OSLO_REDUCE_SUM, x);
     pthread_join(w, NULL);
     int code = report(st, t0);
     oslo_tensor_destroy(x);
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
            rank, world, port, timeout);
   double t0 = now();
   oslo_context *ctx = NULL;
-  oslo_status st = oslo_context_create(&ctx, config);
+  oslo_status st = oslo_context_create(config, &ctx);
   if (st != OSLO_OK) return report(st, t0);
   if (strcmp(mode, "join") == 0) {
     printf("JOINED\n");
@@ -104,10 +104,10 @@ int main(int argc, char **argv) {
   }
   int64_t n = 256 * 1024;
   oslo_tensor *x = NULL;
-  oslo_tensor_create(&x, ctx, OSLO_F32, 1, &n);
+  oslo_tensor_create(ctx, OSLO_DTYPE_F32, 1, &n, &x);
   for (long i = 0;; ++i) {
     t0 = now();
-    st = oslo_all_reduce(ctx, OSLO_GROUP_WORLD, x, OSLO_SUM);
+    st = oslo_context_all_reduce(ctx, OSLO_GROUP_WORLD, OSLO_REDUCE_SUM, x);
     if (st != OSLO_OK) break;
     if (i == 0) printf("READY\n");
   }

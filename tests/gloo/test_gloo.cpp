@@ -14,11 +14,11 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "transports/gloo/gloo_communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/rendezvous/hash_store.hpp"
 #include "core/rendezvous/local_address.hpp"
 #include "core/rendezvous/tcp_store.hpp"
+#include "transports/gloo/gloo_communicator.hpp"
 
 #include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
 
@@ -77,8 +77,10 @@ class ServerProcess {
   int ctl_ = -1;
   int port_ = -1;
 };
-constexpr oslo_dtype kDtypes[] = {OSLO_F32, OSLO_F16, OSLO_BF16, OSLO_I32, OSLO_I64};
-constexpr oslo_reduce_op kOps[] = {OSLO_SUM, OSLO_AVG, OSLO_MAX, OSLO_MIN};
+constexpr oslo_dtype kDtypes[] = {OSLO_DTYPE_F32, OSLO_DTYPE_F16, OSLO_DTYPE_BF16, OSLO_DTYPE_I32,
+                                  OSLO_DTYPE_I64};
+constexpr oslo_reduce_op kOps[] = {OSLO_REDUCE_SUM, OSLO_REDUCE_AVG, OSLO_REDUCE_MAX,
+                                   OSLO_REDUCE_MIN};
 const size_t kSizes[] = {0, 1, 7, 4096};
 constexpr size_t kLarge = (size_t(4) << 20) + 3;  // ~4M elements, not a multiple of n
 
@@ -103,7 +105,7 @@ int64_t base_value(int rank, size_t i) {
 }
 
 int64_t int_scale(oslo_dtype dt) {
-  return dt == OSLO_I64 ? 3000000007LL : 100000;
+  return dt == OSLO_DTYPE_I64 ? 3000000007LL : 100000;
 }
 
 // Buffer of count elements of rank's input, in dtype dt.
@@ -112,10 +114,10 @@ std::vector<uint8_t> make_input(oslo_dtype dt, int rank, size_t count, size_t fi
   for (size_t i = 0; i < count; ++i) {
     int64_t v = base_value(rank, first + i);
     switch (dt) {
-      case OSLO_I32:
+      case OSLO_DTYPE_I32:
         reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(v * int_scale(dt));
         break;
-      case OSLO_I64: reinterpret_cast<int64_t*>(b.data())[i] = v * int_scale(dt); break;
+      case OSLO_DTYPE_I64: reinterpret_cast<int64_t*>(b.data())[i] = v * int_scale(dt); break;
       default: {
         float f = static_cast<float>(v);
         oslo::from_f32(dt, &f, b.data() + i * oslo::dtype_size(dt), 1);
@@ -138,21 +140,21 @@ std::vector<uint8_t> expected_reduce(oslo_dtype dt, oslo_reduce_op op, int n, si
       mx = std::max(mx, v);
       mn = std::min(mn, v);
     }
-    if (dt == OSLO_I32 || dt == OSLO_I64) {
+    if (dt == OSLO_DTYPE_I32 || dt == OSLO_DTYPE_I64) {
       int64_t s = int_scale(dt);
-      int64_t r = op == OSLO_SUM   ? sum * s
-                  : op == OSLO_AVG ? (sum * s) / n
-                  : op == OSLO_MAX ? mx * s
-                                   : mn * s;
-      if (dt == OSLO_I32)
+      int64_t r = op == OSLO_REDUCE_SUM   ? sum * s
+                  : op == OSLO_REDUCE_AVG ? (sum * s) / n
+                  : op == OSLO_REDUCE_MAX ? mx * s
+                                          : mn * s;
+      if (dt == OSLO_DTYPE_I32)
         reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(r);
       else
         reinterpret_cast<int64_t*>(b.data())[i] = r;
     } else {
-      float f = op == OSLO_SUM   ? static_cast<float>(sum)
-                : op == OSLO_AVG ? static_cast<float>(sum) / static_cast<float>(n)
-                : op == OSLO_MAX ? static_cast<float>(mx)
-                                 : static_cast<float>(mn);
+      float f = op == OSLO_REDUCE_SUM   ? static_cast<float>(sum)
+                : op == OSLO_REDUCE_AVG ? static_cast<float>(sum) / static_cast<float>(n)
+                : op == OSLO_REDUCE_MAX ? static_cast<float>(mx)
+                                        : static_cast<float>(mn);
       oslo::from_f32(dt, &f, b.data() + i * oslo::dtype_size(dt), 1);
     }
   }
@@ -326,11 +328,11 @@ int check_bitwise_agreement(Communicator& c) {
   // Reference: sum in rank order 0..n-1 in f32.
   for (int p = 0; p < n; ++p)
     for (size_t i = 0; i < count; ++i) want[i] = p == 0 ? noise(0, i) : want[i] + noise(p, i);
-  c.all_reduce(in.data(), out.data(), count, OSLO_F32, OSLO_SUM);
+  c.all_reduce(in.data(), out.data(), count, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
   CHECK(std::memcmp(want.data(), out.data(), count * 4) == 0, "f32 sum not rank-ordered");
   // Every rank holds the same bits: gather everybody's result and compare.
   std::vector<float> all(count * n);
-  c.all_gather(out.data(), all.data(), count, OSLO_F32);
+  c.all_gather(out.data(), all.data(), count, OSLO_DTYPE_F32);
   for (int p = 0; p < n; ++p)
     CHECK(std::memcmp(all.data() + p * count, out.data(), count * 4) == 0,
           "rank %d's result differs", p);
@@ -344,18 +346,18 @@ int check_bitwise_agreement(Communicator& c) {
       acc[i] = p == 0 ? v : acc[i] + v;
     }
   for (size_t i = 0; i < count; ++i) bwant[i] = oslo::f32_to_bf16(acc[i] / static_cast<float>(n));
-  c.all_reduce(bin.data(), bout.data(), count, OSLO_BF16, OSLO_AVG);
+  c.all_reduce(bin.data(), bout.data(), count, OSLO_DTYPE_BF16, OSLO_REDUCE_AVG);
   CHECK(bwant == bout, "bf16 avg differs from f32 accumulation rounded once");
   return failures;
 }
 
 int check_large(Communicator& c) {
   int failures = 0;
-  failures += check_all_reduce(c, kLarge, OSLO_F32, OSLO_SUM);
-  failures += check_all_reduce(c, kLarge, OSLO_BF16, OSLO_AVG);
-  failures += check_all_gather(c, kLarge / c.size(), OSLO_F32);
-  failures += check_reduce_scatter(c, kLarge / c.size(), OSLO_I64, OSLO_MAX);
-  failures += check_broadcast(c, kLarge / 4, OSLO_F16);
+  failures += check_all_reduce(c, kLarge, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+  failures += check_all_reduce(c, kLarge, OSLO_DTYPE_BF16, OSLO_REDUCE_AVG);
+  failures += check_all_gather(c, kLarge / c.size(), OSLO_DTYPE_F32);
+  failures += check_reduce_scatter(c, kLarge / c.size(), OSLO_DTYPE_I64, OSLO_REDUCE_MAX);
+  failures += check_broadcast(c, kLarge / 4, OSLO_DTYPE_F16);
   return failures;
 }
 
@@ -381,10 +383,11 @@ int run_all_ops(Communicator& c, bool large) {
   c.barrier();
   // Argument errors are reported without breaking the communicator.
   float x = 0;
-  CHECK(status_of([&] { c.broadcast(&x, 1, OSLO_F32, c.size()); }) == OSLO_ERR_INVALID_ARGUMENT,
-        "bad root");
+  CHECK(
+      status_of([&] { c.broadcast(&x, 1, OSLO_DTYPE_F32, c.size()); }) == OSLO_ERR_INVALID_ARGUMENT,
+      "bad root");
   CHECK(status_of([&] { c.send(&x, 4, c.rank()); }) == OSLO_ERR_INVALID_ARGUMENT, "send to self");
-  CHECK(status_of([&] { c.all_reduce(&x, &x, 1, static_cast<oslo_dtype>(7), OSLO_SUM); }) ==
+  CHECK(status_of([&] { c.all_reduce(&x, &x, 1, static_cast<oslo_dtype>(7), OSLO_REDUCE_SUM); }) ==
             OSLO_ERR_DTYPE,
         "bad dtype");
   c.barrier();
@@ -485,18 +488,158 @@ void test_processes_4(void**) {
       run_processes(4, 20, [=](Communicator& c, TcpStore&) { return run_all_ops(c, large); }), 0);
 }
 
+// A broadcast whose ranks name different roots fails on every rank with a
+// mismatch (before, two ranks that each named themselves returned OK with
+// different data). Ranks 0 .. n-2 name root 0, the last rank names itself.
+int broadcast_root_mismatch(Communicator& c, TcpStore&) {
+  int failures = 0;
+  const int n = c.size();
+  const int root = c.rank() == n - 1 ? c.rank() : 0;
+  std::vector<float> buf(1000, static_cast<float>(c.rank()));
+  std::string msg;
+  oslo_status st =
+      status_of([&] { c.broadcast(buf.data(), buf.size(), OSLO_DTYPE_F32, root); }, &msg);
+  CHECK(st == OSLO_ERR_INVALID_ARGUMENT, "status %d: %s", st, msg.c_str());
+  CHECK(std::strstr(msg.c_str(), "mismatch") && std::strstr(msg.c_str(), "root"), "message: %s",
+        msg.c_str());
+  return failures;
+}
+// A count that differs is caught the same way, instead of gloo aborting the
+// process on a message longer than the posted receive.
+int broadcast_count_mismatch(Communicator& c, TcpStore&) {
+  int failures = 0;
+  std::vector<float> buf(2000, 1.0f);
+  std::string msg;
+  oslo_status st = status_of(
+      [&] { c.broadcast(buf.data(), c.rank() == 0 ? 2000 : 1000, OSLO_DTYPE_F32, 0); }, &msg);
+  CHECK(st == OSLO_ERR_INVALID_ARGUMENT, "status %d: %s", st, msg.c_str());
+  CHECK(std::strstr(msg.c_str(), "mismatch") && std::strstr(msg.c_str(), "count 1000"),
+        "message: %s", msg.c_str());
+  return failures;
+}
+void test_processes_broadcast_root_mismatch_2(void**) {
+  assert_int_equal(run_processes(2, 10, broadcast_root_mismatch), 0);
+  assert_int_equal(run_processes(2, 10, broadcast_count_mismatch), 0);
+}
+void test_processes_broadcast_root_mismatch_3(void**) {
+  assert_int_equal(run_processes(3, 10, broadcast_root_mismatch), 0);
+}
+
+// The other collectives check what every rank called the same way: a count
+// mismatch used to make gloo kill the process (an oversized message), an op
+// or dtype mismatch to return garbage as success. The last rank differs;
+// every rank fails (and, as after any error, the communicator is broken, so
+// each case gets a group of its own).
+int collective_mismatch(Communicator& c, int which) {
+  int failures = 0;
+  const int n = c.size();
+  const bool odd = c.rank() == n - 1;
+  std::vector<float> buf(4096 * n, 1.0f), out(4096 * n, 0.0f);
+  std::string msg;
+  const char* needle = "";
+  oslo_status st = OSLO_OK;
+  switch (which) {
+    case 0:
+      needle = "count";
+      st = status_of(
+          [&] {
+            c.all_reduce(buf.data(), out.data(), odd ? 1000 : 4096, OSLO_DTYPE_F32,
+                         OSLO_REDUCE_SUM);
+          },
+          &msg);
+      break;
+    case 1:
+      needle = "op";
+      st = status_of(
+          [&] {
+            c.all_reduce(buf.data(), out.data(), 100, OSLO_DTYPE_F32,
+                         odd ? OSLO_REDUCE_MAX : OSLO_REDUCE_SUM);
+          },
+          &msg);
+      break;
+    case 2:
+      needle = "dtype";
+      st = status_of(
+          [&] {
+            c.all_reduce(buf.data(), out.data(), 100, odd ? OSLO_DTYPE_I32 : OSLO_DTYPE_F32,
+                         OSLO_REDUCE_SUM);
+          },
+          &msg);
+      break;
+    case 3:
+      needle = "all_gather";
+      st = status_of([&] { c.all_gather(buf.data(), out.data(), odd ? 10 : 20, OSLO_DTYPE_F32); },
+                     &msg);
+      break;
+    default:
+      // A rank with nothing to reduce still takes part in the check.
+      needle = "reduce_scatter";
+      st = status_of(
+          [&] {
+            c.reduce_scatter(buf.data(), out.data(), odd ? 10 : 0, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+          },
+          &msg);
+  }
+  CHECK(st == OSLO_ERR_INVALID_ARGUMENT, "case %d: status %d: %s", which, st, msg.c_str());
+  CHECK(std::strstr(msg.c_str(), "mismatch") && std::strstr(msg.c_str(), needle),
+        "case %d: message lacks '%s': %s", which, needle, msg.c_str());
+  return failures;
+}
+void test_processes_collective_mismatch_2(void**) {
+  for (int which = 0; which < 5; ++which)
+    assert_int_equal(
+        run_processes(2, 20,
+                      [=](Communicator& c, TcpStore&) { return collective_mismatch(c, which); }),
+        0);
+}
+void test_processes_collective_mismatch_3(void**) {
+  for (int which = 0; which < 5; ++which)
+    assert_int_equal(
+        run_processes(3, 20,
+                      [=](Communicator& c, TcpStore&) { return collective_mismatch(c, which); }),
+        0);
+}
+
+// A timeout far beyond any deadline arithmetic's range (the largest the
+// config accepts) still waits for a peer that is late, in the rendezvous and
+// in a collective, instead of firing at once.
+void test_misc_huge_timeout_late_peer(void**) {
+  TcpStore server(kHost, 0, true, Deadline(10));
+  const std::string prefix = unique_prefix("huge");
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        TcpStore store(kHost, server.port(), false, Deadline(1e7));
+        auto c = join(store, prefix, r, 2, 1e7);
+        if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        float v = 1.0f;
+        c->all_reduce(&v, &v, 1, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+        if (v != 2.0f) ++failures;
+        c->barrier();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        ++failures;
+      }
+    });
+  for (auto& t : ts) t.join();
+  assert_int_equal(failures.load(), 0);
+}
+
 void test_misc_single_rank(void**) {
   TcpStore server(kHost, 0, true, Deadline(10));
   auto c = join(server, unique_prefix("single"), 0, 1, 5);
   assert_int_equal(c->size(), 1);
   int32_t v[3] = {1, -2, 3}, o[3] = {0, 0, 0};
-  c->all_reduce(v, o, 3, OSLO_I32, OSLO_AVG);
+  c->all_reduce(v, o, 3, OSLO_DTYPE_I32, OSLO_REDUCE_AVG);
   assert_memory_equal(v, o, sizeof v);
-  c->all_gather(v, o, 3, OSLO_I32);
+  c->all_gather(v, o, 3, OSLO_DTYPE_I32);
   assert_memory_equal(v, o, sizeof v);
-  c->reduce_scatter(v, o, 3, OSLO_I32, OSLO_MAX);
+  c->reduce_scatter(v, o, 3, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
   assert_memory_equal(v, o, sizeof v);
-  c->broadcast(v, 3, OSLO_I32, 0);
+  c->broadcast(v, 3, OSLO_DTYPE_I32, 0);
   c->barrier();
 }
 
@@ -517,7 +660,7 @@ void test_fault_sigkill_mid_allreduce(void**) {
           auto t0 = std::chrono::steady_clock::now();
           oslo_status st = status_of(
               [&] {
-                c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_F32, OSLO_SUM);
+                c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
                 std::fill(buf.begin(), buf.end(), 1.0f);
               },
               &msg);
@@ -553,28 +696,31 @@ void test_fault_sigstop_times_out(void**) {
   constexpr int n = 3;
   constexpr double timeout = 2.0;
   ServerProcess server;
-  auto pids = spawn_ranks(
-      n, timeout, server.port(), unique_prefix("stop"),
-      [](Communicator& c, TcpStore& s, int r) -> int {
-        c.barrier();
-        if (r == n - 1) {
-          s.set("stopping", test_util::bytes("1"));
-          raise(SIGSTOP);
-          return 0;
-        }
-        s.wait({"stopping"}, Deadline(10));
-        std::vector<float> buf(1000, 1.0f);
-        std::string msg;
-        auto t0 = std::chrono::steady_clock::now();
-        oslo_status st = status_of(
-            [&] { c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_F32, OSLO_SUM); }, &msg);
-        double took = test_util::seconds_since(t0);
-        std::fprintf(stderr, "rank %d: %.2f s: %s\n", r, took, msg.c_str());
-        if (st != OSLO_ERR_TIMEOUT) return 2;
-        if (took < 0.9 * timeout || took > 2 * timeout) return 3;
-        if (std::strstr(msg.c_str(), "all_reduce") == nullptr) return 4;
-        return 0;
-      });
+  auto pids = spawn_ranks(n, timeout, server.port(), unique_prefix("stop"),
+                          [](Communicator& c, TcpStore& s, int r) -> int {
+                            c.barrier();
+                            if (r == n - 1) {
+                              s.set("stopping", test_util::bytes("1"));
+                              raise(SIGSTOP);
+                              return 0;
+                            }
+                            s.wait({"stopping"}, Deadline(10));
+                            std::vector<float> buf(1000, 1.0f);
+                            std::string msg;
+                            auto t0 = std::chrono::steady_clock::now();
+                            oslo_status st = status_of(
+                                [&] {
+                                  c.all_reduce(buf.data(), buf.data(), buf.size(), OSLO_DTYPE_F32,
+                                               OSLO_REDUCE_SUM);
+                                },
+                                &msg);
+                            double took = test_util::seconds_since(t0);
+                            std::fprintf(stderr, "rank %d: %.2f s: %s\n", r, took, msg.c_str());
+                            if (st != OSLO_ERR_TIMEOUT) return 2;
+                            if (took < 0.9 * timeout || took > 2 * timeout) return 3;
+                            if (std::strstr(msg.c_str(), "all_reduce") == nullptr) return 4;
+                            return 0;
+                          });
   for (int r = 0; r < n - 1; ++r) assert_int_equal(test_util::wait_child(pids[r], 3 * timeout), 0);
   test_util::kill_children(nullptr);
 }
@@ -850,7 +996,9 @@ void test_misc_bad_local_address(void**) {
   std::string msg;
   // 192.0.2.1 is TEST-NET-1 (RFC 5737): never an address of this host.
   oslo_status st = test_util::status_of(
-      [&] { oslo::create_gloo_communicator(store, unique_prefix("badaddr"), 0, 2, 1.0, "192.0.2.1"); },
+      [&] {
+        oslo::create_gloo_communicator(store, unique_prefix("badaddr"), 0, 2, 1.0, "192.0.2.1");
+      },
       &msg);
   assert_int_equal(st, OSLO_ERR_IO);
   assert_non_null(std::strstr(msg.c_str(), "192.0.2.1"));
@@ -880,6 +1028,11 @@ int main(int argc, char** argv) {
       cmocka_unit_test_teardown(test_fault_destroy_flushes_sends, test_util::kill_children),
       cmocka_unit_test_teardown(test_fault_send_recv_size_mismatch, test_util::kill_children),
       cmocka_unit_test_teardown(test_fault_frozen_during_rendezvous, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_broadcast_root_mismatch_2, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_collective_mismatch_2, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_collective_mismatch_3, test_util::kill_children),
+      cmocka_unit_test_teardown(test_processes_broadcast_root_mismatch_3, test_util::kill_children),
+      cmocka_unit_test_teardown(test_misc_huge_timeout_late_peer, test_util::kill_children),
       cmocka_unit_test_teardown(test_misc_local_address_towards, test_util::kill_children),
       cmocka_unit_test_teardown(test_misc_bad_local_address, test_util::kill_children),
   };

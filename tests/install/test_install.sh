@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs oslo into a temporary prefix and builds the out-of-tree example
 # project (examples/outside) against it both ways a user would: with
-# pkg-config (its Makefile) and with find_package(oslo 0.1 REQUIRED) (its
+# pkg-config (its Makefile) and with find_package(oslo 0.2 REQUIRED) (its
 # CMakeLists.txt). Each program runs under the installed oslo-run on 2 ranks
 # and must match the unsharded computation. The prefix is then moved and both
-# builds are repeated: the installed package files are relocatable.
+# builds are repeated: the installed package files are relocatable. A small
+# program also checks that <oslo/dlpack.h> is installed where oslo.h says.
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -15,6 +16,31 @@ cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 cp -r "$src/examples/outside" "$tmp/outside"
 cp "$src/examples/tp_mlp/tp_mlp.c" "$tmp/outside/prog.c"
 passed=0
+cat >"$tmp/dlpack_prog.c" <<'C'
+#include <oslo.h>
+#include <oslo/dlpack.h>
+#include <stdio.h>
+
+int main(void) {
+  oslo_context *ctx = NULL;
+  oslo_tensor *t = NULL;
+  struct DLManagedTensorVersioned *m = NULL;
+  int64_t shape[2] = {2, 3};
+  if (oslo_context_create(NULL, &ctx) || oslo_tensor_create(ctx, OSLO_DTYPE_F32, 2, shape, &t) ||
+      oslo_tensor_to_dlpack_versioned(t, &m)) {
+    fprintf(stderr, "%s\n", oslo_last_error());
+    return 1;
+  }
+  int good = m->version.major == DLPACK_MAJOR_VERSION && m->dl_tensor.strides &&
+             m->dl_tensor.strides[0] == 3 && m->dl_tensor.strides[1] == 1;
+  m->deleter(m);
+  oslo_tensor_destroy(t);
+  oslo_context_destroy(ctx);
+  printf("DLPack %u.%u export: %s\n", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
+         good ? "ok" : "WRONG");
+  return good ? 0 : 1;
+}
+C
 
 check_prefix() {
   local prefix=$1 tag=$2
@@ -23,6 +49,7 @@ check_prefix() {
   test -x "$prefix/bin/oslo-run"
   # Only the public headers and the library are installed: no core headers.
   test -f "$prefix/include/oslo.h"
+  test -f "$prefix/include/oslo/dlpack.h"
   test ! -e "$prefix/include/core"
   test -f "$libdir/cmake/oslo/osloConfig.cmake"
   test -f "$libdir/cmake/oslo/osloConfigVersion.cmake"
@@ -33,7 +60,15 @@ check_prefix() {
   LD_LIBRARY_PATH=$libdir "$prefix/bin/oslo-run" --nproc-per-node 2 "$tmp/outside/tp_mlp"
   passed=$((passed + 1))
 
-  echo "== [$tag] find_package(oslo 0.1 REQUIRED)"
+  # <oslo/dlpack.h>, where oslo.h says it is, works with oslo.h.
+  echo "== [$tag] #include <oslo/dlpack.h>"
+  ${CC:-cc} -std=c99 -pedantic -Wall -Wextra -Werror \
+    $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags oslo) "$tmp/dlpack_prog.c" \
+    $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --libs oslo) -o "$tmp/dlpack_prog"
+  LD_LIBRARY_PATH=$libdir "$tmp/dlpack_prog"
+  passed=$((passed + 1))
+
+  echo "== [$tag] find_package(oslo 0.2 REQUIRED)"
   rm -rf "$tmp/build-cmake"
   cmake -S "$tmp/outside" -B "$tmp/build-cmake" -DCMAKE_PREFIX_PATH="$prefix" \
     -DTP_MLP_SOURCE="$tmp/outside/prog.c" >/dev/null
@@ -47,16 +82,19 @@ check_prefix "$tmp/prefix" installed
 mv "$tmp/prefix" "$tmp/moved-prefix"
 check_prefix "$tmp/moved-prefix" moved
 
-# A version the package does not provide is refused.
-mkdir -p "$tmp/v9"
-cat >"$tmp/v9/CMakeLists.txt" <<'CM'
+# Versions the package does not provide are refused: a later one, and while
+# oslo is 0.x an earlier minor one (0.1's API differs from 0.2's).
+for v in 9.0 0.1; do
+  mkdir -p "$tmp/v$v"
+  cat >"$tmp/v$v/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.20)
-project(v9 LANGUAGES C)
-find_package(oslo 9.0 QUIET)
+project(v LANGUAGES C)
+find_package(oslo $v QUIET)
 if(oslo_FOUND)
-  message(FATAL_ERROR "find_package(oslo 9.0) accepted version ${oslo_VERSION}")
+  message(FATAL_ERROR "find_package(oslo $v) accepted version \${oslo_VERSION}")
 endif()
 CM
-cmake -S "$tmp/v9" -B "$tmp/v9/build" -DCMAKE_PREFIX_PATH="$tmp/moved-prefix" >/dev/null
-passed=$((passed + 1))
+  cmake -S "$tmp/v$v" -B "$tmp/v$v/build" -DCMAKE_PREFIX_PATH="$tmp/moved-prefix" >/dev/null
+  passed=$((passed + 1))
+done
 echo "install: $passed passed, 0 failed"

@@ -1,6 +1,7 @@
 // FileStore: the Store contract, threads, forked processes, timeouts, binary
 // and large values, foreign and torn files; and the fork rule of test_util.hpp
-// (tests that run threads join them all before any fork) being enforced.
+// (tests that run threads join them all before any fork) being enforced;
+// contexts on a store file left by a run that timed out.
 #include <fcntl.h>
 #include <poll.h>
 
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include "core/rendezvous/file_store.hpp"
+#include "oslo.h"
 #include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
 
 using oslo::Deadline;
@@ -274,6 +276,67 @@ void test_fork_rule_enforced(void**) {
   assert_non_null(std::strstr(out.c_str(), "test_util::spawn: fork() with 2 threads alive"));
 }
 
+// Ranks `ranks` (threads) of a world of 2 create contexts on file://path;
+// returns each one's status and message (an empty slot: not started).
+struct RunResult {
+  oslo_status st[2] = {OSLO_OK, OSLO_OK};
+  std::string msg[2];
+};
+RunResult run_contexts(const std::string& path, std::vector<int> ranks, int tp, double timeout) {
+  RunResult res;
+  std::vector<std::thread> ts;
+  for (int r : ranks)
+    ts.emplace_back([&, r] {
+      std::string cfg = "{\"rank\": " + std::to_string(r) +
+                        ", \"world_size\": 2, \"tensor_parallel_size\": " + std::to_string(tp) +
+                        ", \"init_method\": \"file://" + path +
+                        "\", \"timeout_seconds\": " + std::to_string(timeout) +
+                        ", \"num_threads\": 1}";
+      oslo_context* ctx = nullptr;
+      res.st[r] = oslo_context_create(cfg.c_str(), &ctx);
+      res.msg[r] = oslo_last_error();
+      oslo_context_destroy(ctx);
+    });
+  for (auto& t : ts) t.join();
+  return res;
+}
+
+// A run that timed out leaves its store file behind; the next run must fail
+// on every rank with the same advice (before, only the rank that had joined
+// the old run said so: the other one compared its layout with the old run's
+// record and blamed rank 0's "tp=1", or waited for a group that could not form).
+void test_stale_store_reported_on_every_rank(void** state) {
+  const std::string path = path_of(state);
+  struct Variant {
+    std::vector<int> old_ranks;
+    int old_tp;
+  };
+  for (const Variant& v : {Variant{{0}, 1}, Variant{{1}, 2}}) {
+    RunResult old = run_contexts(path, v.old_ranks, v.old_tp, 0.3);
+    for (int r : v.old_ranks) assert_int_equal(old.st[r], OSLO_ERR_TIMEOUT);
+    struct stat st;
+    assert_int_equal(stat(path.c_str(), &st), 0);  // left behind
+
+    RunResult now = run_contexts(path, {0, 1}, 2, 20);
+    for (int r = 0; r < 2; ++r) {
+      const std::string& m = now.msg[r];
+      bool ok = now.st[r] == OSLO_ERR_CONFIG && m.find("stale store file") != std::string::npos &&
+                m.find("delete it") != std::string::npos && m.find(path) != std::string::npos;
+      if (!ok)
+        std::fprintf(stderr, "old ranks {%d}, rank %d: %s: %s\n", v.old_ranks[0], r,
+                     oslo_status_string(now.st[r]), m.c_str());
+      assert_true(ok);
+    }
+    // Once deleted, the same run succeeds.
+    oslo::FileStore::remove(path);
+    RunResult fresh = run_contexts(path, {0, 1}, 2, 20);
+    for (int r = 0; r < 2; ++r) {
+      if (fresh.st[r] != OSLO_OK) std::fprintf(stderr, "rank %d: %s\n", r, fresh.msg[r].c_str());
+      assert_int_equal(fresh.st[r], OSLO_OK);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -287,6 +350,7 @@ int main() {
       cmocka_unit_test_setup_teardown(test_foreign_and_stale_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_torn_record_is_ignored_then_cut, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fork_rule_enforced, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stale_store_reported_on_every_rank, setup, teardown),
   };
   return cmocka_run_group_tests_name("file_store", tests, nullptr, nullptr);
 }

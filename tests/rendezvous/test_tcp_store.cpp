@@ -6,6 +6,8 @@
 // has one thread, so the servers that forked clients use run in processes of
 // their own (spawn_server); tests with an in-process server or threads do not
 // fork, and join their threads and destroy their servers before they return.
+// ports in use, misbehaving clients, binary and large values; deadlines far
+// in the future (saturation), a context with a huge timeout and a late peer.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,11 +15,15 @@
 #include <sys/time.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 
+#include "core/rendezvous/file_store.hpp"
 #include "core/rendezvous/store_util.hpp"
 #include "core/rendezvous/tcp_store.hpp"
+#include "oslo.h"
 #include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
 
 using oslo::Deadline;
@@ -486,6 +492,82 @@ void test_misbehaving_clients(void**) {
   assert_true(server.get("orphans", Deadline(1)) == bytes("ok"));
 }
 
+// Deadlines far away (1e10 s, 1e300 s, infinity) saturate instead of
+// overflowing: before, a store wait with a 1e10 s deadline timed out at once.
+void test_huge_deadlines(void**) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double s : {1e10, 1e300, inf}) {
+    Deadline d(s);
+    assert_false(d.expired());
+    assert_true(d.remaining() > 1e8);
+    assert_true(d.time_point() > Deadline::Clock::now() + std::chrono::hours(24 * 365));
+  }
+  for (double s : {0.0, -1.0, -inf, std::nan("")}) assert_true(Deadline(s).expired());
+  // Stores wait for a key that comes late with such deadlines.
+  std::string dir = test_util::temp_dir();
+  for (double s : {1e10, 1e300, inf}) {
+    TcpStore server(kHost, 0, true, Deadline(s));
+    TcpStore client(kHost, server.port(), false, Deadline(s));
+    oslo::FileStore fs(dir + "/store");
+    std::thread setter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      server.set("late", bytes("v"));
+      fs.set("late", bytes("w"));
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    std::string msg;
+    std::vector<uint8_t> got_tcp, got_file;
+    oslo_status st = status_of(
+        [&] {
+          client.wait({"late"}, Deadline(s));
+          got_tcp = client.get("late", Deadline(s));
+          got_file = fs.get("late", Deadline(s));
+        },
+        &msg);
+    setter.join();
+    oslo::FileStore::remove(dir + "/store");
+    if (st != OSLO_OK) std::fprintf(stderr, "deadline %g s: %s\n", s, msg.c_str());
+    assert_int_equal(st, OSLO_OK);
+    assert_true(got_tcp == bytes("v"));
+    assert_true(got_file == bytes("w"));
+    assert_true(test_util::seconds_since(t0) >= 0.29);
+  }
+  test_util::remove_tree(dir);
+}
+
+// A context with the largest timeout_seconds the config accepts rendezvouses
+// with a peer that comes 0.3 s late, and communicates (ranks are threads;
+// alarm() ends the process should anything wait for that long timeout).
+void test_context_huge_timeout_late_peer(void**) {
+  const int port = unused_port();
+  oslo_status st[2] = {OSLO_ERR_INTERNAL, OSLO_ERR_INTERNAL};
+  std::string msg[2];
+  alarm(60);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::string cfg = "{\"rank\": " + std::to_string(r) +
+                        ", \"world_size\": 2, \"tensor_parallel_size\": 2, \"init_method\": "
+                        "\"tcp://127.0.0.1:" +
+                        std::to_string(port) + "\", \"timeout_seconds\": 1e7, \"num_threads\": 1}";
+      oslo_context* ctx = nullptr;
+      st[r] = oslo_context_create(cfg.c_str(), &ctx);
+      if (st[r] == OSLO_OK) {
+        if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        st[r] = oslo_context_barrier(ctx, OSLO_GROUP_WORLD);
+      }
+      msg[r] = oslo_last_error();
+      oslo_context_destroy(ctx);
+    });
+  for (auto& t : ts) t.join();
+  alarm(0);
+  for (int r = 0; r < 2; ++r) {
+    if (st[r] != OSLO_OK) std::fprintf(stderr, "rank %d: %s\n", r, msg[r].c_str());
+    assert_int_equal(st[r], OSLO_OK);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -504,6 +586,8 @@ int main() {
       cmocka_unit_test_teardown(test_server_destroyed_while_waiting, test_util::kill_children),
       cmocka_unit_test_teardown(test_frozen_server, test_util::kill_children),
       cmocka_unit_test_teardown(test_misbehaving_clients, test_util::kill_children),
+      cmocka_unit_test_teardown(test_huge_deadlines, test_util::kill_children),
+      cmocka_unit_test_teardown(test_context_huge_timeout_late_peer, test_util::kill_children),
   };
   return cmocka_run_group_tests_name("tcp_store", tests, nullptr, nullptr);
 }

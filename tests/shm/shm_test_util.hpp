@@ -56,25 +56,30 @@ struct Checker {
 
 // ---- data ------------------------------------------------------------------
 
-const oslo_dtype kDtypes[] = {OSLO_F32, OSLO_F16, OSLO_BF16, OSLO_I32, OSLO_I64};
-const oslo_reduce_op kOps[] = {OSLO_SUM, OSLO_AVG, OSLO_MAX, OSLO_MIN};
+const oslo_dtype kDtypes[] = {OSLO_DTYPE_F32, OSLO_DTYPE_F16, OSLO_DTYPE_BF16, OSLO_DTYPE_I32,
+                              OSLO_DTYPE_I64};
+const oslo_reduce_op kOps[] = {OSLO_REDUCE_SUM, OSLO_REDUCE_AVG, OSLO_REDUCE_MAX, OSLO_REDUCE_MIN};
 inline const char* op_str(oslo_reduce_op op) {
   switch (op) {
-    case OSLO_SUM: return "sum";
-    case OSLO_AVG: return "avg";
-    case OSLO_MAX: return "max";
-    case OSLO_MIN: return "min";
+    case OSLO_REDUCE_SUM: return "sum";
+    case OSLO_REDUCE_AVG: return "avg";
+    case OSLO_REDUCE_MAX: return "max";
+    case OSLO_REDUCE_MIN: return "min";
     default: return "?";
   }
 }
 
 inline void put(oslo_dtype dt, void* p, size_t i, double v) {
   switch (dt) {
-    case OSLO_F32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
-    case OSLO_F16: static_cast<uint16_t*>(p)[i] = oslo::f32_to_f16(static_cast<float>(v)); return;
-    case OSLO_BF16: static_cast<uint16_t*>(p)[i] = oslo::f32_to_bf16(static_cast<float>(v)); return;
-    case OSLO_I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
-    case OSLO_I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); return;
+    case OSLO_DTYPE_F32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
+    case OSLO_DTYPE_F16:
+      static_cast<uint16_t*>(p)[i] = oslo::f32_to_f16(static_cast<float>(v));
+      return;
+    case OSLO_DTYPE_BF16:
+      static_cast<uint16_t*>(p)[i] = oslo::f32_to_bf16(static_cast<float>(v));
+      return;
+    case OSLO_DTYPE_I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
+    case OSLO_DTYPE_I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); return;
     default: return;
   }
 }
@@ -97,10 +102,10 @@ inline double expected_reduce(oslo_dtype dt, oslo_reduce_op op, int n, size_t j)
     mn = std::min(mn, v);
   }
   switch (op) {
-    case OSLO_SUM: return static_cast<double>(s);
-    case OSLO_MAX: return static_cast<double>(mx);
-    case OSLO_MIN: return static_cast<double>(mn);
-    case OSLO_AVG:
+    case OSLO_REDUCE_SUM: return static_cast<double>(s);
+    case OSLO_REDUCE_MAX: return static_cast<double>(mx);
+    case OSLO_REDUCE_MIN: return static_cast<double>(mn);
+    case OSLO_REDUCE_AVG:
       if (oslo::dtype_is_float(dt)) return static_cast<double>(static_cast<float>(s) / n);
       return static_cast<double>(s / n);
     default: return 0;
@@ -252,11 +257,11 @@ inline void collective_suite(Communicator& c, Checker& ck, size_t big) {
   // Integer edge cases: SUM wraps around, AVG of large i64 is exact.
   try {
     int32_t v = INT32_MAX, o = 0;
-    c.all_reduce(&v, &o, 1, OSLO_I32, OSLO_SUM);
+    c.all_reduce(&v, &o, 1, OSLO_DTYPE_I32, OSLO_REDUCE_SUM);
     uint32_t want = static_cast<uint32_t>(INT32_MAX) * static_cast<uint32_t>(n);
     SHM_EXPECT(ck, static_cast<uint32_t>(o) == want, "i32 sum wrap: got ", o);
     int64_t w = INT64_MAX - r, a = 0;
-    c.all_reduce(&w, &a, 1, OSLO_I64, OSLO_AVG);
+    c.all_reduce(&w, &a, 1, OSLO_DTYPE_I64, OSLO_REDUCE_AVG);
     // mean of INT64_MAX - r for r < n, truncated
     __int128 s = 0;
     for (int q = 0; q < n; ++q) s += INT64_MAX - q;
@@ -277,9 +282,9 @@ inline float noise(int rank, size_t i) {
 }
 inline float load_f(oslo_dtype dt, const void* p, size_t i) {
   switch (dt) {
-    case OSLO_F32: return static_cast<const float*>(p)[i];
-    case OSLO_F16: return oslo::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case OSLO_BF16: return oslo::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case OSLO_DTYPE_F32: return static_cast<const float*>(p)[i];
+    case OSLO_DTYPE_F16: return oslo::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case OSLO_DTYPE_BF16: return oslo::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
     default: return 0;
   }
 }
@@ -289,8 +294,8 @@ inline float load_f(oslo_dtype dt, const void* p, size_t i) {
 inline void bitwise_suite(Communicator& c, Checker& ck, size_t big) {
   const int r = c.rank();
   const int n = c.size();
-  const oslo_dtype dts[] = {OSLO_F32, OSLO_F16, OSLO_BF16};
-  const oslo_reduce_op ops[] = {OSLO_SUM, OSLO_AVG};
+  const oslo_dtype dts[] = {OSLO_DTYPE_F32, OSLO_DTYPE_F16, OSLO_DTYPE_BF16};
+  const oslo_reduce_op ops[] = {OSLO_REDUCE_SUM, OSLO_REDUCE_AVG};
   for (oslo_dtype dt : dts) {
     const size_t es = oslo::dtype_size(dt);
     for (oslo_reduce_op op : ops) {
@@ -305,7 +310,7 @@ inline void bitwise_suite(Communicator& c, Checker& ck, size_t big) {
             float v = load_f(dt, tmp.data(), 0);
             acc = q == 0 ? v : acc + v;
           }
-          if (op == OSLO_AVG) acc = acc / static_cast<float>(n);
+          if (op == OSLO_REDUCE_AVG) acc = acc / static_cast<float>(n);
           put(dt, want.data(), i, acc);
         }
         std::string what = oslo::str("bitwise all_reduce(", oslo::dtype_name(dt), ", ", op_str(op),

@@ -2,7 +2,8 @@
 // the collective suite across address spaces, and real faults: a rank
 // SIGKILLed or SIGSTOPped in the middle of an all-reduce loop, a rank that
 // exits without destroying its communicator, abort() from another thread of
-// another process. Finally, nothing may be left in /dev/shm.
+// another process, a broadcast whose ranks name different roots. Finally,
+// nothing may be left in /dev/shm.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -118,12 +119,13 @@ int fault_loop(const Case& cs, int r, int n, SharedReports& reps) {
   try {
     for (long it = 0; now_s() < end; ++it) {
       std::fill(small.begin(), small.end(), 1.0f);
-      c->all_reduce(small.data(), small.data(), small.size(), OSLO_F32, OSLO_SUM);
+      c->all_reduce(small.data(), small.data(), small.size(), OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
       if (small[5] != static_cast<float>(n)) {
         set_msg(reps[r], "wrong result");
         return 5;
       }
-      if (it % 4 == 0) c->all_reduce(big.data(), big.data(), big.size(), OSLO_F32, OSLO_MAX);
+      if (it % 4 == 0)
+        c->all_reduce(big.data(), big.data(), big.size(), OSLO_DTYPE_F32, OSLO_REDUCE_MAX);
     }
   } catch (const oslo::Error& e) {
     reps[r].err_time = now_s();
@@ -248,6 +250,48 @@ void test_exit_without_destroy(void**) {
   assert_true(reps[0].err_time - reps[0].ready_time < 1.0);
 }
 
+// A broadcast whose ranks name different roots fails on every rank (before,
+// two ranks that each named themselves returned OK with different data).
+// Ranks 0 .. n-2 name root 0, the last rank names itself; with n = 2 both
+// believe they are the root. Small (one step) and large (pipelined) sizes.
+void broadcast_root_mismatch(int n) {
+  for (size_t count : {size_t(16), size_t(1) << 20}) {
+    Case cs;
+    SharedReports reps(n);
+    auto pids = spawn(n, [&](int r) {
+      auto c = cs.join(r, n, 10.0);
+      std::vector<float> buf(count, static_cast<float>(r));
+      const int root = r == n - 1 ? r : 0;
+      reps[r].status = OSLO_OK;
+      try {
+        c->broadcast(buf.data(), count, OSLO_DTYPE_F32, root);
+      } catch (const oslo::Error& e) {
+        reps[r].status = e.status();
+        set_msg(reps[r], e.what());
+      }
+      reps[r].done = 1;
+      return 0;
+    });
+    auto codes = reap(pids, 30);
+    for (int r = 0; r < n; ++r) {
+      if (codes[r] != 0 || reps[r].status != OSLO_ERR_INVALID_ARGUMENT ||
+          !contains(reps[r].msg, "mismatch") || !contains(reps[r].msg, "broadcast"))
+        print_error("n=%d count=%zu rank %d: exit %d, %s: %s\n", n, count, r, codes[r],
+                    oslo_status_string(static_cast<oslo_status>(reps[r].status)), reps[r].msg);
+      assert_int_equal(codes[r], 0);
+      assert_int_equal(reps[r].status, OSLO_ERR_INVALID_ARGUMENT);
+      assert_true(contains(reps[r].msg, "mismatch"));
+    }
+  }
+}
+
+void test_broadcast_root_mismatch_2(void**) {
+  broadcast_root_mismatch(2);
+}
+void test_broadcast_root_mismatch_3(void**) {
+  broadcast_root_mismatch(3);
+}
+
 // abort() from a watchdog thread of rank 0 fails rank 0's pending recv and
 // rank 1's pending barrier (in another process) with OSLO_ERR_COMM.
 void test_abort_across_processes(void**) {
@@ -365,6 +409,8 @@ int main(void) {
       cmocka_unit_test(test_sigstop_2),
       cmocka_unit_test(test_sigstop_3),
       cmocka_unit_test(test_exit_without_destroy),
+      cmocka_unit_test(test_broadcast_root_mismatch_2),
+      cmocka_unit_test(test_broadcast_root_mismatch_3),
       cmocka_unit_test(test_abort_across_processes),
       cmocka_unit_test(test_missing_rank),
       cmocka_unit_test(test_creator_killed_during_create),

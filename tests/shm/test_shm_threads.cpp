@@ -83,37 +83,41 @@ void test_argument_errors(void**) {
     float y[8];
     // Out-of-range values as a C caller can pass them (the enums span int).
     SHM_EXPECT(ck, status_of([&] {
-                     c.all_reduce(x, x, 4, static_cast<oslo_dtype>(9), OSLO_SUM);
+                     c.all_reduce(x, x, 4, static_cast<oslo_dtype>(9), OSLO_REDUCE_SUM);
                    }) == OSLO_ERR_DTYPE,
                "bad dtype");
     SHM_EXPECT(ck, status_of([&] {
-                     c.all_reduce(x, x, 4, OSLO_F32, static_cast<oslo_reduce_op>(7));
+                     c.all_reduce(x, x, 4, OSLO_DTYPE_F32, static_cast<oslo_reduce_op>(7));
                    }) == OSLO_ERR_INVALID_ARGUMENT,
                "bad op");
     SHM_EXPECT(ck, status_of([&] {
-                     c.all_reduce(nullptr, x, 4, OSLO_F32, OSLO_SUM);
+                     c.all_reduce(nullptr, x, 4, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
                    }) == OSLO_ERR_INVALID_ARGUMENT,
                "null in");
+    SHM_EXPECT(ck, status_of([&] {
+                     c.all_gather(x, nullptr, 4, OSLO_DTYPE_F32);
+                   }) == OSLO_ERR_INVALID_ARGUMENT,
+               "null out");
     SHM_EXPECT(
-        ck, status_of([&] { c.all_gather(x, nullptr, 4, OSLO_F32); }) == OSLO_ERR_INVALID_ARGUMENT,
-        "null out");
-    SHM_EXPECT(ck, status_of([&] { c.broadcast(x, 4, OSLO_F32, 2); }) == OSLO_ERR_INVALID_ARGUMENT,
-               "bad root");
-    SHM_EXPECT(ck, status_of([&] { c.broadcast(x, 4, OSLO_F32, -1); }) == OSLO_ERR_INVALID_ARGUMENT,
-               "negative root");
+        ck, status_of([&] { c.broadcast(x, 4, OSLO_DTYPE_F32, 2); }) == OSLO_ERR_INVALID_ARGUMENT,
+        "bad root");
+    SHM_EXPECT(
+        ck, status_of([&] { c.broadcast(x, 4, OSLO_DTYPE_F32, -1); }) == OSLO_ERR_INVALID_ARGUMENT,
+        "negative root");
     SHM_EXPECT(ck, status_of([&] { c.send(x, 4, r); }) == OSLO_ERR_INVALID_ARGUMENT,
                "send to self");
     SHM_EXPECT(ck, status_of([&] { c.recv(x, 4, 5); }) == OSLO_ERR_INVALID_ARGUMENT, "recv from 5");
     SHM_EXPECT(ck, status_of([&] {
-                     c.reduce_scatter(x, y, SIZE_MAX / 2, OSLO_F32, OSLO_SUM);
+                     c.reduce_scatter(x, y, SIZE_MAX / 2, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
                    }) == OSLO_ERR_INVALID_ARGUMENT,
                "overflowing count");
     // Count 0 with null buffers is a legal no-op.
-    SHM_EXPECT(ck,
-               status_of([&] { c.all_reduce(nullptr, nullptr, 0, OSLO_F32, OSLO_SUM); }) == OSLO_OK,
+    SHM_EXPECT(ck, status_of([&] {
+                     c.all_reduce(nullptr, nullptr, 0, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+                   }) == OSLO_OK,
                "count 0");
     // Still usable.
-    c.all_reduce(x, y, 4, OSLO_F32, OSLO_SUM);
+    c.all_reduce(x, y, 4, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
     SHM_EXPECT(ck, y[0] == 2 && y[3] == 8, "all_reduce after argument errors");
     SHM_EXPECT(ck, std::string(c.transport()) == "shm", "transport");
   });
@@ -199,11 +203,12 @@ void test_abort_from_thread(void**) {
   assert_true(waited < 2.0);
   // The peer, which never took part, fails at once too.
   float x = 1;
-  oslo_status s1 = status_of([&] { comms[1]->all_reduce(&x, &x, 1, OSLO_F32, OSLO_SUM); }, &m1);
+  oslo_status s1 =
+      status_of([&] { comms[1]->all_reduce(&x, &x, 1, OSLO_DTYPE_F32, OSLO_REDUCE_SUM); }, &m1);
   assert_int_equal(s1, OSLO_ERR_COMM);
   assert_true(contains(m1, "aborted by rank 0"));
   // Broken for good, with the same status and the reason.
-  oslo_status s2 = status_of([&] { comms[0]->all_gather(&x, &x, 0, OSLO_F32); }, &m2);
+  oslo_status s2 = status_of([&] { comms[0]->all_gather(&x, &x, 0, OSLO_DTYPE_F32); }, &m2);
   assert_int_equal(s2, OSLO_ERR_COMM);
   assert_true(contains(m2, "unusable") && contains(m2, "aborted by rank 0"));
   // abort() is idempotent and callable again.
@@ -310,15 +315,16 @@ void test_mismatch(void**) {
             [&] {
               Communicator& c = *comms[r];
               if (variant == 0)
-                c.all_reduce(buf.data(), buf.data(), r ? 20 : 10, OSLO_F32, OSLO_SUM);
+                c.all_reduce(buf.data(), buf.data(), r ? 20 : 10, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
               if (variant == 1) {
                 if (r)
-                  c.all_gather(buf.data(), out.data(), 10, OSLO_F32);
+                  c.all_gather(buf.data(), out.data(), 10, OSLO_DTYPE_F32);
                 else
                   c.barrier();
               }
               if (variant == 2)  // different step counts: one-step vs pipelined
-                c.all_reduce(buf.data(), buf.data(), r ? 200000 : 10, OSLO_F32, OSLO_SUM);
+                c.all_reduce(buf.data(), buf.data(), r ? 200000 : 10, OSLO_DTYPE_F32,
+                             OSLO_REDUCE_SUM);
             },
             &msg[r]);
       });
@@ -342,7 +348,7 @@ void test_oversubscribed_stress(void**) {
   std::string log = run_threads(comms, [](int r, Communicator& c, Checker& ck) {
     for (int it = 0; it < 2000; ++it) {
       int32_t v = r + it, o = 0;
-      c.all_reduce(&v, &o, 1, OSLO_I32, OSLO_SUM);
+      c.all_reduce(&v, &o, 1, OSLO_DTYPE_I32, OSLO_REDUCE_SUM);
       if (o != 6 + 4 * it) {
         ck.bad(oslo::str("iteration ", it, ": got ", o));
         return;
@@ -350,7 +356,7 @@ void test_oversubscribed_stress(void**) {
       if (it % 7 == 0) c.barrier();
       if (it % 11 == 0) {
         int32_t b = r == it % 4 ? it : -1;
-        c.broadcast(&b, 1, OSLO_I32, it % 4);
+        c.broadcast(&b, 1, OSLO_DTYPE_I32, it % 4);
         SHM_EXPECT(ck, b == it, "broadcast");
       }
     }

@@ -123,12 +123,12 @@ OSLO_SHM_CLONES void reduce_f32(float* dst, const float* const* s, int n, size_t
                                 oslo_reduce_op op, int div) {
   Cast<float, float> cv;
   switch (op) {
-    case OSLO_SUM: return reduce_body<float, float>(dst, s, n, count, cv, Sum(), Same());
-    case OSLO_AVG:
+    case OSLO_REDUCE_SUM: return reduce_body<float, float>(dst, s, n, count, cv, Sum(), Same());
+    case OSLO_REDUCE_AVG:
       return reduce_body<float, float>(dst, s, n, count, cv, Sum(),
                                        Div<float>{static_cast<float>(div)});
-    case OSLO_MAX: return reduce_body<float, float>(dst, s, n, count, cv, FMax(), Same());
-    case OSLO_MIN: return reduce_body<float, float>(dst, s, n, count, cv, FMin(), Same());
+    case OSLO_REDUCE_MAX: return reduce_body<float, float>(dst, s, n, count, cv, FMax(), Same());
+    case OSLO_REDUCE_MIN: return reduce_body<float, float>(dst, s, n, count, cv, FMin(), Same());
     default: return;  // validated by the caller
   }
 }
@@ -141,17 +141,17 @@ OSLO_SHM_CLONES void reduce_f32(float* dst, const float* const* s, int n, size_t
 OSLO_SHM_CLONES void reduce_i32(int32_t* dst, const int32_t* const* s, int n, size_t count,
                                 oslo_reduce_op op, int div) {
   switch (op) {
-    case OSLO_SUM:
+    case OSLO_REDUCE_SUM:
       return reduce_body<uint32_t, uint32_t>(reinterpret_cast<uint32_t*>(dst),
                                              reinterpret_cast<const uint32_t* const*>(s), n, count,
                                              Cast<uint32_t, uint32_t>(), Sum(), Same());
-    case OSLO_AVG:
+    case OSLO_REDUCE_AVG:
       return reduce_body<int32_t, int64_t>(dst, s, n, count, Cast<int32_t, int64_t>(), Sum(),
                                            Div<int64_t>{div});
-    case OSLO_MAX:
+    case OSLO_REDUCE_MAX:
       return reduce_body<int32_t, int32_t>(dst, s, n, count, Cast<int32_t, int32_t>(), IMax(),
                                            Same());
-    case OSLO_MIN:
+    case OSLO_REDUCE_MIN:
       return reduce_body<int32_t, int32_t>(dst, s, n, count, Cast<int32_t, int32_t>(), IMin(),
                                            Same());
     default: return;
@@ -161,18 +161,18 @@ OSLO_SHM_CLONES void reduce_i32(int32_t* dst, const int32_t* const* s, int n, si
 OSLO_SHM_CLONES void reduce_i64(int64_t* dst, const int64_t* const* s, int n, size_t count,
                                 oslo_reduce_op op, int div) {
   switch (op) {
-    case OSLO_SUM:
+    case OSLO_REDUCE_SUM:
       return reduce_body<uint64_t, uint64_t>(reinterpret_cast<uint64_t*>(dst),
                                              reinterpret_cast<const uint64_t* const*>(s), n, count,
                                              Cast<uint64_t, uint64_t>(), Sum(), Same());
-    case OSLO_AVG:
+    case OSLO_REDUCE_AVG:
       // The exact sum of up to 2^63 / 2^63-bounded values needs 128 bits.
       return reduce_body<int64_t, __int128>(dst, s, n, count, Cast<int64_t, __int128>(), Sum(),
                                             Div<__int128>{div});
-    case OSLO_MAX:
+    case OSLO_REDUCE_MAX:
       return reduce_body<int64_t, int64_t>(dst, s, n, count, Cast<int64_t, int64_t>(), IMax(),
                                            Same());
-    case OSLO_MIN:
+    case OSLO_REDUCE_MIN:
       return reduce_body<int64_t, int64_t>(dst, s, n, count, Cast<int64_t, int64_t>(), IMin(),
                                            Same());
     default: return;
@@ -227,28 +227,28 @@ bool have_f16c() {
 
 void half_load(oslo_dtype dt, const void* s, float* d, size_t m) {
   auto h = static_cast<const uint16_t*>(s);
-  if (dt == OSLO_BF16) return bf16_load(h, d, m);
+  if (dt == OSLO_DTYPE_BF16) return bf16_load(h, d, m);
   if (have_f16c()) return f16_load_f16c(h, d, m);
-  to_f32(OSLO_F16, s, d, m);
+  to_f32(OSLO_DTYPE_F16, s, d, m);
 }
 void half_store(oslo_dtype dt, const float* s, void* d, size_t m) {
   auto h = static_cast<uint16_t*>(d);
-  if (dt == OSLO_BF16) return bf16_store(s, h, m);
+  if (dt == OSLO_DTYPE_BF16) return bf16_store(s, h, m);
   if (have_f16c()) return f16_store_f16c(s, h, m);
-  from_f32(OSLO_F16, s, d, m);
+  from_f32(OSLO_DTYPE_F16, s, d, m);
 }
 
 // acc = acc op b, then (last) acc /= div for AVG.
 OSLO_SHM_CLONES void combine_f32(float* acc, const float* b, size_t m, oslo_reduce_op op) {
   switch (op) {
-    case OSLO_SUM:
-    case OSLO_AVG:
+    case OSLO_REDUCE_SUM:
+    case OSLO_REDUCE_AVG:
       for (size_t i = 0; i < m; ++i) acc[i] = Sum()(acc[i], b[i]);
       return;
-    case OSLO_MAX:
+    case OSLO_REDUCE_MAX:
       for (size_t i = 0; i < m; ++i) acc[i] = FMax()(acc[i], b[i]);
       return;
-    case OSLO_MIN:
+    case OSLO_REDUCE_MIN:
       for (size_t i = 0; i < m; ++i) acc[i] = FMin()(acc[i], b[i]);
       return;
     default: return;
@@ -269,7 +269,7 @@ void reduce_half(oslo_dtype dt, void* dst, const void* const* srcs, int n, size_
       half_load(dt, static_cast<const uint16_t*>(srcs[p]) + base, tmp, m);
       combine_f32(acc, tmp, m, op);
     }
-    if (op == OSLO_AVG) divide_f32(acc, m, static_cast<float>(div));
+    if (op == OSLO_REDUCE_AVG) divide_f32(acc, m, static_cast<float>(div));
     half_store(dt, acc, static_cast<uint16_t*>(dst) + base, m);
   }
 }
@@ -280,15 +280,15 @@ void reduce(void* dst, const void* const* srcs, int nsrc, size_t count, oslo_dty
             oslo_reduce_op op, int avg_div) {
   if (count == 0) return;
   switch (dt) {
-    case OSLO_F32:
+    case OSLO_DTYPE_F32:
       return reduce_f32(static_cast<float*>(dst), reinterpret_cast<const float* const*>(srcs), nsrc,
                         count, op, avg_div);
-    case OSLO_F16:
-    case OSLO_BF16: return reduce_half(dt, dst, srcs, nsrc, count, op, avg_div);
-    case OSLO_I32:
+    case OSLO_DTYPE_F16:
+    case OSLO_DTYPE_BF16: return reduce_half(dt, dst, srcs, nsrc, count, op, avg_div);
+    case OSLO_DTYPE_I32:
       return reduce_i32(static_cast<int32_t*>(dst), reinterpret_cast<const int32_t* const*>(srcs),
                         nsrc, count, op, avg_div);
-    case OSLO_I64:
+    case OSLO_DTYPE_I64:
       return reduce_i64(static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(srcs),
                         nsrc, count, op, avg_div);
     default: break;

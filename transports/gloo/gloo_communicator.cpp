@@ -285,6 +285,13 @@ class GlooCommunicator : public Communicator {
     return kCollectiveBase + 4 * (seq_++);
   }
   void check_dtype_op(oslo_dtype dt, int op) const;
+  // Every rank tells every other what it called (desc: three numbers, e.g.
+  // op, count and dtype) on slot + 3 of the collective's slots, and all fail
+  // with OSLO_ERR_INVALID_ARGUMENT if any differs: otherwise a count
+  // mismatch would make gloo kill the process (an oversized message) and an
+  // op or dtype mismatch would return garbage as success. One round trip of
+  // 24-byte messages.
+  void agree(const char* what, const uint64_t desc[3], const char* const names[3], uint64_t slot);
   void reduce_scatter_phase(const uint8_t* in, bool chunked, size_t count, oslo_dtype dt,
                             oslo_reduce_op op, uint8_t* out, uint64_t slot);
 
@@ -540,7 +547,7 @@ void GlooCommunicator::sender_loop() {
 
 void GlooCommunicator::check_dtype_op(oslo_dtype dt, int op) const {
   OSLO_CHECK(dtype_valid(dt), OSLO_ERR_DTYPE, "gloo: unknown dtype ", static_cast<int>(dt));
-  OSLO_CHECK(op >= OSLO_SUM && op <= OSLO_MIN, OSLO_ERR_INVALID_ARGUMENT,
+  OSLO_CHECK(op >= OSLO_REDUCE_SUM && op <= OSLO_REDUCE_MIN, OSLO_ERR_INVALID_ARGUMENT,
              "gloo: unknown reduce op ", op);
 }
 
@@ -588,20 +595,56 @@ void GlooCommunicator::reduce_scatter_phase(const uint8_t* in, bool chunked, siz
   reduce_ranked(out, srcs.data(), n, my_len, dt, op);
 }
 
+void GlooCommunicator::agree(const char* what, const uint64_t desc[3], const char* const names[3],
+                             uint64_t slot) {
+  const int n = ctx_->size, me = ctx_->rank;
+  std::vector<uint64_t> theirs(3 * static_cast<size_t>(n));
+  {
+    Exchange ex(*this);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      ex.recv(p, &theirs[3 * static_cast<size_t>(p)], 3 * sizeof(uint64_t), slot + 3);
+      ex.send(p, desc, 3 * sizeof(uint64_t), slot + 3);
+    }
+    ex.wait_all();
+  }
+  auto text = [&](const uint64_t* d) {
+    std::string t;
+    for (int i = 0; i < 3; ++i) {
+      if (!names[i]) continue;
+      t += (t.empty() ? "" : ", ") + std::string(names[i]) + " ";
+      if (std::strcmp(names[i], "dtype") == 0)
+        t += dtype_valid(static_cast<int>(d[i])) ? dtype_name(static_cast<oslo_dtype>(d[i])) : "?";
+      else
+        t += std::to_string(d[i]);
+    }
+    return t;
+  };
+  for (int p = 0; p < n; ++p) {
+    const uint64_t* t = &theirs[3 * static_cast<size_t>(p)];
+    if (p == me || (t[0] == desc[0] && t[1] == desc[1] && t[2] == desc[2])) continue;
+    fail(OSLO_ERR_INVALID_ARGUMENT, "collective mismatch: this rank (", me, ") called ", what, "(",
+         text(desc), ") but rank ", p, " called ", what, "(", text(t), ")");
+  }
+}
+
 void GlooCommunicator::all_reduce(const void* in, void* out, size_t count, oslo_dtype dt,
                                   oslo_reduce_op op) {
   check_dtype_op(dt, op);
   OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "gloo all_reduce: null buffer");
   run("all_reduce", [&] {
-    if (count == 0) return;
     const size_t es = dtype_size(dt);
     const int n = ctx_->size, me = ctx_->rank;
     if (n == 1) {
       const void* src = in;
-      reduce_ranked(out, &src, 1, count, dt, op);
+      if (count) reduce_ranked(out, &src, 1, count, dt, op);
       return;
     }
     uint64_t slot = next_slot();
+    const uint64_t desc[3] = {static_cast<uint64_t>(op), count, static_cast<uint64_t>(dt)};
+    const char* const names[3] = {"op", "count", "dtype"};
+    agree("all_reduce", desc, names, slot);
+    if (count == 0) return;
     size_t my_off, my_len;
     chunk(count, me, &my_off, &my_len);
     uint8_t* o = static_cast<uint8_t*>(out);
@@ -629,13 +672,16 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, size_t count, o
   OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT,
              "gloo reduce_scatter: null buffer");
   run("reduce_scatter", [&] {
-    if (count == 0) return;
     if (ctx_->size == 1) {
       const void* src = in;
-      reduce_ranked(out, &src, 1, count, dt, op);
+      if (count) reduce_ranked(out, &src, 1, count, dt, op);
       return;
     }
     uint64_t slot = next_slot();
+    const uint64_t desc[3] = {static_cast<uint64_t>(op), count, static_cast<uint64_t>(dt)};
+    const char* const names[3] = {"op", "count", "dtype"};
+    agree("reduce_scatter", desc, names, slot);
+    if (count == 0) return;
     const size_t es = dtype_size(dt);
     // Scratch result, for the same aliasing reason as in all_reduce.
     std::unique_ptr<uint8_t[]> mine(new uint8_t[count * es]);
@@ -645,17 +691,20 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, size_t count, o
 }
 
 void GlooCommunicator::all_gather(const void* in, void* out, size_t count, oslo_dtype dt) {
-  check_dtype_op(dt, OSLO_SUM);
+  check_dtype_op(dt, OSLO_REDUCE_SUM);
   OSLO_CHECK(count == 0 || (in && out), OSLO_ERR_INVALID_ARGUMENT, "gloo all_gather: null buffer");
   run("all_gather", [&] {
-    if (count == 0) return;
     const size_t es = dtype_size(dt);
     const int n = ctx_->size, me = ctx_->rank;
     uint8_t* o = static_cast<uint8_t*>(out);
     uint8_t* mine = o + static_cast<size_t>(me) * count * es;
-    if (mine != in) std::memmove(mine, in, count * es);
+    if (count && mine != in) std::memmove(mine, in, count * es);
     if (n == 1) return;
     uint64_t slot = next_slot();
+    const uint64_t desc[3] = {0, count, static_cast<uint64_t>(dt)};
+    const char* const names[3] = {nullptr, "count", "dtype"};
+    agree("all_gather", desc, names, slot);
+    if (count == 0) return;
     Exchange ex(*this);
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
@@ -667,14 +716,21 @@ void GlooCommunicator::all_gather(const void* in, void* out, size_t count, oslo_
 }
 
 void GlooCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int root) {
-  check_dtype_op(dt, OSLO_SUM);
+  check_dtype_op(dt, OSLO_REDUCE_SUM);
   OSLO_CHECK(root >= 0 && root < ctx_->size, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: root ",
              root, " out of range for group of ", ctx_->size);
   OSLO_CHECK(count == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "gloo broadcast: null buffer");
   run("broadcast", [&] {
-    if (count == 0 || ctx_->size == 1) return;
+    if (ctx_->size == 1) return;
     uint64_t slot = next_slot();
     const size_t bytes = count * dtype_size(dt);
+    // Ranks naming different roots would otherwise each send (or each
+    // wait), and a different count would make gloo abort on the oversized
+    // message.
+    const uint64_t desc[3] = {static_cast<uint64_t>(root), count, static_cast<uint64_t>(dt)};
+    const char* const names[3] = {"root", "count", "dtype"};
+    agree("broadcast", desc, names, slot);
+    if (count == 0) return;
     Exchange ex(*this);
     if (ctx_->rank == root) {
       for (int p = 0; p < ctx_->size; ++p)

@@ -242,14 +242,15 @@ const char* kind_name(uint32_t k) {
 }
 const char* op_name(uint32_t op) {
   switch (op) {
-    case OSLO_SUM: return "sum";
-    case OSLO_AVG: return "avg";
-    case OSLO_MAX: return "max";
-    case OSLO_MIN: return "min";
+    case OSLO_REDUCE_SUM: return "sum";
+    case OSLO_REDUCE_AVG: return "avg";
+    case OSLO_REDUCE_MAX: return "max";
+    case OSLO_REDUCE_MIN: return "min";
   }
   return "?";
 }
-// kind:4 | dtype:4 | reduce op:4 | 20-bit hash of (count, root).
+// kind:4 | dtype:4 | reduce op (broadcast: root mod 16):4 | 20-bit hash of
+// (count, root).
 uint32_t make_desc(uint32_t kind, int dt, int op, uint64_t count, int root) {
   uint64_t h =
       count * 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(root) + 0x632BE59BD9B4E019ULL);
@@ -400,8 +401,8 @@ class ShmCommunicator final : public Communicator {
   // ---- argument checks (before anything is exchanged; they do not break) ----
   size_t checked_bytes(const char* op, size_t count, oslo_dtype dt, size_t times = 1) const;
   void check_op(const char* op, oslo_reduce_op rop) const {
-    OSLO_CHECK(rop >= OSLO_SUM && rop <= OSLO_MIN, OSLO_ERR_INVALID_ARGUMENT, "shm: ", op,
-               ": unknown reduce op ", static_cast<int>(rop));
+    OSLO_CHECK(rop >= OSLO_REDUCE_SUM && rop <= OSLO_REDUCE_MIN, OSLO_ERR_INVALID_ARGUMENT,
+               "shm: ", op, ": unknown reduce op ", static_cast<int>(rop));
   }
   void check_peer(const char* op, int peer) const {
     OSLO_CHECK(peer >= 0 && peer < size_ && peer != rank_, OSLO_ERR_INVALID_ARGUMENT, "shm: ", op,
@@ -834,11 +835,19 @@ void ShmCommunicator::check_desc(int peer, uint32_t k, uint32_t desc) const {
   if (step == k && theirs == desc) return;
   if (seq_before(k, step)) return;  // it has already moved on: it checked us
   bool reduce = (desc & 0xf) == kAllReduce || (desc & 0xf) == kReduceScatter;
-  if (step == k)
+  if (step == k) {
+    // Same kind and dtype: the op differs (a broadcast's root mod 16), or
+    // the hash of count and root does.
+    const uint32_t diff = theirs ^ desc;
+    const char* why = "";
+    if ((diff & 0xff) == 0 && (desc & 0xf) == kBroadcast && (diff & 0xf00) != 0)
+      why = " with a different root";
+    else if ((diff & 0xfff) == 0)
+      why = " with a different count or root";
     fail(OSLO_ERR_INVALID_ARGUMENT, "shm: collective mismatch: this rank (", rank_, ") called ",
          describe(desc, reduce), " but rank ", peer, " called ",
-         describe(theirs, (theirs & 0xf) == kAllReduce || (theirs & 0xf) == kReduceScatter),
-         ((theirs & 0xfff) == (desc & 0xfff)) ? " with a different count or root" : "");
+         describe(theirs, (theirs & 0xf) == kAllReduce || (theirs & 0xf) == kReduceScatter), why);
+  }
   fail(OSLO_ERR_INVALID_ARGUMENT, "shm: collective mismatch: this rank (", rank_, ") called ",
        describe(desc, reduce), " while rank ", peer,
        " is still inside an earlier collective that needs more steps (a different count?)");
@@ -1009,17 +1018,24 @@ void ShmCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int root
   OSLO_CHECK(count == 0 || buf, OSLO_ERR_INVALID_ARGUMENT, "shm: broadcast: null buffer");
   guarded("broadcast", [&] {
     if (count == 0) return;
-    const uint32_t desc = make_desc(kBroadcast, dt, 0, count, root);
+    const uint32_t desc = make_desc(kBroadcast, dt, root & 0xf, count, root);
     auto b = static_cast<uint8_t*>(buf);
     for (size_t base = 0; base < bytes; base += slot_bytes_) {
       const size_t len = std::min(slot_bytes_, bytes - base);
       if (rank_ == root) {
         // Only the root writes, so only it needs the peers to be done with
-        // the buffer; it does not wait for them otherwise.
+        // the buffer; after the first chunk it does not wait for them.
         uint32_t k = begin_step();
         std::memcpy(slot(root, k), b + base, len);
         if (base == 0) set_desc(k, desc);
         post(k);
+        // The first step is a full exchange of descriptions, so that a rank
+        // that names another root (and would otherwise also think itself the
+        // root and return at once) is caught on every rank.
+        if (base == 0) {
+          wait_all(k);
+          check_descs(k, desc);
+        }
       } else {
         // Posting before reading is allowed: a post promises only that the
         // earlier steps' reads are done, and the root writes the other buffer
@@ -1027,8 +1043,12 @@ void ShmCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int root
         uint32_t k = seq_ + 1;
         if (base == 0) set_desc(k, desc);
         post(k);
-        wait_one(root, k);
-        if (base == 0) check_desc(root, k, desc);
+        if (base == 0) {
+          wait_all(k);
+          check_descs(k, desc);
+        } else {
+          wait_one(root, k);
+        }
         std::memcpy(b + base, slot(root, k), len);
       }
     }

@@ -1,0 +1,391 @@
+// Matrix products of the CPU backend.
+//
+//  - f32: oneDNN's dnnl_sgemm (measured faster than OpenBLAS here, and as fast
+//    as a GEMV for single rows; docs/BENCHMARKS.md).
+//  - bf16/f16 with few rows (M <= 8, decoding) against a weight stored as
+//    nn.Linear keeps it ([N, K], each output's K inputs contiguous): our own
+//    AVX-512 kernel that widens the weight to f32 in registers and never
+//    writes a converted copy, so it streams half the bytes of f32.
+//  - bf16 with more rows: oneDNN's matmul primitive (bf16 in, f32
+//    accumulation, using the CPU's AVX512_BF16 dot products), cached per shape.
+//  - f16 with more rows (no f16 arithmetic on this CPU): the weight is widened
+//    1024 output columns at a time and multiplied with dnnl_sgemm, so no
+//    full-size converted copy exists.
+// alpha, beta and the bias are applied in one f32 epilogue (beta == 0 never
+// reads c, so NaN there is ignored).
+#include "backends/cpu/cpu_matmul.hpp"
+
+// GCC 12 reports its own AVX-512 intrinsics (which start from
+// _mm512_undefined_*) as "maybe uninitialized": a known false positive.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+namespace oslo {
+namespace cpu {
+namespace {
+
+using dnnl::memory;
+
+bool is_float(oslo_dtype dt) {
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
+}
+
+struct Mat {  // one 2-D operand
+  char* data;
+  oslo_dtype dtype;
+  int64_t rows, cols, rs, cs;  // strides in elements
+  size_t es() const { return dtype_size(dtype); }
+  char* at(int64_t r, int64_t c) const {
+    return data + (r * rs + c * cs) * static_cast<int64_t>(es());
+  }
+};
+
+Mat mat_of(const V& v, int64_t batch) {
+  const int d = v.ndim;
+  Mat m;
+  m.dtype = v.dtype;
+  m.rows = v.shape[d - 2];
+  m.cols = v.shape[d - 1];
+  m.rs = v.strides[d - 2];
+  m.cs = v.strides[d - 1];
+  const int64_t bstride = d == 3 ? (v.shape[0] == 1 ? 0 : v.strides[0]) : 0;
+  m.data = static_cast<char*>(v.data) + batch * bstride * static_cast<int64_t>(dtype_size(v.dtype));
+  return m;
+}
+
+// A contiguous f32 copy of m (row-major, ld = cols).
+std::vector<float> to_f32_dense(const Mat& m) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  V v{};
+  v.data = m.data;
+  v.dtype = m.dtype;
+  v.ndim = 2;
+  for (int64_t r = 0; r < m.rows; ++r) {
+    v.shape[0] = 1;
+    v.shape[1] = m.cols;
+    v.strides[0] = m.rs;
+    v.strides[1] = m.cs;
+    const float* row =
+        load_row(v, r * m.rs, m.cols, m.cs, out.data() + static_cast<size_t>(r * m.cols));
+    if (row != out.data() + r * m.cols) std::copy(row, row + m.cols, out.begin() + r * m.cols);
+  }
+  return out;
+}
+
+// BLAS view of an f32 operand: 'N' with ld = rs when rows are contiguous, 'T'
+// with ld = cs when columns are; false if neither.
+bool blas_layout(const Mat& m, char* trans, int64_t* ld) {
+  if (m.cs == 1 && (m.rs >= std::max<int64_t>(1, m.cols) || m.rows <= 1)) {
+    *trans = 'N';
+    *ld = std::max<int64_t>({m.rs, m.cols, 1});
+    return true;
+  }
+  if (m.rs == 1 && (m.cs >= std::max<int64_t>(1, m.rows) || m.cols <= 1)) {
+    *trans = 'T';
+    *ld = std::max<int64_t>({m.cs, m.rows, 1});
+    return true;
+  }
+  return false;
+}
+
+void sgemm(int threads, int64_t M, int64_t N, int64_t K, const Mat& a, const Mat& b, float* c,
+           int64_t ldc, float alpha, float beta) {
+  std::vector<float> ta, tb;
+  char transa, transb;
+  int64_t lda, ldb;
+  const float* pa = reinterpret_cast<const float*>(a.data);
+  const float* pb = reinterpret_cast<const float*>(b.data);
+  if (a.dtype != OSLO_DTYPE_F32 || !blas_layout(a, &transa, &lda)) {
+    ta = to_f32_dense(a);
+    pa = ta.data();
+    transa = 'N';
+    lda = std::max<int64_t>(K, 1);
+  }
+  if (b.dtype != OSLO_DTYPE_F32 || !blas_layout(b, &transb, &ldb)) {
+    tb = to_f32_dense(b);
+    pb = tb.data();
+    transb = 'N';
+    ldb = std::max<int64_t>(N, 1);
+  }
+  omp_set_num_threads(std::max(1, threads));
+  dnnl_status_t st = dnnl_sgemm(transa, transb, M, N, K, alpha, pa, lda, pb, ldb, beta, c, ldc);
+  OSLO_CHECK(st == dnnl_success, OSLO_ERR_INTERNAL, "dnnl_sgemm failed with status ",
+             static_cast<int>(st), " for m=", M, " n=", N, " k=", K);
+}
+
+// ---- few-row kernel: c[m, n] = sum_k a[m, k] * w[n, k] -------------------
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+__attribute__((target("avx512f"))) inline __m512 widen16(const uint16_t* p, bool bf16) {
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
+}
+
+__attribute__((target("avx512f"))) void rows_dot_avx512(int64_t M, int64_t n0, int64_t n1,
+                                                        int64_t K, const float* a,
+                                                        const uint16_t* w, int64_t ldw, bool bf16,
+                                                        float* c, int64_t ldc) {
+  constexpr int NB = 4, MB = 4;
+  int64_t n = n0;
+  if (M == 1) {
+    // Decode: one input row. Eight weight rows at a time keep more loads in
+    // flight (the product is bound by memory bandwidth).
+    constexpr int NB1 = 8;
+    for (; n + NB1 <= n1; n += NB1) {
+      __m512 acc[NB1];
+      for (int j = 0; j < NB1; ++j) acc[j] = _mm512_setzero_ps();
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) {
+        __m512 av = _mm512_loadu_ps(a + k);
+        for (int j = 0; j < NB1; ++j)
+          acc[j] = _mm512_fmadd_ps(av, widen16(w + (n + j) * ldw + k, bf16), acc[j]);
+      }
+      for (int j = 0; j < NB1; ++j) {
+        float s = _mm512_reduce_add_ps(acc[j]);
+        for (int64_t kk = k; kk < K; ++kk) {
+          const uint16_t h = w[(n + j) * ldw + kk];
+          s += a[kk] * (bf16 ? bf16_to_f32(h) : f16_to_f32(h));
+        }
+        c[n + j] = s;
+      }
+    }
+  }
+  for (; n + NB <= n1; n += NB) {
+    for (int64_t m0 = 0; m0 < M; m0 += MB) {
+      const int64_t mb = std::min<int64_t>(MB, M - m0);
+      __m512 acc[MB][NB];
+      for (int i = 0; i < MB; ++i)
+        for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_ps();
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) {
+        __m512 wv[NB];
+        for (int j = 0; j < NB; ++j) wv[j] = widen16(w + (n + j) * ldw + k, bf16);
+        for (int i = 0; i < mb; ++i) {
+          __m512 av = _mm512_loadu_ps(a + (m0 + i) * K + k);
+          for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
+        }
+      }
+      for (int i = 0; i < mb; ++i)
+        for (int j = 0; j < NB; ++j) {
+          float s = _mm512_reduce_add_ps(acc[i][j]);
+          for (int64_t kk = k; kk < K; ++kk) {
+            const uint16_t h = w[(n + j) * ldw + kk];
+            s += a[(m0 + i) * K + kk] * (bf16 ? bf16_to_f32(h) : f16_to_f32(h));
+          }
+          c[(m0 + i) * ldc + n + j] = s;
+        }
+    }
+  }
+  for (; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      float s = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const uint16_t h = w[n * ldw + k];
+        s += a[m * K + k] * (bf16 ? bf16_to_f32(h) : f16_to_f32(h));
+      }
+      c[m * ldc + n] = s;
+    }
+}
+
+#pragma GCC diagnostic pop
+
+void rows_dot_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* a,
+                     const uint16_t* w, int64_t ldw, bool bf16, float* c, int64_t ldc) {
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      float s = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const uint16_t h = w[n * ldw + k];
+        s += a[m * K + k] * (bf16 ? bf16_to_f32(h) : f16_to_f32(h));
+      }
+      c[m * ldc + n] = s;
+    }
+}
+
+void few_rows(int threads, int64_t M, int64_t N, int64_t K, const float* a, const Mat& b, float* c,
+              int64_t ldc) {
+  // b is [K, N] with element (k, n) at n * cs + k: the weight W [N, K].
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(b.data);
+  const int64_t ldw = b.cs;
+  const bool bf16 = b.dtype == OSLO_DTYPE_BF16;
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const int64_t block = 64;
+  const int64_t blocks = (N + block - 1) / block;
+  const int nt = blocks > 1 && N * K > 65536 ? std::max(1, threads) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t bi = 0; bi < blocks; ++bi) {
+    const int64_t n0 = bi * block, n1 = std::min(N, n0 + block);
+    if (avx512)
+      rows_dot_avx512(M, n0, n1, K, a, w, ldw, bf16, c, ldc);
+    else
+      rows_dot_scalar(M, n0, n1, K, a, w, ldw, bf16, c, ldc);
+  }
+}
+
+}  // namespace
+
+Matmul::Matmul() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+Matmul::~Matmul() = default;
+
+void Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2& a, const Mat2& b,
+                       float* c) {
+  Key key{M, N, K, a.rs, a.cs, b.rs, b.cs};
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    memory::desc a_md({M, K}, memory::data_type::bf16, {a.rs, a.cs});
+    memory::desc b_md({K, N}, memory::data_type::bf16, {b.rs, b.cs});
+    memory::desc c_md({M, N}, memory::data_type::f32, {N, 1});
+    dnnl::matmul::desc d(a_md, b_md, c_md);
+    dnnl::matmul::primitive_desc pd(d, engine_);
+    if (cache_.size() > 256) cache_.clear();
+    it = cache_.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
+  }
+  Entry& e = it->second;
+  omp_set_num_threads(std::max(1, threads));
+  memory am(e.a_md, engine_, a.data), bm(e.b_md, engine_, b.data), cm(e.c_md, engine_, c);
+  e.prim.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  stream_.wait();
+}
+
+void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias, float alpha,
+                 float beta) {
+  for (const V* v : {&c, &a, &b}) {
+    OSLO_CHECK(v->ndim == 2 || v->ndim == 3, OSLO_ERR_SHAPE, "matmul operands must be 2-D or 3-D");
+    OSLO_CHECK(is_float(v->dtype), OSLO_ERR_DTYPE, "matmul operands must be f32, f16 or bf16, not ",
+               dtype_name(v->dtype));
+    OSLO_CHECK(v->data || numel(*v) == 0, OSLO_ERR_INVALID_ARGUMENT, "matmul operand has no data");
+  }
+  OSLO_CHECK(a.dtype == b.dtype, OSLO_ERR_DTYPE, "matmul a (", dtype_name(a.dtype), ") and b (",
+             dtype_name(b.dtype), ") must share a dtype");
+  const int64_t M = c.shape[c.ndim - 2], N = c.shape[c.ndim - 1];
+  const int64_t K = a.shape[a.ndim - 1];
+  OSLO_CHECK(a.shape[a.ndim - 2] == M && b.shape[b.ndim - 2] == K && b.shape[b.ndim - 1] == N,
+             OSLO_ERR_SHAPE, "matmul shapes: a [", a.shape[a.ndim - 2], ", ", K, "], b [",
+             b.shape[b.ndim - 2], ", ", b.shape[b.ndim - 1], "], c [", M, ", ", N, "]");
+  const int64_t batches = c.ndim == 3 ? c.shape[0] : 1;
+  for (const V* v : {&a, &b})
+    OSLO_CHECK(v->ndim == 2 || v->shape[0] == batches || v->shape[0] == 1, OSLO_ERR_SHAPE,
+               "matmul batch ", v->shape[0], " differs from ", batches);
+  OSLO_CHECK(c.ndim == 3 || (a.ndim == 2 && b.ndim == 2), OSLO_ERR_SHAPE,
+             "matmul with batched inputs needs a batched c");
+  std::vector<float> bias32;
+  if (bias) {
+    OSLO_CHECK(is_float(bias->dtype) && numel(*bias) == N, OSLO_ERR_SHAPE, "matmul bias needs ", N,
+               " float elements");
+    V bv = *bias;
+    bv.ndim = 1;
+    bv.shape[0] = N;
+    bv.strides[0] = bias->ndim ? bias->strides[bias->ndim - 1] : 1;
+    bias32.resize(static_cast<size_t>(N));
+    const float* p = load_row(bv, 0, N, bv.strides[0], bias32.data());
+    if (p != bias32.data()) std::copy(p, p + N, bias32.begin());
+  }
+  if (M == 0 || N == 0) return;
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    Mat am = mat_of(a, bi), bm = mat_of(b, bi), cm = mat_of(c, bi);
+    // c written directly when it is plain f32 and there is no epilogue left.
+    const bool direct = cm.dtype == OSLO_DTYPE_F32 && cm.cs == 1 && cm.rs >= N;
+    std::vector<float> tmp;
+    float* out = reinterpret_cast<float*>(cm.data);
+    int64_t ldo = cm.rs;
+    bool epilogue = true;
+    if (K == 0) {
+      tmp.assign(static_cast<size_t>(M * N), 0.f);
+      out = tmp.data();
+      ldo = N;
+    } else if (am.dtype == OSLO_DTYPE_F32) {
+      if (direct) {
+        sgemm(threads, M, N, K, am, bm, out, ldo, alpha, beta);
+        epilogue = false;
+      } else {
+        tmp.resize(static_cast<size_t>(M * N));
+        out = tmp.data();
+        ldo = N;
+        sgemm(threads, M, N, K, am, bm, out, ldo, 1.f, 0.f);
+      }
+    } else {
+      tmp.resize(static_cast<size_t>(M * N));
+      out = tmp.data();
+      ldo = N;
+      if (M <= 8 && bm.rs == 1 && bm.cs >= K) {
+        std::vector<float> a32 = to_f32_dense(am);
+        few_rows(threads, M, N, K, a32.data(), bm, out, ldo);
+      } else if (am.dtype == OSLO_DTYPE_BF16) {
+        bf16_gemm(threads, M, N, K, Mat2{am.data, am.rs, am.cs}, Mat2{bm.data, bm.rs, bm.cs}, out);
+      } else {
+        // f16: widen the weight a panel of columns at a time.
+        std::vector<float> a32 = to_f32_dense(am);
+        Mat a32m{reinterpret_cast<char*>(a32.data()), OSLO_DTYPE_F32, M, K, K, 1};
+        const int64_t panel = 1024;  // 16 MB of f32 for K = 4096; fewer re-packs of a
+        const bool w_rows = bm.rs == 1 && bm.cs >= K;  // b = W^T, W rows contiguous
+        std::vector<float> b32;
+        for (int64_t n0 = 0; n0 < N; n0 += panel) {
+          const int64_t nb = std::min(panel, N - n0);
+          Mat b32m;
+          if (w_rows) {
+            // Rows n0 .. n0 + nb of W, widened in one pass, used transposed.
+            b32.resize(static_cast<size_t>(nb * K));
+            for (int64_t j = 0; j < nb; ++j)
+              to_f32(OSLO_DTYPE_F16, bm.at(0, n0 + j), b32.data() + j * K, static_cast<size_t>(K));
+            b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_DTYPE_F32, K, nb, 1, K};
+          } else {
+            Mat bp = bm;
+            bp.data = bm.at(0, n0);
+            bp.cols = nb;
+            b32 = to_f32_dense(bp);
+            b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_DTYPE_F32, K, nb, nb, 1};
+          }
+          sgemm(threads, M, nb, K, a32m, b32m, out + n0, ldo, 1.f, 0.f);
+        }
+      }
+    }
+    if (!epilogue && bias32.empty()) continue;
+    // c = alpha * out + bias + beta * c, row by row.
+    V cv{};
+    cv.data = cm.data;
+    cv.dtype = cm.dtype;
+    cv.ndim = 2;
+    cv.shape[0] = M;
+    cv.shape[1] = N;
+    cv.strides[0] = cm.rs;
+    cv.strides[1] = cm.cs;
+    const int nt = M > 1 && M * N > 16384 ? std::max(1, threads) : 1;
+#pragma omp parallel num_threads(nt)
+    {
+      std::vector<float> row(static_cast<size_t>(N)), old(static_cast<size_t>(N));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < M; ++r) {
+        const float* o = out + r * ldo;
+        if (!epilogue) {  // sgemm did alpha and beta in place; only the bias is left
+          float* d = const_cast<float*>(o);
+          for (int64_t j = 0; j < N; ++j) d[j] += bias32[static_cast<size_t>(j)];
+          continue;
+        }
+        const float* prev = beta != 0.f ? load_row(cv, r * cm.rs, N, cm.cs, old.data()) : nullptr;
+        for (int64_t j = 0; j < N; ++j) {
+          float v = alpha * o[j];
+          if (!bias32.empty()) v += bias32[static_cast<size_t>(j)];
+          if (prev) v += beta * prev[j];
+          row[static_cast<size_t>(j)] = v;
+        }
+        store_row(cv, r * cm.rs, N, cm.cs, row.data());
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace oslo

@@ -1,0 +1,44 @@
+// Matrix products of the CPU backend (see cpu_matmul.cpp for the paths).
+#pragma once
+
+#include <map>
+#include <tuple>
+
+#include <dnnl.hpp>
+
+#include "backends/cpu/cpu_ops.hpp"
+
+namespace oslo {
+namespace cpu {
+
+class Matmul {
+ public:
+  Matmul();
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+
+  // c = alpha * a @ b + beta * c (+ bias): the contract of oslo_backend.h.
+  void run(int threads, const V& c, const V& a, const V& b, const V* bias, float alpha, float beta);
+
+ private:
+  struct Mat2 {
+    char* data;
+    int64_t rs, cs;
+  };
+  // bf16 [M, K] x bf16 [K, N] -> f32 [M, N] (ld N) through a cached primitive.
+  void bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2& a, const Mat2& b,
+                 float* c);
+
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+  struct Entry {
+    dnnl::matmul prim;
+    dnnl::memory::desc a_md, b_md, c_md;
+  };
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::map<Key, Entry> cache_;
+};
+
+}  // namespace cpu
+}  // namespace oslo

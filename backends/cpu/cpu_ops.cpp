@@ -1,0 +1,834 @@
+#include "backends/cpu/cpu_ops.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+namespace oslo {
+namespace cpu {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+bool is_float(oslo_dtype dt) {
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
+}
+bool is_int(oslo_dtype dt) {
+  return dt == OSLO_DTYPE_I32 || dt == OSLO_DTYPE_I64;
+}
+
+void check_view(const V& v, const char* what) {
+  OSLO_CHECK(v.ndim >= 0 && v.ndim <= OSLO_MAX_DIMS, OSLO_ERR_INVALID_ARGUMENT, what, " has ",
+             v.ndim, " dimensions");
+  OSLO_CHECK(dtype_valid(v.dtype), OSLO_ERR_DTYPE, what, " has unknown dtype ",
+             static_cast<int>(v.dtype));
+  for (int i = 0; i < v.ndim; ++i)
+    OSLO_CHECK(v.shape[i] >= 0, OSLO_ERR_SHAPE, what, " has a negative extent");
+  OSLO_CHECK(v.data || numel(v) == 0, OSLO_ERR_INVALID_ARGUMENT, what, " has no data");
+}
+
+void check_float(const V& v, const char* what) {
+  check_view(v, what);
+  OSLO_CHECK(is_float(v.dtype), OSLO_ERR_DTYPE, what, " must be f32, f16 or bf16, not ",
+             dtype_name(v.dtype));
+}
+
+void check_ids(const V& v, const char* what) {
+  check_view(v, what);
+  OSLO_CHECK(is_int(v.dtype), OSLO_ERR_DTYPE, what, " must be i32 or i64, not ",
+             dtype_name(v.dtype));
+}
+
+std::string shape_of(const V& v) {
+  std::string s = "[";
+  for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
+  return s + "]";
+}
+
+// v right-aligned to n dimensions (leading size-1 dimensions prepended).
+V align(const V& v, int n) {
+  V r = v;
+  const int pad = n - v.ndim;
+  OSLO_CHECK(pad >= 0, OSLO_ERR_SHAPE, "view ", shape_of(v), " has more dimensions than ", n);
+  for (int i = n - 1; i >= 0; --i) {
+    r.shape[i] = i >= pad ? v.shape[i - pad] : 1;
+    r.strides[i] = i >= pad ? v.strides[i - pad] : 0;
+  }
+  r.ndim = n;
+  return r;
+}
+
+// x (aligned to out) broadcasts to out: each extent equal or 1.
+V broadcast_to(const V& out, const V& x, const char* what) {
+  V r = align(x, out.ndim);
+  for (int i = 0; i < out.ndim; ++i) {
+    OSLO_CHECK(r.shape[i] == out.shape[i] || r.shape[i] == 1, OSLO_ERR_SHAPE, what, " ",
+               shape_of(x), " does not broadcast to ", shape_of(out));
+    if (r.shape[i] != out.shape[i]) r.strides[i] = 0;
+  }
+  return r;
+}
+
+int64_t rows_of(const V& v) {
+  int64_t r = 1;
+  for (int i = 0; i + 1 < v.ndim; ++i) r *= v.shape[i];
+  return r;
+}
+int64_t cols_of(const V& v) {
+  return v.ndim ? v.shape[v.ndim - 1] : 1;
+}
+int64_t inner_stride(const V& v) {
+  return v.ndim ? v.strides[v.ndim - 1] : 1;
+}
+
+// Element offset of row r (a flat index over all dimensions but the last of
+// `shape_src`) inside v, which has the same number of dimensions.
+int64_t row_offset(const V& shape_src, const V& v, int64_t r) {
+  int64_t off = 0;
+  for (int i = shape_src.ndim - 2; i >= 0; --i) {
+    const int64_t e = shape_src.shape[i];
+    const int64_t idx = e ? r % e : 0;
+    r = e ? r / e : 0;
+    off += idx * v.strides[i];
+  }
+  return off;
+}
+
+size_t esize(oslo_dtype dt) {
+  return dtype_size(dt);
+}
+
+char* at(const V& v, int64_t off) {
+  return static_cast<char*>(v.data) + off * static_cast<int64_t>(esize(v.dtype));
+}
+
+float load1(const V& v, int64_t off) {
+  const char* p = at(v, off);
+  switch (v.dtype) {
+    case OSLO_DTYPE_F32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case OSLO_DTYPE_BF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return bf16_to_f32(h);
+    }
+    default: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return f16_to_f32(h);
+    }
+  }
+}
+
+int64_t load_id(const V& v, int64_t i) {
+  const char* p = at(v, i * (v.ndim ? v.strides[v.ndim - 1] : 1));
+  if (v.dtype == OSLO_DTYPE_I32) {
+    int32_t x;
+    std::memcpy(&x, p, 4);
+    return x;
+  }
+  int64_t x;
+  std::memcpy(&x, p, 8);
+  return x;
+}
+
+// Per-thread scratch rows.
+struct Scratch {
+  std::vector<float> a, b, c;
+  void size(int64_t n) {
+    if (static_cast<int64_t>(a.size()) < n) {
+      a.resize(n);
+      b.resize(n);
+      c.resize(n);
+    }
+  }
+};
+
+// Runs body(r, scratch) for every row r, in parallel over rows.
+template <typename Body>
+void for_rows(int threads, int64_t rows, int64_t cols, Body body) {
+  const int nt = rows > 1 && rows * cols > 16384 ? std::max(1, threads) : 1;
+#pragma omp parallel num_threads(nt)
+  {
+    Scratch s;
+    s.size(cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) body(r, s);
+  }
+}
+
+// A contiguous view of many elements as [rows, chunk] so that element-wise ops
+// on a single long row still use every thread.
+bool flat(const V& v) {
+  int64_t expect = 1;
+  for (int i = v.ndim - 1; i >= 0; --i) {
+    if (v.shape[i] != 1 && v.strides[i] != expect) return false;
+    expect *= v.shape[i];
+  }
+  return true;
+}
+V as_chunks(const V& v, int64_t n, int64_t chunk) {
+  V r = v;
+  r.ndim = 2;
+  r.shape[0] = n / chunk;
+  r.shape[1] = chunk;
+  r.strides[0] = chunk;
+  r.strides[1] = 1;
+  return r;
+}
+
+float gelu(float x) {
+  return 0.5f * x * (1.0f + std::erf(x / std::sqrt(2.0f)));
+}
+float gelu_grad(float x) {
+  return 0.5f * (1.0f + std::erf(x / std::sqrt(2.0f))) +
+         x * std::exp(-0.5f * x * x) / std::sqrt(2.0f * static_cast<float>(kPi));
+}
+float gelu_tanh(float x) {
+  const float k = std::sqrt(2.0f / static_cast<float>(kPi));
+  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+float gelu_tanh_grad(float x) {
+  const float k = std::sqrt(2.0f / static_cast<float>(kPi));
+  const float u = k * (x + 0.044715f * x * x * x);
+  const float t = std::tanh(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+
+}  // namespace
+
+int64_t numel(const V& v) {
+  int64_t n = 1;
+  for (int i = 0; i < v.ndim; ++i) n *= v.shape[i];
+  return n;
+}
+
+const float* load_row(const V& v, int64_t off, int64_t n, int64_t s, float* buf) {
+  if (v.dtype == OSLO_DTYPE_F32 && s == 1) return reinterpret_cast<const float*>(at(v, off));
+  if (s == 0) {
+    std::fill(buf, buf + n, load1(v, off));
+    return buf;
+  }
+  if (s == 1) {
+    to_f32(v.dtype, at(v, off), buf, static_cast<size_t>(n));
+    return buf;
+  }
+  for (int64_t i = 0; i < n; ++i) buf[i] = load1(v, off + i * s);
+  return buf;
+}
+
+void store_row(const V& v, int64_t off, int64_t n, int64_t s, const float* src) {
+  if (s == 1) {
+    if (v.dtype == OSLO_DTYPE_F32) {
+      float* d = reinterpret_cast<float*>(at(v, off));
+      if (d != src) std::memmove(d, src, static_cast<size_t>(n) * 4);
+    } else {
+      from_f32(v.dtype, src, at(v, off), static_cast<size_t>(n));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    char* p = at(v, off + i * s);
+    if (v.dtype == OSLO_DTYPE_F32) {
+      std::memcpy(p, &src[i], 4);
+    } else {
+      uint16_t h = v.dtype == OSLO_DTYPE_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+      std::memcpy(p, &h, 2);
+    }
+  }
+}
+
+// ---- convert / fill -----------------------------------------------------
+
+void convert(int threads, const V& out, const V& x0) {
+  check_view(out, "convert output");
+  check_view(x0, "convert input");
+  const V x = broadcast_to(out, x0, "convert input");
+  if (is_int(out.dtype) || is_int(x.dtype)) {
+    OSLO_CHECK(is_int(out.dtype) && is_int(x.dtype), OSLO_ERR_DTYPE, "cannot convert ",
+               dtype_name(x.dtype), " to ", dtype_name(out.dtype));
+    const int64_t rows = rows_of(out), cols = cols_of(out);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t oo = row_offset(out, out, r), xo = row_offset(out, x, r);
+      for (int64_t c = 0; c < cols; ++c) {
+        const char* p = at(x, xo + c * inner_stride(x));
+        int64_t val;
+        if (x.dtype == OSLO_DTYPE_I32) {
+          int32_t t;
+          std::memcpy(&t, p, 4);
+          val = t;
+        } else {
+          std::memcpy(&val, p, 8);
+        }
+        char* q = at(out, oo + c * inner_stride(out));
+        if (out.dtype == OSLO_DTYPE_I32) {
+          OSLO_CHECK(val >= INT32_MIN && val <= INT32_MAX, OSLO_ERR_INVALID_ARGUMENT, "value ", val,
+                     " does not fit i32");
+          int32_t t = static_cast<int32_t>(val);
+          std::memcpy(q, &t, 4);
+        } else {
+          std::memcpy(q, &val, 8);
+        }
+      }
+    }
+    return;
+  }
+  const int64_t n = numel(out);
+  if (n == 0) return;
+  if (flat(out) && flat(x) && numel(x0) == n) {
+    // Same layout: one linear conversion (or copy), split into chunks.
+    const int64_t chunk = 1 << 16;
+    const int64_t pieces = (n + chunk - 1) / chunk;
+    const int nt = pieces > 1 ? std::max(1, threads) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t p = 0; p < pieces; ++p) {
+      const int64_t lo = p * chunk, m = std::min(chunk, n - lo);
+      if (out.dtype == x.dtype) {
+        if (at(out, lo) != at(x, lo))
+          std::memmove(at(out, lo), at(x, lo), static_cast<size_t>(m) * esize(out.dtype));
+      } else if (x.dtype == OSLO_DTYPE_F32) {
+        from_f32(out.dtype, reinterpret_cast<const float*>(at(x, lo)), at(out, lo),
+                 static_cast<size_t>(m));
+      } else if (out.dtype == OSLO_DTYPE_F32) {
+        to_f32(x.dtype, at(x, lo), reinterpret_cast<float*>(at(out, lo)), static_cast<size_t>(m));
+      } else {
+        std::vector<float> tmp(static_cast<size_t>(m));
+        to_f32(x.dtype, at(x, lo), tmp.data(), static_cast<size_t>(m));
+        from_f32(out.dtype, tmp.data(), at(out, lo), static_cast<size_t>(m));
+      }
+    }
+    return;
+  }
+  const int64_t rows = rows_of(out), cols = cols_of(out);
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    const float* xr = load_row(x, row_offset(out, x, r), cols, inner_stride(x), s.a.data());
+    store_row(out, row_offset(out, out, r), cols, inner_stride(out), xr);
+  });
+}
+
+void fill(int threads, const V& out, double value) {
+  check_view(out, "fill output");
+  const int64_t rows = rows_of(out), cols = cols_of(out);
+  if (is_int(out.dtype)) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        char* q = at(out, row_offset(out, out, r) + c * inner_stride(out));
+        if (out.dtype == OSLO_DTYPE_I32) {
+          int32_t t = static_cast<int32_t>(value);
+          std::memcpy(q, &t, 4);
+        } else {
+          int64_t t = static_cast<int64_t>(value);
+          std::memcpy(q, &t, 8);
+        }
+      }
+    return;
+  }
+  if (value == 0 && flat(out)) {
+    std::memset(out.data, 0, static_cast<size_t>(numel(out)) * esize(out.dtype));
+    return;
+  }
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    std::fill(s.a.begin(), s.a.begin() + cols, static_cast<float>(value));
+    store_row(out, row_offset(out, out, r), cols, inner_stride(out), s.a.data());
+  });
+}
+
+// ---- element-wise -------------------------------------------------------
+
+namespace {
+
+// Runs f(out_row, a_row, b_row, n) over the rows of out, with a and b
+// broadcast to it (b may be null).
+template <typename F>
+void elementwise(int threads, const V& out0, const V& a0, const V* b0, F f) {
+  V out = out0;
+  V a = broadcast_to(out0, a0, "input");
+  V b = b0 ? broadcast_to(out0, *b0, "second input") : V{};
+  const int64_t n = numel(out);
+  if (n == 0) return;
+  const int64_t chunk = 4096;
+  if (flat(out) && flat(a) && numel(a0) == n && (!b0 || (flat(b) && numel(*b0) == n)) &&
+      n % chunk == 0 && n > chunk) {
+    out = as_chunks(out, n, chunk);
+    a = as_chunks(a, n, chunk);
+    if (b0) b = as_chunks(b, n, chunk);
+  }
+  const int64_t rows = rows_of(out), cols = cols_of(out);
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    const float* ar = load_row(a, row_offset(out, a, r), cols, inner_stride(a), s.a.data());
+    const float* br =
+        b0 ? load_row(b, row_offset(out, b, r), cols, inner_stride(b), s.b.data()) : nullptr;
+    const bool direct = out.dtype == OSLO_DTYPE_F32 && inner_stride(out) == 1;
+    float* o = direct ? reinterpret_cast<float*>(at(out, row_offset(out, out, r))) : s.c.data();
+    f(o, ar, br, cols);
+    if (!direct) store_row(out, row_offset(out, out, r), cols, inner_stride(out), o);
+  });
+}
+
+}  // namespace
+
+void binary(int threads, oslo_bk_binary op, const V& out, const V& a, const V& b) {
+  check_float(out, "binary output");
+  check_float(a, "binary input a");
+  check_float(b, "binary input b");
+  switch (op) {
+    case OSLO_BK_ADD:
+      return elementwise(threads, out, a, &b,
+                         [](float* o, const float* x, const float* y, int64_t n) {
+                           for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+                         });
+    case OSLO_BK_SUB:
+      return elementwise(threads, out, a, &b,
+                         [](float* o, const float* x, const float* y, int64_t n) {
+                           for (int64_t i = 0; i < n; ++i) o[i] = x[i] - y[i];
+                         });
+    case OSLO_BK_MUL:
+      return elementwise(threads, out, a, &b,
+                         [](float* o, const float* x, const float* y, int64_t n) {
+                           for (int64_t i = 0; i < n; ++i) o[i] = x[i] * y[i];
+                         });
+    case OSLO_BK_DIV:
+      return elementwise(threads, out, a, &b,
+                         [](float* o, const float* x, const float* y, int64_t n) {
+                           for (int64_t i = 0; i < n; ++i) o[i] = x[i] / y[i];
+                         });
+    case OSLO_BK_MAXIMUM:
+      return elementwise(threads, out, a, &b,
+                         [](float* o, const float* x, const float* y, int64_t n) {
+                           for (int64_t i = 0; i < n; ++i)
+                             o[i] = (std::isnan(x[i]) || x[i] > y[i]) ? x[i] : y[i];
+                         });
+    case OSLO_BK_MINIMUM:
+      return elementwise(threads, out, a, &b,
+                         [](float* o, const float* x, const float* y, int64_t n) {
+                           for (int64_t i = 0; i < n; ++i)
+                             o[i] = (std::isnan(x[i]) || x[i] < y[i]) ? x[i] : y[i];
+                         });
+    default: break;
+  }
+  fail(OSLO_ERR_INVALID_ARGUMENT, "unknown binary op ", static_cast<int>(op));
+}
+
+void unary(int threads, oslo_bk_unary op, const V& out, const V& x, float alpha) {
+  check_float(out, "unary output");
+  check_float(x, "unary input");
+  auto run = [&](auto fn) {
+    elementwise(threads, out, x, nullptr, [&](float* o, const float* a, const float*, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) o[i] = fn(a[i]);
+    });
+  };
+  switch (op) {
+    case OSLO_BK_SCALE: return run([alpha](float v) { return v * alpha; });
+    case OSLO_BK_EXP: return run([](float v) { return std::exp(v); });
+    case OSLO_BK_GELU: return run(gelu);
+    case OSLO_BK_GELU_TANH: return run(gelu_tanh);
+    case OSLO_BK_SILU: return run([](float v) { return v * sigmoid(v); });
+    case OSLO_BK_RELU: return run([](float v) { return v > 0 ? v : (v == v ? 0.f : v); });
+    case OSLO_BK_TANH: return run([](float v) { return std::tanh(v); });
+    case OSLO_BK_SQUARE: return run([](float v) { return v * v; });
+    case OSLO_BK_ABS_POW:
+      return run([alpha](float v) {
+        return alpha == 1.f ? std::fabs(v) : alpha == 2.f ? v * v : std::pow(std::fabs(v), alpha);
+      });
+    case OSLO_BK_ABS: return run([](float v) { return std::fabs(v); });
+    case OSLO_BK_LOG: return run([](float v) { return std::log(v); });
+    case OSLO_BK_RSQRT: return run([](float v) { return 1.0f / std::sqrt(v); });
+    default: break;
+  }
+  fail(OSLO_ERR_INVALID_ARGUMENT, "unknown unary op ", static_cast<int>(op));
+}
+
+void unary_backward(int threads, oslo_bk_unary op, const V& gx, const V& x, const V& gy,
+                    float alpha) {
+  check_float(gx, "unary_backward grad_x");
+  check_float(x, "unary_backward x");
+  check_float(gy, "unary_backward grad_out");
+  auto run = [&](auto fn) {
+    elementwise(threads, gx, x, &gy, [&](float* o, const float* a, const float* g, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) o[i] = g[i] * fn(a[i]);
+    });
+  };
+  switch (op) {
+    case OSLO_BK_SCALE: return run([alpha](float) { return alpha; });
+    case OSLO_BK_GELU: return run(gelu_grad);
+    case OSLO_BK_GELU_TANH: return run(gelu_tanh_grad);
+    case OSLO_BK_SILU:
+      return run([](float v) {
+        const float s = sigmoid(v);
+        return s * (1.0f + v * (1.0f - s));
+      });
+    case OSLO_BK_RELU: return run([](float v) { return v > 0 ? 1.f : 0.f; });
+    case OSLO_BK_TANH:
+      return run([](float v) {
+        const float t = std::tanh(v);
+        return 1.0f - t * t;
+      });
+    default: break;
+  }
+  fail(OSLO_ERR_NOT_SUPPORTED, "unary_backward of op ", static_cast<int>(op));
+}
+
+// ---- reductions ---------------------------------------------------------
+
+void reduce(int threads, oslo_bk_reduce op, const V& out, const V& x, const V* shift, int64_t valid,
+            bool accumulate) {
+  check_float(out, "reduce output");
+  check_float(x, "reduce input");
+  OSLO_CHECK(op == OSLO_BK_REDUCE_SUM || op == OSLO_BK_REDUCE_MAX || op == OSLO_BK_REDUCE_SUM_EXP ||
+                 op == OSLO_BK_REDUCE_MAX_ABS,
+             OSLO_ERR_INVALID_ARGUMENT, "unknown reduce op ", static_cast<int>(op));
+  const int64_t rows = rows_of(x), cols = cols_of(x);
+  OSLO_CHECK(numel(out) == rows, OSLO_ERR_SHAPE, "reduce output ", shape_of(out), " needs ", rows,
+             " elements for input ", shape_of(x));
+  OSLO_CHECK(flat(out), OSLO_ERR_NOT_SUPPORTED, "reduce output must be contiguous");
+  if (op == OSLO_BK_REDUCE_SUM_EXP) {
+    OSLO_CHECK(shift, OSLO_ERR_INVALID_ARGUMENT, "reduce SUM_EXP needs a shift");
+    check_float(*shift, "reduce shift");
+    OSLO_CHECK(numel(*shift) == rows && flat(*shift), OSLO_ERR_SHAPE, "reduce shift ",
+               shape_of(*shift), " needs ", rows, " contiguous elements");
+  }
+  const int64_t n = valid < 0 ? cols : std::min(valid, cols);
+  const V o = align(out, 1);
+  std::vector<float> results(static_cast<size_t>(rows));
+  // One long row (e.g. a flattened gradient): reduce fixed 64 K pieces in
+  // parallel, then combine them in order, so the bits do not depend on the
+  // thread count.
+  auto reduce_range = [&](const float* p, int64_t m, double sh, double* acc) {
+    switch (op) {
+      case OSLO_BK_REDUCE_SUM:
+        for (int64_t i = 0; i < m; ++i) *acc += p[i];
+        break;
+      case OSLO_BK_REDUCE_SUM_EXP:
+        for (int64_t i = 0; i < m; ++i) *acc += std::exp(static_cast<double>(p[i]) - sh);
+        break;
+      case OSLO_BK_REDUCE_MAX:
+        for (int64_t i = 0; i < m; ++i)
+          if (std::isnan(p[i]) || p[i] > *acc) *acc = p[i];
+        break;
+      case OSLO_BK_REDUCE_MAX_ABS:
+        for (int64_t i = 0; i < m; ++i)
+          if (std::isnan(p[i]) || std::fabs(p[i]) > *acc) *acc = std::fabs(p[i]);
+        break;
+      default: break;  // checked above
+    }
+  };
+  const bool is_max = op == OSLO_BK_REDUCE_MAX || op == OSLO_BK_REDUCE_MAX_ABS;
+  const double init = op == OSLO_BK_REDUCE_MAX ? -std::numeric_limits<double>::infinity() : 0.0;
+  auto combine = [&](double a, double b) {
+    if (!is_max) return a + b;
+    return (std::isnan(b) || b > a) ? b : a;
+  };
+  const int64_t piece = 1 << 16;
+  if (rows == 1 && n > piece) {
+    const int64_t pieces = (n + piece - 1) / piece;
+    std::vector<double> part(static_cast<size_t>(pieces), init);
+    float sh = shift ? load1(*shift, 0) : 0.f;
+#pragma omp parallel num_threads(std::max(1, threads))
+    {
+      std::vector<float> buf(static_cast<size_t>(piece));
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < pieces; ++p) {
+        const int64_t lo = p * piece, m = std::min(piece, n - lo);
+        const float* row = load_row(x, lo * inner_stride(x), m, inner_stride(x), buf.data());
+        double acc = init;
+        reduce_range(row, m, sh, &acc);
+        part[static_cast<size_t>(p)] = acc;
+      }
+    }
+    double acc = init;
+    for (double v : part) acc = combine(acc, v);
+    results[0] = static_cast<float>(acc);
+  } else {
+    const V xa = x;
+    for_rows(threads, rows, n, [&](int64_t r, Scratch& s) {
+      const float* row = load_row(xa, row_offset(xa, xa, r), n, inner_stride(xa), s.a.data());
+      double acc = init;
+      reduce_range(row, n, shift ? load1(*shift, r) : 0.0, &acc);
+      results[static_cast<size_t>(r)] = static_cast<float>(acc);
+    });
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float v = results[static_cast<size_t>(r)];
+    if (accumulate) v = static_cast<float>(combine(load1(o, r), v));
+    store_row(o, r, 1, 1, &v);
+  }
+}
+
+void sum_rows(int threads, const V& out, const V& x, bool accumulate) {
+  check_float(out, "sum_rows output");
+  check_float(x, "sum_rows input");
+  OSLO_CHECK(x.ndim == 2, OSLO_ERR_SHAPE, "sum_rows input must be 2-D, got ", shape_of(x));
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  OSLO_CHECK(numel(out) == cols && flat(out), OSLO_ERR_SHAPE, "sum_rows output ", shape_of(out),
+             " needs ", cols, " contiguous elements");
+  const int64_t block = 256;
+  const int64_t blocks = (cols + block - 1) / block;
+  const int nt = blocks > 1 && rows * cols > 16384 ? std::max(1, threads) : 1;
+  const V o = align(out, 1);
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<double> acc(static_cast<size_t>(block));
+    std::vector<float> buf(static_cast<size_t>(block));
+#pragma omp for schedule(static)
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const int64_t c0 = bi * block, m = std::min(block, cols - c0);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row =
+            load_row(x, r * x.strides[0] + c0 * x.strides[1], m, x.strides[1], buf.data());
+        for (int64_t i = 0; i < m; ++i) acc[static_cast<size_t>(i)] += row[i];
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        float v = static_cast<float>(acc[static_cast<size_t>(i)]);
+        if (accumulate) v += load1(o, c0 + i);
+        store_row(o, c0 + i, 1, 1, &v);
+      }
+    }
+  }
+}
+
+// ---- softmax and norms ----------------------------------------------------
+
+void softmax(int threads, const V& out, const V& x, const V* mask0, float scale, bool causal,
+             int64_t offset) {
+  check_float(out, "softmax output");
+  check_float(x, "softmax input");
+  OSLO_CHECK(numel(out) == numel(x) && out.ndim == x.ndim, OSLO_ERR_SHAPE, "softmax output ",
+             shape_of(out), " differs from input ", shape_of(x));
+  V mask;
+  if (mask0) {
+    check_float(*mask0, "softmax mask");
+    mask = broadcast_to(x, *mask0, "softmax mask");
+  }
+  const int64_t rows = rows_of(x), cols = cols_of(x);
+  const int64_t qlen = x.ndim >= 2 ? x.shape[x.ndim - 2] : 1;
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    const float* xr = load_row(x, row_offset(x, x, r), cols, inner_stride(x), s.a.data());
+    const float* mr =
+        mask0 ? load_row(mask, row_offset(x, mask, r), cols, inner_stride(mask), s.b.data())
+              : nullptr;
+    float* o = s.c.data();
+    const int64_t q = r % qlen;
+    const int64_t lim =
+        causal ? std::min<int64_t>(cols, std::max<int64_t>(0, q + offset + 1)) : cols;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < lim; ++i) {
+      o[i] = scale * xr[i] + (mr ? mr[i] : 0.f);
+      mx = std::max(mx, o[i]);
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < lim; ++i) {
+      o[i] = mx == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(o[i] - mx);
+      sum += o[i];
+    }
+    const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.f;
+    for (int64_t i = 0; i < lim; ++i) o[i] *= inv;
+    for (int64_t i = lim; i < cols; ++i) o[i] = 0.f;
+    store_row(out, row_offset(out, out, r), cols, inner_stride(out), o);
+  });
+}
+
+void softmax_backward(int threads, const V& gx, const V& y, const V& gy, float scale) {
+  check_float(gx, "softmax_backward grad_x");
+  check_float(y, "softmax_backward y");
+  check_float(gy, "softmax_backward grad_y");
+  OSLO_CHECK(numel(gx) == numel(y) && numel(gy) == numel(y), OSLO_ERR_SHAPE,
+             "softmax_backward shapes differ");
+  const int64_t rows = rows_of(y), cols = cols_of(y);
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    const float* yr = load_row(y, row_offset(y, y, r), cols, inner_stride(y), s.a.data());
+    const float* gr = load_row(gy, row_offset(y, gy, r), cols, inner_stride(gy), s.b.data());
+    double dot = 0;
+    for (int64_t i = 0; i < cols; ++i) dot += static_cast<double>(yr[i]) * gr[i];
+    float* o = s.c.data();
+    for (int64_t i = 0; i < cols; ++i) o[i] = scale * yr[i] * (gr[i] - static_cast<float>(dot));
+    store_row(gx, row_offset(gx, gx, r), cols, inner_stride(gx), o);
+  });
+}
+
+void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, float eps,
+          bool rms) {
+  check_float(out, "norm output");
+  check_float(x, "norm input");
+  OSLO_CHECK(numel(out) == numel(x) && cols_of(out) == cols_of(x), OSLO_ERR_SHAPE, "norm output ",
+             shape_of(out), " differs from input ", shape_of(x));
+  const int64_t rows = rows_of(x), cols = cols_of(x);
+  std::vector<float> g, b;
+  auto load_param = [&](const V* p, const char* what, std::vector<float>* dst) {
+    if (!p) return;
+    check_float(*p, what);
+    OSLO_CHECK(numel(*p) == cols, OSLO_ERR_SHAPE, what, " ", shape_of(*p), " needs ", cols,
+               " elements");
+    dst->resize(static_cast<size_t>(cols));
+    const V a = align(*p, 1);
+    const float* row = load_row(a, 0, cols, a.strides[0], dst->data());
+    if (row != dst->data()) std::copy(row, row + cols, dst->begin());
+  };
+  load_param(gamma, "norm gamma", &g);
+  if (!rms) load_param(beta, "norm beta", &b);
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    const float* xr = load_row(x, row_offset(x, x, r), cols, inner_stride(x), s.a.data());
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (int64_t i = 0; i < cols; ++i) mean += xr[i];
+      mean /= static_cast<double>(std::max<int64_t>(cols, 1));
+    }
+    for (int64_t i = 0; i < cols; ++i) {
+      const double d = xr[i] - mean;
+      var += d * d;
+    }
+    var /= static_cast<double>(std::max<int64_t>(cols, 1));
+    const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+    float* o = s.c.data();
+    for (int64_t i = 0; i < cols; ++i) {
+      float v = (xr[i] - static_cast<float>(mean)) * inv;
+      if (!g.empty()) v *= g[static_cast<size_t>(i)];
+      if (!b.empty()) v += b[static_cast<size_t>(i)];
+      o[i] = v;
+    }
+    store_row(out, row_offset(out, out, r), cols, inner_stride(out), o);
+  });
+}
+
+// ---- gathers and scatters -------------------------------------------------
+
+namespace {
+
+int64_t ids_len(const V& ids, const char* what) {
+  check_ids(ids, what);
+  OSLO_CHECK(ids.ndim <= 1 || rows_of(ids) == 1 || cols_of(ids) == 1 || flat(ids),
+             OSLO_ERR_NOT_SUPPORTED, what, " must be contiguous or 1-D");
+  return numel(ids);
+}
+
+// ids as a flat list (any contiguous shape, or a strided 1-D view).
+int64_t id_at(const V& ids, int64_t i) {
+  if (ids.ndim <= 1) return load_id(ids, i);
+  const char* p = static_cast<const char*>(ids.data) + i * static_cast<int64_t>(esize(ids.dtype));
+  if (ids.dtype == OSLO_DTYPE_I32) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+}  // namespace
+
+void gather_rows(int threads, const V& out, const V& table, const V& ids, int64_t offset,
+                 int64_t limit) {
+  check_float(out, "gather_rows output");
+  check_float(table, "gather_rows table");
+  OSLO_CHECK(table.ndim == 2, OSLO_ERR_SHAPE, "gather_rows table must be 2-D, got ",
+             shape_of(table));
+  const int64_t t = ids_len(ids, "gather_rows ids"), h = table.shape[1], rows = table.shape[0];
+  OSLO_CHECK(rows_of(out) == t && cols_of(out) == h, OSLO_ERR_SHAPE, "gather_rows output ",
+             shape_of(out), " must be [", t, ", ", h, "]");
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t id = id_at(ids, i);
+    OSLO_CHECK(id >= 0 && id < limit, OSLO_ERR_INVALID_ARGUMENT, "id ", id, " at position ", i,
+               " is outside [0, ", limit, ")");
+  }
+  for_rows(threads, t, h, [&](int64_t r, Scratch& s) {
+    const int64_t local = id_at(ids, r) - offset;
+    float* o = s.c.data();
+    if (local >= 0 && local < rows) {
+      const float* row = load_row(table, local * table.strides[0], h, table.strides[1], s.a.data());
+      std::copy(row, row + h, o);
+    } else {
+      std::fill(o, o + h, 0.f);
+    }
+    store_row(out, row_offset(out, out, r), h, inner_stride(out), o);
+  });
+}
+
+void scatter_add_rows(int threads, const V& table, const V& ids, const V& src, int64_t offset) {
+  check_float(table, "scatter_add_rows table");
+  check_float(src, "scatter_add_rows src");
+  OSLO_CHECK(table.ndim == 2, OSLO_ERR_SHAPE, "scatter_add_rows table must be 2-D");
+  const int64_t t = ids_len(ids, "scatter_add_rows ids"), h = table.shape[1], rows = table.shape[0];
+  OSLO_CHECK(rows_of(src) == t && cols_of(src) == h, OSLO_ERR_SHAPE, "scatter_add_rows src ",
+             shape_of(src), " must be [", t, ", ", h, "]");
+  // Columns in parallel, tokens in order within each: deterministic.
+  const int64_t block = 512;
+  const int64_t blocks = (h + block - 1) / block;
+  const int nt = blocks > 1 && t * h > 16384 ? std::max(1, threads) : 1;
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<float> acc(static_cast<size_t>(block)), buf(static_cast<size_t>(block));
+#pragma omp for schedule(static)
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const int64_t c0 = bi * block, m = std::min(block, h - c0);
+      for (int64_t i = 0; i < t; ++i) {
+        const int64_t local = id_at(ids, i) - offset;
+        if (local < 0 || local >= rows) continue;
+        const int64_t toff = local * table.strides[0] + c0 * table.strides[1];
+        const float* cur = load_row(table, toff, m, table.strides[1], acc.data());
+        if (cur != acc.data()) std::copy(cur, cur + m, acc.begin());
+        const float* s = load_row(src, row_offset(src, src, i) + c0 * inner_stride(src), m,
+                                  inner_stride(src), buf.data());
+        for (int64_t k = 0; k < m; ++k) acc[static_cast<size_t>(k)] += s[k];
+        store_row(table, toff, m, table.strides[1], acc.data());
+      }
+    }
+  }
+}
+
+void gather_cols(int threads, const V& out, const V& x, const V& idx, int64_t offset, int64_t limit,
+                 int64_t ignore) {
+  (void)threads;
+  check_float(out, "gather_cols output");
+  check_float(x, "gather_cols input");
+  OSLO_CHECK(x.ndim == 2, OSLO_ERR_SHAPE, "gather_cols input must be 2-D, got ", shape_of(x));
+  const int64_t t = ids_len(idx, "gather_cols index");
+  OSLO_CHECK(x.shape[0] == t && numel(out) == t && flat(out), OSLO_ERR_SHAPE, "gather_cols needs ",
+             t, " rows and a contiguous output of ", t, " elements");
+  const V o = align(out, 1);
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t id = id_at(idx, i);
+    float v = 0.f;
+    if (id != ignore) {
+      OSLO_CHECK(id >= 0 && id < limit, OSLO_ERR_INVALID_ARGUMENT, "label ", id, " at position ", i,
+                 " is outside [0, ", limit, ")");
+      const int64_t c = id - offset;
+      if (c >= 0 && c < x.shape[1]) v = load1(x, i * x.strides[0] + c * x.strides[1]);
+    }
+    store_row(o, i, 1, 1, &v);
+  }
+}
+
+void scatter_add_cols(int threads, const V& x, const V& idx, int64_t offset, int64_t ignore,
+                      float value) {
+  (void)threads;
+  check_float(x, "scatter_add_cols target");
+  OSLO_CHECK(x.ndim == 2, OSLO_ERR_SHAPE, "scatter_add_cols target must be 2-D");
+  const int64_t t = ids_len(idx, "scatter_add_cols index");
+  OSLO_CHECK(x.shape[0] == t, OSLO_ERR_SHAPE, "scatter_add_cols needs ", t, " rows");
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t id = id_at(idx, i);
+    if (id == ignore) continue;
+    const int64_t c = id - offset;
+    if (c < 0 || c >= x.shape[1]) continue;
+    const int64_t off = i * x.strides[0] + c * x.strides[1];
+    float v = load1(x, off) + value;
+    store_row(x, off, 1, 1, &v);
+  }
+}
+
+}  // namespace cpu
+}  // namespace oslo

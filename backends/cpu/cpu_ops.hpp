@@ -1,0 +1,50 @@
+// The CPU backend's ops (contracts in core/backend/oslo_backend.h). Each
+// throws oslo::Error naming the problem; cpu_backend.cpp turns that into the
+// table's status + message. f16 and bf16 are read into f32 a row at a time and
+// rounded once on the way out; reductions accumulate in f64 (sums) so results
+// are deterministic for a given input whatever the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend/oslo_backend.h"
+
+namespace oslo {
+namespace cpu {
+
+using V = oslo_bk_view;
+
+void convert(int threads, const V& out, const V& x);
+void fill(int threads, const V& out, double value);
+void binary(int threads, oslo_bk_binary op, const V& out, const V& a, const V& b);
+void unary(int threads, oslo_bk_unary op, const V& out, const V& x, float alpha);
+void unary_backward(int threads, oslo_bk_unary op, const V& gx, const V& x, const V& gy,
+                    float alpha);
+void reduce(int threads, oslo_bk_reduce op, const V& out, const V& x, const V* shift, int64_t valid,
+            bool accumulate);
+void sum_rows(int threads, const V& out, const V& x, bool accumulate);
+void softmax(int threads, const V& out, const V& x, const V* mask, float scale, bool causal,
+             int64_t offset);
+void softmax_backward(int threads, const V& gx, const V& y, const V& gy, float scale);
+void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, float eps,
+          bool rms);
+void gather_rows(int threads, const V& out, const V& table, const V& ids, int64_t offset,
+                 int64_t limit);
+void scatter_add_rows(int threads, const V& table, const V& ids, const V& src, int64_t offset);
+void gather_cols(int threads, const V& out, const V& x, const V& idx, int64_t offset, int64_t limit,
+                 int64_t ignore);
+void scatter_add_cols(int threads, const V& x, const V& idx, int64_t offset, int64_t ignore,
+                      float value);
+
+// Matmul state (cached oneDNN primitives) lives in the instance.
+class Matmul;
+
+// Shared helpers for cpu_matmul.cpp.
+int64_t numel(const V& v);
+// Loads n elements of a row starting at element offset off with inner stride
+// s into buf as f32; returns buf, or the row itself when it is f32 with stride 1.
+const float* load_row(const V& v, int64_t off, int64_t n, int64_t s, float* buf);
+void store_row(const V& v, int64_t off, int64_t n, int64_t s, const float* src);
+
+}  // namespace cpu
+}  // namespace oslo

@@ -1,0 +1,417 @@
+// The libtorch backend plugin: the table, instances, errors, views, memory
+// and the queue. Compute is in torch_ops.cpp, communicators in torch_comm.cpp.
+#include "torch_backend.hpp"
+
+#include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+namespace oslo_torch {
+
+// -- errors -----------------------------------------------------------------
+
+oslo_status status_of_current_exception(std::string* message, const char* entry) {
+  const std::string where = std::string("torch: ") + entry + ": ";
+  try {
+    throw;
+  } catch (const Failure& e) {
+    *message = e.what();
+    return e.status();
+  } catch (const c10::OutOfMemoryError& e) {
+    *message = where + e.what_without_backtrace();
+    return OSLO_ERR_OUT_OF_MEMORY;
+  } catch (const c10::NotImplementedError& e) {
+    *message = where + "not supported by this libtorch: " + e.what_without_backtrace();
+    return OSLO_ERR_NOT_SUPPORTED;
+  } catch (const c10::IndexError& e) {
+    *message = where + e.what_without_backtrace();
+    return OSLO_ERR_INVALID_ARGUMENT;
+  } catch (const c10::Error& e) {
+    // Arguments are checked before ATen sees them, so what ATen still rejects
+    // is unexpected (or a device error found at a wait point).
+    *message = where + "libtorch failed: " + e.what_without_backtrace();
+    return OSLO_ERR_INTERNAL;
+  } catch (const std::bad_alloc&) {
+    *message = where + "out of memory";
+    return OSLO_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    *message = where + e.what();
+    return OSLO_ERR_INTERNAL;
+  } catch (...) {
+    *message = where + "unknown exception";
+    return OSLO_ERR_INTERNAL;
+  }
+}
+
+Scope::Scope(Instance& in) {
+  if (!in.is_cpu()) {
+    device_guard_.reset_device(in.device);
+    if (in.stream) stream_guard_.reset_stream(*in.stream);
+  }
+  // at::set_num_threads is process-wide for libtorch's own pools, but with the
+  // OpenMP backend (Debian's and the pip wheels') the count a parallel region
+  // uses is the calling thread's OpenMP setting, so setting it per call gives
+  // each instance (each rank's thread) its own count.
+  if (in.num_threads > 0 && at::get_num_threads() != in.num_threads)
+    at::set_num_threads(in.num_threads);
+}
+
+// -- views --------------------------------------------------------------------
+
+const char* dtype_name(oslo_dtype dtype) {
+  switch (dtype) {
+    case OSLO_DTYPE_F32: return "f32";
+    case OSLO_DTYPE_F16: return "f16";
+    case OSLO_DTYPE_BF16: return "bf16";
+    case OSLO_DTYPE_I32: return "i32";
+    case OSLO_DTYPE_I64: return "i64";
+    default: return "unknown dtype";
+  }
+}
+
+bool is_float(oslo_dtype dtype) {
+  return dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_F16 || dtype == OSLO_DTYPE_BF16;
+}
+bool is_int(oslo_dtype dtype) {
+  return dtype == OSLO_DTYPE_I32 || dtype == OSLO_DTYPE_I64;
+}
+
+at::ScalarType scalar_type_of(oslo_dtype dtype, const char* entry, const char* what) {
+  switch (dtype) {
+    case OSLO_DTYPE_F32: return at::kFloat;
+    case OSLO_DTYPE_F16: return at::kHalf;
+    case OSLO_DTYPE_BF16: return at::kBFloat16;
+    case OSLO_DTYPE_I32: return at::kInt;
+    case OSLO_DTYPE_I64: return at::kLong;
+    default:
+      fail(OSLO_ERR_DTYPE, std::string(entry) + ": " + what + " has unknown dtype " +
+                               std::to_string(static_cast<int>(dtype)));
+  }
+}
+
+std::string shape_string(const oslo_bk_view* v) {
+  std::ostringstream s;
+  s << '[';
+  for (int i = 0; i < v->ndim; ++i) s << (i ? "," : "") << v->shape[i];
+  s << ']';
+  return s.str();
+}
+
+at::Tensor wrap(const Instance& in, const oslo_bk_view* v, const char* entry, const char* what,
+                Role role) {
+  const std::string where = std::string(entry) + ": " + what;
+  if (v == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, where + " is NULL");
+  if (v->ndim < 0 || v->ndim > OSLO_MAX_DIMS)
+    fail(OSLO_ERR_INVALID_ARGUMENT, where + " has ndim " + std::to_string(v->ndim) +
+                                        " (must be in [0, " + std::to_string(OSLO_MAX_DIMS) + "])");
+  const at::ScalarType st = scalar_type_of(v->dtype, entry, what);
+  int64_t numel = 1;
+  for (int i = 0; i < v->ndim; ++i) {
+    if (v->shape[i] < 0)
+      fail(OSLO_ERR_INVALID_ARGUMENT, where + " has a negative extent " + shape_string(v));
+    if (v->strides[i] < 0)
+      fail(OSLO_ERR_INVALID_ARGUMENT, where + " has a negative stride in dimension " +
+                                          std::to_string(i) +
+                                          " (libtorch tensors cannot have negative strides)");
+    if (role == Role::Output && v->strides[i] == 0 && v->shape[i] > 1)
+      fail(OSLO_ERR_INVALID_ARGUMENT, where + " broadcasts (stride 0) in dimension " +
+                                          std::to_string(i) + ": only inputs may");
+    numel *= v->shape[i];
+  }
+  const at::IntArrayRef sizes(v->shape, static_cast<size_t>(v->ndim));
+  const auto options = at::TensorOptions().dtype(st).device(in.device);
+  // An empty view may have any (or no) data pointer: nothing is read or written.
+  if (numel == 0) return at::empty(sizes, options);
+  if (v->data == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, where + " has NULL data");
+  return at::from_blob(v->data, sizes, at::IntArrayRef(v->strides, static_cast<size_t>(v->ndim)),
+                       options);
+}
+
+namespace {
+
+// -- instances ----------------------------------------------------------------
+
+thread_local std::string create_error;
+
+void configure(Instance& in, const oslo_backend_options* options) {
+  int local_rank = 0;
+  const char* extra = "{}";
+  if (options != nullptr) {
+    const size_t size = options->struct_size;
+    if (size >= offsetof(oslo_backend_options, local_rank) + sizeof(int))
+      local_rank = options->local_rank;
+    if (size >= offsetof(oslo_backend_options, num_threads) + sizeof(int))
+      in.num_threads = options->num_threads > 0 ? options->num_threads : 0;
+    if (size >= offsetof(oslo_backend_options, extra_json) + sizeof(const char*) &&
+        options->extra_json != nullptr)
+      extra = options->extra_json;
+  }
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(extra);
+  } catch (const nlohmann::json::exception& e) {
+    fail(OSLO_ERR_FORMAT, std::string("extra_json is not valid JSON: ") + e.what());
+  }
+  if (!cfg.is_object()) fail(OSLO_ERR_FORMAT, "extra_json must be a JSON object");
+  std::string device = "cpu";
+  int device_index = local_rank;
+  in.comm_mode = "auto";
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+    const std::string& key = it.key();
+    const auto& value = it.value();
+    if (key == "device") {
+      if (!value.is_string() || (value != "cpu" && value != "cuda"))
+        fail(OSLO_ERR_CONFIG, "extra_json key \"device\" must be \"cpu\" or \"cuda\"");
+      device = value.get<std::string>();
+    } else if (key == "device_index") {
+      if (!value.is_number_integer() || value.get<int64_t>() < 0)
+        fail(OSLO_ERR_CONFIG, "extra_json key \"device_index\" must be an integer >= 0");
+      device_index = value.get<int>();
+    } else if (key == "comm") {
+      if (!value.is_string() ||
+          (value != "auto" && value != "none" && value != "gloo" && value != "nccl"))
+        fail(OSLO_ERR_CONFIG,
+             "extra_json key \"comm\" must be \"auto\", \"none\", \"gloo\" or \"nccl\"");
+      in.comm_mode = value.get<std::string>();
+    } else if (key == "gloo_address") {
+      if (!value.is_string())
+        fail(OSLO_ERR_CONFIG, "extra_json key \"gloo_address\" must be a string");
+      in.gloo_address = value.get<std::string>();
+    } else {
+      fail(OSLO_ERR_CONFIG, "unknown extra_json key \"" + key +
+                                "\" (known: device, device_index, comm, gloo_address)");
+    }
+  }
+  if (device == "cuda") {
+    if (!at::hasCUDA())
+      fail(OSLO_ERR_BACKEND_UNAVAILABLE,
+           "\"device\": \"cuda\" asked, but this libtorch has no CUDA or sees no GPU");
+    const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    const int count = static_cast<int>(impl->deviceCount());
+    if (device_index >= count)
+      fail(OSLO_ERR_CONFIG, "CUDA device " + std::to_string(device_index) +
+                                " asked (local_rank or device_index), but " +
+                                std::to_string(count) + " are visible");
+    in.device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index));
+    c10::DeviceGuard g(in.device);
+    // One ordered queue per instance: a stream from libtorch's pool.
+    in.stream = impl->getStreamFromGlobalPool(in.device, false);
+  }
+}
+
+oslo_status create(void** self, const oslo_backend_options* options, const char** error) {
+  static const char* const kNull = "torch: create: self is NULL";
+  if (self == nullptr) {
+    if (error) *error = kNull;
+    return OSLO_ERR_INVALID_ARGUMENT;
+  }
+  *self = nullptr;
+  Instance* in = nullptr;
+  try {
+    in = new Instance();
+    configure(*in, options);
+    *self = in;
+    return OSLO_OK;
+  } catch (...) {
+    delete in;
+    oslo_status s = status_of_current_exception(&create_error, "create");
+    if (error) *error = create_error.c_str();
+    return s;
+  }
+}
+
+void destroy(void* self) {
+  Instance* in = static_cast<Instance*>(self);
+  if (in == nullptr) return;
+  try {
+    if (in->stream) in->stream->synchronize();
+  } catch (...) {
+  }
+  delete in;
+}
+
+const char* last_error(void* self) {
+  if (self == nullptr) return "torch: no instance";
+  return static_cast<Instance*>(self)->error.c_str();
+}
+
+int32_t device_type(void* self) {
+  const Instance* in = static_cast<Instance*>(self);
+  return in != nullptr && in->device.is_cuda() ? 2 /* kDLCUDA */ : 1 /* kDLCPU */;
+}
+
+int32_t device_id(void* self) {
+  const Instance* in = static_cast<Instance*>(self);
+  return in != nullptr && !in->is_cpu() ? in->device.index() : 0;
+}
+
+int host_accessible(void* self) {
+  const Instance* in = static_cast<Instance*>(self);
+  return in == nullptr || in->is_cpu() ? 1 : 0;
+}
+
+// -- memory and queue -----------------------------------------------------------
+
+oslo_status alloc(void* self, size_t bytes, void** out) {
+  return guard(self, "alloc", [&](Instance& in) {
+    if (out == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "alloc: out is NULL");
+    *out = nullptr;
+    // At least one byte, so every block has its own non-NULL address.
+    const size_t n = bytes > 0 ? bytes : 1;
+    if (in.is_cpu()) {
+      // c10's CPU allocator aligns to 64 bytes (c10::gAlignment).
+      c10::DataPtr p = c10::GetCPUAllocator()->allocate(n);
+      void* ptr = p.get();
+      if (ptr == nullptr)
+        fail(OSLO_ERR_OUT_OF_MEMORY, "alloc: " + std::to_string(bytes) + " bytes");
+      if (reinterpret_cast<uintptr_t>(ptr) % 64 != 0)
+        fail(OSLO_ERR_INTERNAL, "alloc: c10's CPU allocator returned memory not 64-byte aligned");
+      std::lock_guard<std::mutex> lock(in.mem_mutex);
+      in.host_blocks.emplace(ptr, std::move(p));
+      *out = ptr;
+    } else {
+      // The device's caching allocator, on the instance's stream (Scope made
+      // it current), so the block's reuse is ordered on that stream.
+      at::Tensor t = at::empty({static_cast<int64_t>(n)},
+                               at::TensorOptions().dtype(at::kByte).device(in.device));
+      void* ptr = t.data_ptr();
+      std::lock_guard<std::mutex> lock(in.mem_mutex);
+      in.device_blocks.emplace(ptr, std::move(t));
+      *out = ptr;
+    }
+  });
+}
+
+void free_(void* self, void* ptr, size_t /*bytes*/) {
+  if (self == nullptr || ptr == nullptr) return;
+  Instance& in = *static_cast<Instance*>(self);
+  try {
+    c10::DataPtr host;
+    at::Tensor dev;
+    {
+      std::lock_guard<std::mutex> lock(in.mem_mutex);
+      auto h = in.host_blocks.find(ptr);
+      if (h != in.host_blocks.end()) {
+        host = std::move(h->second);
+        in.host_blocks.erase(h);
+      } else {
+        auto d = in.device_blocks.find(ptr);
+        if (d != in.device_blocks.end()) {
+          dev = std::move(d->second);
+          in.device_blocks.erase(d);
+        }
+      }
+    }
+    // Released here, outside the lock (an unknown pointer is ignored).
+  } catch (...) {
+  }
+}
+
+oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind kind_arg) {
+  const int kind = enum_value(kind_arg);
+  return guard(self, "copy", [&](Instance& in) {
+    if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
+        kind != OSLO_BK_DEVICE_TO_DEVICE)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "copy: unknown kind " + std::to_string(kind));
+    if (bytes == 0) return;
+    if (dst == nullptr || src == nullptr)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "copy: NULL pointer for " + std::to_string(bytes) + " bytes");
+    if (in.is_cpu()) {
+      std::memmove(dst, src, bytes);
+      return;
+    }
+    const int64_t n = static_cast<int64_t>(bytes);
+    const auto on = [&](bool device) {
+      return at::TensorOptions().dtype(at::kByte).device(device ? in.device
+                                                                : c10::Device(c10::kCPU));
+    };
+    at::Tensor d = at::from_blob(dst, {n}, on(kind != OSLO_BK_DEVICE_TO_HOST));
+    at::Tensor s = at::from_blob(const_cast<void*>(src), {n}, on(kind != OSLO_BK_HOST_TO_DEVICE));
+    // Host <-> device copies are blocking (on the instance's stream): they
+    // return when dst holds the data or src may be reused. Device to device
+    // is enqueued.
+    d.copy_(s, /*non_blocking=*/kind == OSLO_BK_DEVICE_TO_DEVICE);
+    if (kind != OSLO_BK_DEVICE_TO_DEVICE && in.stream) in.stream->synchronize();
+  });
+}
+
+oslo_status synchronize(void* self) {
+  return guard(self, "synchronize", [&](Instance& in) {
+    if (in.stream) in.stream->synchronize();
+  });
+}
+
+oslo_status set_num_threads(void* self, int n) {
+  return guard(self, "set_num_threads", [&](Instance& in) {
+    if (n <= 0)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "set_num_threads: " + std::to_string(n) + " (must be > 0)");
+    in.num_threads = n;
+    if (at::get_num_threads() != n) at::set_num_threads(n);
+  });
+}
+
+oslo_backend_iface make_table() {
+  oslo_backend_iface t;
+  std::memset(&t, 0, sizeof t);
+  t.struct_size = sizeof(oslo_backend_iface);
+  t.abi_version = OSLO_BACKEND_ABI_VERSION;
+  t.name = "torch";
+  t.create = create;
+  t.destroy = destroy;
+  t.last_error = last_error;
+  t.device_type = device_type;
+  t.device_id = device_id;
+  t.host_accessible = host_accessible;
+  t.alloc = alloc;
+  t.free = free_;
+  t.copy = copy;
+  t.synchronize = synchronize;
+  t.set_num_threads = set_num_threads;
+  t.convert = op_convert;
+  t.fill = op_fill;
+  t.matmul = op_matmul;
+  t.binary = op_binary;
+  t.unary = op_unary;
+  t.unary_backward = op_unary_backward;
+  t.reduce = op_reduce;
+  t.sum_rows = op_sum_rows;
+  t.softmax = op_softmax;
+  t.softmax_backward = op_softmax_backward;
+  t.norm = op_norm;
+  t.gather_rows = op_gather_rows;
+  t.scatter_add_rows = op_scatter_add_rows;
+  t.gather_cols = op_gather_cols;
+  t.scatter_add_cols = op_scatter_add_cols;
+  t.comm_create = comm_create;
+  t.comm_destroy = comm_destroy;
+  t.comm_name = comm_name;
+  t.comm_last_error = comm_last_error;
+  t.comm_all_reduce = comm_all_reduce;
+  t.comm_all_gather = comm_all_gather;
+  t.comm_reduce_scatter = comm_reduce_scatter;
+  t.comm_broadcast = comm_broadcast;
+  t.comm_send = comm_send;
+  t.comm_recv = comm_recv;
+  t.comm_barrier = comm_barrier;
+  t.comm_abort = comm_abort;
+  return t;
+}
+
+const oslo_backend_iface kTable = make_table();
+
+}  // namespace
+}  // namespace oslo_torch
+
+extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v1(
+    void) {
+  return &oslo_torch::kTable;
+}

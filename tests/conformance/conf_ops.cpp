@@ -1,0 +1,744 @@
+// Backend conformance, op level: every op of the backend table
+// (core/backend/oslo_backend.h) on the backend named by argv[1] against an
+// independent f64 reference computed here, in f32, f16 and bf16, with
+// strided, transposed and broadcast views, plus the error paths. The same
+// cases run on every backend that is built (ctest: conformance_<backend>_ops).
+//
+// Tolerances are relative to the largest reference magnitude: f32 1e-5
+// (products: 1e-5 x sqrt(K)), f16 2e-3, bf16 1.6e-2 (outputs rounded to the
+// dtype; inputs are generated already representable in their dtype, so the
+// reference sees exactly what the backend sees).
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend/backend.hpp"
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+using namespace oslo;
+
+namespace {
+
+int g_passed = 0, g_failed = 0;
+std::string g_case;
+
+void check(bool ok, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+    return;
+  }
+  ++g_failed;
+  std::fprintf(stderr, "FAIL [%s] %s\n", g_case.c_str(), what.c_str());
+}
+
+double tol(oslo_dtype dt) {
+  return dt == OSLO_DTYPE_BF16 ? 1.6e-2 : dt == OSLO_DTYPE_F16 ? 2e-3 : 1e-5;
+}
+
+uint64_t g_seed = 1;
+double rnd() {
+  uint64_t x = (g_seed++) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 31;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 29;
+  return static_cast<double>(x >> 11) / static_cast<double>(1ull << 53) * 2.0 - 1.0;
+}
+
+// The value as stored in dt.
+double quant(double v, oslo_dtype dt) {
+  float f = static_cast<float>(v);
+  if (dt == OSLO_DTYPE_BF16) return bf16_to_f32(f32_to_bf16(f));
+  if (dt == OSLO_DTYPE_F16) return f16_to_f32(f32_to_f16(f));
+  return f;
+}
+
+// A device buffer holding a host array, contiguous, with its view.
+struct Dev {
+  std::shared_ptr<Backend> be;
+  void* p = nullptr;
+  size_t bytes = 0;
+  View v;
+  Dev(std::shared_ptr<Backend> b, oslo_dtype dt, std::vector<int64_t> shape) : be(std::move(b)) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    bytes = static_cast<size_t>(n) * dtype_size(dt);
+    p = be->allocate(bytes);
+    v = make_view(p, dt, shape);
+  }
+  ~Dev() { be->deallocate(p, bytes); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+
+  void upload(const std::vector<double>& host) {
+    const size_t n = host.size();
+    std::vector<char> raw(bytes);
+    for (size_t i = 0; i < n; ++i) {
+      switch (v.dtype) {
+        case OSLO_DTYPE_F32: {
+          float f = static_cast<float>(host[i]);
+          std::memcpy(raw.data() + 4 * i, &f, 4);
+          break;
+        }
+        case OSLO_DTYPE_BF16: {
+          uint16_t h = f32_to_bf16(static_cast<float>(host[i]));
+          std::memcpy(raw.data() + 2 * i, &h, 2);
+          break;
+        }
+        case OSLO_DTYPE_F16: {
+          uint16_t h = f32_to_f16(static_cast<float>(host[i]));
+          std::memcpy(raw.data() + 2 * i, &h, 2);
+          break;
+        }
+        case OSLO_DTYPE_I32: {
+          int32_t x = static_cast<int32_t>(host[i]);
+          std::memcpy(raw.data() + 4 * i, &x, 4);
+          break;
+        }
+        default: {
+          int64_t x = static_cast<int64_t>(host[i]);
+          std::memcpy(raw.data() + 8 * i, &x, 8);
+        }
+      }
+    }
+    be->copy(p, raw.data(), bytes, CopyKind::HostToDevice);
+  }
+  std::vector<double> download() const {
+    std::vector<char> raw(bytes);
+    be->copy(raw.data(), p, bytes, CopyKind::DeviceToHost);
+    const size_t n = bytes / dtype_size(v.dtype);
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; ++i) {
+      switch (v.dtype) {
+        case OSLO_DTYPE_F32: {
+          float f;
+          std::memcpy(&f, raw.data() + 4 * i, 4);
+          out[i] = f;
+          break;
+        }
+        case OSLO_DTYPE_BF16: {
+          uint16_t h;
+          std::memcpy(&h, raw.data() + 2 * i, 2);
+          out[i] = bf16_to_f32(h);
+          break;
+        }
+        case OSLO_DTYPE_F16: {
+          uint16_t h;
+          std::memcpy(&h, raw.data() + 2 * i, 2);
+          out[i] = f16_to_f32(h);
+          break;
+        }
+        case OSLO_DTYPE_I32: {
+          int32_t x;
+          std::memcpy(&x, raw.data() + 4 * i, 4);
+          out[i] = x;
+          break;
+        }
+        default: {
+          int64_t x;
+          std::memcpy(&x, raw.data() + 8 * i, 8);
+          out[i] = static_cast<double>(x);
+        }
+      }
+    }
+    return out;
+  }
+};
+
+std::vector<double> random_in(size_t n, oslo_dtype dt, double scale = 1.0) {
+  std::vector<double> v(n);
+  for (auto& x : v) x = quant(scale * rnd(), dt);
+  return v;
+}
+
+// max |got - ref| <= rel * max(|ref|, floor)
+bool close(const std::vector<double>& got, const std::vector<double>& ref, double rel,
+           double* err = nullptr, double floor = 1.0) {
+  if (got.size() != ref.size()) return false;
+  double mref = 0, merr = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isfinite(ref[i])) mref = std::max(mref, std::fabs(ref[i]));
+    double e = got[i] == ref[i] ? 0.0 : std::fabs(got[i] - ref[i]);
+    if (std::isnan(got[i]) != std::isnan(ref[i])) e = INFINITY;
+    if (std::isnan(got[i]) && std::isnan(ref[i])) e = 0;
+    if (!(e <= merr)) merr = e;
+  }
+  double scale = std::max(mref, floor * 1e-3);
+  if (err) *err = merr / (scale > 0 ? scale : 1);
+  return merr <= rel * (scale > 0 ? scale : 1);
+}
+
+std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+const oslo_dtype kFloats[] = {OSLO_DTYPE_F32, OSLO_DTYPE_F16, OSLO_DTYPE_BF16};
+
+// ---- cases ----------------------------------------------------------------
+
+void test_convert(const std::shared_ptr<Backend>& be) {
+  for (oslo_dtype src : kFloats)
+    for (oslo_dtype dst : kFloats) {
+      g_case = fmt("convert %s->%s", dtype_name(src), dtype_name(dst));
+      Dev a(be, src, {7, 70000 / 7 + 3});
+      auto h = random_in(static_cast<size_t>(a.v.numel()), src, 3.0);
+      a.upload(h);
+      Dev b(be, dst, {7, 70000 / 7 + 3});
+      be->convert(b.v, a.v);
+      std::vector<double> ref(h.size());
+      for (size_t i = 0; i < h.size(); ++i) ref[i] = quant(h[i], dst);
+      double e;
+      check(close(b.download(), ref, 1e-7, &e), fmt("err %g", e));
+    }
+  // Transposed copy and broadcast of a row.
+  g_case = "convert transpose";
+  {
+    Dev a(be, OSLO_DTYPE_F32, {5, 3});
+    auto h = random_in(15, OSLO_DTYPE_F32);
+    a.upload(h);
+    Dev b(be, OSLO_DTYPE_BF16, {3, 5});
+    View t = a.v;
+    std::swap(t.shape[0], t.shape[1]);
+    std::swap(t.strides[0], t.strides[1]);
+    be->convert(b.v, t);
+    std::vector<double> ref(15);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 5; ++j) ref[i * 5 + j] = quant(h[j * 3 + i], OSLO_DTYPE_BF16);
+    check(close(b.download(), ref, 1e-7), "transposed values");
+  }
+  g_case = "convert broadcast";
+  {
+    Dev a(be, OSLO_DTYPE_F16, {4});
+    auto h = random_in(4, OSLO_DTYPE_F16);
+    a.upload(h);
+    Dev b(be, OSLO_DTYPE_F32, {3, 4});
+    be->convert(b.v, a.v);
+    std::vector<double> ref(12);
+    for (int i = 0; i < 12; ++i) ref[i] = h[i % 4];
+    check(close(b.download(), ref, 0), "broadcast rows");
+  }
+  g_case = "convert ints";
+  {
+    Dev a(be, OSLO_DTYPE_I64, {5});
+    a.upload({-3, 0, 7, 123456789, -2147483648.0});
+    Dev b(be, OSLO_DTYPE_I32, {5});
+    be->convert(b.v, a.v);
+    check(b.download() == std::vector<double>({-3, 0, 7, 123456789, -2147483648.0}), "i64->i32");
+    Dev f(be, OSLO_DTYPE_F32, {5});
+    oslo_status st = OSLO_OK;
+    try {
+      be->convert(f.v, a.v);
+    } catch (const Error& e) {
+      st = e.status();
+    }
+    check(st == OSLO_ERR_DTYPE, "i64 -> f32 refused with OSLO_ERR_DTYPE");
+  }
+  g_case = "fill";
+  for (oslo_dtype dt : kFloats) {
+    Dev a(be, dt, {3, 5});
+    be->fill(a.v, 0.5);
+    check(a.download() == std::vector<double>(15, 0.5), fmt("fill %s", dtype_name(dt)));
+  }
+}
+
+// c = alpha * a @ b + bias + beta * c on f64.
+void ref_matmul(int64_t M, int64_t N, int64_t K, const std::vector<double>& a,
+                const std::vector<double>& b, bool b_is_w, const std::vector<double>* bias,
+                double alpha, double beta, std::vector<double>* c) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += a[i * K + k] * (b_is_w ? b[j * K + k] : b[k * N + j]);
+      double prev = beta != 0 ? (*c)[i * N + j] : 0;
+      (*c)[i * N + j] = alpha * s + (bias ? (*bias)[j] : 0) + beta * prev;
+    }
+}
+
+void test_matmul(const std::shared_ptr<Backend>& be) {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{1, 64, 48}, {3, 33, 17}, {8, 40, 100}, {37, 64, 80}, {65, 96, 130}};
+  for (oslo_dtype dt : kFloats)
+    for (oslo_dtype cdt : {OSLO_DTYPE_F32, dt})
+      for (const Shape& s : shapes)
+        for (bool w_layout : {true, false})
+          for (int epi = 0; epi < 2; ++epi) {
+            g_case = fmt("matmul %s->%s M%lld N%lld K%lld %s%s", dtype_name(dt), dtype_name(cdt),
+                         static_cast<long long>(s.M), static_cast<long long>(s.N),
+                         static_cast<long long>(s.K), w_layout ? "W^T" : "plain",
+                         epi ? " bias alpha beta" : "");
+            Dev a(be, dt, {s.M, s.K});
+            auto ha = random_in(static_cast<size_t>(s.M * s.K), dt);
+            a.upload(ha);
+            Dev b(be, dt,
+                  w_layout ? std::vector<int64_t>{s.N, s.K} : std::vector<int64_t>{s.K, s.N});
+            auto hb = random_in(static_cast<size_t>(s.N * s.K), dt);
+            b.upload(hb);
+            View bv = b.v;
+            if (w_layout) {
+              std::swap(bv.shape[0], bv.shape[1]);
+              std::swap(bv.strides[0], bv.strides[1]);
+            }
+            Dev c(be, cdt, {s.M, s.N});
+            auto hc = random_in(static_cast<size_t>(s.M * s.N), cdt);
+            if (epi)
+              c.upload(hc);
+            else
+              be->fill(c.v, std::nan(""));  // beta == 0 must ignore NaN in c
+            Dev bias(be, OSLO_DTYPE_F32, {s.N});
+            auto hbias = random_in(static_cast<size_t>(s.N), OSLO_DTYPE_F32);
+            bias.upload(hbias);
+            const float alpha = epi ? 0.5f : 1.f, beta = epi ? -2.f : 0.f;
+            be->matmul(c.v, a.v, bv, epi ? &bias.v : nullptr, alpha, beta);
+            std::vector<double> ref = hc;
+            ref_matmul(s.M, s.N, s.K, ha, hb, w_layout, epi ? &hbias : nullptr, alpha, beta, &ref);
+            double e;
+            double t = std::max(tol(cdt), 1e-5 * std::sqrt(static_cast<double>(s.K)));
+            check(close(c.download(), ref, t, &e), fmt("err %g (tol %g)", e, t));
+          }
+  // Batched, with the second operand shared (batch stride 0).
+  for (oslo_dtype dt : kFloats) {
+    g_case = fmt("matmul batched %s", dtype_name(dt));
+    const int64_t B = 3, M = 4, N = 5, K = 6;
+    Dev a(be, dt, {B, M, K});
+    auto ha = random_in(static_cast<size_t>(B * M * K), dt);
+    a.upload(ha);
+    Dev b(be, dt, {1, K, N});
+    auto hb = random_in(static_cast<size_t>(K * N), dt);
+    b.upload(hb);
+    Dev c(be, OSLO_DTYPE_F32, {B, M, N});
+    be->matmul(c.v, a.v, b.v);
+    std::vector<double> ref(static_cast<size_t>(B * M * N));
+    for (int64_t bi = 0; bi < B; ++bi) {
+      std::vector<double> ab(ha.begin() + bi * M * K, ha.begin() + (bi + 1) * M * K);
+      std::vector<double> r(static_cast<size_t>(M * N));
+      ref_matmul(M, N, K, ab, hb, false, nullptr, 1, 0, &r);
+      std::copy(r.begin(), r.end(), ref.begin() + bi * M * N);
+    }
+    check(close(c.download(), ref, std::max(tol(dt), 1e-5)), "batched values");
+  }
+  g_case = "matmul K=0";
+  {
+    Dev a(be, OSLO_DTYPE_F32, {2, 0}), b(be, OSLO_DTYPE_F32, {0, 3}), c(be, OSLO_DTYPE_F32, {2, 3});
+    be->fill(c.v, 7);
+    be->matmul(c.v, a.v, b.v);
+    check(c.download() == std::vector<double>(6, 0.0), "empty product is zero");
+  }
+  g_case = "matmul errors";
+  {
+    Dev a(be, OSLO_DTYPE_F32, {2, 3}), b(be, OSLO_DTYPE_BF16, {3, 4}), c(be, OSLO_DTYPE_F32, {2, 4});
+    oslo_status st = OSLO_OK;
+    try {
+      be->matmul(c.v, a.v, b.v);
+    } catch (const Error& e) {
+      st = e.status();
+    }
+    check(st == OSLO_ERR_DTYPE, "mixed a/b dtypes refused");
+    Dev b2(be, OSLO_DTYPE_F32, {4, 4});
+    st = OSLO_OK;
+    try {
+      be->matmul(c.v, a.v, b2.v);
+    } catch (const Error& e) {
+      st = e.status();
+    }
+    check(st == OSLO_ERR_SHAPE, "inner dimension mismatch refused");
+  }
+}
+
+double ref_unary(oslo_bk_unary op, double x, double alpha) {
+  switch (op) {
+    case OSLO_BK_SCALE: return alpha * x;
+    case OSLO_BK_EXP: return std::exp(x);
+    case OSLO_BK_GELU: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case OSLO_BK_GELU_TANH:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case OSLO_BK_SILU: return x / (1 + std::exp(-x));
+    case OSLO_BK_RELU: return x > 0 ? x : 0;
+    case OSLO_BK_TANH: return std::tanh(x);
+    case OSLO_BK_SQUARE: return x * x;
+    case OSLO_BK_ABS_POW: return std::pow(std::fabs(x), alpha);
+    case OSLO_BK_ABS: return std::fabs(x);
+    case OSLO_BK_LOG: return std::log(std::fabs(x) + 0.5);
+    case OSLO_BK_RSQRT: return 1 / std::sqrt(std::fabs(x) + 0.5);
+    default: break;
+  }
+  return NAN;
+}
+
+double ref_unary_grad(oslo_bk_unary op, double x, double alpha) {
+  const double h = 1e-6;
+  if (op == OSLO_BK_RELU) return x > 0 ? 1 : 0;
+  return (ref_unary(op, x + h, alpha) - ref_unary(op, x - h, alpha)) / (2 * h);
+}
+
+void test_elementwise(const std::shared_ptr<Backend>& be) {
+  const oslo_bk_binary bins[] = {OSLO_BK_ADD, OSLO_BK_SUB,     OSLO_BK_MUL,
+                                 OSLO_BK_DIV, OSLO_BK_MAXIMUM, OSLO_BK_MINIMUM};
+  for (oslo_dtype dt : kFloats)
+    for (oslo_bk_binary op : bins)
+      for (int bc = 0; bc < 3; ++bc) {  // b full, a row vector, a column vector
+        g_case = fmt("binary %d %s broadcast %d", static_cast<int>(op), dtype_name(dt), bc);
+        const int64_t R = 9, C = 700;
+        Dev a(be, dt, {R, C});
+        auto ha = random_in(static_cast<size_t>(R * C), dt, 2.0);
+        a.upload(ha);
+        std::vector<int64_t> bshape = bc == 0   ? std::vector<int64_t>{R, C}
+                                      : bc == 1 ? std::vector<int64_t>{C}
+                                                : std::vector<int64_t>{R, 1};
+        Dev b(be, dt, bshape);
+        auto hb = random_in(static_cast<size_t>(b.v.numel()), dt, 2.0);
+        for (auto& x : hb)
+          if (op == OSLO_BK_DIV) x = quant(x >= 0 ? x + 0.5 : x - 0.5, dt);
+        b.upload(hb);
+        Dev o(be, dt, {R, C});
+        be->binary(op, o.v, a.v, b.v);
+        std::vector<double> ref(ha.size());
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t c = 0; c < C; ++c) {
+            double x = ha[r * C + c];
+            double y = bc == 0 ? hb[r * C + c] : bc == 1 ? hb[c] : hb[r];
+            double v = op == OSLO_BK_ADD       ? x + y
+                       : op == OSLO_BK_SUB     ? x - y
+                       : op == OSLO_BK_MUL     ? x * y
+                       : op == OSLO_BK_DIV     ? x / y
+                       : op == OSLO_BK_MAXIMUM ? std::max(x, y)
+                                               : std::min(x, y);
+            ref[r * C + c] = v;
+          }
+        double e;
+        check(close(o.download(), ref, tol(dt), &e), fmt("err %g", e));
+      }
+  const oslo_bk_unary uns[] = {OSLO_BK_SCALE,   OSLO_BK_EXP,  OSLO_BK_GELU, OSLO_BK_GELU_TANH,
+                               OSLO_BK_SILU,    OSLO_BK_RELU, OSLO_BK_TANH, OSLO_BK_SQUARE,
+                               OSLO_BK_ABS_POW, OSLO_BK_ABS,  OSLO_BK_LOG,  OSLO_BK_RSQRT};
+  for (oslo_dtype dt : kFloats)
+    for (oslo_bk_unary op : uns) {
+      g_case = fmt("unary %d %s", static_cast<int>(op), dtype_name(dt));
+      const int64_t n = 3 * 4096 + 5;
+      Dev x(be, dt, {n});
+      auto hx = random_in(static_cast<size_t>(n), dt, 3.0);
+      if (op == OSLO_BK_LOG || op == OSLO_BK_RSQRT)
+        for (auto& v : hx) v = quant(std::fabs(v) + 0.5, dt);
+      x.upload(hx);
+      Dev o(be, dt, {n});
+      const float alpha = op == OSLO_BK_ABS_POW ? 1.5f : -0.75f;
+      be->unary(op, o.v, x.v, alpha);
+      std::vector<double> ref(hx.size());
+      for (size_t i = 0; i < hx.size(); ++i) {
+        double v = hx[i];
+        if (op == OSLO_BK_LOG)
+          v = std::log(v);
+        else if (op == OSLO_BK_RSQRT)
+          v = 1 / std::sqrt(v);
+        else
+          v = ref_unary(op, v, alpha);
+        ref[i] = v;
+      }
+      double e;
+      check(close(o.download(), ref, std::max(tol(dt), 2e-6), &e), fmt("err %g", e));
+    }
+  const oslo_bk_unary grads[] = {OSLO_BK_SCALE, OSLO_BK_GELU, OSLO_BK_GELU_TANH,
+                                 OSLO_BK_SILU,  OSLO_BK_RELU, OSLO_BK_TANH};
+  for (oslo_dtype dt : kFloats)
+    for (oslo_bk_unary op : grads) {
+      g_case = fmt("unary_backward %d %s", static_cast<int>(op), dtype_name(dt));
+      const int64_t n = 1000;
+      Dev x(be, dt, {n}), gy(be, dt, {n}), gx(be, dt, {n});
+      auto hx = random_in(static_cast<size_t>(n), dt, 3.0);
+      auto hg = random_in(static_cast<size_t>(n), dt);
+      x.upload(hx);
+      gy.upload(hg);
+      be->unary_backward(op, gx.v, x.v, gy.v, 0.75f);
+      std::vector<double> ref(hx.size());
+      for (size_t i = 0; i < hx.size(); ++i) ref[i] = hg[i] * ref_unary_grad(op, hx[i], 0.75);
+      double e;
+      check(close(gx.download(), ref, std::max(tol(dt), 1e-5), &e), fmt("err %g", e));
+    }
+}
+
+void test_reduce(const std::shared_ptr<Backend>& be) {
+  for (oslo_dtype dt : kFloats)
+    for (int64_t cols : {int64_t(1), int64_t(37), int64_t(1000)})
+      for (int64_t valid : {int64_t(-1), cols / 2})
+        for (oslo_bk_reduce op : {OSLO_BK_REDUCE_SUM, OSLO_BK_REDUCE_MAX, OSLO_BK_REDUCE_SUM_EXP,
+                                  OSLO_BK_REDUCE_MAX_ABS})
+          for (int acc = 0; acc < 2; ++acc) {
+            g_case = fmt("reduce %d %s cols %lld valid %lld acc %d", static_cast<int>(op),
+                         dtype_name(dt), static_cast<long long>(cols),
+                         static_cast<long long>(valid), acc);
+            const int64_t R = 6;
+            Dev x(be, dt, {R, cols});
+            auto hx = random_in(static_cast<size_t>(R * cols), dt, 2.0);
+            x.upload(hx);
+            Dev shift(be, OSLO_DTYPE_F32, {R});
+            auto hs = random_in(static_cast<size_t>(R), OSLO_DTYPE_F32);
+            shift.upload(hs);
+            Dev out(be, OSLO_DTYPE_F32, {R});
+            auto ho = random_in(static_cast<size_t>(R), OSLO_DTYPE_F32);
+            out.upload(ho);
+            be->reduce(op, out.v, x.v, &shift.v, valid, acc != 0);
+            const int64_t n = valid < 0 ? cols : valid;
+            std::vector<double> ref(static_cast<size_t>(R));
+            for (int64_t r = 0; r < R; ++r) {
+              double v = op == OSLO_BK_REDUCE_MAX ? -INFINITY : 0;
+              for (int64_t c = 0; c < n; ++c) {
+                double x0 = hx[r * cols + c];
+                if (op == OSLO_BK_REDUCE_SUM) v += x0;
+                if (op == OSLO_BK_REDUCE_SUM_EXP) v += std::exp(x0 - hs[r]);
+                if (op == OSLO_BK_REDUCE_MAX) v = std::max(v, x0);
+                if (op == OSLO_BK_REDUCE_MAX_ABS) v = std::max(v, std::fabs(x0));
+              }
+              bool is_max = op == OSLO_BK_REDUCE_MAX || op == OSLO_BK_REDUCE_MAX_ABS;
+              if (acc) v = is_max ? std::max(v, ho[r]) : v + ho[r];
+              ref[r] = v;
+            }
+            double e;
+            check(close(out.download(), ref, 1e-5, &e), fmt("err %g", e));
+          }
+  g_case = "reduce long row";
+  {
+    const int64_t n = 300001;
+    Dev x(be, OSLO_DTYPE_F32, {1, n});
+    auto hx = random_in(static_cast<size_t>(n), OSLO_DTYPE_F32);
+    x.upload(hx);
+    Dev out(be, OSLO_DTYPE_F32, {1});
+    be->reduce(OSLO_BK_REDUCE_SUM, out.v, x.v);
+    double s = 0;
+    for (double v : hx) s += v;
+    check(std::fabs(out.download()[0] - s) <= 1e-6 * std::max(1.0, std::fabs(s)),
+          fmt("sum %g vs %g", out.download()[0], s));
+  }
+  g_case = "reduce max NaN";
+  {
+    Dev x(be, OSLO_DTYPE_F32, {1, 4});
+    x.upload({1, NAN, 3, 2});
+    Dev out(be, OSLO_DTYPE_F32, {1});
+    be->reduce(OSLO_BK_REDUCE_MAX, out.v, x.v);
+    check(std::isnan(out.download()[0]), "NaN wins max");
+  }
+  for (oslo_dtype dt : kFloats) {
+    g_case = fmt("sum_rows %s", dtype_name(dt));
+    const int64_t R = 77, C = 600;
+    Dev x(be, dt, {R, C});
+    auto hx = random_in(static_cast<size_t>(R * C), dt);
+    x.upload(hx);
+    Dev out(be, OSLO_DTYPE_F32, {C});
+    auto ho = random_in(static_cast<size_t>(C), OSLO_DTYPE_F32);
+    out.upload(ho);
+    be->sum_rows(out.v, x.v, true);
+    std::vector<double> ref = ho;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) ref[c] += hx[r * C + c];
+    check(close(out.download(), ref, 1e-5), "column sums accumulated");
+  }
+}
+
+void test_softmax_norm(const std::shared_ptr<Backend>& be) {
+  for (oslo_dtype dt : kFloats)
+    for (int causal = 0; causal < 2; ++causal)
+      for (int with_mask = 0; with_mask < 2; ++with_mask) {
+        g_case = fmt("softmax %s causal %d mask %d", dtype_name(dt), causal, with_mask);
+        const int64_t B = 2, Q = 5, K = 9, off = 3;
+        Dev x(be, dt, {B, Q, K}), y(be, dt, {B, Q, K});
+        auto hx = random_in(static_cast<size_t>(B * Q * K), dt, 4.0);
+        x.upload(hx);
+        Dev mask(be, OSLO_DTYPE_F32, {K});
+        std::vector<double> hm(static_cast<size_t>(K), 0.0);
+        hm[2] = -INFINITY;
+        hm[4] = -1.5;
+        mask.upload(hm);
+        const float scale = 0.7f;
+        be->softmax(y.v, x.v, with_mask ? &mask.v : nullptr, scale, causal != 0, off);
+        std::vector<double> ref(hx.size());
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t q = 0; q < Q; ++q) {
+            double mx = -INFINITY;
+            std::vector<double> z(static_cast<size_t>(K));
+            for (int64_t k = 0; k < K; ++k) {
+              bool masked = causal && k > q + off;
+              z[k] = masked ? -INFINITY : scale * hx[(b * Q + q) * K + k] + (with_mask ? hm[k] : 0);
+              mx = std::max(mx, z[k]);
+            }
+            double s = 0;
+            for (auto& v : z) s += (v = std::exp(v - mx));
+            for (int64_t k = 0; k < K; ++k) ref[(b * Q + q) * K + k] = z[k] / s;
+          }
+        double e;
+        check(close(y.download(), ref, tol(dt), &e), fmt("err %g", e));
+        // Backward.
+        Dev gy(be, dt, {B, Q, K}), gx(be, OSLO_DTYPE_F32, {B, Q, K});
+        auto hg = random_in(hx.size(), dt);
+        gy.upload(hg);
+        auto hy = y.download();
+        be->softmax_backward(gx.v, y.v, gy.v, scale);
+        std::vector<double> rg(hx.size());
+        for (int64_t r = 0; r < B * Q; ++r) {
+          double dot = 0;
+          for (int64_t k = 0; k < K; ++k) dot += hy[r * K + k] * hg[r * K + k];
+          for (int64_t k = 0; k < K; ++k)
+            rg[r * K + k] = scale * hy[r * K + k] * (hg[r * K + k] - dot);
+        }
+        check(close(gx.download(), rg, std::max(tol(dt), 1e-5), &e), fmt("backward err %g", e));
+      }
+  for (oslo_dtype dt : kFloats)
+    for (int rms = 0; rms < 2; ++rms) {
+      g_case = fmt("norm %s rms %d", dtype_name(dt), rms);
+      const int64_t R = 7, H = 96;
+      Dev x(be, dt, {R, H}), y(be, dt, {R, H}), g(be, dt, {H}), b(be, dt, {H});
+      auto hx = random_in(static_cast<size_t>(R * H), dt, 3.0);
+      auto hgm = random_in(static_cast<size_t>(H), dt);
+      auto hb = random_in(static_cast<size_t>(H), dt);
+      x.upload(hx);
+      g.upload(hgm);
+      b.upload(hb);
+      const float eps = 1e-5f;
+      be->norm(y.v, x.v, &g.v, rms ? nullptr : &b.v, eps, rms != 0);
+      std::vector<double> ref(hx.size());
+      for (int64_t r = 0; r < R; ++r) {
+        double mean = 0, var = 0;
+        if (!rms) {
+          for (int64_t i = 0; i < H; ++i) mean += hx[r * H + i];
+          mean /= H;
+        }
+        for (int64_t i = 0; i < H; ++i) var += (hx[r * H + i] - mean) * (hx[r * H + i] - mean);
+        var /= H;
+        for (int64_t i = 0; i < H; ++i)
+          ref[r * H + i] =
+              (hx[r * H + i] - mean) / std::sqrt(var + eps) * hgm[i] + (rms ? 0 : hb[i]);
+      }
+      double e;
+      check(close(y.download(), ref, tol(dt) * 2, &e), fmt("err %g", e));
+    }
+}
+
+void test_gather_scatter(const std::shared_ptr<Backend>& be) {
+  for (oslo_dtype dt : kFloats)
+    for (oslo_dtype it : {OSLO_DTYPE_I32, OSLO_DTYPE_I64}) {
+      g_case = fmt("gather_rows %s %s", dtype_name(dt), dtype_name(it));
+      const int64_t rows = 5, H = 8, offset = 10, limit = 20;
+      Dev table(be, dt, {rows, H});
+      auto ht = random_in(static_cast<size_t>(rows * H), dt);
+      table.upload(ht);
+      std::vector<double> ids = {10, 14, 3, 12, 19, 10};
+      Dev id(be, it, {static_cast<int64_t>(ids.size())});
+      id.upload(ids);
+      Dev out(be, OSLO_DTYPE_F32, {static_cast<int64_t>(ids.size()), H});
+      be->gather_rows(out.v, table.v, id.v, offset, limit);
+      std::vector<double> ref(ids.size() * H, 0.0);
+      for (size_t t = 0; t < ids.size(); ++t) {
+        int64_t l = static_cast<int64_t>(ids[t]) - offset;
+        if (l >= 0 && l < rows)
+          for (int64_t h = 0; h < H; ++h) ref[t * H + h] = ht[l * H + h];
+      }
+      check(close(out.download(), ref, 0), "gathered rows, zeros off range");
+      // Scatter: table += src at each in-range id, in order (10 twice).
+      Dev grad(be, OSLO_DTYPE_F32, {rows, H});
+      be->fill(grad.v, 0);
+      Dev src(be, dt, {static_cast<int64_t>(ids.size()), H});
+      auto hs = random_in(ids.size() * H, dt);
+      src.upload(hs);
+      be->scatter_add_rows(grad.v, id.v, src.v, offset);
+      std::vector<double> rg(static_cast<size_t>(rows * H), 0.0);
+      for (size_t t = 0; t < ids.size(); ++t) {
+        int64_t l = static_cast<int64_t>(ids[t]) - offset;
+        if (l >= 0 && l < rows)
+          for (int64_t h = 0; h < H; ++h) rg[l * H + h] += hs[t * H + h];
+      }
+      check(close(grad.download(), rg, 1e-6), "scattered rows");
+      // An id outside [0, limit) is an error naming it.
+      Dev bad(be, it, {2});
+      bad.upload({1, 25});
+      oslo_status st = OSLO_OK;
+      std::string msg;
+      try {
+        be->gather_rows(make_view(out.p, OSLO_DTYPE_F32, {2, H}), table.v, bad.v, offset, limit);
+      } catch (const Error& e) {
+        st = e.status();
+        msg = e.what();
+      }
+      check(st == OSLO_ERR_INVALID_ARGUMENT && msg.find("25") != std::string::npos,
+            "out-of-range id refused, named: " + msg);
+    }
+  for (oslo_dtype dt : kFloats) {
+    g_case = fmt("gather_cols/scatter_add_cols %s", dtype_name(dt));
+    const int64_t T = 5, C = 6, offset = 6, limit = 12, ignore = -100;
+    Dev x(be, dt, {T, C});
+    auto hx = random_in(static_cast<size_t>(T * C), dt);
+    x.upload(hx);
+    std::vector<double> idx = {7, 2, -100, 11, 6};
+    Dev id(be, OSLO_DTYPE_I64, {T});
+    id.upload(idx);
+    Dev out(be, OSLO_DTYPE_F32, {T});
+    be->gather_cols(out.v, x.v, id.v, offset, limit, ignore);
+    std::vector<double> ref(static_cast<size_t>(T), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t c = static_cast<int64_t>(idx[t]) - offset;
+      if (idx[t] != ignore && c >= 0 && c < C) ref[t] = hx[t * C + c];
+    }
+    check(close(out.download(), ref, 0), "picked columns");
+    Dev g(be, OSLO_DTYPE_F32, {T, C});
+    be->fill(g.v, 1.0);
+    be->scatter_add_cols(g.v, id.v, offset, ignore, -0.25f);
+    std::vector<double> rg(static_cast<size_t>(T * C), 1.0);
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t c = static_cast<int64_t>(idx[t]) - offset;
+      if (idx[t] != ignore && c >= 0 && c < C) rg[t * C + c] -= 0.25;
+    }
+    check(close(g.download(), rg, 0), "added at columns");
+    Dev bad(be, OSLO_DTYPE_I64, {T});
+    bad.upload({7, 2, 12, 11, 6});
+    oslo_status st = OSLO_OK;
+    try {
+      be->gather_cols(out.v, x.v, bad.v, offset, limit, ignore);
+    } catch (const Error& e) {
+      st = e.status();
+    }
+    check(st == OSLO_ERR_INVALID_ARGUMENT, "label 12 outside [0, 12) refused");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string name = argc > 1 ? argv[1] : "cpu";
+  std::shared_ptr<Backend> be;
+  try {
+    BackendOptions o;
+    o.num_threads = 2;
+    if (argc > 2) o.extra_json = argv[2];
+    be = create_backend(name, o);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "cannot create backend '%s': %s\n", name.c_str(), e.what());
+    return 1;
+  }
+  const std::pair<const char*, void (*)(const std::shared_ptr<Backend>&)> groups[] = {
+      {"convert", test_convert},           {"matmul", test_matmul},
+      {"elementwise", test_elementwise},   {"reduce", test_reduce},
+      {"softmax_norm", test_softmax_norm}, {"gather_scatter", test_gather_scatter},
+  };
+  for (auto& g : groups) {
+    g_case = g.first;
+    try {
+      g.second(be);
+    } catch (const Error& e) {
+      check(false, std::string("unexpected oslo::Error: ") + e.what());
+    } catch (const std::exception& e) {
+      check(false, std::string("unexpected exception: ") + e.what());
+    }
+  }
+  std::printf("conformance ops on %s: %d passed, %d failed\n", name.c_str(), g_passed, g_failed);
+  return g_failed ? 1 : 0;
+}
