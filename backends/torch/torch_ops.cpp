@@ -179,6 +179,15 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
     bool native = same && (a->dtype == OSLO_DTYPE_F32 || !in.is_cpu());
     if (same && a->dtype == OSLO_DTYPE_BF16 && in.is_cpu() && M * K * N >= kLargeGemm)
       native = cpu_bf16_gemm_accumulates_in_f32();
+    if (native && nd == 2 && alpha == 1.f && beta == 0.f && B.t().is_contiguous() &&
+        C.is_contiguous() && (!Bias.defined() || Bias.is_contiguous())) {
+      // y = x W^T + b with W [N, K] as nn.Linear stores it: at::linear, the
+      // kernel torch itself uses for this (oneDNN for bf16 on the CPU).
+      at::linear_out(
+          C, A, B.t(),
+          Bias.defined() ? c10::optional<at::Tensor>(Bias) : c10::optional<at::Tensor>());
+      return;
+    }
     if (native) {
       float b_ = beta;
       if (Bias.defined() && beta == 0.f) {

@@ -125,10 +125,14 @@ uint16_t to_half(float f, oslo_dtype dt) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return static_cast<uint16_t>(u >> 16);
   }
-  // f16 for normal values of the benchmark's range (|f| < 2, not tiny).
+  // f16 for the benchmark's range (|f| < 2): normal values by bits,
+  // subnormal ones (|f| < 2^-14) as multiples of 2^-24 (nearbyint: ties to
+  // even).
   const uint32_t sign = (u >> 16) & 0x8000u;
   int32_t exp = static_cast<int32_t>((u >> 23) & 0xffu) - 127 + 15;
-  if (exp <= 0) return static_cast<uint16_t>(sign);
+  if (exp <= 0)
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(
+                                            std::ldexp(std::fabs(static_cast<double>(f)), 24))));
   uint32_t man = u & 0x7fffffu;
   uint32_t r = (static_cast<uint32_t>(exp) << 10) | (man >> 13);
   const uint32_t rem = man & 0x1fffu;
