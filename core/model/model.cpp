@@ -1,0 +1,527 @@
+#include "core/model/model.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <map>
+
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+#include "core/layers/embedding.hpp"
+#include "core/parallel/mappings.hpp"
+#include "core/tensor/view.hpp"
+
+namespace oslo {
+
+struct Model::Layer {
+  Tensor ln1_w, ln1_b, ln2_w, ln2_b;
+  Tensor qkv_w, qkv_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
+  Tensor up_w, up_b, gate_w, gate_b, down_w, down_b;
+  Tensor k_cache, v_cache;  // [rows, local kv heads, max_len, head_dim] f32
+};
+
+namespace {
+
+// A view with explicit shape and strides (elements) at data.
+View strided(void* data, oslo_dtype dt, std::initializer_list<int64_t> shape,
+             std::initializer_list<int64_t> strides) {
+  View v;
+  v.data = data;
+  v.dtype = dt;
+  v.ndim = static_cast<int32_t>(shape.size());
+  int i = 0;
+  for (int64_t s : shape) v.shape[i++] = s;
+  i = 0;
+  for (int64_t s : strides) v.strides[i++] = s;
+  return v;
+}
+
+char* at(const View& v, int64_t elements) {
+  return static_cast<char*>(v.data) + elements * static_cast<int64_t>(dtype_size(v.dtype));
+}
+
+// A 1-D tensor broadcast over `rows` rows.
+View rows_bcast(const Tensor& t, int64_t rows) {
+  return strided(t.data(), t.dtype(), {rows, t.numel()}, {0, 1});
+}
+
+oslo_dtype dtype_from_torch(const std::string& s) {
+  if (s == "bfloat16") return OSLO_DTYPE_BF16;
+  if (s == "float16") return OSLO_DTYPE_F16;
+  return OSLO_DTYPE_F32;
+}
+
+}  // namespace
+
+Model::Model(Context& ctx, ModelConfig cfg, oslo_dtype dtype)
+    : ctx_(ctx), cfg_(std::move(cfg)), dtype_(dtype) {}
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
+                                   const ModelLoadOptions& o) {
+  ModelConfig cfg = ModelConfig::read(path);
+  oslo_dtype dt = dtype_from_torch(cfg.torch_dtype);
+  if (o.dtype >= 0) {
+    OSLO_CHECK(dtype_valid(static_cast<oslo_dtype>(o.dtype)) &&
+                   dtype_is_float(static_cast<oslo_dtype>(o.dtype)),
+               OSLO_ERR_DTYPE, "model: dtype must be f32, f16 or bf16, got ", o.dtype);
+    dt = static_cast<oslo_dtype>(o.dtype);
+  }
+  std::unique_ptr<Model> m(new Model(ctx, std::move(cfg), dt));
+  m->source_ = path;
+  m->tp_ = ctx.topology().tp_size();
+  m->rank_ = ctx.topology().tp_rank();
+  auto plan = plan_model(m->cfg_, m->tp_, m->rank_);
+  auto be = ctx.backend_ptr();
+  std::vector<std::string> roles;
+  std::vector<int> layers;
+  for (auto& pt : plan) {
+    PlacedTensor t;
+    t.placement = pt.placement;
+    t.tensor = Tensor::zeros(be, pt.f32 ? OSLO_DTYPE_F32 : dt, t.placement.local_shape());
+    m->params_.push_back(std::move(t));
+    roles.push_back(pt.role);
+    layers.push_back(pt.layer);
+  }
+  load_placed_simple(path, m->params_, *be);
+  // Slots.
+  const ModelConfig& c = m->cfg_;
+  for (int64_t i = 0; i < c.num_layers; ++i) m->layers_.push_back(std::make_unique<Layer>());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const std::string& r = roles[i];
+    const Tensor& t = m->params_[i].tensor;
+    if (layers[i] < 0) {
+      static const std::map<std::string, Tensor Model::*> top = {
+          {"wte", &Model::wte_},           {"wpe", &Model::wpe_},
+          {"type", &Model::type_},         {"emb_ln_w", &Model::emb_ln_w_},
+          {"emb_ln_b", &Model::emb_ln_b_}, {"norm_w", &Model::norm_w_},
+          {"norm_b", &Model::norm_b_},     {"lm_head", &Model::lm_head_},
+          {"pool_w", &Model::pool_w_},     {"pool_b", &Model::pool_b_}};
+      auto it = top.find(r);
+      OSLO_CHECK(it != top.end(), OSLO_ERR_INTERNAL, "model: unknown role ", r);
+      (*m).*(it->second) = t;
+    } else {
+      static const std::map<std::string, Tensor Layer::*> per = {
+          {"ln1_w", &Layer::ln1_w},   {"ln1_b", &Layer::ln1_b},   {"ln2_w", &Layer::ln2_w},
+          {"ln2_b", &Layer::ln2_b},   {"qkv_w", &Layer::qkv_w},   {"qkv_b", &Layer::qkv_b},
+          {"q_w", &Layer::q_w},       {"q_b", &Layer::q_b},       {"k_w", &Layer::k_w},
+          {"k_b", &Layer::k_b},       {"v_w", &Layer::v_w},       {"v_b", &Layer::v_b},
+          {"o_w", &Layer::o_w},       {"o_b", &Layer::o_b},       {"up_w", &Layer::up_w},
+          {"up_b", &Layer::up_b},     {"gate_w", &Layer::gate_w}, {"gate_b", &Layer::gate_b},
+          {"down_w", &Layer::down_w}, {"down_b", &Layer::down_b}};
+      auto it = per.find(r);
+      OSLO_CHECK(it != per.end(), OSLO_ERR_INTERNAL, "model: unknown role ", r);
+      (*m->layers_[static_cast<size_t>(layers[i])]).*(it->second) = t;
+    }
+  }
+  m->bind();
+  return m;
+}
+
+void Model::bind() {
+  const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads;
+  nhl_ = nh / tp_;
+  nkvl_ = nkv % tp_ == 0 ? nkv / tp_ : 1;
+  const VocabPartition vp = vocab_partition(cfg_.vocab_size, tp_, rank_);
+  vocab_start_ = vp.start;
+  vocab_local_ = vp.local;
+  vocab_valid_ = vp.valid;
+  if (cfg_.tie_word_embeddings || !lm_head_.defined()) lm_head_ = wte_;
+  if (cfg_.family == Family::LLAMA) {
+    // Hugging Face's rotary frequencies, in f32 as it computes them.
+    const int64_t D = cfg_.head_dim;
+    const RopeConfig& r = cfg_.rope;
+    inv_freq_.resize(static_cast<size_t>(D / 2));
+    for (int64_t i = 0; i < D / 2; ++i) {
+      float f = 1.0f / std::pow(static_cast<float>(r.theta),
+                                static_cast<float>(2 * i) / static_cast<float>(D));
+      if (r.type == "linear") f /= static_cast<float>(r.factor);
+      if (r.type == "llama3") {
+        const double old = static_cast<double>(r.original_max_positions);
+        const double low_wl = old / r.low_freq_factor, high_wl = old / r.high_freq_factor;
+        const double wl = 2 * M_PI / f;
+        double g = f;
+        if (wl > low_wl) g = f / r.factor;
+        if (!(wl < high_wl) && !(wl > low_wl)) {
+          const double s = (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+          g = (1 - s) * f / r.factor + s * f;
+        }
+        f = static_cast<float>(g);
+      }
+      inv_freq_[static_cast<size_t>(i)] = f;
+    }
+  }
+}
+
+namespace {
+
+// y = x W^T (+ b): products in W's dtype (x converted if needed), f32 accumulation.
+void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& y, const View& x,
+            const Tensor& w, const Tensor* b) {
+  View xv = x;
+  Tensor conv;
+  if (x.dtype != w.dtype()) {
+    conv = scratch(bp, w.dtype(), {x.shape[0], x.shape[1]});
+    be.convert(view(conv), x);
+    xv = view(conv);
+  }
+  View bv;
+  if (b && b->defined()) bv = view(*b);
+  be.matmul(y, xv, transposed(view(w)), (b && b->defined()) ? &bv : nullptr);
+}
+
+}  // namespace
+
+void Model::attention(Layer& L, const View& q, const View& k, const View& v, const Tensor& out,
+                      const Tensor& mask, int64_t B, int64_t S, bool use_cache) {
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  const int64_t D = cfg_.head_dim, nkvl = nkvl_, nhl = nhl_, g = nhl / nkvl;
+  const int64_t P = use_cache ? past_ : 0;
+  const int64_t T = P + S;
+  Tensor kc = L.k_cache, vc = L.v_cache;
+  int64_t Tmax = max_len_;
+  if (!use_cache) {
+    kc = scratch(bp, OSLO_DTYPE_F32, {B, nkvl, S, D});
+    vc = scratch(bp, OSLO_DTYPE_F32, {B, nkvl, S, D});
+    Tmax = S;
+  }
+  // New keys and values into the cache at positions [P, P + S).
+  const int64_t rk = k.strides[0], rv = v.strides[0], rq = q.strides[0];
+  auto cache_at = [&](const Tensor& c) {
+    return strided(at(view(c), P * D), OSLO_DTYPE_F32, {B, nkvl, S, D},
+                   {nkvl * Tmax * D, Tmax * D, D, 1});
+  };
+  be.convert(cache_at(kc), strided(k.data, k.dtype, {B, nkvl, S, D}, {S * rk, D, rk, 1}));
+  be.convert(cache_at(vc), strided(v.data, v.dtype, {B, nkvl, S, D}, {S * rv, D, rv, 1}));
+  // Queries grouped by their key/value head: [B, nkvl, g, S, D].
+  Tensor qc = scratch(bp, OSLO_DTYPE_F32, {B, nkvl, g, S, D});
+  be.convert(view(qc), strided(q.data, q.dtype, {B, nkvl, g, S, D}, {S * rq, g * D, D, rq, 1}));
+  Tensor scores = scratch(bp, OSLO_DTYPE_F32, {B * nkvl, g * S, T});
+  const View kT = strided(kc.data(), OSLO_DTYPE_F32, {B * nkvl, D, T}, {Tmax * D, 1, D});
+  be.matmul(view(scores), strided(qc.data(), OSLO_DTYPE_F32, {B * nkvl, g * S, D},
+                                  {g * S * D, D, 1}),
+            kT);
+  const View s5 = strided(scores.data(), OSLO_DTYPE_F32, {B, nkvl, g, S, T},
+                          {nkvl * g * S * T, g * S * T, S * T, T, 1});
+  const View m5 = strided(mask.data(), OSLO_DTYPE_F32, {B, 1, 1, 1, T}, {T, 0, 0, 0, 1});
+  be.softmax(s5, s5, &m5, 1.0f / std::sqrt(static_cast<float>(D)), causal(), P);
+  Tensor oc = scratch(bp, OSLO_DTYPE_F32, {B * nkvl, g * S, D});
+  be.matmul(view(oc), view(scores),
+            strided(vc.data(), OSLO_DTYPE_F32, {B * nkvl, T, D}, {Tmax * D, D, 1}));
+  be.convert(strided(out.data(), out.dtype(), {B, nkvl, g, S, D},
+                     {S * nhl * D, g * D, D, nhl * D, 1}),
+             strided(oc.data(), OSLO_DTYPE_F32, {B, nkvl, g, S, D},
+                     {nkvl * g * S * D, g * S * D, S * D, D, 1}));
+}
+
+Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+                  const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
+                  int64_t B, int64_t S, bool use_cache) {
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  be.set_num_threads(ctx_.num_threads());
+  const int64_t BS = B * S, H = cfg_.hidden_size, D = cfg_.head_dim;
+  const int64_t T = (use_cache ? past_ : 0) + S;
+  OSLO_CHECK(cfg_.sliding_window == 0 || T <= cfg_.sliding_window, OSLO_ERR_NOT_SUPPORTED,
+             cfg_.model_type, ": sequences longer than the sliding window (",
+             cfg_.sliding_window, ") are not supported");
+  auto upload = [&](const void* src, oslo_dtype dt, std::vector<int64_t> shape) {
+    Tensor t = scratch(bp, dt, shape);
+    be.copy(t.data(), src, t.nbytes(), CopyKind::HostToDevice);
+    return t;
+  };
+  Tensor ids_t = upload(ids.data(), OSLO_DTYPE_I64, {BS});
+  Tensor pos_t = upload(positions.data(), OSLO_DTYPE_I64, {BS});
+  Tensor mask_t = upload(key_mask.data(), OSLO_DTYPE_F32, {B, T});
+  const float eps = static_cast<float>(cfg_.norm_eps);
+
+  // Embeddings.
+  Tensor x = scratch(bp, OSLO_DTYPE_F32, {BS, H});
+  be.gather_rows(view(x), view(wte_), view(ids_t), vocab_start_, cfg_.vocab_size);
+  reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(x));
+  Tensor tmp = scratch(bp, OSLO_DTYPE_F32, {BS, H});
+  if (wpe_.defined()) {
+    be.gather_rows(view(tmp), view(wpe_), view(pos_t), 0, cfg_.max_positions);
+    be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+  }
+  if (type_.defined()) {
+    Tensor tt = upload(token_types.data(), OSLO_DTYPE_I64, {BS});
+    be.gather_rows(view(tmp), view(type_), view(tt), 0, cfg_.type_vocab_size);
+    be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+  }
+  if (emb_ln_w_.defined()) {
+    View gw = view(emb_ln_w_), gb = view(emb_ln_b_);
+    be.norm(view(x), view(x), &gw, &gb, eps, false);
+  }
+
+  // Rotary tables [BS, D/2].
+  Tensor cos_t, sin_t;
+  if (cfg_.family == Family::LLAMA) {
+    std::vector<float> c(static_cast<size_t>(BS * D / 2)), s(c.size());
+    for (int64_t r = 0; r < BS; ++r)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const float a = static_cast<float>(positions[static_cast<size_t>(r)]) *
+                        inv_freq_[static_cast<size_t>(i)];
+        c[static_cast<size_t>(r * D / 2 + i)] = std::cos(a);
+        s[static_cast<size_t>(r * D / 2 + i)] = std::sin(a);
+      }
+    cos_t = upload(c.data(), OSLO_DTYPE_F32, {BS, D / 2});
+    sin_t = upload(s.data(), OSLO_DTYPE_F32, {BS, D / 2});
+  }
+  // x * cos + rotate_half(x) * sin, per head, in place.
+  auto rope = [&](const View& t, int64_t heads) {
+    const int64_t r = t.strides[0], h = D / 2;
+    const View x1 = strided(t.data, t.dtype, {BS, heads, h}, {r, D, 1});
+    const View x2 = strided(at(t, h), t.dtype, {BS, heads, h}, {r, D, 1});
+    const View c = strided(cos_t.data(), OSLO_DTYPE_F32, {BS, heads, h}, {h, 0, 1});
+    const View s = strided(sin_t.data(), OSLO_DTYPE_F32, {BS, heads, h}, {h, 0, 1});
+    Tensor a = scratch(bp, OSLO_DTYPE_F32, {BS, heads, h});
+    Tensor b = scratch(bp, OSLO_DTYPE_F32, {BS, heads, h});
+    be.binary(OSLO_BK_MUL, view(a), x1, s);
+    be.binary(OSLO_BK_MUL, view(b), x2, s);
+    be.binary(OSLO_BK_MUL, x1, x1, c);
+    be.binary(OSLO_BK_MUL, x2, x2, c);
+    be.binary(OSLO_BK_SUB, x1, x1, view(b));
+    be.binary(OSLO_BK_ADD, x2, x2, view(a));
+  };
+  auto add_bias = [&](const View& y, const Tensor& b) {
+    if (b.defined()) be.binary(OSLO_BK_ADD, y, y, rows_bcast(b, y.shape[0]));
+  };
+  auto act = [&](const View& y) {
+    switch (cfg_.act) {
+      case Activation::GELU: be.unary(OSLO_BK_GELU, y, y); break;
+      case Activation::GELU_TANH: be.unary(OSLO_BK_GELU_TANH, y, y); break;
+      case Activation::SILU: be.unary(OSLO_BK_SILU, y, y); break;
+      case Activation::RELU: be.unary(OSLO_BK_RELU, y, y); break;
+    }
+  };
+
+  const int64_t qw = nhl_ * D, kw = nkvl_ * D;
+  Tensor h = scratch(bp, OSLO_DTYPE_F32, {BS, H});
+  Tensor att = scratch(bp, OSLO_DTYPE_F32, {BS, qw});
+  for (auto& Lp : layers_) {
+    Layer& L = *Lp;
+    View ln1w = view(L.ln1_w), ln2w = view(L.ln2_w), ln1b, ln2b;
+    if (L.ln1_b.defined()) ln1b = view(L.ln1_b);
+    if (L.ln2_b.defined()) ln2b = view(L.ln2_b);
+    const bool rms = cfg_.family == Family::LLAMA;
+    const bool post_ln = cfg_.family == Family::BERT;
+    // Attention.
+    const View ain = post_ln ? view(x) : view(h);
+    if (!post_ln) be.norm(view(h), view(x), &ln1w, rms ? nullptr : &ln1b, eps, rms);
+    Tensor qkv, qt, kt, vt;
+    View q, k, v;
+    if (L.qkv_w.defined()) {
+      qkv = scratch(bp, OSLO_DTYPE_F32, {BS, qw + 2 * kw});
+      linear(be, bp, view(qkv), ain, L.qkv_w, &L.qkv_b);
+      q = columns(view(qkv), 0, qw);
+      k = columns(view(qkv), qw, kw);
+      v = columns(view(qkv), qw + kw, kw);
+    } else {
+      qt = scratch(bp, OSLO_DTYPE_F32, {BS, qw});
+      kt = scratch(bp, OSLO_DTYPE_F32, {BS, kw});
+      vt = scratch(bp, OSLO_DTYPE_F32, {BS, kw});
+      linear(be, bp, view(qt), ain, L.q_w, &L.q_b);
+      linear(be, bp, view(kt), ain, L.k_w, &L.k_b);
+      linear(be, bp, view(vt), ain, L.v_w, &L.v_b);
+      q = view(qt);
+      k = view(kt);
+      v = view(vt);
+    }
+    if (cfg_.family == Family::LLAMA) {
+      rope(q, nhl_);
+      rope(k, nkvl_);
+    }
+    attention(L, q, k, v, att, mask_t, B, S, use_cache);
+    linear(be, bp, view(tmp), view(att), L.o_w, nullptr);
+    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
+    add_bias(view(tmp), L.o_b);
+    be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+    if (post_ln) be.norm(view(x), view(x), &ln1w, &ln1b, eps, false);
+    // MLP.
+    const View min = post_ln ? view(x) : view(h);
+    if (!post_ln) be.norm(view(h), view(x), &ln2w, rms ? nullptr : &ln2b, eps, rms);
+    const int64_t il = L.up_w.dim(0);
+    Tensor up = scratch(bp, OSLO_DTYPE_F32, {BS, il});
+    linear(be, bp, view(up), min, L.up_w, &L.up_b);
+    if (L.gate_w.defined()) {
+      Tensor gate = scratch(bp, OSLO_DTYPE_F32, {BS, il});
+      linear(be, bp, view(gate), min, L.gate_w, &L.gate_b);
+      act(view(gate));
+      be.binary(OSLO_BK_MUL, view(up), view(up), view(gate));
+    } else {
+      act(view(up));
+    }
+    linear(be, bp, view(tmp), view(up), L.down_w, nullptr);
+    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
+    add_bias(view(tmp), L.down_b);
+    be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+    if (post_ln) be.norm(view(x), view(x), &ln2w, &ln2b, eps, false);
+  }
+  if (norm_w_.defined()) {
+    View nw = view(norm_w_), nb;
+    if (norm_b_.defined()) nb = view(norm_b_);
+    const bool rms = cfg_.family == Family::LLAMA;
+    be.norm(view(x), view(x), &nw, rms ? nullptr : &nb, eps, rms);
+  }
+  return x;
+}
+
+std::vector<float> Model::logits_of(const View& hidden, int64_t r) {
+  OSLO_CHECK(lm_head_.defined() && causal(), OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
+             ": this model has no language-model head");
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  Tensor local = scratch(bp, OSLO_DTYPE_F32, {r, vocab_local_});
+  linear(be, bp, view(local), hidden, lm_head_, nullptr);
+  Tensor full = local;
+  if (tp_ > 1) {
+    full = scratch(bp, OSLO_DTYPE_F32, {r, vocab_local_ * tp_});
+    gather_last_dim(ctx_, OSLO_GROUP_TENSOR, view(local), view(full));
+  }
+  std::vector<float> host(static_cast<size_t>(full.numel()));
+  be.copy(host.data(), full.data(), full.nbytes(), CopyKind::DeviceToHost);
+  const int64_t V = cfg_.vocab_size;
+  std::vector<float> out(static_cast<size_t>(r * V));
+  for (int q = 0; q < tp_; ++q) {
+    const VocabPartition vp = vocab_partition(V, tp_, q);
+    for (int64_t i = 0; i < r; ++i)
+      std::copy_n(host.begin() + (i * vocab_local_ * tp_ + q * vocab_local_), vp.valid,
+                  out.begin() + (i * V + vp.start));
+  }
+  return out;
+}
+
+namespace {
+
+// Positions from a [rows, len] 0/1 mask: cumulative count of real tokens - 1
+// (0 for leading padding), for the last n columns.
+std::vector<int64_t> positions_of(const std::vector<int64_t>& mask, int64_t rows, int64_t len,
+                                  int64_t n) {
+  std::vector<int64_t> pos(static_cast<size_t>(rows * n));
+  for (int64_t b = 0; b < rows; ++b) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < len; ++t) {
+      count += mask[static_cast<size_t>(b * len + t)] != 0;
+      if (t >= len - n) pos[static_cast<size_t>(b * n + t - (len - n))] = std::max<int64_t>(0, count - 1);
+    }
+  }
+  return pos;
+}
+
+std::vector<float> additive(const std::vector<int64_t>& mask) {
+  std::vector<float> m(mask.size());
+  for (size_t i = 0; i < mask.size(); ++i) m[i] = mask[i] ? 0.f : -FLT_MAX;
+  return m;
+}
+
+}  // namespace
+
+void Model::forward(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask0,
+                    const std::vector<int64_t>& token_types, int64_t B, int64_t S, bool want_logits,
+                    std::vector<float>* out) {
+  OSLO_CHECK(B > 0 && S > 0, OSLO_ERR_INVALID_ARGUMENT, "model forward: batch (", B,
+             ") and sequence length (", S, ") must be positive");
+  const size_t n = static_cast<size_t>(B * S);
+  OSLO_CHECK(ids.size() == n, OSLO_ERR_SHAPE, "model forward: ", ids.size(), " ids for [", B,
+             ", ", S, "]");
+  std::vector<int64_t> mask = mask0.empty() ? std::vector<int64_t>(n, 1) : mask0;
+  OSLO_CHECK(mask.size() == n, OSLO_ERR_SHAPE, "model forward: attention mask has ", mask.size(),
+             " entries for [", B, ", ", S, "]");
+  std::vector<int64_t> tt = token_types.empty() ? std::vector<int64_t>(n, 0) : token_types;
+  OSLO_CHECK(tt.size() == n, OSLO_ERR_SHAPE, "model forward: token types have ", tt.size(),
+             " entries for [", B, ", ", S, "]");
+  Tensor h = run(ids, positions_of(mask, B, S, S), tt, additive(mask), B, S, false);
+  if (want_logits) {
+    *out = logits_of(view(h), B * S);
+  } else {
+    out->resize(static_cast<size_t>(h.numel()));
+    ctx_.backend().copy(out->data(), h.data(), h.nbytes(), CopyKind::DeviceToHost);
+  }
+}
+
+void Model::embed(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask0, int64_t B,
+                  int64_t S, bool normalize, std::vector<float>* out) {
+  std::vector<float> h;
+  const size_t n = static_cast<size_t>(B * S);
+  std::vector<int64_t> mask = mask0.empty() ? std::vector<int64_t>(n, 1) : mask0;
+  forward(ids, mask, {}, B, S, false, &h);
+  const int64_t H = cfg_.hidden_size;
+  out->assign(static_cast<size_t>(B * H), 0.f);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> acc(static_cast<size_t>(H), 0.0);
+    double count = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      if (!mask[static_cast<size_t>(b * S + s)]) continue;
+      count += 1;
+      for (int64_t i = 0; i < H; ++i) acc[static_cast<size_t>(i)] += h[static_cast<size_t>((b * S + s) * H + i)];
+    }
+    count = std::max(count, 1e-9);
+    double norm = 0;
+    for (auto& a : acc) {
+      a /= count;
+      norm += a * a;
+    }
+    norm = normalize ? std::max(std::sqrt(norm), 1e-12) : 1.0;
+    for (int64_t i = 0; i < H; ++i)
+      (*out)[static_cast<size_t>(b * H + i)] = static_cast<float>(acc[static_cast<size_t>(i)] / norm);
+  }
+}
+
+void Model::reset(int64_t rows, int64_t max_len) {
+  OSLO_CHECK(causal(), OSLO_ERR_NOT_SUPPORTED, cfg_.model_type, " cannot generate text");
+  OSLO_CHECK(rows > 0 && max_len > 0, OSLO_ERR_INVALID_ARGUMENT,
+             "model: rows and max length must be positive");
+  const auto& bp = ctx_.backend_ptr();
+  for (auto& L : layers_) {
+    L->k_cache = Tensor();
+    L->v_cache = Tensor();
+  }
+  for (auto& L : layers_) {
+    L->k_cache = scratch(bp, OSLO_DTYPE_F32, {rows, nkvl_, max_len, cfg_.head_dim});
+    L->v_cache = scratch(bp, OSLO_DTYPE_F32, {rows, nkvl_, max_len, cfg_.head_dim});
+  }
+  rows_ = rows;
+  max_len_ = max_len;
+  past_ = 0;
+}
+
+std::vector<float> Model::append(const std::vector<int64_t>& tokens, int64_t n,
+                                 const std::vector<uint8_t>& mask8) {
+  OSLO_CHECK(rows_ > 0, OSLO_ERR_INVALID_ARGUMENT, "model: append before reset");
+  OSLO_CHECK(n > 0 && past_ + n <= max_len_, OSLO_ERR_INVALID_ARGUMENT, "model: appending ", n,
+             " tokens to ", past_, " exceeds the cache length ", max_len_);
+  const int64_t T = past_ + n;
+  OSLO_CHECK(tokens.size() == static_cast<size_t>(rows_ * n) &&
+                 mask8.size() == static_cast<size_t>(rows_ * T),
+             OSLO_ERR_SHAPE, "model: append needs ", rows_ * n, " tokens and ", rows_ * T,
+             " mask entries");
+  std::vector<int64_t> mask(mask8.begin(), mask8.end());
+  Tensor h = run(tokens, positions_of(mask, rows_, T, n), {}, additive(mask), rows_, n, true);
+  past_ += n;
+  const int64_t H = cfg_.hidden_size;
+  const View last = strided(at(view(h), (n - 1) * H), OSLO_DTYPE_F32, {rows_, H}, {n * H, 1});
+  return logits_of(last, rows_);
+}
+
+void Model::reorder(const std::vector<int64_t>& src) {
+  OSLO_CHECK(src.size() == static_cast<size_t>(rows_), OSLO_ERR_SHAPE, "model: reorder of ",
+             src.size(), " rows, the cache has ", rows_);
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  Tensor idx = scratch(bp, OSLO_DTYPE_I64, {rows_});
+  be.copy(idx.data(), src.data(), idx.nbytes(), CopyKind::HostToDevice);
+  const int64_t per = nkvl_ * max_len_ * cfg_.head_dim;
+  for (auto& L : layers_) {
+    for (Tensor* c : {&L->k_cache, &L->v_cache}) {
+      Tensor n = scratch(bp, OSLO_DTYPE_F32, c->shape());
+      be.gather_rows(make_view(n.data(), OSLO_DTYPE_F32, {rows_, per}),
+                     make_view(c->data(), OSLO_DTYPE_F32, {rows_, per}), view(idx), 0, rows_);
+      *c = n;
+    }
+  }
+}
+
+}  // namespace oslo

@@ -1,0 +1,106 @@
+// A Hugging Face transformer (GPT-2, BERT, LLaMA / Mistral / Qwen2) split
+// over the context's tensor-parallel group: attention by heads (key/value
+// heads replicated when there are fewer than ranks), MLPs by columns then
+// rows, embeddings and the LM head by vocabulary. Built from the backend
+// seam's ops and the communication mappings; inference only (docs/MODELS.md
+// says how each block gets its backward).
+//
+// Every method that computes is collective over the tensor group: all its
+// ranks call it with the same arguments. One thread at a time per model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context/context.hpp"
+#include "core/generate/causal_lm.hpp"
+#include "core/model/config.hpp"
+#include "core/model/sharding.hpp"
+
+namespace oslo {
+
+struct ModelLoadOptions {
+  // Dtype of the matrices (weights of products and embedding tables):
+  // -1 keeps each checkpoint's stored float dtype; else F32, F16 or BF16.
+  int dtype = -1;
+};
+
+class Model : public CausalLM {
+ public:
+  // Loads a Hugging Face folder or an oslo parallel checkpoint; every rank
+  // reads only its own slices. Collective over the tensor group.
+  static std::unique_ptr<Model> load(Context& ctx, const std::string& path,
+                                     const ModelLoadOptions& options);
+  ~Model() override;
+
+  const ModelConfig& config() const { return cfg_; }
+  Context& context() const { return ctx_; }
+  oslo_dtype dtype() const { return dtype_; }
+  // Every tensor this rank holds with its placement (for saving).
+  const std::vector<PlacedTensor>& tensors() const { return params_; }
+  bool causal() const { return cfg_.family != Family::BERT; }
+  // Files of the source folder worth copying along (tokenizer, generation config).
+  const std::string& source() const { return source_; }
+
+  // Full forward without cache. ids and mask are [batch, seq] (mask may be
+  // empty: all ones; token_types may be empty: zeros, BERT only). Positions
+  // follow the mask (cumulative count of real tokens - 1), so left-padded
+  // rows compute as if unpadded. Writes [batch, seq, hidden] (after the final
+  // norm) or [batch, seq, vocab] logits into `out` (resized). Only positions
+  // with mask 1 are meaningful.
+  void forward(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask,
+               const std::vector<int64_t>& token_types, int64_t batch, int64_t seq, bool logits,
+               std::vector<float>* out);
+  // Sentence embeddings as sentence-transformers computes them for BERT-like
+  // models: mean of the last hidden states over the mask, then (normalize)
+  // L2-normalised. out: [batch, hidden].
+  void embed(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask, int64_t batch,
+             int64_t seq, bool normalize, std::vector<float>* out);
+
+  // CausalLM (generation).
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  void reset(int64_t rows, int64_t max_len) override;
+  std::vector<float> append(const std::vector<int64_t>& tokens, int64_t n,
+                            const std::vector<uint8_t>& mask) override;
+  void reorder(const std::vector<int64_t>& src) override;
+  int64_t length() const override { return past_; }
+
+ private:
+  struct Layer;
+  Model(Context& ctx, ModelConfig cfg, oslo_dtype dtype);
+  void bind();
+  // Runs the stack on tokens [rows, n] at cache offset past_ (cache used when
+  // use_cache), returning the final hidden states [rows * n, hidden] f32.
+  Tensor run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+             const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
+             int64_t rows, int64_t n, bool use_cache);
+  void attention(Layer& L, const View& q, const View& k, const View& v, const Tensor& out,
+                 const Tensor& mask, int64_t rows, int64_t n, bool use_cache);
+  // Logits of the given hidden rows (view [r, hidden]) gathered over the
+  // tensor group: [r, vocab] f32 on the host.
+  std::vector<float> logits_of(const View& hidden, int64_t r);
+
+  Context& ctx_;
+  ModelConfig cfg_;
+  oslo_dtype dtype_;
+  std::string source_;
+  int tp_ = 1, rank_ = 0;
+  int64_t nhl_ = 0, nkvl_ = 0;  // local attention / key-value heads
+  std::vector<PlacedTensor> params_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  Tensor wte_, wpe_, type_, emb_ln_w_, emb_ln_b_, norm_w_, norm_b_, lm_head_, pool_w_, pool_b_;
+  int64_t vocab_start_ = 0, vocab_local_ = 0, vocab_valid_ = 0;
+  std::vector<float> inv_freq_;
+  // Generation state.
+  int64_t rows_ = 0, max_len_ = 0, past_ = 0;
+};
+
+// The tensors of `path` loaded into this rank's placements (a Hugging Face
+// folder or a single safetensors file), reading only each slice's bytes.
+// Replaced by the checkpoint tier's WeightSource.
+void load_placed_simple(const std::string& path, std::vector<PlacedTensor>& tensors,
+                        Backend& backend);
+
+}  // namespace oslo

@@ -1,0 +1,132 @@
+// Oracle test of the models: a Hugging Face fixture folder (tests/models/
+// fixtures/<name>, made by make_fixtures.py with transformers) loaded at a
+// tensor-parallel size with ranks as threads; logits and hidden states must
+// equal transformers' reference within the tolerance.
+//
+//   model_ref_test FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X]
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/checkpoint/safetensors.hpp"
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+#include "core/context/context.hpp"
+#include "core/model/model.hpp"
+#include "tests/common/temp_dir.hpp"
+
+using namespace oslo;
+using oslo_test::remove_tree;
+using oslo_test::temp_dir;
+
+namespace {
+
+struct Ref {
+  safetensors::Reader r;
+  explicit Ref(const std::string& p) : r(p) {}
+  bool has(const std::string& n) const { return r.find(n) != nullptr; }
+  template <typename T>
+  std::vector<T> get(const std::string& n, std::vector<int64_t>* shape = nullptr) const {
+    const auto& t = r.at(n);
+    std::vector<T> v(t.nbytes() / sizeof(T));
+    r.read(t, 0, t.nbytes(), v.data());
+    if (shape) shape->assign(t.shape.begin(), t.shape.end());
+    return v;
+  }
+};
+
+std::atomic<int> g_fail{0};
+
+// Max |a - b| over positions whose mask is 1 (rows of width w).
+double max_diff(const std::vector<float>& a, const std::vector<float>& b,
+                const std::vector<int64_t>& mask, int64_t w) {
+  double m = 0;
+  for (size_t p = 0; p < mask.size(); ++p) {
+    if (!mask[p]) continue;
+    for (int64_t i = 0; i < w; ++i) {
+      const size_t k = p * static_cast<size_t>(w) + static_cast<size_t>(i);
+      const double d = std::fabs(static_cast<double>(a[k]) - b[k]);
+      if (!(d <= m)) m = d;  // NaN wins
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X]\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  int tp = 1;
+  int dtype = -1;
+  double tol = 1e-4;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--tp")) tp = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--dtype"))
+      dtype = !std::strcmp(argv[i + 1], "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
+    if (!std::strcmp(argv[i], "--tol")) tol = std::atof(argv[i + 1]);
+  }
+  Ref ref(dir + "/reference.safetensors");
+  const std::string store = temp_dir("oslo-model");
+  std::vector<std::thread> th;
+  for (int r = 0; r < tp; ++r) {
+    th.emplace_back([&, r] {
+      try {
+        const std::string cfg =
+            str("{\"rank\": ", r, ", \"world_size\": ", tp, ", \"tensor_parallel_size\": ", tp,
+                ", \"init_method\": \"file://", store, "/rdv\", \"timeout_seconds\": 60, "
+                "\"num_threads\": 1}");
+        Context ctx(Config::parse(cfg.c_str()));
+        ModelLoadOptions o;
+        o.dtype = dtype;
+        auto m = Model::load(ctx, dir, o);
+        const int64_t H = m->config().hidden_size, V = m->config().vocab_size;
+        auto check = [&](const char* what, const std::vector<float>& got,
+                         const std::vector<float>& want, const std::vector<int64_t>& mask,
+                         int64_t w) {
+          const double d = max_diff(got, want, mask, w);
+          const bool ok = d <= tol;
+          if (r == 0 || !ok)
+            std::printf("[rank %d tp %d] %s: max |diff| %.3g (tol %.3g) %s\n", r, tp, what, d, tol,
+                        ok ? "ok" : "FAIL");
+          if (!ok) ++g_fail;
+        };
+        for (const char* side : {"left", "right"}) {
+          const std::string ids_n = str("input_ids_", side), mask_n = str("attention_mask_", side);
+          if (!ref.has(ids_n)) continue;
+          std::vector<int64_t> shape;
+          auto ids = ref.get<int64_t>(ids_n, &shape);
+          auto mask = ref.get<int64_t>(mask_n);
+          std::vector<float> out;
+          m->forward(ids, mask, {}, shape[0], shape[1], true, &out);
+          check(str("logits_", side).c_str(), out, ref.get<float>(str("logits_", side)), mask, V);
+          m->forward(ids, mask, {}, shape[0], shape[1], false, &out);
+          check(str("hidden_", side).c_str(), out, ref.get<float>(str("hidden_", side)), mask, H);
+        }
+        if (ref.has("last_hidden_state")) {
+          std::vector<int64_t> shape;
+          auto ids = ref.get<int64_t>("input_ids", &shape);
+          auto mask = ref.get<int64_t>("attention_mask");
+          std::vector<int64_t> tt;
+          if (ref.has("token_type_ids")) tt = ref.get<int64_t>("token_type_ids");
+          std::vector<float> out;
+          m->forward(ids, mask, tt, shape[0], shape[1], false, &out);
+          check("last_hidden_state", out, ref.get<float>("last_hidden_state"), mask, H);
+        }
+      } catch (const Error& e) {
+        std::fprintf(stderr, "[rank %d] error: %s\n", r, e.what());
+        ++g_fail;
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  remove_tree(store);
+  return g_fail ? 1 : 0;
+}
