@@ -1036,6 +1036,251 @@ OSLO_API oslo_status oslo_param_set_save_checkpoint(oslo_param_set *set, const c
  */
 OSLO_API oslo_status oslo_param_set_load_checkpoint(oslo_param_set *set, const char *dir);
 
+/* ======================================================================
+ * Models: Hugging Face transformers split over the tensor-parallel group.
+ *
+ * A model is loaded from a Hugging Face folder (config.json plus
+ * model.safetensors, or model-*.safetensors with model.safetensors.index.json)
+ * or from a parallel checkpoint written by oslo_model_save; every rank reads
+ * only its own slices. Supported model_type values: gpt2 (GPT2LMHeadModel),
+ * bert (BertModel), llama, mistral, qwen2 (…ForCausalLM). Attention is split
+ * by heads (key/value heads are replicated when the tensor-parallel size
+ * exceeds them, never split inside a head), MLPs by columns then rows,
+ * embeddings and the language-model head by vocabulary (padded when the
+ * vocabulary is not divisible). docs/MODELS.md has the sharding rules.
+ *
+ * Every call that computes (forward, embed, generate, save) is collective
+ * over the model's context: every rank of the tensor group calls it with the
+ * same arguments, and every rank gets the same result. Inputs and outputs are
+ * plain host arrays, row-major.
+ * ====================================================================== */
+
+/** A loaded model (opaque). */
+typedef struct oslo_model oslo_model;
+
+#define OSLO_MODEL_OPTIONS_VERSION 1
+
+/** Options of oslo_model_load (versioned; see "Options structs"). */
+typedef struct oslo_model_options {
+  unsigned int version; /**< OSLO_MODEL_OPTIONS_VERSION; set by _init */
+  /** Dtype of the weight matrices and embedding tables: -1 (default) keeps
+   * the checkpoint's (config.json's torch_dtype), else OSLO_DTYPE_F32,
+   * OSLO_DTYPE_F16 or OSLO_DTYPE_BF16. Norms and biases are always f32;
+   * activations are f32, products accumulate in f32. */
+  int dtype;
+} oslo_model_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass OSLO_MODEL_OPTIONS_VERSION).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown version).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsigned int version);
+
+/**
+ * Loads the model at `path` (a Hugging Face folder or an oslo parallel
+ * checkpoint directory) into this rank's share of the tensor group. Each rank
+ * reads only the byte ranges of its own slices. Collective over the world
+ * group: if any rank fails, every rank returns the status of the lowest
+ * failing rank with a message naming it.
+ * Ownership: `path` and `options` (may be NULL: defaults) are read during the
+ * call; the caller owns *out (oslo_model_destroy), which must not outlive ctx.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL ctx/path/out, bad options),
+ * OSLO_ERR_IO (missing folder or files), OSLO_ERR_FORMAT (bad config.json,
+ * index or safetensors, missing tensor: named), OSLO_ERR_SHAPE (a tensor's
+ * shape differs from the config's: both named), OSLO_ERR_DTYPE,
+ * OSLO_ERR_NOT_SUPPORTED (model type, option, or heads not divisible by the
+ * tensor-parallel size), OSLO_ERR_OUT_OF_MEMORY, OSLO_ERR_COMM,
+ * OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context (see Conventions).
+ */
+OSLO_API oslo_status oslo_model_load(oslo_context *ctx, const char *path,
+                                     const oslo_model_options *options, oslo_model **out);
+
+/** Frees a model (NULL is a no-op). Not collective. Thread-safety: per model. */
+OSLO_API void oslo_model_destroy(oslo_model *model);
+
+/** Sizes of a loaded model, as in its config.json. */
+typedef struct oslo_model_info {
+  int64_t vocab_size;
+  int64_t hidden_size;
+  int64_t num_layers;
+  int64_t num_heads;
+  int64_t num_kv_heads;
+  int64_t max_positions;
+  int is_causal;       /**< 1 for language models (generate works), 0 for encoders */
+  oslo_dtype dtype;    /**< dtype of the weight matrices */
+  int64_t eos_token_id; /**< first EOS id of the config, -1 if none */
+  int64_t pad_token_id; /**< -1 if none */
+} oslo_model_info;
+
+/**
+ * Fills *info and, if model_type is not NULL, points it at the model's
+ * model_type string ("gpt2", ...; owned by the model, valid while it lives).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL model or info).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_model_get_info(const oslo_model *model, oslo_model_info *info,
+                                         const char **model_type);
+
+/** What oslo_model_forward returns. */
+typedef enum oslo_model_output {
+  OSLO_MODEL_OUTPUT_LOGITS = 0, /**< [batch, seq, vocab_size] (causal models) */
+  OSLO_MODEL_OUTPUT_HIDDEN = 1, /**< [batch, seq, hidden_size], after the final norm */
+  OSLO_MODEL_OUTPUT_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_MODEL_OUTPUT_ENUM_MAX_ = 2147483647
+} oslo_model_output;
+
+/**
+ * Runs the model on `batch` sequences of `seq` token ids (ids [batch, seq])
+ * with an attention mask (mask [batch, seq] of 0/1; NULL: all 1). Padding may
+ * be on the left or the right: positions count the real tokens (as Hugging
+ * Face generate computes position_ids), so a padded row gives the same
+ * values at its real positions as the row alone. Values at padded positions
+ * are unspecified. Writes batch*seq*(vocab_size or hidden_size) floats.
+ * Collective over the tensor group (same arguments on every rank; every
+ * rank receives the full result).
+ * Ownership: reads ids/mask, writes out (capacity in floats) during the call.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, non-positive sizes, id outside the
+ * vocabulary or position beyond max_positions: named), OSLO_ERR_SHAPE
+ * (capacity too small: the message gives the size needed),
+ * OSLO_ERR_NOT_SUPPORTED (logits of an encoder), OSLO_ERR_COMM,
+ * OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context.
+ */
+OSLO_API oslo_status oslo_model_forward(oslo_model *model, const int64_t *ids, const int64_t *mask,
+                                        int64_t batch, int64_t seq, oslo_model_output output,
+                                        float *out, size_t capacity);
+
+/**
+ * Sentence embeddings as sentence-transformers computes them: the mean of the
+ * last hidden states over the attention mask, L2-normalised if `normalize`
+ * is nonzero. ids and mask are [batch, seq] (mask NULL: all 1); writes
+ * batch*hidden_size floats. Collective over the tensor group.
+ * Errors: as oslo_model_forward.
+ * Thread-safety: per context.
+ */
+OSLO_API oslo_status oslo_model_embed(oslo_model *model, const int64_t *ids, const int64_t *mask,
+                                      int64_t batch, int64_t seq, int normalize, float *out,
+                                      size_t capacity);
+
+#define OSLO_GENERATE_OPTIONS_VERSION 1
+
+/** Options of oslo_model_generate (versioned). Defaults are Hugging Face's. */
+typedef struct oslo_generate_options {
+  unsigned int version;   /**< OSLO_GENERATE_OPTIONS_VERSION; set by _init */
+  int64_t max_new_tokens; /**< tokens to generate at most (default 20) */
+  int do_sample;          /**< 0 (default): greedy or beam search; 1: sample */
+  float temperature;      /**< sampling temperature > 0 (default 1) */
+  int64_t top_k;          /**< keep the k most likely tokens; 0 disables (default 50) */
+  float top_p;            /**< nucleus sampling mass in (0, 1] (default 1: off) */
+  uint64_t seed;          /**< sampling seed: same seed, same tokens (default 0) */
+  int64_t num_beams;      /**< beam search when > 1 (default 1) */
+  float length_penalty;   /**< beam score = logprob sum / length^penalty (default 1) */
+  int early_stopping;     /**< beams: 0 HF's False (default), 1 True, -1 "never" */
+  /** EOS ids (a row stops after emitting one); NULL: the model config's. */
+  const int64_t *eos_token_ids;
+  size_t num_eos_token_ids;
+  /** Id fed after EOS and used for left padding; -1 (default): the config's
+   * pad_token_id, else its first EOS id. */
+  int64_t pad_token_id;
+} oslo_generate_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass OSLO_GENERATE_OPTIONS_VERSION).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown version).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_generate_options_init(oslo_generate_options *options,
+                                                unsigned int version);
+
+/**
+ * Generates continuations of `batch` prompts with the KV cache: greedy,
+ * sampling (temperature, top-k, top-p, seeded) or beam search, as configured.
+ * Prompt b is prompt_ids[offset_b .. offset_b + prompt_lengths[b]) where
+ * offset_b is the sum of the previous lengths (prompts are batched with left
+ * padding). Row b of out_tokens ([batch, max_new_tokens]) receives
+ * out_lengths[b] new tokens (ending with EOS if one was emitted), then -1s.
+ * out_scores (may be NULL) receives each row's beam score (beam search) or
+ * the sum of the chosen tokens' log-probabilities.
+ * Every tensor-parallel rank returns the same tokens: rank 0's choices are
+ * broadcast at each step. Collective over the tensor group.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, empty prompt, bad options: named),
+ * OSLO_ERR_NOT_SUPPORTED (an encoder model), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context.
+ */
+OSLO_API oslo_status oslo_model_generate(oslo_model *model, const int64_t *prompt_ids,
+                                         const int64_t *prompt_lengths, int64_t batch,
+                                         const oslo_generate_options *options,
+                                         int64_t *out_tokens, int64_t *out_lengths,
+                                         float *out_scores);
+
+/**
+ * Saves the model as a parallel checkpoint in `dir`: one safetensors file per
+ * (tensor, pipeline) rank named by their zero-padded ranks, each holding the
+ * slices that rank owns under their Hugging Face names and layout, plus the
+ * manifest (layout, config.json, global shapes, slices, sizes, checksums),
+ * written last and atomically (docs/MODELS.md). Tokenizer files of the
+ * source folder are copied along. Collective over the world group.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_COMM,
+ * OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context.
+ */
+OSLO_API oslo_status oslo_model_save(oslo_model *model, const char *dir);
+
+#define OSLO_MERGE_OPTIONS_VERSION 1
+
+/** Options of oslo_model_merge (versioned). */
+typedef struct oslo_merge_options {
+  unsigned int version;     /**< OSLO_MERGE_OPTIONS_VERSION; set by _init */
+  int dtype;                /**< -1 (default): keep; else the float dtype to write */
+  uint64_t max_shard_bytes; /**< 0 (default): one model.safetensors; else shards + index */
+  int overwrite;            /**< nonzero: replace an existing non-empty dst (default 0) */
+} oslo_merge_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass OSLO_MERGE_OPTIONS_VERSION).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT. Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_merge_options_init(oslo_merge_options *options, unsigned int version);
+
+/**
+ * Merges a parallel checkpoint (or re-writes any Hugging Face folder) into
+ * one ordinary Hugging Face folder `dst` (model.safetensors or shards with
+ * model.safetensors.index.json, config.json, tokenizer files) that
+ * transformers' from_pretrained loads. Not collective, needs no context;
+ * streams tensor by tensor; `dst` appears atomically.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO (dst exists and not
+ * overwrite), OSLO_ERR_FORMAT (corrupt source: named).
+ * Thread-safety: thread-safe for distinct paths.
+ */
+OSLO_API oslo_status oslo_model_merge(const char *src, const char *dst,
+                                      const oslo_merge_options *options);
+
+/**
+ * Rewrites the checkpoint or Hugging Face folder `src` as a parallel
+ * checkpoint `dst` for tensor-parallel size `tensor_parallel_size`, offline
+ * (one process, no context), reading only the slices each new rank needs.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, size < 1), OSLO_ERR_NOT_SUPPORTED
+ * (heads not divisible by the size), OSLO_ERR_IO, OSLO_ERR_FORMAT.
+ * Thread-safety: thread-safe for distinct paths.
+ */
+OSLO_API oslo_status oslo_model_reshard(const char *src, const char *dst,
+                                        int tensor_parallel_size);
+
+/**
+ * Describes any checkpoint: a Hugging Face folder, an oslo parallel
+ * checkpoint or a safetensors file (format, layout, config summary, and per
+ * tensor its dtype, shape and slices), as aligned text or, if `json` is
+ * nonzero, JSON. Writes at most `capacity` bytes including the terminating
+ * NUL and always sets *length to the full length (without the NUL): call
+ * with capacity 0 to size the buffer.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_FORMAT.
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_checkpoint_inspect(const char *path, int json, char *out,
+                                             size_t capacity, size_t *length);
+
 #ifdef __cplusplus
 }
 #endif

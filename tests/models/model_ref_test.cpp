@@ -4,7 +4,11 @@
 // equal transformers' reference within the tolerance.
 //
 //   model_ref_test FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X]
+#include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -109,6 +113,39 @@ int main(int argc, char** argv) {
           check(str("logits_", side).c_str(), out, ref.get<float>(str("logits_", side)), mask, V);
           m->forward(ids, mask, {}, shape[0], shape[1], false, &out);
           check(str("hidden_", side).c_str(), out, ref.get<float>(str("hidden_", side)), mask, H);
+        }
+        // Greedy decoding through the KV cache (one token per append) must
+        // give transformers' greedy tokens.
+        if (ref.has("greedy_0") && m->causal()) {
+          std::ifstream jf(dir + "/reference.json");
+          std::stringstream ss;
+          ss << jf.rdbuf();
+          const auto meta = nlohmann::json::parse(ss.str());
+          const int64_t eos = meta.value("generation_eos_token_id", int64_t{-1});
+          const auto prompts = meta.at("prompts");
+          for (size_t i = 0; i < prompts.size(); ++i) {
+            const std::string key = str("greedy_", i);
+            if (!ref.has(key)) continue;
+            const auto want = ref.get<int64_t>(key);
+            std::vector<int64_t> prompt = prompts[i].get<std::vector<int64_t>>();
+            const int64_t max_new = static_cast<int64_t>(want.size() - prompt.size()) + 2;
+            m->reset(1, static_cast<int64_t>(prompt.size()) + max_new);
+            std::vector<int64_t> seq = prompt;
+            std::vector<int64_t> feed = prompt;
+            while (static_cast<int64_t>(seq.size() - prompt.size()) < 12) {
+              std::vector<uint8_t> mask(seq.size(), 1);
+              auto lg = m->append(feed, static_cast<int64_t>(feed.size()), mask);
+              const int64_t tok = std::max_element(lg.begin(), lg.end()) - lg.begin();
+              seq.push_back(tok);
+              feed = {tok};
+              if (tok == eos || seq.size() >= want.size()) break;
+            }
+            const bool ok = seq == want;
+            if (r == 0 || !ok)
+              std::printf("[rank %d tp %d] %s through the KV cache: %zu tokens %s\n", r, tp,
+                          key.c_str(), seq.size(), ok ? "ok" : "FAIL");
+            if (!ok) ++g_fail;
+          }
         }
         if (ref.has("last_hidden_state")) {
           std::vector<int64_t> shape;
