@@ -314,11 +314,42 @@ def reference_beam_search(model, prompt, eos_ids, num_beams, max_new_tokens, len
     return toks, score, min_gap
 
 
+def legacy_config(d):
+    """Rewrite config.json the way transformers 4.x (and so nearly every
+    checkpoint on the Hub) writes it: top-level rope_theta instead of
+    transformers 5's rope_parameters, torch_dtype instead of dtype."""
+    path = os.path.join(d, "config.json")
+    with open(path) as fh:
+        cfg = json.load(fh)
+    rp = cfg.pop("rope_parameters")
+    assert rp.get("rope_type", "default") == "default", rp
+    cfg["rope_theta"] = rp["rope_theta"]
+    cfg["rope_scaling"] = None
+    cfg["torch_dtype"] = cfg.pop("dtype")
+    with open(path, "w") as fh:
+        json.dump(dict(sorted(cfg.items())), fh, indent=2)
+        fh.write("\n")
+
+
+def self_check(d, spec, refs, prompts, tinfo):
+    """Load the written folder back the ordinary way (Auto classes; bf16 weights
+    upcast to f32) and check it reproduces the references."""
+    cls = transformers.AutoModelForCausalLM
+    m = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    assert type(m).__name__ == spec["arch"], type(m)
+    for side, explicit in (("left", True), ("right", False)):
+        lg, hd = forward_refs(m, refs[f"input_ids_{side}"], refs[f"attention_mask_{side}"], explicit)
+        assert torch.equal(lg, refs[f"logits_{side}"]), (d, side, float((lg - refs[f"logits_{side}"]).abs().max()))
+        assert torch.equal(hd, refs[f"hidden_{side}"]), (d, side)
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    assert prompts_for(tok) == prompts, (d, prompts_for(tok), prompts)
+
+
 CAUSAL = {
     "gpt2-tiny": dict(arch="GPT2LMHeadModel", tokenizer="bpe", seed=1),
-    "llama-tiny-gqa": dict(arch="LlamaForCausalLM", tokenizer="spm", seed=2, kv=2, shards=3),
-    "llama-tiny-mqa": dict(arch="LlamaForCausalLM", tokenizer="spm", seed=3, kv=1, tied=True),
-    "llama-tiny-bf16": dict(arch="LlamaForCausalLM", tokenizer="spm", seed=2, kv=2, dtype="bfloat16"),
+    "llama-tiny-gqa": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=2, kv=2, shards=3),
+    "llama-tiny-mqa": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=3, kv=1, tied=True),
+    "llama-tiny-bf16": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=2, kv=2, dtype="bfloat16"),
     "mistral-tiny": dict(arch="MistralForCausalLM", tokenizer="spm", seed=4, kv=2),
     "qwen2-tiny": dict(arch="Qwen2ForCausalLM", tokenizer="bpe", seed=5, kv=2),
 }
@@ -420,7 +451,11 @@ def causal_fixture(name, spec, toks, out_dir, seed_offset=0):
     dtype = spec.get("dtype", "float32")
     if dtype == "bfloat16":
         # Round the weights to bf16; the references use them upcast to f32.
-        model = model.to(torch.bfloat16).to(torch.float32)
+        # Round the parameters only: .to(bfloat16) on the module would also round
+        # the rotary inv_freq buffer, which from_pretrained recomputes in f32.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).to(torch.float32))
     model.config._attn_implementation = "eager"
     model.generation_config.pad_token_id = pad
 
@@ -529,6 +564,9 @@ def causal_fixture(name, spec, toks, out_dir, seed_offset=0):
     save_tokenizer(tok, d)
     if tinfo.get("spm_model"):
         shutil.copyfile(tinfo["spm_model"], os.path.join(d, "tokenizer.model"))
+    if spec.get("legacy_config"):
+        legacy_config(d)
+    self_check(d, spec, refs, prompts, tinfo)
     ref_tensors = {k: (v.to(torch.int64) if not v.is_floating_point() else v.to(torch.float32)).contiguous()
                    for k, v in refs.items()}
     save_file(ref_tensors, os.path.join(d, "reference.safetensors"))
@@ -619,6 +657,13 @@ def bert_fixture(toks, out_dir, seed=11):
     os.makedirs(d)
     model.save_pretrained(d, safe_serialization=True)
     save_tokenizer(tok, d)
+    m = transformers.AutoModel.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        o2 = m(input_ids=ids, attention_mask=mask, token_type_ids=tt)
+    assert type(m).__name__ == "BertModel"
+    assert torch.equal(o2.last_hidden_state, out.last_hidden_state) and torch.equal(o2.pooler_output, out.pooler_output)
+    t2 = transformers.AutoTokenizer.from_pretrained(d)
+    assert [t2(x, y)["input_ids"] if y else t2(x)["input_ids"] for x, y in zip(a, b)] == [e["input_ids"] for e in enc_rows]
     save_file({"input_ids": ids, "attention_mask": mask, "token_type_ids": tt,
                "last_hidden_state": out.last_hidden_state.float().contiguous(),
                "pooler_output": out.pooler_output.float().contiguous()},
