@@ -123,8 +123,8 @@ void check_logits(const std::vector<float>& logits, int64_t rows, int64_t vocab,
 void check_no_nan(const float* s, int64_t n, int64_t row, int64_t step) {
   for (int64_t v = 0; v < n; ++v)
     OSLO_CHECK(!std::isnan(s[v]), OSLO_ERR_INVALID_ARGUMENT,
-               "generate: the model returned NaN logits (row ", row, ", token ", v, ", step ",
-               step, ")");
+               "generate: the model returned NaN logits (row ", row, ", token ", v, ", step ", step,
+               ")");
 }
 
 // HF's processors before the warpers, in _get_logits_processor's order:
@@ -179,10 +179,10 @@ std::vector<int64_t> top_indices(const std::vector<float>& v, int64_t k) {
 // Rows of the padded prompt batch.
 struct Batch {
   int64_t size = 0;
-  int64_t prompt_len = 0;      // longest prompt (HF's decoder_prompt_len)
-  std::vector<int64_t> pad;    // left padding per prompt
-  std::vector<int64_t> tokens; // [size, prompt_len]
-  std::vector<uint8_t> mask;   // [size, prompt_len]
+  int64_t prompt_len = 0;       // longest prompt (HF's decoder_prompt_len)
+  std::vector<int64_t> pad;     // left padding per prompt
+  std::vector<int64_t> tokens;  // [size, prompt_len]
+  std::vector<uint8_t> mask;    // [size, prompt_len]
 };
 
 Batch make_batch(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token) {
@@ -277,8 +277,8 @@ struct Hyp {
 
 // One prompt's state, as HF keeps it per batch item.
 struct BeamState {
-  std::vector<Hyp> running;   // num_beams, best first
-  std::vector<Hyp> done;      // num_beams slots (HF's `sequences`/`beam_scores`)
+  std::vector<Hyp> running;  // num_beams, best first
+  std::vector<Hyp> done;     // num_beams slots (HF's `sequences`/`beam_scores`)
   bool heuristic_unsatisfied = true;
 };
 
@@ -330,8 +330,7 @@ GenerateResult beam_search(CausalLM& model, const Batch& batch, const GenerateOp
           log_softmax(lg, lsm.data(), vocab);
           if (opt.repetition_penalty != 1.0 || opt.min_new_tokens > 0) {
             full_row.assign(batch.tokens.begin() + b * L0, batch.tokens.begin() + (b + 1) * L0);
-            full_row.insert(full_row.end(), s.running[j].tokens.begin(),
-                            s.running[j].tokens.end());
+            full_row.insert(full_row.end(), s.running[j].tokens.begin(), s.running[j].tokens.end());
             apply_processors(lsm.data(), vocab, full_row, batch.pad[b], t, opt, seen);
           }
           const float base = s.running[j].score;
@@ -391,17 +390,17 @@ GenerateResult beam_search(CausalLM& model, const Batch& batch, const GenerateOp
         s.done = std::move(done);
         s.running = std::move(running);
         // g. the early-stop heuristic at cur_len + 1
-        const int64_t best_len = opt.early_stopping == EarlyStopping::kNever &&
-                                         opt.length_penalty > 0.0
-                                     ? opt.max_new_tokens
-                                     : t + 1;
+        const int64_t best_len =
+            opt.early_stopping == EarlyStopping::kNever && opt.length_penalty > 0.0
+                ? opt.max_new_tokens
+                : t + 1;
         const float best_running =
-            s.running[0].score /
-            static_cast<float>(std::pow(double(best_len), opt.length_penalty));
+            s.running[0].score / static_cast<float>(std::pow(double(best_len), opt.length_penalty));
         float worst_done = s.done[0].score;
         for (const Hyp& h : s.done) worst_done = std::min(worst_done, h.score);
         bool improvable = false;
-        for (const Hyp& h : s.done) improvable = improvable || best_running > (h.finished ? worst_done : -kBig);
+        for (const Hyp& h : s.done)
+          improvable = improvable || best_running > (h.finished ? worst_done : -kBig);
         s.heuristic_unsatisfied = s.heuristic_unsatisfied && improvable;
         any_unsatisfied = any_unsatisfied || s.heuristic_unsatisfied;
         for (const Hyp& h : s.done) all_finished = all_finished && h.finished;
@@ -462,11 +461,14 @@ void validate_options(const GenerateOptions& o, int64_t vocab) {
     bad("temperature must be > 0 and finite when sampling, got ", o.temperature);
   if (!(o.repetition_penalty > 0.0 && std::isfinite(o.repetition_penalty)))
     bad("repetition_penalty must be > 0 and finite (1 = off), got ", o.repetition_penalty);
-  if (!std::isfinite(o.length_penalty)) bad("length_penalty must be finite, got ", o.length_penalty);
+  if (!std::isfinite(o.length_penalty))
+    bad("length_penalty must be finite, got ", o.length_penalty);
   if (o.early_stopping != EarlyStopping::kFalse && o.early_stopping != EarlyStopping::kTrue &&
       o.early_stopping != EarlyStopping::kNever)
-    bad("early_stopping must be False, True or \"never\", got ", static_cast<int>(o.early_stopping));
-  if (o.pad_token_id < -1) bad("pad_token_id must be a token id or -1 (default), got ", o.pad_token_id);
+    bad("early_stopping must be False, True or \"never\", got ",
+        static_cast<int>(o.early_stopping));
+  if (o.pad_token_id < -1)
+    bad("pad_token_id must be a token id or -1 (default), got ", o.pad_token_id);
   for (int64_t e : o.eos_token_ids)
     if (e < 0 || (vocab >= 0 && e >= vocab))
       bad("eos token id ", e, " is outside the vocabulary [0, ", vocab, ")");
@@ -477,11 +479,13 @@ void validate_options(const GenerateOptions& o, int64_t vocab) {
          "generate: beam sampling (num_beams > 1 with do_sample) is not supported; use "
          "num_beams = 1 to sample or do_sample = false for beam search");
   if (o.num_beams > 1 && vocab >= 0) {
-    const int64_t k = std::max<int64_t>(2, 1 + static_cast<int64_t>(o.eos_token_ids.size())) *
-                      o.num_beams;
+    const int64_t k =
+        std::max<int64_t>(2, 1 + static_cast<int64_t>(o.eos_token_ids.size())) * o.num_beams;
     if (k > o.num_beams * vocab)
-      bad("beam search keeps ", k, " candidates per step (max(2, 1 + number of EOS ids) x "
-          "num_beams) but num_beams x vocab is only ", o.num_beams * vocab);
+      bad("beam search keeps ", k,
+          " candidates per step (max(2, 1 + number of EOS ids) x "
+          "num_beams) but num_beams x vocab is only ",
+          o.num_beams * vocab);
   }
 }
 
