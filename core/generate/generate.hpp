@@ -4,6 +4,16 @@
 // decoder-only models (transformers 5.x: `_sample` and `_beam_search` in
 // src/transformers/generation/utils.py, the warpers in logits_process.py).
 //
+// Matched against transformers 5.23 (tests/generate/make_reference.py): the
+// same tokens and sequences_scores (to float32 rounding) for greedy, batched
+// left-padded greedy and beam search, and the same surviving tokens and
+// probabilities for the warpers. Where torch leaves an order unspecified,
+// oslo fixes one: greedy takes the lowest index among tied maxima (as
+// torch.argmax); beam search's top-k ranks tied scores by lower flat index
+// (beam * vocab + token), torch.topk by an unspecified order; top-p drops
+// the lower index first among tied scores, torch.sort (unstable above 16
+// elements) in an unspecified order. Exact ties need exactly equal logits.
+//
 // Batching: prompts of different lengths are left-padded to the longest one
 // (padding positions carry pad_token_id and mask 0), exactly as HF generate is
 // fed for decoder-only models. Every generated position has mask 1, including
