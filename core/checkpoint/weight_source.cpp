@@ -1,0 +1,603 @@
+#include "core/checkpoint/weight_source.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "core/checkpoint/fs_util.hpp"
+#include "core/checkpoint/model_io_internal.hpp"
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+namespace oslo {
+
+namespace st = safetensors;
+using json = nlohmann::json;
+
+const char* source_kind_name(SourceKind k) {
+  switch (k) {
+    case SourceKind::HfSingle: return "hf-single";
+    case SourceKind::HfSharded: return "hf-sharded";
+    case SourceKind::OsloCheckpoint: return "oslo-checkpoint";
+    case SourceKind::SafetensorsFile: return "safetensors-file";
+  }
+  return "unknown";
+}
+
+uint64_t SourceTensor::nbytes() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);  // validated when listed
+  return n * st::dtype_bits(dtype) / 8;
+}
+
+// --------------------------------------------------------------------------
+// CRC32C
+// --------------------------------------------------------------------------
+
+namespace {
+
+struct CrcTable {
+  uint32_t t[8][256];
+  CrcTable() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+      t[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; ++i)
+      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+  }
+};
+
+uint32_t crc32c_soft(uint32_t c, const unsigned char* p, size_t n) {
+  static const CrcTable tab;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    v ^= c;
+    c = tab.t[7][v & 0xff] ^ tab.t[6][(v >> 8) & 0xff] ^ tab.t[5][(v >> 16) & 0xff] ^
+        tab.t[4][(v >> 24) & 0xff] ^ tab.t[3][(v >> 32) & 0xff] ^ tab.t[2][(v >> 40) & 0xff] ^
+        tab.t[1][(v >> 48) & 0xff] ^ tab.t[0][v >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c = (c >> 8) ^ tab.t[0][(c ^ *p++) & 0xff];
+  return c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t c, const unsigned char* p, size_t n) {
+  uint64_t c64 = c;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c64 = __builtin_ia32_crc32di(c64, v);
+    p += 8;
+    n -= 8;
+  }
+  uint32_t c32 = static_cast<uint32_t>(c64);
+  while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return c32;
+}
+#endif
+
+}  // namespace
+
+uint32_t crc32c(uint32_t crc, const void* data, size_t n) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  uint32_t c = ~crc;
+#if defined(__x86_64__)
+  static const bool hw = __builtin_cpu_supports("sse4.2");
+  c = hw ? crc32c_hw(c, p, n) : crc32c_soft(c, p, n);
+#else
+  c = crc32c_soft(c, p, n);
+#endif
+  return ~c;
+}
+
+// --------------------------------------------------------------------------
+// Host dtype conversion
+// --------------------------------------------------------------------------
+
+void convert_host(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t n,
+                  const std::string& tensor) {
+  if (n == 0) return;
+  if (sdt == ddt) {
+    std::memcpy(dst, src, n * dtype_size(sdt));
+    return;
+  }
+  const bool sf = dtype_is_float(sdt), df = dtype_is_float(ddt);
+  if (sf && df) {
+    if (sdt == OSLO_DTYPE_F32) {
+      from_f32(ddt, static_cast<const float*>(src), dst, n);
+    } else if (ddt == OSLO_DTYPE_F32) {
+      to_f32(sdt, src, static_cast<float*>(dst), n);
+    } else {
+      float tmp[1024];
+      const char* s = static_cast<const char*>(src);
+      char* d = static_cast<char*>(dst);
+      for (size_t i = 0; i < n; i += 1024) {
+        size_t m = std::min<size_t>(1024, n - i);
+        to_f32(sdt, s + i * 2, tmp, m);
+        from_f32(ddt, tmp, d + i * 2, m);
+      }
+    }
+    return;
+  }
+  if (sdt == OSLO_DTYPE_I32 && ddt == OSLO_DTYPE_I64) {
+    for (size_t i = 0; i < n; ++i) {
+      int32_t v;
+      std::memcpy(&v, static_cast<const char*>(src) + 4 * i, 4);
+      int64_t w = v;
+      std::memcpy(static_cast<char*>(dst) + 8 * i, &w, 8);
+    }
+    return;
+  }
+  if (sdt == OSLO_DTYPE_I64 && ddt == OSLO_DTYPE_I32) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t v;
+      std::memcpy(&v, static_cast<const char*>(src) + 8 * i, 8);
+      OSLO_CHECK(v >= INT32_MIN && v <= INT32_MAX, OSLO_ERR_DTYPE, "tensor ", quote(tensor),
+                 ": value ", v, " does not fit i32");
+      int32_t w = static_cast<int32_t>(v);
+      std::memcpy(static_cast<char*>(dst) + 4 * i, &w, 4);
+    }
+    return;
+  }
+  fail(OSLO_ERR_DTYPE, "tensor ", quote(tensor), ": cannot convert ", dtype_name(sdt), " to ",
+       dtype_name(ddt));
+}
+
+// --------------------------------------------------------------------------
+// Files
+// --------------------------------------------------------------------------
+
+struct WeightSource::File {
+  std::string path;
+  std::unique_ptr<st::Reader> reader;
+  int map_fd = -1;
+  void* map = nullptr;
+  size_t map_size = 0;
+  std::set<std::string> checked;  // keys validated against the listing
+  ~File() {
+    if (map) ::munmap(map, map_size);
+    if (map_fd >= 0) ::close(map_fd);
+  }
+};
+
+WeightSource::~WeightSource() = default;
+
+void WeightSource::release() {
+  files_.clear();
+}
+
+WeightSource::File& WeightSource::file(const std::string& name) {
+  auto it = files_.find(name);
+  if (it != files_.end()) return *it->second;
+  auto f = std::make_unique<File>();
+  f->path = fsutil::join(folder_, name);
+  f->reader = std::make_unique<st::Reader>(f->path);
+  ++files_opened_;
+  if (mode_ == ReadMode::Mmap) {
+    f->map_fd = ::open(f->path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f->map_fd < 0) {
+      int e = errno;
+      fail(OSLO_ERR_IO, "cannot open ", quote_path(f->path), ": ", fsutil::errno_text(e));
+    }
+    struct stat sb;
+    OSLO_CHECK(::fstat(f->map_fd, &sb) == 0, OSLO_ERR_IO, "cannot stat ", quote_path(f->path));
+    f->map_size = static_cast<size_t>(sb.st_size);
+    const st::Header& h = f->reader->header();
+    OSLO_CHECK(f->map_size >= h.data_start() + h.data_size, OSLO_ERR_FORMAT, f->path,
+               ": file shrank after it was opened");
+    if (f->map_size > 0) {
+      void* p = ::mmap(nullptr, f->map_size, PROT_READ, MAP_SHARED, f->map_fd, 0);
+      if (p == MAP_FAILED) {
+        int e = errno;
+        fail(OSLO_ERR_IO, "cannot map ", quote_path(f->path), ": ", fsutil::errno_text(e));
+      }
+      f->map = p;
+    }
+  }
+  return *files_.emplace(name, std::move(f)).first->second;
+}
+
+void WeightSource::read_bytes(const SourceShard& sh, File& f, const st::TensorInfo& ti,
+                              uint64_t offset, uint64_t bytes, void* dst) {
+  if (bytes == 0) return;
+  if (mode_ == ReadMode::Mmap && f.map) {
+    OSLO_CHECK(offset <= ti.nbytes() && bytes <= ti.nbytes() - offset, OSLO_ERR_INTERNAL,
+               "read outside tensor ", quote(ti.name));
+    const uint64_t pos = f.reader->header().data_start() + ti.begin + offset;
+    std::memcpy(dst, static_cast<const char*>(f.map) + pos, static_cast<size_t>(bytes));
+    // Drop the pages just copied so that they do not stay in the resident set.
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t a = pos / page * page, b = std::min<uint64_t>(f.map_size, pos + bytes);
+    ::madvise(static_cast<char*>(f.map) + a, static_cast<size_t>(b - a), MADV_DONTNEED);
+  } else {
+    f.reader->read(ti, offset, bytes, dst);
+  }
+  bytes_read_ += bytes;
+  ++read_calls_;
+  if (sh.has_crc) {
+    CrcProgress& p = crc_[{sh.file, sh.key}];
+    if (p.broken || offset != p.next) {
+      p.broken = true;
+      if (offset == 0) p = CrcProgress{};  // a fresh pass from the start
+    }
+    if (!p.broken && offset == p.next) {
+      p.crc = crc32c(p.crc, dst, static_cast<size_t>(bytes));
+      p.next += bytes;
+      if (p.next == ti.nbytes()) {
+        const uint32_t got = p.crc;
+        crc_.erase({sh.file, sh.key});
+        OSLO_CHECK(got == sh.crc32c, OSLO_ERR_FORMAT, f.path, ": tensor ", quote(sh.key),
+                   ": checksum mismatch (CRC32C of the data is ", hex32(got),
+                   ", the manifest records ", hex32(sh.crc32c), ")");
+      }
+    }
+  }
+}
+
+// --------------------------------------------------------------------------
+// Opening
+// --------------------------------------------------------------------------
+
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat sb;
+  return ::stat(p.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+bool is_regular(const std::string& p) {
+  struct stat sb;
+  return ::stat(p.c_str(), &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+SourceTensor whole_tensor(const st::TensorInfo& ti, const std::string& file) {
+  SourceTensor t;
+  t.name = ti.name;
+  t.dtype = ti.dtype;
+  for (uint64_t d : ti.shape) {
+    OSLO_CHECK(d <= static_cast<uint64_t>(INT64_MAX), OSLO_ERR_FORMAT, file, ": tensor ",
+               quote(ti.name), ": extent ", d, " is too large");
+    t.shape.push_back(static_cast<int64_t>(d));
+  }
+  SourceShard sh;
+  sh.file = fsutil::base_name(file);
+  sh.key = ti.name;
+  sh.offset = 0;
+  sh.length = t.shape.empty() ? 1 : t.shape[0];
+  sh.bytes = ti.nbytes();
+  t.shards.push_back(sh);
+  return t;
+}
+
+}  // namespace
+
+WeightSource::WeightSource(const std::string& path, ReadMode mode) : path_(path), mode_(mode) {
+  OSLO_CHECK(!path.empty(), OSLO_ERR_INVALID_ARGUMENT, "weight source path is empty");
+  if (is_dir(path)) {
+    folder_ = path;
+    if (fsutil::exists(fsutil::join(path, kModelManifest))) {
+      open_oslo();
+    } else if (fsutil::exists(fsutil::join(path, "model.safetensors"))) {
+      open_hf_single("model.safetensors");
+    } else if (fsutil::exists(fsutil::join(path, "model.safetensors.index.json"))) {
+      open_hf_index();
+    } else {
+      fail(OSLO_ERR_IO, "no ", kModelManifest,
+           ", model.safetensors or model.safetensors.index.json in ", quote_path(path),
+           fsutil::exists(fsutil::join(path, "pytorch_model.bin"))
+               ? " (pytorch_model.bin is not supported: convert it to safetensors)"
+               : "");
+    }
+  } else if (is_regular(path)) {
+    folder_ = fsutil::parent_dir(path);
+    kind_ = SourceKind::SafetensorsFile;
+    st::Reader rd(path);
+    for (const st::TensorInfo& ti : rd.tensors()) tensors_.push_back(whole_tensor(ti, path));
+  } else {
+    fail(OSLO_ERR_IO, "weight source ", quote_path(path),
+         " does not exist or is not a file or folder");
+  }
+  std::sort(tensors_.begin(), tensors_.end(),
+            [](const SourceTensor& a, const SourceTensor& b) { return a.name < b.name; });
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
+}
+
+void WeightSource::list_extra_files(bool hf) {
+  if (!hf) return;
+  for (const std::string& n : fsutil::list_dir(folder_)) {
+    if (n.empty() || n[0] == '.') continue;
+    if (!is_regular(fsutil::join(folder_, n))) continue;
+    auto ends = [&](const char* s) {
+      size_t k = std::strlen(s);
+      return n.size() >= k && n.compare(n.size() - k, k, s) == 0;
+    };
+    if (ends(".safetensors") || ends(".bin") || ends(".pt") || ends(".pth") || ends(".h5") ||
+        ends(".msgpack") || ends(".onnx") || ends(".ckpt") || ends(".gguf") ||
+        n == "model.safetensors.index.json" || n == "pytorch_model.bin.index.json" ||
+        n == "config.json" || n.find(".tmp.") != std::string::npos)
+      continue;
+    extra_files_.push_back(n);
+  }
+  std::sort(extra_files_.begin(), extra_files_.end());
+}
+
+void WeightSource::open_hf_single(const std::string& name) {
+  kind_ = SourceKind::HfSingle;
+  File& f = file(name);
+  for (const st::TensorInfo& ti : f.reader->tensors()) {
+    tensors_.push_back(whole_tensor(ti, f.path));
+    f.checked.insert(ti.name);
+  }
+  const std::string cfg = fsutil::join(folder_, "config.json");
+  if (is_regular(cfg)) config_json_ = fsutil::read_small_file(cfg, size_t{64} << 20);
+  list_extra_files(true);
+}
+
+void WeightSource::open_hf_index() {
+  kind_ = SourceKind::HfSharded;
+  const std::string ipath = fsutil::join(folder_, "model.safetensors.index.json");
+  const std::string where = clip(ipath, kQuotedPathMax);
+  json j;
+  try {
+    j = json::parse(fsutil::read_small_file(ipath, size_t{256} << 20));
+  } catch (const json::exception& e) {
+    fail(OSLO_ERR_FORMAT, where, ": invalid JSON: ", clip(e.what(), 200));
+  }
+  OSLO_CHECK(j.is_object(), OSLO_ERR_FORMAT, where, ": the index must be a JSON object");
+  OSLO_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), OSLO_ERR_FORMAT, where,
+             ": missing or malformed 'weight_map' (an object of tensor name -> file name)");
+  if (j.contains("metadata"))
+    OSLO_CHECK(j["metadata"].is_object() || j["metadata"].is_null(), OSLO_ERR_FORMAT, where,
+               ": 'metadata' must be an object");
+  std::map<std::string, std::string> wm;  // tensor -> file
+  std::vector<std::string> files;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    OSLO_CHECK(it.value().is_string(), OSLO_ERR_FORMAT, where, ": weight_map[", quote(it.key()),
+               "] must be a file name");
+    const std::string fn = it.value().get<std::string>();
+    OSLO_CHECK(plain_file_name(fn), OSLO_ERR_FORMAT, where, ": weight_map[", quote(it.key()),
+               "] = ", quote(fn), " is not a plain file name inside the folder");
+    wm[it.key()] = fn;
+    if (std::find(files.begin(), files.end(), fn) == files.end()) files.push_back(fn);
+  }
+  OSLO_CHECK(!wm.empty(), OSLO_ERR_FORMAT, where, ": weight_map is empty");
+  std::map<std::string, std::string> seen;  // tensor -> file it was found in
+  for (const std::string& fn : files) {
+    const std::string fp = fsutil::join(folder_, fn);
+    OSLO_CHECK(fsutil::exists(fp), OSLO_ERR_IO, where, ": shard file ", quote(fn),
+               " listed in weight_map does not exist");
+    File& f = file(fn);
+    for (const st::TensorInfo& ti : f.reader->tensors()) {
+      auto s = seen.find(ti.name);
+      OSLO_CHECK(s == seen.end(), OSLO_ERR_FORMAT, "tensor ", quote(ti.name),
+                 " is in two files: ", quote(s == seen.end() ? std::string() : s->second), " and ",
+                 quote(fn), " (", where, ")");
+      seen[ti.name] = fn;
+      auto w = wm.find(ti.name);
+      OSLO_CHECK(w != wm.end(), OSLO_ERR_FORMAT, fp, ": tensor ", quote(ti.name),
+                 " is not in the weight_map of ", where);
+      OSLO_CHECK(w->second == fn, OSLO_ERR_FORMAT, fp, ": tensor ", quote(ti.name),
+                 " is in this file but weight_map says ", quote(w->second));
+      tensors_.push_back(whole_tensor(ti, fp));
+      f.checked.insert(ti.name);
+    }
+  }
+  for (const auto& kv : wm)
+    OSLO_CHECK(seen.count(kv.first), OSLO_ERR_FORMAT, "tensor ", quote(kv.first),
+               " of the weight_map is not in ", quote(fsutil::join(folder_, kv.second)));
+  const std::string cfg = fsutil::join(folder_, "config.json");
+  if (is_regular(cfg)) config_json_ = fsutil::read_small_file(cfg, size_t{64} << 20);
+  list_extra_files(true);
+}
+
+void WeightSource::open_oslo() {
+  kind_ = SourceKind::OsloCheckpoint;
+  ParsedManifest m = parse_model_manifest(folder_);
+  version_ = m.version;
+  save_id_ = m.save_id;
+  layout_ = m.layout;
+  tensors_ = std::move(m.tensors);
+  config_json_ = m.config_json;
+  extra_files_ = m.extra_files;
+}
+
+// --------------------------------------------------------------------------
+// Lookup and reading
+// --------------------------------------------------------------------------
+
+const SourceTensor* WeightSource::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const SourceTensor& WeightSource::at(const std::string& name) const {
+  const SourceTensor* t = find(name);
+  if (!t) {
+    std::string where = path_;
+    if (kind_ == SourceKind::HfSingle) where = fsutil::join(folder_, "model.safetensors");
+    if (kind_ == SourceKind::HfSharded)
+      where = fsutil::join(folder_, "model.safetensors.index.json");
+    if (kind_ == SourceKind::OsloCheckpoint) where = fsutil::join(folder_, kModelManifest);
+    fail(OSLO_ERR_FORMAT, "tensor ", quote(name), " is not in ", quote_path(where));
+  }
+  return *t;
+}
+
+namespace {
+
+std::vector<uint64_t> strides_of(const std::vector<int64_t>& shape) {
+  std::vector<uint64_t> s(shape.size());
+  uint64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= static_cast<uint64_t>(shape[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
+void WeightSource::check_tensor(const SourceTensor& t) {
+  for (const SourceShard& sh : t.shards) {
+    File& f = file(sh.file);
+    if (f.checked.count(sh.key)) continue;
+    const st::TensorInfo& ti = f.reader->at(sh.key);
+    std::vector<uint64_t> expect(t.shape.begin(), t.shape.end());
+    if (t.split_dim >= 0) expect[t.split_dim] = static_cast<uint64_t>(sh.length);
+    OSLO_CHECK(ti.dtype == t.dtype && ti.shape == expect, OSLO_ERR_FORMAT, f.path, ": tensor ",
+               quote(sh.key), " is ", st::dtype_name(ti.dtype), " ",
+               shape_str(std::vector<int64_t>(ti.shape.begin(), ti.shape.end())),
+               " but the manifest expects ", st::dtype_name(t.dtype), " ",
+               shape_str(std::vector<int64_t>(expect.begin(), expect.end())));
+    OSLO_CHECK(sh.bytes == 0 || ti.nbytes() == sh.bytes, OSLO_ERR_FORMAT, f.path, ": tensor ",
+               quote(sh.key), " holds ", ti.nbytes(), " bytes but the manifest records ", sh.bytes);
+    f.checked.insert(sh.key);
+  }
+}
+
+void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64_t len,
+                            st::Dtype out, void* dst) {
+  const int nd = static_cast<int>(t.shape.size());
+  OSLO_CHECK(dim >= -1 && dim < nd, OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(t.name),
+             ": box dimension ", dim, " is out of range for ", nd, " dimensions");
+  if (dim >= 0)
+    OSLO_CHECK(start >= 0 && len >= 0 && start <= t.shape[dim] && len <= t.shape[dim] - start,
+               OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(t.name), ": box [", start, ", ",
+               start + len, ") along dimension ", dim, " is outside its extent ", t.shape[dim]);
+  const bool raw = out == t.dtype;
+  oslo_dtype sdt = OSLO_DTYPE_F32, ddt = OSLO_DTYPE_F32;
+  if (!raw) {
+    OSLO_CHECK(st::to_oslo(t.dtype, &sdt) && st::to_oslo(out, &ddt), OSLO_ERR_DTYPE, "tensor ",
+               quote(t.name), ": cannot convert ", st::dtype_name(t.dtype), " to ",
+               st::dtype_name(out));
+    OSLO_CHECK(dtype_is_float(sdt) == dtype_is_float(ddt), OSLO_ERR_DTYPE, "tensor ", quote(t.name),
+               ": cannot convert ", st::dtype_name(t.dtype), " to ", st::dtype_name(out));
+  }
+  check_tensor(t);
+  std::vector<int64_t> lo(nd, 0), hi(t.shape);
+  if (dim >= 0) {
+    lo[dim] = start;
+    hi[dim] = start + len;
+  }
+  for (int k = 0; k < nd; ++k)
+    if (hi[k] <= lo[k]) return;  // empty box
+  const unsigned bits = st::dtype_bits(t.dtype);
+  if (bits % 8 != 0) {
+    // Sub-byte dtypes: only whole stored pieces, copied as bytes.
+    OSLO_CHECK(raw && t.shards.size() == 1 && lo == std::vector<int64_t>(nd, 0) && hi == t.shape,
+               OSLO_ERR_DTYPE, "tensor ", quote(t.name), ": ", st::dtype_name(t.dtype),
+               " can only be read whole");
+    const SourceShard& sh = t.shards[0];
+    File& f = file(sh.file);
+    const st::TensorInfo& ti = f.reader->at(sh.key);
+    read_bytes(sh, f, ti, 0, ti.nbytes(), dst);
+    return;
+  }
+  const uint64_t ss = bits / 8, ds = raw ? ss : dtype_size(ddt);
+  std::vector<int64_t> bshape(nd);
+  for (int k = 0; k < nd; ++k) bshape[k] = hi[k] - lo[k];
+  const std::vector<uint64_t> dstr = strides_of(bshape);
+  std::vector<char> bounce;
+  constexpr uint64_t kBounce = uint64_t{8} << 20;
+  for (const SourceShard& sh : t.shards) {
+    std::vector<int64_t> slo = lo, shi = hi, sorg(nd, 0), sshape(t.shape);
+    if (t.split_dim >= 0) {
+      const int s = t.split_dim;
+      sorg[s] = sh.offset;
+      sshape[s] = sh.length;
+      slo[s] = std::max(slo[s], sh.offset);
+      shi[s] = std::min(shi[s], sh.offset + sh.length);
+      if (shi[s] <= slo[s]) continue;
+    }
+    File& f = file(sh.file);
+    const st::TensorInfo& ti = f.reader->at(sh.key);
+    const std::vector<uint64_t> sstr = strides_of(sshape);
+    // Innermost dimension where the box is narrower than the stored piece or
+    // the destination: everything inside it is one contiguous run in both.
+    int k = 0;
+    for (int j = nd - 1; j >= 0; --j)
+      if (shi[j] - slo[j] != sshape[j] || shi[j] - slo[j] != bshape[j]) {
+        k = j;
+        break;
+      }
+    const uint64_t run = nd == 0 ? 1 : static_cast<uint64_t>(shi[k] - slo[k]) * sstr[k];
+    // Batches of runs adjacent in the file are read with one call.
+    struct Run {
+      uint64_t dst, n, at;
+    };
+    std::vector<Run> runs;
+    uint64_t batch_src = 0, batch_n = 0;
+    auto flush = [&] {
+      if (runs.empty()) return;
+      if (bounce.size() < batch_n * ss) bounce.resize(static_cast<size_t>(batch_n * ss));
+      read_bytes(sh, f, ti, batch_src * ss, batch_n * ss, bounce.data());
+      for (const Run& r : runs) {
+        char* d = static_cast<char*>(dst) + r.dst * ds;
+        if (raw)
+          std::memcpy(d, bounce.data() + r.at * ss, static_cast<size_t>(r.n * ss));
+        else
+          convert_host(sdt, bounce.data() + r.at * ss, ddt, d, static_cast<size_t>(r.n), t.name);
+      }
+      runs.clear();
+      batch_n = 0;
+    };
+    auto add = [&](uint64_t src, uint64_t d, uint64_t n) {
+      const uint64_t cap = std::max<uint64_t>(1, kBounce / ss);
+      if (raw && n >= cap) {  // large same-dtype run: straight into place
+        flush();
+        read_bytes(sh, f, ti, src * ss, n * ss, static_cast<char*>(dst) + d * ds);
+        return;
+      }
+      while (n > 0) {
+        uint64_t piece = std::min<uint64_t>(n, cap);
+        if (!runs.empty() && (src != batch_src + batch_n || batch_n + piece > cap)) flush();
+        if (runs.empty()) {
+          batch_src = src;
+          batch_n = 0;
+        }
+        runs.push_back({d, piece, batch_n});
+        batch_n += piece;
+        src += piece;
+        d += piece;
+        n -= piece;
+      }
+    };
+    if (nd == 0) {
+      add(0, 0, 1);
+    } else {
+      std::vector<int64_t> idx(slo.begin(), slo.begin() + k);
+      for (;;) {
+        uint64_t so = static_cast<uint64_t>(slo[k] - sorg[k]) * sstr[k];
+        uint64_t dof = static_cast<uint64_t>(slo[k] - lo[k]) * dstr[k];
+        for (int j = 0; j < k; ++j) {
+          so += static_cast<uint64_t>(idx[j] - sorg[j]) * sstr[j];
+          dof += static_cast<uint64_t>(idx[j] - lo[j]) * dstr[j];
+        }
+        add(so, dof, run);
+        int j = k - 1;
+        for (; j >= 0; --j) {
+          if (++idx[j] < shi[j]) break;
+          idx[j] = slo[j];
+        }
+        if (j < 0) break;
+      }
+    }
+    flush();
+  }
+}
+
+}  // namespace oslo

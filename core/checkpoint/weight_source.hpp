@@ -1,0 +1,180 @@
+// Reading model weights from disk, whatever their layout: a Hugging Face
+// folder (model.safetensors, or model-*.safetensors with
+// model.safetensors.index.json), an oslo parallel checkpoint (manifest
+// version 1 or 2, see FORMAT.md), or a single .safetensors file. Every tensor
+// keeps its Hugging Face name and layout; a WeightSource lists them (dtype,
+// global shape) and reads any "box" of one (the full extent in every
+// dimension but one, a run [start, start + len) along it) into a host buffer,
+// converting the dtype and reading only the bytes of that box.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/safetensors.hpp"
+#include "oslo.h"
+
+namespace oslo {
+
+// Progress of a long operation: `done` of `total` units (bytes of tensor
+// data). Called from the thread that runs the operation; may be empty.
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+enum class SourceKind {
+  HfSingle,        // folder with model.safetensors
+  HfSharded,       // folder with model.safetensors.index.json + model-*.safetensors
+  OsloCheckpoint,  // folder with oslo_checkpoint.json
+  SafetensorsFile  // one .safetensors file
+};
+const char* source_kind_name(
+    SourceKind k);  // "hf-single", "hf-sharded", "oslo-checkpoint", "safetensors-file"
+
+// How tensor bytes are read. Pread is the default: the page-cache pages it
+// touches never count in the process's resident set, and a file truncated
+// while being read is an error instead of SIGBUS. Mmap maps each file
+// read-only, copies from the mapping and drops the touched pages
+// (madvise(MADV_DONTNEED)) after every run; see FORMAT.md "Reading".
+enum class ReadMode { Pread, Mmap };
+
+// One stored piece of a tensor: rows [offset, offset + length) along the
+// tensor's split_dim (the whole tensor when split_dim is -1) under `key` in
+// `file` (a plain name inside the source's folder).
+struct SourceShard {
+  std::string file;
+  std::string key;
+  int64_t offset = 0;
+  int64_t length = 0;
+  uint64_t bytes = 0;    // bytes of the stored piece
+  bool has_crc = false;  // manifest version 2 records a CRC32C of the piece's bytes
+  uint32_t crc32c = 0;
+};
+
+struct SourceTensor {
+  std::string name;
+  safetensors::Dtype dtype = safetensors::Dtype::F32;  // stored dtype
+  std::vector<int64_t> shape;                          // global shape
+  int split_dim = -1;                                  // -1: stored whole (one shard)
+  std::vector<SourceShard> shards;                     // sorted by offset, tiling split_dim
+  uint64_t nbytes() const;                             // bytes of the whole tensor
+};
+
+// Parallel layout recorded by an oslo checkpoint (1/1/1 for other sources).
+struct SourceLayout {
+  int tp_size = 1, pp_size = 1, dp_size = 1;
+};
+
+// An open weight source. Not thread-safe (reads update counters and open
+// files lazily): use one per thread. Files are held open until release() or
+// destruction.
+class WeightSource {
+ public:
+  // Opens `path`: a folder (oslo_checkpoint.json wins over model.safetensors,
+  // which wins over model.safetensors.index.json, as transformers does) or a
+  // .safetensors file. Validates the manifest or index and the safetensors
+  // headers it needs to list tensors (an HF folder: every file's header; an
+  // oslo checkpoint: headers are read when a shard is first used).
+  // Errors: OSLO_ERR_IO (missing path or file, unreadable), OSLO_ERR_FORMAT
+  // (corrupt index/manifest/header, weight_map naming a file outside the
+  // folder, a tensor in two files, shards with holes or overlaps: the
+  // message names the file and the tensor or field).
+  explicit WeightSource(const std::string& path, ReadMode mode = ReadMode::Pread);
+  ~WeightSource();
+  WeightSource(const WeightSource&) = delete;
+  WeightSource& operator=(const WeightSource&) = delete;
+
+  SourceKind kind() const { return kind_; }
+  const std::string& path() const { return path_; }
+  // The folder the source's files are in (the file's folder for a single file).
+  const std::string& folder() const { return folder_; }
+  int manifest_version() const { return version_; }  // 0 unless an oslo checkpoint
+  const std::string& save_id() const { return save_id_; }
+  const SourceLayout& layout() const { return layout_; }
+
+  // Tensors sorted by name.
+  const std::vector<SourceTensor>& tensors() const { return tensors_; }
+  // nullptr if absent.
+  const SourceTensor* find(const std::string& name) const;
+  // Like find; a missing tensor is OSLO_ERR_FORMAT naming it and the source.
+  const SourceTensor& at(const std::string& name) const;
+
+  // The model config as JSON text: config.json of an HF folder, the
+  // manifest's model_config of a version-2 checkpoint; empty if none.
+  const std::string& config_json() const { return config_json_; }
+  // Other files to carry along (tokenizer.json, tokenizer_config.json,
+  // generation_config.json, ...): plain names inside folder(). For an HF
+  // folder every regular file that is not weights, an index, config.json or
+  // a hidden file; for an oslo checkpoint the manifest's extra_files.
+  const std::vector<std::string>& extra_files() const { return extra_files_; }
+
+  // Reads the box of tensor `t` that is full in every dimension except
+  // `dim`, where it is [start, start + len) (dim -1: the whole tensor), into
+  // `dst`, a contiguous row-major host buffer of that box in dtype `out`.
+  // `out` equal to the stored dtype copies bytes as they are (any dtype);
+  // otherwise both must be F32/F16/BF16 or both I32/I64 (i64 -> i32 fails
+  // with OSLO_ERR_DTYPE for a value that does not fit). Reads only the bytes
+  // of the box. When a stored piece with a checksum has been read from its
+  // first to its last byte in order (over any number of calls), its CRC32C
+  // is verified (OSLO_ERR_FORMAT "checksum mismatch"). Errors:
+  // OSLO_ERR_INVALID_ARGUMENT (box out of range), OSLO_ERR_DTYPE, OSLO_ERR_IO,
+  // OSLO_ERR_FORMAT (shard file disagrees with the manifest, truncated file).
+  void read_box(const SourceTensor& t, int dim, int64_t start, int64_t len, safetensors::Dtype out,
+                void* dst);
+
+  // Checks that every stored piece of `t` is present with the dtype and
+  // shape the listing promises (opens the files; reads headers only).
+  void check_tensor(const SourceTensor& t);
+
+  // Tensor bytes read so far (headers excluded), read calls, files opened.
+  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t read_calls() const { return read_calls_; }
+  uint64_t files_opened() const { return files_opened_; }
+
+  // Closes every file (and unmaps, dropping cached pages); later reads
+  // reopen them.
+  void release();
+
+ private:
+  struct File;
+  File& file(const std::string& name);
+  void read_bytes(const SourceShard& sh, File& f, const safetensors::TensorInfo& ti,
+                  uint64_t offset, uint64_t bytes, void* dst);
+  void open_hf_single(const std::string& file);
+  void open_hf_index();
+  void open_oslo();
+  void list_extra_files(bool hf);
+
+  std::string path_, folder_;
+  SourceKind kind_ = SourceKind::HfSingle;
+  ReadMode mode_;
+  int version_ = 0;
+  std::string save_id_;
+  SourceLayout layout_;
+  std::vector<SourceTensor> tensors_;
+  std::map<std::string, size_t> index_;
+  std::string config_json_;
+  std::vector<std::string> extra_files_;
+  std::map<std::string, std::unique_ptr<File>> files_;
+  struct CrcProgress {
+    uint64_t next = 0;
+    uint32_t crc = 0;
+    bool broken = false;
+  };
+  std::map<std::pair<std::string, std::string>, CrcProgress> crc_;
+  uint64_t bytes_read_ = 0, read_calls_ = 0, files_opened_ = 0;
+};
+
+// CRC32C (Castagnoli) of n bytes, continuing from `crc` (0 to start);
+// SSE4.2 instructions where the CPU has them.
+uint32_t crc32c(uint32_t crc, const void* data, size_t n);
+
+// Converts n elements between oslo dtypes on the host (float <-> float with
+// round-to-nearest-even, int <-> int; same dtype: memcpy). OSLO_ERR_DTYPE
+// naming `tensor` for a float <-> int pair or an i64 value out of i32 range.
+void convert_host(oslo_dtype from, const void* src, oslo_dtype to, void* dst, size_t n,
+                  const std::string& tensor);
+
+}  // namespace oslo
