@@ -625,6 +625,12 @@ void load_placed_collective(const std::string& path, std::vector<PlacedTensor>& 
   agree_and_throw(world, f, "model load from " + quote_path(path));
 }
 
+void run_agreed(Communicator& world, const std::string& what, const std::function<void()>& body) {
+  Failure f;
+  f.run(body);
+  agree_and_throw(world, f, what);
+}
+
 // --------------------------------------------------------------------------
 // Writing shard files
 // --------------------------------------------------------------------------

@@ -58,6 +58,12 @@ void load_placed_collective(const std::string& path, std::vector<PlacedTensor>& 
                             Backend& backend, Communicator& world, ModelLoadStats* stats = nullptr,
                             const ProgressFn& progress = {});
 
+// Runs `body` on every rank of `world` (collective), then agrees on the
+// outcome: if any rank failed, every rank throws the status of the lowest
+// failing rank with a message naming it (`what` says what failed), so no rank
+// goes on into a collective the others left. Honours world's timeout.
+void run_agreed(Communicator& world, const std::string& what, const std::function<void()>& body);
+
 // Saves a parallel model into `dir` as an oslo checkpoint (manifest version
 // 2). Collective over `world`, atomic and crash-safe like save_checkpoint:
 // world rank 0 draws the save id; data-parallel rank 0 of every (tp, pp)

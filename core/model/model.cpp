@@ -5,6 +5,9 @@
 #include <cmath>
 #include <map>
 
+#include "core/checkpoint/fs_util.hpp"
+#include "core/checkpoint/model_checkpoint.hpp"
+#include "core/checkpoint/weight_source.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/layers/embedding.hpp"
@@ -45,6 +48,10 @@ View rows_bcast(const Tensor& t, int64_t rows) {
   return strided(t.data(), t.dtype(), {rows, t.numel()}, {0, 1});
 }
 
+std::string join_path(const std::string& a, const std::string& b) {
+  return a.empty() ? b : a + "/" + b;
+}
+
 oslo_dtype dtype_from_torch(const std::string& s) {
   if (s == "bfloat16") return OSLO_DTYPE_BF16;
   if (s == "float16") return OSLO_DTYPE_F16;
@@ -60,31 +67,59 @@ Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
                                    const ModelLoadOptions& o) {
-  ModelConfig cfg = ModelConfig::read(path);
-  oslo_dtype dt = dtype_from_torch(cfg.torch_dtype);
-  if (o.dtype >= 0) {
-    OSLO_CHECK(dtype_valid(static_cast<oslo_dtype>(o.dtype)) &&
-                   dtype_is_float(static_cast<oslo_dtype>(o.dtype)),
-               OSLO_ERR_DTYPE, "model: dtype must be f32, f16 or bf16, got ", o.dtype);
-    dt = static_cast<oslo_dtype>(o.dtype);
-  }
-  std::unique_ptr<Model> m(new Model(ctx, std::move(cfg), dt));
-  m->source_ = path;
-  m->tp_ = ctx.topology().tp_size();
-  m->rank_ = ctx.topology().tp_rank();
-  auto plan = plan_model(m->cfg_, m->tp_, m->rank_);
-  auto be = ctx.backend_ptr();
+  std::unique_ptr<Model> m;
+  std::vector<PlannedTensor> plan;
+  // Everything a rank can fail on (files, config, shapes) happens inside one
+  // agreement over the world group: all ranks return the same status.
+  run_agreed(ctx.comm(OSLO_GROUP_WORLD), "model load from \"" + path + "\"", [&] {
+    WeightSource src(path);
+    OSLO_CHECK(!src.config_json().empty(), OSLO_ERR_FORMAT, path,
+               ": no model config (config.json, or model_config in the checkpoint manifest)");
+    ModelConfig cfg = ModelConfig::parse(src.config_json(), path + "/config.json");
+    oslo_dtype dt = dtype_from_torch(cfg.torch_dtype);
+    if (o.dtype >= 0) {
+      OSLO_CHECK(dtype_valid(static_cast<oslo_dtype>(o.dtype)) &&
+                     dtype_is_float(static_cast<oslo_dtype>(o.dtype)),
+                 OSLO_ERR_DTYPE, "model: dtype must be f32, f16 or bf16, got ", o.dtype);
+      dt = static_cast<oslo_dtype>(o.dtype);
+    }
+    m.reset(new Model(ctx, std::move(cfg), dt));
+    m->source_ = path;
+    m->tp_ = ctx.topology().tp_size();
+    m->rank_ = ctx.topology().tp_rank();
+    for (const std::string& f : src.extra_files()) m->extra_files_.push_back(join_path(src.folder(), f));
+    plan = plan_model(m->cfg_, m->tp_, m->rank_);
+    auto be = ctx.backend_ptr();
+    for (auto& pt : plan) {
+      // Checkpoints saved from a base model lack the head class's prefix
+      // ("transformer.", "bert.", "model."), or have one the rules lack.
+      Placement& p = pt.placement;
+      if (!src.find(p.name)) {
+        for (const char* pre : {"transformer.", "bert.", "model."}) {
+          const std::string pf = pre;
+          if (p.name.rfind(pf, 0) == 0 && src.find(p.name.substr(pf.size()))) {
+            p.name = p.name.substr(pf.size());
+            break;
+          }
+          if (src.find(pf + p.name)) {
+            p.name = pf + p.name;
+            break;
+          }
+        }
+      }
+      PlacedTensor t;
+      t.placement = p;
+      t.tensor = Tensor::zeros(be, pt.f32 ? OSLO_DTYPE_F32 : dt, t.placement.local_shape());
+      m->params_.push_back(std::move(t));
+    }
+    load_placed(src, m->params_, *be);
+  });
   std::vector<std::string> roles;
   std::vector<int> layers;
   for (auto& pt : plan) {
-    PlacedTensor t;
-    t.placement = pt.placement;
-    t.tensor = Tensor::zeros(be, pt.f32 ? OSLO_DTYPE_F32 : dt, t.placement.local_shape());
-    m->params_.push_back(std::move(t));
     roles.push_back(pt.role);
     layers.push_back(pt.layer);
   }
-  load_placed_simple(path, m->params_, *be);
   // Slots.
   const ModelConfig& c = m->cfg_;
   for (int64_t i = 0; i < c.num_layers; ++i) m->layers_.push_back(std::make_unique<Layer>());
@@ -468,6 +503,20 @@ void Model::embed(const std::vector<int64_t>& ids, const std::vector<int64_t>& m
     for (int64_t i = 0; i < H; ++i)
       (*out)[static_cast<size_t>(b * H + i)] = static_cast<float>(acc[static_cast<size_t>(i)] / norm);
   }
+}
+
+void Model::save(const std::string& dir) {
+  const Topology& t = ctx_.topology();
+  CheckpointLayout layout;
+  layout.tp_rank = t.tp_rank();
+  layout.tp_size = t.tp_size();
+  layout.pp_rank = t.pp_rank();
+  layout.pp_size = t.pp_size();
+  layout.dp_rank = t.dp_rank();
+  layout.dp_size = t.dp_size();
+  layout.world_rank = t.world_rank();
+  layout.world_size = t.world_size();
+  save_placed(dir, params_, cfg_.json_text, extra_files_, layout, ctx_.comm(OSLO_GROUP_WORLD));
 }
 
 void Model::reset(int64_t rows, int64_t max_len) {

@@ -41,8 +41,13 @@ class Model : public CausalLM {
   // Every tensor this rank holds with its placement (for saving).
   const std::vector<PlacedTensor>& tensors() const { return params_; }
   bool causal() const { return cfg_.family != Family::BERT; }
-  // Files of the source folder worth copying along (tokenizer, generation config).
+  // Where the model was loaded from, and the files of that folder worth
+  // copying along when saving (tokenizer, generation config).
   const std::string& source() const { return source_; }
+  const std::vector<std::string>& extra_files() const { return extra_files_; }
+  // Saves a parallel checkpoint (core/checkpoint/FORMAT.md): each rank its
+  // owned segments, the manifest last. Collective over the world group.
+  void save(const std::string& dir);
 
   // Full forward without cache. ids and mask are [batch, seq] (mask may be
   // empty: all ones; token_types may be empty: zeros, BERT only). Positions
@@ -86,6 +91,7 @@ class Model : public CausalLM {
   ModelConfig cfg_;
   oslo_dtype dtype_;
   std::string source_;
+  std::vector<std::string> extra_files_;
   int tp_ = 1, rank_ = 0;
   int64_t nhl_ = 0, nkvl_ = 0;  // local attention / key-value heads
   std::vector<PlacedTensor> params_;
@@ -96,11 +102,5 @@ class Model : public CausalLM {
   // Generation state.
   int64_t rows_ = 0, max_len_ = 0, past_ = 0;
 };
-
-// The tensors of `path` loaded into this rank's placements (a Hugging Face
-// folder or a single safetensors file), reading only each slice's bytes.
-// Replaced by the checkpoint tier's WeightSource.
-void load_placed_simple(const std::string& path, std::vector<PlacedTensor>& tensors,
-                        Backend& backend);
 
 }  // namespace oslo
