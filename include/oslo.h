@@ -1133,7 +1133,9 @@ typedef enum oslo_model_output {
 
 /**
  * Runs the model on `batch` sequences of `seq` token ids (ids [batch, seq])
- * with an attention mask (mask [batch, seq] of 0/1; NULL: all 1). Padding may
+ * with an attention mask (mask [batch, seq] of 0/1; NULL: all 1) and, for
+ * BERT, segment ids (token_type_ids [batch, seq]; NULL: all 0; must be NULL
+ * for models without token types). Padding may
  * be on the left or the right: positions count the real tokens (as Hugging
  * Face generate computes position_ids), so a padded row gives the same
  * values at its real positions as the row alone. Values at padded positions
@@ -1149,8 +1151,8 @@ typedef enum oslo_model_output {
  * Thread-safety: per context.
  */
 OSLO_API oslo_status oslo_model_forward(oslo_model *model, const int64_t *ids, const int64_t *mask,
-                                        int64_t batch, int64_t seq, oslo_model_output output,
-                                        float *out, size_t capacity);
+                                        const int64_t *token_type_ids, int64_t batch, int64_t seq,
+                                        oslo_model_output output, float *out, size_t capacity);
 
 /**
  * Sentence embeddings as sentence-transformers computes them: the mean of the

@@ -1,9 +1,13 @@
 // C shims: models (load, info, forward, embed).
+#include <algorithm>
 #include <cstring>
 
 #include "core/capi/handles.hpp"
 #include "core/capi/options.hpp"
+#include "core/checkpoint/model_checkpoint.hpp"
+#include "core/generate/generate.hpp"
 #include "core/model/model.hpp"
+#include "core/model/sharding.hpp"
 
 using oslo::capi::guard;
 using oslo::capi::need;
@@ -48,9 +52,192 @@ void write_out(const char* fn, const std::vector<float>& v, float* out, size_t c
   std::memcpy(out, v.data(), v.size() * sizeof(float));
 }
 
+const OptionsHistory<oslo_generate_options, 1> kGenerateHistory = {
+    "oslo_generate_options",
+    "OSLO_GENERATE_OPTIONS_VERSION",
+    {OSLO_OPTIONS_END(oslo_generate_options, pad_token_id)}};
+OSLO_OPTIONS_LAST_FIELD(oslo_generate_options, pad_token_id);
+static_assert(OSLO_GENERATE_OPTIONS_VERSION == 1, "add the new version to kGenerateHistory");
+
+oslo_generate_options generate_defaults() {
+  oslo_generate_options o;
+  std::memset(&o, 0, sizeof o);
+  o.version = OSLO_GENERATE_OPTIONS_VERSION;
+  o.max_new_tokens = 20;
+  o.do_sample = 0;
+  o.temperature = 1.0f;
+  o.top_k = 50;
+  o.top_p = 1.0f;
+  o.seed = 0;
+  o.num_beams = 1;
+  o.length_penalty = 1.0f;
+  o.early_stopping = 0;
+  o.eos_token_ids = nullptr;
+  o.num_eos_token_ids = 0;
+  o.pad_token_id = -1;
+  return o;
+}
+
+const OptionsHistory<oslo_merge_options, 1> kMergeHistory = {
+    "oslo_merge_options", "OSLO_MERGE_OPTIONS_VERSION", {OSLO_OPTIONS_END(oslo_merge_options, overwrite)}};
+OSLO_OPTIONS_LAST_FIELD(oslo_merge_options, overwrite);
+static_assert(OSLO_MERGE_OPTIONS_VERSION == 1, "add the new version to kMergeHistory");
+
+oslo_merge_options merge_defaults() {
+  oslo_merge_options o;
+  std::memset(&o, 0, sizeof o);
+  o.version = OSLO_MERGE_OPTIONS_VERSION;
+  o.dtype = -1;
+  o.max_shard_bytes = 0;
+  o.overwrite = 0;
+  return o;
+}
+
 }  // namespace
 
 extern "C" {
+
+oslo_status oslo_generate_options_init(oslo_generate_options* options, unsigned int version) {
+  return guard([&] {
+    oslo::capi::init_options(kGenerateHistory, generate_defaults(), options, version,
+                             "oslo_generate_options_init");
+  });
+}
+
+oslo_status oslo_merge_options_init(oslo_merge_options* options, unsigned int version) {
+  return guard([&] {
+    oslo::capi::init_options(kMergeHistory, merge_defaults(), options, version,
+                             "oslo_merge_options_init");
+  });
+}
+
+oslo_status oslo_model_generate(oslo_model* model, const int64_t* prompt_ids,
+                                const int64_t* prompt_lengths, int64_t batch,
+                                const oslo_generate_options* options, int64_t* out_tokens,
+                                int64_t* out_lengths, float* out_scores) {
+  return guard([&] {
+    const char* fn = "oslo_model_generate";
+    need(model, fn, "model");
+    need(prompt_ids, fn, "prompt_ids");
+    need(prompt_lengths, fn, "prompt_lengths");
+    need(out_tokens, fn, "out_tokens");
+    need(out_lengths, fn, "out_lengths");
+    if (batch <= 0 || batch > (1 << 20))
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": batch must be in [1, 2^20], got ", batch);
+    oslo_generate_options o = generate_defaults();
+    if (options)
+      o = oslo::capi::read_options(kGenerateHistory, generate_defaults(), options, fn, "options");
+    oslo::Model& m = *model->impl;
+    const oslo::ModelConfig& c = m.config();
+    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch));
+    int64_t off = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t n = prompt_lengths[b];
+      if (n <= 0 || n > (int64_t{1} << 24))
+        oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": prompt ", b, " has length ", n,
+                   " (must be >= 1)");
+      prompts[static_cast<size_t>(b)].assign(prompt_ids + off, prompt_ids + off + n);
+      off += n;
+    }
+    oslo::GenerateOptions g;
+    g.max_new_tokens = o.max_new_tokens;
+    g.do_sample = o.do_sample != 0;
+    g.temperature = o.temperature;
+    g.top_k = o.top_k;
+    g.top_p = o.top_p;
+    g.seed = o.seed;
+    g.num_beams = o.num_beams;
+    g.length_penalty = o.length_penalty;
+    if (o.early_stopping == 0)
+      g.early_stopping = oslo::EarlyStopping::kFalse;
+    else if (o.early_stopping == 1)
+      g.early_stopping = oslo::EarlyStopping::kTrue;
+    else if (o.early_stopping == -1)
+      g.early_stopping = oslo::EarlyStopping::kNever;
+    else
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": early_stopping must be 0, 1 or -1, got ",
+                 o.early_stopping);
+    if (o.eos_token_ids) {
+      if (o.num_eos_token_ids > 1024)
+        oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", o.num_eos_token_ids,
+                   " EOS ids (at most 1024)");
+      g.eos_token_ids.assign(o.eos_token_ids, o.eos_token_ids + o.num_eos_token_ids);
+    } else {
+      g.eos_token_ids = c.eos_token_ids;
+    }
+    g.pad_token_id = o.pad_token_id >= 0 ? o.pad_token_id : c.pad_token_id;
+    oslo::GenerateResult r =
+        oslo::generate(m, prompts, g, &m.context().comm(OSLO_GROUP_TENSOR));
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto& t = r.tokens[static_cast<size_t>(b)];
+      int64_t* row = out_tokens + b * o.max_new_tokens;
+      for (int64_t i = 0; i < o.max_new_tokens; ++i)
+        row[i] = i < static_cast<int64_t>(t.size()) ? t[static_cast<size_t>(i)] : -1;
+      out_lengths[b] = static_cast<int64_t>(t.size());
+      if (out_scores)
+        out_scores[b] = r.sequence_scores.empty() ? 0.f : r.sequence_scores[static_cast<size_t>(b)];
+    }
+  });
+}
+
+oslo_status oslo_model_save(oslo_model* model, const char* dir) {
+  return guard([&] {
+    need(model, "oslo_model_save", "model");
+    need(dir, "oslo_model_save", "dir");
+    model->impl->save(dir);
+  });
+}
+
+oslo_status oslo_model_merge(const char* src, const char* dst, const oslo_merge_options* options) {
+  return guard([&] {
+    const char* fn = "oslo_model_merge";
+    need(src, fn, "src");
+    need(dst, fn, "dst");
+    oslo_merge_options o = merge_defaults();
+    if (options) o = oslo::capi::read_options(kMergeHistory, merge_defaults(), options, fn, "options");
+    oslo::MergeOptions m;
+    m.max_shard_bytes = o.max_shard_bytes;
+    m.overwrite = o.overwrite != 0;
+    if (o.dtype >= 0) {
+      const auto dt = static_cast<oslo_dtype>(o.dtype);
+      if (dt != OSLO_DTYPE_F32 && dt != OSLO_DTYPE_F16 && dt != OSLO_DTYPE_BF16)
+        oslo::fail(OSLO_ERR_DTYPE, fn, ": dtype must be -1, f32, f16 or bf16, got ", o.dtype);
+      m.convert = true;
+      m.dtype = dt;
+    }
+    oslo::merge(src, dst, m);
+  });
+}
+
+oslo_status oslo_model_reshard(const char* src, const char* dst, int tensor_parallel_size) {
+  return guard([&] {
+    const char* fn = "oslo_model_reshard";
+    need(src, fn, "src");
+    need(dst, fn, "dst");
+    if (tensor_parallel_size < 1 || tensor_parallel_size > 4096)
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": tensor_parallel_size must be in [1, 4096], got ",
+                 tensor_parallel_size);
+    oslo::reshard(src, dst, tensor_parallel_size, oslo::model_planner(src));
+  });
+}
+
+oslo_status oslo_checkpoint_inspect(const char* path, int json, char* out, size_t capacity,
+                                    size_t* length) {
+  return guard([&] {
+    const char* fn = "oslo_checkpoint_inspect";
+    need(path, fn, "path");
+    need(length, fn, "length");
+    if (capacity > 0) need(out, fn, "out");
+    const oslo::Inspection in = oslo::inspect(path);
+    const std::string text = json ? oslo::render_json(in) : oslo::render_text(in);
+    *length = text.size();
+    if (capacity > 0) {
+      const size_t n = std::min(capacity - 1, text.size());
+      std::memcpy(out, text.data(), n);
+      out[n] = '\0';
+    }
+  });
+}
 
 oslo_status oslo_model_options_init(oslo_model_options* options, unsigned int version) {
   return guard([&] {
@@ -103,8 +290,8 @@ oslo_status oslo_model_get_info(const oslo_model* model, oslo_model_info* info,
 }
 
 oslo_status oslo_model_forward(oslo_model* model, const int64_t* ids, const int64_t* mask,
-                               int64_t batch, int64_t seq, oslo_model_output output, float* out,
-                               size_t capacity) {
+                               const int64_t* token_type_ids, int64_t batch, int64_t seq,
+                               oslo_model_output output, float* out, size_t capacity) {
   return guard([&] {
     const char* fn = "oslo_model_forward";
     need(model, fn, "model");
@@ -120,7 +307,10 @@ oslo_status oslo_model_forward(oslo_model* model, const int64_t* ids, const int6
       oslo::fail(OSLO_ERR_SHAPE, fn, ": out holds ", capacity, " floats but ", need_floats,
                  " are needed");
     std::vector<float> v;
-    model->impl->forward(copy_of(ids, n), copy_of(mask, n), {}, batch, seq,
+    if (token_type_ids && c.family != oslo::Family::BERT)
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", c.model_type,
+                 " has no token types: pass token_type_ids = NULL");
+    model->impl->forward(copy_of(ids, n), copy_of(mask, n), copy_of(token_type_ids, n), batch, seq,
                          output == OSLO_MODEL_OUTPUT_LOGITS, &v);
     write_out(fn, v, out, capacity);
   });

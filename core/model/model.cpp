@@ -90,23 +90,9 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
     for (const std::string& f : src.extra_files()) m->extra_files_.push_back(join_path(src.folder(), f));
     plan = plan_model(m->cfg_, m->tp_, m->rank_);
     auto be = ctx.backend_ptr();
+    resolve_names(src, plan);
     for (auto& pt : plan) {
-      // Checkpoints saved from a base model lack the head class's prefix
-      // ("transformer.", "bert.", "model."), or have one the rules lack.
-      Placement& p = pt.placement;
-      if (!src.find(p.name)) {
-        for (const char* pre : {"transformer.", "bert.", "model."}) {
-          const std::string pf = pre;
-          if (p.name.rfind(pf, 0) == 0 && src.find(p.name.substr(pf.size()))) {
-            p.name = p.name.substr(pf.size());
-            break;
-          }
-          if (src.find(pf + p.name)) {
-            p.name = pf + p.name;
-            break;
-          }
-        }
-      }
+      const Placement& p = pt.placement;
       PlacedTensor t;
       t.placement = p;
       t.tensor = Tensor::zeros(be, pt.f32 ? OSLO_DTYPE_F32 : dt, t.placement.local_shape());

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "core/checkpoint/weight_source.hpp"
 #include "core/common/error.hpp"
 #include "core/layers/embedding.hpp"
 
@@ -225,6 +226,47 @@ std::vector<PlannedTensor> plan_model(const ModelConfig& c, int tp, int rank) {
     }
   }
   return out;
+}
+
+void resolve_names(const WeightSource& src, std::vector<PlannedTensor>& plan) {
+  for (PlannedTensor& pt : plan) {
+    std::string& n = pt.placement.name;
+    if (src.find(n)) continue;
+    for (const char* pre : {"transformer.", "bert.", "model."}) {
+      const std::string pf = pre;
+      if (n.rfind(pf, 0) == 0 && src.find(n.substr(pf.size()))) {
+        n = n.substr(pf.size());
+        break;
+      }
+      if (src.find(pf + n)) {
+        n = pf + n;
+        break;
+      }
+    }
+  }
+}
+
+std::function<std::vector<Placement>(int, int)> model_planner(const std::string& path) {
+  WeightSource src(path);
+  OSLO_CHECK(!src.config_json().empty(), OSLO_ERR_FORMAT, path,
+             ": no model config (config.json, or model_config in the checkpoint manifest)");
+  const ModelConfig cfg = ModelConfig::parse(src.config_json(), path + "/config.json");
+  // Names as the source stores them (same for every size).
+  std::vector<PlannedTensor> probe = plan_model(cfg, 1, 0);
+  resolve_names(src, probe);
+  std::map<std::string, std::string> rename;
+  const std::vector<PlannedTensor> canonical = plan_model(cfg, 1, 0);
+  for (size_t i = 0; i < probe.size(); ++i)
+    rename[canonical[i].placement.name] = probe[i].placement.name;
+  return [cfg, rename](int tp, int rank) {
+    std::vector<Placement> out;
+    for (PlannedTensor& pt : plan_model(cfg, tp, rank)) {
+      auto it = rename.find(pt.placement.name);
+      if (it != rename.end()) pt.placement.name = it->second;
+      out.push_back(std::move(pt.placement));
+    }
+    return out;
+  };
 }
 
 }  // namespace oslo

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,5 +58,18 @@ std::vector<PlannedTensor> plan_model(const ModelConfig& c, int tp, int rank);
 
 // The tensor's global shape in Hugging Face layout, per role.
 std::vector<int64_t> global_shape_of(const ModelConfig& c, const std::string& role);
+
+class WeightSource;
+
+// Renames planned tensors to the names the source uses: checkpoints saved
+// from a base model lack the head class's prefix ("transformer.", "bert.",
+// "model.") or carry one the rules lack. Names not found stay as they are
+// (the load then reports them missing).
+void resolve_names(const WeightSource& src, std::vector<PlannedTensor>& plan);
+
+// A planner for reshard(): the placements of the model stored at `path`
+// (its config from config.json or the checkpoint manifest) at any size.
+// Errors: as WeightSource and ModelConfig::parse.
+std::function<std::vector<Placement>(int, int)> model_planner(const std::string& path);
 
 }  // namespace oslo

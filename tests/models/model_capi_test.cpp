@@ -1,0 +1,424 @@
+// Model tests through the C ABI (include/oslo.h), one rank per process under
+// oslo-run (the tensor-parallel size is the world size). References come
+// from the fixtures transformers wrote (tests/models/fixtures/*/reference.*).
+//
+//   model_capi_test generate FIXTURE            greedy, batched greedy, beam == HF
+//   model_capi_test save FIXTURE DIR            oslo_model_save at this TP
+//   model_capi_test same FIXTURE DIR            DIR loads to bitwise the logits FIXTURE gives
+//   model_capi_test embed MODEL REFERENCE_DIR   sentence embeddings vs sentence-transformers
+//   model_capi_test merge SRC DST ORIGINAL      (1 process) merged == original, tensor by tensor
+//   model_capi_test reshard SRC DST TP          (1 process) offline reshard
+//   model_capi_test errors FIXTURE              hostile folders -> named errors
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/safetensors.hpp"
+#include "oslo.h"
+
+namespace {
+
+int g_fail = 0;
+int g_rank = 0;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) ++g_fail;
+  if (!ok || g_rank == 0) std::printf("[rank %d] %s: %s\n", g_rank, what.c_str(), ok ? "ok" : "FAIL");
+}
+
+void ok_or_die(oslo_status st, const char* what) {
+  if (st != OSLO_OK) {
+    std::fprintf(stderr, "[rank %d] %s: %s: %s\n", g_rank, what, oslo_status_string(st),
+                 oslo_last_error());
+    std::exit(1);
+  }
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Ref {
+  oslo::safetensors::Reader r;
+  explicit Ref(const std::string& p) : r(p) {}
+  template <typename T>
+  std::vector<T> get(const std::string& n, std::vector<int64_t>* shape = nullptr) const {
+    const auto& t = r.at(n);
+    std::vector<T> v(t.nbytes() / sizeof(T));
+    r.read(t, 0, t.nbytes(), v.data());
+    if (shape) shape->assign(t.shape.begin(), t.shape.end());
+    return v;
+  }
+};
+
+oslo_context* make_context() {
+  const char* ws = std::getenv("WORLD_SIZE");
+  const int world = ws ? std::atoi(ws) : 1;
+  char cfg[256];
+  std::snprintf(cfg, sizeof cfg, "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 120}", world);
+  oslo_context* ctx = nullptr;
+  ok_or_die(oslo_context_create(world > 1 || ws ? cfg : nullptr, &ctx), "context");
+  ok_or_die(oslo_context_rank(ctx, OSLO_GROUP_WORLD, &g_rank), "rank");
+  return ctx;
+}
+
+oslo_model* load(oslo_context* ctx, const std::string& path) {
+  oslo_model* m = nullptr;
+  ok_or_die(oslo_model_load(ctx, path.c_str(), nullptr, &m), ("load " + path).c_str());
+  return m;
+}
+
+std::vector<float> logits(oslo_model* m, const std::vector<int64_t>& ids,
+                          const std::vector<int64_t>& mask, int64_t b, int64_t s) {
+  oslo_model_info info;
+  ok_or_die(oslo_model_get_info(m, &info, nullptr), "info");
+  std::vector<float> out(static_cast<size_t>(b * s * info.vocab_size));
+  ok_or_die(oslo_model_forward(m, ids.data(), mask.data(), nullptr, b, s, OSLO_MODEL_OUTPUT_LOGITS,
+                               out.data(), out.size()),
+            "forward");
+  return out;
+}
+
+int run_generate(const std::string& fix) {
+  oslo_context* ctx = make_context();
+  oslo_model* m = load(ctx, fix);
+  const auto meta = nlohmann::json::parse(slurp(fix + "/reference.json"));
+  const auto prompts = meta.at("prompts");
+  const int64_t eos = meta.at("generation_eos_token_id").get<int64_t>();
+  const int64_t pad = meta.at("pad_token_id").get<int64_t>();
+  for (const char* kind : {"greedy", "beam"}) {
+    const auto& g = meta.at(kind);
+    oslo_generate_options o;
+    ok_or_die(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "init");
+    o.max_new_tokens = g.at("max_new_tokens").get<int64_t>();
+    o.num_beams = g.at("num_beams").get<int64_t>();
+    o.length_penalty = g.value("length_penalty", 1.0f);
+    o.eos_token_ids = &eos;
+    o.num_eos_token_ids = 1;
+    o.pad_token_id = pad;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const auto p = prompts[i].get<std::vector<int64_t>>();
+      const int64_t len = static_cast<int64_t>(p.size());
+      std::vector<int64_t> out(static_cast<size_t>(o.max_new_tokens));
+      int64_t n = 0;
+      float score = 0;
+      ok_or_die(oslo_model_generate(m, p.data(), &len, 1, &o, out.data(), &n, &score), "generate");
+      std::vector<int64_t> got = p;
+      got.insert(got.end(), out.begin(), out.begin() + n);
+      const std::string key = std::string(kind) + "_" + std::to_string(i);
+      const auto want = g.at("outputs").at(key).get<std::vector<int64_t>>();
+      check(got == want, key + " tokens equal transformers'");
+      if (std::string(kind) == "beam") {
+        const float ws = g.at("scores").at(key + "_score").get<float>();
+        check(std::fabs(ws - score) < 1e-4, key + " score " + std::to_string(score) + " vs " +
+                                                std::to_string(ws));
+      }
+    }
+  }
+  // All prompts in one left-padded batch (greedy).
+  {
+    Ref ref(fix + "/reference.safetensors");
+    std::vector<int64_t> shape;
+    const auto want = ref.get<int64_t>("greedy_batched", &shape);
+    std::vector<int64_t> ids, lens;
+    for (const auto& pj : prompts) {
+      const auto p = pj.get<std::vector<int64_t>>();
+      ids.insert(ids.end(), p.begin(), p.end());
+      lens.push_back(static_cast<int64_t>(p.size()));
+    }
+    oslo_generate_options o;
+    ok_or_die(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "init");
+    o.max_new_tokens = meta.at("greedy").at("max_new_tokens").get<int64_t>();
+    o.eos_token_ids = &eos;
+    o.num_eos_token_ids = 1;
+    o.pad_token_id = pad;
+    const int64_t B = static_cast<int64_t>(lens.size());
+    std::vector<int64_t> out(static_cast<size_t>(B * o.max_new_tokens)), n(static_cast<size_t>(B));
+    ok_or_die(oslo_model_generate(m, ids.data(), lens.data(), B, &o, out.data(), n.data(), nullptr),
+              "generate batched");
+    const int64_t S = shape[1], P = S - o.max_new_tokens;
+    bool same = true;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < o.max_new_tokens; ++t) {
+        const int64_t w = want[static_cast<size_t>(b * S + P + t)];
+        const int64_t g = t < n[static_cast<size_t>(b)] ? out[static_cast<size_t>(b * o.max_new_tokens + t)] : pad;
+        same = same && w == g;
+      }
+    check(same, "greedy_batched (left-padded batch) equals transformers'");
+  }
+  // Sampling: same seed, same tokens; ranks agree by construction.
+  {
+    const auto p = prompts[0].get<std::vector<int64_t>>();
+    const int64_t len = static_cast<int64_t>(p.size());
+    oslo_generate_options o;
+    ok_or_die(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "init");
+    o.do_sample = 1;
+    o.temperature = 0.8f;
+    o.top_k = 20;
+    o.top_p = 0.9f;
+    o.seed = 1234;
+    o.max_new_tokens = 10;
+    o.num_eos_token_ids = 0;
+    o.eos_token_ids = &eos;
+    std::vector<int64_t> a(10), b(10);
+    int64_t na = 0, nb = 0;
+    ok_or_die(oslo_model_generate(m, p.data(), &len, 1, &o, a.data(), &na, nullptr), "sample");
+    ok_or_die(oslo_model_generate(m, p.data(), &len, 1, &o, b.data(), &nb, nullptr), "sample");
+    check(na == 10 && a == b, "sampling with a seed repeats");
+  }
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+int run_save(const std::string& fix, const std::string& dir) {
+  oslo_context* ctx = make_context();
+  oslo_model* m = load(ctx, fix);
+  ok_or_die(oslo_model_save(m, dir.c_str()), "save");
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return 0;
+}
+
+int run_same(const std::string& fix, const std::string& dir) {
+  oslo_context* ctx = make_context();
+  Ref ref(fix + "/reference.safetensors");
+  const bool causal = ref.r.find("input_ids_left") != nullptr;
+  std::vector<int64_t> shape;
+  const auto ids = ref.get<int64_t>(causal ? "input_ids_left" : "input_ids", &shape);
+  const auto mask = ref.get<int64_t>(causal ? "attention_mask_left" : "attention_mask");
+  auto run = [&](oslo_model* m) {
+    if (causal) return logits(m, ids, mask, shape[0], shape[1]);
+    oslo_model_info info;
+    ok_or_die(oslo_model_get_info(m, &info, nullptr), "info");
+    std::vector<float> out(static_cast<size_t>(shape[0] * shape[1] * info.hidden_size));
+    std::vector<int64_t> tt(ids.size(), 0);
+    if (ref.r.find("token_type_ids")) tt = ref.get<int64_t>("token_type_ids");
+    ok_or_die(oslo_model_forward(m, ids.data(), mask.data(), tt.data(), shape[0], shape[1],
+                                 OSLO_MODEL_OUTPUT_HIDDEN, out.data(), out.size()),
+              "forward");
+    return out;
+  };
+  oslo_model* a = load(ctx, fix);
+  const auto la = run(a);
+  oslo_model_destroy(a);
+  oslo_model* b = load(ctx, dir);
+  const auto lb = run(b);
+  oslo_model_destroy(b);
+  check(la.size() == lb.size() && std::memcmp(la.data(), lb.data(), la.size() * 4) == 0,
+        "outputs from " + dir + " are bitwise those of the original folder");
+  const auto want = ref.get<float>(causal ? "logits_left" : "last_hidden_state");
+  double d = 0;
+  const size_t V = la.size() / mask.size();
+  for (size_t p = 0; p < mask.size(); ++p)
+    for (size_t v = 0; mask[p] && v < V; ++v)
+      d = std::max(d, std::fabs(double(lb[p * V + v]) - want[p * V + v]));
+  check(d < 1e-4, "and within 1e-4 of transformers' (" + std::to_string(d) + ")");
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+int run_embed(const std::string& model, const std::string& refdir) {
+  oslo_context* ctx = make_context();
+  oslo_model* m = load(ctx, model);
+  Ref ref(refdir + "/reference.safetensors");
+  std::vector<int64_t> shape;
+  const auto ids = ref.get<int64_t>("input_ids", &shape);
+  const auto mask = ref.get<int64_t>("attention_mask");
+  const auto want = ref.get<float>("sentence_embedding");
+  const int64_t B = shape[0], S = shape[1], H = static_cast<int64_t>(want.size()) / B;
+  std::vector<float> got(static_cast<size_t>(B * H));
+  ok_or_die(oslo_model_embed(m, ids.data(), mask.data(), B, S, 1, got.data(), got.size()), "embed");
+  double worst = 1;
+  for (int64_t b = 0; b < B; ++b) {
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t i = 0; i < H; ++i) {
+      const double x = got[static_cast<size_t>(b * H + i)], y = want[static_cast<size_t>(b * H + i)];
+      dot += x * y;
+      na += x * x;
+      nb += y * y;
+    }
+    worst = std::min(worst, dot / std::sqrt(na * nb));
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "MiniLM embeddings: worst cosine to sentence-transformers %.7f",
+                worst);
+  check(worst >= 0.9999, buf);
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+int run_merge(const std::string& src, const std::string& dst, const std::string& orig) {
+  oslo_merge_options o;
+  ok_or_die(oslo_merge_options_init(&o, OSLO_MERGE_OPTIONS_VERSION), "init");
+  o.overwrite = 1;
+  ok_or_die(oslo_model_merge(src.c_str(), dst.c_str(), &o), "merge");
+  // Every tensor of the original, byte for byte, in the merged folder.
+  auto list = [](const std::string& dir) {
+    std::vector<std::string> files;
+    if (std::ifstream(dir + "/model.safetensors").good()) {
+      files.push_back(dir + "/model.safetensors");
+    } else {
+      const auto idx = nlohmann::json::parse(slurp(dir + "/model.safetensors.index.json"));
+      for (auto it = idx["weight_map"].begin(); it != idx["weight_map"].end(); ++it) {
+        const std::string f = dir + "/" + it.value().get<std::string>();
+        if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+      }
+    }
+    return files;
+  };
+  std::map<std::string, std::pair<std::string, std::string>> merged;  // name -> (dtype, bytes)
+  for (const auto& f : list(dst)) {
+    oslo::safetensors::Reader r(f);
+    for (const auto& t : r.tensors()) {
+      std::string bytes(t.nbytes(), '\0');
+      r.read(t, 0, t.nbytes(), bytes.data());
+      merged[t.name] = {oslo::safetensors::dtype_name(t.dtype), bytes};
+    }
+  }
+  size_t n = 0, same = 0;
+  for (const auto& f : list(orig)) {
+    oslo::safetensors::Reader r(f);
+    for (const auto& t : r.tensors()) {
+      ++n;
+      std::string bytes(t.nbytes(), '\0');
+      r.read(t, 0, t.nbytes(), bytes.data());
+      auto it = merged.find(t.name);
+      if (it != merged.end() && it->second.first == oslo::safetensors::dtype_name(t.dtype) &&
+          it->second.second == bytes)
+        ++same;
+      else
+        std::printf("differs: %s\n", t.name.c_str());
+    }
+  }
+  check(n > 0 && same == n && merged.size() == n,
+        "merged folder holds every original tensor byte for byte (" + std::to_string(same) + "/" +
+            std::to_string(n) + ", " + std::to_string(merged.size()) + " merged)");
+  check(std::ifstream(dst + "/config.json").good(), "merged folder has config.json");
+  return g_fail ? 1 : 0;
+}
+
+int run_reshard(const std::string& src, const std::string& dst, int tp) {
+  ok_or_die(oslo_model_reshard(src.c_str(), dst.c_str(), tp), "reshard");
+  size_t len = 0;
+  ok_or_die(oslo_checkpoint_inspect(dst.c_str(), 0, nullptr, 0, &len), "inspect");
+  std::string text(len + 1, '\0');
+  ok_or_die(oslo_checkpoint_inspect(dst.c_str(), 0, text.data(), text.size(), &len), "inspect");
+  check(text.find("oslo-checkpoint") != std::string::npos, "inspect names the format");
+  return g_fail ? 1 : 0;
+}
+
+// A copy of FIXTURE in a temporary folder with one file replaced or removed.
+std::string variant(const std::string& fix, const std::string& tmp, const std::string& name,
+                    const char* file, const char* content) {
+  const std::string dir = tmp + "/" + name;
+  const std::string cmd = "rm -rf '" + dir + "' && cp -r '" + fix + "' '" + dir + "'";
+  if (std::system(cmd.c_str()) != 0) std::exit(1);
+  const std::string p = dir + "/" + file;
+  if (content) {
+    std::ofstream(p, std::ios::trunc) << content;
+  } else {
+    std::remove(p.c_str());
+  }
+  return dir;
+}
+
+int run_errors(const std::string& fix, const std::string& tmp) {
+  if (std::system(("mkdir -p '" + tmp + "'").c_str()) != 0) return 1;
+  oslo_context* ctx = make_context();
+  auto expect = [&](const std::string& path, oslo_status want, const char* needle,
+                    const std::string& what) {
+    oslo_model* m = nullptr;
+    const oslo_status st = oslo_model_load(ctx, path.c_str(), nullptr, &m);
+    const std::string msg = oslo_last_error();
+    check(st == want && m == nullptr && msg.find(needle) != std::string::npos,
+          what + " -> " + oslo_status_string(st) + ": " + msg.substr(0, 160));
+    oslo_model_destroy(m);
+  };
+  const std::string cfg = slurp(fix + "/config.json");
+  expect(tmp + "/does-not-exist", OSLO_ERR_IO, "does-not-exist", "missing folder");
+  expect(variant(fix, tmp, "badjson", "config.json", "{\"model_type\": \"gpt2\","), OSLO_ERR_FORMAT,
+         "config", "truncated config.json");
+  expect(variant(fix, tmp, "unknown", "config.json", "{\"model_type\": \"t5\", \"vocab_size\": 5}"),
+         OSLO_ERR_NOT_SUPPORTED, "t5", "unknown model_type");
+  {
+    auto j = nlohmann::json::parse(cfg);
+    j["n_embd"] = j["n_embd"].get<int64_t>() * 2;
+    expect(variant(fix, tmp, "shape", "config.json", j.dump().c_str()), OSLO_ERR_SHAPE, "shape",
+           "config sizes differ from the tensors");
+    j = nlohmann::json::parse(cfg);
+    j["n_head"] = "four";
+    expect(variant(fix, tmp, "type", "config.json", j.dump().c_str()), OSLO_ERR_FORMAT, "n_head",
+           "a size of the wrong type");
+    j = nlohmann::json::parse(cfg);
+    j["n_layer"] = j["n_layer"].get<int64_t>() + 1;
+    expect(variant(fix, tmp, "layers", "config.json", j.dump().c_str()), OSLO_ERR_FORMAT, "h.2",
+           "a layer missing from the weights");
+    j = nlohmann::json::parse(cfg);
+    j["n_head"] = 3;
+    expect(variant(fix, tmp, "heads", "config.json", j.dump().c_str()), OSLO_ERR_FORMAT, "heads",
+           "heads not dividing the hidden size");
+  }
+  expect(variant(fix, tmp, "noweights", "model.safetensors", nullptr), OSLO_ERR_IO, "",
+         "no weights");
+  expect(variant(fix, tmp, "garbage", "model.safetensors", "\x10\0\0\0\0\0\0\0{\"a\":"),
+         OSLO_ERR_FORMAT, "model.safetensors", "garbage weights");
+  // Truncated weights: the header promises more bytes than the file has.
+  {
+    const std::string dir = variant(fix, tmp, "trunc", "config.json", cfg.c_str());
+    const std::string p = dir + "/model.safetensors";
+    std::string all = slurp(p);
+    std::ofstream(p, std::ios::trunc | std::ios::binary) << all.substr(0, all.size() / 2);
+    expect(dir, OSLO_ERR_FORMAT, "model.safetensors", "truncated weights");
+  }
+  oslo_model* m = nullptr;
+  check(oslo_model_load(nullptr, fix.c_str(), nullptr, &m) == OSLO_ERR_INVALID_ARGUMENT,
+        "NULL context");
+  check(oslo_model_load(ctx, nullptr, nullptr, &m) == OSLO_ERR_INVALID_ARGUMENT, "NULL path");
+  // A good load after the failures.
+  m = load(ctx, fix);
+  const int64_t ids[2] = {1, 100000000};
+  std::vector<float> out(1 << 20);
+  const oslo_status st =
+      oslo_model_forward(m, ids, nullptr, nullptr, 1, 2, OSLO_MODEL_OUTPUT_LOGITS, out.data(), out.size());
+  check(st == OSLO_ERR_INVALID_ARGUMENT && std::string(oslo_last_error()).find("100000000") !=
+                                               std::string::npos,
+        std::string("id outside the vocabulary -> ") + oslo_last_error());
+  check(oslo_model_forward(m, ids, nullptr, nullptr, 1, 1, OSLO_MODEL_OUTPUT_LOGITS, out.data(), 3) ==
+            OSLO_ERR_SHAPE,
+        "output buffer too small");
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: see the comment at the top of model_capi_test.cpp\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  if (mode == "generate") return run_generate(argv[2]);
+  if (mode == "save" && argc == 4) return run_save(argv[2], argv[3]);
+  if (mode == "same" && argc == 4) return run_same(argv[2], argv[3]);
+  if (mode == "embed" && argc == 4) return run_embed(argv[2], argv[3]);
+  if (mode == "merge" && argc == 5) return run_merge(argv[2], argv[3], argv[4]);
+  if (mode == "reshard" && argc == 5) return run_reshard(argv[2], argv[3], std::atoi(argv[4]));
+  if (mode == "errors" && argc == 4) return run_errors(argv[2], argv[3]);
+  std::fprintf(stderr, "bad arguments\n");
+  return 2;
+}
