@@ -14,7 +14,8 @@
 # them into a virtual environment inside the build tree. Nothing at build or run
 # time needs Python.
 set -euo pipefail
-pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev)
+pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev libpcre2-dev
+      libutf8proc-dev libsentencepiece-dev)
 case "${1:-}" in
   "") ;;
   --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps

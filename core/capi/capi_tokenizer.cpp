@@ -1,0 +1,117 @@
+// C shims: tokenizers.
+#include <cstring>
+
+#include "core/capi/handles.hpp"
+#include "core/tokenizer/tokenizer.hpp"
+
+struct oslo_tokenizer {
+  std::unique_ptr<oslo::Tokenizer> impl;
+};
+
+using oslo::capi::guard;
+using oslo::capi::need;
+
+namespace {
+// Copies s into out (at most capacity bytes, NUL-terminated when it fits).
+void copy_out(const std::string& s, char* out, size_t capacity, size_t* length) {
+  *length = s.size();
+  if (capacity == 0) return;
+  const size_t n = s.size() < capacity ? s.size() : capacity;
+  std::memcpy(out, s.data(), n);
+  if (s.size() < capacity) out[s.size()] = '\0';
+}
+}  // namespace
+
+extern "C" {
+
+oslo_status oslo_tokenizer_load(const char* path, oslo_tokenizer** out) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    need(out, "oslo_tokenizer_load", "out");
+    need(path, "oslo_tokenizer_load", "path");
+    auto h = std::make_unique<oslo_tokenizer>();
+    h->impl = oslo::Tokenizer::load(path);
+    *out = h.release();
+  });
+}
+
+void oslo_tokenizer_destroy(oslo_tokenizer* tok) {
+  delete tok;
+}
+
+oslo_status oslo_tokenizer_encode(const oslo_tokenizer* tok, const char* text, size_t text_len,
+                                  int add_special_tokens, int64_t* ids, size_t capacity,
+                                  size_t* count) {
+  return guard([&] {
+    const char* fn = "oslo_tokenizer_encode";
+    need(tok, fn, "tok");
+    need(count, fn, "count");
+    if (text_len > 0) need(text, fn, "text");
+    if (capacity > 0) need(ids, fn, "ids");
+    std::vector<int64_t> v = tok->impl->encode(std::string_view(text ? text : "", text_len),
+                                               add_special_tokens != 0);
+    *count = v.size();
+    const size_t n = v.size() < capacity ? v.size() : capacity;
+    if (n) std::memcpy(ids, v.data(), n * sizeof(int64_t));
+  });
+}
+
+oslo_status oslo_tokenizer_decode(const oslo_tokenizer* tok, const int64_t* ids, size_t n,
+                                  int skip_special_tokens, char* out, size_t capacity,
+                                  size_t* length) {
+  return guard([&] {
+    const char* fn = "oslo_tokenizer_decode";
+    need(tok, fn, "tok");
+    need(length, fn, "length");
+    if (n > 0) need(ids, fn, "ids");
+    if (capacity > 0) need(out, fn, "out");
+    copy_out(tok->impl->decode(ids, n, skip_special_tokens != 0), out, capacity, length);
+  });
+}
+
+oslo_status oslo_tokenizer_vocab_size(const oslo_tokenizer* tok, size_t* size) {
+  return guard([&] {
+    need(tok, "oslo_tokenizer_vocab_size", "tok");
+    need(size, "oslo_tokenizer_vocab_size", "size");
+    *size = tok->impl->vocab_size();
+  });
+}
+
+oslo_status oslo_tokenizer_token_to_id(const oslo_tokenizer* tok, const char* token,
+                                       size_t token_len, int64_t* id) {
+  return guard([&] {
+    const char* fn = "oslo_tokenizer_token_to_id";
+    need(tok, fn, "tok");
+    need(id, fn, "id");
+    if (token_len > 0) need(token, fn, "token");
+    *id = tok->impl->token_to_id(std::string_view(token ? token : "", token_len)).value_or(-1);
+  });
+}
+
+oslo_status oslo_tokenizer_id_to_token(const oslo_tokenizer* tok, int64_t id, char* out,
+                                       size_t capacity, size_t* length) {
+  return guard([&] {
+    const char* fn = "oslo_tokenizer_id_to_token";
+    need(tok, fn, "tok");
+    need(length, fn, "length");
+    if (capacity > 0) need(out, fn, "out");
+    auto t = tok->impl->id_to_token(id);
+    if (!t) oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": id ", id, " names no token");
+    copy_out(*t, out, capacity, length);
+  });
+}
+
+oslo_status oslo_tokenizer_special_id(const oslo_tokenizer* tok, oslo_special_token which,
+                                      int64_t* id) {
+  return guard([&] {
+    const char* fn = "oslo_tokenizer_special_id";
+    need(tok, fn, "tok");
+    need(id, fn, "id");
+    const int w = static_cast<int>(which);
+    if (w < 0 || w >= static_cast<int>(oslo::SpecialToken::kCount))
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": unknown special token ", w);
+    *id = tok->impl->special_id(static_cast<oslo::SpecialToken>(w));
+  });
+}
+
+}  // extern "C"

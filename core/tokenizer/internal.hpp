@@ -1,0 +1,55 @@
+// Internal pieces shared by the tokenizer implementations.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tokenizer/tokenizer.hpp"
+
+namespace oslo {
+namespace tok {
+
+// Leftmost-longest matching of a set of strings (Hugging Face matches added
+// tokens with Aho-Corasick in MatchKind::LeftmostLongest): a byte trie.
+class TokenTrie {
+ public:
+  void add(std::string_view s, int32_t value);
+  bool empty() const { return nodes_.size() <= 1; }
+  struct Match {
+    size_t start, end;
+    int32_t value;
+  };
+  // Successive non-overlapping matches: at each position the longest string
+  // that starts there; the earliest position wins.
+  std::vector<Match> find_all(std::string_view s) const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, int32_t>> next;  // sorted by byte
+    int32_t value = -1;
+  };
+  std::vector<Node> nodes_{Node{}};
+  int32_t child(int32_t node, unsigned char b) const;
+};
+
+// Reads a whole file (at most kMaxFileBytes); OSLO_ERR_IO naming it.
+std::string read_file(const std::string& path);
+// Rejects JSON text nested deeper than kMaxJsonDepth (nlohmann's parser
+// recurses) with OSLO_ERR_FORMAT naming `name`.
+void check_json_depth(std::string_view text, const std::string& name);
+// transformers' clean_up_tokenization (" ." -> "." ...).
+std::string clean_up_tokenization(std::string s);
+// Replaces every occurrence of `from` (non-empty) with `to`.
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to);
+
+std::unique_ptr<Tokenizer> make_hf_tokenizer(std::string_view json_text, const std::string& name,
+                                             std::string_view config_json);
+std::unique_ptr<Tokenizer> make_sp_tokenizer(const std::string& model_bytes,
+                                             const std::string& name,
+                                             std::string_view config_json);
+
+}  // namespace tok
+}  // namespace oslo

@@ -1,0 +1,173 @@
+// SentencePiece tokenizer.model through libsentencepiece, with Hugging
+// Face's LlamaTokenizer behaviour around it: control and unknown pieces
+// (<s>, </s>, <unk>) written in the text are matched as special tokens
+// first; each remaining chunk is encoded by SentencePiece the way the
+// converted tokenizer.json does (Metaspace, prepend_scheme "always": one
+// "▁" in front of a chunk that does not already start with a space); BOS is
+// added by default (tokenizer_config.json's add_bos_token / add_eos_token).
+// Decoding is LlamaTokenizer's decoder chain: "▁" -> " ", <0xNN> byte
+// pieces -> bytes (invalid sequences -> U+FFFD per byte), one leading space
+// stripped.
+#include <sentencepiece_processor.h>
+
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "core/common/error.hpp"
+#include "core/tokenizer/internal.hpp"
+#include "core/tokenizer/unicode.hpp"
+
+namespace oslo {
+namespace tok {
+namespace {
+
+const char* const kSpace = "\xE2\x96\x81";  // U+2581
+
+class SpTokenizer : public Tokenizer {
+ public:
+  SpTokenizer(const std::string& bytes, const std::string& name, std::string_view config) {
+    auto st = sp_.LoadFromSerializedProto(bytes);
+    if (!st.ok())
+      fail(OSLO_ERR_FORMAT, name, ": not a SentencePiece model: ", clip(st.ToString(), 200));
+    const int n = sp_.GetPieceSize();
+    if (n <= 0) fail(OSLO_ERR_FORMAT, name, ": SentencePiece model has no pieces");
+    for (int id = 0; id < n; ++id) {
+      if (sp_.IsControl(id) || sp_.IsUnknown(id)) {
+        const std::string& p = sp_.IdToPiece(id);
+        if (p.empty()) continue;
+        special_ids_.insert(id);
+        trie_.add(p, id);
+      }
+    }
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      snprintf(buf, sizeof buf, "<0x%02X>", b);
+      byte_ids_[b] = lookup(buf);
+    }
+    space_id_ = lookup(kSpace);
+    special_[static_cast<int>(SpecialToken::kBos)] = sp_.bos_id();
+    special_[static_cast<int>(SpecialToken::kEos)] = sp_.eos_id();
+    special_[static_cast<int>(SpecialToken::kPad)] = sp_.pad_id();
+    special_[static_cast<int>(SpecialToken::kUnk)] = sp_.unk_id();
+    for (auto& s : special_)
+      if (s >= n) s = -1;
+    if (!config.empty()) {
+      apply_special_config(config, name);
+      auto c = nlohmann::json::parse(config.begin(), config.end(), nullptr, false);
+      if (c.is_object()) {
+        auto b = c.find("add_bos_token");
+        if (b != c.end() && b->is_boolean()) add_bos_ = b->get<bool>();
+        auto e = c.find("add_eos_token");
+        if (e != c.end() && e->is_boolean()) add_eos_ = e->get<bool>();
+        auto cl = c.find("clean_up_tokenization_spaces");
+        if (cl != c.end() && cl->is_boolean()) clean_up_spaces_ = cl->get<bool>();
+      }
+    }
+  }
+
+  std::vector<int64_t> encode(std::string_view text, bool add_special_tokens) const override {
+    check_utf8(text, "text");
+    std::vector<int64_t> ids;
+    const int64_t bos = special_id(SpecialToken::kBos), eos = special_id(SpecialToken::kEos);
+    if (add_special_tokens && add_bos_ && bos >= 0) ids.push_back(bos);
+    size_t prev = 0;
+    for (const auto& m : trie_.find_all(text)) {
+      chunk(text.substr(prev, m.start - prev), ids);
+      ids.push_back(m.value);
+      prev = m.end;
+    }
+    chunk(text.substr(prev), ids);
+    if (add_special_tokens && add_eos_ && eos >= 0) ids.push_back(eos);
+    return ids;
+  }
+
+  std::string decode(const int64_t* ids, size_t n, bool skip_special_tokens) const override {
+    const int64_t size = sp_.GetPieceSize();
+    // Replace("▁", " ") and ByteFallback, then Fuse and Strip(" ", 1, 0).
+    std::string out, pending;
+    auto flush = [&] {
+      if (pending.empty()) return;
+      if (invalid_utf8_at(pending) == std::string::npos)
+        out += pending;
+      else
+        for (size_t k = 0; k < pending.size(); ++k) out += "\xEF\xBF\xBD";
+      pending.clear();
+    };
+    for (size_t i = 0; i < n; ++i) {
+      if (ids[i] < 0)
+        fail(OSLO_ERR_INVALID_ARGUMENT, "decode: ids[", i, "] = ", ids[i], " is negative");
+      if (ids[i] >= size) continue;
+      const int id = static_cast<int>(ids[i]);
+      if (skip_special_tokens && special_ids_.count(id)) continue;
+      if (sp_.IsByte(id)) {
+        const std::string& p = sp_.IdToPiece(id);  // <0xNN>
+        pending += static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16));
+        continue;
+      }
+      flush();
+      out += replace_all(sp_.IdToPiece(id), kSpace, " ");
+    }
+    flush();
+    if (!out.empty() && out[0] == ' ') out.erase(0, 1);
+    if (clean_up_spaces_) out = clean_up_tokenization(std::move(out));
+    return out;
+  }
+
+  size_t vocab_size() const override { return static_cast<size_t>(sp_.GetPieceSize()); }
+  std::optional<int64_t> token_to_id(std::string_view token) const override {
+    int id = lookup(token);
+    if (id < 0) return std::nullopt;
+    return id;
+  }
+  std::optional<std::string> id_to_token(int64_t id) const override {
+    if (id < 0 || id >= sp_.GetPieceSize()) return std::nullopt;
+    return sp_.IdToPiece(static_cast<int>(id));
+  }
+
+ private:
+  int lookup(std::string_view piece) const {
+    int id = sp_.PieceToId(absl::string_view(piece.data(), piece.size()));
+    if (id == sp_.unk_id() && piece != sp_.IdToPiece(id)) return -1;
+    return id;
+  }
+
+  void chunk(std::string_view c, std::vector<int64_t>& ids) const {
+    if (c.empty()) return;
+    // SentencePiece prepends "▁" to every input (add_dummy_prefix); the
+    // Metaspace pre-tokenizer only when the chunk does not start with one.
+    if (c[0] == ' ') c.remove_prefix(1);
+    if (c.empty()) {
+      if (space_id_ >= 0) {
+        ids.push_back(space_id_);
+      } else {
+        for (unsigned char b : std::string(kSpace))
+          if (byte_ids_[b] >= 0) ids.push_back(byte_ids_[b]);
+      }
+      return;
+    }
+    std::vector<int> out;
+    auto st = sp_.Encode(absl::string_view(c.data(), c.size()), &out);
+    if (!st.ok())
+      fail(OSLO_ERR_INVALID_ARGUMENT, "SentencePiece could not encode the text: ",
+           clip(st.ToString(), 200));
+    ids.insert(ids.end(), out.begin(), out.end());
+  }
+
+  sentencepiece::SentencePieceProcessor sp_;
+  TokenTrie trie_;
+  std::unordered_set<int> special_ids_;
+  int byte_ids_[256];
+  int space_id_ = -1;
+  bool add_bos_ = true, add_eos_ = false, clean_up_spaces_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_sp_tokenizer(const std::string& model_bytes,
+                                             const std::string& name,
+                                             std::string_view config_json) {
+  return std::make_unique<SpTokenizer>(model_bytes, name, config_json);
+}
+
+}  // namespace tok
+}  // namespace oslo
