@@ -1036,6 +1036,139 @@ OSLO_API oslo_status oslo_param_set_save_checkpoint(oslo_param_set *set, const c
  */
 OSLO_API oslo_status oslo_param_set_load_checkpoint(oslo_param_set *set, const char *dir);
 
+/* ------------------------------------------------------------------------ */
+/* Tokenizers                                                                */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A tokenizer: text <-> token ids exactly as Hugging Face tokenizers and
+ * transformers do it, from a tokenizer.json (byte-level BPE as GPT-2,
+ * LLaMA-3, Qwen2; SentencePiece-style BPE; WordPiece as BERT) or a
+ * SentencePiece tokenizer.model (as transformers' LlamaTokenizer).
+ * docs/TOKENIZERS.md lists what is supported. Needs no context. A loaded
+ * tokenizer never changes: every function taking a `const oslo_tokenizer *`
+ * may be called from any number of threads at once.
+ */
+typedef struct oslo_tokenizer oslo_tokenizer;
+
+/** Which special token oslo_tokenizer_special_id returns. */
+typedef enum oslo_special_token {
+  OSLO_SPECIAL_TOKEN_BOS = 0, /**< beginning of sequence */
+  OSLO_SPECIAL_TOKEN_EOS = 1, /**< end of sequence */
+  OSLO_SPECIAL_TOKEN_PAD = 2, /**< padding */
+  OSLO_SPECIAL_TOKEN_UNK = 3, /**< unknown token */
+  OSLO_SPECIAL_TOKEN_CLS = 4, /**< classifier token (BERT's [CLS]) */
+  OSLO_SPECIAL_TOKEN_SEP = 5, /**< separator (BERT's [SEP]) */
+  OSLO_SPECIAL_TOKEN_MASK = 6, /**< mask (BERT's [MASK]) */
+  OSLO_SPECIAL_TOKEN_ENUM_MIN_ = -2147483647 - 1, /* not values: see oslo_dtype */
+  OSLO_SPECIAL_TOKEN_ENUM_MAX_ = 2147483647
+} oslo_special_token;
+
+/**
+ * Loads a tokenizer from `path`: a folder (its tokenizer.json, else its
+ * tokenizer.model; tokenizer_config.json and special_tokens_map.json, when
+ * present, name the special tokens) or a tokenizer.json or .model file.
+ * Ownership: the caller owns *out and frees it with oslo_tokenizer_destroy;
+ * `path` is read during the call only. On failure *out is NULL.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL path or out), OSLO_ERR_IO (missing
+ * or unreadable file or folder), OSLO_ERR_FORMAT (invalid JSON or model,
+ * inconsistent vocabulary or merges: the message names the file and the
+ * field), OSLO_ERR_NOT_SUPPORTED (a valid configuration oslo does not
+ * implement, such as a Unigram model: the message names it),
+ * OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_load(const char *path, oslo_tokenizer **out);
+
+/**
+ * Frees a tokenizer. NULL does nothing.
+ * Ownership: `tok` is invalid afterwards.
+ * Errors: none.
+ * Thread-safety: no other call may be using `tok`.
+ */
+OSLO_API void oslo_tokenizer_destroy(oslo_tokenizer *tok);
+
+/**
+ * Encodes `text_len` bytes of UTF-8 text (NUL bytes included; text may be
+ * NULL when text_len is 0) into token ids. With add_special_tokens nonzero
+ * the tokenizer's own special tokens are added (BOS; BERT's [CLS] ... [SEP]).
+ * Special tokens written in the text are always recognised.
+ * Writes at most `capacity` ids to `ids` (may be NULL when capacity is 0) and
+ * always sets *count to the full number, so a first call with capacity 0
+ * sizes the array; if *count > capacity the output is truncated and the call
+ * still returns OSLO_OK.
+ * Ownership: all memory stays the caller's.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or count, NULL text with
+ * text_len > 0, NULL ids with capacity > 0, text not valid UTF-8: the message
+ * names the byte offset), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_encode(const oslo_tokenizer *tok, const char *text,
+                                           size_t text_len, int add_special_tokens,
+                                           int64_t *ids, size_t capacity, size_t *count);
+
+/**
+ * Decodes `n` token ids into UTF-8 text (byte sequences that are not UTF-8
+ * become U+FFFD, as Hugging Face does). With skip_special_tokens nonzero,
+ * special tokens are left out. Ids that name no token are skipped, as
+ * Hugging Face does. Writes at most `capacity` bytes to `out` (may be NULL
+ * when capacity is 0), followed by a terminating NUL when it fits
+ * (length < capacity), and always sets *length to the full length in bytes
+ * without the NUL: call with capacity 0 to size the buffer, then with
+ * *length + 1. Truncated output still returns OSLO_OK.
+ * Ownership: all memory stays the caller's.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or length, NULL ids with n > 0,
+ * NULL out with capacity > 0, a negative id), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_decode(const oslo_tokenizer *tok, const int64_t *ids,
+                                           size_t n, int skip_special_tokens, char *out,
+                                           size_t capacity, size_t *length);
+
+/**
+ * Number of tokens, added and special tokens included (Hugging Face's
+ * len(tokenizer)).
+ * Ownership: writes *size.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_vocab_size(const oslo_tokenizer *tok, size_t *size);
+
+/**
+ * The id of the token spelled by `token_len` bytes at `token` (the
+ * vocabulary's spelling, e.g. "Ġthe" for byte-level BPE, "##ing" for
+ * WordPiece), or -1 if there is no such token.
+ * Ownership: writes *id; `token` is read during the call only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or id, NULL token with
+ * token_len > 0).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_token_to_id(const oslo_tokenizer *tok, const char *token,
+                                                size_t token_len, int64_t *id);
+
+/**
+ * The vocabulary's spelling of token `id`. Writes at most `capacity` bytes
+ * to `out` with the same sizing rule as oslo_tokenizer_decode (NUL when it
+ * fits; *length is always the full length).
+ * Ownership: all memory stays the caller's.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or length, NULL out with
+ * capacity > 0, an id that names no token).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_id_to_token(const oslo_tokenizer *tok, int64_t id, char *out,
+                                                size_t capacity, size_t *length);
+
+/**
+ * The id of a special token (BOS, EOS, PAD, ...) as the tokenizer's files
+ * define it, or -1 if they define none.
+ * Ownership: writes *id.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown `which`).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_special_id(const oslo_tokenizer *tok, oslo_special_token which,
+                                               int64_t *id);
+
+/* ======================================================================
  * Models: Hugging Face transformers split over the tensor-parallel group.
  *
  * A model is loaded from a Hugging Face folder (config.json plus
@@ -1281,140 +1414,7 @@ OSLO_API oslo_status oslo_model_reshard(const char *src, const char *dst,
  */
 OSLO_API oslo_status oslo_checkpoint_inspect(const char *path, int json, char *out,
                                              size_t capacity, size_t *length);
-=======
-/* ------------------------------------------------------------------------ */
-/* Tokenizers                                                                */
-/* ------------------------------------------------------------------------ */
 
-/**
- * A tokenizer: text <-> token ids exactly as Hugging Face tokenizers and
- * transformers do it, from a tokenizer.json (byte-level BPE as GPT-2,
- * LLaMA-3, Qwen2; SentencePiece-style BPE; WordPiece as BERT) or a
- * SentencePiece tokenizer.model (as transformers' LlamaTokenizer).
- * docs/TOKENIZERS.md lists what is supported. Needs no context. A loaded
- * tokenizer never changes: every function taking a `const oslo_tokenizer *`
- * may be called from any number of threads at once.
- */
-typedef struct oslo_tokenizer oslo_tokenizer;
-
-/** Which special token oslo_tokenizer_special_id returns. */
-typedef enum oslo_special_token {
-  OSLO_SPECIAL_TOKEN_BOS = 0, /**< beginning of sequence */
-  OSLO_SPECIAL_TOKEN_EOS = 1, /**< end of sequence */
-  OSLO_SPECIAL_TOKEN_PAD = 2, /**< padding */
-  OSLO_SPECIAL_TOKEN_UNK = 3, /**< unknown token */
-  OSLO_SPECIAL_TOKEN_CLS = 4, /**< classifier token (BERT's [CLS]) */
-  OSLO_SPECIAL_TOKEN_SEP = 5, /**< separator (BERT's [SEP]) */
-  OSLO_SPECIAL_TOKEN_MASK = 6, /**< mask (BERT's [MASK]) */
-  OSLO_SPECIAL_TOKEN_ENUM_MIN_ = -2147483647 - 1, /* not values: see oslo_dtype */
-  OSLO_SPECIAL_TOKEN_ENUM_MAX_ = 2147483647
-} oslo_special_token;
-
-/**
- * Loads a tokenizer from `path`: a folder (its tokenizer.json, else its
- * tokenizer.model; tokenizer_config.json and special_tokens_map.json, when
- * present, name the special tokens) or a tokenizer.json or .model file.
- * Ownership: the caller owns *out and frees it with oslo_tokenizer_destroy;
- * `path` is read during the call only. On failure *out is NULL.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL path or out), OSLO_ERR_IO (missing
- * or unreadable file or folder), OSLO_ERR_FORMAT (invalid JSON or model,
- * inconsistent vocabulary or merges: the message names the file and the
- * field), OSLO_ERR_NOT_SUPPORTED (a valid configuration oslo does not
- * implement, such as a Unigram model: the message names it),
- * OSLO_ERR_OUT_OF_MEMORY.
- * Thread-safety: thread-safe.
- */
-OSLO_API oslo_status oslo_tokenizer_load(const char *path, oslo_tokenizer **out);
-
-/**
- * Frees a tokenizer. NULL does nothing.
- * Ownership: `tok` is invalid afterwards.
- * Errors: none.
- * Thread-safety: no other call may be using `tok`.
- */
-OSLO_API void oslo_tokenizer_destroy(oslo_tokenizer *tok);
-
-/**
- * Encodes `text_len` bytes of UTF-8 text (NUL bytes included; text may be
- * NULL when text_len is 0) into token ids. With add_special_tokens nonzero
- * the tokenizer's own special tokens are added (BOS; BERT's [CLS] ... [SEP]).
- * Special tokens written in the text are always recognised.
- * Writes at most `capacity` ids to `ids` (may be NULL when capacity is 0) and
- * always sets *count to the full number, so a first call with capacity 0
- * sizes the array; if *count > capacity the output is truncated and the call
- * still returns OSLO_OK.
- * Ownership: all memory stays the caller's.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or count, NULL text with
- * text_len > 0, NULL ids with capacity > 0, text not valid UTF-8: the message
- * names the byte offset), OSLO_ERR_OUT_OF_MEMORY.
- * Thread-safety: thread-safe.
- */
-OSLO_API oslo_status oslo_tokenizer_encode(const oslo_tokenizer *tok, const char *text,
-                                           size_t text_len, int add_special_tokens,
-                                           int64_t *ids, size_t capacity, size_t *count);
-
-/**
- * Decodes `n` token ids into UTF-8 text (byte sequences that are not UTF-8
- * become U+FFFD, as Hugging Face does). With skip_special_tokens nonzero,
- * special tokens are left out. Ids that name no token are skipped, as
- * Hugging Face does. Writes at most `capacity` bytes to `out` (may be NULL
- * when capacity is 0), followed by a terminating NUL when it fits
- * (length < capacity), and always sets *length to the full length in bytes
- * without the NUL: call with capacity 0 to size the buffer, then with
- * *length + 1. Truncated output still returns OSLO_OK.
- * Ownership: all memory stays the caller's.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or length, NULL ids with n > 0,
- * NULL out with capacity > 0, a negative id), OSLO_ERR_OUT_OF_MEMORY.
- * Thread-safety: thread-safe.
- */
-OSLO_API oslo_status oslo_tokenizer_decode(const oslo_tokenizer *tok, const int64_t *ids,
-                                           size_t n, int skip_special_tokens, char *out,
-                                           size_t capacity, size_t *length);
-
-/**
- * Number of tokens, added and special tokens included (Hugging Face's
- * len(tokenizer)).
- * Ownership: writes *size.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
- * Thread-safety: thread-safe.
- */
-OSLO_API oslo_status oslo_tokenizer_vocab_size(const oslo_tokenizer *tok, size_t *size);
-
-/**
- * The id of the token spelled by `token_len` bytes at `token` (the
- * vocabulary's spelling, e.g. "Ġthe" for byte-level BPE, "##ing" for
- * WordPiece), or -1 if there is no such token.
- * Ownership: writes *id; `token` is read during the call only.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or id, NULL token with
- * token_len > 0).
- * Thread-safety: thread-safe.
- */
-OSLO_API oslo_status oslo_tokenizer_token_to_id(const oslo_tokenizer *tok, const char *token,
-                                                size_t token_len, int64_t *id);
-
-/**
- * The vocabulary's spelling of token `id`. Writes at most `capacity` bytes
- * to `out` with the same sizing rule as oslo_tokenizer_decode (NUL when it
- * fits; *length is always the full length).
- * Ownership: all memory stays the caller's.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or length, NULL out with
- * capacity > 0, an id that names no token).
- * Thread-safety: thread-safe.
- */
-OSLO_API oslo_status oslo_tokenizer_id_to_token(const oslo_tokenizer *tok, int64_t id, char *out,
-                                                size_t capacity, size_t *length);
-
-/**
- * The id of a special token (BOS, EOS, PAD, ...) as the tokenizer's files
- * define it, or -1 if they define none.
- * Ownership: writes *id.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown `which`).
- * Thread-safety: thread-safe.
- */
-OSLO_API oslo_status oslo_tokenizer_special_id(const oslo_tokenizer *tok, oslo_special_token which,
-                                               int64_t *id);
-
-/* ===============================================================
 #ifdef __cplusplus
 }
 #endif
