@@ -35,7 +35,7 @@ using ojson = nlohmann::ordered_json;
 constexpr const char* kFormatName = "oslo-checkpoint";
 constexpr int kVersion = 2;
 constexpr size_t kMaxManifestBytes = size_t{1} << 30;
-constexpr uint64_t kStageBytes = uint64_t{64} << 20;
+constexpr uint64_t kStageBytes = uint64_t{16} << 20;
 
 bool starts_with(const std::string& s, const char* p) {
   size_t n = std::strlen(p);
@@ -1482,6 +1482,15 @@ std::string lpad(const std::string& s, size_t w) {
   return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
 }
 
+// "shard-<id>-tp00-pp00.safetensors" -> "tp00-pp00"; other names as they are.
+std::string short_file(const std::string& f, const std::string& save_id) {
+  const std::string pre = "shard-" + save_id + "-", suf = ".safetensors";
+  if (!save_id.empty() && starts_with(f, pre.c_str()) && ends_with(f, suf.c_str()) &&
+      f.size() > pre.size() + suf.size())
+    return f.substr(pre.size(), f.size() - pre.size() - suf.size());
+  return f;
+}
+
 }  // namespace
 
 std::string render_text(const Inspection& in) {
@@ -1521,20 +1530,28 @@ std::string render_text(const Inspection& in) {
     ws = std::max(ws, shapes.back().size());
   }
   o += pad("name", wn) + "  " + pad("dtype", wd) + "  " + pad("shape", ws) + "  split  " +
-       lpad("bytes", 12) + "  shards\n";
+       lpad("bytes", 12) + "  stored in" +
+       (in.kind == "oslo-checkpoint" ? " (shard-" + in.save_id + "-*.safetensors)" : "") + "\n";
   for (size_t i = 0; i < in.tensors.size(); ++i) {
     const InspectTensor& t = in.tensors[i];
     o += pad(t.name, wn) + "  " + pad(t.dtype, wd) + "  " + pad(shapes[i], ws) + "  " +
          lpad(t.split_dim < 0 ? "-" : std::to_string(t.split_dim), 5) + "  " +
          lpad(std::to_string(t.bytes), 12) + "  ";
-    for (size_t k = 0; k < t.shards.size(); ++k) {
+    // Long lists show the first two pieces, an ellipsis and the last one.
+    const size_t ns = t.shards.size();
+    for (size_t k = 0; k < ns; ++k) {
+      if (ns > 4 && k >= 2 && k + 1 < ns) {
+        if (k == 2) o += ", ...";
+        continue;
+      }
       const InspectShard& s = t.shards[k];
       if (k) o += ", ";
-      o += s.file;
-      if (s.key != t.name) o += ":" + s.key;
+      o += short_file(s.file, in.save_id);
+      if (s.key != t.name) o += ":" + s.key.substr(std::min(s.key.size(), t.name.size()));
       if (t.split_dim >= 0)
         o += "[" + std::to_string(s.offset) + ":" + std::to_string(s.offset + s.length) + "]";
     }
+    if (ns > 4) o += " (" + std::to_string(ns) + " pieces)";
     o += "\n";
   }
   return o;

@@ -36,7 +36,7 @@ struct ModelLoadStats {
 // local_start; padding rows (local indices no segment covers) are zeroed; a
 // transposed placement is transposed on the backend. Dtypes convert (float
 // <-> float, int <-> int). Staging goes through one host buffer, at most
-// 64 MiB for tensors whose segments are contiguous in the local tensor
+// 16 MiB for tensors whose segments are contiguous in the local tensor
 // (split_dim 0 or replicated, not transposed), else one local tensor.
 // Everything is validated before the first tensor is written: names (unique,
 // in the source: OSLO_ERR_FORMAT naming the tensor and the file), global

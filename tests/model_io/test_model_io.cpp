@@ -977,9 +977,63 @@ int emit(const std::string& dir) {
   return 0;
 }
 
+// Peak resident memory of a load with each read mode: a child process per
+// mode loads rank 0's half (TP 2) of a `mb` MiB f32 tensor; prints the peak
+// resident set (VmHWM) above the baseline (the local tensor allocated and
+// touched). Used to choose the default read mode (FORMAT.md, "Reading").
+long status_kib(const char* field) {
+  std::string s = read_text("/proc/self/status");
+  size_t p = s.find(field);
+  return p == std::string::npos ? -1 : std::atol(s.c_str() + p + std::strlen(field) + 1);
+}
+
+int rss_bench(const std::string& dir, int mb) {
+  oslo::fsutil::make_dirs(dir + "/hf");
+  const int64_t rows = int64_t{mb} * 256, cols = 1024;
+  {
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1000);
+    st::write_file(dir + "/hf/model.safetensors",
+                   {{"w", st::Dtype::F32, {uint64_t(rows), uint64_t(cols)}, v.data()}});
+  }
+  for (oslo::ReadMode mode : {oslo::ReadMode::Pread, oslo::ReadMode::Mmap}) {
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<oslo::PlacedTensor> ls(1);
+      ls[0].placement.name = "w";
+      ls[0].placement.global_shape = {rows, cols};
+      ls[0].placement.split_dim = 0;
+      ls[0].placement.local_extent = rows / 2;
+      ls[0].placement.segments.push_back({0, rows / 2, 0, true});
+      ls[0].tensor = oslo::Tensor::zeros(cpu(), OSLO_DTYPE_F32, {rows / 2, cols});
+      cpu()->fill(oslo::make_view(ls[0].tensor.data(), OSLO_DTYPE_F32, {rows / 2, cols}), 1.0);
+      const long base = status_kib("VmRSS:");
+      oslo::WeightSource src(dir + "/hf", mode);
+      oslo::ModelLoadStats stats;
+      oslo::load_placed(src, ls, *cpu(), &stats);
+      const long after = status_kib("VmRSS:");
+      src.release();
+      std::printf(
+          "%s: file %d MiB, read %llu MiB; peak RSS above baseline %ld MiB, RSS after "
+          "the load %ld MiB above baseline (staging %llu MiB)\n",
+          mode == oslo::ReadMode::Pread ? "pread" : "mmap ", mb,
+          static_cast<unsigned long long>(stats.bytes_read >> 20),
+          (status_kib("VmHWM:") - base) / 1024, (after - base) / 1024,
+          static_cast<unsigned long long>(stats.staging_bytes >> 20));
+      std::fflush(nullptr);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--rss") return rss_bench(argv[2], std::atoi(argv[3]));
   if (argc == 3 && std::string(argv[1]) == "--emit") {
     try {
       return emit(argv[2]);
