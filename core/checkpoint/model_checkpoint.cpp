@@ -496,7 +496,11 @@ void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend&
         st::to_oslo(t.dtype, &sdt) && dtype_is_float(sdt) == dtype_is_float(pt.tensor.dtype()),
         OSLO_ERR_DTYPE, who, ": cannot load ", st::dtype_name(t.dtype), " from ",
         quote_path(src.path()), " into a ", dtype_name(pt.tensor.dtype()), " tensor");
-    src.check_tensor(t);
+    if (p.split_dim < 0)
+      src.check_tensor(t);
+    else
+      for (const Segment& s : p.segments)
+        src.check_tensor(t, p.split_dim, s.global_start, s.length);
     srcs.push_back(&t);
     total += pt.tensor.nbytes();
   }
@@ -1062,7 +1066,13 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
   std::string save_id;
   {
     uint64_t id = 0;
-    if (world.rank() == 0) f.run([&] { id = fsutil::random_u64(); });
+    if (world.rank() == 0)
+      f.run([&] {
+        do {
+          id = fsutil::random_u64();
+        } while (fsutil::exists(
+            fsutil::join(dir, shard_file_name(hex64(id), 0, layout.tp_size, 0, layout.pp_size))));
+      });
     world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
     save_id = hex64(id);
   }

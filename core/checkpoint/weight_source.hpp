@@ -124,9 +124,11 @@ class WeightSource {
   void read_box(const SourceTensor& t, int dim, int64_t start, int64_t len, safetensors::Dtype out,
                 void* dst);
 
-  // Checks that every stored piece of `t` is present with the dtype and
-  // shape the listing promises (opens the files; reads headers only).
-  void check_tensor(const SourceTensor& t);
+  // Checks that the stored pieces of `t` that overlap the box (dim, start,
+  // len as in read_box; dim -1: every piece) are present with the dtype,
+  // shape and size the listing promises (opens those files; reads headers
+  // only). Errors: OSLO_ERR_IO, OSLO_ERR_FORMAT naming the file and key.
+  void check_tensor(const SourceTensor& t, int dim = -1, int64_t start = 0, int64_t len = 0);
 
   // Tensor bytes read so far (headers excluded), read calls, files opened.
   uint64_t bytes_read() const { return bytes_read_; }
