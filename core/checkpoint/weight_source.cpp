@@ -419,6 +419,12 @@ void WeightSource::open_oslo() {
 // Lookup and reading
 // --------------------------------------------------------------------------
 
+std::vector<std::string> WeightSource::extra_file_paths() const {
+  std::vector<std::string> out;
+  for (const std::string& n : extra_files_) out.push_back(fsutil::join(folder_, n));
+  return out;
+}
+
 const SourceTensor* WeightSource::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];

@@ -109,6 +109,8 @@ class WeightSource {
   // folder every regular file that is not weights, an index, config.json or
   // a hidden file; for an oslo checkpoint the manifest's extra_files.
   const std::vector<std::string>& extra_files() const { return extra_files_; }
+  // The same as paths (folder() joined with each name), as save_placed takes them.
+  std::vector<std::string> extra_file_paths() const;
 
   // Reads the box of tensor `t` that is full in every dimension except
   // `dim`, where it is [start, start + len) (dim -1: the whole tensor), into

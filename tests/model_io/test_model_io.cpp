@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -488,8 +489,8 @@ std::string rank_load_save(int rank, int world, const std::string& store, const 
       lay.world_size = world;
       status_of(
           [&] {
-            oslo::save_placed(to, ls, read_text(from + "/config.json"), {from + "/tokenizer.json"},
-                              lay, w);
+            oslo::WeightSource src(from);
+            oslo::save_placed(to, ls, src.config_json(), src.extra_file_paths(), lay, w);
           },
           &err);
     }
@@ -1041,16 +1042,20 @@ int rss_bench(const std::string& dir, int mb) {
       const long base = status_kib("VmRSS:");
       oslo::WeightSource src(dir + "/hf", mode);
       oslo::ModelLoadStats stats;
+      const auto t0 = std::chrono::steady_clock::now();
       oslo::load_placed(src, ls, *cpu(), &stats);
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const long after = status_kib("VmRSS:");
       src.release();
       std::printf(
           "%s: file %d MiB, read %llu MiB; peak RSS above baseline %ld MiB, RSS after "
-          "the load %ld MiB above baseline (staging %llu MiB)\n",
+          "the load %ld MiB above baseline (staging %llu MiB); %.2f GB/s (warm page cache)\n",
           mode == oslo::ReadMode::Pread ? "pread" : "mmap ", mb,
           static_cast<unsigned long long>(stats.bytes_read >> 20),
           (status_kib("VmHWM:") - base) / 1024, (after - base) / 1024,
-          static_cast<unsigned long long>(stats.staging_bytes >> 20));
+          static_cast<unsigned long long>(stats.staging_bytes >> 20),
+          static_cast<double>(stats.bytes_read) / sec / 1e9);
       std::fflush(nullptr);
       _exit(0);
     }
