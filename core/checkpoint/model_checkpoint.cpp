@@ -983,7 +983,8 @@ std::vector<std::string> extra_names(const std::vector<std::string>& paths) {
 
 // After the new manifest is durable: removes shard files it does not name
 // and temporaries of interrupted saves. Never throws.
-void remove_stale(const std::string& dir, const std::vector<std::string>& keep) {
+void remove_stale(const std::string& dir, const std::vector<std::string>& keep,
+                  const std::vector<std::string>& extras) {
   std::set<std::string> keep_set(keep.begin(), keep.end());
   std::vector<std::string> names;
   try {
@@ -994,8 +995,9 @@ void remove_stale(const std::string& dir, const std::vector<std::string>& keep) 
   }
   for (const std::string& n : names) {
     const bool shard = starts_with(n, "shard-") && ends_with(n, ".safetensors");
-    const bool tmp = n.find(".tmp.") != std::string::npos &&
-                     (starts_with(n, "shard-") || fsutil::is_temp_of(n, kModelManifest));
+    bool tmp = n.find(".tmp.") != std::string::npos &&
+               (starts_with(n, "shard-") || fsutil::is_temp_of(n, kModelManifest));
+    for (const std::string& e : extras) tmp = tmp || fsutil::is_temp_of(n, e);
     if ((shard && !keep_set.count(n)) || tmp) remove_quietly(fsutil::join(dir, n));
     fsutil::fault_point("save.cleanup_step", fsutil::join(dir, n));
   }
@@ -1176,7 +1178,7 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
       for (size_t i = 0; i < extra_files.size(); ++i)
         copy_file_atomically(extra_files[i], fsutil::join(dir, extras[i]));
       write_manifest(dir, text);
-      remove_stale(dir, files);
+      remove_stale(dir, files, extras);
     });
     if (f.failed())
       for (int pp = 0; pp < layout.pp_size; ++pp)
@@ -1287,7 +1289,7 @@ void reshard(const std::string& src_path, const std::string& dst, int new_tp,
     for (const std::string& f : files) remove_quietly(fsutil::join(dst, f));
     throw;
   }
-  remove_stale(dst, files);
+  remove_stale(dst, files, extras);
 }
 
 // --------------------------------------------------------------------------

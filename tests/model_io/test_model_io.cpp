@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -37,6 +38,7 @@
 #include "core/checkpoint/model_checkpoint.hpp"
 #include "core/checkpoint/safetensors.hpp"
 #include "core/checkpoint/weight_source.hpp"
+#include "core/comm/self_communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
@@ -466,25 +468,29 @@ std::string load_and_compare(const std::string& path, int tp, const std::vector<
 // Loads from `from` at TP `tp` (world = tp) and saves into `to`; returns the
 // rank's error ("" if none). `bad_rank` gets a placement with a wrong name.
 std::string rank_load_save(int rank, int world, const std::string& store, const std::string& from,
-                           const std::string& to, int bad_rank = -1) {
+                           const std::string& to, int bad_rank = -1, int tp = 0) {
+  if (tp == 0) tp = world;
   std::string cfg =
       "{\"rank\": " + std::to_string(rank) + ", \"world_size\": " + std::to_string(world) +
-      ", \"tensor_parallel_size\": " + std::to_string(world) + ", \"init_method\": \"file://" +
-      store + "\", \"timeout_seconds\": 60, \"num_threads\": 1}";
+      ", \"tensor_parallel_size\": " + std::to_string(tp) + ", \"init_method\": \"file://" + store +
+      "\", \"timeout_seconds\": 60, \"num_threads\": 1}";
   oslo_context* ctx = nullptr;
   if (oslo_context_create(cfg.c_str(), &ctx) != OSLO_OK)
     return std::string("context: ") + oslo_last_error();
   std::string err;
   {
     oslo::Context& c = *ctx->impl;
-    std::vector<oslo::PlacedTensor> ls = make_locals(c.backend_ptr(), world, rank);
+    const oslo::Topology& topo = c.topology();
+    std::vector<oslo::PlacedTensor> ls = make_locals(c.backend_ptr(), tp, topo.tp_rank());
     if (rank == bad_rank) ls[0].placement.name = "no.such.tensor";
     oslo::Communicator& w = c.comm(OSLO_GROUP_WORLD);
     status_of([&] { oslo::load_placed_collective(from, ls, c.backend(), w); }, &err);
     if (err.empty() && !to.empty()) {
       oslo::CheckpointLayout lay;
-      lay.tp_rank = rank;
-      lay.tp_size = world;
+      lay.tp_rank = topo.tp_rank();
+      lay.tp_size = tp;
+      lay.dp_rank = topo.dp_rank();
+      lay.dp_size = world / tp;
       lay.world_rank = rank;
       lay.world_size = world;
       status_of(
@@ -726,6 +732,94 @@ void test_collective_failure(void**) {
   for (const std::string& e : errs) {
     assert_true(has(e, "world rank 1"));
     assert_true(has(e, "no.such.tensor"));
+  }
+  oslo_test::remove_tree(dir);
+}
+
+// World 4 = TP 2 x DP 2: only data-parallel rank 0 writes.
+void test_save_dp(void**) {
+  const std::vector<Full> fulls = make_fulls(8);
+  const std::string dir = fresh_dir();
+  write_hf(dir + "/hf", fulls, 1);
+  assert_all_ok(run_threads(4, [&](int r) {
+    return rank_load_save(r, 4, dir + "/store", dir + "/hf", dir + "/ck", -1, 2);
+  }));
+  json m = json::parse(read_text(dir + "/ck/oslo_checkpoint.json"));
+  assert_int_equal(m["data_parallel_size"].get<int>(), 2);
+  assert_int_equal(m["files"].size(), 2);
+  assert_int_equal(oslo::fsutil::list_dir(dir + "/ck").size(), 4);
+  assert_ok(load_and_compare(dir + "/ck", 3, fulls));
+  oslo_test::remove_tree(dir);
+}
+
+// A save killed at any step leaves the previous checkpoint loadable (or the
+// new one, once the manifest is renamed); the next save removes the debris.
+const char* g_crash_point = "";
+std::string g_crash_part;
+void crash_hook(const char* point, const std::string& path) {
+  if (std::strcmp(point, g_crash_point) == 0 && has(path, g_crash_part)) _exit(42);
+}
+
+void save_single(const std::string& dir, const std::string& hf) {
+  std::vector<oslo::PlacedTensor> ls = make_locals(cpu(), 1, 0);
+  oslo::WeightSource src(hf);
+  oslo::load_placed(src, ls, *cpu());
+  oslo::SelfCommunicator self;
+  oslo::save_placed(dir, ls, src.config_json(), src.extra_file_paths(), oslo::CheckpointLayout{},
+                    self);
+}
+
+void test_crash_safety(void**) {
+  const std::string dir = fresh_dir();
+  std::vector<std::vector<Full>> v = {make_fulls(11), make_fulls(12), make_fulls(13)};
+  for (int i = 0; i < 3; ++i) write_hf(dir + "/hf" + std::to_string(i), v[i], 1);
+  const std::string ck = dir + "/ck";
+  struct Crash {
+    const char* point;
+    const char* part;
+    bool new_visible;
+  };
+  const Crash crashes[] = {
+      {"atomic.before_rename", ".safetensors", false},
+      {"atomic.after_rename", ".safetensors", false},
+      {"save.after_shard_write", "", false},
+      {"atomic.before_rename", "tokenizer.json", false},
+      {"save.before_manifest", "", false},
+      {"atomic.before_rename", "oslo_checkpoint.json", false},
+      {"atomic.after_rename", "oslo_checkpoint.json", true},
+      {"save.after_manifest", "", true},
+      {"save.cleanup_step", "", true},
+  };
+  for (const Crash& c : crashes) {
+    oslo_test::remove_tree(ck);
+    save_single(ck, dir + "/hf0");
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      g_crash_point = c.point;
+      g_crash_part = c.part;
+      oslo::fsutil::set_fault_hook(crash_hook);
+      try {
+        save_single(ck, dir + "/hf1");
+      } catch (...) {
+        _exit(1);
+      }
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 42)
+      std::fprintf(stderr, "crash at %s (%s): status %d\n", c.point, c.part, status);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 42);
+    assert_ok(load_and_compare(ck, 2, c.new_visible ? v[1] : v[0]));
+    save_single(ck, dir + "/hf2");
+    assert_ok(load_and_compare(ck, 3, v[2]));
+    json m = json::parse(read_text(ck + "/oslo_checkpoint.json"));
+    std::vector<std::string> want = {"oslo_checkpoint.json", m["files"][0], "tokenizer.json"};
+    std::sort(want.begin(), want.end());
+    std::vector<std::string> got = oslo::fsutil::list_dir(ck);
+    std::sort(got.begin(), got.end());
+    assert_true(got == want);
   }
   oslo_test::remove_tree(dir);
 }
@@ -1080,7 +1174,8 @@ int main(int argc, char** argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_local_shape),        cmocka_unit_test(test_load_hf),
       cmocka_unit_test(test_save_threads),       cmocka_unit_test(test_save_procs),
-      cmocka_unit_test(test_collective_failure), cmocka_unit_test(test_inspect),
+      cmocka_unit_test(test_collective_failure), cmocka_unit_test(test_save_dp),
+      cmocka_unit_test(test_crash_safety),       cmocka_unit_test(test_inspect),
       cmocka_unit_test(test_reads_v1),           cmocka_unit_test(test_hostile),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
