@@ -35,7 +35,7 @@ using ojson = nlohmann::ordered_json;
 constexpr const char* kFormatName = "oslo-checkpoint";
 constexpr int kVersion = 2;
 constexpr size_t kMaxManifestBytes = size_t{1} << 30;
-constexpr uint64_t kStageBytes = uint64_t{64} << 20;
+constexpr uint64_t kStageBytes = uint64_t{16} << 20;
 
 bool starts_with(const std::string& s, const char* p) {
   size_t n = std::strlen(p);
@@ -496,7 +496,11 @@ void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend&
         st::to_oslo(t.dtype, &sdt) && dtype_is_float(sdt) == dtype_is_float(pt.tensor.dtype()),
         OSLO_ERR_DTYPE, who, ": cannot load ", st::dtype_name(t.dtype), " from ",
         quote_path(src.path()), " into a ", dtype_name(pt.tensor.dtype()), " tensor");
-    src.check_tensor(t);
+    if (p.split_dim < 0)
+      src.check_tensor(t);
+    else
+      for (const Segment& s : p.segments)
+        src.check_tensor(t, p.split_dim, s.global_start, s.length);
     srcs.push_back(&t);
     total += pt.tensor.nbytes();
   }
@@ -985,7 +989,8 @@ std::vector<std::string> extra_names(const std::vector<std::string>& paths) {
 
 // After the new manifest is durable: removes shard files it does not name
 // and temporaries of interrupted saves. Never throws.
-void remove_stale(const std::string& dir, const std::vector<std::string>& keep) {
+void remove_stale(const std::string& dir, const std::vector<std::string>& keep,
+                  const std::vector<std::string>& extras) {
   std::set<std::string> keep_set(keep.begin(), keep.end());
   std::vector<std::string> names;
   try {
@@ -996,8 +1001,9 @@ void remove_stale(const std::string& dir, const std::vector<std::string>& keep) 
   }
   for (const std::string& n : names) {
     const bool shard = starts_with(n, "shard-") && ends_with(n, ".safetensors");
-    const bool tmp = n.find(".tmp.") != std::string::npos &&
-                     (starts_with(n, "shard-") || fsutil::is_temp_of(n, kModelManifest));
+    bool tmp = n.find(".tmp.") != std::string::npos &&
+               (starts_with(n, "shard-") || fsutil::is_temp_of(n, kModelManifest));
+    for (const std::string& e : extras) tmp = tmp || fsutil::is_temp_of(n, e);
     if ((shard && !keep_set.count(n)) || tmp) remove_quietly(fsutil::join(dir, n));
     fsutil::fault_point("save.cleanup_step", fsutil::join(dir, n));
   }
@@ -1068,7 +1074,13 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
   std::string save_id;
   {
     uint64_t id = 0;
-    if (world.rank() == 0) f.run([&] { id = fsutil::random_u64(); });
+    if (world.rank() == 0)
+      f.run([&] {
+        do {
+          id = fsutil::random_u64();
+        } while (fsutil::exists(
+            fsutil::join(dir, shard_file_name(hex64(id), 0, layout.tp_size, 0, layout.pp_size))));
+      });
     world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
     save_id = hex64(id);
   }
@@ -1172,7 +1184,7 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
       for (size_t i = 0; i < extra_files.size(); ++i)
         copy_file_atomically(extra_files[i], fsutil::join(dir, extras[i]));
       write_manifest(dir, text);
-      remove_stale(dir, files);
+      remove_stale(dir, files, extras);
     });
     if (f.failed())
       for (int pp = 0; pp < layout.pp_size; ++pp)
@@ -1283,7 +1295,7 @@ void reshard(const std::string& src_path, const std::string& dst, int new_tp,
     for (const std::string& f : files) remove_quietly(fsutil::join(dst, f));
     throw;
   }
-  remove_stale(dst, files);
+  remove_stale(dst, files, extras);
 }
 
 // --------------------------------------------------------------------------
@@ -1488,6 +1500,15 @@ std::string lpad(const std::string& s, size_t w) {
   return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
 }
 
+// "shard-<id>-tp00-pp00.safetensors" -> "tp00-pp00"; other names as they are.
+std::string short_file(const std::string& f, const std::string& save_id) {
+  const std::string pre = "shard-" + save_id + "-", suf = ".safetensors";
+  if (!save_id.empty() && starts_with(f, pre.c_str()) && ends_with(f, suf.c_str()) &&
+      f.size() > pre.size() + suf.size())
+    return f.substr(pre.size(), f.size() - pre.size() - suf.size());
+  return f;
+}
+
 }  // namespace
 
 std::string render_text(const Inspection& in) {
@@ -1527,20 +1548,28 @@ std::string render_text(const Inspection& in) {
     ws = std::max(ws, shapes.back().size());
   }
   o += pad("name", wn) + "  " + pad("dtype", wd) + "  " + pad("shape", ws) + "  split  " +
-       lpad("bytes", 12) + "  shards\n";
+       lpad("bytes", 12) + "  stored in" +
+       (in.kind == "oslo-checkpoint" ? " (shard-" + in.save_id + "-*.safetensors)" : "") + "\n";
   for (size_t i = 0; i < in.tensors.size(); ++i) {
     const InspectTensor& t = in.tensors[i];
     o += pad(t.name, wn) + "  " + pad(t.dtype, wd) + "  " + pad(shapes[i], ws) + "  " +
          lpad(t.split_dim < 0 ? "-" : std::to_string(t.split_dim), 5) + "  " +
          lpad(std::to_string(t.bytes), 12) + "  ";
-    for (size_t k = 0; k < t.shards.size(); ++k) {
+    // Long lists show the first two pieces, an ellipsis and the last one.
+    const size_t ns = t.shards.size();
+    for (size_t k = 0; k < ns; ++k) {
+      if (ns > 4 && k >= 2 && k + 1 < ns) {
+        if (k == 2) o += ", ...";
+        continue;
+      }
       const InspectShard& s = t.shards[k];
       if (k) o += ", ";
-      o += s.file;
-      if (s.key != t.name) o += ":" + s.key;
+      o += short_file(s.file, in.save_id);
+      if (s.key != t.name) o += ":" + s.key.substr(std::min(s.key.size(), t.name.size()));
       if (t.split_dim >= 0)
         o += "[" + std::to_string(s.offset) + ":" + std::to_string(s.offset + s.length) + "]";
     }
+    if (ns > 4) o += " (" + std::to_string(ns) + " pieces)";
     o += "\n";
   }
   return o;

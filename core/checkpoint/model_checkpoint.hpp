@@ -6,6 +6,14 @@
 //
 // Tensor memory is reached only through Backend copies and ops, so local
 // tensors may live on a GPU.
+//
+// Ownership: every function borrows its arguments for the call only (local
+// tensors are written in place, never reallocated). Thread safety: no global
+// state; calls on different WeightSources and different directories may run
+// concurrently; one WeightSource must not be used by two threads at once;
+// save_placed and load_placed_collective are collectives (one call per rank,
+// ranks may be threads with their own communicators). Errors are
+// oslo::Error with the status named on each function.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +30,7 @@
 
 namespace oslo {
 
-// Byte accounting of one load (headers excluded).
+// Byte accounting of loads (headers excluded); load_placed adds to it.
 struct ModelLoadStats {
   uint64_t bytes_read = 0;     // tensor bytes read from files
   uint64_t read_calls = 0;     // read calls (pread, or copies from a mapping)
@@ -36,7 +44,7 @@ struct ModelLoadStats {
 // local_start; padding rows (local indices no segment covers) are zeroed; a
 // transposed placement is transposed on the backend. Dtypes convert (float
 // <-> float, int <-> int). Staging goes through one host buffer, at most
-// 64 MiB for tensors whose segments are contiguous in the local tensor
+// 16 MiB for tensors whose segments are contiguous in the local tensor
 // (split_dim 0 or replicated, not transposed), else one local tensor.
 // Everything is validated before the first tensor is written: names (unique,
 // in the source: OSLO_ERR_FORMAT naming the tensor and the file), global

@@ -419,6 +419,12 @@ void WeightSource::open_oslo() {
 // Lookup and reading
 // --------------------------------------------------------------------------
 
+std::vector<std::string> WeightSource::extra_file_paths() const {
+  std::vector<std::string> out;
+  for (const std::string& n : extra_files_) out.push_back(fsutil::join(folder_, n));
+  return out;
+}
+
 const SourceTensor* WeightSource::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];
@@ -451,8 +457,11 @@ std::vector<uint64_t> strides_of(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-void WeightSource::check_tensor(const SourceTensor& t) {
+void WeightSource::check_tensor(const SourceTensor& t, int dim, int64_t start, int64_t len) {
   for (const SourceShard& sh : t.shards) {
+    if (dim >= 0 && dim == t.split_dim &&
+        (sh.offset >= start + len || sh.offset + sh.length <= start))
+      continue;
     File& f = file(sh.file);
     if (f.checked.count(sh.key)) continue;
     const st::TensorInfo& ti = f.reader->at(sh.key);
@@ -487,7 +496,7 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
     OSLO_CHECK(dtype_is_float(sdt) == dtype_is_float(ddt), OSLO_ERR_DTYPE, "tensor ", quote(t.name),
                ": cannot convert ", st::dtype_name(t.dtype), " to ", st::dtype_name(out));
   }
-  check_tensor(t);
+  check_tensor(t, dim, start, len);
   std::vector<int64_t> lo(nd, 0), hi(t.shape);
   if (dim >= 0) {
     lo[dim] = start;

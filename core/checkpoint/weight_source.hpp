@@ -109,6 +109,8 @@ class WeightSource {
   // folder every regular file that is not weights, an index, config.json or
   // a hidden file; for an oslo checkpoint the manifest's extra_files.
   const std::vector<std::string>& extra_files() const { return extra_files_; }
+  // The same as paths (folder() joined with each name), as save_placed takes them.
+  std::vector<std::string> extra_file_paths() const;
 
   // Reads the box of tensor `t` that is full in every dimension except
   // `dim`, where it is [start, start + len) (dim -1: the whole tensor), into
@@ -124,9 +126,11 @@ class WeightSource {
   void read_box(const SourceTensor& t, int dim, int64_t start, int64_t len, safetensors::Dtype out,
                 void* dst);
 
-  // Checks that every stored piece of `t` is present with the dtype and
-  // shape the listing promises (opens the files; reads headers only).
-  void check_tensor(const SourceTensor& t);
+  // Checks that the stored pieces of `t` that overlap the box (dim, start,
+  // len as in read_box; dim -1: every piece) are present with the dtype,
+  // shape and size the listing promises (opens those files; reads headers
+  // only). Errors: OSLO_ERR_IO, OSLO_ERR_FORMAT naming the file and key.
+  void check_tensor(const SourceTensor& t, int dim = -1, int64_t start = 0, int64_t len = 0);
 
   // Tensor bytes read so far (headers excluded), read calls, files opened.
   uint64_t bytes_read() const { return bytes_read_; }
