@@ -9,12 +9,14 @@ bash tools/deps.sh --test
 jobs=$(nproc)
 # Test-only Python packages live in a virtual environment in the build tree.
 python=$(bash tools/test-venv.sh build)
+# Hugging Face transformers on torch: the oracle that loads merged checkpoints.
+python_hf=$(bash tools/test-venv.sh build --hf)
 # Skips are failures here: a test that cannot run must not pass silently.
 export OSLO_TEST_STRICT=1
 
 echo "== build (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOSLO_BUILD_TESTS=ON -DOSLO_BUILD_BENCH=ON \
-  -DOSLO_TEST_PYTHON="$python" >/dev/null
+  -DOSLO_TEST_PYTHON="$python" -DOSLO_TEST_PYTHON_HF="$python_hf" >/dev/null
 cmake --build build -j"$jobs"
 echo "== tests"
 (cd build && ctest --output-on-failure -j2 --timeout 600)
@@ -22,7 +24,8 @@ echo "== tests"
 if [ "${OSLO_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOSLO_SANITIZE=address,undefined \
-    -DOSLO_BUILD_TESTS=ON -DOSLO_BUILD_BENCH=OFF -DOSLO_TEST_PYTHON="$python" >/dev/null
+    -DOSLO_BUILD_TESTS=ON -DOSLO_BUILD_BENCH=OFF -DOSLO_TEST_PYTHON="$python" \
+    -DOSLO_TEST_PYTHON_HF="$python_hf" >/dev/null
   cmake --build build-asan -j"$jobs"
   # The install test links a fresh program against the library, which an
   # ASan-built library cannot serve; it runs in the normal build above.

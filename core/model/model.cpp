@@ -99,6 +99,13 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
       m->params_.push_back(std::move(t));
     }
     load_placed(src, m->params_, *be);
+    // Small tensors held in f32 are saved back in the dtype they came in.
+    for (const PlacedTensor& t : m->params_) {
+      oslo_dtype dt = t.tensor.dtype();
+      const SourceTensor* st = src.find(t.placement.name);
+      if (st && !safetensors::to_oslo(st->dtype, &dt)) dt = t.tensor.dtype();
+      m->stored_dtype_.push_back(dt);
+    }
   });
   std::vector<std::string> roles;
   std::vector<int> layers;
@@ -502,7 +509,18 @@ void Model::save(const std::string& dir) {
   layout.dp_size = t.dp_size();
   layout.world_rank = t.world_rank();
   layout.world_size = t.world_size();
-  save_placed(dir, params_, cfg_.json_text, extra_files_, layout, ctx_.comm(OSLO_GROUP_WORLD));
+  // Tensors held in f32 for precision (norms, biases) go back in their
+  // stored dtype (exact: they were widened from it).
+  std::vector<PlacedTensor> out = params_;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const oslo_dtype dt = stored_dtype_[i];
+    if (out[i].tensor.dtype() == OSLO_DTYPE_F32 && dt != OSLO_DTYPE_F32 && dtype_is_float(dt)) {
+      Tensor c = Tensor::empty_like_shape(ctx_.backend_ptr(), dt, out[i].tensor.shape());
+      ctx_.backend().convert(view(c), view(out[i].tensor));
+      out[i].tensor = c;
+    }
+  }
+  save_placed(dir, out, cfg_.json_text, extra_files_, layout, ctx_.comm(OSLO_GROUP_WORLD));
 }
 
 void Model::reset(int64_t rows, int64_t max_len) {

@@ -95,6 +95,7 @@ class Model : public CausalLM {
   int tp_ = 1, rank_ = 0;
   int64_t nhl_ = 0, nkvl_ = 0;  // local attention / key-value heads
   std::vector<PlacedTensor> params_;
+  std::vector<oslo_dtype> stored_dtype_;  // per params_ entry: dtype in the source
   std::vector<std::unique_ptr<Layer>> layers_;
   Tensor wte_, wpe_, type_, emb_ln_w_, emb_ln_b_, norm_w_, norm_b_, lm_head_, pool_w_, pool_b_;
   int64_t vocab_start_ = 0, vocab_local_ = 0, vocab_valid_ = 0;
