@@ -1,0 +1,191 @@
+// Benchmark 7 (issue 7): a GPT-2-small-shaped model (124M parameters),
+// batch 1, through the public C API (include/oslo.h):
+//   - prefill tokens/s (one forward of a 512-token prompt, the first token out),
+//   - decode tokens/s (128 new tokens after a 32-token prompt, greedy, no EOS),
+//   - the streaming read bandwidth of this process's threads, measured in the
+//     same run, and from it the memory-bandwidth bound of one decode step
+//     (weight bytes read per token / bandwidth),
+//   - peak resident memory of this rank against its weights + KV cache +
+//     activations.
+// Runs at any TP under oslo-run (the tensor-parallel size is the world
+// size); rank 0 prints one JSON line. bench/model/run.sh runs it with
+// Hugging Face transformers as the reference in the same run.
+//
+//   bench_model MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R]
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "oslo.h"
+
+namespace {
+
+int g_rank = 0;
+
+void check(oslo_status st, const char* what) {
+  if (st != OSLO_OK) {
+    std::fprintf(stderr, "[rank %d] %s: %s: %s\n", g_rank, what, oslo_status_string(st),
+                 oslo_last_error());
+    std::exit(1);
+  }
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Seconds of one generate call (prompt of `prompt` ids, `n` new tokens).
+double generate(oslo_model* m, int64_t prompt, int64_t n, int64_t vocab) {
+  std::vector<int64_t> ids(static_cast<size_t>(prompt));
+  for (int64_t i = 0; i < prompt; ++i) ids[static_cast<size_t>(i)] = (i * 7919 + 13) % vocab;
+  oslo_generate_options o;
+  check(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "options");
+  o.max_new_tokens = n;
+  const int64_t none = 0;
+  o.eos_token_ids = &none;  // no EOS: always n tokens
+  o.num_eos_token_ids = 0;
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  int64_t len = 0;
+  const double t0 = now();
+  check(oslo_model_generate(m, ids.data(), &prompt, 1, &o, out.data(), &len, nullptr), "generate");
+  const double t = now() - t0;
+  if (len != n) {
+    std::fprintf(stderr, "generated %lld tokens, expected %lld\n", static_cast<long long>(len),
+                 static_cast<long long>(n));
+    std::exit(1);
+  }
+  return t;
+}
+
+// GB/s of reading a 1 GiB buffer with `threads` threads (OpenMP-free: plain
+// threads via the context would be more code; the loop is split by hand).
+double stream_bandwidth(int threads) {
+  const size_t n = (size_t{1} << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n, 1);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<uint64_t> sums(static_cast<size_t>(threads));
+    const double t0 = now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < threads; ++t) {
+      const size_t b = n / threads * t, e = t + 1 == threads ? n : n / threads * (t + 1);
+      uint64_t s = 0;
+      for (size_t i = b; i < e; ++i) s += buf[i];  // vectorised integer reduction
+      sums[static_cast<size_t>(t)] = s;
+    }
+    const double dt = now() - t0;
+    uint64_t s = 0;
+    for (uint64_t v : sums) s += v;
+    if (s != n) std::fprintf(stderr, "bandwidth: bad sum\n");
+    best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / dt / 1e9);
+  }
+  return best;
+}
+
+long peak_rss_kib() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+long current_rss_kib() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  long pages = 0, rss = 0;
+  if (f) {
+    if (std::fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+    std::fclose(f);
+  }
+  return rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R]\n",
+                 argv[0]);
+    return 2;
+  }
+  int threads = 1, reps = 3, dtype = -1;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--dtype"))
+      dtype = !std::strcmp(argv[i + 1], "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
+  }
+  const char* ws = std::getenv("WORLD_SIZE");
+  const int world = ws ? std::atoi(ws) : 1;
+  char cfg[256];
+  std::snprintf(cfg, sizeof cfg,
+                "{\"tensor_parallel_size\": %d, \"num_threads\": %d, \"timeout_seconds\": 600%s}",
+                world, threads,
+                ws ? "" : ", \"rank\": 0, \"world_size\": 1, \"init_method\": \"file:///tmp/oslo-bench-model\"");
+  const long rss0 = current_rss_kib();
+  oslo_context* ctx = nullptr;
+  check(oslo_context_create(cfg, &ctx), "context");
+  check(oslo_context_rank(ctx, OSLO_GROUP_WORLD, &g_rank), "rank");
+  if (!ws) std::remove("/tmp/oslo-bench-model");
+  const long rss_ctx = current_rss_kib();
+  oslo_model_options mo;
+  check(oslo_model_options_init(&mo, OSLO_MODEL_OPTIONS_VERSION), "options");
+  mo.dtype = dtype;
+  oslo_model* m = nullptr;
+  double t0 = now();
+  check(oslo_model_load(ctx, argv[1], &mo, &m), "load");
+  const double load_s = now() - t0;
+  const long rss_loaded = current_rss_kib();
+  oslo_model_info info;
+  check(oslo_model_get_info(m, &info, nullptr), "info");
+
+  double prefill = 1e30, decode = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    prefill = std::min(prefill, generate(m, 512, 1, info.vocab_size));
+    const double a = generate(m, 32, 1, info.vocab_size);
+    const double b = generate(m, 32, 129, info.vocab_size);
+    decode = std::min(decode, (b - a) / 128.0);
+  }
+  // Bytes of weights read per decode step by this rank: every matrix once
+  // (the tied head reads the embedding table), in the weight dtype.
+  const long peak = peak_rss_kib();  // before the bandwidth probe's 1 GiB
+  const double bw = stream_bandwidth(threads);
+  const double wbytes = static_cast<double>(info.dtype == OSLO_DTYPE_F32 ? 4 : 2);
+  const double H = static_cast<double>(info.hidden_size), L = static_cast<double>(info.num_layers);
+  const double V = static_cast<double>(info.vocab_size);
+  const double per_layer = 12.0 * H * H;  // qkv 3H^2, out H^2, MLP 8H^2 (GPT-2: intermediate 4H)
+  const double weights_read = (L * per_layer + V * H) * wbytes / world;
+  const double bound = weights_read / (bw * 1e9);
+  // Expected resident bytes: this rank's weights (all tensors), the KV cache
+  // of the longest run (prompt 512 + 1 token, f32) and activations.
+  const double all_weights = (L * per_layer + V * H) * wbytes / world +
+                             1024.0 * H * 4 /*wpe, f32*/ + L * 13 * H * 4 /*norms, biases*/;
+  const double kv = L * 2 * 513 * H / world * 4;
+  // Prefill activations: ~17 [S, H]-sized f32 buffers (residual, norms, q/k/v,
+  // attention out, MLP 4H twice) and the attention scores twice
+  // [heads, S, S]; logits only for the last row.
+  const double heads = static_cast<double>(info.num_heads) / world;
+  const double act = 513 * 17 * H / world * 4 + 2 * heads * 513 * 513 * 4 + V * 4 * 2;
+  if (g_rank == 0)
+    std::printf(
+        "{\"tp\": %d, \"threads\": %d, \"dtype\": \"%s\", \"load_s\": %.3f, \"prefill_tok_s\": %.1f, "
+        "\"decode_tok_s\": %.2f, \"decode_ms\": %.3f, \"stream_gb_s\": %.2f, "
+        "\"bound_ms\": %.3f, \"decode_over_bound\": %.3f, \"rss_baseline_mib\": %.1f, "
+        "\"rss_context_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_mib\": %.1f, "
+        "\"expected_mib\": %.1f, \"peak_over_expected\": %.3f}\n",
+        world, threads, info.dtype == OSLO_DTYPE_BF16 ? "bf16" : "f32", load_s, 512.0 / prefill,
+        1.0 / decode, decode * 1e3, bw, bound * 1e3, decode / bound, rss0 / 1024.0,
+        rss_ctx / 1024.0, rss_loaded / 1024.0, peak / 1024.0,
+        (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
+        peak / 1024.0 / ((all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0));
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return 0;
+}
