@@ -1273,6 +1273,41 @@ struct AddedToken {
   bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
 };
 
+// transformers (5.x) rebuilds part of the pipeline of some tokenizer
+// classes from tokenizer_config.json instead of taking tokenizer.json's:
+// LlamaTokenizer uses no normalizer, Metaspace with prepend_scheme "first"
+// ("always" with legacy: true, "never" with add_prefix_space: false) and its
+// own decoder. AutoTokenizer's ids are the reference, so oslo does the same.
+void apply_class_overrides(json& j, std::string_view config) {
+  if (config.empty() || !j.is_object()) return;
+  json c = json::parse(config.begin(), config.end(), nullptr, false);
+  if (!c.is_object()) return;
+  auto cls = c.find("tokenizer_class");
+  if (cls == c.end() || !cls->is_string()) return;
+  const std::string name = cls->get<std::string>();
+  if (name != "LlamaTokenizer" && name != "LlamaTokenizerFast") return;
+  auto m = j.find("model");
+  if (m == j.end() || !m->is_object() || m->value("type", std::string()) != "BPE") return;
+  auto flag = [&c](const char* key, bool dflt) {
+    auto it = c.find(key);
+    return it != c.end() && it->is_boolean() ? it->get<bool>() : dflt;
+  };
+  const bool prefix = flag("add_prefix_space", true), legacy = flag("legacy", false);
+  const char* scheme = !prefix ? "never" : legacy ? "always" : "first";
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"},
+                        {"replacement", "\xE2\x96\x81"},
+                        {"prepend_scheme", scheme},
+                        {"split", false}};
+  json dec = json::array({{{"type", "Replace"},
+                           {"pattern", {{"String", "\xE2\x96\x81"}}},
+                           {"content", " "}},
+                          {{"type", "ByteFallback"}},
+                          {{"type", "Fuse"}}});
+  if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
+}
+
 class HfTokenizer : public Tokenizer {
  public:
   HfTokenizer(std::string_view text, const std::string& name, std::string_view config);
@@ -1329,6 +1364,7 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name,
     std::string s = P.string(*v, "version");
     if (s != "1.0") P.bad("version", "unknown tokenizer.json version ", quote(s));
   }
+  apply_class_overrides(j, config);
   const json& model = P.need(j, "model", "top level");
   P.object(model, "model");
   std::string type;
