@@ -381,9 +381,7 @@ struct ReplaceNormalizer : Normalizer {
 
 struct PrependNormalizer : Normalizer {
   std::string prepend;
-  std::string apply(const std::string& s) const override {
-    return s.empty() ? s : prepend + s;
-  }
+  std::string apply(const std::string& s) const override { return s.empty() ? s : prepend + s; }
 };
 
 // The GPT-2 byte <-> character table.
@@ -432,8 +430,8 @@ struct SequenceNormalizer : Normalizer {
 };
 
 bool known_unsupported(const std::string& type) {
-  static const char* kNames[] = {"Precompiled", "Nmt", "Unigram", "WordLevel", "UnicodeScripts",
-                                 "FixedLength", "CTC", "Punctuation_"};
+  static const char* kNames[] = {"Precompiled",    "Nmt",         "Unigram", "WordLevel",
+                                 "UnicodeScripts", "FixedLength", "CTC",     "Punctuation_"};
   for (const char* n : kNames)
     if (type == n) return true;
   return false;
@@ -479,9 +477,8 @@ std::unique_ptr<Normalizer> parse_normalizer(const Parser& P, const json& j,
     auto n = std::make_unique<SequenceNormalizer>();
     const json& items = P.array(P.need(j, "normalizers", where), where + ".normalizers");
     for (size_t i = 0; i < items.size(); ++i)
-      n->items.push_back(
-          parse_normalizer(P, items[i], where + ".normalizers[" + std::to_string(i) + "]",
-                           depth + 1));
+      n->items.push_back(parse_normalizer(
+          P, items[i], where + ".normalizers[" + std::to_string(i) + "]", depth + 1));
     return n;
   }
   if (known_unsupported(t)) P.unsupported(where, "normalizer ", quote(t));
@@ -579,8 +576,8 @@ struct CharDelimiterPre : PreTokenizer {
   uint32_t delimiter = ' ';
   void split(const Piece& p, Pieces& out) const override {
     uint32_t d = delimiter;
-    split_by(p, char_matches(p.text, [d](uint32_t c) { return c == d; }), Behavior::kRemoved,
-             false, out);
+    split_by(p, char_matches(p.text, [d](uint32_t c) { return c == d; }), Behavior::kRemoved, false,
+             out);
   }
 };
 
@@ -611,8 +608,7 @@ struct SequencePre : PreTokenizer {
   }
 };
 
-Behavior parse_behavior(const Parser& P, const json& j, const std::string& where,
-                        Behavior dflt) {
+Behavior parse_behavior(const Parser& P, const json& j, const std::string& where, Behavior dflt) {
   const json* b = P.get(j, "behavior");
   if (!b) return dflt;
   std::string s = P.string(*b, where + ".behavior");
@@ -906,6 +902,7 @@ std::unique_ptr<Model> parse_bpe(const Parser& P, const json& j, const std::stri
 struct WordPiece : Model {
   std::string prefix = "##";
   uint64_t max_chars = 100;
+  size_t max_len = 0;  // bytes of the longest token
   int32_t unk_id = -1;
   void tokenize(const std::string& w, std::vector<int64_t>& out) const override {
     size_t nchars = 0;
@@ -918,7 +915,11 @@ struct WordPiece : Model {
     size_t start = 0;
     std::string sub;
     while (start < w.size()) {
-      size_t end = w.size();
+      // No token is longer than max_len bytes: start the search there (the
+      // result is the same; the cost no longer grows with the word).
+      size_t end = w.size() - start > max_len ? start + max_len : w.size();
+      while (end > start && end < w.size() && (static_cast<unsigned char>(w[end]) & 0xC0) == 0x80)
+        --end;
       int32_t found = -1;
       while (start < end) {
         sub.clear();
@@ -956,6 +957,7 @@ std::unique_ptr<Model> parse_wordpiece(const Parser& P, const json& j, const std
   m->unk_id = it->second;
   if (auto p = P.opt_string(j, "continuing_subword_prefix", where)) m->prefix = *p;
   m->max_chars = P.count(j, "max_input_chars_per_word", where, 100);
+  for (auto& kv : m->vocab) m->max_len = std::max(m->max_len, kv.first.size());
   return m;
 }
 
@@ -1050,9 +1052,8 @@ std::unique_ptr<PostProcessor> parse_post(const Parser& P, const json& j, const 
     auto p = std::make_unique<SequencePost>();
     const json& items = P.array(P.need(j, "processors", where), where + ".processors");
     for (size_t i = 0; i < items.size(); ++i)
-      p->items.push_back(parse_post(P, items[i],
-                                    where + ".processors[" + std::to_string(i) + "]", cls, sep,
-                                    depth + 1));
+      p->items.push_back(parse_post(P, items[i], where + ".processors[" + std::to_string(i) + "]",
+                                    cls, sep, depth + 1));
     return p;
   }
   if (known_unsupported(t)) P.unsupported(where, "post-processor ", quote(t));
@@ -1092,9 +1093,9 @@ struct WordPieceDec : Decoder {
   bool cleanup = true;
   static std::string clean(std::string s) {
     static const std::pair<const char*, const char*> kRules[] = {
-        {" .", "."},     {" ?", "?"},     {" !", "!"},         {" ,", ","},
-        {" ' ", "'"},    {" n't", "n't"}, {" 'm", "'m"},       {" do not", " don't"},
-        {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
+        {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+        {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+        {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
     for (auto& [a, b] : kRules) s = replace_all(s, a, b);
     return s;
   }
@@ -1177,7 +1178,8 @@ struct StripDec : Decoder {
         chars.emplace_back(at, next_cp(t, i));
       }
       size_t a = 0, b = chars.size();
-      for (size_t i = 0; i < start && i < chars.size() && chars[i].second == content; ++i) a = i + 1;
+      for (size_t i = 0; i < start && i < chars.size() && chars[i].second == content; ++i)
+        a = i + 1;
       for (uint64_t i = 0; i < stop && i < chars.size(); ++i) {
         size_t idx = chars.size() - i - 1;
         if (chars[idx].second != content) break;
@@ -1299,11 +1301,10 @@ void apply_class_overrides(json& j, std::string_view config) {
                         {"replacement", "\xE2\x96\x81"},
                         {"prepend_scheme", scheme},
                         {"split", false}};
-  json dec = json::array({{{"type", "Replace"},
-                           {"pattern", {{"String", "\xE2\x96\x81"}}},
-                           {"content", " "}},
-                          {{"type", "ByteFallback"}},
-                          {{"type", "Fuse"}}});
+  json dec = json::array(
+      {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+       {{"type", "ByteFallback"}},
+       {{"type", "Fuse"}}});
   if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
   j["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
 }
@@ -1349,10 +1350,10 @@ class HfTokenizer : public Tokenizer {
   bool clean_up_spaces_ = false;
 };
 
-HfTokenizer::HfTokenizer(std::string_view text, const std::string& name,
-                         std::string_view config) {
+HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::string_view config) {
   Parser P(name);
   check_json_depth(text, name);
+  if (!config.empty()) check_json_depth(config, name + " (tokenizer_config.json)");
   json j;
   try {
     j = json::parse(text.begin(), text.end());
@@ -1453,13 +1454,12 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name,
     if (!model_->vocab.count(content)) ++vocab_size_;
 
   // Special ids: what the files say, the config last.
-  if (model_->unk_token) special_[static_cast<int>(SpecialToken::kUnk)] =
-      token_to_id(*model_->unk_token).value_or(-1);
+  if (model_->unk_token)
+    special_[static_cast<int>(SpecialToken::kUnk)] = token_to_id(*model_->unk_token).value_or(-1);
   special_[static_cast<int>(SpecialToken::kCls)] = cls;
   special_[static_cast<int>(SpecialToken::kSep)] = sep;
   if (!config.empty()) {
     apply_special_config(config, name);
-    check_json_depth(config, name);
     json c = json::parse(config.begin(), config.end(), nullptr, false);
     if (c.is_object()) {
       auto it = c.find("clean_up_tokenization_spaces");

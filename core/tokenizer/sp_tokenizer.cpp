@@ -145,8 +145,8 @@ class SpTokenizer : public Tokenizer {
     std::vector<int> out;
     auto st = raw_.Encode(absl::string_view(text.data(), text.size()), &out);
     if (!st.ok())
-      fail(OSLO_ERR_INVALID_ARGUMENT, "SentencePiece could not encode the text: ",
-           clip(st.ToString(), 200));
+      fail(OSLO_ERR_INVALID_ARGUMENT,
+           "SentencePiece could not encode the text: ", clip(st.ToString(), 200));
     ids.insert(ids.end(), out.begin(), out.end());
   }
 

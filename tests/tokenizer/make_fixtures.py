@@ -298,8 +298,7 @@ def references(folder, sentences, kind):
                      "sentencepiece": spm.__version__},
         "vocab_size": len(hf),
         "special_ids": special,
-        "tokens": [[t, hf.convert_tokens_to_ids(t)] for t in
-                   sorted(hf.get_vocab(), key=lambda t: hf.get_vocab()[t])[:50]],
+        "tokens": sorted(hf.get_vocab().items(), key=lambda kv: kv[1])[:50],
         "cases": cases,
         "decodes": extra,
     }

@@ -61,8 +61,9 @@ void expect_json(const char* label, const std::string& bytes, int status,
   int st = status_of([&] { Tokenizer::load(path); }, &msg);
   bool ok = st == status;
   for (const char* n : needles) ok = ok && contains(msg, n);
-  if (!ok) fprintf(stderr, "case '%s': status %d (want %d), message: %s\n", label, st, status,
-                   msg.c_str());
+  if (!ok)
+    fprintf(stderr, "case '%s': status %d (want %d), message: %s\n", label, st, status,
+            msg.c_str());
   assert_true(ok);
   // Also through from_json (no file).
   std::string msg2;
@@ -126,15 +127,17 @@ void test_json(void**) {
   expect_json("empty file", "", OSLO_ERR_FORMAT, {"invalid JSON"});
   expect_json("truncated", good.substr(0, good.size() / 2), OSLO_ERR_FORMAT, {"invalid JSON"});
   expect_json("not an object", "[]", OSLO_ERR_FORMAT, {"expected an object"});
-  expect_json("deep nesting", std::string(100000, '[') + std::string(100000, ']'),
+  expect_json("deep nesting", std::string(100000, '[') + std::string(100000, ']'), OSLO_ERR_FORMAT,
+              {"nested deeper"});
+  expect_json("deep objects",
+              [] {
+                std::string s;
+                for (int i = 0; i < 5000; ++i) s += "{\"a\":";
+                s += "1";
+                for (int i = 0; i < 5000; ++i) s += "}";
+                return s;
+              }(),
               OSLO_ERR_FORMAT, {"nested deeper"});
-  expect_json("deep objects", [] {
-    std::string s;
-    for (int i = 0; i < 5000; ++i) s += "{\"a\":";
-    s += "1";
-    for (int i = 0; i < 5000; ++i) s += "}";
-    return s;
-  }(), OSLO_ERR_FORMAT, {"nested deeper"});
   expect_json("huge number", R"({"model": {"type": "BPE", "vocab": {"a": 1e400}}})",
               OSLO_ERR_FORMAT, {"invalid JSON"});
 
@@ -149,16 +152,19 @@ void test_json(void**) {
               {"model", "expected an object"});
   expect_json("version", with([](json& j) { j["version"] = "2.0"; }), OSLO_ERR_FORMAT,
               {"version", "2.0"});
-  expect_json("unknown model", with([](json& j) { j["model"]["type"] = "Foo"; }),
-              OSLO_ERR_FORMAT, {"unknown model type", "Foo"});
+  expect_json("unknown model", with([](json& j) { j["model"]["type"] = "Foo"; }), OSLO_ERR_FORMAT,
+              {"unknown model type", "Foo"});
   expect_json("unigram", with([](json& j) { j["model"]["type"] = "Unigram"; }),
               OSLO_ERR_NOT_SUPPORTED, {"Unigram"});
   expect_json("unknown pre", with([](json& j) { j["pre_tokenizer"]["type"] = "Bar"; }),
               OSLO_ERR_FORMAT, {"unknown pre_tokenizer type", "Bar"});
-  expect_json("scripts", with([](json& j) { j["pre_tokenizer"] = {{"type", "UnicodeScripts"}}; }),
+  expect_json("scripts", with([](json& j) {
+                j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+              }),
               OSLO_ERR_NOT_SUPPORTED, {"UnicodeScripts"});
-  expect_json("precompiled",
-              with([](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }),
+  expect_json("precompiled", with([](json& j) {
+                j["normalizer"] = {{"type", "Precompiled"}};
+              }),
               OSLO_ERR_NOT_SUPPORTED, {"Precompiled"});
   expect_json("unknown normalizer", with([](json& j) { j["normalizer"]["type"] = 7; }),
               OSLO_ERR_FORMAT, {"normalizer.type", "expected a string"});
@@ -166,14 +172,12 @@ void test_json(void**) {
               OSLO_ERR_FORMAT, {"unknown decoder type", "Baz"});
   expect_json("unknown post", with([](json& j) { j["post_processor"]["type"] = "Q"; }),
               OSLO_ERR_FORMAT, {"unknown post_processor type"});
-  expect_json("dropout", with([](json& j) { j["model"]["dropout"] = 0.1; }),
-              OSLO_ERR_NOT_SUPPORTED, {"dropout"});
-  expect_json("merge unknown token",
-              with([](json& j) { j["model"]["merges"] = {"a c"}; }), OSLO_ERR_FORMAT,
-              {"model.merges[0]", "'c'", "not in the vocab"});
-  expect_json("merge result unknown",
-              with([](json& j) { j["model"]["merges"] = {"b a"}; }), OSLO_ERR_FORMAT,
-              {"model.merges[0]", "'ba'"});
+  expect_json("dropout", with([](json& j) { j["model"]["dropout"] = 0.1; }), OSLO_ERR_NOT_SUPPORTED,
+              {"dropout"});
+  expect_json("merge unknown token", with([](json& j) { j["model"]["merges"] = {"a c"}; }),
+              OSLO_ERR_FORMAT, {"model.merges[0]", "'c'", "not in the vocab"});
+  expect_json("merge result unknown", with([](json& j) { j["model"]["merges"] = {"b a"}; }),
+              OSLO_ERR_FORMAT, {"model.merges[0]", "'ba'"});
   expect_json("merge not a pair", with([](json& j) { j["model"]["merges"] = {"ab"}; }),
               OSLO_ERR_FORMAT, {"model.merges[0]", "not two tokens"});
   expect_json("merge wrong type", with([](json& j) { j["model"]["merges"] = {5}; }),
@@ -184,9 +188,8 @@ void test_json(void**) {
               OSLO_ERR_FORMAT, {"model.vocab", "token id"});
   expect_json("vocab negative id", with([](json& j) { j["model"]["vocab"]["a"] = -1; }),
               OSLO_ERR_FORMAT, {"model.vocab", "token id"});
-  expect_json("vocab huge id",
-              with([](json& j) { j["model"]["vocab"]["a"] = 99999999999LL; }), OSLO_ERR_FORMAT,
-              {"model.vocab", "token id"});
+  expect_json("vocab huge id", with([](json& j) { j["model"]["vocab"]["a"] = 99999999999LL; }),
+              OSLO_ERR_FORMAT, {"model.vocab", "token id"});
   expect_json("vocab float id", with([](json& j) { j["model"]["vocab"]["a"] = 1e30; }),
               OSLO_ERR_FORMAT, {"model.vocab", "token id"});
   expect_json("vocab not object", with([](json& j) { j["model"]["vocab"] = json::array(); }),
@@ -204,31 +207,24 @@ void test_json(void**) {
               }),
               OSLO_ERR_FORMAT, {"invalid regex", "(unclosed"});
   expect_json("bad behavior", with([](json& j) {
-                j["pre_tokenizer"] = {{"type", "Split"},
-                                      {"pattern", {{"String", " "}}},
-                                      {"behavior", "Sideways"}};
+                j["pre_tokenizer"] = {
+                    {"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
               }),
               OSLO_ERR_FORMAT, {"behavior", "Sideways"});
   expect_json("pattern neither", with([](json& j) {
                 j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"X", 1}}}};
               }),
               OSLO_ERR_FORMAT, {"pattern"});
-  expect_json("added content type",
-              with([](json& j) { j["added_tokens"][0]["content"] = 5; }), OSLO_ERR_FORMAT,
-              {"added_tokens[0].content"});
-  expect_json("added flag type",
-              with([](json& j) { j["added_tokens"][0]["lstrip"] = "yes"; }), OSLO_ERR_FORMAT,
-              {"added_tokens[0].lstrip"});
-  expect_json("added id huge",
-              with([](json& j) { j["added_tokens"][0]["id"] = 1e300; }), OSLO_ERR_FORMAT,
-              {"added_tokens[0].id"});
-  expect_json("template missing special", with([](json& j) {
-                j["post_processor"]["special_tokens"] = json::object();
-              }),
+  expect_json("added content type", with([](json& j) { j["added_tokens"][0]["content"] = 5; }),
+              OSLO_ERR_FORMAT, {"added_tokens[0].content"});
+  expect_json("added flag type", with([](json& j) { j["added_tokens"][0]["lstrip"] = "yes"; }),
+              OSLO_ERR_FORMAT, {"added_tokens[0].lstrip"});
+  expect_json("added id huge", with([](json& j) { j["added_tokens"][0]["id"] = 1e300; }),
+              OSLO_ERR_FORMAT, {"added_tokens[0].id"});
+  expect_json("template missing special",
+              with([](json& j) { j["post_processor"]["special_tokens"] = json::object(); }),
               OSLO_ERR_FORMAT, {"post_processor", "<s>"});
-  expect_json("template no A", with([](json& j) {
-                j["post_processor"]["single"] = json::array();
-              }),
+  expect_json("template no A", with([](json& j) { j["post_processor"]["single"] = json::array(); }),
               OSLO_ERR_FORMAT, {"no sequence A"});
   expect_json("metaspace replacement", with([](json& j) {
                 j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "ab"}};
@@ -250,8 +246,7 @@ void test_text(void**) {
     assert_int_equal(status_of([&] { t->encode(bad, true); }, &msg), OSLO_ERR_INVALID_ARGUMENT);
     assert_true(contains(msg, "not valid UTF-8"));
   }
-  assert_int_equal(status_of([&] { t->encode("abc\xc3", true); }, &msg),
-                   OSLO_ERR_INVALID_ARGUMENT);
+  assert_int_equal(status_of([&] { t->encode("abc\xc3", true); }, &msg), OSLO_ERR_INVALID_ARGUMENT);
   assert_true(contains(msg, "byte 3"));
   int64_t neg[] = {5, -1};
   assert_int_equal(status_of([&] { t->decode(neg, 2, false); }, &msg), OSLO_ERR_INVALID_ARGUMENT);
@@ -280,8 +275,8 @@ void test_model_file(void**) {
         std::string("\x0a\xff\xff\xff\xff\x0f", 6)}) {
     write(p, bytes);
     int st = status_of([&] { Tokenizer::load(p); }, &msg);
-    if (st != OSLO_ERR_FORMAT) fprintf(stderr, "model of %zu bytes: %d %s\n", bytes.size(), st,
-                                       msg.c_str());
+    if (st != OSLO_ERR_FORMAT)
+      fprintf(stderr, "model of %zu bytes: %d %s\n", bytes.size(), st, msg.c_str());
     assert_int_equal(st, OSLO_ERR_FORMAT);
     assert_true(contains(msg, "tokenizer.model"));
   }

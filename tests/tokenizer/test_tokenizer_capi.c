@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
 #include <cmocka.h>
 
 static const char *g_dir;
@@ -71,8 +72,8 @@ static void test_minilm(void **state) {
   const struct {
     oslo_special_token which;
     int64_t id;
-  } sp[] = {{OSLO_SPECIAL_TOKEN_CLS, 101}, {OSLO_SPECIAL_TOKEN_SEP, 102},
-            {OSLO_SPECIAL_TOKEN_PAD, 0},   {OSLO_SPECIAL_TOKEN_UNK, 100},
+  } sp[] = {{OSLO_SPECIAL_TOKEN_CLS, 101},  {OSLO_SPECIAL_TOKEN_SEP, 102},
+            {OSLO_SPECIAL_TOKEN_PAD, 0},    {OSLO_SPECIAL_TOKEN_UNK, 100},
             {OSLO_SPECIAL_TOKEN_MASK, 103}, {OSLO_SPECIAL_TOKEN_BOS, -1},
             {OSLO_SPECIAL_TOKEN_EOS, -1}};
   for (size_t i = 0; i < sizeof sp / sizeof *sp; ++i) {
@@ -96,14 +97,14 @@ static void test_minilm(void **state) {
 static void test_round_trip(void **state) {
   (void)state;
   const char *names[] = {"gpt2_bpe", "llama3_bpe", "qwen2_bpe"};
-  const char *text = "Byte-level BPE is lossless: caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 "
-                     "\xf0\x9f\x98\x80\t\n  x";
+  const char *text =
+      "Byte-level BPE is lossless: caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 "
+      "\xf0\x9f\x98\x80\t\n  x";
   for (int k = 0; k < 3; ++k) {
     oslo_tokenizer *tok = load(names[k]);
     size_t count = 0, len = 0;
     int64_t ids[256];
-    assert_int_equal(oslo_tokenizer_encode(tok, text, strlen(text), 0, ids, 256, &count),
-                     OSLO_OK);
+    assert_int_equal(oslo_tokenizer_encode(tok, text, strlen(text), 0, ids, 256, &count), OSLO_OK);
     assert_true(count > 0 && count <= 256);
     char out[512];
     assert_int_equal(oslo_tokenizer_decode(tok, ids, count, 0, out, sizeof out, &len), OSLO_OK);
@@ -144,20 +145,15 @@ static void test_errors(void **state) {
                    OSLO_ERR_INVALID_ARGUMENT);
   assert_int_equal(oslo_tokenizer_encode(tok, "a", 1, 0, NULL, 4, &count),
                    OSLO_ERR_INVALID_ARGUMENT);
-  assert_int_equal(oslo_tokenizer_encode(tok, "a", 1, 0, ids, 4, NULL),
-                   OSLO_ERR_INVALID_ARGUMENT);
+  assert_int_equal(oslo_tokenizer_encode(tok, "a", 1, 0, ids, 4, NULL), OSLO_ERR_INVALID_ARGUMENT);
   assert_int_equal(oslo_tokenizer_encode(tok, "a\xff", 2, 0, ids, 4, &count),
                    OSLO_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(oslo_last_error(), "not valid UTF-8"));
-  assert_int_equal(oslo_tokenizer_decode(tok, NULL, 1, 0, buf, 4, &len),
-                   OSLO_ERR_INVALID_ARGUMENT);
-  assert_int_equal(oslo_tokenizer_decode(tok, ids, 0, 0, NULL, 4, &len),
-                   OSLO_ERR_INVALID_ARGUMENT);
-  assert_int_equal(oslo_tokenizer_decode(tok, ids, 0, 0, buf, 4, NULL),
-                   OSLO_ERR_INVALID_ARGUMENT);
+  assert_int_equal(oslo_tokenizer_decode(tok, NULL, 1, 0, buf, 4, &len), OSLO_ERR_INVALID_ARGUMENT);
+  assert_int_equal(oslo_tokenizer_decode(tok, ids, 0, 0, NULL, 4, &len), OSLO_ERR_INVALID_ARGUMENT);
+  assert_int_equal(oslo_tokenizer_decode(tok, ids, 0, 0, buf, 4, NULL), OSLO_ERR_INVALID_ARGUMENT);
   int64_t neg = -3;
-  assert_int_equal(oslo_tokenizer_decode(tok, &neg, 1, 0, buf, 4, &len),
-                   OSLO_ERR_INVALID_ARGUMENT);
+  assert_int_equal(oslo_tokenizer_decode(tok, &neg, 1, 0, buf, 4, &len), OSLO_ERR_INVALID_ARGUMENT);
   assert_int_equal(oslo_tokenizer_decode(tok, NULL, 0, 0, buf, 4, &len), OSLO_OK);
   assert_int_equal(len, 0);
   assert_string_equal(buf, "");

@@ -43,10 +43,11 @@ bool run(const char* what, F&& body) {
 }
 
 const uint32_t kInteresting[] = {
-    0x20, 0x09, 0x0A, 0x0D, 0x00, 0x27, 0x2E, 0x41, 0x61, 0x7A, 0x30, 0x39, 0x85, 0xA0,
-    0xE9, 0x301, 0x308, 0x130, 0x3A3, 0x3C2, 0x4E2D, 0x6587, 0x3042, 0xAC00, 0x200B,
-    0x200D, 0xFE0F, 0xFEFF, 0xFFFD, 0x2581, 0x1F600, 0x1F468, 0x1F3FD, 0x10FFFF, 0xE000,
-    0x2028, 0x3000, 0x2B820, 0x2B920, 0x0E01, 0x0627, 0x05D0, 0x0915, 0x094D, 0x1100};
+    0x20,   0x09,    0x0A,    0x0D,    0x00,    0x27,    0x2E,     0x41,   0x61,
+    0x7A,   0x30,    0x39,    0x85,    0xA0,    0xE9,    0x301,    0x308,  0x130,
+    0x3A3,  0x3C2,   0x4E2D,  0x6587,  0x3042,  0xAC00,  0x200B,   0x200D, 0xFE0F,
+    0xFEFF, 0xFFFD,  0x2581,  0x1F600, 0x1F468, 0x1F3FD, 0x10FFFF, 0xE000, 0x2028,
+    0x3000, 0x2B820, 0x2B920, 0x0E01,  0x0627,  0x05D0,  0x0915,   0x094D, 0x1100};
 
 std::string random_text() {
   std::string s;
@@ -64,8 +65,9 @@ std::string random_text() {
     oslo_tok_append(s, cp);
   }
   // Special tokens spelled in the text now and then.
-  static const char* kSpecial[] = {"<s>", "</s>", "<unk>", "[CLS]", "[SEP]", "<|endoftext|>",
-                                   "<|begin_of_text|>", "<tool>", "<|im_start|>"};
+  static const char* kSpecial[] = {
+      "<s>",    "</s>",        "<unk>", "[CLS]", "[SEP]", "<|endoftext|>", "<|begin_of_text|>",
+      "<tool>", "<|im_start|>"};
   if (pick(3) == 0) {
     size_t at = pick(s.size() + 1);
     while (at < s.size() && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) ++at;
@@ -237,8 +239,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 8 * scale; ++i) {
       json j = orig;
       // Mutate outside the big vocab/merges mostly: pick a top-level part.
-      const char* parts[] = {"normalizer", "pre_tokenizer", "post_processor", "decoder",
-                             "added_tokens", "model"};
+      const char* parts[] = {"normalizer", "pre_tokenizer", "post_processor",
+                             "decoder",    "added_tokens",  "model"};
       const char* part = parts[pick(6)];
       if (j.contains(part) && std::string(part) != "model") {
         mutate(j[part]);
@@ -258,9 +260,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  printf("tokenizer fuzz: %zu mutated files loaded, %zu rejected with oslo::Error, %zu text "
-         "rounds; %zu failures\n",
-         loaded, rejected, texts, g_failures);
+  printf(
+      "tokenizer fuzz: %zu mutated files loaded, %zu rejected with oslo::Error, %zu text "
+      "rounds; %zu failures\n",
+      loaded, rejected, texts, g_failures);
   return g_failures ? 1 : 0;
 }
 

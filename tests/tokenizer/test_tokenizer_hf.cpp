@@ -62,9 +62,8 @@ void test_encode(void**) {
       ++n;
       if (st != OSLO_OK || got != want) {
         if (++bad <= 10)
-          fprintf(stderr, "encode(%s, special=%d):\n  got  %s %s\n  want %s\n",
-                  show(text).c_str(), special, ids_str(got).c_str(), msg.c_str(),
-                  ids_str(want).c_str());
+          fprintf(stderr, "encode(%s, special=%d):\n  got  %s %s\n  want %s\n", show(text).c_str(),
+                  special, ids_str(got).c_str(), msg.c_str(), ids_str(want).c_str());
       }
     }
   }
@@ -80,8 +79,8 @@ void test_decode(void**) {
     for (bool skip : {false, true}) {
       const std::string want = c[skip ? "decode_skip" : "decode"];
       std::string got, msg;
-      int st = tok_test::status_of([&] { got = g_tok->decode(ids.data(), ids.size(), skip); },
-                                   &msg);
+      int st =
+          tok_test::status_of([&] { got = g_tok->decode(ids.data(), ids.size(), skip); }, &msg);
       ++n;
       if (st != OSLO_OK || got != want) {
         if (++bad <= 10)
@@ -103,8 +102,9 @@ void test_vocab(void**) {
   for (int k = 0; k < static_cast<int>(oslo::SpecialToken::kCount); ++k) {
     int64_t want = g_ref["special_ids"][kNames[k]];
     int64_t got = g_tok->special_id(static_cast<oslo::SpecialToken>(k));
-    if (got != want) fprintf(stderr, "special %s: got %lld want %lld\n", kNames[k],
-                             (long long)got, (long long)want);
+    if (got != want)
+      fprintf(stderr, "special %s: got %lld want %lld\n", kNames[k], (long long)got,
+              (long long)want);
     assert_int_equal(got, want);
   }
   for (const auto& t : g_ref["tokens"]) {
