@@ -1053,13 +1053,13 @@ typedef struct oslo_tokenizer oslo_tokenizer;
 
 /** Which special token oslo_tokenizer_special_id returns. */
 typedef enum oslo_special_token {
-  OSLO_SPECIAL_TOKEN_BOS = 0, /**< beginning of sequence */
-  OSLO_SPECIAL_TOKEN_EOS = 1, /**< end of sequence */
-  OSLO_SPECIAL_TOKEN_PAD = 2, /**< padding */
-  OSLO_SPECIAL_TOKEN_UNK = 3, /**< unknown token */
-  OSLO_SPECIAL_TOKEN_CLS = 4, /**< classifier token (BERT's [CLS]) */
-  OSLO_SPECIAL_TOKEN_SEP = 5, /**< separator (BERT's [SEP]) */
-  OSLO_SPECIAL_TOKEN_MASK = 6, /**< mask (BERT's [MASK]) */
+  OSLO_SPECIAL_TOKEN_BOS = 0,                     /**< beginning of sequence */
+  OSLO_SPECIAL_TOKEN_EOS = 1,                     /**< end of sequence */
+  OSLO_SPECIAL_TOKEN_PAD = 2,                     /**< padding */
+  OSLO_SPECIAL_TOKEN_UNK = 3,                     /**< unknown token */
+  OSLO_SPECIAL_TOKEN_CLS = 4,                     /**< classifier token (BERT's [CLS]) */
+  OSLO_SPECIAL_TOKEN_SEP = 5,                     /**< separator (BERT's [SEP]) */
+  OSLO_SPECIAL_TOKEN_MASK = 6,                    /**< mask (BERT's [MASK]) */
   OSLO_SPECIAL_TOKEN_ENUM_MIN_ = -2147483647 - 1, /* not values: see oslo_dtype */
   OSLO_SPECIAL_TOKEN_ENUM_MAX_ = 2147483647
 } oslo_special_token;
@@ -1104,8 +1104,8 @@ OSLO_API void oslo_tokenizer_destroy(oslo_tokenizer *tok);
  * Thread-safety: thread-safe.
  */
 OSLO_API oslo_status oslo_tokenizer_encode(const oslo_tokenizer *tok, const char *text,
-                                           size_t text_len, int add_special_tokens,
-                                           int64_t *ids, size_t capacity, size_t *count);
+                                           size_t text_len, int add_special_tokens, int64_t *ids,
+                                           size_t capacity, size_t *count);
 
 /**
  * Decodes `n` token ids into UTF-8 text (byte sequences that are not UTF-8
@@ -1121,9 +1121,9 @@ OSLO_API oslo_status oslo_tokenizer_encode(const oslo_tokenizer *tok, const char
  * NULL out with capacity > 0, a negative id), OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: thread-safe.
  */
-OSLO_API oslo_status oslo_tokenizer_decode(const oslo_tokenizer *tok, const int64_t *ids,
-                                           size_t n, int skip_special_tokens, char *out,
-                                           size_t capacity, size_t *length);
+OSLO_API oslo_status oslo_tokenizer_decode(const oslo_tokenizer *tok, const int64_t *ids, size_t n,
+                                           int skip_special_tokens, char *out, size_t capacity,
+                                           size_t *length);
 
 /**
  * Number of tokens, added and special tokens included (Hugging Face's

@@ -48,8 +48,8 @@ oslo_status oslo_tokenizer_encode(const oslo_tokenizer* tok, const char* text, s
     need(count, fn, "count");
     if (text_len > 0) need(text, fn, "text");
     if (capacity > 0) need(ids, fn, "ids");
-    std::vector<int64_t> v = tok->impl->encode(std::string_view(text ? text : "", text_len),
-                                               add_special_tokens != 0);
+    std::vector<int64_t> v =
+        tok->impl->encode(std::string_view(text ? text : "", text_len), add_special_tokens != 0);
     *count = v.size();
     const size_t n = v.size() < capacity ? v.size() : capacity;
     if (n) std::memcpy(ids, v.data(), n * sizeof(int64_t));

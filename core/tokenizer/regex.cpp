@@ -83,8 +83,8 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s) const
   auto subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   size_t pos = 0;
   while (pos <= s.size()) {
-    int rc = pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, md.get(),
-                         nullptr);
+    int rc =
+        pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
       rc = pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
                        md.get(), nullptr);

@@ -1,10 +1,12 @@
 // SentencePiece tokenizer.model through libsentencepiece, with Hugging
-// Face's LlamaTokenizer behaviour around it: control and unknown pieces
-// (<s>, </s>, <unk>) written in the text are matched as special tokens
-// first; each remaining chunk is encoded by SentencePiece the way the
-// converted tokenizer.json does (Metaspace, prepend_scheme "always": one
-// "▁" in front of a chunk that does not already start with a space); BOS is
-// added by default (tokenizer_config.json's add_bos_token / add_eos_token).
+// Face's LlamaTokenizer behaviour (transformers 5) around it: control and
+// unknown pieces (<s>, </s>, <unk>) written in the text are matched as
+// special tokens first; each remaining chunk is encoded by SentencePiece
+// with its dummy prefix turned off and a "▁" put in front as the Metaspace
+// pre-tokenizer does (prepend_scheme "first" by default: only a chunk at the
+// start of the text; "always" with tokenizer_config.json's legacy: true;
+// "never" with add_prefix_space: false; never when the chunk already starts
+// with a space); BOS is added by default (add_bos_token / add_eos_token).
 // Decoding is LlamaTokenizer's decoder chain: "▁" -> " ", <0xNN> byte
 // pieces -> bytes (invalid sequences -> U+FFFD per byte), one leading space
 // stripped.
@@ -29,6 +31,13 @@ class SpTokenizer : public Tokenizer {
     auto st = sp_.LoadFromSerializedProto(bytes);
     if (!st.ok())
       fail(OSLO_ERR_FORMAT, name, ": not a SentencePiece model: ", clip(st.ToString(), 200));
+    // The same model with normalizer_spec.add_dummy_prefix = false: a
+    // protobuf message repeated at the end is merged into the first one, so
+    // appending {field 3 (normalizer_spec): {field 3 (add_dummy_prefix): 0}}
+    // overrides just that flag.
+    st = raw_.LoadFromSerializedProto(bytes + std::string("\x1a\x02\x18\x00", 4));
+    if (!st.ok())
+      fail(OSLO_ERR_FORMAT, name, ": not a SentencePiece model: ", clip(st.ToString(), 200));
     const int n = sp_.GetPieceSize();
     if (n <= 0) fail(OSLO_ERR_FORMAT, name, ": SentencePiece model has no pieces");
     for (int id = 0; id < n; ++id) {
@@ -39,12 +48,6 @@ class SpTokenizer : public Tokenizer {
         trie_.add(p, id);
       }
     }
-    for (int b = 0; b < 256; ++b) {
-      char buf[8];
-      snprintf(buf, sizeof buf, "<0x%02X>", b);
-      byte_ids_[b] = lookup(buf);
-    }
-    space_id_ = lookup(kSpace);
     special_[static_cast<int>(SpecialToken::kBos)] = sp_.bos_id();
     special_[static_cast<int>(SpecialToken::kEos)] = sp_.eos_id();
     special_[static_cast<int>(SpecialToken::kPad)] = sp_.pad_id();
@@ -61,6 +64,10 @@ class SpTokenizer : public Tokenizer {
         if (e != c.end() && e->is_boolean()) add_eos_ = e->get<bool>();
         auto cl = c.find("clean_up_tokenization_spaces");
         if (cl != c.end() && cl->is_boolean()) clean_up_spaces_ = cl->get<bool>();
+        auto ap = c.find("add_prefix_space");
+        if (ap != c.end() && ap->is_boolean()) add_prefix_space_ = ap->get<bool>();
+        auto lg = c.find("legacy");
+        if (lg != c.end() && lg->is_boolean()) legacy_ = lg->get<bool>();
       }
     }
   }
@@ -72,11 +79,11 @@ class SpTokenizer : public Tokenizer {
     if (add_special_tokens && add_bos_ && bos >= 0) ids.push_back(bos);
     size_t prev = 0;
     for (const auto& m : trie_.find_all(text)) {
-      chunk(text.substr(prev, m.start - prev), ids);
+      chunk(text.substr(prev, m.start - prev), prev == 0, ids);
       ids.push_back(m.value);
       prev = m.end;
     }
-    chunk(text.substr(prev), ids);
+    chunk(text.substr(prev), prev == 0, ids);
     if (add_special_tokens && add_eos_ && eos >= 0) ids.push_back(eos);
     return ids;
   }
@@ -108,7 +115,7 @@ class SpTokenizer : public Tokenizer {
       out += replace_all(sp_.IdToPiece(id), kSpace, " ");
     }
     flush();
-    if (!out.empty() && out[0] == ' ') out.erase(0, 1);
+    if (add_prefix_space_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
     if (clean_up_spaces_) out = clean_up_tokenization(std::move(out));
     return out;
   }
@@ -131,34 +138,23 @@ class SpTokenizer : public Tokenizer {
     return id;
   }
 
-  void chunk(std::string_view c, std::vector<int64_t>& ids) const {
+  void chunk(std::string_view c, bool first, std::vector<int64_t>& ids) const {
     if (c.empty()) return;
-    // SentencePiece prepends "▁" to every input (add_dummy_prefix); the
-    // Metaspace pre-tokenizer only when the chunk does not start with one.
-    if (c[0] == ' ') c.remove_prefix(1);
-    if (c.empty()) {
-      if (space_id_ >= 0) {
-        ids.push_back(space_id_);
-      } else {
-        for (unsigned char b : std::string(kSpace))
-          if (byte_ids_[b] >= 0) ids.push_back(byte_ids_[b]);
-      }
-      return;
-    }
+    const bool prepend = add_prefix_space_ && (legacy_ || first) && c[0] != ' ';
+    std::string text = prepend ? " " + std::string(c) : std::string(c);
     std::vector<int> out;
-    auto st = sp_.Encode(absl::string_view(c.data(), c.size()), &out);
+    auto st = raw_.Encode(absl::string_view(text.data(), text.size()), &out);
     if (!st.ok())
-      fail(OSLO_ERR_INVALID_ARGUMENT, "SentencePiece could not encode the text: ",
-           clip(st.ToString(), 200));
+      fail(OSLO_ERR_INVALID_ARGUMENT,
+           "SentencePiece could not encode the text: ", clip(st.ToString(), 200));
     ids.insert(ids.end(), out.begin(), out.end());
   }
 
-  sentencepiece::SentencePieceProcessor sp_;
+  sentencepiece::SentencePieceProcessor sp_, raw_;  // raw_: no dummy prefix
   TokenTrie trie_;
   std::unordered_set<int> special_ids_;
-  int byte_ids_[256];
-  int space_id_ = -1;
   bool add_bos_ = true, add_eos_ = false, clean_up_spaces_ = false;
+  bool add_prefix_space_ = true, legacy_ = false;
 };
 
 }  // namespace

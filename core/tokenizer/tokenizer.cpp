@@ -116,8 +116,8 @@ void check_json_depth(std::string_view text, const std::string& name) {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth)
-        fail(OSLO_ERR_FORMAT, name, ": JSON nested deeper than ", kMaxJsonDepth,
-             " levels (byte ", i, ")");
+        fail(OSLO_ERR_FORMAT, name, ": JSON nested deeper than ", kMaxJsonDepth, " levels (byte ",
+             i, ")");
     } else if (c == ']' || c == '}') {
       --depth;
     }
@@ -140,7 +140,7 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
 
 std::string clean_up_tokenization(std::string s) {
   static const std::pair<const char*, const char*> kRules[] = {
-      {" .", "."},   {" ?", "?"},     {" !", "!"},   {" ,", ","},   {" ' ", "'"},
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
       {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (auto& [a, b] : kRules) s = replace_all(s, a, b);
   return s;
@@ -234,8 +234,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   return tok::make_hf_tokenizer(bytes, name, config);
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text,
-                                                const std::string& name,
+std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text, const std::string& name,
                                                 std::string_view config_json) {
   return tok::make_hf_tokenizer(json_text, name, config_json);
 }

@@ -92,8 +92,7 @@ size_t invalid_utf8_at(std::string_view s) {
 void check_utf8(std::string_view s, const char* what) {
   size_t at = invalid_utf8_at(s);
   if (at != std::string_view::npos)
-    fail(OSLO_ERR_INVALID_ARGUMENT, what, " is not valid UTF-8 (byte ", at, " of ", s.size(),
-         ")");
+    fail(OSLO_ERR_INVALID_ARGUMENT, what, " is not valid UTF-8 (byte ", at, " of ", s.size(), ")");
 }
 
 std::string utf8_lossy(std::string_view s) {
@@ -123,9 +122,9 @@ std::string normalize(std::string_view s, NormForm form) {
     case NormForm::kNFKD: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
   }
   utf8proc_uint8_t* out = nullptr;
-  utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                   static_cast<utf8proc_ssize_t>(s.size()), &out, static_cast<utf8proc_option_t>(opts));
+  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                    static_cast<utf8proc_ssize_t>(s.size()), &out,
+                                    static_cast<utf8proc_option_t>(opts));
   if (n < 0) {
     if (n == UTF8PROC_ERROR_NOMEM) throw std::bad_alloc();
     fail(OSLO_ERR_INVALID_ARGUMENT, "Unicode normalization failed: ", utf8proc_errmsg(n));

@@ -21,7 +21,9 @@ license texts in /usr/share/common-licenses plus the corpus itself:
   llama3_bpe    byte-level BPE, Split (LLaMA-3 regex) + ByteLevel(use_regex=false),
                 ignore_merges, <|begin_of_text|> BOS template
   qwen2_bpe     byte-level BPE, NFC, Split (Qwen2 regex) + ByteLevel(use_regex=false)
-  llama2_spm    SentencePiece BPE with byte fallback (LLaMA-2 style tokenizer.model)
+  llama2_spm    SentencePiece BPE with byte fallback (LLaMA-2 style tokenizer.model),
+                tokenizer_config.json with legacy: true
+  llama2_spm_first  the same .model with transformers' default legacy=False
   llama2_fast   the same model converted by transformers to tokenizer.json
                 (Metaspace / Prepend+Replace, ByteFallback decoders)
 and one is real:
@@ -296,8 +298,7 @@ def references(folder, sentences, kind):
                      "sentencepiece": spm.__version__},
         "vocab_size": len(hf),
         "special_ids": special,
-        "tokens": [[t, hf.convert_tokens_to_ids(t)] for t in
-                   sorted(hf.get_vocab(), key=lambda t: hf.get_vocab()[t])[:50]],
+        "tokens": sorted(hf.get_vocab().items(), key=lambda kv: kv[1])[:50],
         "cases": cases,
         "decodes": extra,
     }
@@ -347,6 +348,15 @@ def main():
         "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
         "clean_up_tokenization_spaces": False, "legacy": True})
     builds.append((spm_dir, "llama2_spm", ["<s>", "</s>", "<unk>"]))
+    # The same model without legacy: true (transformers' default, legacy=False:
+    # Metaspace prepend_scheme "first", no "▁" after a special token).
+    spm_first = os.path.join(OUT, "llama2_spm_first")
+    os.makedirs(spm_first)
+    shutil.copy(os.path.join(spm_dir, "tokenizer.model"), spm_first)
+    write_json(os.path.join(spm_first, "tokenizer_config.json"), {
+        "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False})
+    builds.append((spm_first, "llama2_spm_first", ["<s>", "</s>", "<unk>"]))
 
     # The same model converted to tokenizer.json by transformers.
     fast_dir = os.path.join(OUT, "llama2_fast")
