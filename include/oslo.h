@@ -1206,6 +1206,7 @@ typedef struct oslo_model_options {
  * Sets `options` to the defaults of `version` (pass OSLO_MODEL_OPTIONS_VERSION).
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown version).
  * Thread-safety: thread-safe.
+ * Ownership: writes the caller's struct.
  */
 OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsigned int version);
 
@@ -1229,7 +1230,12 @@ OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsign
 OSLO_API oslo_status oslo_model_load(oslo_context *ctx, const char *path,
                                      const oslo_model_options *options, oslo_model **out);
 
-/** Frees a model (NULL is a no-op). Not collective. Thread-safety: per model. */
+/**
+ * Frees a model (NULL is a no-op). Not collective.
+ * Ownership: `model` is invalid afterwards; its context stays the caller's.
+ * Errors: none.
+ * Thread-safety: per model (no other call on it may run).
+ */
 OSLO_API void oslo_model_destroy(oslo_model *model);
 
 /** Sizes of a loaded model, as in its config.json. */
@@ -1251,6 +1257,7 @@ typedef struct oslo_model_info {
  * model_type string ("gpt2", ...; owned by the model, valid while it lives).
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL model or info).
  * Thread-safety: thread-safe.
+ * Ownership: writes *info; *model_type is owned by the model.
  */
 OSLO_API oslo_status oslo_model_get_info(const oslo_model *model, oslo_model_info *info,
                                          const char **model_type);
@@ -1293,6 +1300,7 @@ OSLO_API oslo_status oslo_model_forward(oslo_model *model, const int64_t *ids, c
  * batch*hidden_size floats. Collective over the tensor group.
  * Errors: as oslo_model_forward.
  * Thread-safety: per context.
+ * Ownership: reads ids/mask, writes out (capacity in floats) during the call.
  */
 OSLO_API oslo_status oslo_model_embed(oslo_model *model, const int64_t *ids, const int64_t *mask,
                                       int64_t batch, int64_t seq, int normalize, float *out,
@@ -1324,6 +1332,7 @@ typedef struct oslo_generate_options {
  * Sets `options` to the defaults of `version` (pass OSLO_GENERATE_OPTIONS_VERSION).
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown version).
  * Thread-safety: thread-safe.
+ * Ownership: writes the caller's struct.
  */
 OSLO_API oslo_status oslo_generate_options_init(oslo_generate_options *options,
                                                 unsigned int version);
@@ -1342,6 +1351,8 @@ OSLO_API oslo_status oslo_generate_options_init(oslo_generate_options *options,
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, empty prompt, bad options: named),
  * OSLO_ERR_NOT_SUPPORTED (an encoder model), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
  * Thread-safety: per context.
+ * Ownership: every array is read or written during the call only; out_tokens
+ * holds batch * max_new_tokens ids, out_lengths and out_scores batch entries.
  */
 OSLO_API oslo_status oslo_model_generate(oslo_model *model, const int64_t *prompt_ids,
                                          const int64_t *prompt_lengths, int64_t batch,
@@ -1359,6 +1370,7 @@ OSLO_API oslo_status oslo_model_generate(oslo_model *model, const int64_t *promp
  * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_COMM,
  * OSLO_ERR_TIMEOUT.
  * Thread-safety: per context.
+ * Ownership: `dir` is read during the call; files are created in it.
  */
 OSLO_API oslo_status oslo_model_save(oslo_model *model, const char *dir);
 
@@ -1375,6 +1387,7 @@ typedef struct oslo_merge_options {
 /**
  * Sets `options` to the defaults of `version` (pass OSLO_MERGE_OPTIONS_VERSION).
  * Errors: OSLO_ERR_INVALID_ARGUMENT. Thread-safety: thread-safe.
+ * Ownership: writes the caller's struct.
  */
 OSLO_API oslo_status oslo_merge_options_init(oslo_merge_options *options, unsigned int version);
 
@@ -1387,6 +1400,7 @@ OSLO_API oslo_status oslo_merge_options_init(oslo_merge_options *options, unsign
  * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO (dst exists and not
  * overwrite), OSLO_ERR_FORMAT (corrupt source: named).
  * Thread-safety: thread-safe for distinct paths.
+ * Ownership: paths and options are read during the call only.
  */
 OSLO_API oslo_status oslo_model_merge(const char *src, const char *dst,
                                       const oslo_merge_options *options);
@@ -1398,6 +1412,7 @@ OSLO_API oslo_status oslo_model_merge(const char *src, const char *dst,
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, size < 1), OSLO_ERR_NOT_SUPPORTED
  * (heads not divisible by the size), OSLO_ERR_IO, OSLO_ERR_FORMAT.
  * Thread-safety: thread-safe for distinct paths.
+ * Ownership: paths are read during the call only.
  */
 OSLO_API oslo_status oslo_model_reshard(const char *src, const char *dst,
                                         int tensor_parallel_size);
@@ -1411,6 +1426,7 @@ OSLO_API oslo_status oslo_model_reshard(const char *src, const char *dst,
  * with capacity 0 to size the buffer.
  * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_FORMAT.
  * Thread-safety: thread-safe.
+ * Ownership: writes the caller's buffer `out` and *length.
  */
 OSLO_API oslo_status oslo_checkpoint_inspect(const char *path, int json, char *out,
                                              size_t capacity, size_t *length);

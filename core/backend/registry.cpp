@@ -138,7 +138,12 @@ std::shared_ptr<Backend> create_backend(const std::string& name, const BackendOp
     std::string errors;
     void* handle = nullptr;
     for (const std::string& path : plugin_candidates(file)) {
-      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      // RTLD_DEEPBIND: a plugin and the libraries it brings (libtorch's
+      // libprotobuf) resolve their own symbols first, before same-named ones
+      // already loaded (libsentencepiece, which liboslo links, carries its
+      // own copy of protobuf-lite): otherwise libprotobuf's initialisers
+      // would call into the other copy and crash.
+      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
       if (handle) {
         from = "backend plugin " + path;
         break;
