@@ -210,6 +210,17 @@ std::string folder_config(const std::string& dir) {
     for (auto it = j.begin(); it != j.end(); ++it) merged[it.key()] = it.value();
     any = true;
   }
+  // transformers chooses some tokenizer classes by the model's type.
+  const std::string cfg = dir + "/config.json";
+  if (is_file(cfg)) {
+    const std::string text = tok::read_file(cfg);
+    tok::check_json_depth(text, quote_path(cfg));
+    json c = json::parse(text, nullptr, false);
+    if (c.is_object() && c.contains("model_type") && c["model_type"].is_string()) {
+      merged[tok::kModelTypeKey] = c["model_type"];
+      any = true;
+    }
+  }
   return any ? merged.dump() : std::string();
 }
 }  // namespace
