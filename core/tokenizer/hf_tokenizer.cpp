@@ -42,10 +42,11 @@ const char* const kQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-void apply_class_overrides(json& j, std::string_view config) {
-  if (config.empty() || !j.is_object()) return;
+// Returns the class whose pipeline was applied ("" if none).
+std::string apply_class_overrides(json& j, std::string_view config) {
+  if (config.empty() || !j.is_object()) return "";
   json c = json::parse(config.begin(), config.end(), nullptr, false);
-  if (!c.is_object()) return;
+  if (!c.is_object()) return "";
   std::string name;
   auto cls = c.find("tokenizer_class");
   if (cls != c.end() && cls->is_string()) name = cls->get<std::string>();
@@ -55,7 +56,7 @@ void apply_class_overrides(json& j, std::string_view config) {
   if (name.size() > 4 && name.compare(name.size() - 4, 4, "Fast") == 0)
     name.resize(name.size() - 4);
   auto m = j.find("model");
-  if (m == j.end() || !m->is_object() || m->value("type", std::string()) != "BPE") return;
+  if (m == j.end() || !m->is_object() || m->value("type", std::string()) != "BPE") return "";
   auto flag = [&c](const char* key, bool dflt) {
     auto it = c.find(key);
     return it != c.end() && it->is_boolean() ? it->get<bool>() : dflt;
@@ -93,7 +94,10 @@ void apply_class_overrides(json& j, std::string_view config) {
     model["fuse_unk"] = false;
     model["byte_fallback"] = false;
     model["ignore_merges"] = false;
+  } else {
+    return "";
   }
+  return name;
 }
 
 class HfTokenizer : public Tokenizer {
@@ -152,7 +156,7 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     std::string s = P.string(*v, "version");
     if (s != "1.0") P.bad("version", "unknown tokenizer.json version ", quote(s));
   }
-  apply_class_overrides(j, config);
+  const std::string klass = apply_class_overrides(j, config);
   const json& model = P.need(j, "model", "top level");
   P.object(model, "model");
   std::string type;
@@ -245,6 +249,18 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     special_[static_cast<int>(SpecialToken::kUnk)] = token_to_id(*model_->unk_token).value_or(-1);
   special_[static_cast<int>(SpecialToken::kCls)] = cls;
   special_[static_cast<int>(SpecialToken::kSep)] = sep;
+  // The class's constructor defaults, then what the config says.
+  auto set_default = [this](SpecialToken which, const char* token) {
+    special_[static_cast<int>(which)] = token_to_id(token).value_or(-1);
+  };
+  if (klass == "Qwen2Tokenizer") {
+    for (SpecialToken w : {SpecialToken::kUnk, SpecialToken::kEos, SpecialToken::kPad})
+      set_default(w, "<|endoftext|>");
+  } else if (klass == "LlamaTokenizer") {
+    set_default(SpecialToken::kUnk, "<unk>");
+    set_default(SpecialToken::kBos, "<s>");
+    set_default(SpecialToken::kEos, "</s>");
+  }
   if (!config.empty()) {
     apply_special_config(config, name);
     json c = json::parse(config.begin(), config.end(), nullptr, false);

@@ -162,7 +162,11 @@ void Tokenizer::apply_special_config(std::string_view config_json, const std::st
                                 "cls_token", "sep_token", "mask_token"};
   for (int k = 0; k < static_cast<int>(SpecialToken::kCount); ++k) {
     auto it = c.find(kKeys[k]);
-    if (it == c.end() || it->is_null()) continue;
+    if (it == c.end()) continue;
+    if (it->is_null()) {  // an explicit null: no such token (transformers' None)
+      special_[k] = -1;
+      continue;
+    }
     const json* v = &*it;
     if (v->is_object()) {
       auto ct = v->find("content");
