@@ -27,38 +27,77 @@ struct AddedToken {
   bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
 };
 
-// transformers (5.x) rebuilds part of the pipeline of some tokenizer
-// classes from tokenizer_config.json instead of taking tokenizer.json's:
-// LlamaTokenizer uses no normalizer, Metaspace with prepend_scheme "first"
-// ("always" with legacy: true, "never" with add_prefix_space: false) and its
-// own decoder. AutoTokenizer's ids are the reference, so oslo does the same.
-void apply_class_overrides(json& j, std::string_view config) {
-  if (config.empty() || !j.is_object()) return;
+// transformers (5.x) rebuilds the normalizer, pre-tokenizer and decoder of
+// some tokenizer classes in their constructors instead of taking
+// tokenizer.json's. AutoTokenizer's ids are the reference, so oslo does the
+// same for the classes of the models it runs:
+//  - LlamaTokenizer: no normalizer, Metaspace with prepend_scheme "first"
+//    ("always" with legacy: true, "never" with add_prefix_space: false), its
+//    own decoder;
+//  - Qwen2Tokenizer: NFC, Split with Qwen2's regex, ByteLevel without regex,
+//    plain BPE. AutoTokenizer picks it for model_type "qwen2" whatever
+//    tokenizer_config.json says (transformers' list of hub configs it
+//    distrusts), so the folder's config.json model_type counts too.
+const char* const kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// Returns the class whose pipeline was applied ("" if none).
+std::string apply_class_overrides(json& j, std::string_view config) {
+  if (config.empty() || !j.is_object()) return "";
   json c = json::parse(config.begin(), config.end(), nullptr, false);
-  if (!c.is_object()) return;
+  if (!c.is_object()) return "";
+  std::string name;
   auto cls = c.find("tokenizer_class");
-  if (cls == c.end() || !cls->is_string()) return;
-  const std::string name = cls->get<std::string>();
-  if (name != "LlamaTokenizer" && name != "LlamaTokenizerFast") return;
+  if (cls != c.end() && cls->is_string()) name = cls->get<std::string>();
+  auto mt = c.find(kModelTypeKey);
+  if (mt != c.end() && mt->is_string() && mt->get<std::string>() == "qwen2")
+    name = "Qwen2Tokenizer";
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Fast") == 0)
+    name.resize(name.size() - 4);
   auto m = j.find("model");
-  if (m == j.end() || !m->is_object() || m->value("type", std::string()) != "BPE") return;
+  if (m == j.end() || !m->is_object() || m->value("type", std::string()) != "BPE") return "";
   auto flag = [&c](const char* key, bool dflt) {
     auto it = c.find(key);
     return it != c.end() && it->is_boolean() ? it->get<bool>() : dflt;
   };
-  const bool prefix = flag("add_prefix_space", true), legacy = flag("legacy", false);
-  const char* scheme = !prefix ? "never" : legacy ? "always" : "first";
-  j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {{"type", "Metaspace"},
-                        {"replacement", "\xE2\x96\x81"},
-                        {"prepend_scheme", scheme},
-                        {"split", false}};
-  json dec = json::array(
-      {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
-       {{"type", "ByteFallback"}},
-       {{"type", "Fuse"}}});
-  if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  j["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
+  if (name == "LlamaTokenizer") {
+    const bool prefix = flag("add_prefix_space", true), legacy = flag("legacy", false);
+    const char* scheme = !prefix ? "never" : legacy ? "always" : "first";
+    j["normalizer"] = nullptr;
+    j["pre_tokenizer"] = {{"type", "Metaspace"},
+                          {"replacement", "\xE2\x96\x81"},
+                          {"prepend_scheme", scheme},
+                          {"split", false}};
+    json dec = json::array(
+        {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+         {{"type", "ByteFallback"}},
+         {{"type", "Fuse"}}});
+    if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    j["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
+  } else if (name == "Qwen2Tokenizer") {
+    j["normalizer"] = {{"type", "NFC"}};
+    j["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers", json::array({{{"type", "Split"},
+                                        {"pattern", {{"Regex", kQwen2Regex}}},
+                                        {"behavior", "Isolated"},
+                                        {"invert", false}},
+                                       {{"type", "ByteLevel"},
+                                        {"add_prefix_space", flag("add_prefix_space", false)},
+                                        {"use_regex", false}}})}};
+    j["decoder"] = {{"type", "ByteLevel"}};
+    json& model = *m;
+    model["unk_token"] = nullptr;
+    model["continuing_subword_prefix"] = nullptr;
+    model["end_of_word_suffix"] = nullptr;
+    model["fuse_unk"] = false;
+    model["byte_fallback"] = false;
+    model["ignore_merges"] = false;
+  } else {
+    return "";
+  }
+  return name;
 }
 
 class HfTokenizer : public Tokenizer {
@@ -117,7 +156,7 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     std::string s = P.string(*v, "version");
     if (s != "1.0") P.bad("version", "unknown tokenizer.json version ", quote(s));
   }
-  apply_class_overrides(j, config);
+  const std::string klass = apply_class_overrides(j, config);
   const json& model = P.need(j, "model", "top level");
   P.object(model, "model");
   std::string type;
@@ -210,6 +249,18 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     special_[static_cast<int>(SpecialToken::kUnk)] = token_to_id(*model_->unk_token).value_or(-1);
   special_[static_cast<int>(SpecialToken::kCls)] = cls;
   special_[static_cast<int>(SpecialToken::kSep)] = sep;
+  // The class's constructor defaults, then what the config says.
+  auto set_default = [this](SpecialToken which, const char* token) {
+    special_[static_cast<int>(which)] = token_to_id(token).value_or(-1);
+  };
+  if (klass == "Qwen2Tokenizer") {
+    for (SpecialToken w : {SpecialToken::kUnk, SpecialToken::kEos, SpecialToken::kPad})
+      set_default(w, "<|endoftext|>");
+  } else if (klass == "LlamaTokenizer") {
+    set_default(SpecialToken::kUnk, "<unk>");
+    set_default(SpecialToken::kBos, "<s>");
+    set_default(SpecialToken::kEos, "</s>");
+  }
   if (!config.empty()) {
     apply_special_config(config, name);
     json c = json::parse(config.begin(), config.end(), nullptr, false);

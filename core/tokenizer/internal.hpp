@@ -35,6 +35,10 @@ class TokenTrie {
   int32_t child(int32_t node, unsigned char b) const;
 };
 
+// The key under which Tokenizer::load passes the folder's config.json
+// model_type along with tokenizer_config.json's entries.
+constexpr const char* kModelTypeKey = "oslo:config.json:model_type";
+
 // Reads a whole file (at most kMaxFileBytes); OSLO_ERR_IO naming it.
 std::string read_file(const std::string& path);
 // Rejects JSON text nested deeper than kMaxJsonDepth (nlohmann's parser

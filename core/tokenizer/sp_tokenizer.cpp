@@ -106,9 +106,9 @@ class SpTokenizer : public Tokenizer {
       if (ids[i] >= size) continue;
       const int id = static_cast<int>(ids[i]);
       if (skip_special_tokens && special_ids_.count(id)) continue;
-      if (sp_.IsByte(id)) {
-        const std::string& p = sp_.IdToPiece(id);  // <0xNN>
-        pending += static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16));
+      const int byte = sp_.IsByte(id) ? byte_value(sp_.IdToPiece(id)) : -1;
+      if (byte >= 0) {
+        pending += static_cast<char>(byte);
         continue;
       }
       flush();
@@ -132,6 +132,19 @@ class SpTokenizer : public Tokenizer {
   }
 
  private:
+  // The byte of a "<0xNN>" piece, or -1.
+  static int byte_value(const std::string& p) {
+    auto hex = [](char c) {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return -1;
+    const int h = hex(p[3]), l = hex(p[4]);
+    return h < 0 || l < 0 ? -1 : h * 16 + l;
+  }
+
   int lookup(std::string_view piece) const {
     int id = sp_.PieceToId(absl::string_view(piece.data(), piece.size()));
     if (id == sp_.unk_id() && piece != sp_.IdToPiece(id)) return -1;

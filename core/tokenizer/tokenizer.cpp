@@ -162,7 +162,11 @@ void Tokenizer::apply_special_config(std::string_view config_json, const std::st
                                 "cls_token", "sep_token", "mask_token"};
   for (int k = 0; k < static_cast<int>(SpecialToken::kCount); ++k) {
     auto it = c.find(kKeys[k]);
-    if (it == c.end() || it->is_null()) continue;
+    if (it == c.end()) continue;
+    if (it->is_null()) {  // an explicit null: no such token (transformers' None)
+      special_[k] = -1;
+      continue;
+    }
     const json* v = &*it;
     if (v->is_object()) {
       auto ct = v->find("content");
@@ -209,6 +213,17 @@ std::string folder_config(const std::string& dir) {
     if (!j.is_object()) fail(OSLO_ERR_FORMAT, quote_path(p), ": expected a JSON object");
     for (auto it = j.begin(); it != j.end(); ++it) merged[it.key()] = it.value();
     any = true;
+  }
+  // transformers chooses some tokenizer classes by the model's type.
+  const std::string cfg = dir + "/config.json";
+  if (is_file(cfg)) {
+    const std::string text = tok::read_file(cfg);
+    tok::check_json_depth(text, quote_path(cfg));
+    json c = json::parse(text, nullptr, false);
+    if (c.is_object() && c.contains("model_type") && c["model_type"].is_string()) {
+      merged[tok::kModelTypeKey] = c["model_type"];
+      any = true;
+    }
   }
   return any ? merged.dump() : std::string();
 }

@@ -24,6 +24,8 @@ license texts in /usr/share/common-licenses plus the corpus itself:
   llama2_spm    SentencePiece BPE with byte fallback (LLaMA-2 style tokenizer.model),
                 tokenizer_config.json with legacy: true
   llama2_spm_first  the same .model with transformers' default legacy=False
+  qwen2_class   gpt2_bpe's tokenizer.json with config.json model_type "qwen2"
+                (transformers 5 rebuilds the pipeline as Qwen2Tokenizer's)
   llama2_fast   the same model converted by transformers to tokenizer.json
                 (Metaspace / Prepend+Replace, ByteFallback decoders)
 and one is real:
@@ -325,6 +327,15 @@ def main():
         save_fast(tok, folder, cfg)
         builds.append((folder, f"{kind}_bpe", specials))
     builds.append((minilm, "minilm", ["[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"]))
+    # GPT-2's tokenizer.json in a folder whose config.json says model_type
+    # "qwen2": transformers 5 then uses Qwen2Tokenizer, which rebuilds the
+    # pipeline (NFC, Qwen2's split regex) whatever tokenizer.json says.
+    qwen2_class = os.path.join(OUT, "qwen2_class")
+    os.makedirs(qwen2_class)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(OUT, "gpt2_bpe", f), qwen2_class)
+    write_json(os.path.join(qwen2_class, "config.json"), {"model_type": "qwen2"})
+    builds.append((qwen2_class, "qwen2_class", ["<|endoftext|>", "<tool>"]))
 
     # SentencePiece BPE with byte fallback, LLaMA-2 style.
     spm_dir = os.path.join(OUT, "llama2_spm")
