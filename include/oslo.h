@@ -1246,8 +1246,8 @@ typedef struct oslo_model_info {
   int64_t num_heads;
   int64_t num_kv_heads;
   int64_t max_positions;
-  int is_causal;       /**< 1 for language models (generate works), 0 for encoders */
-  oslo_dtype dtype;    /**< dtype of the weight matrices */
+  int is_causal;        /**< 1 for language models (generate works), 0 for encoders */
+  oslo_dtype dtype;     /**< dtype of the weight matrices */
   int64_t eos_token_id; /**< first EOS id of the config, -1 if none */
   int64_t pad_token_id; /**< -1 if none */
 } oslo_model_info;
@@ -1356,9 +1356,8 @@ OSLO_API oslo_status oslo_generate_options_init(oslo_generate_options *options,
  */
 OSLO_API oslo_status oslo_model_generate(oslo_model *model, const int64_t *prompt_ids,
                                          const int64_t *prompt_lengths, int64_t batch,
-                                         const oslo_generate_options *options,
-                                         int64_t *out_tokens, int64_t *out_lengths,
-                                         float *out_scores);
+                                         const oslo_generate_options *options, int64_t *out_tokens,
+                                         int64_t *out_lengths, float *out_scores);
 
 /**
  * Saves the model as a parallel checkpoint in `dir`: one safetensors file per
@@ -1414,8 +1413,7 @@ OSLO_API oslo_status oslo_model_merge(const char *src, const char *dst,
  * Thread-safety: thread-safe for distinct paths.
  * Ownership: paths are read during the call only.
  */
-OSLO_API oslo_status oslo_model_reshard(const char *src, const char *dst,
-                                        int tensor_parallel_size);
+OSLO_API oslo_status oslo_model_reshard(const char *src, const char *dst, int tensor_parallel_size);
 
 /**
  * Describes any checkpoint: a Hugging Face folder, an oslo parallel
@@ -1428,8 +1426,8 @@ OSLO_API oslo_status oslo_model_reshard(const char *src, const char *dst,
  * Thread-safety: thread-safe.
  * Ownership: writes the caller's buffer `out` and *length.
  */
-OSLO_API oslo_status oslo_checkpoint_inspect(const char *path, int json, char *out,
-                                             size_t capacity, size_t *length);
+OSLO_API oslo_status oslo_checkpoint_inspect(const char *path, int json, char *out, size_t capacity,
+                                             size_t *length);
 
 #ifdef __cplusplus
 }

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,8 +39,7 @@ void check(oslo_status st, const char* what) {
 }
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Seconds of one generate call (prompt of `prompt` ids, `n` new tokens).
@@ -125,10 +124,12 @@ int main(int argc, char** argv) {
   const char* ws = std::getenv("WORLD_SIZE");
   const int world = ws ? std::atoi(ws) : 1;
   char cfg[256];
-  std::snprintf(cfg, sizeof cfg,
-                "{\"tensor_parallel_size\": %d, \"num_threads\": %d, \"timeout_seconds\": 600%s}",
-                world, threads,
-                ws ? "" : ", \"rank\": 0, \"world_size\": 1, \"init_method\": \"file:///tmp/oslo-bench-model\"");
+  std::snprintf(
+      cfg, sizeof cfg,
+      "{\"tensor_parallel_size\": %d, \"num_threads\": %d, \"timeout_seconds\": 600%s}", world,
+      threads,
+      ws ? ""
+         : ", \"rank\": 0, \"world_size\": 1, \"init_method\": \"file:///tmp/oslo-bench-model\"");
   const long rss0 = current_rss_kib();
   oslo_context* ctx = nullptr;
   check(oslo_context_create(cfg, &ctx), "context");
@@ -175,7 +176,8 @@ int main(int argc, char** argv) {
   const double act = 513 * 17 * H / world * 4 + 2 * heads * 513 * 513 * 4 + V * 4 * 2;
   if (g_rank == 0)
     std::printf(
-        "{\"tp\": %d, \"threads\": %d, \"dtype\": \"%s\", \"load_s\": %.3f, \"prefill_tok_s\": %.1f, "
+        "{\"tp\": %d, \"threads\": %d, \"dtype\": \"%s\", \"load_s\": %.3f, \"prefill_tok_s\": "
+        "%.1f, "
         "\"decode_tok_s\": %.2f, \"decode_ms\": %.3f, \"stream_gb_s\": %.2f, "
         "\"bound_ms\": %.3f, \"decode_over_bound\": %.3f, \"rss_baseline_mib\": %.1f, "
         "\"rss_context_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_mib\": %.1f, "

@@ -20,7 +20,9 @@ struct oslo_model {
 namespace {
 
 const OptionsHistory<oslo_model_options, 1> kModelHistory = {
-    "oslo_model_options", "OSLO_MODEL_OPTIONS_VERSION", {OSLO_OPTIONS_END(oslo_model_options, dtype)}};
+    "oslo_model_options",
+    "OSLO_MODEL_OPTIONS_VERSION",
+    {OSLO_OPTIONS_END(oslo_model_options, dtype)}};
 OSLO_OPTIONS_LAST_FIELD(oslo_model_options, dtype);
 static_assert(OSLO_MODEL_OPTIONS_VERSION == 1, "add the new version to kModelHistory");
 
@@ -79,7 +81,9 @@ oslo_generate_options generate_defaults() {
 }
 
 const OptionsHistory<oslo_merge_options, 1> kMergeHistory = {
-    "oslo_merge_options", "OSLO_MERGE_OPTIONS_VERSION", {OSLO_OPTIONS_END(oslo_merge_options, overwrite)}};
+    "oslo_merge_options",
+    "OSLO_MERGE_OPTIONS_VERSION",
+    {OSLO_OPTIONS_END(oslo_merge_options, overwrite)}};
 OSLO_OPTIONS_LAST_FIELD(oslo_merge_options, overwrite);
 static_assert(OSLO_MERGE_OPTIONS_VERSION == 1, "add the new version to kMergeHistory");
 
@@ -166,8 +170,7 @@ oslo_status oslo_model_generate(oslo_model* model, const int64_t* prompt_ids,
       g.eos_token_ids = c.eos_token_ids;
     }
     g.pad_token_id = o.pad_token_id >= 0 ? o.pad_token_id : c.pad_token_id;
-    oslo::GenerateResult r =
-        oslo::generate(m, prompts, g, &m.context().comm(OSLO_GROUP_TENSOR));
+    oslo::GenerateResult r = oslo::generate(m, prompts, g, &m.context().comm(OSLO_GROUP_TENSOR));
     for (int64_t b = 0; b < batch; ++b) {
       const auto& t = r.tokens[static_cast<size_t>(b)];
       int64_t* row = out_tokens + b * o.max_new_tokens;
@@ -194,7 +197,8 @@ oslo_status oslo_model_merge(const char* src, const char* dst, const oslo_merge_
     need(src, fn, "src");
     need(dst, fn, "dst");
     oslo_merge_options o = merge_defaults();
-    if (options) o = oslo::capi::read_options(kMergeHistory, merge_defaults(), options, fn, "options");
+    if (options)
+      o = oslo::capi::read_options(kMergeHistory, merge_defaults(), options, fn, "options");
     oslo::MergeOptions m;
     m.max_shard_bytes = o.max_shard_bytes;
     m.overwrite = o.overwrite != 0;
@@ -255,7 +259,8 @@ oslo_status oslo_model_load(oslo_context* ctx, const char* path, const oslo_mode
     need(ctx, fn, "ctx");
     need(path, fn, "path");
     oslo_model_options o = model_defaults();
-    if (options) o = oslo::capi::read_options(kModelHistory, model_defaults(), options, fn, "options");
+    if (options)
+      o = oslo::capi::read_options(kModelHistory, model_defaults(), options, fn, "options");
     oslo::ModelLoadOptions lo;
     lo.dtype = o.dtype;
     auto h = std::make_unique<oslo_model>();

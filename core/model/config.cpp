@@ -59,8 +59,8 @@ Activation activation(const std::string& name, const std::string& src) {
     return Activation::GELU_TANH;
   if (name == "silu" || name == "swish") return Activation::SILU;
   if (name == "relu") return Activation::RELU;
-  throw Error(OSLO_ERR_NOT_SUPPORTED,
-              str(src, ": activation \"", name, "\" is not supported (gelu, gelu_new, silu, relu)"));
+  throw Error(OSLO_ERR_NOT_SUPPORTED, str(src, ": activation \"", name,
+                                          "\" is not supported (gelu, gelu_new, silu, relu)"));
 }
 
 void read_rope(const json& obj, const std::string& src, RopeConfig* r) {
@@ -77,8 +77,8 @@ void read_rope(const json& obj, const std::string& src, RopeConfig* r) {
     r->high_freq_factor = rd.number("high_freq_factor", 4.0);
     r->original_max_positions = rd.positive("original_max_position_embeddings", 8192, false);
   } else {
-    throw Error(OSLO_ERR_NOT_SUPPORTED, str(src, ": rope type \"", type,
-                                            "\" is not supported (default, linear, llama3)"));
+    throw Error(OSLO_ERR_NOT_SUPPORTED,
+                str(src, ": rope type \"", type, "\" is not supported (default, linear, llama3)"));
   }
   OSLO_CHECK(r->theta > 0 && r->factor > 0, OSLO_ERR_FORMAT, src,
              ": rope_theta and factor must be positive");
@@ -152,7 +152,8 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& src) 
     c.rope.theta = rd.number("rope_theta", 10000.0);
     if (rd.has("rope_scaling")) read_rope(j.at("rope_scaling"), src, &c.rope);
     if (rd.has("rope_parameters")) read_rope(j.at("rope_parameters"), src, &c.rope);
-    if (c.model_type == "mistral" || (c.model_type == "qwen2" && rd.boolean("use_sliding_window", false)))
+    if (c.model_type == "mistral" ||
+        (c.model_type == "qwen2" && rd.boolean("use_sliding_window", false)))
       c.sliding_window = rd.has("sliding_window") ? rd.positive("sliding_window", 0) : 0;
   } else {
     throw Error(OSLO_ERR_NOT_SUPPORTED,

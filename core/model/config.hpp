@@ -19,7 +19,7 @@ struct RopeConfig {
   std::string type = "default";  // default | linear | llama3
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  int64_t original_max_positions = 8192;                  // llama3
+  int64_t original_max_positions = 8192;                 // llama3
 };
 
 struct ModelConfig {

@@ -87,7 +87,8 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
     m->source_ = path;
     m->tp_ = ctx.topology().tp_size();
     m->rank_ = ctx.topology().tp_rank();
-    for (const std::string& f : src.extra_files()) m->extra_files_.push_back(join_path(src.folder(), f));
+    for (const std::string& f : src.extra_files())
+      m->extra_files_.push_back(join_path(src.folder(), f));
     plan = plan_model(m->cfg_, m->tp_, m->rank_);
     auto be = ctx.backend_ptr();
     resolve_names(src, plan);
@@ -172,7 +173,8 @@ void Model::bind() {
         double g = f;
         if (wl > low_wl) g = f / r.factor;
         if (!(wl < high_wl) && !(wl > low_wl)) {
-          const double s = (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+          const double s =
+              (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
           g = (1 - s) * f / r.factor + s * f;
         }
         f = static_cast<float>(g);
@@ -228,9 +230,8 @@ void Model::attention(Layer& L, const View& q, const View& k, const View& v, con
   be.convert(view(qc), strided(q.data, q.dtype, {B, nkvl, g, S, D}, {S * rq, g * D, D, rq, 1}));
   Tensor scores = scratch(bp, OSLO_DTYPE_F32, {B * nkvl, g * S, T});
   const View kT = strided(kc.data(), OSLO_DTYPE_F32, {B * nkvl, D, T}, {Tmax * D, 1, D});
-  be.matmul(view(scores), strided(qc.data(), OSLO_DTYPE_F32, {B * nkvl, g * S, D},
-                                  {g * S * D, D, 1}),
-            kT);
+  be.matmul(view(scores),
+            strided(qc.data(), OSLO_DTYPE_F32, {B * nkvl, g * S, D}, {g * S * D, D, 1}), kT);
   const View s5 = strided(scores.data(), OSLO_DTYPE_F32, {B, nkvl, g, S, T},
                           {nkvl * g * S * T, g * S * T, S * T, T, 1});
   const View m5 = strided(mask.data(), OSLO_DTYPE_F32, {B, 1, 1, 1, T}, {T, 0, 0, 0, 1});
@@ -238,10 +239,10 @@ void Model::attention(Layer& L, const View& q, const View& k, const View& v, con
   Tensor oc = scratch(bp, OSLO_DTYPE_F32, {B * nkvl, g * S, D});
   be.matmul(view(oc), view(scores),
             strided(vc.data(), OSLO_DTYPE_F32, {B * nkvl, T, D}, {Tmax * D, D, 1}));
-  be.convert(strided(out.data(), out.dtype(), {B, nkvl, g, S, D},
-                     {S * nhl * D, g * D, D, nhl * D, 1}),
-             strided(oc.data(), OSLO_DTYPE_F32, {B, nkvl, g, S, D},
-                     {nkvl * g * S * D, g * S * D, S * D, D, 1}));
+  be.convert(
+      strided(out.data(), out.dtype(), {B, nkvl, g, S, D}, {S * nhl * D, g * D, D, nhl * D, 1}),
+      strided(oc.data(), OSLO_DTYPE_F32, {B, nkvl, g, S, D},
+              {nkvl * g * S * D, g * S * D, S * D, D, 1}));
 }
 
 Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
@@ -253,8 +254,8 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   const int64_t BS = B * S, H = cfg_.hidden_size, D = cfg_.head_dim;
   const int64_t T = (use_cache ? past_ : 0) + S;
   OSLO_CHECK(cfg_.sliding_window == 0 || T <= cfg_.sliding_window, OSLO_ERR_NOT_SUPPORTED,
-             cfg_.model_type, ": sequences longer than the sliding window (",
-             cfg_.sliding_window, ") are not supported");
+             cfg_.model_type, ": sequences longer than the sliding window (", cfg_.sliding_window,
+             ") are not supported");
   auto upload = [&](const void* src, oslo_dtype dt, std::vector<int64_t> shape) {
     Tensor t = scratch(bp, dt, shape);
     be.copy(t.data(), src, t.nbytes(), CopyKind::HostToDevice);
@@ -433,7 +434,8 @@ std::vector<int64_t> positions_of(const std::vector<int64_t>& mask, int64_t rows
     int64_t count = 0;
     for (int64_t t = 0; t < len; ++t) {
       count += mask[static_cast<size_t>(b * len + t)] != 0;
-      if (t >= len - n) pos[static_cast<size_t>(b * n + t - (len - n))] = std::max<int64_t>(0, count - 1);
+      if (t >= len - n)
+        pos[static_cast<size_t>(b * n + t - (len - n))] = std::max<int64_t>(0, count - 1);
     }
   }
   return pos;
@@ -453,8 +455,8 @@ void Model::forward(const std::vector<int64_t>& ids, const std::vector<int64_t>&
   OSLO_CHECK(B > 0 && S > 0, OSLO_ERR_INVALID_ARGUMENT, "model forward: batch (", B,
              ") and sequence length (", S, ") must be positive");
   const size_t n = static_cast<size_t>(B * S);
-  OSLO_CHECK(ids.size() == n, OSLO_ERR_SHAPE, "model forward: ", ids.size(), " ids for [", B,
-             ", ", S, "]");
+  OSLO_CHECK(ids.size() == n, OSLO_ERR_SHAPE, "model forward: ", ids.size(), " ids for [", B, ", ",
+             S, "]");
   std::vector<int64_t> mask = mask0.empty() ? std::vector<int64_t>(n, 1) : mask0;
   OSLO_CHECK(mask.size() == n, OSLO_ERR_SHAPE, "model forward: attention mask has ", mask.size(),
              " entries for [", B, ", ", S, "]");
@@ -484,7 +486,8 @@ void Model::embed(const std::vector<int64_t>& ids, const std::vector<int64_t>& m
     for (int64_t s = 0; s < S; ++s) {
       if (!mask[static_cast<size_t>(b * S + s)]) continue;
       count += 1;
-      for (int64_t i = 0; i < H; ++i) acc[static_cast<size_t>(i)] += h[static_cast<size_t>((b * S + s) * H + i)];
+      for (int64_t i = 0; i < H; ++i)
+        acc[static_cast<size_t>(i)] += h[static_cast<size_t>((b * S + s) * H + i)];
     }
     count = std::max(count, 1e-9);
     double norm = 0;
@@ -494,7 +497,8 @@ void Model::embed(const std::vector<int64_t>& ids, const std::vector<int64_t>& m
     }
     norm = normalize ? std::max(std::sqrt(norm), 1e-12) : 1.0;
     for (int64_t i = 0; i < H; ++i)
-      (*out)[static_cast<size_t>(b * H + i)] = static_cast<float>(acc[static_cast<size_t>(i)] / norm);
+      (*out)[static_cast<size_t>(b * H + i)] =
+          static_cast<float>(acc[static_cast<size_t>(i)] / norm);
   }
 }
 

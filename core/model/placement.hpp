@@ -39,7 +39,7 @@ struct Placement {
   std::vector<Segment> segments;      // along split_dim, in local order (empty if replicated)
   bool replica_owner = true;          // replicated tensors: this rank writes it (tp rank 0)
   bool transpose = false;             // 2-D: the local tensor is the transpose of the HF slice
-  int64_t local_extent = 0;           // local size along split_dim incl. padding (>= sum of lengths)
+  int64_t local_extent = 0;  // local size along split_dim incl. padding (>= sum of lengths)
 
   // Shape of the local tensor (after `transpose`).
   std::vector<int64_t> local_shape() const;

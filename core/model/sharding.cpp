@@ -47,10 +47,8 @@ const std::vector<ShardRule> kBert = {
     {"encoder.layer.{L}.attention.self.key.bias", "k_b", Cut::KV_HEADS, 0, F, T, When::ALWAYS},
     {"encoder.layer.{L}.attention.self.value.weight", "v_w", Cut::KV_HEADS, 0, F, F, When::ALWAYS},
     {"encoder.layer.{L}.attention.self.value.bias", "v_b", Cut::KV_HEADS, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.attention.output.dense.weight", "o_w", Cut::Q_HEADS, 1, F, F,
-     When::ALWAYS},
-    {"encoder.layer.{L}.attention.output.dense.bias", "o_b", Cut::REPLICATE, 0, F, T,
-     When::ALWAYS},
+    {"encoder.layer.{L}.attention.output.dense.weight", "o_w", Cut::Q_HEADS, 1, F, F, When::ALWAYS},
+    {"encoder.layer.{L}.attention.output.dense.bias", "o_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
     {"encoder.layer.{L}.attention.output.LayerNorm.weight", "ln1_w", Cut::REPLICATE, 0, F, T,
      When::ALWAYS},
     {"encoder.layer.{L}.attention.output.LayerNorm.bias", "ln1_b", Cut::REPLICATE, 0, F, T,
@@ -120,18 +118,17 @@ const std::vector<ShardRule>& shard_rules(const std::string& model_type) {
   if (model_type == "gpt2") return kGpt2;
   if (model_type == "bert") return kBert;
   if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") return kLlama;
-  throw Error(OSLO_ERR_NOT_SUPPORTED,
-              str("no sharding rules for model_type \"", model_type, "\""));
+  throw Error(OSLO_ERR_NOT_SUPPORTED, str("no sharding rules for model_type \"", model_type, "\""));
 }
 
 std::vector<int64_t> global_shape_of(const ModelConfig& c, const std::string& role) {
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const int64_t q = c.num_heads * D, kv = c.num_kv_heads * D;
   static const std::map<std::string, int> kind = {
-      {"wte", 0},    {"lm_head", 0}, {"wpe", 1},    {"type", 2},   {"qkv_w", 3},  {"qkv_b", 4},
-      {"q_w", 5},    {"q_b", 6},     {"k_w", 7},    {"v_w", 7},    {"k_b", 8},    {"v_b", 8},
-      {"o_w", 9},    {"up_w", 10},   {"gate_w", 10}, {"up_b", 11},  {"gate_b", 11}, {"down_w", 12},
-      {"pool_w", 13}};
+      {"wte", 0},   {"lm_head", 0}, {"wpe", 1},     {"type", 2},   {"qkv_w", 3},
+      {"qkv_b", 4}, {"q_w", 5},     {"q_b", 6},     {"k_w", 7},    {"v_w", 7},
+      {"k_b", 8},   {"v_b", 8},     {"o_w", 9},     {"up_w", 10},  {"gate_w", 10},
+      {"up_b", 11}, {"gate_b", 11}, {"down_w", 12}, {"pool_w", 13}};
   auto it = kind.find(role);
   if (it == kind.end()) return {H};  // norms and the biases of [H] outputs
   switch (it->second) {
@@ -153,15 +150,14 @@ std::vector<int64_t> global_shape_of(const ModelConfig& c, const std::string& ro
 }
 
 std::vector<PlannedTensor> plan_model(const ModelConfig& c, int tp, int rank) {
-  OSLO_CHECK(tp >= 1 && rank >= 0 && rank < tp, OSLO_ERR_INVALID_ARGUMENT,
-             "plan_model: rank ", rank, " outside tensor-parallel size ", tp);
+  OSLO_CHECK(tp >= 1 && rank >= 0 && rank < tp, OSLO_ERR_INVALID_ARGUMENT, "plan_model: rank ",
+             rank, " outside tensor-parallel size ", tp);
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads, D = c.head_dim;
   OSLO_CHECK(nh % tp == 0, OSLO_ERR_NOT_SUPPORTED, c.model_type, ": ", nh,
              " attention heads cannot be split over tensor_parallel_size ", tp,
              " (heads are never split; choose a size dividing ", nh, ")");
   OSLO_CHECK(nkv % tp == 0 || tp % nkv == 0, OSLO_ERR_NOT_SUPPORTED, c.model_type, ": ", nkv,
-             " key/value heads can be neither split nor replicated over tensor_parallel_size ",
-             tp);
+             " key/value heads can be neither split nor replicated over tensor_parallel_size ", tp);
   const int64_t nhl = nh / tp;
   // KV heads held by this rank: a contiguous range, or one replicated head.
   int64_t kv0, nkvl;

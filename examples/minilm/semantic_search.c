@@ -139,8 +139,8 @@ int main(int argc, char **argv) {
     /* The unsharded model, on rank 0 alone (a context of its own). */
     char store[256], one[512];
     snprintf(store, sizeof store, "/tmp/oslo-semantic-search-%d", (int)getpid());
-    snprintf(one, sizeof one,
-             "{\"rank\": 0, \"world_size\": 1, \"init_method\": \"file://%s\"}", store);
+    snprintf(one, sizeof one, "{\"rank\": 0, \"world_size\": 1, \"init_method\": \"file://%s\"}",
+             store);
     oslo_context *solo = NULL;
     check(oslo_context_create(one, &solo), "unsharded context");
     oslo_model *full = NULL;

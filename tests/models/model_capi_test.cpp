@@ -11,11 +11,11 @@
 //   model_capi_test errors FIXTURE              hostile folders -> named errors
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -31,7 +31,8 @@ int g_rank = 0;
 
 void check(bool ok, const std::string& what) {
   if (!ok) ++g_fail;
-  if (!ok || g_rank == 0) std::printf("[rank %d] %s: %s\n", g_rank, what.c_str(), ok ? "ok" : "FAIL");
+  if (!ok || g_rank == 0)
+    std::printf("[rank %d] %s: %s\n", g_rank, what.c_str(), ok ? "ok" : "FAIL");
 }
 
 void ok_or_die(oslo_status st, const char* what) {
@@ -121,8 +122,8 @@ int run_generate(const std::string& fix) {
       check(got == want, key + " tokens equal transformers'");
       if (std::string(kind) == "beam") {
         const float ws = g.at("scores").at(key + "_score").get<float>();
-        check(std::fabs(ws - score) < 1e-4, key + " score " + std::to_string(score) + " vs " +
-                                                std::to_string(ws));
+        check(std::fabs(ws - score) < 1e-4,
+              key + " score " + std::to_string(score) + " vs " + std::to_string(ws));
       }
     }
   }
@@ -152,7 +153,9 @@ int run_generate(const std::string& fix) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < o.max_new_tokens; ++t) {
         const int64_t w = want[static_cast<size_t>(b * S + P + t)];
-        const int64_t g = t < n[static_cast<size_t>(b)] ? out[static_cast<size_t>(b * o.max_new_tokens + t)] : pad;
+        const int64_t g = t < n[static_cast<size_t>(b)]
+                              ? out[static_cast<size_t>(b * o.max_new_tokens + t)]
+                              : pad;
         same = same && w == g;
       }
     check(same, "greedy_batched (left-padded batch) equals transformers'");
@@ -244,7 +247,8 @@ int run_embed(const std::string& model, const std::string& refdir) {
   for (int64_t b = 0; b < B; ++b) {
     double dot = 0, na = 0, nb = 0;
     for (int64_t i = 0; i < H; ++i) {
-      const double x = got[static_cast<size_t>(b * H + i)], y = want[static_cast<size_t>(b * H + i)];
+      const double x = got[static_cast<size_t>(b * H + i)],
+                   y = want[static_cast<size_t>(b * H + i)];
       dot += x * y;
       na += x * x;
       nb += y * y;
@@ -391,13 +395,13 @@ int run_errors(const std::string& fix, const std::string& tmp) {
   m = load(ctx, fix);
   const int64_t ids[2] = {1, 100000000};
   std::vector<float> out(1 << 20);
-  const oslo_status st =
-      oslo_model_forward(m, ids, nullptr, nullptr, 1, 2, OSLO_MODEL_OUTPUT_LOGITS, out.data(), out.size());
-  check(st == OSLO_ERR_INVALID_ARGUMENT && std::string(oslo_last_error()).find("100000000") !=
-                                               std::string::npos,
+  const oslo_status st = oslo_model_forward(m, ids, nullptr, nullptr, 1, 2,
+                                            OSLO_MODEL_OUTPUT_LOGITS, out.data(), out.size());
+  check(st == OSLO_ERR_INVALID_ARGUMENT &&
+            std::string(oslo_last_error()).find("100000000") != std::string::npos,
         std::string("id outside the vocabulary -> ") + oslo_last_error());
-  check(oslo_model_forward(m, ids, nullptr, nullptr, 1, 1, OSLO_MODEL_OUTPUT_LOGITS, out.data(), 3) ==
-            OSLO_ERR_SHAPE,
+  check(oslo_model_forward(m, ids, nullptr, nullptr, 1, 1, OSLO_MODEL_OUTPUT_LOGITS, out.data(),
+                           3) == OSLO_ERR_SHAPE,
         "output buffer too small");
   oslo_model_destroy(m);
   oslo_context_destroy(ctx);

@@ -6,12 +6,12 @@
 //   model_ref_test FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X]
 #include <algorithm>
 #include <atomic>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
       try {
         const std::string cfg =
             str("{\"rank\": ", r, ", \"world_size\": ", tp, ", \"tensor_parallel_size\": ", tp,
-                ", \"init_method\": \"file://", store, "/rdv\", \"timeout_seconds\": 60, "
+                ", \"init_method\": \"file://", store,
+                "/rdv\", \"timeout_seconds\": 60, "
                 "\"num_threads\": 1}");
         Context ctx(Config::parse(cfg.c_str()));
         ModelLoadOptions o;

@@ -123,7 +123,8 @@ oslo_context* context(const Args& a) {
   const int world = ws ? std::atoi(ws) : ompi ? std::atoi(ompi) : 1;
   const int tp = a.has("tp") ? static_cast<int>(to_int(a.get("tp"), "--tp")) : world;
   std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp);
-  if (a.has("threads")) cfg += ", \"num_threads\": " + std::to_string(to_int(a.get("threads"), "--threads"));
+  if (a.has("threads"))
+    cfg += ", \"num_threads\": " + std::to_string(to_int(a.get("threads"), "--threads"));
   if (a.has("backend")) cfg += ", \"backend\": \"" + a.get("backend") + "\"";
   if (!ws && !ompi && !std::getenv("SLURM_NTASKS"))
     cfg += ", \"rank\": 0, \"world_size\": 1, \"init_method\": \"file://" + single_store() + "\"";
@@ -154,7 +155,8 @@ oslo_tokenizer* load_tokenizer(const Args& a, bool required) {
   const std::string path = a.get("tokenizer", a.get("model"));
   oslo_tokenizer* t = nullptr;
   if (oslo_tokenizer_load(path.c_str(), &t) != OSLO_OK) {
-    if (required) check(OSLO_ERR_IO, std::string("tokenizer in ") + path + " (" + oslo_last_error() + ")");
+    if (required)
+      check(OSLO_ERR_IO, std::string("tokenizer in ") + path + " (" + oslo_last_error() + ")");
     return nullptr;
   }
   return t;
@@ -200,10 +202,10 @@ const char* kGenerateHelp =
     "  example: oslo-run --nproc-per-node 2 oslo generate --model M --prompt 'Hello'\n";
 
 int cmd_generate(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"sample", "ids", "help"},
-                 {"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "top-k",
-                  "top-p", "seed", "num-beams", "length-penalty", "dtype", "tokenizer", "tp",
-                  "threads", "backend"});
+  Args a = parse(
+      argc, argv, 2, {"sample", "ids", "help"},
+      {"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "top-k", "top-p", "seed",
+       "num-beams", "length-penalty", "dtype", "tokenizer", "tp", "threads", "backend"});
   if (a.has("help")) return std::printf("%s", kGenerateHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   oslo_context* ctx = context(a);
@@ -215,15 +217,19 @@ int cmd_generate(int argc, char** argv) {
   if (prompts.empty()) die("give at least one --prompt or --prompt-ids", 2);
   oslo_generate_options o;
   check(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "options");
-  if (a.has("max-new-tokens")) o.max_new_tokens = to_int(a.get("max-new-tokens"), "--max-new-tokens");
+  if (a.has("max-new-tokens"))
+    o.max_new_tokens = to_int(a.get("max-new-tokens"), "--max-new-tokens");
   o.do_sample = a.has("sample");
-  if (a.has("temperature")) o.temperature = static_cast<float>(to_num(a.get("temperature"), "--temperature"));
+  if (a.has("temperature"))
+    o.temperature = static_cast<float>(to_num(a.get("temperature"), "--temperature"));
   if (a.has("top-k")) o.top_k = to_int(a.get("top-k"), "--top-k");
   if (a.has("top-p")) o.top_p = static_cast<float>(to_num(a.get("top-p"), "--top-p"));
   if (a.has("seed")) o.seed = static_cast<uint64_t>(to_int(a.get("seed"), "--seed"));
   if (a.has("num-beams")) o.num_beams = to_int(a.get("num-beams"), "--num-beams");
-  if (a.has("length-penalty")) o.length_penalty = static_cast<float>(to_num(a.get("length-penalty"), "--length-penalty"));
-  if (o.max_new_tokens < 1 || o.max_new_tokens > (1 << 20)) die("--max-new-tokens must be in [1, 2^20]", 2);
+  if (a.has("length-penalty"))
+    o.length_penalty = static_cast<float>(to_num(a.get("length-penalty"), "--length-penalty"));
+  if (o.max_new_tokens < 1 || o.max_new_tokens > (1 << 20))
+    die("--max-new-tokens must be in [1, 2^20]", 2);
   std::vector<int64_t> flat, lens;
   for (const auto& p : prompts) {
     flat.insert(flat.end(), p.begin(), p.end());
@@ -233,8 +239,9 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int64_t> out(static_cast<size_t>(B * o.max_new_tokens)), n(static_cast<size_t>(B));
   std::vector<float> scores(static_cast<size_t>(B));
   const auto t0 = std::chrono::steady_clock::now();
-  check(oslo_model_generate(m, flat.data(), lens.data(), B, &o, out.data(), n.data(), scores.data()),
-        "generate");
+  check(
+      oslo_model_generate(m, flat.data(), lens.data(), B, &o, out.data(), n.data(), scores.data()),
+      "generate");
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (g_rank == 0) {
     int64_t total = 0;
@@ -309,12 +316,15 @@ int cmd_embed(int argc, char** argv) {
       std::printf("[");
       for (int64_t b = 0; b < B; ++b) {
         std::printf("%s[", b ? ",\n " : "");
-        for (int64_t i = 0; i < H; ++i) std::printf("%s%.8g", i ? ", " : "", e[static_cast<size_t>(b * H + i)]);
+        for (int64_t i = 0; i < H; ++i)
+          std::printf("%s%.8g", i ? ", " : "", e[static_cast<size_t>(b * H + i)]);
         std::printf("]");
       }
       std::printf("]\n");
     } else {
-      for (int64_t b = 0; b < B; ++b) std::printf("[%lld] %s\n", static_cast<long long>(b), sents[static_cast<size_t>(b)].c_str());
+      for (int64_t b = 0; b < B; ++b)
+        std::printf("[%lld] %s\n", static_cast<long long>(b),
+                    sents[static_cast<size_t>(b)].c_str());
       std::printf("\ncosine similarity\n     ");
       for (int64_t j = 0; j < B; ++j) std::printf(" [%2lld]", static_cast<long long>(j));
       std::printf("\n");
@@ -323,7 +333,8 @@ int cmd_embed(int argc, char** argv) {
         for (int64_t j = 0; j < B; ++j) {
           double d = 0, ni = 0, nj = 0;
           for (int64_t k = 0; k < H; ++k) {
-            const double x = e[static_cast<size_t>(i * H + k)], y = e[static_cast<size_t>(j * H + k)];
+            const double x = e[static_cast<size_t>(i * H + k)],
+                         y = e[static_cast<size_t>(j * H + k)];
             d += x * y;
             ni += x * x;
             nj += y * y;
@@ -343,10 +354,13 @@ int cmd_embed(int argc, char** argv) {
 oslo::ProgressFn progress(const char* what) {
   auto last = std::make_shared<int>(-1);
   return [what, last](uint64_t done, uint64_t total) {
-    const int pct = total ? static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total)) : 100;
+    const int pct =
+        total ? static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total))
+              : 100;
     if (pct / 10 != *last / 10 || done == total) {
       *last = pct;
-      std::fprintf(stderr, "oslo: %s %3d%% (%.1f of %.1f MB)\n", what, pct, done / 1e6, total / 1e6);
+      std::fprintf(stderr, "oslo: %s %3d%% (%.1f of %.1f MB)\n", what, pct, done / 1e6,
+                   total / 1e6);
     }
   };
 }
@@ -363,7 +377,8 @@ int cmd_merge(int argc, char** argv) {
   if (a.has("help")) return std::printf("%s", kMergeHelp), 0;
   if (a.pos.size() != 2) die("merge needs SRC and DST (see --help)", 2);
   oslo::MergeOptions o;
-  if (a.has("max-shard-size")) o.max_shard_bytes = static_cast<uint64_t>(to_int(a.get("max-shard-size"), "--max-shard-size"));
+  if (a.has("max-shard-size"))
+    o.max_shard_bytes = static_cast<uint64_t>(to_int(a.get("max-shard-size"), "--max-shard-size"));
   o.overwrite = a.has("overwrite");
   if (a.has("dtype")) {
     o.convert = true;
@@ -411,7 +426,8 @@ int cmd_inspect(int argc, char** argv) {
   size_t n = 0;
   check(oslo_checkpoint_inspect(a.pos[0].c_str(), a.has("json"), nullptr, 0, &n), "inspect");
   std::string s(n + 1, '\0');
-  check(oslo_checkpoint_inspect(a.pos[0].c_str(), a.has("json"), s.data(), s.size(), &n), "inspect");
+  check(oslo_checkpoint_inspect(a.pos[0].c_str(), a.has("json"), s.data(), s.size(), &n),
+        "inspect");
   s.resize(n);
   std::fwrite(s.data(), 1, s.size(), stdout);
   if (!s.empty() && s.back() != '\n') std::printf("\n");
