@@ -1074,7 +1074,9 @@ typedef enum oslo_special_token {
  * or unreadable file or folder), OSLO_ERR_FORMAT (invalid JSON or model,
  * inconsistent vocabulary or merges: the message names the file and the
  * field), OSLO_ERR_NOT_SUPPORTED (a valid configuration oslo does not
- * implement, such as a Unigram model: the message names it),
+ * implement, such as a Unigram model: the message names it; or a .model
+ * file when liboslo_sentencepiece.so, installed next to liboslo, cannot be
+ * loaded: the message names it and the loader's error),
  * OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: thread-safe.
  */

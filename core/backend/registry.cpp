@@ -9,18 +9,10 @@
 
 #include "core/backend/backend.hpp"
 #include "core/common/error.hpp"
+#include "core/common/own_dir.hpp"
 
 namespace oslo {
 namespace {
-
-// The directory liboslo itself was loaded from ("" if unknown).
-std::string own_directory() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || !info.dli_fname) return "";
-  std::string path = info.dli_fname;
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash);
-}
 
 // Candidate paths for the plugin, in order: each folder of OSLO_BACKEND_PATH,
 // liboslo's own folder, then the bare name for the loader's search path.
@@ -138,12 +130,7 @@ std::shared_ptr<Backend> create_backend(const std::string& name, const BackendOp
     std::string errors;
     void* handle = nullptr;
     for (const std::string& path : plugin_candidates(file)) {
-      // RTLD_DEEPBIND: a plugin and the libraries it brings (libtorch's
-      // libprotobuf) resolve their own symbols first, before same-named ones
-      // already loaded (libsentencepiece, which liboslo links, carries its
-      // own copy of protobuf-lite): otherwise libprotobuf's initialisers
-      // would call into the other copy and crash.
-      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle) {
         from = "backend plugin " + path;
         break;

@@ -5,7 +5,9 @@
 # CMakeLists.txt). Each program runs under the installed oslo-run on 2 ranks
 # and must match the unsharded computation. The prefix is then moved and both
 # builds are repeated: the installed package files are relocatable. A small
-# program also checks that <oslo/dlpack.h> is installed where oslo.h says.
+# program also checks that <oslo/dlpack.h> is installed where oslo.h says, and
+# another that a SentencePiece .model tokenizer loads through the installed
+# liboslo_sentencepiece.so, found next to liboslo (also after the move).
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -41,6 +43,26 @@ int main(void) {
   return good ? 0 : 1;
 }
 C
+cat >"$tmp/spm_prog.c" <<'C'
+#include <oslo.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+  oslo_tokenizer *tok = NULL;
+  int64_t ids[64];
+  size_t n = 0;
+  const char *text = "Hello world";
+  if (argc != 2 || oslo_tokenizer_load(argv[1], &tok) ||
+      oslo_tokenizer_encode(tok, text, strlen(text), 1, ids, 64, &n)) {
+    fprintf(stderr, "%s\n", oslo_last_error());
+    return 1;
+  }
+  oslo_tokenizer_destroy(tok);
+  printf("SentencePiece .model: %zu ids\n", n);
+  return n > 1 ? 0 : 1;
+}
+C
 
 check_prefix() {
   local prefix=$1 tag=$2
@@ -66,6 +88,26 @@ check_prefix() {
     $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags oslo) "$tmp/dlpack_prog.c" \
     $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --libs oslo) -o "$tmp/dlpack_prog"
   LD_LIBRARY_PATH=$libdir "$tmp/dlpack_prog"
+  passed=$((passed + 1))
+
+  # The SentencePiece shim is installed beside liboslo and is the one loaded
+  # (not the build tree's); liboslo itself does not need libsentencepiece.
+  echo "== [$tag] SentencePiece .model through $libdir/liboslo_sentencepiece.so"
+  test -f "$libdir/liboslo_sentencepiece.so"
+  if readelf -d "$libdir/liboslo.so.0" | grep -E 'NEEDED.*(sentencepiece|protobuf)'; then
+    echo "installed liboslo links libsentencepiece / libprotobuf"; exit 1
+  fi
+  ${CC:-cc} -std=c99 -Wall -Wextra -Werror \
+    $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags oslo) "$tmp/spm_prog.c" \
+    $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --libs oslo) -o "$tmp/spm_prog"
+  LD_LIBRARY_PATH=$libdir LD_DEBUG=files LD_DEBUG_OUTPUT="$tmp/ld_debug" \
+    "$tmp/spm_prog" "$src/tests/tokenizer/fixtures/llama2_spm/tokenizer.model"
+  if ! cat "$tmp"/ld_debug* | grep -q "file=$libdir/liboslo_sentencepiece.so "; then
+    echo "liboslo_sentencepiece.so was not loaded from $libdir:"
+    cat "$tmp"/ld_debug* | grep 'file=.*sentencepiece' || true
+    exit 1
+  fi
+  rm -f "$tmp"/ld_debug*
   passed=$((passed + 1))
 
   echo "== [$tag] find_package(oslo 0.2 REQUIRED)"
