@@ -178,6 +178,16 @@ def generation_cases():
     ]
     for name, opts in extra:
         cases.append(run_case(name, bprompts, opts))
+    # Longer runs: the early-stop heuristic and late EOS.
+    long_prompts = [[8], [2, 4, 6, 8, 10], [33, 21, 13], [0, 39], [26]]
+    for nb in (2, 4):
+        for lp in (1.0, 0.7, 1.5):
+            for es in ("false", "true", "never"):
+                opts = {"max_new_tokens": 25, "num_beams": nb, "length_penalty": lp,
+                        "early_stopping": es, "eos_token_ids": [EOS_B], "pad_token_id": 0}
+                cases.append(run_case(f"beam{nb}_long_lp{lp}_{es}", long_prompts, opts))
+    cases.append(run_case("greedy_long_two_eos", long_prompts,
+                          {"max_new_tokens": 40, "eos_token_ids": [EOS_B, 19], "pad_token_id": 2}))
     return cases
 
 
