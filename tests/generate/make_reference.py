@@ -8,9 +8,15 @@ Run it in a virtual environment outside the repository with torch and
 transformers from PyPI, e.g.
 
     python3 -m venv /work/venv-gen
-    /work/venv-gen/bin/pip install --no-deps torch   # plus its small deps
-    /work/venv-gen/bin/pip install transformers numpy
+    /work/venv-gen/bin/pip install --no-deps torch
+    /work/venv-gen/bin/pip install filelock typing-extensions sympy networkx jinja2 \
+        fsspec numpy transformers
+    # the CUDA wheel's libtorch_cuda.so needs these to load, even without a GPU:
+    /work/venv-gen/bin/pip install nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 \
+        nvidia-nccl-cu13 'cuda-toolkit[cufile]'
     /work/venv-gen/bin/python tests/generate/make_reference.py
+
+(made with transformers 5.23.0 and torch 2.15.0; the JSON records both).
 
 The toy model (the C++ test has the same one, reading the tables from the
 JSON file): the logits of the next token of a row depend only on the row's
