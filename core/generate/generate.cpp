@@ -491,9 +491,10 @@ void validate_options(const GenerateOptions& o, int64_t vocab) {
 
 GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerateOptions& opt, Communicator* agree) {
-  const int64_t vocab = model.vocab_size();
+  int64_t vocab = -1;
   std::exception_ptr local_error;
   try {
+    vocab = model.vocab_size();
     OSLO_CHECK(vocab > 0, OSLO_ERR_INVALID_ARGUMENT, "generate: the model's vocab_size is ", vocab);
     validate_options(opt, vocab);
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -504,7 +505,7 @@ GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>
                    "generate: prompt ", i, " token ", j, " is ", prompts[i][j],
                    ", outside the vocabulary [0, ", vocab, ")");
     }
-  } catch (const Error&) {
+  } catch (...) {  // shared below, so that every rank fails together
     local_error = std::current_exception();
   }
   // Every rank learns whether every rank is valid and has rank 0's prompts

@@ -39,14 +39,15 @@
 // 3", SC'11; the Random123 / cuRAND generator) with key {seed low 32 bits,
 // seed high 32 bits} and counter {t low, t high, i low, i high}; the first
 // two output words x0, x1 give the double u = ((x1 << 32 | x0) >> 11) * 2^-53
-// in [0, 1) (sampling_uniform()). The token
-// is the smallest index whose running sum (in index order, in double) of
-// w_v = exp(s_v - max_s) exceeds u * sum(w) (tokens filtered to -inf have
-// w = 0 and are never chosen). So the same seed gives the same tokens in
-// oslo across runs, machines, batch compositions, tensor-parallel sizes and
-// backends, as far as the logits themselves are identical (TP sizes and
-// backends may round logits differently) and up to the last-bit accuracy of
-// the C library's exp(). It does not reproduce torch.multinomial's draws.
+// in [0, 1) (sampling_uniform()). With s the row's scores after the
+// processors and warpers, the token is the smallest index whose running sum
+// (in index order, in double) of w_v = exp(s_v - max s) exceeds u * sum(w)
+// (tokens filtered to -inf have w = 0 and are never chosen). So the same
+// seed gives the same tokens in oslo across runs, machines, batch
+// compositions, tensor-parallel sizes and backends, as far as the logits
+// themselves are identical (TP sizes and backends may round logits
+// differently) and up to the last-bit accuracy of the C library's exp(). It
+// does not reproduce torch.multinomial's draws.
 #pragma once
 
 #include <cstdint>

@@ -8,9 +8,15 @@ Run it in a virtual environment outside the repository with torch and
 transformers from PyPI, e.g.
 
     python3 -m venv /work/venv-gen
-    /work/venv-gen/bin/pip install --no-deps torch   # plus its small deps
-    /work/venv-gen/bin/pip install transformers numpy
+    /work/venv-gen/bin/pip install --no-deps torch
+    /work/venv-gen/bin/pip install filelock typing-extensions sympy networkx jinja2 \
+        fsspec numpy transformers
+    # the CUDA wheel's libtorch_cuda.so needs these to load, even without a GPU:
+    /work/venv-gen/bin/pip install nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 \
+        nvidia-nccl-cu13 'cuda-toolkit[cufile]'
     /work/venv-gen/bin/python tests/generate/make_reference.py
+
+(made with transformers 5.23.0 and torch 2.15.0; the JSON records both).
 
 The toy model (the C++ test has the same one, reading the tables from the
 JSON file): the logits of the next token of a row depend only on the row's
@@ -178,6 +184,16 @@ def generation_cases():
     ]
     for name, opts in extra:
         cases.append(run_case(name, bprompts, opts))
+    # Longer runs: the early-stop heuristic and late EOS.
+    long_prompts = [[8], [2, 4, 6, 8, 10], [33, 21, 13], [0, 39], [26]]
+    for nb in (2, 4):
+        for lp in (1.0, 0.7, 1.5):
+            for es in ("false", "true", "never"):
+                opts = {"max_new_tokens": 25, "num_beams": nb, "length_penalty": lp,
+                        "early_stopping": es, "eos_token_ids": [EOS_B], "pad_token_id": 0}
+                cases.append(run_case(f"beam{nb}_long_lp{lp}_{es}", long_prompts, opts))
+    cases.append(run_case("greedy_long_two_eos", long_prompts,
+                          {"max_new_tokens": 40, "eos_token_ids": [EOS_B, 19], "pad_token_id": 2}))
     return cases
 
 

@@ -202,6 +202,33 @@ void test_reference_filters(void**) {
   assert_int_equal(failures, 0);
 }
 
+// What the model is fed: prompts left-padded with the pad token under mask
+// 0; after a row's EOS, the pad token under mask 1 (as HF appends
+// pad_token_id while other rows go on); the result stops at the EOS.
+void test_feed_layout(void**) {
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  o.eos_token_ids = {3};
+  o.pad_token_id = 1;
+  gen_test::ToyLM m(&g_tables);
+  const GenerateResult r = oslo::generate(m, {{5, 9, 2}, {1, 2, 3, 4, 5, 6}}, o);
+  // From the reference: prompt 0 emits [20, 3], prompt 1 goes on for 4 steps.
+  assert_true(r.tokens[0] == std::vector<int64_t>({20, 3}));
+  assert_int_equal(r.tokens[1].size(), 4);
+  assert_int_equal(r.tokens[1].back(), 3);
+  // Four steps ran: the prompt and three single tokens (the fourth token
+  // finished every row, so no step fed it).
+  assert_int_equal(m.appends, 4);
+  assert_true(m.fed_tokens(0) == std::vector<int64_t>({1, 1, 1, 5, 9, 2, 20, 3, 1}));
+  assert_true(m.fed_mask(0) == std::vector<uint8_t>({0, 0, 0, 1, 1, 1, 1, 1, 1}));
+  assert_true(m.fed_mask(1) == std::vector<uint8_t>(9, 1));
+  // Without a pad token, HF's default: the first EOS id.
+  o.pad_token_id = -1;
+  gen_test::ToyLM m2(&g_tables);
+  oslo::generate(m2, {{5, 9, 2}, {1, 2, 3, 4, 5, 6}}, o);
+  assert_true(m2.fed_tokens(0) == std::vector<int64_t>({3, 3, 3, 5, 9, 2, 20, 3, 3}));
+}
+
 // A cache that is not reordered gives other beams: the toy's history is what
 // the logits come from, so the reference cases catch a wrong reorder.
 void test_wrong_reorder_is_caught(void**) {
@@ -621,6 +648,7 @@ int main(int argc, char** argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_generation),
         cmocka_unit_test(test_reference_filters),
+        cmocka_unit_test(test_feed_layout),
         cmocka_unit_test(test_wrong_reorder_is_caught),
     };
     return cmocka_run_group_tests_name("generate_reference", tests, nullptr, nullptr);

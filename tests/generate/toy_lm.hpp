@@ -109,6 +109,10 @@ class ToyLM : public oslo::CausalLM {
 
   int64_t length() const override { return rows_ ? static_cast<int64_t>(tok_[0].size()) : 0; }
 
+  // What row r was fed so far: tokens and mask.
+  const std::vector<int64_t>& fed_tokens(int64_t r) const { return tok_[r]; }
+  const std::vector<uint8_t>& fed_mask(int64_t r) const { return mask_[r]; }
+
   // The logits of a row given its real tokens (what the model computes).
   static void logits_for(const Tables& t, const std::vector<int64_t>& real, float* out) {
     const int64_t V = t.vocab, n = static_cast<int64_t>(real.size());
