@@ -1059,9 +1059,9 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
                  ": the local tensor is ",
                  pt.tensor.defined() ? shape_str(pt.tensor.shape()) : std::string("undefined"),
                  " but the placement needs ", shape_str(p.local_shape()));
-      OSLO_CHECK(st::valid_utf8(p.name.data(), p.name.size()) && p.name != "__metadata__" &&
-                     p.name.find('@') == std::string::npos,
-                 OSLO_ERR_INVALID_ARGUMENT, who, ": a saved name is valid UTF-8 without '@'");
+      OSLO_CHECK(st::valid_utf8(p.name.data(), p.name.size()) && p.name != "__metadata__",
+                 OSLO_ERR_INVALID_ARGUMENT, who,
+                 ": a saved name must be valid UTF-8 other than __metadata__");
     }
   });
 
@@ -1296,7 +1296,9 @@ void reshard(const std::string& src_path, const std::string& dst, int new_tp,
 // Merge
 // --------------------------------------------------------------------------
 
-void merge(const std::string& src_path, const std::string& dst, const MergeOptions& options) {
+void merge(const std::string& src_path, const std::string& dst_arg, const MergeOptions& options) {
+  std::string dst = dst_arg;
+  while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
   OSLO_CHECK(!dst.empty(), OSLO_ERR_INVALID_ARGUMENT, "merge: destination is empty");
   if (options.convert)
     OSLO_CHECK(dtype_is_float(options.dtype), OSLO_ERR_DTYPE,
