@@ -582,13 +582,19 @@ void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend&
         ss[p.split_dim] = s.length;
         seg_max = std::max<size_t>(seg_max, static_cast<size_t>(numel_of(ss) * es));
       }
-      if (p.split_dim < 0) seg_max = 0;
+      // One segment filling the local tensor (no padding) is read in place.
+      const bool whole =
+          p.split_dim < 0 || (p.segments.size() == 1 && p.segments[0].local_start == 0 &&
+                              p.segments[0].length == p.local_extent);
+      if (whole) seg_max = 0;
       if (stage.size() < bytes + seg_max) stage.resize(bytes + seg_max);
       staging = std::max<uint64_t>(staging, bytes + seg_max);
       char* host = stage.data();
       char* seg = stage.data() + bytes;
       if (p.split_dim < 0) {
         src.read_box(t, -1, 0, 0, out, host);
+      } else if (whole) {
+        src.read_box(t, p.split_dim, p.segments[0].global_start, p.segments[0].length, out, host);
       } else {
         std::memset(host, 0, bytes);  // padding rows
         for (const Segment& s : p.segments) {
