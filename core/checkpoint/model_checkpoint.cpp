@@ -419,8 +419,9 @@ void check_placement(const Placement& p, const std::string& who) {
   }
 }
 
-std::string seg_key(const Placement& p, const Segment& s, size_t owned_count) {
-  (void)owned_count;
+// Key of a stored segment: the name if the rank holds one segment of the
+// tensor, else name@global_start.
+std::string seg_key(const Placement& p, const Segment& s) {
   return p.segments.size() == 1 ? p.name : p.name + "@" + std::to_string(s.global_start);
 }
 
@@ -780,7 +781,7 @@ void plan_pieces(const std::vector<const Placement*>& placements,
       for (const Segment& s : p.segments) {
         if (!s.owner) continue;
         PieceRecord r = base;
-        r.key = seg_key(p, s, p.segments.size());
+        r.key = seg_key(p, s);
         r.stored = true;
         r.offset = s.global_start;
         r.length = s.length;
