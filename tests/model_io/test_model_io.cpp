@@ -1160,6 +1160,11 @@ int rss_bench(std::string dir, int mb) {
       const long limit = static_cast<long>(stats.staging_bytes >> 20) + 16;
       bool ok = (after - base) / 1024 <= 8;
       if (mode == oslo::ReadMode::Pread) ok = ok && peak_mib <= limit;
+#if defined(__SANITIZE_ADDRESS__)
+      // ASan keeps freed memory (the staging buffer) in quarantine: the
+      // numbers are printed, not checked.
+      ok = true;
+#endif
       if (!ok) std::printf("FAIL: resident set above the limits\n");
       std::fflush(nullptr);
       _exit(ok ? 0 : 1);
