@@ -419,8 +419,9 @@ void check_placement(const Placement& p, const std::string& who) {
   }
 }
 
-std::string seg_key(const Placement& p, const Segment& s, size_t owned_count) {
-  (void)owned_count;
+// Key of a stored segment: the name if the rank holds one segment of the
+// tensor, else name@global_start.
+std::string seg_key(const Placement& p, const Segment& s) {
   return p.segments.size() == 1 ? p.name : p.name + "@" + std::to_string(s.global_start);
 }
 
@@ -582,13 +583,19 @@ void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend&
         ss[p.split_dim] = s.length;
         seg_max = std::max<size_t>(seg_max, static_cast<size_t>(numel_of(ss) * es));
       }
-      if (p.split_dim < 0) seg_max = 0;
+      // One segment filling the local tensor (no padding) is read in place.
+      const bool whole =
+          p.split_dim < 0 || (p.segments.size() == 1 && p.segments[0].local_start == 0 &&
+                              p.segments[0].length == p.local_extent);
+      if (whole) seg_max = 0;
       if (stage.size() < bytes + seg_max) stage.resize(bytes + seg_max);
       staging = std::max<uint64_t>(staging, bytes + seg_max);
       char* host = stage.data();
       char* seg = stage.data() + bytes;
       if (p.split_dim < 0) {
         src.read_box(t, -1, 0, 0, out, host);
+      } else if (whole) {
+        src.read_box(t, p.split_dim, p.segments[0].global_start, p.segments[0].length, out, host);
       } else {
         std::memset(host, 0, bytes);  // padding rows
         for (const Segment& s : p.segments) {
@@ -780,7 +787,7 @@ void plan_pieces(const std::vector<const Placement*>& placements,
       for (const Segment& s : p.segments) {
         if (!s.owner) continue;
         PieceRecord r = base;
-        r.key = seg_key(p, s, p.segments.size());
+        r.key = seg_key(p, s);
         r.stored = true;
         r.offset = s.global_start;
         r.length = s.length;
@@ -1065,9 +1072,9 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
                  ": the local tensor is ",
                  pt.tensor.defined() ? shape_str(pt.tensor.shape()) : std::string("undefined"),
                  " but the placement needs ", shape_str(p.local_shape()));
-      OSLO_CHECK(st::valid_utf8(p.name.data(), p.name.size()) && p.name != "__metadata__" &&
-                     p.name.find('@') == std::string::npos,
-                 OSLO_ERR_INVALID_ARGUMENT, who, ": a saved name is valid UTF-8 without '@'");
+      OSLO_CHECK(st::valid_utf8(p.name.data(), p.name.size()) && p.name != "__metadata__",
+                 OSLO_ERR_INVALID_ARGUMENT, who,
+                 ": a saved name must be valid UTF-8 other than __metadata__");
     }
   });
 
@@ -1302,7 +1309,9 @@ void reshard(const std::string& src_path, const std::string& dst, int new_tp,
 // Merge
 // --------------------------------------------------------------------------
 
-void merge(const std::string& src_path, const std::string& dst, const MergeOptions& options) {
+void merge(const std::string& src_path, const std::string& dst_arg, const MergeOptions& options) {
+  std::string dst = dst_arg;
+  while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
   OSLO_CHECK(!dst.empty(), OSLO_ERR_INVALID_ARGUMENT, "merge: destination is empty");
   if (options.convert)
     OSLO_CHECK(dtype_is_float(options.dtype), OSLO_ERR_DTYPE,
