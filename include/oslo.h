@@ -1398,8 +1398,9 @@ OSLO_API oslo_status oslo_merge_options_init(oslo_merge_options *options, unsign
  * model.safetensors.index.json, config.json, tokenizer files) that
  * transformers' from_pretrained loads. Not collective, needs no context;
  * streams tensor by tensor; `dst` appears atomically.
- * Errors: OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO (dst exists and not
- * overwrite), OSLO_ERR_FORMAT (corrupt source: named).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad options, dst an existing
+ * non-empty folder without overwrite), OSLO_ERR_IO (unreadable source,
+ * unwritable dst), OSLO_ERR_FORMAT (corrupt source: named).
  * Thread-safety: thread-safe for distinct paths.
  * Ownership: paths and options are read during the call only.
  */
