@@ -1,4 +1,4 @@
-// Model I/O over placements (core/model/placement.hpp): load each rank's
+// Model I/O over placements (core/checkpoint/placement.hpp): load each rank's
 // slices of Hugging Face named tensors from any WeightSource, save a parallel
 // model as an oslo checkpoint (manifest version 2, FORMAT.md), merge any
 // source into an ordinary Hugging Face folder, reshard a checkpoint offline
@@ -25,7 +25,7 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/weight_source.hpp"
 #include "core/comm/communicator.hpp"
-#include "core/model/placement.hpp"
+#include "core/checkpoint/placement.hpp"
 #include "oslo.h"
 
 namespace oslo {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/model/config.hpp"
-#include "core/model/placement.hpp"
+#include "core/checkpoint/placement.hpp"
 
 namespace oslo {
 

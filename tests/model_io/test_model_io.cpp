@@ -42,7 +42,7 @@
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
-#include "core/model/placement.hpp"
+#include "core/checkpoint/placement.hpp"
 #include "core/tensor/tensor.hpp"
 #include "tests/common/temp_dir.hpp"
 

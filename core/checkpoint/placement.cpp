@@ -1,4 +1,4 @@
-#include "core/model/placement.hpp"
+#include "core/checkpoint/placement.hpp"
 
 #include <utility>
 
