@@ -519,6 +519,7 @@ static char *bind_checkpoint_inspect(const char *path, int json) {
    Python layer (oslo.Tensor.wrap) keeps the buffer's owner alive for as long
    as the tensor lives, as oslo requires. */
 %newobject bind_tensor_wrap;
+%rename(tensor_wrap) bind_tensor_wrap;
 %inline %{
 static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_bytes,
                                      oslo_dtype dtype, int ndim, const int64_t *shape) {
@@ -538,7 +539,6 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   return t;
 }
 %}
-%rename(tensor_wrap) bind_tensor_wrap;
 #endif
 
 /* ------------------------------------------------------------------------ */
