@@ -39,6 +39,11 @@
 #include <string.h>
 
 #include "oslo.h"
+#include <oslo/dlpack.h>
+
+/* DLPack exports, told apart by type so each language maps them. */
+typedef struct DLManagedTensorVersioned *bind_dlpack_versioned;
+typedef struct DLManagedTensor *bind_dlpack_unversioned;
 
 /* The status of the last wrapped call on this thread and, for errors the
    binding itself finds (a buffer of the wrong size), its message. */
@@ -277,6 +282,59 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
 %typemap(freearg) (void *OUTBUF, size_t OUTBYTES) {
   if (got_$argnum) PyBuffer_Release(&view_$argnum);
 }
+/* DLPack (Python): exports become capsules "dltensor_versioned" (DLPack 1.x)
+   or "dltensor" whose destructor calls the deleter unless a consumer took
+   the tensor (and renamed the capsule "used_..."); imports take such a
+   capsule, and rename it once oslo owns the tensor (on failure the capsule,
+   and so its deleter, stays the caller's). */
+%{
+static void bind_capsule_free_versioned(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+    struct DLManagedTensorVersioned *m =
+        (struct DLManagedTensorVersioned *)PyCapsule_GetPointer(cap, "dltensor_versioned");
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+static void bind_capsule_free_unversioned(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, "dltensor")) {
+    struct DLManagedTensor *m = (struct DLManagedTensor *)PyCapsule_GetPointer(cap, "dltensor");
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+%}
+typedef struct DLManagedTensorVersioned *bind_dlpack_versioned;
+typedef struct DLManagedTensor *bind_dlpack_unversioned;
+%typemap(out) bind_dlpack_versioned {
+  $result = PyCapsule_New($1, "dltensor_versioned", bind_capsule_free_versioned);
+  if (!$result) {
+    if ($1->deleter) $1->deleter($1);
+    SWIG_fail;
+  }
+}
+%typemap(out) bind_dlpack_unversioned {
+  $result = PyCapsule_New($1, "dltensor", bind_capsule_free_unversioned);
+  if (!$result) {
+    if ($1->deleter) $1->deleter($1);
+    SWIG_fail;
+  }
+}
+%typemap(in) (void *dlpack_capsule, int dlpack_versioned) {
+  if (PyCapsule_IsValid($input, "dltensor_versioned")) {
+    $1 = PyCapsule_GetPointer($input, "dltensor_versioned");
+    $2 = 1;
+  } else if (PyCapsule_IsValid($input, "dltensor")) {
+    $1 = PyCapsule_GetPointer($input, "dltensor");
+    $2 = 0;
+  } else {
+    PyErr_SetString(PyExc_ValueError, "expected an unconsumed DLPack capsule "
+                                      "(\"dltensor_versioned\" or \"dltensor\")");
+    SWIG_fail;
+  }
+}
+/* Runs only when the import succeeded: oslo owns the tensor now. */
+%typemap(argout) (void *dlpack_capsule, int dlpack_versioned) {
+  if (PyCapsule_SetName($input, $2 ? "used_dltensor_versioned" : "used_dltensor") != 0) SWIG_fail;
+}
 #elif defined(SWIGJAVA)
 /* A shape: long[]. */
 %typemap(jni) (int ndim, const int64_t *shape) "jlongArray"
@@ -312,7 +370,7 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
 %typemap(gotype) (int ndim, const int64_t *shape) "[]int64"
 %typemap(in) (int ndim, const int64_t *shape) {
   $1 = (int)$input.len;
-  $2 = (const int64_t *)$input.array;
+  $2 = ($2_ltype)$input.array;
 }
 %typemap(gotype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "[]byte"
 %typemap(in) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) {
@@ -515,6 +573,43 @@ static char *bind_checkpoint_inspect(const char *path, int json) {
 }
 
 #if defined(SWIGPYTHON)
+%extend oslo_tensor {
+  bind_dlpack_versioned m_to_dlpack_versioned() {
+    struct DLManagedTensorVersioned *m = NULL;
+    oslo_bind_check(oslo_tensor_to_dlpack_versioned($self, &m));
+    return m;
+  }
+  bind_dlpack_unversioned m_to_dlpack() {
+    struct DLManagedTensor *m = NULL;
+    oslo_bind_check(oslo_tensor_to_dlpack($self, &m));
+    return m;
+  }
+  /* (device_type, device_id) of DLPack, as device_type * 2^32 + device_id. */
+  int64_t m_dlpack_device() {
+    struct DLManagedTensorVersioned *m = NULL;
+    int64_t d;
+    if (!oslo_bind_check(oslo_tensor_to_dlpack_versioned($self, &m))) return 0;
+    d = (int64_t)m->dl_tensor.device.device_type * 4294967296LL +
+        (int64_t)m->dl_tensor.device.device_id;
+    if (m->deleter) m->deleter(m);
+    return d;
+  }
+}
+%newobject bind_tensor_from_dlpack;
+%rename(tensor_from_dlpack) bind_tensor_from_dlpack;
+%inline %{
+static oslo_tensor *bind_tensor_from_dlpack(oslo_context *ctx, void *dlpack_capsule,
+                                            int dlpack_versioned) {
+  oslo_tensor *t = NULL;
+  if (dlpack_versioned)
+    oslo_bind_check(oslo_tensor_from_dlpack_versioned(
+        ctx, (struct DLManagedTensorVersioned *)dlpack_capsule, &t));
+  else
+    oslo_bind_check(oslo_tensor_from_dlpack(ctx, (struct DLManagedTensor *)dlpack_capsule, &t));
+  return t;
+}
+%}
+
 /* oslo_tensor_wrap over a Python buffer (writable, C-contiguous). The
    Python layer (oslo.Tensor.wrap) keeps the buffer's owner alive for as long
    as the tensor lives, as oslo requires. */

@@ -437,6 +437,40 @@ class Tensor(_Handle):
         self._handle().copy_from_host(array)
         return self
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export sharing the tensor's memory (no copy): a DLPack 1.x
+        capsule when the consumer accepts max_version >= (1, 0), else an
+        unversioned one. The memory stays valid until the consumer is done,
+        even after close(). A wrapped numpy array is exported by numpy."""
+        if copy:
+            raise BufferError("oslo exports share memory; copy=True is not supported")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"the tensor is on DLPack device {self.__dlpack_device__()}, "
+                              f"not {tuple(dl_device)}")
+        if self._base is not None:
+            kw = {} if max_version is None else {"max_version": max_version}
+            return self._base.__dlpack__(**kw)
+        h = self._handle()
+        if max_version is not None and tuple(max_version)[0] >= 1:
+            return h.to_dlpack_versioned()
+        return h.to_dlpack()
+
+    def __dlpack_device__(self):
+        d = self._handle().dlpack_device()
+        return (d >> 32, d & 0xFFFFFFFF)
+
+    @classmethod
+    def _from_dlpack(cls, ctx, obj):
+        if hasattr(obj, "__dlpack__"):
+            try:
+                cap = obj.__dlpack__(max_version=(1, 0))
+            except TypeError:  # a producer older than DLPack 1.0
+                cap = obj.__dlpack__()
+        else:
+            cap = obj
+        h = _c.tensor_from_dlpack(ctx._handle(), cap)
+        return cls(ctx, None, _h=h)
+
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
