@@ -33,6 +33,7 @@
 #endif
 
 %{
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,10 +66,15 @@ static int oslo_bind_check(oslo_status st) {
 }
 
 /* Records an error the binding found, with its own message. */
-static void oslo_bind_fail(oslo_status st, const char *fmt, unsigned long long a,
-                           unsigned long long b) {
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void oslo_bind_fail(oslo_status st, const char *fmt, ...) {
+  va_list ap;
   oslo_bind_status = st;
-  snprintf(oslo_bind_message, sizeof oslo_bind_message, fmt, a, b);
+  va_start(ap, fmt);
+  vsnprintf(oslo_bind_message, sizeof oslo_bind_message, fmt, ap);
+  va_end(ap);
 }
 
 /* The message of the failure just recorded (call on the failing thread). */
@@ -197,7 +203,6 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
   if (exc) (*env)->Throw(env, (jthrowable)exc);
 }
 %}
-%typemap(throws) oslo_status "";
 %exception {
   oslo_bind_status = OSLO_OK;
   $action
@@ -450,7 +455,7 @@ static char *bind_checkpoint_inspect(const char *path, int json) {
   if (!oslo_bind_check(oslo_checkpoint_inspect(path, json, NULL, 0, &len))) return NULL;
   buf = (char *)malloc(len + 1);
   if (!buf) {
-    oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "inspect: %llu bytes%.0llu", len + 1ULL, 0ULL);
+    oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "inspect: %llu bytes", len + 1ULL);
     return NULL;
   }
   if (!oslo_bind_check(oslo_checkpoint_inspect(path, json, buf, len + 1, &len))) {
@@ -540,8 +545,8 @@ static char *bind_checkpoint_inspect(const char *path, int json) {
     int n = 0;
     if (!oslo_bind_check(oslo_tensor_ndim($self, &n))) return 0;
     if (i < 0 || i >= n) {
-      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "dim: index %llu out of range for %llu dimensions",
-                     (unsigned long long)i, (unsigned long long)n);
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "dim: index %d out of range for %d dimensions", i,
+                     n);
       return 0;
     }
     if (!oslo_bind_check(oslo_tensor_shape($self, s))) return 0;
@@ -645,8 +650,8 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   oslo_generate_options() {
     oslo_generate_options *o = (oslo_generate_options *)calloc(1, sizeof *o);
     if (!o) {
-      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "GenerateOptions: %llu bytes%.0llu",
-                     (unsigned long long)sizeof *o, 0ULL);
+      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "GenerateOptions: %llu bytes",
+                     (unsigned long long)sizeof *o);
       return NULL;
     }
     if (!oslo_bind_check(oslo_generate_options_init(o, OSLO_GENERATE_OPTIONS_VERSION))) {
@@ -677,8 +682,8 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   oslo_model_info *m_info() {
     oslo_model_info *i = (oslo_model_info *)calloc(1, sizeof *i);
     if (!i) {
-      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "info: %llu bytes%.0llu",
-                     (unsigned long long)sizeof *i, 0ULL);
+      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "info: %llu bytes",
+                     (unsigned long long)sizeof *i);
       return NULL;
     }
     if (!oslo_bind_check(oslo_model_get_info($self, i, NULL))) {
@@ -742,8 +747,7 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
     unsigned long long total = 0, b;
     const unsigned long long nb = (unsigned long long)(batch > 0 ? batch : 0);
     if (!options) {
-      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "generate: options is NULL%.0llu%.0llu", 0ULL,
-                     0ULL);
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "generate: options is NULL");
       return;
     }
     o = *options;
@@ -755,8 +759,8 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
     if (!oslo_bind_bytes("generate: prompt_ids", prompt_ids_bytes, total * 8)) return;
     if (eos_token_ids_bytes % 8) {
       oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT,
-                     "generate: eos_token_ids holds %llu bytes, not a whole number of int64%.0llu",
-                     (unsigned long long)eos_token_ids_bytes, 0ULL);
+                     "generate: eos_token_ids holds %llu bytes, not a whole number of int64",
+                     (unsigned long long)eos_token_ids_bytes);
       return;
     }
     if (eos_token_ids) {
@@ -806,8 +810,8 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
     size_t n = 0;
     if (ids_bytes % 8) {
       oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT,
-                     "decode: ids hold %llu bytes, not a whole number of int64%.0llu",
-                     (unsigned long long)ids_bytes, 0ULL);
+                     "decode: ids hold %llu bytes, not a whole number of int64",
+                     (unsigned long long)ids_bytes);
       return 0;
     }
     oslo_bind_check(oslo_tokenizer_decode($self, (const int64_t *)ids, ids_bytes / 8,
