@@ -253,9 +253,55 @@ def tokenizer_capi(fixture):
     tok.close()
 
 
+def linear_bad_args():
+    with oslo.Context() as ctx:
+        e = raises(oslo.InvalidArgumentError, oslo.ParallelLinear, ctx, 0, 4)
+        check("in_features" in e.message or "size" in e.message, e.message)
+        raises(oslo.DTypeError, oslo.ParallelLinear, ctx, 4, 4, dtype=oslo.DType.I32)
+        fc = oslo.ParallelLinear(ctx, 4, 6, "column", bias=False)
+        check(fc.bias is None and fc.weight.shape == (6, 4), "params")
+        raises(oslo.ShapeError, fc.load_full, np.zeros((4, 4), np.float32))
+        raises(oslo.InvalidArgumentError, fc.load_full, np.zeros((6, 4), np.float32),
+               np.zeros(6, np.float32))  # a bias for a layer without one
+        raises(oslo.ShapeError, fc.forward, np.zeros((2, 5), np.float32),
+               np.zeros((2, 6), np.float32))
+        w = fc.weight
+        del fc
+        import gc
+        gc.collect()
+        check(w.numpy().shape == (6, 4), "a borrowed tensor keeps its layer alive")
+
+
+def embedding_bad_args():
+    with oslo.Context() as ctx:
+        emb = oslo.ParallelEmbedding(ctx, 10, 4)
+        check(emb.vocab_range == (0, 10) and emb.local_rows == 10, emb.vocab_range)
+        table = np.arange(40, dtype=np.float32).reshape(10, 4)
+        emb.load_full(table)
+        out = emb.forward(np.array([[1, 9]], np.int64), np.empty((1, 2, 4), np.float32))
+        check(np.array_equal(out[0], table[[1, 9]]), "lookup")
+        e = raises(oslo.InvalidArgumentError, emb.forward, np.array([10], np.int64),
+                   np.empty((1, 4), np.float32))
+        check("10" in e.message, e.message)
+        raises(oslo.DTypeError, emb.forward, np.array([1.0], np.float32),
+               np.empty((1, 4), np.float32))
+
+
+def cross_entropy_bad_args():
+    with oslo.Context() as ctx:
+        logits = np.log(np.array([[0.25, 0.25, 0.5]], np.float32))
+        loss = ctx.vocab_parallel_cross_entropy(logits, np.array([2], np.int64), 3)
+        check(abs(loss - np.log(2)) < 1e-5, loss)
+        raises(oslo.InvalidArgumentError, ctx.vocab_parallel_cross_entropy, logits,
+               np.array([3], np.int64), 3)
+        raises(oslo.InvalidArgumentError, ctx.vocab_parallel_cross_entropy, logits,
+               np.array([0], np.int64), 0)
+
+
 if __name__ == "__main__":
     main({f.__name__: f for f in (version, status_strings, context_defaults, context_config_file,
                                   context_bad_configs, context_abort, tensor_create_and_query,
                                   tensor_bad_args, tensor_wrap_no_copy, dlpack,
                                   collectives_single, handles_lifetime, gil_released,
-                                  tokenizer_capi)})
+                                  tokenizer_capi, linear_bad_args, embedding_bad_args,
+                                  cross_entropy_bad_args)})

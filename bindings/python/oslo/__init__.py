@@ -21,7 +21,7 @@ from ._errors import (BackendUnavailableError, CommError, ConfigError, DTypeErro
                       NotSupportedError, OutOfMemoryError, ShapeError, Status, TimeoutError)
 
 __all__ = [
-    "Context", "Tensor", "Model", "ModelInfo", "Tokenizer", "Group", "ReduceOp", "DType",
+    "Context", "Tensor", "ParallelLinear", "ParallelEmbedding", "ParamSet", "Model", "ModelInfo", "Tokenizer", "Group", "ReduceOp", "DType",
     "ModelOutput", "SpecialToken", "Status", "Error", "InvalidArgumentError",
     "OutOfMemoryError", "BackendUnavailableError", "CommError", "TimeoutError", "IOError",
     "FormatError", "ShapeError", "DTypeError", "ConfigError", "NotSupportedError",
@@ -116,27 +116,35 @@ _lifetime = threading.Lock()
 
 
 class _Handle:
-    """Owns one SWIG object (`_h`, whose destructor calls oslo_*_destroy).
+    """Owns one SWIG object (`_h`, whose destructor calls oslo_*_destroy), or
+    borrows one (a layer's parameter tensors: never destroyed here).
 
-    A child (a tensor or model) holds its parent (the context) and is counted
-    in it. close() closes the children first; when the garbage collector
-    finalises a parent before its children (a reference cycle), the parent's
-    destruction waits until the last child is gone.
+    An object depends on its parents (a tensor, layer or model on its
+    context; a borrowed tensor on its layer; a parameter set on its context
+    and on everything added to it): it holds them and is counted in them.
+    close() closes the dependants first; when the garbage collector
+    finalises a parent before its dependants (a reference cycle), the
+    parent's destruction waits until the last dependant is gone.
     """
 
     _h = None
-    _parent = None
+    _parents = ()
 
     def __init__(self, h, parent=None):
         self._h = h
         self._nchildren = 0
         self._close_pending = False
         self._children = weakref.WeakSet()
+        self._parents = []
         if parent is not None:
-            with _lifetime:
-                parent._nchildren += 1
-                parent._children.add(self)
-            self._parent = parent
+            self._depend_on(parent)
+
+    def _depend_on(self, parent):
+        parent._handle()  # a closed parent cannot take dependants
+        with _lifetime:
+            parent._nchildren += 1
+            parent._children.add(self)
+            self._parents.append(parent)
 
     @property
     def closed(self):
@@ -150,7 +158,7 @@ class _Handle:
         return h
 
     def close(self):
-        """Destroys the object (its children first). Idempotent."""
+        """Destroys the object (its dependants first). Idempotent."""
         for child in list(self._children):
             child.close()
         self._release()
@@ -163,9 +171,9 @@ class _Handle:
                 self._close_pending = True
                 return
             h, self._h = self._h, None
-            parent, self._parent = self._parent, None
-        del h  # the SWIG object's destructor runs here: oslo_*_destroy
-        if parent is not None:
+            parents, self._parents = self._parents, []
+        del h  # an owned SWIG object's destructor runs here: oslo_*_destroy
+        for parent in parents:
             with _lifetime:
                 parent._nchildren -= 1
                 parent._children.discard(self)
@@ -356,6 +364,28 @@ class Context(_Handle):
         """Blocks until every rank of the group arrived."""
         self._handle().barrier(int(group))
 
+    def vocab_parallel_cross_entropy(self, logits, labels, vocab_size, ignore_index=-100,
+                                     losses=None, grad_logits=None):
+        """Cross-entropy over this rank's vocabulary slice of the logits
+        [tokens, V_p/tp] with labels [tokens]; writes per-token losses and
+        d(mean)/d(logits) when given (Tensors or numpy arrays); returns the
+        mean loss. Collective over the tensor group."""
+        temps = []
+        try:
+            def conv(x, writable):
+                if x is None:
+                    return None
+                t, tmp = _as_tensor(self, x, writable)
+                if tmp:
+                    temps.append(t)
+                return t._handle()
+            return self._handle().vocab_parallel_cross_entropy(
+                conv(logits, False), conv(labels, False), int(vocab_size), int(ignore_index),
+                conv(losses, True), conv(grad_logits, True))
+        finally:
+            for t in temps:
+                t.close()
+
 
 # ---------------------------------------------------------------------------
 # Tensor
@@ -371,6 +401,7 @@ class Tensor(_Handle):
             _h = _c.Tensor(ctx._handle(), int(_dtype(dtype)), [int(s) for s in shape])
         super().__init__(_h, ctx)
         self._base = _base
+        self._ctx = ctx
 
     @classmethod
     def wrap(cls, ctx, array):
@@ -394,9 +425,21 @@ class Tensor(_Handle):
         t.copy_from(a)
         return t
 
+    @classmethod
+    def _borrowed(cls, owner, h):
+        """A tensor owned by `owner` (a layer): never destroyed here, and
+        `owner` lives while it is referenced."""
+        if h is None:
+            return None
+        t = cls.__new__(cls)
+        _Handle.__init__(t, h, owner)
+        t._base = None
+        t._ctx = owner.context
+        return t
+
     @property
     def context(self):
-        return self._parent
+        return self._ctx
 
     @property
     def ndim(self):
@@ -482,6 +525,217 @@ class Tensor(_Handle):
 
 
 # ---------------------------------------------------------------------------
+# Tensor-parallel layers and parameter sets
+# ---------------------------------------------------------------------------
+
+class ParallelLinear(_Handle):
+    """y = x W^T + b split over the tensor group: kind "column" (output
+    features split) or "row" (input features split). Weights start at zero."""
+
+    def __init__(self, ctx, in_features, out_features, kind="column", bias=True,
+                 gather_output=False, input_is_parallel=True, dtype=DType.F32):
+        k = {"column": _c.OSLO_LINEAR_COLUMN, "row": _c.OSLO_LINEAR_ROW}.get(kind, kind)
+        super().__init__(_c.ParallelLinear(ctx._handle(), int(k), int(in_features),
+                                           int(out_features), int(bool(bias)),
+                                           int(bool(gather_output)),
+                                           int(bool(input_is_parallel)), int(_dtype(dtype))), ctx)
+        self._ctx = ctx
+
+    @property
+    def context(self):
+        return self._ctx
+
+    def _t(self, x, writable=False):
+        return _as_tensor(self._ctx, x, writable)
+
+    def load_full(self, weight, bias=None):
+        """Loads the unsharded weight [out, in] (and bias [out]); each rank
+        keeps its slice."""
+        self._load(self._handle().load_full, weight, bias)
+
+    def load_shard(self, weight, bias=None):
+        """Loads this rank's slice directly."""
+        self._load(self._handle().load_shard, weight, bias)
+
+    def _load(self, fn, weight, bias):
+        w, tw = self._t(_np.ascontiguousarray(weight) if isinstance(weight, _np.ndarray) else weight)
+        b, tb = (None, False) if bias is None else self._t(
+            _np.ascontiguousarray(bias) if isinstance(bias, _np.ndarray) else bias)
+        try:
+            fn(w._handle(), None if b is None else b._handle())
+        finally:
+            for t, tmp in ((w, tw), (b, tb)):
+                if tmp:
+                    t.close()
+
+    @property
+    def weight(self):
+        """This rank's weight (borrowed: lives with the layer)."""
+        return Tensor._borrowed(self, self._handle().param(0))
+
+    @property
+    def bias(self):
+        return Tensor._borrowed(self, self._handle().param(1))
+
+    @property
+    def grad_weight(self):
+        return Tensor._borrowed(self, self._handle().param(2))
+
+    @property
+    def grad_bias(self):
+        return Tensor._borrowed(self, self._handle().param(3))
+
+    def forward(self, input, output):
+        """Writes the layer's output for `input` into `output` (Tensors or
+        numpy arrays); returns output."""
+        i, ti = self._t(input)
+        o, to = self._t(output, True)
+        try:
+            self._handle().forward(i._handle(), o._handle())
+        finally:
+            for t, tmp in ((i, ti), (o, to)):
+                if tmp:
+                    t.close()
+        return output
+
+    def backward(self, input, grad_output, grad_input=None):
+        """Adds the parameter gradients; writes grad_input when given."""
+        i, ti = self._t(input)
+        g, tg = self._t(grad_output)
+        gi, tgi = (None, False) if grad_input is None else self._t(grad_input, True)
+        try:
+            self._handle().backward(i._handle(), g._handle(),
+                                    None if gi is None else gi._handle())
+        finally:
+            for t, tmp in ((i, ti), (g, tg), (gi, tgi)):
+                if tmp:
+                    t.close()
+        return grad_input
+
+    def zero_grad(self):
+        self._handle().zero_grad()
+
+
+class ParallelEmbedding(_Handle):
+    """A vocabulary-parallel embedding [vocab_size, hidden_size]."""
+
+    def __init__(self, ctx, vocab_size, hidden_size, dtype=DType.F32):
+        super().__init__(_c.ParallelEmbedding(ctx._handle(), int(vocab_size), int(hidden_size),
+                                              int(_dtype(dtype))), ctx)
+        self._ctx = ctx
+
+    @property
+    def context(self):
+        return self._ctx
+
+    @property
+    def vocab_range(self):
+        """(start, end) of this rank's real rows."""
+        h = self._handle()
+        return h.vocab_range(0), h.vocab_range(1)
+
+    @property
+    def local_rows(self):
+        return self._handle().vocab_range(2)
+
+    def load_full(self, weight):
+        w, tmp = _as_tensor(self._ctx, _np.ascontiguousarray(weight)
+                            if isinstance(weight, _np.ndarray) else weight, False)
+        try:
+            self._handle().load_full(w._handle())
+        finally:
+            if tmp:
+                w.close()
+
+    def load_shard(self, weight):
+        w, tmp = _as_tensor(self._ctx, _np.ascontiguousarray(weight)
+                            if isinstance(weight, _np.ndarray) else weight, False)
+        try:
+            self._handle().load_shard(w._handle())
+        finally:
+            if tmp:
+                w.close()
+
+    @property
+    def weight(self):
+        return Tensor._borrowed(self, self._handle().param(0))
+
+    @property
+    def grad_weight(self):
+        return Tensor._borrowed(self, self._handle().param(1))
+
+    def forward(self, ids, output):
+        i, ti = _as_tensor(self._ctx, ids, False)
+        o, to = _as_tensor(self._ctx, output, True)
+        try:
+            self._handle().forward(i._handle(), o._handle())
+        finally:
+            for t, tmp in ((i, ti), (o, to)):
+                if tmp:
+                    t.close()
+        return output
+
+    def backward(self, ids, grad_output):
+        i, ti = _as_tensor(self._ctx, ids, False)
+        g, tg = _as_tensor(self._ctx, grad_output, False)
+        try:
+            self._handle().backward(i._handle(), g._handle())
+        finally:
+            for t, tmp in ((i, ti), (g, tg)):
+                if tmp:
+                    t.close()
+
+    def zero_grad(self):
+        self._handle().zero_grad()
+
+
+class ParamSet(_Handle):
+    """Named parameters for gradient clipping and sharded checkpoints. The
+    set depends on what is added to it: closing an added tensor or layer
+    closes the set first."""
+
+    def __init__(self, ctx):
+        super().__init__(_c.ParamSet(ctx._handle()), ctx)
+        self._ctx = ctx
+
+    def add(self, name, tensor, grad=None, split_dim=-1):
+        """Adds an oslo.Tensor (and its gradient) split along split_dim
+        across the tensor group, or replicated (-1)."""
+        if not isinstance(tensor, Tensor) or (grad is not None and not isinstance(grad, Tensor)):
+            raise InvalidArgumentError("ParamSet.add takes oslo.Tensor objects (the set keeps "
+                                       "using them)", Status.INVALID_ARGUMENT)
+        self._handle().add(str(name), tensor._handle(),
+                           None if grad is None else grad._handle(), int(split_dim))
+        for d in (tensor, grad):
+            if d is not None:
+                self._depend_on(d)
+
+    def add_linear(self, prefix, layer):
+        self._handle().add_linear(str(prefix), layer._handle())
+        self._depend_on(layer)
+
+    def add_embedding(self, prefix, emb):
+        self._handle().add_embedding(str(prefix), emb._handle())
+        self._depend_on(emb)
+
+    def __len__(self):
+        return self._handle().count()
+
+    def clip_grad_norm(self, max_norm=0.0, norm_type=2.0):
+        """The global gradient norm; scales the gradients when it exceeds
+        max_norm > 0. Collective over the tensor group."""
+        return self._handle().clip_grad_norm(float(max_norm), float(norm_type))
+
+    def save_checkpoint(self, dir):
+        """Sharded, atomic checkpoint. Collective over the world group."""
+        self._handle().save_checkpoint(os.fspath(dir))
+
+    def load_checkpoint(self, dir):
+        """Loads a checkpoint saved at any tensor-parallel size. Collective."""
+        self._handle().load_checkpoint(os.fspath(dir))
+
+
+# ---------------------------------------------------------------------------
 # Models
 # ---------------------------------------------------------------------------
 
@@ -526,12 +780,13 @@ class Model(_Handle):
     def __init__(self, ctx, path, dtype=None):
         d = -1 if dtype is None else int(_dtype(dtype))
         super().__init__(_c.Model(ctx._handle(), os.fspath(path), d), ctx)
+        self._ctx = ctx
         i = self._h.info()
         self.info = ModelInfo(self._h.model_type(), i)
 
     @property
     def context(self):
-        return self._parent
+        return self._ctx
 
     def forward(self, ids, mask=None, token_type_ids=None, output="logits"):
         """Logits [batch, seq, vocab] or hidden states [batch, seq, hidden]
