@@ -14,11 +14,14 @@
  * binding's own for an argument it refuses) is read inside the same C
  * wrapper call, on the same thread, before anything else can overwrite it.
  *
- * Ownership: constructors (oslo_*_create, oslo_*_load) and DLPack exports
- * return owned objects (%newobject; the class destructor calls the matching
- * *_destroy). Nothing borrowed is returned as a handle by this interface;
- * the language layers keep a child's context alive (Python: oslo/__init__.py
- * holds the context from every tensor and model it made).
+ * Ownership: constructors (oslo_*_create, oslo_*_load), tensor_wrap,
+ * tensor_from_dlpack and the DLPack exports return owned objects
+ * (%newobject or constructors; the class destructor calls the matching
+ * *_destroy, a capsule the DLPack deleter). The layers' param getters
+ * (oslo_*_params) return borrowed tensors, never destroyed by the wrapper.
+ * The language layers keep what a handle depends on alive: its context, a
+ * borrowed tensor's layer, what a parameter set holds (Python:
+ * oslo/__init__.py, class _Handle).
  *
  * Language sections: SWIGPYTHON, SWIGJAVA, SWIGGO below hold each
  * language's typemaps for the three kinds of argument that need one:
