@@ -102,8 +102,7 @@ def model_gpt2_generate(*args):
                 check(abs(score - ws) < 1e-3, f"beam {i} score {score} != {ws}")
             a = m.generate(prompts[0], max_new_tokens=6, do_sample=True, seed=7, top_k=20)
             b = m.generate(prompts[0], max_new_tokens=6, do_sample=True, seed=7, top_k=20)
-            check(a == b and len(a) == 6 or (a == b and a[-1] == m.info.eos_token_id),
-                  "seeded sampling repeats")
+            check(a == b and 1 <= len(a) <= 6, f"seeded sampling repeats: {a} {b}")
             # The tokenizer gives the fixture's prompt ids.
             tok = oslo.Tokenizer(fixture)
             for i, text in enumerate(ref["prompt_texts"]):
