@@ -287,7 +287,7 @@ class Context(_Handle):
         """Concatenates every rank's `input` along dimension 0 into `output`
         (allocated as a numpy array when None); returns `output`."""
         if output is None:
-            shape = list(input.shape) if isinstance(input, _np.ndarray) else input.shape
+            shape = list(input.shape)
             if not shape:
                 shape = [1]
             shape[0] *= self.size(group)
