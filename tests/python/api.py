@@ -27,6 +27,12 @@ def status_strings():
         e = oslo._errors.make(int(st), "m")
         check(isinstance(e, oslo.Error) and e.status == st and e.message == "m", repr(e))
         check(str(e) == f"{st.name}: m", str(e))
+    # oslo.Status mirrors oslo_status exactly (the SWIG module's constants).
+    from oslo import capi
+    c = {n[len("OSLO_ERR_"):]: getattr(capi, n) for n in dir(capi) if n.startswith("OSLO_ERR_")}
+    c["OK"] = capi.OSLO_OK
+    check(c == {s.name: int(s) for s in oslo.Status}, f"{c}")
+    check(capi.status_string(int(oslo.Status.TIMEOUT)).startswith("OSLO_ERR_TIMEOUT"), "string")
     e = oslo._errors.make(99, "future")
     check(type(e) is oslo.Error and e.status == 99, repr(e))
 
