@@ -200,9 +200,10 @@ static void oslo_bind_raise(int status, PyObject *message) {
 }
 #elif defined(SWIGJAVA)
 %{
-/* Throws oslo.OsloException(status, message) (java/oslo/OsloException.java). */
+/* Throws org.oslo.OsloException(status, message)
+   (bindings/java/org/oslo/OsloException.java). */
 static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
-  jclass cls = (*env)->FindClass(env, "oslo/OsloException");
+  jclass cls = (*env)->FindClass(env, "org/oslo/OsloException");
   jmethodID ctor = cls ? (*env)->GetMethodID(env, cls, "<init>", "(ILjava/lang/String;)V") : 0;
   jstring msg = ctor ? (*env)->NewStringUTF(env, message) : 0;
   jobject exc = msg ? (*env)->NewObject(env, cls, ctor, status, msg) : 0;
@@ -347,6 +348,10 @@ typedef struct DLManagedTensor *bind_dlpack_unversioned;
   if (PyCapsule_SetName($input, $2 ? "used_dltensor_versioned" : "used_dltensor") != 0) SWIG_fail;
 }
 #elif defined(SWIGJAVA)
+/* -DSWIGWORDSIZE64 makes int64_t a C long, which SWIG maps to a Java int:
+   use long long's typemaps (a Java long) for the fixed-width 64-bit types. */
+%apply long long { int64_t };
+%apply unsigned long long { uint64_t };
 /* A shape: long[]. */
 %typemap(jni) (int ndim, const int64_t *shape) "jlongArray"
 %typemap(jtype) (int ndim, const int64_t *shape) "long[]"
@@ -362,20 +367,69 @@ typedef struct DLManagedTensor *bind_dlpack_unversioned;
   $1 = (int)n_;
   $2 = dims_;
 }
-/* Memory: a direct java.nio.ByteBuffer (null is NULL), used in place. */
+/* Memory: any direct java.nio buffer (ByteBuffer, FloatBuffer, IntBuffer,
+   LongBuffer, ...; null is NULL), used in place without a copy: its whole
+   capacity from its base address (position and limit are ignored). A
+   non-direct (heap) buffer is refused with IllegalArgumentException. */
+%{
+/* Bytes per element of a direct buffer: capacity is counted in elements. */
+static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
+  static const struct { const char *cls; size_t size; } kinds[] = {
+      {"java/nio/ByteBuffer", 1},  {"java/nio/FloatBuffer", 4}, {"java/nio/IntBuffer", 4},
+      {"java/nio/LongBuffer", 8},  {"java/nio/DoubleBuffer", 8}, {"java/nio/ShortBuffer", 2},
+      {"java/nio/CharBuffer", 2}};
+  size_t i;
+  for (i = 0; i < sizeof kinds / sizeof kinds[0]; ++i) {
+    jclass c = (*env)->FindClass(env, kinds[i].cls);
+    int is = c && (*env)->IsInstanceOf(env, buf, c);
+    if (c) (*env)->DeleteLocalRef(env, c);
+    if (is) return kinds[i].size;
+  }
+  return 1;
+}
+%}
 %typemap(jni) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "jobject"
-%typemap(jtype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "java.nio.ByteBuffer"
-%typemap(jstype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "java.nio.ByteBuffer"
+%typemap(jtype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "java.nio.Buffer"
+%typemap(jstype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "java.nio.Buffer"
 %typemap(javain) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "$javainput"
 %typemap(in) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) {
   $1 = $input ? (*jenv)->GetDirectBufferAddress(jenv, $input) : NULL;
-  $2 = $input ? (size_t)(*jenv)->GetDirectBufferCapacity(jenv, $input) : 0;
+  $2 = $input ? (size_t)(*jenv)->GetDirectBufferCapacity(jenv, $input) *
+                    oslo_bind_buffer_esize(jenv, $input)
+              : 0;
   if ($input && !$1) {
     SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException,
-                            "the ByteBuffer must be direct (ByteBuffer.allocateDirect)");
+                            "the buffer must be direct (ByteBuffer.allocateDirect)");
     return $null;
   }
 }
+/* Handles are AutoCloseable; close() is SWIG's delete(), idempotent (it
+   clears the pointer). A tensor or model keeps its context in a field, so
+   the context is not collected before its children. */
+%typemap(javainterfaces) struct oslo_context, struct oslo_tensor, struct oslo_model,
+    struct oslo_tokenizer, struct oslo_parallel_linear, struct oslo_parallel_embedding,
+    struct oslo_param_set, struct oslo_generate_options, struct oslo_model_info "AutoCloseable"
+%typemap(javacode) struct oslo_context, struct oslo_tokenizer, struct oslo_parallel_linear,
+    struct oslo_parallel_embedding, struct oslo_param_set, struct oslo_generate_options,
+    struct oslo_model_info %{
+  /** Frees the handle; safe to call more than once. */
+  @Override public void close() { delete(); }
+%}
+%typemap(javacode) struct oslo_tensor, struct oslo_model %{
+  /** The context this handle was made in, kept alive while it lives. */
+  private Object context;
+  /** The context this handle was made in. */
+  public Context context() { return (Context)context; }
+  /** Frees the handle; safe to call more than once. */
+  @Override public void close() { delete(); }
+  /** Memory this handle uses in place (a wrapped direct buffer). */
+  private Object memory;
+  $javaclassname keep(Object ctx, Object mem) { context = ctx; memory = mem; return this; }
+%}
+%typemap(javaconstruct) struct oslo_tensor, struct oslo_model {
+    this($imcall, true);
+    this.context = ctx;
+  }
 #elif defined(SWIGGO)
 /* A shape: []int64. Memory: []byte (nil is NULL), used during the call. */
 %typemap(gotype) (int ndim, const int64_t *shape) "[]int64"
@@ -627,6 +681,15 @@ static oslo_tensor *bind_tensor_from_dlpack(oslo_context *ctx, void *dlpack_caps
 }
 %}
 
+#endif
+#if defined(SWIGPYTHON) || defined(SWIGJAVA)
+#if defined(SWIGJAVA)
+/* Java: the tensor keeps its context and the direct buffer alive. */
+%typemap(javaout) oslo_tensor *bind_tensor_wrap {
+    long cPtr = $jnicall;
+    return (cPtr == 0) ? null : new Tensor(cPtr, $owner).keep(ctx, out);
+  }
+#endif
 /* oslo_tensor_wrap over a Python buffer (writable, C-contiguous). The
    Python layer (oslo.Tensor.wrap) keeps the buffer's owner alive for as long
    as the tensor lives, as oslo requires. */
