@@ -415,7 +415,17 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
   /** Frees the handle; safe to call more than once. */
   @Override public void close() { delete(); }
 %}
-%typemap(javacode) struct oslo_tensor, struct oslo_model %{
+%typemap(javacode) struct oslo_model %{
+  /** The context this handle was made in, kept alive while it lives. */
+  private Object context;
+  /** The context this handle was made in. */
+  public Context context() { return (Context)context; }
+  /** Frees the handle; safe to call more than once. */
+  @Override public void close() { delete(); }
+%}
+/* float[] inputs and outputs: copied once through a direct buffer (the JVM
+   may move a heap array, so oslo never holds one). */
+%typemap(javacode) struct oslo_tensor %{
   /** The context this handle was made in, kept alive while it lives. */
   private Object context;
   /** The context this handle was made in. */
@@ -424,7 +434,37 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
   @Override public void close() { delete(); }
   /** Memory this handle uses in place (a wrapped direct buffer). */
   private Object memory;
-  $javaclassname keep(Object ctx, Object mem) { context = ctx; memory = mem; return this; }
+  Tensor keep(Object ctx, Object mem) { context = ctx; memory = mem; return this; }
+
+  private static java.nio.FloatBuffer directFloats(int n) {
+    return java.nio.ByteBuffer.allocateDirect(n * 4).order(java.nio.ByteOrder.nativeOrder())
+        .asFloatBuffer();
+  }
+  /** Copies a float[] (numel elements) into an f32 tensor. */
+  public void copy_from_host(float[] src) {
+    java.nio.FloatBuffer b = directFloats(src.length);
+    b.put(src);
+    copy_from_host(b);
+  }
+  /** The f32 tensor's elements as a new float[]. */
+  public float[] toFloatArray() {
+    java.nio.FloatBuffer b = directFloats((int)numel());
+    copy_to_host(b);
+    float[] out = new float[b.capacity()];
+    b.get(out);
+    return out;
+  }
+  /** A new f32 tensor holding a copy of data, of the given shape. */
+  public static Tensor of(Context ctx, float[] data, long... shape) {
+    Tensor t = new Tensor(ctx, oslo_dtype.OSLO_DTYPE_F32, shape);
+    try {
+      t.copy_from_host(data);
+    } catch (RuntimeException e) {
+      t.close();
+      throw e;
+    }
+    return t;
+  }
 %}
 %typemap(javaconstruct) struct oslo_tensor, struct oslo_model {
     this($imcall, true);

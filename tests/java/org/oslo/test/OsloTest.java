@@ -94,6 +94,57 @@ public class OsloTest {
     }
   }
 
+  @Test
+  void tensorFloatArray() {
+    try (Context ctx = new Context("");
+        Tensor t = Tensor.of(ctx, new float[] {1, 2, 3, 4, 5, 6}, 2, 3)) {
+      assertEquals(2, t.ndim());
+      assertArrayEquals(new float[] {1, 2, 3, 4, 5, 6}, t.toFloatArray());
+      t.copy_from_host(new float[] {6, 5, 4, 3, 2, 1});
+      assertArrayEquals(new float[] {6, 5, 4, 3, 2, 1}, t.toFloatArray());
+      OsloException e = assertThrows(OsloException.class, () -> t.copy_from_host(new float[5]));
+      assertEquals(oslo_status.OSLO_ERR_SHAPE, e.status());
+      t.close();
+      // A closed handle: SWIG passes a null pointer, oslo refuses it.
+      OsloException c = assertThrows(OsloException.class, t::numel);
+      assertEquals(oslo_status.OSLO_ERR_INVALID_ARGUMENT, c.status(), c.toString());
+    }
+  }
+
+  /** 2 ranks under oslo-run: Context.abort from another thread ends rank 0's
+   * all-reduce that rank 1 never joins, long before the timeout. */
+  @Test
+  void abortFromAnotherThread() throws Exception {
+    String w = System.getenv("WORLD_SIZE");
+    assertEquals("2", w, "runs on 2 ranks");
+    try (Context ctx = new Context("{\"tensor_parallel_size\": 2, \"timeout_seconds\": 60}")) {
+      int r = ctx.rank(oslo_group.OSLO_GROUP_WORLD);
+      ctx.barrier(oslo_group.OSLO_GROUP_WORLD);
+      if (r == 0) {
+        Thread watchdog = new Thread(() -> {
+          try {
+            Thread.sleep(500);
+          } catch (InterruptedException ignored) {
+          }
+          ctx.abort();
+        });
+        long t0 = System.nanoTime();
+        watchdog.start();
+        try (Tensor t = Tensor.of(ctx, new float[] {1, 1, 1, 1}, 4)) {
+          OsloException e = assertThrows(OsloException.class,
+              () -> ctx.all_reduce(oslo_group.OSLO_GROUP_WORLD, oslo_reduce_op.OSLO_REDUCE_SUM, t));
+          assertEquals(oslo_status.OSLO_ERR_COMM, e.status(), e.toString());
+        }
+        watchdog.join();
+        double s = (System.nanoTime() - t0) / 1e9;
+        assertTrue(s < 30, "abort took " + s + " s");
+      } else {
+        Thread.sleep(3000);
+        assertThrows(OsloException.class, () -> ctx.barrier(oslo_group.OSLO_GROUP_WORLD));
+      }
+    }
+  }
+
   /** Run on 2 ranks under oslo-run (WORLD_SIZE, RANK from the launcher). */
   @Test
   void allReduceRanks() {
