@@ -173,6 +173,53 @@ public class OsloTest {
     return out;
   }
 
+  static FloatBuffer logits(Model m, long[] ids, int vocab) {
+    LongBuffer in = directLongs(ids.length);
+    in.put(ids);
+    FloatBuffer out = directFloats(ids.length * vocab);
+    m.forward(in, null, null, 1, ids.length, oslo_model_output.OSLO_MODEL_OUTPUT_LOGITS, out);
+    return out;
+  }
+
+  /** 2 ranks under oslo-run: save at TP=2, then rank 0 loads at TP=1 with
+   * the same logits. */
+  @Test
+  void checkpointSaveTp2LoadTp1() throws Exception {
+    String fixture = System.getProperty("oslo.fixture");
+    Path out = Path.of(System.getProperty("oslo.out"));
+    String rank = System.getenv("RANK");
+    assertEquals("2", System.getenv("WORLD_SIZE"), "runs on 2 ranks");
+    long[] ids = {52, 72, 269, 326, 461, 76, 430};
+    int vocab = 515;
+    Path ckpt = out.resolve("ckpt-tp2");
+    if ("0".equals(rank)) { // before the context: no rank has started
+      if (Files.exists(out)) {
+        try (var w = Files.walk(out)) {
+          w.sorted(java.util.Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+      }
+      Files.createDirectories(out);
+    }
+    FloatBuffer want;
+    try (Context ctx = new Context(worldConfig()); Model m = new Model(ctx, fixture, -1)) {
+      assertEquals(2, ctx.size(oslo_group.OSLO_GROUP_TENSOR));
+      want = logits(m, ids, vocab);
+      m.save(ckpt.toString());
+      ctx.barrier(oslo_group.OSLO_GROUP_WORLD);
+    }
+    if (!"0".equals(rank)) return;
+    assertTrue(capi.checkpoint_inspect(ckpt.toString(), 0).contains("tensors"));
+    String cfg = "{\"rank\": 0, \"world_size\": 1, \"init_method\": \"file://"
+        + out.resolve("store") + "\"}";
+    try (Context ctx = new Context(cfg); Model m = new Model(ctx, ckpt.toString(), -1)) {
+      assertEquals(1, ctx.size(oslo_group.OSLO_GROUP_TENSOR));
+      FloatBuffer got = logits(m, ids, vocab);
+      float maxDiff = 0;
+      for (int i = 0; i < got.capacity(); ++i) maxDiff = Math.max(maxDiff, Math.abs(got.get(i) - want.get(i)));
+      assertTrue(maxDiff < 1e-4, "max diff " + maxDiff);
+    }
+  }
+
   /** GPT-2 greedy generation equal to transformers (reference.json). */
   @Test
   void gpt2Greedy() throws Exception {
