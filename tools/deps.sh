@@ -21,8 +21,12 @@ pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev libpc
       libutf8proc-dev libsentencepiece-dev curl ca-certificates unzip)
 case "${1:-}" in
   "") ;;
+  # swig4.0 and python3-dev: the Python bindings (bindings/, OSLO_BUILD_PYTHON)
+  # the python_* tests import; numpy comes from the tests' venv.
+  # openjdk-17-jdk-headless and junit5: the Java binding (OSLO_BUILD_JAVA) and
+  # its JUnit 5 java_* tests.
   --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps
-                 libtorch-dev) ;;
+                 libtorch-dev swig4.0 python3-dev openjdk-17-jdk-headless junit5) ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
 missing=()

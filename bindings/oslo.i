@@ -1,0 +1,1117 @@
+/*
+ * oslo.i - the SWIG interface of oslo for Python, Java and Go.
+ *
+ * It wraps include/oslo.h only (never the C++ core). What is exposed is an
+ * explicit list: every function of oslo.h is hidden by the rule below, and
+ * the handles become classes whose methods are the %extend blocks of this
+ * file; the enums are exposed without their *_ENUM_MIN_/*_ENUM_MAX_
+ * sentinels and without OSLO_STATUS_COUNT.
+ *
+ * Errors: every wrapped call that can fail records its oslo_status in a
+ * thread-local (oslo_bind_status) and the one %exception block of each
+ * language turns a failed status plus its message into the language's native
+ * error. The message (oslo_last_error(), thread-local in oslo, or the
+ * binding's own for an argument it refuses) is read inside the same C
+ * wrapper call, on the same thread, before anything else can overwrite it.
+ *
+ * Ownership: constructors (oslo_*_create, oslo_*_load), tensor_wrap,
+ * tensor_from_dlpack and the DLPack exports return owned objects
+ * (%newobject or constructors; the class destructor calls the matching
+ * *_destroy, a capsule the DLPack deleter). The layers' param getters
+ * (oslo_*_params) return borrowed tensors, never destroyed by the wrapper.
+ * The language layers keep what a handle depends on alive: its context, a
+ * borrowed tensor's layer, what a parameter set holds (Python:
+ * oslo/__init__.py, class _Handle).
+ *
+ * Language sections: SWIGPYTHON, SWIGJAVA, SWIGGO below hold each
+ * language's typemaps for the three kinds of argument that need one:
+ * a shape (int ndim, const int64_t *shape), a read-only memory block
+ * (const void *INBUF, size_t INBYTES) and a writable one (void *OUTBUF,
+ * size_t OUTBYTES).
+ */
+#if defined(SWIGPYTHON)
+%module(package="oslo") capi
+#else
+%module capi
+#endif
+
+%{
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oslo.h"
+#include <oslo/dlpack.h>
+
+/* DLPack exports, told apart by type so each language maps them. */
+typedef struct DLManagedTensorVersioned *bind_dlpack_versioned;
+typedef struct DLManagedTensor *bind_dlpack_unversioned;
+
+/* The status of the last wrapped call on this thread and, for errors the
+   binding itself finds (a buffer of the wrong size), its message. */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define OSLO_BIND_TLS thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define OSLO_BIND_TLS _Thread_local
+#else
+#define OSLO_BIND_TLS __thread
+#endif
+static OSLO_BIND_TLS oslo_status oslo_bind_status;
+static OSLO_BIND_TLS char oslo_bind_message[512];
+
+/* Records a status from oslo; its message is oslo_last_error(). */
+static int oslo_bind_check(oslo_status st) {
+  oslo_bind_status = st;
+  oslo_bind_message[0] = 0;
+  return st == OSLO_OK;
+}
+
+/* Records an error the binding found, with its own message. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void oslo_bind_fail(oslo_status st, const char *fmt, ...) {
+  va_list ap;
+  oslo_bind_status = st;
+  va_start(ap, fmt);
+  vsnprintf(oslo_bind_message, sizeof oslo_bind_message, fmt, ap);
+  va_end(ap);
+}
+
+/* The message of the failure just recorded (call on the failing thread). */
+static const char *oslo_bind_error_message(void) {
+  return oslo_bind_message[0] ? oslo_bind_message : oslo_last_error();
+}
+
+/* Checks that a memory block holds exactly `want` bytes. */
+static int oslo_bind_bytes(const char *what, size_t have, unsigned long long want) {
+  if ((unsigned long long)have == want) return 1;
+  oslo_bind_status = OSLO_ERR_SHAPE;
+  snprintf(oslo_bind_message, sizeof oslo_bind_message,
+           "%s: the buffer holds %llu bytes, the call needs %llu", what,
+           (unsigned long long)have, want);
+  return 0;
+}
+
+static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_output output) {
+  oslo_model_info info;
+  if (oslo_model_get_info(m, &info, NULL) != OSLO_OK) return 0;
+  return (unsigned long long)(output == OSLO_MODEL_OUTPUT_LOGITS ? info.vocab_size
+                                                                  : info.hidden_size);
+}
+%}
+
+/* ------------------------------------------------------------------------ */
+/* What is exposed                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* No function of oslo.h is wrapped as such: the classes below call them. */
+%rename("$ignore", %$isfunction, %$not %$ismember) "";
+/* Not values. */
+%rename("$ignore", regextarget=1) "_ENUM_M(IN|AX)_$";
+%ignore OSLO_STATUS_COUNT;
+/* Macros of the header that are no part of a binding's API. */
+%ignore OSLO_API;
+%ignore OSLO_H;
+/* Options structs the classes fill themselves (the language layers take
+   keyword arguments); oslo_generate_options is exposed (see below). */
+%ignore oslo_parallel_linear_options;
+%ignore oslo_parallel_embedding_options;
+%ignore oslo_vocab_parallel_cross_entropy_options;
+%ignore oslo_model_options;
+%ignore oslo_merge_options;
+%ignore OSLO_PARALLEL_LINEAR_OPTIONS_VERSION;
+%ignore OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION;
+%ignore OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION;
+%ignore OSLO_MODEL_OPTIONS_VERSION;
+%ignore OSLO_MERGE_OPTIONS_VERSION;
+%ignore OSLO_GENERATE_OPTIONS_VERSION;
+/* The EOS list is passed to Model.generate, not kept in the struct (a
+   pointer into a language's memory must not outlive the call). */
+%ignore oslo_generate_options::version;
+%ignore oslo_generate_options::eos_token_ids;
+%ignore oslo_generate_options::num_eos_token_ids;
+/* Method names are written m_<name> (so the generated C helper, named
+   <struct>_<method>, never clashes with oslo.h's oslo_<object>_<name>). */
+%rename("%(strip:[m_])s", %$ismember, %$isfunction) "";
+
+%rename(Context) oslo_context;
+%rename(Tensor) oslo_tensor;
+%rename(Model) oslo_model;
+%rename(Tokenizer) oslo_tokenizer;
+%rename(GenerateOptions) oslo_generate_options;
+%rename(ParallelLinear) oslo_parallel_linear;
+%rename(ParallelEmbedding) oslo_parallel_embedding;
+%rename(ParamSet) oslo_param_set;
+%rename(ModelInfo) oslo_model_info;
+%rename(version_string) bind_version_string;
+%rename(status_string) bind_status_string;
+%rename(model_merge) bind_model_merge;
+%rename(model_reshard) bind_model_reshard;
+%rename(checkpoint_inspect) bind_checkpoint_inspect;
+%include "stdint.i"
+
+/* Objects returned to the caller, freed by the class's destructor. */
+%newobject bind_checkpoint_inspect;
+
+/* ------------------------------------------------------------------------ */
+/* Errors: the one %exception per language                                   */
+/* ------------------------------------------------------------------------ */
+
+#if defined(SWIGPYTHON)
+%{
+/* Raises oslo._errors.make(status, message): the oslo.Error subclass of the
+   status. The message was copied into a Python string on the failing
+   thread before this is called. */
+static void oslo_bind_raise(int status, PyObject *message) {
+  PyObject *mod = PyImport_ImportModule("oslo._errors");
+  if (mod) {
+    PyObject *exc = PyObject_CallMethod(mod, "make", "iO", status, message);
+    Py_DECREF(mod);
+    if (exc) {
+      PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+      Py_DECREF(exc);
+      return;
+    }
+  }
+  /* oslo._errors itself failed: keep its error, which names the cause. */
+}
+%}
+/* Every call runs without the GIL (collectives, forward, generate,
+   checkpoint I/O block; the rest is short), so ranks may be threads of one
+   Python process and another thread may call Context.abort. The typemaps
+   have converted every argument before, and convert the result after. */
+%exception {
+  oslo_bind_status = OSLO_OK;
+  Py_BEGIN_ALLOW_THREADS
+  $action
+  Py_END_ALLOW_THREADS
+  if (oslo_bind_status != OSLO_OK) {
+    const char *m_ = oslo_bind_error_message();
+    PyObject *msg_ = PyUnicode_DecodeUTF8(m_, (Py_ssize_t)strlen(m_), "replace");
+    if (msg_) {
+      oslo_bind_raise((int)oslo_bind_status, msg_);
+      Py_DECREF(msg_);
+    }
+    SWIG_fail;
+  }
+}
+#elif defined(SWIGJAVA)
+%{
+/* Throws org.oslo.OsloException(status, message)
+   (bindings/java/org/oslo/OsloException.java). */
+static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
+  jclass cls = (*env)->FindClass(env, "org/oslo/OsloException");
+  jmethodID ctor = cls ? (*env)->GetMethodID(env, cls, "<init>", "(ILjava/lang/String;)V") : 0;
+  jstring msg = ctor ? (*env)->NewStringUTF(env, message) : 0;
+  jobject exc = msg ? (*env)->NewObject(env, cls, ctor, status, msg) : 0;
+  if (exc) (*env)->Throw(env, (jthrowable)exc);
+}
+%}
+%exception {
+  oslo_bind_status = OSLO_OK;
+  $action
+  if (oslo_bind_status != OSLO_OK) {
+    oslo_bind_throw(jenv, (int)oslo_bind_status, oslo_bind_error_message());
+    return $null;
+  }
+}
+#elif defined(SWIGGO)
+/* Go: a failed call panics with an oslo.Error value ("<status>: <message>");
+   the Go package's wrappers recover it into an error return. */
+%exception {
+  oslo_bind_status = OSLO_OK;
+  $action
+  if (oslo_bind_status != OSLO_OK) {
+    char buf_[640];
+    snprintf(buf_, sizeof buf_, "%s: %s", oslo_status_string(oslo_bind_status),
+             oslo_bind_error_message());
+    _swig_gopanic(buf_);
+  }
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Typemaps per language                                                     */
+/* ------------------------------------------------------------------------ */
+
+#if defined(SWIGPYTHON)
+/* A shape: any sequence of ints. */
+%typemap(in) (int ndim, const int64_t *shape) (int64_t dims_[OSLO_MAX_DIMS]) {
+  PyObject *seq_ = PySequence_Fast($input, "shape must be a sequence of ints");
+  Py_ssize_t n_, i_;
+  if (!seq_) SWIG_fail;
+  n_ = PySequence_Fast_GET_SIZE(seq_);
+  if (n_ > OSLO_MAX_DIMS) {
+    Py_DECREF(seq_);
+    PyErr_Format(PyExc_ValueError, "shape has %zd dimensions, at most %d are allowed", n_,
+                 OSLO_MAX_DIMS);
+    SWIG_fail;
+  }
+  for (i_ = 0; i_ < n_; ++i_) {
+    long long v_ = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq_, i_));
+    if (v_ == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq_);
+      SWIG_fail;
+    }
+    dims_[i_] = (int64_t)v_;
+  }
+  Py_DECREF(seq_);
+  $1 = (int)n_;
+  $2 = dims_;
+}
+%typemap(typecheck) (int ndim, const int64_t *shape) { $1 = PySequence_Check($input); }
+
+/* Memory: any object with the buffer protocol (numpy arrays, bytes,
+   bytearray, memoryview), C-contiguous, used in place; None is NULL. */
+%typemap(in) (const void *INBUF, size_t INBYTES) (Py_buffer view_, int got_ = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    if (PyObject_GetBuffer($input, &view_, PyBUF_C_CONTIGUOUS) != 0) SWIG_fail;
+    got_ = 1;
+    $1 = view_.buf;
+    $2 = (size_t)view_.len;
+  }
+}
+%typemap(freearg) (const void *INBUF, size_t INBYTES) {
+  if (got_$argnum) PyBuffer_Release(&view_$argnum);
+}
+%typemap(in) (void *OUTBUF, size_t OUTBYTES) (Py_buffer view_, int got_ = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    if (PyObject_GetBuffer($input, &view_, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) SWIG_fail;
+    got_ = 1;
+    $1 = view_.buf;
+    $2 = (size_t)view_.len;
+  }
+}
+%typemap(freearg) (void *OUTBUF, size_t OUTBYTES) {
+  if (got_$argnum) PyBuffer_Release(&view_$argnum);
+}
+/* DLPack (Python): exports become capsules "dltensor_versioned" (DLPack 1.x)
+   or "dltensor" whose destructor calls the deleter unless a consumer took
+   the tensor (and renamed the capsule "used_..."); imports take such a
+   capsule, and rename it once oslo owns the tensor (on failure the capsule,
+   and so its deleter, stays the caller's). */
+%{
+static void bind_capsule_free_versioned(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+    struct DLManagedTensorVersioned *m =
+        (struct DLManagedTensorVersioned *)PyCapsule_GetPointer(cap, "dltensor_versioned");
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+static void bind_capsule_free_unversioned(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, "dltensor")) {
+    struct DLManagedTensor *m = (struct DLManagedTensor *)PyCapsule_GetPointer(cap, "dltensor");
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+%}
+typedef struct DLManagedTensorVersioned *bind_dlpack_versioned;
+typedef struct DLManagedTensor *bind_dlpack_unversioned;
+%typemap(out) bind_dlpack_versioned {
+  $result = PyCapsule_New($1, "dltensor_versioned", bind_capsule_free_versioned);
+  if (!$result) {
+    if ($1->deleter) $1->deleter($1);
+    SWIG_fail;
+  }
+}
+%typemap(out) bind_dlpack_unversioned {
+  $result = PyCapsule_New($1, "dltensor", bind_capsule_free_unversioned);
+  if (!$result) {
+    if ($1->deleter) $1->deleter($1);
+    SWIG_fail;
+  }
+}
+%typemap(in) (void *dlpack_capsule, int dlpack_versioned) {
+  if (PyCapsule_IsValid($input, "dltensor_versioned")) {
+    $1 = PyCapsule_GetPointer($input, "dltensor_versioned");
+    $2 = 1;
+  } else if (PyCapsule_IsValid($input, "dltensor")) {
+    $1 = PyCapsule_GetPointer($input, "dltensor");
+    $2 = 0;
+  } else {
+    PyErr_SetString(PyExc_ValueError, "expected an unconsumed DLPack capsule "
+                                      "(\"dltensor_versioned\" or \"dltensor\")");
+    SWIG_fail;
+  }
+}
+/* Runs only when the import succeeded: oslo owns the tensor now. */
+%typemap(argout) (void *dlpack_capsule, int dlpack_versioned) {
+  if (PyCapsule_SetName($input, $2 ? "used_dltensor_versioned" : "used_dltensor") != 0) SWIG_fail;
+}
+#elif defined(SWIGJAVA)
+/* -DSWIGWORDSIZE64 makes int64_t a C long, which SWIG maps to a Java int:
+   use long long's typemaps (a Java long) for the fixed-width 64-bit types. */
+%apply long long { int64_t };
+%apply unsigned long long { uint64_t };
+/* A shape: long[]. */
+%typemap(jni) (int ndim, const int64_t *shape) "jlongArray"
+%typemap(jtype) (int ndim, const int64_t *shape) "long[]"
+%typemap(jstype) (int ndim, const int64_t *shape) "long[]"
+%typemap(javain) (int ndim, const int64_t *shape) "$javainput"
+%typemap(in) (int ndim, const int64_t *shape) (int64_t dims_[OSLO_MAX_DIMS]) {
+  jsize n_ = $input ? (*jenv)->GetArrayLength(jenv, $input) : 0;
+  if (n_ > OSLO_MAX_DIMS) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "too many dimensions");
+    return $null;
+  }
+  if (n_ > 0) (*jenv)->GetLongArrayRegion(jenv, $input, 0, n_, (jlong *)dims_);
+  $1 = (int)n_;
+  $2 = dims_;
+}
+/* Memory: any direct java.nio buffer (ByteBuffer, FloatBuffer, IntBuffer,
+   LongBuffer, ...; null is NULL), used in place without a copy: its whole
+   capacity from its base address (position and limit are ignored). A
+   non-direct (heap) buffer is refused with IllegalArgumentException. */
+%{
+/* Bytes per element of a direct buffer: capacity is counted in elements. */
+static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
+  static const struct { const char *cls; size_t size; } kinds[] = {
+      {"java/nio/ByteBuffer", 1},  {"java/nio/FloatBuffer", 4}, {"java/nio/IntBuffer", 4},
+      {"java/nio/LongBuffer", 8},  {"java/nio/DoubleBuffer", 8}, {"java/nio/ShortBuffer", 2},
+      {"java/nio/CharBuffer", 2}};
+  size_t i;
+  for (i = 0; i < sizeof kinds / sizeof kinds[0]; ++i) {
+    jclass c = (*env)->FindClass(env, kinds[i].cls);
+    int is = c && (*env)->IsInstanceOf(env, buf, c);
+    if (c) (*env)->DeleteLocalRef(env, c);
+    if (is) return kinds[i].size;
+  }
+  return 1;
+}
+%}
+%typemap(jni) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "jobject"
+%typemap(jtype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "java.nio.Buffer"
+%typemap(jstype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "java.nio.Buffer"
+%typemap(javain) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "$javainput"
+%typemap(in) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) {
+  $1 = $input ? (*jenv)->GetDirectBufferAddress(jenv, $input) : NULL;
+  $2 = $input ? (size_t)(*jenv)->GetDirectBufferCapacity(jenv, $input) *
+                    oslo_bind_buffer_esize(jenv, $input)
+              : 0;
+  if ($input && !$1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException,
+                            "the buffer must be direct (ByteBuffer.allocateDirect)");
+    return $null;
+  }
+}
+/* Handles are AutoCloseable; close() is SWIG's delete(), idempotent (it
+   clears the pointer). A tensor or model keeps its context in a field, so
+   the context is not collected before its children. */
+%typemap(javainterfaces) struct oslo_context, struct oslo_tensor, struct oslo_model,
+    struct oslo_tokenizer, struct oslo_parallel_linear, struct oslo_parallel_embedding,
+    struct oslo_param_set, struct oslo_generate_options, struct oslo_model_info "AutoCloseable"
+%typemap(javacode) struct oslo_context, struct oslo_tokenizer, struct oslo_parallel_linear,
+    struct oslo_parallel_embedding, struct oslo_param_set, struct oslo_generate_options,
+    struct oslo_model_info %{
+  /** Frees the handle; safe to call more than once. */
+  @Override public void close() { delete(); }
+%}
+%typemap(javacode) struct oslo_model %{
+  /** The context this handle was made in, kept alive while it lives. */
+  private Object context;
+  /** The context this handle was made in. */
+  public Context context() { return (Context)context; }
+  /** Frees the handle; safe to call more than once. */
+  @Override public void close() { delete(); }
+%}
+/* float[] inputs and outputs: copied once through a direct buffer (the JVM
+   may move a heap array, so oslo never holds one). */
+%typemap(javacode) struct oslo_tensor %{
+  /** The context this handle was made in, kept alive while it lives. */
+  private Object context;
+  /** The context this handle was made in. */
+  public Context context() { return (Context)context; }
+  /** Frees the handle; safe to call more than once. */
+  @Override public void close() { delete(); }
+  /** Memory this handle uses in place (a wrapped direct buffer). */
+  private Object memory;
+  Tensor keep(Object ctx, Object mem) { context = ctx; memory = mem; return this; }
+
+  private static java.nio.FloatBuffer directFloats(int n) {
+    return java.nio.ByteBuffer.allocateDirect(n * 4).order(java.nio.ByteOrder.nativeOrder())
+        .asFloatBuffer();
+  }
+  /** Copies a float[] (numel elements) into an f32 tensor. */
+  public void copy_from_host(float[] src) {
+    java.nio.FloatBuffer b = directFloats(src.length);
+    b.put(src);
+    copy_from_host(b);
+  }
+  /** The f32 tensor's elements as a new float[]. */
+  public float[] toFloatArray() {
+    java.nio.FloatBuffer b = directFloats((int)numel());
+    copy_to_host(b);
+    float[] out = new float[b.capacity()];
+    b.get(out);
+    return out;
+  }
+  /** A new f32 tensor holding a copy of data, of the given shape. */
+  public static Tensor of(Context ctx, float[] data, long... shape) {
+    Tensor t = new Tensor(ctx, oslo_dtype.OSLO_DTYPE_F32, shape);
+    try {
+      t.copy_from_host(data);
+    } catch (RuntimeException e) {
+      t.close();
+      throw e;
+    }
+    return t;
+  }
+%}
+%typemap(javaconstruct) struct oslo_tensor, struct oslo_model {
+    this($imcall, true);
+    this.context = ctx;
+  }
+#elif defined(SWIGGO)
+/* A shape: []int64. Memory: []byte (nil is NULL), used during the call. */
+%typemap(gotype) (int ndim, const int64_t *shape) "[]int64"
+%typemap(in) (int ndim, const int64_t *shape) {
+  $1 = (int)$input.len;
+  $2 = ($2_ltype)$input.array;
+}
+%typemap(gotype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "[]byte"
+%typemap(in) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) {
+  $1 = $input.len ? (void *)$input.array : NULL;
+  $2 = (size_t)$input.len;
+}
+#endif
+
+%apply (const void *INBUF, size_t INBYTES) {
+  (const void *src, size_t src_bytes),
+  (const void *ids, size_t ids_bytes),
+  (const void *mask, size_t mask_bytes),
+  (const void *token_type_ids, size_t token_type_ids_bytes),
+  (const void *prompt_ids, size_t prompt_ids_bytes),
+  (const void *prompt_lengths, size_t prompt_lengths_bytes),
+  (const void *eos_token_ids, size_t eos_token_ids_bytes),
+  (const void *text, size_t text_bytes),
+  (const void *token, size_t token_bytes)
+};
+%apply (void *OUTBUF, size_t OUTBYTES) {
+  (void *dst, size_t dst_bytes),
+  (void *out, size_t out_bytes),
+  (void *out_tokens, size_t out_tokens_bytes),
+  (void *out_lengths, size_t out_lengths_bytes),
+  (void *out_scores, size_t out_scores_bytes)
+};
+
+/* ------------------------------------------------------------------------ */
+/* The enums and constants of oslo.h, and the structs exposed as they are    */
+/* ------------------------------------------------------------------------ */
+
+/* The handles, declared to SWIG only (the real types stay opaque). */
+%nodefaultctor oslo_context;
+%nodefaultctor oslo_tensor;
+%nodefaultctor oslo_model;
+%nodefaultctor oslo_tokenizer;
+%nodefaultctor oslo_parallel_linear;
+%nodefaultctor oslo_parallel_embedding;
+%nodefaultctor oslo_param_set;
+%nodefaultctor oslo_model_info;
+struct oslo_context {};
+struct oslo_tensor {};
+struct oslo_model {};
+struct oslo_tokenizer {};
+struct oslo_parallel_linear {};
+struct oslo_parallel_embedding {};
+struct oslo_param_set {};
+
+%include "oslo.h"
+
+/* ------------------------------------------------------------------------ */
+/* Library                                                                   */
+/* ------------------------------------------------------------------------ */
+
+%inline %{
+/* Run-time version of the library ("0.2.0"). */
+static const char *bind_version_string(void) { return oslo_version_string(); }
+
+/* Static name of a status ("OSLO_ERR_TIMEOUT: timed out"). */
+static const char *bind_status_string(int status) {
+  return oslo_status_string((oslo_status)status);
+}
+
+/* oslo_model_merge with its options as arguments; dtype -1 keeps. */
+static void bind_model_merge(const char *src, const char *dst, int dtype,
+                             unsigned long long max_shard_bytes, int overwrite) {
+  oslo_merge_options o;
+  if (!oslo_bind_check(oslo_merge_options_init(&o, OSLO_MERGE_OPTIONS_VERSION))) return;
+  o.dtype = dtype;
+  o.max_shard_bytes = (uint64_t)max_shard_bytes;
+  o.overwrite = overwrite;
+  oslo_bind_check(oslo_model_merge(src, dst, &o));
+}
+
+static void bind_model_reshard(const char *src, const char *dst, int tensor_parallel_size) {
+  oslo_bind_check(oslo_model_reshard(src, dst, tensor_parallel_size));
+}
+
+/* oslo_checkpoint_inspect: the whole description (text, or JSON if json). */
+static char *bind_checkpoint_inspect(const char *path, int json) {
+  size_t len = 0;
+  char *buf;
+  if (!oslo_bind_check(oslo_checkpoint_inspect(path, json, NULL, 0, &len))) return NULL;
+  buf = (char *)malloc(len + 1);
+  if (!buf) {
+    oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "inspect: %llu bytes", len + 1ULL);
+    return NULL;
+  }
+  if (!oslo_bind_check(oslo_checkpoint_inspect(path, json, buf, len + 1, &len))) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+%}
+
+/* ------------------------------------------------------------------------ */
+/* Context: collectives on its groups                                        */
+/* ------------------------------------------------------------------------ */
+
+%newobject oslo_context::oslo_context;
+%extend oslo_context {
+  /* oslo_context_create: JSON text, a JSON file path, or "" for defaults. */
+  oslo_context(const char *config) {
+    oslo_context *c = NULL;
+    oslo_bind_check(oslo_context_create(config, &c));
+    return c;
+  }
+  ~oslo_context() { oslo_context_destroy($self); }
+  void m_abort() { oslo_bind_check(oslo_context_abort($self)); }
+  int m_rank(oslo_group group) {
+    int r = -1;
+    oslo_bind_check(oslo_context_rank($self, group, &r));
+    return r;
+  }
+  int m_size(oslo_group group) {
+    int s = 0;
+    oslo_bind_check(oslo_context_size($self, group, &s));
+    return s;
+  }
+  const char *m_backend() {
+    const char *b = NULL;
+    oslo_bind_check(oslo_context_backend($self, OSLO_GROUP_WORLD, &b, NULL));
+    return b;
+  }
+  const char *m_transport(oslo_group group) {
+    const char *b = NULL, *t = NULL;
+    oslo_bind_check(oslo_context_backend($self, group, &b, &t));
+    return t;
+  }
+  void m_all_reduce(oslo_group group, oslo_reduce_op op, oslo_tensor *tensor) {
+    oslo_bind_check(oslo_context_all_reduce($self, group, op, tensor));
+  }
+  void m_all_gather(oslo_group group, const oslo_tensor *input, oslo_tensor *output) {
+    oslo_bind_check(oslo_context_all_gather($self, group, input, output));
+  }
+  void m_reduce_scatter(oslo_group group, oslo_reduce_op op, const oslo_tensor *input,
+                        oslo_tensor *output) {
+    oslo_bind_check(oslo_context_reduce_scatter($self, group, op, input, output));
+  }
+  void m_broadcast(oslo_group group, int root, oslo_tensor *tensor) {
+    oslo_bind_check(oslo_context_broadcast($self, group, root, tensor));
+  }
+  void m_send(oslo_group group, int peer, const oslo_tensor *tensor) {
+    oslo_bind_check(oslo_context_send($self, group, peer, tensor));
+  }
+  void m_recv(oslo_group group, int peer, oslo_tensor *tensor) {
+    oslo_bind_check(oslo_context_recv($self, group, peer, tensor));
+  }
+  void m_barrier(oslo_group group) { oslo_bind_check(oslo_context_barrier($self, group)); }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensor                                                                    */
+/* ------------------------------------------------------------------------ */
+
+%extend oslo_tensor {
+  /* oslo_tensor_create: zero-filled, on the context's device. */
+  oslo_tensor(oslo_context *ctx, oslo_dtype dtype, int ndim, const int64_t *shape) {
+    oslo_tensor *t = NULL;
+    oslo_bind_check(oslo_tensor_create(ctx, dtype, ndim, shape, &t));
+    return t;
+  }
+  ~oslo_tensor() { oslo_tensor_destroy($self); }
+  int m_ndim() {
+    int n = 0;
+    oslo_bind_check(oslo_tensor_ndim($self, &n));
+    return n;
+  }
+  /* Extent of dimension i (0 <= i < ndim). */
+  int64_t m_dim(int i) {
+    int64_t s[OSLO_MAX_DIMS];
+    int n = 0;
+    if (!oslo_bind_check(oslo_tensor_ndim($self, &n))) return 0;
+    if (i < 0 || i >= n) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "dim: index %d out of range for %d dimensions", i,
+                     n);
+      return 0;
+    }
+    if (!oslo_bind_check(oslo_tensor_shape($self, s))) return 0;
+    return s[i];
+  }
+  oslo_dtype m_dtype() {
+    oslo_dtype d = OSLO_DTYPE_F32;
+    oslo_bind_check(oslo_tensor_dtype($self, &d));
+    return d;
+  }
+  int64_t m_numel() {
+    int64_t n = 0;
+    oslo_bind_check(oslo_tensor_numel($self, &n));
+    return n;
+  }
+  /* Address of the data on its device, as an integer (for DLPack-less
+     interop; borrowed: valid while the tensor lives). */
+  uintptr_t m_data_ptr() {
+    void *p = NULL;
+    oslo_bind_check(oslo_tensor_data($self, &p));
+    return (uintptr_t)p;
+  }
+  void m_copy_from_host(const void *src, size_t src_bytes) {
+    oslo_bind_check(oslo_tensor_copy_from_host($self, src, src_bytes));
+  }
+  void m_copy_to_host(void *dst, size_t dst_bytes) {
+    oslo_bind_check(oslo_tensor_copy_to_host($self, dst, dst_bytes));
+  }
+}
+
+#if defined(SWIGPYTHON)
+%extend oslo_tensor {
+  bind_dlpack_versioned m_to_dlpack_versioned() {
+    struct DLManagedTensorVersioned *m = NULL;
+    oslo_bind_check(oslo_tensor_to_dlpack_versioned($self, &m));
+    return m;
+  }
+  bind_dlpack_unversioned m_to_dlpack() {
+    struct DLManagedTensor *m = NULL;
+    oslo_bind_check(oslo_tensor_to_dlpack($self, &m));
+    return m;
+  }
+  /* (device_type, device_id) of DLPack, as device_type * 2^32 + device_id. */
+  int64_t m_dlpack_device() {
+    struct DLManagedTensorVersioned *m = NULL;
+    int64_t d;
+    if (!oslo_bind_check(oslo_tensor_to_dlpack_versioned($self, &m))) return 0;
+    d = (int64_t)m->dl_tensor.device.device_type * 4294967296LL +
+        (int64_t)m->dl_tensor.device.device_id;
+    if (m->deleter) m->deleter(m);
+    return d;
+  }
+}
+%newobject bind_tensor_from_dlpack;
+%rename(tensor_from_dlpack) bind_tensor_from_dlpack;
+%inline %{
+static oslo_tensor *bind_tensor_from_dlpack(oslo_context *ctx, void *dlpack_capsule,
+                                            int dlpack_versioned) {
+  oslo_tensor *t = NULL;
+  if (dlpack_versioned)
+    oslo_bind_check(oslo_tensor_from_dlpack_versioned(
+        ctx, (struct DLManagedTensorVersioned *)dlpack_capsule, &t));
+  else
+    oslo_bind_check(oslo_tensor_from_dlpack(ctx, (struct DLManagedTensor *)dlpack_capsule, &t));
+  return t;
+}
+%}
+
+#endif
+#if defined(SWIGPYTHON) || defined(SWIGJAVA)
+#if defined(SWIGJAVA)
+/* Java: the tensor keeps its context and the direct buffer alive. */
+%typemap(javaout) oslo_tensor *bind_tensor_wrap {
+    long cPtr = $jnicall;
+    return (cPtr == 0) ? null : new Tensor(cPtr, $owner).keep(ctx, out);
+  }
+#endif
+/* oslo_tensor_wrap over a Python buffer (writable, C-contiguous). The
+   Python layer (oslo.Tensor.wrap) keeps the buffer's owner alive for as long
+   as the tensor lives, as oslo requires. */
+%newobject bind_tensor_wrap;
+%rename(tensor_wrap) bind_tensor_wrap;
+%inline %{
+static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_bytes,
+                                     oslo_dtype dtype, int ndim, const int64_t *shape) {
+  oslo_tensor *t = NULL;
+  if (!oslo_bind_check(oslo_tensor_wrap(ctx, out, dtype, ndim, shape, &t))) return NULL;
+  {
+    int64_t n = 0;
+    size_t esz = (dtype == OSLO_DTYPE_F16 || dtype == OSLO_DTYPE_BF16) ? 2
+                 : (dtype == OSLO_DTYPE_I64)                           ? 8
+                                                                       : 4;
+    if (!oslo_bind_check(oslo_tensor_numel(t, &n)) ||
+        !oslo_bind_bytes("wrap", out_bytes, (unsigned long long)n * esz)) {
+      oslo_tensor_destroy(t);
+      return NULL;
+    }
+  }
+  return t;
+}
+%}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Tensor-parallel layers and parameter sets                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The *_params getters return borrowed tensors (not %newobject: the
+   languages never destroy them); the language layers keep the layer alive
+   while such a tensor is referenced (Python: oslo.ParallelLinear.weight). */
+%extend oslo_parallel_linear {
+  /* oslo_parallel_linear_create with the fields of its options. */
+  oslo_parallel_linear(oslo_context *ctx, oslo_linear_kind kind, int64_t in_features,
+                       int64_t out_features, int bias, int gather_output, int input_is_parallel,
+                       oslo_dtype dtype) {
+    oslo_parallel_linear_options o;
+    oslo_parallel_linear *l = NULL;
+    if (!oslo_bind_check(
+            oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION)))
+      return NULL;
+    o.kind = kind;
+    o.in_features = in_features;
+    o.out_features = out_features;
+    o.bias = bias;
+    o.gather_output = gather_output;
+    o.input_is_parallel = input_is_parallel;
+    o.dtype = dtype;
+    oslo_bind_check(oslo_parallel_linear_create(ctx, &o, &l));
+    return l;
+  }
+  ~oslo_parallel_linear() { oslo_parallel_linear_destroy($self); }
+  void m_load_full(const oslo_tensor *weight, const oslo_tensor *bias) {
+    oslo_bind_check(oslo_parallel_linear_load_full($self, weight, bias));
+  }
+  void m_load_shard(const oslo_tensor *weight, const oslo_tensor *bias) {
+    oslo_bind_check(oslo_parallel_linear_load_shard($self, weight, bias));
+  }
+  /* which: 0 weight, 1 bias, 2 grad_weight, 3 grad_bias (borrowed; NULL for
+     the bias of a layer without one). */
+  oslo_tensor *m_param(int which) {
+    oslo_tensor *t[4] = {NULL, NULL, NULL, NULL};
+    if (which < 0 || which > 3) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "param: %d is not 0..3", which);
+      return NULL;
+    }
+    oslo_bind_check(oslo_parallel_linear_params($self, &t[0], &t[1], &t[2], &t[3]));
+    return t[which];
+  }
+  void m_forward(const oslo_tensor *input, oslo_tensor *output) {
+    oslo_bind_check(oslo_parallel_linear_forward($self, input, output));
+  }
+  void m_backward(const oslo_tensor *input, const oslo_tensor *grad_output,
+                  oslo_tensor *grad_input) {
+    oslo_bind_check(oslo_parallel_linear_backward($self, input, grad_output, grad_input));
+  }
+  void m_zero_grad() { oslo_bind_check(oslo_parallel_linear_zero_grad($self)); }
+}
+
+%extend oslo_parallel_embedding {
+  oslo_parallel_embedding(oslo_context *ctx, int64_t vocab_size, int64_t hidden_size,
+                          oslo_dtype dtype) {
+    oslo_parallel_embedding_options o;
+    oslo_parallel_embedding *e = NULL;
+    if (!oslo_bind_check(oslo_parallel_embedding_options_init(
+            &o, OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION)))
+      return NULL;
+    o.vocab_size = vocab_size;
+    o.hidden_size = hidden_size;
+    o.dtype = dtype;
+    oslo_bind_check(oslo_parallel_embedding_create(ctx, &o, &e));
+    return e;
+  }
+  ~oslo_parallel_embedding() { oslo_parallel_embedding_destroy($self); }
+  /* which: 0 start, 1 end of this rank's real rows, 2 padded local rows. */
+  int64_t m_vocab_range(int which) {
+    int64_t v[3] = {0, 0, 0};
+    if (which < 0 || which > 2) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "vocab_range: %d is not 0..2", which);
+      return 0;
+    }
+    oslo_bind_check(oslo_parallel_embedding_vocab_range($self, &v[0], &v[1], &v[2]));
+    return v[which];
+  }
+  void m_load_full(const oslo_tensor *weight) {
+    oslo_bind_check(oslo_parallel_embedding_load_full($self, weight));
+  }
+  void m_load_shard(const oslo_tensor *weight) {
+    oslo_bind_check(oslo_parallel_embedding_load_shard($self, weight));
+  }
+  /* which: 0 weight, 1 grad_weight (borrowed). */
+  oslo_tensor *m_param(int which) {
+    oslo_tensor *t[2] = {NULL, NULL};
+    if (which < 0 || which > 1) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "param: %d is not 0..1", which);
+      return NULL;
+    }
+    oslo_bind_check(oslo_parallel_embedding_params($self, &t[0], &t[1]));
+    return t[which];
+  }
+  void m_forward(const oslo_tensor *ids, oslo_tensor *output) {
+    oslo_bind_check(oslo_parallel_embedding_forward($self, ids, output));
+  }
+  void m_backward(const oslo_tensor *ids, const oslo_tensor *grad_output) {
+    oslo_bind_check(oslo_parallel_embedding_backward($self, ids, grad_output));
+  }
+  void m_zero_grad() { oslo_bind_check(oslo_parallel_embedding_zero_grad($self)); }
+}
+
+%extend oslo_context {
+  /* oslo_context_vocab_parallel_cross_entropy; losses and grad_logits may be
+     NULL; returns the mean loss. */
+  float m_vocab_parallel_cross_entropy(const oslo_tensor *logits, const oslo_tensor *labels,
+                                       int64_t vocab_size, int64_t ignore_index,
+                                       oslo_tensor *losses, oslo_tensor *grad_logits) {
+    oslo_vocab_parallel_cross_entropy_options o;
+    float mean = 0;
+    if (!oslo_bind_check(oslo_vocab_parallel_cross_entropy_options_init(
+            &o, OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION)))
+      return 0;
+    o.vocab_size = vocab_size;
+    o.ignore_index = ignore_index;
+    oslo_bind_check(oslo_context_vocab_parallel_cross_entropy($self, logits, labels, &o, losses,
+                                                              grad_logits, &mean));
+    return mean;
+  }
+}
+
+/* A parameter set borrows what is added to it: the language layers keep
+   those alive while the set lives. */
+%extend oslo_param_set {
+  oslo_param_set(oslo_context *ctx) {
+    oslo_param_set *p = NULL;
+    oslo_bind_check(oslo_param_set_create(ctx, &p));
+    return p;
+  }
+  ~oslo_param_set() { oslo_param_set_destroy($self); }
+  void m_add(const char *name, oslo_tensor *tensor, oslo_tensor *grad, int split_dim) {
+    oslo_bind_check(oslo_param_set_add($self, name, tensor, grad, split_dim));
+  }
+  void m_add_linear(const char *prefix, oslo_parallel_linear *layer) {
+    oslo_bind_check(oslo_param_set_add_linear($self, prefix, layer));
+  }
+  void m_add_embedding(const char *prefix, oslo_parallel_embedding *emb) {
+    oslo_bind_check(oslo_param_set_add_embedding($self, prefix, emb));
+  }
+  size_t m_count() {
+    size_t n = 0;
+    oslo_bind_check(oslo_param_set_count($self, &n));
+    return n;
+  }
+  /* Returns the global gradient norm (clips when max_norm > 0). */
+  double m_clip_grad_norm(double max_norm, double norm_type) {
+    double n = 0;
+    oslo_bind_check(oslo_param_set_clip_grad_norm($self, max_norm, norm_type, &n));
+    return n;
+  }
+  void m_save_checkpoint(const char *dir) {
+    oslo_bind_check(oslo_param_set_save_checkpoint($self, dir));
+  }
+  void m_load_checkpoint(const char *dir) {
+    oslo_bind_check(oslo_param_set_load_checkpoint($self, dir));
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Model                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Options of generate with Hugging Face's defaults (oslo_generate_options_init). */
+%extend oslo_generate_options {
+  oslo_generate_options() {
+    oslo_generate_options *o = (oslo_generate_options *)calloc(1, sizeof *o);
+    if (!o) {
+      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "GenerateOptions: %llu bytes",
+                     (unsigned long long)sizeof *o);
+      return NULL;
+    }
+    if (!oslo_bind_check(oslo_generate_options_init(o, OSLO_GENERATE_OPTIONS_VERSION))) {
+      free(o);
+      return NULL;
+    }
+    return o;
+  }
+  ~oslo_generate_options() { free($self); }
+}
+
+%extend oslo_model_info {
+  ~oslo_model_info() { free($self); }
+}
+
+%newobject oslo_model::m_info;
+%extend oslo_model {
+  /* oslo_model_load; dtype -1 keeps the checkpoint's. Collective. */
+  oslo_model(oslo_context *ctx, const char *path, int dtype) {
+    oslo_model *m = NULL;
+    oslo_model_options o;
+    if (!oslo_bind_check(oslo_model_options_init(&o, OSLO_MODEL_OPTIONS_VERSION))) return NULL;
+    o.dtype = dtype;
+    oslo_bind_check(oslo_model_load(ctx, path, &o, &m));
+    return m;
+  }
+  ~oslo_model() { oslo_model_destroy($self); }
+  oslo_model_info *m_info() {
+    oslo_model_info *i = (oslo_model_info *)calloc(1, sizeof *i);
+    if (!i) {
+      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "info: %llu bytes",
+                     (unsigned long long)sizeof *i);
+      return NULL;
+    }
+    if (!oslo_bind_check(oslo_model_get_info($self, i, NULL))) {
+      free(i);
+      return NULL;
+    }
+    return i;
+  }
+  const char *m_model_type() {
+    oslo_model_info i;
+    const char *t = NULL;
+    oslo_bind_check(oslo_model_get_info($self, &i, &t));
+    return t;
+  }
+  /* ids, mask (None: all 1), token_type_ids (None: all 0): int64
+     [batch, seq]; out: float32 [batch, seq, vocab or hidden]. Collective. */
+  void m_forward(const void *ids, size_t ids_bytes, const void *mask, size_t mask_bytes,
+                 const void *token_type_ids, size_t token_type_ids_bytes, int64_t batch,
+                 int64_t seq, oslo_model_output output, void *out, size_t out_bytes) {
+    const unsigned long long cells = (unsigned long long)(batch > 0 ? batch : 0) *
+                                     (unsigned long long)(seq > 0 ? seq : 0);
+    if (!oslo_bind_bytes("forward: ids", ids_bytes, cells * 8)) return;
+    if (mask && !oslo_bind_bytes("forward: mask", mask_bytes, cells * 8)) return;
+    if (token_type_ids &&
+        !oslo_bind_bytes("forward: token_type_ids", token_type_ids_bytes, cells * 8))
+      return;
+    {
+      const unsigned long long w = oslo_bind_model_width($self, output);
+      if (w && !oslo_bind_bytes("forward: out", out_bytes, cells * w * 4)) return;
+    }
+    oslo_bind_check(oslo_model_forward($self, (const int64_t *)ids, (const int64_t *)mask,
+                                       (const int64_t *)token_type_ids, batch, seq, output,
+                                       (float *)out, out_bytes / sizeof(float)));
+  }
+  /* ids, mask: int64 [batch, seq]; out: float32 [batch, hidden]. Collective. */
+  void m_embed(const void *ids, size_t ids_bytes, const void *mask, size_t mask_bytes,
+               int64_t batch, int64_t seq, int normalize, void *out, size_t out_bytes) {
+    const unsigned long long cells = (unsigned long long)(batch > 0 ? batch : 0) *
+                                     (unsigned long long)(seq > 0 ? seq : 0);
+    if (!oslo_bind_bytes("embed: ids", ids_bytes, cells * 8)) return;
+    if (mask && !oslo_bind_bytes("embed: mask", mask_bytes, cells * 8)) return;
+    {
+      const unsigned long long w = oslo_bind_model_width($self, OSLO_MODEL_OUTPUT_HIDDEN);
+      if (w && !oslo_bind_bytes("embed: out", out_bytes,
+                                (unsigned long long)(batch > 0 ? batch : 0) * w * 4))
+        return;
+    }
+    oslo_bind_check(oslo_model_embed($self, (const int64_t *)ids, (const int64_t *)mask, batch,
+                                     seq, normalize, (float *)out, out_bytes / sizeof(float)));
+  }
+  /* prompt_ids: int64, the prompts one after another; prompt_lengths: int64
+     [batch]; eos_token_ids: int64 (None: the config's); out_tokens: int64
+     [batch, max_new_tokens]; out_lengths: int64 [batch]; out_scores: float32
+     [batch] or None. Collective. */
+  void m_generate(const void *prompt_ids, size_t prompt_ids_bytes, const void *prompt_lengths,
+                  size_t prompt_lengths_bytes, int64_t batch, const oslo_generate_options *options,
+                  const void *eos_token_ids, size_t eos_token_ids_bytes, void *out_tokens,
+                  size_t out_tokens_bytes, void *out_lengths, size_t out_lengths_bytes,
+                  void *out_scores, size_t out_scores_bytes) {
+    oslo_generate_options o;
+    unsigned long long total = 0, b;
+    const unsigned long long nb = (unsigned long long)(batch > 0 ? batch : 0);
+    if (!options) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "generate: options is NULL");
+      return;
+    }
+    o = *options;
+    if (!oslo_bind_bytes("generate: prompt_lengths", prompt_lengths_bytes, nb * 8)) return;
+    for (b = 0; b < nb; ++b) {
+      const int64_t l = ((const int64_t *)prompt_lengths)[b];
+      total += l > 0 ? (unsigned long long)l : 0;
+    }
+    if (!oslo_bind_bytes("generate: prompt_ids", prompt_ids_bytes, total * 8)) return;
+    if (eos_token_ids_bytes % 8) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT,
+                     "generate: eos_token_ids holds %llu bytes, not a whole number of int64",
+                     (unsigned long long)eos_token_ids_bytes);
+      return;
+    }
+    if (eos_token_ids) {
+      o.eos_token_ids = (const int64_t *)eos_token_ids;
+      o.num_eos_token_ids = eos_token_ids_bytes / 8;
+    }
+    if (!oslo_bind_bytes("generate: out_tokens", out_tokens_bytes,
+                         nb * (unsigned long long)(o.max_new_tokens > 0 ? o.max_new_tokens : 0) *
+                             8) ||
+        !oslo_bind_bytes("generate: out_lengths", out_lengths_bytes, nb * 8) ||
+        (out_scores && !oslo_bind_bytes("generate: out_scores", out_scores_bytes, nb * 4)))
+      return;
+    oslo_bind_check(oslo_model_generate($self, (const int64_t *)prompt_ids,
+                                        (const int64_t *)prompt_lengths, batch, &o,
+                                        (int64_t *)out_tokens, (int64_t *)out_lengths,
+                                        (float *)out_scores));
+  }
+  /* oslo_model_save: a parallel checkpoint in dir. Collective. */
+  void m_save(const char *dir) { oslo_bind_check(oslo_model_save($self, dir)); }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tokenizer                                                                 */
+/* ------------------------------------------------------------------------ */
+
+%extend oslo_tokenizer {
+  oslo_tokenizer(const char *path) {
+    oslo_tokenizer *t = NULL;
+    oslo_bind_check(oslo_tokenizer_load(path, &t));
+    return t;
+  }
+  ~oslo_tokenizer() { oslo_tokenizer_destroy($self); }
+  /* UTF-8 text -> int64 ids written to out (None: only counts); returns the
+     full count (call again with a larger buffer when it exceeds it). */
+  size_t m_encode(const void *text, size_t text_bytes, int add_special_tokens, void *out,
+                  size_t out_bytes) {
+    size_t n = 0;
+    oslo_bind_check(oslo_tokenizer_encode($self, (const char *)text, text_bytes,
+                                          add_special_tokens, (int64_t *)out,
+                                          out_bytes / sizeof(int64_t), &n));
+    return n;
+  }
+  /* int64 ids -> UTF-8 bytes written to out (None: only sizes); returns the
+     full length in bytes. */
+  size_t m_decode(const void *ids, size_t ids_bytes, int skip_special_tokens, void *out,
+                  size_t out_bytes) {
+    size_t n = 0;
+    if (ids_bytes % 8) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT,
+                     "decode: ids hold %llu bytes, not a whole number of int64",
+                     (unsigned long long)ids_bytes);
+      return 0;
+    }
+    oslo_bind_check(oslo_tokenizer_decode($self, (const int64_t *)ids, ids_bytes / 8,
+                                          skip_special_tokens, (char *)out, out_bytes, &n));
+    return n;
+  }
+  size_t m_vocab_size() {
+    size_t n = 0;
+    oslo_bind_check(oslo_tokenizer_vocab_size($self, &n));
+    return n;
+  }
+  int64_t m_token_to_id(const void *token, size_t token_bytes) {
+    int64_t id = -1;
+    oslo_bind_check(oslo_tokenizer_token_to_id($self, (const char *)token, token_bytes, &id));
+    return id;
+  }
+  size_t m_id_to_token(int64_t id, void *out, size_t out_bytes) {
+    size_t n = 0;
+    oslo_bind_check(oslo_tokenizer_id_to_token($self, id, (char *)out, out_bytes, &n));
+    return n;
+  }
+  int64_t m_special_id(oslo_special_token which) {
+    int64_t id = -1;
+    oslo_bind_check(oslo_tokenizer_special_id($self, which, &id));
+    return id;
+  }
+}

@@ -1,0 +1,945 @@
+"""oslo: transformer models under tensor parallelism, from Python.
+
+A thin layer over the SWIG-generated module oslo.capi (bindings/oslo.i),
+which wraps the C ABI include/oslo.h. Every blocking call runs without the
+GIL. Handles are closed by close(), by `with`, or when collected; a context
+is destroyed only after every tensor and model made from it (each holds its
+context), whatever order the garbage collector finds them in.
+"""
+
+import enum
+import json
+import os
+import threading
+import weakref
+
+import numpy as _np
+
+from . import capi as _c
+from ._errors import (BackendUnavailableError, CommError, ConfigError, DTypeError, Error,
+                      FormatError, InternalError, InvalidArgumentError, IOError,
+                      NotSupportedError, OutOfMemoryError, ShapeError, Status, TimeoutError)
+
+__all__ = [
+    "Context", "Tensor", "ParallelLinear", "ParallelEmbedding", "ParamSet", "Model", "ModelInfo", "Tokenizer", "Group", "ReduceOp", "DType",
+    "ModelOutput", "SpecialToken", "Status", "Error", "InvalidArgumentError",
+    "OutOfMemoryError", "BackendUnavailableError", "CommError", "TimeoutError", "IOError",
+    "FormatError", "ShapeError", "DTypeError", "ConfigError", "NotSupportedError",
+    "InternalError", "merge", "reshard", "inspect", "version", "from_dlpack",
+]
+
+__version__ = _c.version_string()
+
+
+def version():
+    """Run-time version of the library, e.g. "0.2.0"."""
+    return _c.version_string()
+
+
+class Group(enum.IntEnum):
+    """Process groups of a context (oslo_group)."""
+
+    WORLD = _c.OSLO_GROUP_WORLD
+    TENSOR = _c.OSLO_GROUP_TENSOR
+    PIPELINE = _c.OSLO_GROUP_PIPELINE
+    DATA = _c.OSLO_GROUP_DATA
+
+
+class ReduceOp(enum.IntEnum):
+    """Reductions of collectives (oslo_reduce_op)."""
+
+    SUM = _c.OSLO_REDUCE_SUM
+    AVG = _c.OSLO_REDUCE_AVG
+    MAX = _c.OSLO_REDUCE_MAX
+    MIN = _c.OSLO_REDUCE_MIN
+
+
+class DType(enum.IntEnum):
+    """Element types (oslo_dtype)."""
+
+    F32 = _c.OSLO_DTYPE_F32
+    F16 = _c.OSLO_DTYPE_F16
+    BF16 = _c.OSLO_DTYPE_BF16
+    I32 = _c.OSLO_DTYPE_I32
+    I64 = _c.OSLO_DTYPE_I64
+
+
+class ModelOutput(enum.IntEnum):
+    """What Model.forward returns (oslo_model_output)."""
+
+    LOGITS = _c.OSLO_MODEL_OUTPUT_LOGITS
+    HIDDEN = _c.OSLO_MODEL_OUTPUT_HIDDEN
+
+
+class SpecialToken(enum.IntEnum):
+    """Special tokens of a tokenizer (oslo_special_token)."""
+
+    BOS = _c.OSLO_SPECIAL_TOKEN_BOS
+    EOS = _c.OSLO_SPECIAL_TOKEN_EOS
+    PAD = _c.OSLO_SPECIAL_TOKEN_PAD
+    UNK = _c.OSLO_SPECIAL_TOKEN_UNK
+    CLS = _c.OSLO_SPECIAL_TOKEN_CLS
+    SEP = _c.OSLO_SPECIAL_TOKEN_SEP
+    MASK = _c.OSLO_SPECIAL_TOKEN_MASK
+
+
+# numpy <-> oslo dtypes. bfloat16 has no numpy type: its host copies are the
+# raw bits as uint16.
+_TO_NP = {DType.F32: _np.dtype(_np.float32), DType.F16: _np.dtype(_np.float16),
+          DType.BF16: _np.dtype(_np.uint16), DType.I32: _np.dtype(_np.int32),
+          DType.I64: _np.dtype(_np.int64)}
+_FROM_NP = {_np.dtype(_np.float32): DType.F32, _np.dtype(_np.float16): DType.F16,
+            _np.dtype(_np.int32): DType.I32, _np.dtype(_np.int64): DType.I64}
+
+
+def _dtype(d):
+    """DType from a DType, its name ("f32", "bf16", ...) or a numpy dtype."""
+    if d is None:
+        return None
+    if isinstance(d, DType):
+        return d
+    if isinstance(d, str) and d.upper() in DType.__members__:
+        return DType[d.upper()]
+    if isinstance(d, str) and d.lower() in ("bfloat16",):
+        return DType.BF16
+    try:
+        return _FROM_NP[_np.dtype(d)]
+    except (TypeError, KeyError):
+        raise DTypeError(f"no oslo dtype for {d!r}", Status.DTYPE) from None
+
+
+# ---------------------------------------------------------------------------
+# Handles and their lifetimes
+# ---------------------------------------------------------------------------
+
+_lifetime = threading.Lock()
+
+
+class _Handle:
+    """Owns one SWIG object (`_h`, whose destructor calls oslo_*_destroy), or
+    borrows one (a layer's parameter tensors: never destroyed here).
+
+    An object depends on its parents (a tensor, layer or model on its
+    context; a borrowed tensor on its layer; a parameter set on its context
+    and on everything added to it): it holds them and is counted in them.
+    close() closes the dependants first; when the garbage collector
+    finalises a parent before its dependants (a reference cycle), the
+    parent's destruction waits until the last dependant is gone.
+    """
+
+    _h = None
+    _parents = ()
+
+    def __init__(self, h, parent=None):
+        self._h = h
+        self._nchildren = 0
+        self._close_pending = False
+        self._children = weakref.WeakSet()
+        self._parents = []
+        if parent is not None:
+            self._depend_on(parent)
+
+    def _depend_on(self, parent):
+        parent._handle()  # a closed parent cannot take dependants
+        with _lifetime:
+            parent._nchildren += 1
+            parent._children.add(self)
+            self._parents.append(parent)
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def _handle(self):
+        h = self._h
+        if h is None:
+            raise InvalidArgumentError(f"this {type(self).__name__} is closed",
+                                       Status.INVALID_ARGUMENT)
+        return h
+
+    def close(self):
+        """Destroys the object (its dependants first). Idempotent."""
+        for child in list(self._children):
+            child.close()
+        self._release()
+
+    def _release(self):
+        with _lifetime:
+            if self._h is None:
+                return
+            if self._nchildren > 0:
+                self._close_pending = True
+                return
+            h, self._h = self._h, None
+            parents, self._parents = self._parents, []
+        del h  # an owned SWIG object's destructor runs here: oslo_*_destroy
+        for parent in parents:
+            with _lifetime:
+                parent._nchildren -= 1
+                parent._children.discard(self)
+                last = parent._nchildren == 0 and parent._close_pending
+            if last:
+                parent._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self._release()
+        except Exception:  # interpreter shutdown: modules may be gone
+            pass
+
+
+# ---------------------------------------------------------------------------
+# Context
+# ---------------------------------------------------------------------------
+
+def _config_text(config, kwargs):
+    if isinstance(config, os.PathLike):
+        config = os.fspath(config)
+    if config is None:
+        config = {}
+    if isinstance(config, dict):
+        merged = dict(config)
+        merged.update(kwargs)
+        return json.dumps(merged)
+    if isinstance(config, (bytes, bytearray)):
+        config = bytes(config).decode("utf-8")
+    if not isinstance(config, str):
+        raise InvalidArgumentError(
+            f"config must be a dict, JSON text or a path, not {type(config).__name__}",
+            Status.INVALID_ARGUMENT)
+    if kwargs:
+        raise InvalidArgumentError("keyword options need a dict config (or none)",
+                                   Status.INVALID_ARGUMENT)
+    return config
+
+
+def _as_tensor(ctx, x, writable):
+    """(Tensor, temporary) for a Tensor or a numpy array (wrapped in place
+    when it is C-contiguous with an oslo dtype)."""
+    if isinstance(x, Tensor):
+        return x, False
+    if isinstance(x, _np.ndarray):
+        if writable and not x.flags.writeable:
+            raise InvalidArgumentError("the array is read-only", Status.INVALID_ARGUMENT)
+        return Tensor.wrap(ctx, x), True
+    raise InvalidArgumentError(f"expected an oslo.Tensor or a numpy array, not {type(x).__name__}",
+                               Status.INVALID_ARGUMENT)
+
+
+class Context(_Handle):
+    """A rank's view of the job (oslo_context_create): joins the rendezvous
+    and connects the tensor, data, pipeline and world groups. Collective.
+
+    `config`: a dict (keyword arguments are merged into it), JSON text, a
+    path to a JSON file (str or os.PathLike), or None for the defaults.
+    """
+
+    def __init__(self, config=None, **kwargs):
+        super().__init__(_c.Context(_config_text(config, kwargs)))
+
+    def rank(self, group=Group.WORLD):
+        """Rank of this process or thread in `group`."""
+        return self._handle().rank(int(group))
+
+    def size(self, group=Group.WORLD):
+        """Number of ranks in `group`."""
+        return self._handle().size(int(group))
+
+    @property
+    def backend(self):
+        """Name of the backend ("cpu")."""
+        return self._handle().backend()
+
+    def transport(self, group=Group.WORLD):
+        """Transport of `group`: "self", "shm" or "gloo"."""
+        return self._handle().transport(int(group))
+
+    def abort(self):
+        """Makes pending and later collectives fail with CommError; any thread
+        may call it at any time (the context must still be closed)."""
+        # Not through _handle's lock-free check only: abort races with close
+        # by design of the caller; a closed context has nothing to abort.
+        h = self._h
+        if h is not None:
+            h.abort()
+
+    def tensor(self, shape, dtype=DType.F32):
+        """A zero-filled tensor on the context's device."""
+        return Tensor(self, shape, dtype)
+
+    def all_reduce(self, tensor, op=ReduceOp.SUM, group=Group.WORLD):
+        """In-place all-reduce of an oslo.Tensor or numpy array; returns it."""
+        t, tmp = _as_tensor(self, tensor, True)
+        try:
+            self._handle().all_reduce(int(group), int(op), t._handle())
+        finally:
+            if tmp:
+                t.close()
+        return tensor
+
+    def all_gather(self, input, output=None, group=Group.WORLD):
+        """Concatenates every rank's `input` along dimension 0 into `output`
+        (allocated as a numpy array when None); returns `output`."""
+        if output is None:
+            shape = list(input.shape)
+            if not shape:
+                shape = [1]
+            shape[0] *= self.size(group)
+            dt = input.dtype if isinstance(input, _np.ndarray) else _TO_NP[input.dtype]
+            output = _np.empty(shape, dtype=dt)
+        i, ti = _as_tensor(self, input, False)
+        try:
+            o, to = _as_tensor(self, output, True)
+            try:
+                self._handle().all_gather(int(group), i._handle(), o._handle())
+            finally:
+                if to:
+                    o.close()
+        finally:
+            if ti:
+                i.close()
+        return output
+
+    def reduce_scatter(self, input, output=None, op=ReduceOp.SUM, group=Group.WORLD):
+        """Reduces `input` over the group and leaves this rank's block (along
+        dimension 0) in `output` (numpy, allocated when None); returns it."""
+        if output is None:
+            shape = list(input.shape)
+            n = self.size(group)
+            if not shape or shape[0] % n:
+                raise ShapeError(f"reduce_scatter: dimension 0 of {tuple(shape)} is not "
+                                 f"divisible by the group size {n}", Status.SHAPE)
+            shape[0] //= n
+            dt = input.dtype if isinstance(input, _np.ndarray) else _TO_NP[input.dtype]
+            output = _np.empty(shape, dtype=dt)
+        i, ti = _as_tensor(self, input, False)
+        try:
+            o, to = _as_tensor(self, output, True)
+            try:
+                self._handle().reduce_scatter(int(group), int(op), i._handle(), o._handle())
+            finally:
+                if to:
+                    o.close()
+        finally:
+            if ti:
+                i.close()
+        return output
+
+    def broadcast(self, tensor, root=0, group=Group.WORLD):
+        """Copies group rank `root`'s tensor into every rank's; returns it."""
+        t, tmp = _as_tensor(self, tensor, True)
+        try:
+            self._handle().broadcast(int(group), int(root), t._handle())
+        finally:
+            if tmp:
+                t.close()
+        return tensor
+
+    def send(self, tensor, peer, group=Group.WORLD):
+        """Sends to group rank `peer` (which calls recv)."""
+        t, tmp = _as_tensor(self, tensor, False)
+        try:
+            self._handle().send(int(group), int(peer), t._handle())
+        finally:
+            if tmp:
+                t.close()
+
+    def recv(self, tensor, peer, group=Group.WORLD):
+        """Receives into `tensor` what group rank `peer` sent; returns it."""
+        t, tmp = _as_tensor(self, tensor, True)
+        try:
+            self._handle().recv(int(group), int(peer), t._handle())
+        finally:
+            if tmp:
+                t.close()
+        return tensor
+
+    def barrier(self, group=Group.WORLD):
+        """Blocks until every rank of the group arrived."""
+        self._handle().barrier(int(group))
+
+    def vocab_parallel_cross_entropy(self, logits, labels, vocab_size, ignore_index=-100,
+                                     losses=None, grad_logits=None):
+        """Cross-entropy over this rank's vocabulary slice of the logits
+        [tokens, V_p/tp] with labels [tokens]; writes per-token losses and
+        d(mean)/d(logits) when given (Tensors or numpy arrays); returns the
+        mean loss. Collective over the tensor group."""
+        temps = []
+        try:
+            def conv(x, writable):
+                if x is None:
+                    return None
+                t, tmp = _as_tensor(self, x, writable)
+                if tmp:
+                    temps.append(t)
+                return t._handle()
+            return self._handle().vocab_parallel_cross_entropy(
+                conv(logits, False), conv(labels, False), int(vocab_size), int(ignore_index),
+                conv(losses, True), conv(grad_logits, True))
+        finally:
+            for t in temps:
+                t.close()
+
+
+# ---------------------------------------------------------------------------
+# Tensor
+# ---------------------------------------------------------------------------
+
+class Tensor(_Handle):
+    """An oslo tensor on a context's device: `Tensor(ctx, shape, dtype)` is
+    zero-filled and owned; `Tensor.wrap(ctx, array)` shares a numpy array's
+    memory (kept alive by the tensor)."""
+
+    def __init__(self, ctx, shape, dtype=DType.F32, *, _h=None, _base=None):
+        if _h is None:
+            _h = _c.Tensor(ctx._handle(), int(_dtype(dtype)), [int(s) for s in shape])
+        super().__init__(_h, ctx)
+        self._base = _base
+        self._ctx = ctx
+
+    @classmethod
+    def wrap(cls, ctx, array):
+        """Wraps a writable, C-contiguous numpy array without copying."""
+        if not isinstance(array, _np.ndarray):
+            raise InvalidArgumentError("wrap needs a numpy array", Status.INVALID_ARGUMENT)
+        if not array.flags.c_contiguous:
+            raise InvalidArgumentError("wrap needs a C-contiguous array "
+                                       "(numpy.ascontiguousarray makes one)",
+                                       Status.INVALID_ARGUMENT)
+        dt = _dtype(array.dtype)
+        h = _c.tensor_wrap(ctx._handle(), array, int(dt), list(array.shape))
+        return cls(ctx, None, _h=h, _base=array)
+
+    @classmethod
+    def from_numpy(cls, ctx, array, dtype=None):
+        """A new tensor holding a copy of `array` (converted to `dtype`)."""
+        dt = _dtype(dtype) if dtype is not None else _dtype(_np.asarray(array).dtype)
+        a = _np.ascontiguousarray(array, dtype=_TO_NP[dt])
+        t = cls(ctx, a.shape, dt)
+        t.copy_from(a)
+        return t
+
+    @classmethod
+    def _borrowed(cls, owner, h):
+        """A tensor owned by `owner` (a layer): never destroyed here, and
+        `owner` lives while it is referenced."""
+        if h is None:
+            return None
+        t = cls.__new__(cls)
+        _Handle.__init__(t, h, owner)
+        t._base = None
+        t._ctx = owner.context
+        return t
+
+    @property
+    def context(self):
+        return self._ctx
+
+    @property
+    def ndim(self):
+        return self._handle().ndim()
+
+    @property
+    def shape(self):
+        h = self._handle()
+        return tuple(h.dim(i) for i in range(h.ndim()))
+
+    @property
+    def dtype(self):
+        return DType(self._handle().dtype())
+
+    @property
+    def numel(self):
+        return self._handle().numel()
+
+    @property
+    def nbytes(self):
+        return self.numel * _TO_NP[self.dtype].itemsize
+
+    def numpy(self):
+        """A numpy copy (bf16: the raw bits as uint16)."""
+        out = _np.empty(self.shape, dtype=_TO_NP[self.dtype])
+        self.copy_to(out)
+        return out
+
+    def copy_to(self, array):
+        """Copies the tensor into a C-contiguous numpy array of its size."""
+        self._handle().copy_to_host(array)
+        return array
+
+    def copy_from(self, array):
+        """Copies host memory (any buffer of the tensor's size) into the tensor."""
+        if isinstance(array, _np.ndarray) and not array.flags.c_contiguous:
+            array = _np.ascontiguousarray(array)
+        self._handle().copy_from_host(array)
+        return self
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export sharing the tensor's memory (no copy): a DLPack 1.x
+        capsule when the consumer accepts max_version >= (1, 0), else an
+        unversioned one. The memory stays valid until the consumer is done,
+        even after close(). A wrapped numpy array is exported by numpy."""
+        if copy:
+            raise BufferError("oslo exports share memory; copy=True is not supported")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"the tensor is on DLPack device {self.__dlpack_device__()}, "
+                              f"not {tuple(dl_device)}")
+        if self._base is not None:
+            kw = {} if max_version is None else {"max_version": max_version}
+            return self._base.__dlpack__(**kw)
+        h = self._handle()
+        if max_version is not None and tuple(max_version)[0] >= 1:
+            return h.to_dlpack_versioned()
+        return h.to_dlpack()
+
+    def __dlpack_device__(self):
+        d = self._handle().dlpack_device()
+        return (d >> 32, d & 0xFFFFFFFF)
+
+    @classmethod
+    def _from_dlpack(cls, ctx, obj):
+        if hasattr(obj, "__dlpack__"):
+            try:
+                cap = obj.__dlpack__(max_version=(1, 0))
+            except TypeError:  # a producer older than DLPack 1.0
+                cap = obj.__dlpack__()
+        else:
+            cap = obj
+        h = _c.tensor_from_dlpack(ctx._handle(), cap)
+        return cls(ctx, None, _h=h)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def __repr__(self):
+        if self.closed:
+            return "oslo.Tensor(closed)"
+        return f"oslo.Tensor(shape={self.shape}, dtype={self.dtype.name})"
+
+
+# ---------------------------------------------------------------------------
+# Tensor-parallel layers and parameter sets
+# ---------------------------------------------------------------------------
+
+class ParallelLinear(_Handle):
+    """y = x W^T + b split over the tensor group: kind "column" (output
+    features split) or "row" (input features split). Weights start at zero."""
+
+    def __init__(self, ctx, in_features, out_features, kind="column", bias=True,
+                 gather_output=False, input_is_parallel=True, dtype=DType.F32):
+        k = {"column": _c.OSLO_LINEAR_COLUMN, "row": _c.OSLO_LINEAR_ROW}.get(kind, kind)
+        super().__init__(_c.ParallelLinear(ctx._handle(), int(k), int(in_features),
+                                           int(out_features), int(bool(bias)),
+                                           int(bool(gather_output)),
+                                           int(bool(input_is_parallel)), int(_dtype(dtype))), ctx)
+        self._ctx = ctx
+
+    @property
+    def context(self):
+        return self._ctx
+
+    def _t(self, x, writable=False):
+        return _as_tensor(self._ctx, x, writable)
+
+    def load_full(self, weight, bias=None):
+        """Loads the unsharded weight [out, in] (and bias [out]); each rank
+        keeps its slice."""
+        self._load(self._handle().load_full, weight, bias)
+
+    def load_shard(self, weight, bias=None):
+        """Loads this rank's slice directly."""
+        self._load(self._handle().load_shard, weight, bias)
+
+    def _load(self, fn, weight, bias):
+        w, tw = self._t(_np.ascontiguousarray(weight) if isinstance(weight, _np.ndarray) else weight)
+        b, tb = (None, False) if bias is None else self._t(
+            _np.ascontiguousarray(bias) if isinstance(bias, _np.ndarray) else bias)
+        try:
+            fn(w._handle(), None if b is None else b._handle())
+        finally:
+            for t, tmp in ((w, tw), (b, tb)):
+                if tmp:
+                    t.close()
+
+    @property
+    def weight(self):
+        """This rank's weight (borrowed: lives with the layer)."""
+        return Tensor._borrowed(self, self._handle().param(0))
+
+    @property
+    def bias(self):
+        return Tensor._borrowed(self, self._handle().param(1))
+
+    @property
+    def grad_weight(self):
+        return Tensor._borrowed(self, self._handle().param(2))
+
+    @property
+    def grad_bias(self):
+        return Tensor._borrowed(self, self._handle().param(3))
+
+    def forward(self, input, output):
+        """Writes the layer's output for `input` into `output` (Tensors or
+        numpy arrays); returns output."""
+        i, ti = self._t(input)
+        o, to = self._t(output, True)
+        try:
+            self._handle().forward(i._handle(), o._handle())
+        finally:
+            for t, tmp in ((i, ti), (o, to)):
+                if tmp:
+                    t.close()
+        return output
+
+    def backward(self, input, grad_output, grad_input=None):
+        """Adds the parameter gradients; writes grad_input when given."""
+        i, ti = self._t(input)
+        g, tg = self._t(grad_output)
+        gi, tgi = (None, False) if grad_input is None else self._t(grad_input, True)
+        try:
+            self._handle().backward(i._handle(), g._handle(),
+                                    None if gi is None else gi._handle())
+        finally:
+            for t, tmp in ((i, ti), (g, tg), (gi, tgi)):
+                if tmp:
+                    t.close()
+        return grad_input
+
+    def zero_grad(self):
+        self._handle().zero_grad()
+
+
+class ParallelEmbedding(_Handle):
+    """A vocabulary-parallel embedding [vocab_size, hidden_size]."""
+
+    def __init__(self, ctx, vocab_size, hidden_size, dtype=DType.F32):
+        super().__init__(_c.ParallelEmbedding(ctx._handle(), int(vocab_size), int(hidden_size),
+                                              int(_dtype(dtype))), ctx)
+        self._ctx = ctx
+
+    @property
+    def context(self):
+        return self._ctx
+
+    @property
+    def vocab_range(self):
+        """(start, end) of this rank's real rows."""
+        h = self._handle()
+        return h.vocab_range(0), h.vocab_range(1)
+
+    @property
+    def local_rows(self):
+        return self._handle().vocab_range(2)
+
+    def load_full(self, weight):
+        w, tmp = _as_tensor(self._ctx, _np.ascontiguousarray(weight)
+                            if isinstance(weight, _np.ndarray) else weight, False)
+        try:
+            self._handle().load_full(w._handle())
+        finally:
+            if tmp:
+                w.close()
+
+    def load_shard(self, weight):
+        w, tmp = _as_tensor(self._ctx, _np.ascontiguousarray(weight)
+                            if isinstance(weight, _np.ndarray) else weight, False)
+        try:
+            self._handle().load_shard(w._handle())
+        finally:
+            if tmp:
+                w.close()
+
+    @property
+    def weight(self):
+        return Tensor._borrowed(self, self._handle().param(0))
+
+    @property
+    def grad_weight(self):
+        return Tensor._borrowed(self, self._handle().param(1))
+
+    def forward(self, ids, output):
+        i, ti = _as_tensor(self._ctx, ids, False)
+        o, to = _as_tensor(self._ctx, output, True)
+        try:
+            self._handle().forward(i._handle(), o._handle())
+        finally:
+            for t, tmp in ((i, ti), (o, to)):
+                if tmp:
+                    t.close()
+        return output
+
+    def backward(self, ids, grad_output):
+        i, ti = _as_tensor(self._ctx, ids, False)
+        g, tg = _as_tensor(self._ctx, grad_output, False)
+        try:
+            self._handle().backward(i._handle(), g._handle())
+        finally:
+            for t, tmp in ((i, ti), (g, tg)):
+                if tmp:
+                    t.close()
+
+    def zero_grad(self):
+        self._handle().zero_grad()
+
+
+class ParamSet(_Handle):
+    """Named parameters for gradient clipping and sharded checkpoints. The
+    set depends on what is added to it: closing an added tensor or layer
+    closes the set first."""
+
+    def __init__(self, ctx):
+        super().__init__(_c.ParamSet(ctx._handle()), ctx)
+        self._ctx = ctx
+
+    def add(self, name, tensor, grad=None, split_dim=-1):
+        """Adds an oslo.Tensor (and its gradient) split along split_dim
+        across the tensor group, or replicated (-1)."""
+        if not isinstance(tensor, Tensor) or (grad is not None and not isinstance(grad, Tensor)):
+            raise InvalidArgumentError("ParamSet.add takes oslo.Tensor objects (the set keeps "
+                                       "using them)", Status.INVALID_ARGUMENT)
+        self._handle().add(str(name), tensor._handle(),
+                           None if grad is None else grad._handle(), int(split_dim))
+        for d in (tensor, grad):
+            if d is not None:
+                self._depend_on(d)
+
+    def add_linear(self, prefix, layer):
+        self._handle().add_linear(str(prefix), layer._handle())
+        self._depend_on(layer)
+
+    def add_embedding(self, prefix, emb):
+        self._handle().add_embedding(str(prefix), emb._handle())
+        self._depend_on(emb)
+
+    def __len__(self):
+        return self._handle().count()
+
+    def clip_grad_norm(self, max_norm=0.0, norm_type=2.0):
+        """The global gradient norm; scales the gradients when it exceeds
+        max_norm > 0. Collective over the tensor group."""
+        return self._handle().clip_grad_norm(float(max_norm), float(norm_type))
+
+    def save_checkpoint(self, dir):
+        """Sharded, atomic checkpoint. Collective over the world group."""
+        self._handle().save_checkpoint(os.fspath(dir))
+
+    def load_checkpoint(self, dir):
+        """Loads a checkpoint saved at any tensor-parallel size. Collective."""
+        self._handle().load_checkpoint(os.fspath(dir))
+
+
+# ---------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------
+
+class ModelInfo:
+    """Sizes of a loaded model, as in its config.json."""
+
+    __slots__ = ("model_type", "vocab_size", "hidden_size", "num_layers", "num_heads",
+                 "num_kv_heads", "max_positions", "is_causal", "dtype", "eos_token_id",
+                 "pad_token_id")
+
+    def __init__(self, model_type, i):
+        self.model_type = model_type
+        self.vocab_size = i.vocab_size
+        self.hidden_size = i.hidden_size
+        self.num_layers = i.num_layers
+        self.num_heads = i.num_heads
+        self.num_kv_heads = i.num_kv_heads
+        self.max_positions = i.max_positions
+        self.is_causal = bool(i.is_causal)
+        self.dtype = DType(i.dtype)
+        self.eos_token_id = i.eos_token_id
+        self.pad_token_id = i.pad_token_id
+
+    def __repr__(self):
+        return "ModelInfo(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
+
+
+def _ids_2d(x, name):
+    a = _np.ascontiguousarray(x, dtype=_np.int64)
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2:
+        raise ShapeError(f"{name} must be [batch, seq], not {a.shape}", Status.SHAPE)
+    return a
+
+
+class Model(_Handle):
+    """A Hugging Face model (folder or oslo checkpoint) split over the
+    context's tensor group (oslo_model_load). Collective: every rank of the
+    tensor group makes the same calls with the same arguments."""
+
+    def __init__(self, ctx, path, dtype=None):
+        d = -1 if dtype is None else int(_dtype(dtype))
+        super().__init__(_c.Model(ctx._handle(), os.fspath(path), d), ctx)
+        self._ctx = ctx
+        i = self._h.info()
+        self.info = ModelInfo(self._h.model_type(), i)
+
+    @property
+    def context(self):
+        return self._ctx
+
+    def forward(self, ids, mask=None, token_type_ids=None, output="logits"):
+        """Logits [batch, seq, vocab] or hidden states [batch, seq, hidden]
+        (output="hidden") as float32 numpy. ids, mask, token_type_ids: int
+        arrays [batch, seq] (or [seq])."""
+        ids = _ids_2d(ids, "ids")
+        mask = None if mask is None else _ids_2d(mask, "mask")
+        tti = None if token_type_ids is None else _ids_2d(token_type_ids, "token_type_ids")
+        out_kind = ModelOutput[output.upper()] if isinstance(output, str) else ModelOutput(output)
+        width = self.info.vocab_size if out_kind == ModelOutput.LOGITS else self.info.hidden_size
+        b, s = ids.shape
+        out = _np.empty((b, s, width), dtype=_np.float32)
+        self._handle().forward(ids, mask, tti, b, s, int(out_kind), out)
+        return out
+
+    def embed(self, ids, mask=None, normalize=True):
+        """Sentence embeddings [batch, hidden] (mean pooling over the mask,
+        L2-normalised unless normalize=False), float32 numpy."""
+        ids = _ids_2d(ids, "ids")
+        mask = None if mask is None else _ids_2d(mask, "mask")
+        b, s = ids.shape
+        out = _np.empty((b, self.info.hidden_size), dtype=_np.float32)
+        self._handle().embed(ids, mask, b, s, 1 if normalize else 0, out)
+        return out
+
+    def generate(self, prompts, max_new_tokens=20, num_beams=1, do_sample=False,
+                 temperature=1.0, top_k=50, top_p=1.0, seed=0, length_penalty=1.0,
+                 early_stopping=False, eos_token_id=None, pad_token_id=None,
+                 return_scores=False):
+        """Continues each prompt (a list of token ids; or a list of such
+        lists) and returns the new tokens of each as a list of lists of ints
+        (ending with EOS if one was emitted); with return_scores=True, also
+        the list of scores. Defaults are Hugging Face's."""
+        single = len(prompts) > 0 and not hasattr(prompts[0], "__len__")
+        rows = [prompts] if single else list(prompts)
+        lengths = _np.array([len(p) for p in rows], dtype=_np.int64)
+        flat = _np.ascontiguousarray(
+            _np.concatenate([_np.asarray(p, dtype=_np.int64).reshape(-1) for p in rows])
+            if rows else _np.empty(0, dtype=_np.int64))
+        o = _c.GenerateOptions()
+        o.max_new_tokens = int(max_new_tokens)
+        o.do_sample = 1 if do_sample else 0
+        o.temperature = float(temperature)
+        o.top_k = int(top_k)
+        o.top_p = float(top_p)
+        o.seed = int(seed)
+        o.num_beams = int(num_beams)
+        o.length_penalty = float(length_penalty)
+        o.early_stopping = (-1 if early_stopping == "never" else 1 if early_stopping else 0)
+        o.pad_token_id = -1 if pad_token_id is None else int(pad_token_id)
+        eos = None
+        if eos_token_id is not None:
+            eos = _np.ascontiguousarray(
+                _np.atleast_1d(_np.asarray(eos_token_id, dtype=_np.int64)))
+        b = len(rows)
+        tokens = _np.empty((b, max(int(max_new_tokens), 0)), dtype=_np.int64)
+        lens = _np.empty(b, dtype=_np.int64)
+        scores = _np.empty(b, dtype=_np.float32)
+        self._handle().generate(flat, lengths, b, o, eos, tokens, lens, scores)
+        out = [tokens[i, :lens[i]].tolist() for i in range(b)]
+        if single:
+            out, sc = out[0], float(scores[0])
+        else:
+            sc = [float(s) for s in scores]
+        return (out, sc) if return_scores else out
+
+    def save(self, dir):
+        """Saves a parallel checkpoint (oslo_model_save). Collective."""
+        self._handle().save(os.fspath(dir))
+
+
+def merge(src, dst, dtype=None, max_shard_bytes=0, overwrite=False):
+    """Merges a parallel checkpoint into one Hugging Face folder."""
+    d = -1 if dtype is None else int(_dtype(dtype))
+    _c.model_merge(os.fspath(src), os.fspath(dst), d, int(max_shard_bytes), 1 if overwrite else 0)
+
+
+def reshard(src, dst, tensor_parallel_size):
+    """Rewrites a checkpoint or HF folder for another tensor-parallel size."""
+    _c.model_reshard(os.fspath(src), os.fspath(dst), int(tensor_parallel_size))
+
+
+def inspect(path, json=False):
+    """Describes a checkpoint: text, or (json=True) the parsed JSON."""
+    text = _c.checkpoint_inspect(os.fspath(path), 1 if json else 0)
+    if json:
+        import json as _json
+        return _json.loads(text)
+    return text
+
+
+# ---------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------
+
+class Tokenizer(_Handle):
+    """A Hugging Face tokenizer (tokenizer.json or SentencePiece .model) from
+    a folder or a file. Needs no context; usable from many threads at once."""
+
+    def __init__(self, path):
+        super().__init__(_c.Tokenizer(os.fspath(path)))
+
+    def encode(self, text, add_special_tokens=True):
+        """Token ids of `text` (str or UTF-8 bytes) as a list of ints."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        h = self._handle()
+        n = h.encode(data, int(add_special_tokens), None)
+        ids = _np.empty(n, dtype=_np.int64)
+        if n:
+            n2 = h.encode(data, int(add_special_tokens), ids)
+            if n2 != n:
+                raise InternalError(f"encode: {n2} ids after sizing {n}", Status.INTERNAL)
+        return ids.tolist()
+
+    def decode(self, ids, skip_special_tokens=False):
+        """Text of token ids."""
+        a = _np.ascontiguousarray(ids, dtype=_np.int64).reshape(-1)
+        h = self._handle()
+        n = h.decode(a, int(skip_special_tokens), None)
+        buf = bytearray(n + 1)
+        h.decode(a, int(skip_special_tokens), buf)
+        return bytes(buf[:n]).decode("utf-8")
+
+    def __len__(self):
+        return self._handle().vocab_size()
+
+    @property
+    def vocab_size(self):
+        return self._handle().vocab_size()
+
+    def token_to_id(self, token):
+        """Id of the vocabulary's spelling `token`, or None."""
+        data = token.encode("utf-8") if isinstance(token, str) else bytes(token)
+        i = self._handle().token_to_id(data)
+        return None if i < 0 else i
+
+    def id_to_token(self, id):
+        """The vocabulary's spelling of token `id`."""
+        h = self._handle()
+        n = h.id_to_token(int(id), None)
+        buf = bytearray(n + 1)
+        h.id_to_token(int(id), buf)
+        return bytes(buf[:n]).decode("utf-8", errors="replace")
+
+    def special_id(self, which):
+        """Id of a special token (SpecialToken or its name), or None."""
+        if isinstance(which, str):
+            which = SpecialToken[which.upper()]
+        i = self._handle().special_id(int(which))
+        return None if i < 0 else i
+
+
+def from_dlpack(ctx, obj):
+    """Imports a DLPack producer (an object with __dlpack__) as an oslo.Tensor
+    sharing its memory."""
+    return Tensor._from_dlpack(ctx, obj)

