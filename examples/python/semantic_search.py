@@ -46,6 +46,8 @@ def embed(model, tok, sentences):
 
 
 def cosine(a, b):
+    """In float64, as the C example computes it."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.dot(a, b) / np.sqrt(np.dot(a, a) * np.dot(b, b)))
 
 
@@ -86,7 +88,8 @@ def main():
                   "".join(f"  [{j}] " for j in range(len(sentences))))
             for i, s in enumerate(sentences):
                 row = "".join(f" {cosine(e[i], e[j]):5.2f} " for j in range(len(sentences)))
-                print(f"[{i}] {row}  {s[:40]}")
+                # The first 40 bytes of UTF-8, as C's "%.40s".
+                print(f"[{i}] {row}  {s.encode()[:40].decode(errors='ignore')}")
 
             worst_st = min(cosine(e[i], st[i]) for i in range(len(sentences)))
             worst_u = min(cosine(e[i], u[i]) for i in range(len(sentences)))

@@ -104,6 +104,95 @@ def abort(*args):
     run_ranks(body, world, _threads(args) > 0)
 
 
+def _mlp_data():
+    """The MLP of mlp_tp2_forward_backward_w2 and clip_grad_norm_w2: column
+    (8 -> 16) then row (16 -> 8) with biases, 3 rows; the reference is the
+    unsharded computation in float64."""
+    rng = np.random.default_rng(5)
+    d, h, rows = 8, 16, 3
+    f = {k: rng.uniform(-1, 1, shape).astype(np.float32) for k, shape in
+         (("w1", (h, d)), ("b1", (h,)), ("w2", (d, h)), ("b2", (d,)), ("x", (rows, d)),
+          ("gy", (rows, d)))}
+    w1, b1, w2, b2, x, gy = (f[k].astype(np.float64) for k in ("w1", "b1", "w2", "b2", "x", "gy"))
+    mid = x @ w1.T + b1
+    ref = {"mid": mid, "y": mid @ w2.T + b2, "gmid": gy @ w2}
+    ref.update(gx=ref["gmid"] @ w1, gw1=ref["gmid"].T @ x, gb1=ref["gmid"].sum(0),
+               gw2=gy.T @ mid, gb2=gy.sum(0))
+    return d, h, rows, f, ref
+
+
+def _mlp_forward_backward(ctx, d, h, rows, f, ref):
+    """Forward and backward on this rank, every result checked against the
+    float64 reference (this rank's shard where the result is sharded)."""
+    r, n = ctx.rank(oslo.Group.TENSOR), ctx.size(oslo.Group.TENSOR)
+    cols = slice(r * h // n, (r + 1) * h // n)
+    fc1 = oslo.ParallelLinear(ctx, d, h, "column")
+    fc2 = oslo.ParallelLinear(ctx, h, d, "row")
+    fc1.load_full(f["w1"], f["b1"])
+    fc2.load_full(f["w2"], f["b2"])
+
+    def close(a, b, what):
+        err = float(np.max(np.abs(a - b) / np.maximum(1, np.abs(b))))
+        check(err < 1e-4, f"{what}: max error {err}")
+
+    mid = fc1.forward(f["x"], np.empty((rows, h // n), np.float32))
+    close(mid, ref["mid"][:, cols], "column output")
+    y = fc2.forward(mid, np.empty((rows, d), np.float32))
+    close(y, ref["y"], "MLP output")
+    gmid = fc2.backward(mid, f["gy"], np.empty_like(mid))
+    close(gmid, ref["gmid"][:, cols], "grad of the column output")
+    gx = fc1.backward(f["x"], gmid, np.empty_like(f["x"]))
+    close(gx, ref["gx"], "input gradient")
+    close(fc1.grad_weight.numpy(), ref["gw1"][cols], "column weight gradient")
+    close(fc1.grad_bias.numpy(), ref["gb1"][cols], "column bias gradient")
+    close(fc2.grad_weight.numpy(), ref["gw2"][:, cols], "row weight gradient")
+    close(fc2.grad_bias.numpy(), ref["gb2"], "row bias gradient")
+    return fc1, fc2
+
+
+def mlp_tp2_forward_backward_w2(*args):
+    """A column -> row MLP at TP=2: output, input gradient and parameter
+    gradients equal the unsharded float64 computation."""
+    world = _threads(args) or int(os.environ.get("WORLD_SIZE", "1"))
+    check(world == 2, "runs on 2 ranks")
+    data = _mlp_data()
+
+    def body(cfg):
+        with oslo.Context(cfg) as ctx:
+            _mlp_forward_backward(ctx, *data)
+
+    run_ranks(body, world, _threads(args) > 0)
+
+
+def clip_grad_norm_w2(*args):
+    """The global gradient norm over the shards equals the unsharded one;
+    clipping scales every gradient by max_norm / (norm + 1e-6)."""
+    world = _threads(args) or int(os.environ.get("WORLD_SIZE", "1"))
+    check(world == 2, "runs on 2 ranks")
+    data = _mlp_data()
+    ref = data[4]
+    want = float(np.sqrt(sum((ref[k] ** 2).sum() for k in ("gw1", "gb1", "gw2", "gb2"))))
+
+    def body(cfg):
+        with oslo.Context(cfg) as ctx:
+            fc1, fc2 = _mlp_forward_backward(ctx, *data)
+            with oslo.ParamSet(ctx) as ps:
+                ps.add_linear("fc1", fc1)
+                ps.add_linear("fc2", fc2)
+                before = fc1.grad_weight.numpy()
+                norm = ps.clip_grad_norm(10 * want)
+                check(abs(norm - want) < 1e-4 * want, f"global norm {norm} vs unsharded {want}")
+                check(np.array_equal(fc1.grad_weight.numpy(), before), "no clipping below max_norm")
+                norm = ps.clip_grad_norm(want / 4)
+                check(abs(norm - want) < 1e-4 * want, "the norm before clipping is returned")
+                coef = (want / 4) / (want + 1e-6)
+                check(np.abs(fc1.grad_weight.numpy() - before * coef).max() < 1e-5, "clipped")
+                norm = ps.clip_grad_norm(1e9)
+                check(abs(norm - want / 4) < 1e-4 * want, "the norm after clipping is max_norm")
+
+    run_ranks(body, world, _threads(args) > 0)
+
+
 def layers(*args):
     """A tensor-parallel MLP (column then row) forward and backward equal to
     the unsharded numpy computation; its parameter set saved at TP=world and
@@ -169,4 +258,6 @@ def layers(*args):
 
 
 if __name__ == "__main__":
-    main({"collectives": collectives, "abort": abort, "layers": layers})
+    main({"collectives_w2": collectives, "abort_from_thread_w2": abort, "layers": layers,
+          "mlp_tp2_forward_backward_w2": mlp_tp2_forward_backward_w2,
+          "clip_grad_norm_w2": clip_grad_norm_w2})
