@@ -219,15 +219,37 @@ def _config_text(config, kwargs):
     return config
 
 
+class _Wrapped:
+    """A numpy array wrapped in place for the length of one call: the bare
+    SWIG handle, without a Tensor's dependency bookkeeping (the caller holds
+    the array and the context for the whole call). close() destroys it."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self, h):
+        self._h = h
+
+    def _handle(self):
+        return self._h
+
+    def close(self):
+        self._h = None  # the owned SWIG object's destructor: oslo_tensor_destroy
+
+
 def _as_tensor(ctx, x, writable):
     """(Tensor, temporary) for a Tensor or a numpy array (wrapped in place
-    when it is C-contiguous with an oslo dtype)."""
+    when it is C-contiguous with an oslo dtype; the temporary is closed by
+    the caller after the call)."""
     if isinstance(x, Tensor):
         return x, False
     if isinstance(x, _np.ndarray):
         if writable and not x.flags.writeable:
             raise InvalidArgumentError("the array is read-only", Status.INVALID_ARGUMENT)
-        return Tensor.wrap(ctx, x), True
+        if not x.flags.c_contiguous:
+            raise InvalidArgumentError("the array must be C-contiguous "
+                                       "(numpy.ascontiguousarray makes one)",
+                                       Status.INVALID_ARGUMENT)
+        return _Wrapped(_c.tensor_wrap(ctx._handle(), x, int(_dtype(x.dtype)), list(x.shape))), True
     raise InvalidArgumentError(f"expected an oslo.Tensor or a numpy array, not {type(x).__name__}",
                                Status.INVALID_ARGUMENT)
 
