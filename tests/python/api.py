@@ -35,6 +35,18 @@ def status_strings():
     check(capi.status_string(int(oslo.Status.TIMEOUT)).startswith("OSLO_ERR_TIMEOUT"), "string")
     e = oslo._errors.make(99, "future")
     check(type(e) is oslo.Error and e.status == 99, repr(e))
+    # Built-in bases, so `except TimeoutError` / `except OSError` /
+    # `except ValueError` catch what they mean.
+    import builtins
+    import pickle
+    t = oslo._errors.make(int(oslo.Status.TIMEOUT), "rank 1 never came")
+    check(isinstance(t, builtins.TimeoutError) and isinstance(t, OSError), repr(t))
+    check(t.message == "rank 1 never came" and str(t) == "TIMEOUT: rank 1 never came", str(t))
+    i = oslo._errors.make(int(oslo.Status.IO), "cannot read x")
+    check(isinstance(i, OSError) and not isinstance(i, builtins.TimeoutError), repr(i))
+    back = pickle.loads(pickle.dumps(t))
+    check(type(back) is oslo.TimeoutError and back.message == t.message, repr(back))
+    check(isinstance(oslo._errors.make(int(oslo.Status.CONFIG), "k"), ValueError), "ValueError")
 
 
 def context_defaults():

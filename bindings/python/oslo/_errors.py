@@ -5,6 +5,7 @@ where the C call failed, with the message already copied out of oslo's
 thread-local last error, and raises what it returns.
 """
 
+import builtins
 import enum
 
 
@@ -66,12 +67,20 @@ class CommError(Error):
     status = Status.COMM
 
 
-class TimeoutError(Error):  # noqa: A001 - oslo.TimeoutError, as the status
+class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 - as the status; also the built-in
     status = Status.TIMEOUT
 
+    def __new__(cls, message, status=None):
+        # OSError would take two arguments as (errno, strerror).
+        return builtins.OSError.__new__(cls, message)
 
-class IOError(Error):  # noqa: A001 - oslo.IOError, as the status
+
+class IOError(Error, builtins.OSError):  # noqa: A001 - as the status; also an OSError
     status = Status.IO
+
+    def __new__(cls, message, status=None):
+        # OSError would take two arguments as (errno, strerror).
+        return builtins.OSError.__new__(cls, message)
 
 
 class FormatError(Error, ValueError):
