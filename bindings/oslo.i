@@ -348,14 +348,93 @@ typedef struct DLManagedTensor *bind_dlpack_unversioned;
   if (PyCapsule_SetName($input, $2 ? "used_dltensor_versioned" : "used_dltensor") != 0) SWIG_fail;
 }
 #elif defined(SWIGJAVA)
+/* Java names (package org.oslo): classes and enums in UpperCamelCase
+   (Context, Tensor, DType, ReduceOp, Group, Status, ...), enum constants
+   without their C prefix (DType.F32, ReduceOp.SUM, Group.TENSOR,
+   Status.CONFIG: the same names as Python's oslo.Status), methods and the
+   accessors of struct fields in lowerCamelCase (ctx.allReduce,
+   opts.setMaxNewTokens). The module class capi (version, merge, reshard,
+   inspect, tensor_wrap) and capiJNI are package-private: Oslo and
+   Tensor.wrap are their public face. */
+%include "enums.swg"
+%javaconst(1);
+%rename(Status) oslo_status;
+%rename(DType) oslo_dtype;
+%rename(ReduceOp) oslo_reduce_op;
+%rename(Group) oslo_group;
+%rename(LinearKind) oslo_linear_kind;
+%rename(ModelOutput) oslo_model_output;
+%rename(SpecialToken) oslo_special_token;
+%rename("%(regex:/^OSLO_(ERR_|DTYPE_|REDUCE_|GROUP_|LINEAR_|MODEL_OUTPUT_|SPECIAL_TOKEN_)?(.*)$/\\2/)s",
+        %$isenumitem, notregexmatch$name="_ENUM_M(IN|AX)_$") "";
+%rename("%(lowercamelcase)s", %$ismember, %$isvariable) "";
+%rename(allReduce) m_all_reduce;
+%rename(allGather) m_all_gather;
+%rename(reduceScatter) m_reduce_scatter;
+%rename(vocabParallelCrossEntropy) m_vocab_parallel_cross_entropy;
+%rename(dataPtr) m_data_ptr;
+%rename(copyFromHost) m_copy_from_host;
+%rename(copyToHost) m_copy_to_host;
+%rename(loadFull) m_load_full;
+%rename(loadShard) m_load_shard;
+%rename(zeroGrad) m_zero_grad;
+%rename(vocabRange) m_vocab_range;
+%rename(nativeAdd) m_add;
+%rename(nativeAddLinear) m_add_linear;
+%rename(nativeAddEmbedding) m_add_embedding;
+%rename(clipGradNorm) m_clip_grad_norm;
+%rename(saveCheckpoint) m_save_checkpoint;
+%rename(loadCheckpoint) m_load_checkpoint;
+%rename(modelType) m_model_type;
+%rename(vocabSize) m_vocab_size;
+%rename(tokenToId) m_token_to_id;
+%rename(idToToken) m_id_to_token;
+%rename(specialId) m_special_id;
+/* ModelInfo is a result: getters only. */
+%immutable oslo_model_info::vocab_size;
+%immutable oslo_model_info::hidden_size;
+%immutable oslo_model_info::num_layers;
+%immutable oslo_model_info::num_heads;
+%immutable oslo_model_info::num_kv_heads;
+%immutable oslo_model_info::max_positions;
+%immutable oslo_model_info::is_causal;
+%immutable oslo_model_info::dtype;
+%immutable oslo_model_info::eos_token_id;
+%immutable oslo_model_info::pad_token_id;
+/* Raw forms the hand-written methods below build on. */
+%javamethodmodifiers m_param "private";
+%javamethodmodifiers m_vocab_range "private";
+%javamethodmodifiers m_add "private";
+%javamethodmodifiers m_add_linear "private";
+%javamethodmodifiers m_add_embedding "private";
+%pragma(java) moduleclassmodifiers="final class"
+%pragma(java) jniclassclassmodifiers="final class"
+/* The JNI library loads with the first class that needs it. */
+%pragma(java) jniclasscode=%{
+  static {
+    Oslo.load();
+  }
+%}
+
 /* -DSWIGWORDSIZE64 makes int64_t a C long, which SWIG maps to a Java int:
    use long long's typemaps (a Java long) for the fixed-width 64-bit types. */
 %apply long long { int64_t };
 %apply unsigned long long { uint64_t };
-/* A shape: long[]. */
+/* C ints that are flags: Java booleans. */
+%typemap(jni) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite "jboolean"
+%typemap(jtype) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite "boolean"
+%typemap(jstype) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite "boolean"
+%typemap(javain) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite "$javainput"
+%typemap(in) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite "$1 = $input ? 1 : 0;"
+/* A shape: long... (always the last argument). */
 %typemap(jni) (int ndim, const int64_t *shape) "jlongArray"
 %typemap(jtype) (int ndim, const int64_t *shape) "long[]"
-%typemap(jstype) (int ndim, const int64_t *shape) "long[]"
+%typemap(jstype) (int ndim, const int64_t *shape) "long..."
 %typemap(javain) (int ndim, const int64_t *shape) "$javainput"
 %typemap(in) (int ndim, const int64_t *shape) (int64_t dims_[OSLO_MAX_DIMS]) {
   jsize n_ = $input ? (*jenv)->GetArrayLength(jenv, $input) : 0;
@@ -404,72 +483,581 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
   }
 }
 /* Handles are AutoCloseable; close() is SWIG's delete(), idempotent (it
-   clears the pointer). A tensor or model keeps its context in a field, so
-   the context is not collected before its children. */
+   clears the pointer). A tensor, layer, parameter set or model keeps its
+   context in a field, a wrapped tensor its buffer, a borrowed parameter
+   tensor its layer, and a parameter set what was added to it. */
 %typemap(javainterfaces) struct oslo_context, struct oslo_tensor, struct oslo_model,
     struct oslo_tokenizer, struct oslo_parallel_linear, struct oslo_parallel_embedding,
     struct oslo_param_set, struct oslo_generate_options, struct oslo_model_info "AutoCloseable"
-%typemap(javacode) struct oslo_context, struct oslo_tokenizer, struct oslo_parallel_linear,
-    struct oslo_parallel_embedding, struct oslo_param_set, struct oslo_generate_options,
-    struct oslo_model_info %{
-  /** Frees the handle; safe to call more than once. */
-  @Override public void close() { delete(); }
+/* SWIG's finalizer stays as the safety net for a handle never closed. */
+%typemap(javafinalize) SWIGTYPE %{
+  @SuppressWarnings({"deprecation", "removal"})
+  protected void finalize() {
+    delete();
+  }
 %}
-%typemap(javacode) struct oslo_model %{
-  /** The context this handle was made in, kept alive while it lives. */
-  private Object context;
-  /** The context this handle was made in. */
-  public Context context() { return (Context)context; }
+%typemap(javaconstruct) struct oslo_tensor, struct oslo_model, struct oslo_parallel_linear,
+    struct oslo_parallel_embedding, struct oslo_param_set {
+    this($imcall, true);
+    this.context = ctx;
+  }
+%typemap(javacode) struct oslo_model_info %{
   /** Frees the handle; safe to call more than once. */
-  @Override public void close() { delete(); }
-%}
-/* float[] inputs and outputs: copied once through a direct buffer (the JVM
-   may move a heap array, so oslo never holds one). */
-%typemap(javacode) struct oslo_tensor %{
-  /** The context this handle was made in, kept alive while it lives. */
-  private Object context;
-  /** The context this handle was made in. */
-  public Context context() { return (Context)context; }
-  /** Frees the handle; safe to call more than once. */
-  @Override public void close() { delete(); }
-  /** Memory this handle uses in place (a wrapped direct buffer). */
-  private Object memory;
-  Tensor keep(Object ctx, Object mem) { context = ctx; memory = mem; return this; }
+  @Override
+  public void close() {
+    delete();
+  }
 
-  private static java.nio.FloatBuffer directFloats(int n) {
-    return java.nio.ByteBuffer.allocateDirect(n * 4).order(java.nio.ByteOrder.nativeOrder())
-        .asFloatBuffer();
+  /** Whether the model is causal (a language model: generate works). */
+  public boolean isCausal() {
+    return getIsCausal() != 0;
   }
-  /** Copies a float[] (numel elements) into an f32 tensor. */
-  public void copy_from_host(float[] src) {
-    java.nio.FloatBuffer b = directFloats(src.length);
-    b.put(src);
-    copy_from_host(b);
+%}
+%typemap(javacode) struct oslo_context %{
+  /**
+   * A context with every default: a single rank, or the ranks of the
+   * launcher whose environment this process runs in (oslo-run, torchrun).
+   */
+  public Context() {
+    this("");
   }
-  /** The f32 tensor's elements as a new float[]. */
-  public float[] toFloatArray() {
-    java.nio.FloatBuffer b = directFloats((int)numel());
-    copy_to_host(b);
-    float[] out = new float[b.capacity()];
-    b.get(out);
+
+  /** Frees the context; safe to call more than once. Close its children first. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** This rank in the world group. */
+  public int rank() {
+    return rank(Group.WORLD);
+  }
+
+  /** The number of ranks in the world group. */
+  public int size() {
+    return size(Group.WORLD);
+  }
+
+  /** Sums {@code tensor} over the world group, in place. */
+  public void allReduce(Tensor tensor) {
+    allReduce(Group.WORLD, ReduceOp.SUM, tensor);
+  }
+
+  /** Reduces {@code tensor} with {@code op} over the world group, in place. */
+  public void allReduce(ReduceOp op, Tensor tensor) {
+    allReduce(Group.WORLD, op, tensor);
+  }
+
+  /** Reduces {@code values} with {@code op} over {@code group}, in place (copied twice). */
+  public void allReduce(Group group, ReduceOp op, float[] values) {
+    try (Tensor t = Tensor.of(this, values, values.length)) {
+      allReduce(group, op, t);
+      t.copyToHost(values);
+    }
+  }
+
+  /** Sums {@code values} over the world group, in place (copied twice). */
+  public void allReduce(float[] values) {
+    allReduce(Group.WORLD, ReduceOp.SUM, values);
+  }
+
+  /** Concatenates every world rank's {@code input} along dimension 0 into {@code output}. */
+  public void allGather(Tensor input, Tensor output) {
+    allGather(Group.WORLD, input, output);
+  }
+
+  /** Every rank's {@code values} of {@code group}, one after another in rank order. */
+  public float[] allGather(Group group, float[] values) {
+    float[] out = new float[values.length * size(group)];
+    try (Tensor in = Tensor.of(this, values, values.length);
+        Tensor o = new Tensor(this, DType.F32, out.length)) {
+      allGather(group, in, o);
+      o.copyToHost(out);
+    }
     return out;
   }
-  /** A new f32 tensor holding a copy of data, of the given shape. */
+
+  /** Every world rank's {@code values}, one after another in rank order. */
+  public float[] allGather(float[] values) {
+    return allGather(Group.WORLD, values);
+  }
+
+  /** Copies world rank {@code root}'s {@code tensor} to every rank. */
+  public void broadcast(int root, Tensor tensor) {
+    broadcast(Group.WORLD, root, tensor);
+  }
+
+  /** Waits until every rank of the world group has called it. */
+  public void barrier() {
+    barrier(Group.WORLD);
+  }
+
+  /** A new zero-filled tensor in this context. */
+  public Tensor tensor(DType dtype, long... shape) {
+    return new Tensor(this, dtype, shape);
+  }
+%}
+%typemap(javacode) struct oslo_tensor %{
+  private Object context;
+  /** Memory this tensor uses in place (a wrapped direct buffer). */
+  private Object memory;
+  /** The layer a borrowed parameter tensor belongs to. */
+  private Object owner;
+
+  Tensor keep(Object ctx, Object mem, Object own) {
+    context = ctx;
+    memory = mem;
+    owner = own;
+    return this;
+  }
+
+  /** The context this tensor was made in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the tensor (a layer's parameter is only let go); safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /**
+   * A tensor over the memory of a direct buffer, used in place without a copy
+   * (its whole capacity, native byte order). The tensor keeps the buffer alive.
+   *
+   * @throws IllegalArgumentException if the buffer is not direct
+   * @throws OsloException if its size is not the shape's ({@link Status#SHAPE})
+   */
+  public static Tensor wrap(Context ctx, java.nio.Buffer buffer, DType dtype, long... shape) {
+    return capi.tensor_wrap(ctx, buffer, dtype, shape);
+  }
+
+  /** A new f32 tensor holding a copy of {@code data}, of the given shape. */
   public static Tensor of(Context ctx, float[] data, long... shape) {
-    Tensor t = new Tensor(ctx, oslo_dtype.OSLO_DTYPE_F32, shape);
+    Tensor t = new Tensor(ctx, DType.F32, shape);
     try {
-      t.copy_from_host(data);
+      t.copyFromHost(data);
     } catch (RuntimeException e) {
       t.close();
       throw e;
     }
     return t;
   }
-%}
-%typemap(javaconstruct) struct oslo_tensor, struct oslo_model {
-    this($imcall, true);
-    this.context = ctx;
+
+  /** The extents of the dimensions. */
+  public long[] shape() {
+    long[] s = new long[ndim()];
+    for (int i = 0; i < s.length; ++i) s[i] = dim(i);
+    return s;
   }
+
+  private static java.nio.FloatBuffer directFloats(int n) {
+    return java.nio.ByteBuffer.allocateDirect(n * 4).order(java.nio.ByteOrder.nativeOrder())
+        .asFloatBuffer();
+  }
+
+  /** Copies {@code src} (numel elements) into this f32 tensor. */
+  public void copyFromHost(float[] src) {
+    java.nio.FloatBuffer b = directFloats(src.length);
+    b.put(src);
+    copyFromHost(b);
+  }
+
+  /** Copies this f32 tensor into {@code dst} (numel elements). */
+  public void copyToHost(float[] dst) {
+    java.nio.FloatBuffer b = directFloats(dst.length);
+    copyToHost(b);
+    b.get(dst);
+  }
+
+  /** This f32 tensor's elements as a new array. */
+  public float[] toFloatArray() {
+    float[] out = new float[Math.toIntExact(numel())];
+    copyToHost(out);
+    return out;
+  }
+%}
+%typemap(javacode) struct oslo_parallel_linear %{
+  private Object context;
+
+  /** The context this layer was made in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the layer and its parameters; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** A column-parallel f32 layer with bias: each rank holds out/tp output features. */
+  public static ParallelLinear column(Context ctx, long inFeatures, long outFeatures) {
+    return column(ctx, inFeatures, outFeatures, true, false);
+  }
+
+  /** A column-parallel f32 layer; {@code gatherOutput}: all-gather the output. */
+  public static ParallelLinear column(Context ctx, long inFeatures, long outFeatures,
+      boolean bias, boolean gatherOutput) {
+    return new ParallelLinear(ctx, LinearKind.COLUMN, inFeatures, outFeatures, bias,
+        gatherOutput, true, DType.F32);
+  }
+
+  /** A row-parallel f32 layer with bias taking the column layer's split input. */
+  public static ParallelLinear row(Context ctx, long inFeatures, long outFeatures) {
+    return row(ctx, inFeatures, outFeatures, true, true);
+  }
+
+  /** A row-parallel f32 layer; {@code inputIsParallel}: the input is already split. */
+  public static ParallelLinear row(Context ctx, long inFeatures, long outFeatures,
+      boolean bias, boolean inputIsParallel) {
+    return new ParallelLinear(ctx, LinearKind.ROW, inFeatures, outFeatures, bias, false,
+        inputIsParallel, DType.F32);
+  }
+
+  private Tensor borrowed(int which) {
+    Tensor t = param(which);
+    return t == null ? null : t.keep(context, null, this);
+  }
+
+  /** This rank's slice of the weight (borrowed: valid while the layer lives). */
+  public Tensor weight() {
+    return borrowed(0);
+  }
+
+  /** This rank's slice of the bias, or null (borrowed). */
+  public Tensor bias() {
+    return borrowed(1);
+  }
+
+  /** The weight's gradient (borrowed). */
+  public Tensor gradWeight() {
+    return borrowed(2);
+  }
+
+  /** The bias's gradient, or null (borrowed). */
+  public Tensor gradBias() {
+    return borrowed(3);
+  }
+
+  /** The backward pass without the input gradient (the first layer's). */
+  public void backward(Tensor input, Tensor gradOutput) {
+    backward(input, gradOutput, null);
+  }
+%}
+%typemap(javacode) struct oslo_parallel_embedding %{
+  private Object context;
+
+  /** The context this layer was made in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the layer and its table; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** An f32 vocabulary-parallel embedding. */
+  public ParallelEmbedding(Context ctx, long vocabSize, long hiddenSize) {
+    this(ctx, vocabSize, hiddenSize, DType.F32);
+  }
+
+  /** The first vocabulary row this rank holds. */
+  public long vocabStart() {
+    return vocabRange(0);
+  }
+
+  /** One past the last real vocabulary row this rank holds. */
+  public long vocabEnd() {
+    return vocabRange(1);
+  }
+
+  /** The rows this rank holds, padding included. */
+  public long localRows() {
+    return vocabRange(2);
+  }
+
+  /** This rank's rows of the table (borrowed: valid while the layer lives). */
+  public Tensor weight() {
+    Tensor t = param(0);
+    return t == null ? null : t.keep(context, null, this);
+  }
+
+  /** The table's gradient (borrowed). */
+  public Tensor gradWeight() {
+    Tensor t = param(1);
+    return t == null ? null : t.keep(context, null, this);
+  }
+%}
+%typemap(javacode) struct oslo_param_set %{
+  private Object context;
+  /** What the set borrows, kept alive while it lives. */
+  private final java.util.List<Object> held = new java.util.ArrayList<>();
+
+  /** The context this set was made in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the set (not its tensors); safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+    held.clear();
+  }
+
+  /**
+   * Adds {@code tensor} (and its gradient, or null) under {@code name};
+   * {@code splitDim} is the dimension the tensor-parallel ranks split, or -1
+   * when each holds all of it.
+   */
+  public void add(String name, Tensor tensor, Tensor grad, int splitDim) {
+    nativeAdd(name, tensor, grad, splitDim);
+    held.add(tensor);
+    if (grad != null) held.add(grad);
+  }
+
+  /** Adds a linear layer's weight and bias as PREFIX.weight and PREFIX.bias. */
+  public void addLinear(String prefix, ParallelLinear layer) {
+    nativeAddLinear(prefix, layer);
+    held.add(layer);
+  }
+
+  /** Adds an embedding's table as PREFIX.weight. */
+  public void addEmbedding(String prefix, ParallelEmbedding embedding) {
+    nativeAddEmbedding(prefix, embedding);
+    held.add(embedding);
+  }
+
+  /** Clips the gradients to a global L2 norm of {@code maxNorm}; returns the norm before. */
+  public double clipGradNorm(double maxNorm) {
+    return clipGradNorm(maxNorm, 2.0);
+  }
+
+  /** The global L2 norm of the gradients over the tensor-parallel group. */
+  public double gradNorm() {
+    return clipGradNorm(0.0, 2.0);
+  }
+%}
+%typemap(javacode) struct oslo_generate_options %{
+  private long[] eosTokenIds;
+
+  /** Frees the options; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** Options for greedy generation of at most {@code maxNewTokens} tokens. */
+  public GenerateOptions(long maxNewTokens) {
+    this();
+    setMaxNewTokens(maxNewTokens);
+  }
+
+  /** The ids that end a row (null: the model config's). */
+  public void setEosTokenIds(long... ids) {
+    eosTokenIds = ids == null ? null : ids.clone();
+  }
+
+  /** The ids that end a row, or null for the model config's. */
+  public long[] getEosTokenIds() {
+    return eosTokenIds == null ? null : eosTokenIds.clone();
+  }
+%}
+%typemap(javacode) struct oslo_model %{
+  private Object context;
+
+  /** The context this model was loaded in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the model; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** Loads a model keeping the checkpoint's dtype. Collective. */
+  public Model(Context ctx, String path) {
+    this(ctx, path, -1);
+  }
+
+  /** Loads a model converting its weight matrices to {@code dtype}. Collective. */
+  public Model(Context ctx, String path, DType dtype) {
+    this(ctx, path, dtype.swigValue());
+  }
+
+  static java.nio.LongBuffer directLongs(int n) {
+    return java.nio.ByteBuffer.allocateDirect(n * 8).order(java.nio.ByteOrder.nativeOrder())
+        .asLongBuffer();
+  }
+
+  static java.nio.FloatBuffer directFloats(long n) {
+    return java.nio.ByteBuffer.allocateDirect(Math.toIntExact(n * 4))
+        .order(java.nio.ByteOrder.nativeOrder()).asFloatBuffer();
+  }
+
+  /**
+   * Runs one sequence of token ids: logits [seq, vocab] or hidden states
+   * [seq, hidden], row-major. Collective.
+   */
+  public float[] forward(long[] ids, ModelOutput output) {
+    java.nio.LongBuffer in = directLongs(ids.length);
+    in.put(ids);
+    ModelInfo i = info();
+    long width = output == ModelOutput.LOGITS ? i.getVocabSize() : i.getHiddenSize();
+    i.close();
+    java.nio.FloatBuffer out = directFloats(ids.length * width);
+    forward(in, null, null, 1, ids.length, output, out);
+    float[] result = new float[out.capacity()];
+    out.get(result);
+    return result;
+  }
+
+  /** Normalised sentence embeddings of token-id rows of any lengths. Collective. */
+  public float[][] embed(long[][] ids) {
+    return embed(ids, true);
+  }
+
+  /**
+   * Sentence embeddings (mean over the tokens, L2-normalised if
+   * {@code normalize}) of token-id rows of any lengths (right padded). Collective.
+   */
+  public float[][] embed(long[][] ids, boolean normalize) {
+    int longest = 1;
+    for (long[] row : ids) longest = Math.max(longest, row.length);
+    java.nio.LongBuffer flat = directLongs(ids.length * longest);
+    java.nio.LongBuffer mask = directLongs(ids.length * longest);
+    for (int r = 0; r < ids.length; ++r)
+      for (int t = 0; t < ids[r].length; ++t) {
+        flat.put(r * longest + t, ids[r][t]);
+        mask.put(r * longest + t, 1);
+      }
+    ModelInfo i = info();
+    int hidden = Math.toIntExact(i.getHiddenSize());
+    i.close();
+    java.nio.FloatBuffer out = directFloats((long) ids.length * hidden);
+    embed(flat, mask, ids.length, longest, normalize, out);
+    float[][] result = new float[ids.length][hidden];
+    for (float[] row : result) out.get(row);
+    return result;
+  }
+
+  /** The new tokens of each prompt (EOS included when one was emitted). Collective. */
+  public long[][] generate(long[][] prompts, GenerateOptions options) {
+    int total = 0;
+    for (long[] p : prompts) total += p.length;
+    java.nio.LongBuffer ids = directLongs(total);
+    java.nio.LongBuffer lengths = directLongs(prompts.length);
+    for (int b = 0; b < prompts.length; ++b) {
+      ids.put(prompts[b]);
+      lengths.put(b, prompts[b].length);
+    }
+    long[] eos = options.getEosTokenIds();
+    java.nio.LongBuffer eosBuf = null;
+    if (eos != null) {
+      eosBuf = directLongs(eos.length);
+      eosBuf.put(eos);
+    }
+    int max = Math.toIntExact(options.getMaxNewTokens());
+    java.nio.LongBuffer out = directLongs(prompts.length * max);
+    java.nio.LongBuffer outLengths = directLongs(prompts.length);
+    generate(ids, lengths, prompts.length, options, eosBuf, out, outLengths, null);
+    long[][] result = new long[prompts.length][];
+    for (int b = 0; b < prompts.length; ++b) {
+      result[b] = new long[Math.toIntExact(outLengths.get(b))];
+      out.position(b * max);
+      out.get(result[b]);
+    }
+    return result;
+  }
+
+  /** The new tokens of one prompt. Collective. */
+  public long[] generate(long[] prompt, GenerateOptions options) {
+    return generate(new long[][] {prompt}, options)[0];
+  }
+
+  /** At most {@code maxNewTokens} greedy new tokens of one prompt. Collective. */
+  public long[] generate(long[] prompt, int maxNewTokens) {
+    try (GenerateOptions o = new GenerateOptions(maxNewTokens)) {
+      return generate(prompt, o);
+    }
+  }
+%}
+%typemap(javacode) struct oslo_tokenizer %{
+  /** Frees the tokenizer; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  private static java.nio.ByteBuffer utf8(String s) {
+    byte[] b = s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    java.nio.ByteBuffer buf = java.nio.ByteBuffer.allocateDirect(Math.max(1, b.length));
+    buf.put(b);
+    return b.length == 0 ? null : buf;
+  }
+
+  private static String string(java.nio.ByteBuffer buf, long n) {
+    byte[] b = new byte[Math.toIntExact(n)];
+    buf.position(0);
+    buf.get(b);
+    return new String(b, java.nio.charset.StandardCharsets.UTF_8);
+  }
+
+  /** The token ids of {@code text} with the tokenizer's special tokens ([CLS] ... [SEP]). */
+  public long[] encode(String text) {
+    return encode(text, true);
+  }
+
+  /** The token ids of {@code text}; {@code addSpecialTokens}: BOS, [CLS] ... [SEP]. */
+  public long[] encode(String text, boolean addSpecialTokens) {
+    java.nio.ByteBuffer t = utf8(text);
+    long n = encode(t, addSpecialTokens, null);
+    long[] ids = new long[Math.toIntExact(n)];
+    if (n > 0) {
+      java.nio.LongBuffer out = Model.directLongs(ids.length);
+      encode(t, addSpecialTokens, out);
+      out.get(ids);
+    }
+    return ids;
+  }
+
+  /** The text of {@code ids}, special tokens included. */
+  public String decode(long... ids) {
+    return decode(ids, false);
+  }
+
+  /** The text of {@code ids}; {@code skipSpecialTokens}: leave special tokens out. */
+  public String decode(long[] ids, boolean skipSpecialTokens) {
+    java.nio.LongBuffer in = null;
+    if (ids.length > 0) {
+      in = Model.directLongs(ids.length);
+      in.put(ids);
+    }
+    long n = decode(in, skipSpecialTokens, null);
+    java.nio.ByteBuffer out = java.nio.ByteBuffer.allocateDirect(Math.toIntExact(n + 1));
+    decode(in, skipSpecialTokens, out);
+    return string(out, n);
+  }
+
+  /** The id of the token spelled {@code token}. */
+  public long tokenToId(String token) {
+    return tokenToId(utf8(token));
+  }
+
+  /** The vocabulary's spelling of token {@code id}. */
+  public String idToToken(long id) {
+    long n = idToToken(id, null);
+    java.nio.ByteBuffer out = java.nio.ByteBuffer.allocateDirect(Math.toIntExact(n + 1));
+    idToToken(id, out);
+    return string(out, n);
+  }
+%}
 #elif defined(SWIGGO)
 /* A shape: []int64. Memory: []byte (nil is NULL), used during the call. */
 %typemap(gotype) (int ndim, const int64_t *shape) "[]int64"
@@ -727,7 +1315,7 @@ static oslo_tensor *bind_tensor_from_dlpack(oslo_context *ctx, void *dlpack_caps
 /* Java: the tensor keeps its context and the direct buffer alive. */
 %typemap(javaout) oslo_tensor *bind_tensor_wrap {
     long cPtr = $jnicall;
-    return (cPtr == 0) ? null : new Tensor(cPtr, $owner).keep(ctx, out);
+    return (cPtr == 0) ? null : new Tensor(cPtr, $owner).keep(ctx, out, null);
   }
 #endif
 /* oslo_tensor_wrap over a Python buffer (writable, C-contiguous). The
