@@ -485,21 +485,50 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
 /* Handles are AutoCloseable; close() is SWIG's delete(), idempotent (it
    clears the pointer). A tensor, layer, parameter set or model keeps its
    context in a field, a wrapped tensor its buffer, a borrowed parameter
-   tensor its layer, and a parameter set what was added to it. */
+   tensor its layer, and a parameter set what was added to it.
+   Lifetimes: an owned handle made in a context (Tensor, Model,
+   ParallelLinear, ParallelEmbedding, ParamSet) counts itself in the context
+   while it is open; closing the context while some are open closes the
+   Context object at once (its methods then fail) and destroys the native
+   context when the last of them is closed, so a context never dies before
+   its children. These handles have no finalizer: the finalizer thread
+   would destroy them while the context's own thread uses it, which oslo
+   forbids (one thread per context at a time); close them, with
+   try-with-resources. Tokenizer, GenerateOptions and ModelInfo belong to
+   no context and keep SWIG's finalizer. */
 %typemap(javainterfaces) struct oslo_context, struct oslo_tensor, struct oslo_model,
     struct oslo_tokenizer, struct oslo_parallel_linear, struct oslo_parallel_embedding,
     struct oslo_param_set, struct oslo_generate_options, struct oslo_model_info "AutoCloseable"
-/* SWIG's finalizer stays as the safety net for a handle never closed. */
-%typemap(javafinalize) SWIGTYPE %{
-  @SuppressWarnings({"deprecation", "removal"})
-  protected void finalize() {
-    delete();
-  }
-%}
+%typemap(javafinalize) struct oslo_context, struct oslo_tensor, struct oslo_model,
+    struct oslo_parallel_linear, struct oslo_parallel_embedding, struct oslo_param_set ""
 %typemap(javaconstruct) struct oslo_tensor, struct oslo_model, struct oslo_parallel_linear,
     struct oslo_parallel_embedding, struct oslo_param_set {
     this($imcall, true);
     this.context = ctx;
+    ctx.retain();
+  }
+%typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized",
+         parameters="") struct oslo_context {
+    if (swigCPtr != 0) {
+      if (swigCMemOwn) {
+        swigCMemOwn = false;
+        if (children > 0) deferred = swigCPtr;
+        else $jnicall;
+      }
+      swigCPtr = 0;
+    }
+  }
+%typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized",
+         parameters="") struct oslo_tensor, struct oslo_model, struct oslo_parallel_linear,
+    struct oslo_parallel_embedding, struct oslo_param_set {
+    if (swigCPtr != 0) {
+      if (swigCMemOwn) {
+        swigCMemOwn = false;
+        $jnicall;
+        if (context != null) ((Context) context).release();
+      }
+      swigCPtr = 0;
+    }
   }
 %typemap(javacode) struct oslo_model_info %{
   /** Frees the handle; safe to call more than once. */
@@ -514,6 +543,23 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
   }
 %}
 %typemap(javacode) struct oslo_context %{
+  /** Open handles made in this context. */
+  private int children;
+  /** The native context, once closed while children were open. */
+  private long deferred;
+
+  synchronized void retain() {
+    ++children;
+  }
+
+  synchronized void release() {
+    if (--children == 0 && deferred != 0) {
+      long p = deferred;
+      deferred = 0;
+      capiJNI.delete_Context(p);
+    }
+  }
+
   /**
    * A context with every default: a single rank, or the ranks of the
    * launcher whose environment this process runs in (oslo-run, torchrun).
@@ -522,7 +568,10 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     this("");
   }
 
-  /** Frees the context; safe to call more than once. Close its children first. */
+  /**
+   * Closes the context; safe to call more than once. The native context is
+   * destroyed now, or when the last open handle made in it is closed.
+   */
   @Override
   public void close() {
     delete();
@@ -608,6 +657,7 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     context = ctx;
     memory = mem;
     owner = own;
+    if (swigCMemOwn && ctx != null) ((Context) ctx).retain();
     return this;
   }
 

@@ -72,8 +72,8 @@ public class OsloTest {
     assertEquals("cpu", ctx.backend());
     ctx.close();
     ctx.close(); // idempotent
-    try (Context ctx = new Context()) { // every default
-      assertEquals(1, ctx.size());
+    try (Context defaults = new Context()) { // every default
+      assertEquals(1, defaults.size());
     }
   }
 
@@ -598,6 +598,27 @@ public class OsloTest {
       e = assertThrows(OsloException.class, l::zeroGrad);
       assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
     }
+  }
+
+  /**
+   * Closing a context while handles made in it are open closes the Context
+   * object at once and destroys the native context with the last of them.
+   */
+  @Test
+  void contextCloseWaitsForChildren() {
+    Context ctx = new Context();
+    Tensor x = Tensor.of(ctx, new float[] {1, 2}, 1, 2);
+    Tensor y = Tensor.of(ctx, new float[] {5, 5}, 1, 2);
+    ParallelLinear l = ParallelLinear.column(ctx, 2, 2);
+    ctx.close();
+    OsloException e = assertThrows(OsloException.class, () -> ctx.rank());
+    assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+    l.forward(x, y); // the native context lives on: zero weights and bias
+    assertArrayEquals(new float[] {0, 0}, y.toFloatArray());
+    x.close();
+    y.close();
+    l.close(); // the last one: the native context is destroyed now
+    ctx.close();
   }
 
   /** Tokenizer: String in, long[] out and back (GPT-2 tiny's byte-level BPE). */
