@@ -500,15 +500,33 @@ OSLO_JDOC(oslo_tokenizer::m_special_id, "The id of a special token, or -1.")
 %apply unsigned long long { uint64_t };
 /* C ints that are flags: Java booleans. */
 %typemap(jni) int normalize, int bias, int gather_output, int input_is_parallel,
-    int add_special_tokens, int skip_special_tokens, int json, int overwrite "jboolean"
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "jboolean"
 %typemap(jtype) int normalize, int bias, int gather_output, int input_is_parallel,
-    int add_special_tokens, int skip_special_tokens, int json, int overwrite "boolean"
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "boolean"
 %typemap(jstype) int normalize, int bias, int gather_output, int input_is_parallel,
-    int add_special_tokens, int skip_special_tokens, int json, int overwrite "boolean"
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "boolean"
 %typemap(javain) int normalize, int bias, int gather_output, int input_is_parallel,
-    int add_special_tokens, int skip_special_tokens, int json, int overwrite "$javainput"
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "$javainput"
 %typemap(in) int normalize, int bias, int gather_output, int input_is_parallel,
-    int add_special_tokens, int skip_special_tokens, int json, int overwrite "$1 = $input ? 1 : 0;"
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "$1 = $input ? 1 : 0;"
+/* GenerateOptions.getDoSample(). */
+%typemap(out) int do_sample "$result = (jboolean)($1 != 0);"
+%typemap(javaout) int do_sample {
+    return $jnicall;
+  }
+/* A closed handle (SWIG passes its cleared pointer as NULL) fails with
+   INVALID_ARGUMENT before the call: struct accessors would dereference it. */
+%typemap(check) SWIGTYPE *self %{
+  if (!$1) {
+    oslo_bind_throw(jenv, (int)OSLO_ERR_INVALID_ARGUMENT, "the handle is closed");
+    return $null;
+  }
+%}
 /* A shape: long... (always the last argument). */
 %typemap(jni) (int ndim, const int64_t *shape) "jlongArray"
 %typemap(jtype) (int ndim, const int64_t *shape) "long[]"

@@ -597,6 +597,13 @@ public class OsloTest {
       l.close();
       e = assertThrows(OsloException.class, l::zeroGrad);
       assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+      GenerateOptions o = new GenerateOptions(3);
+      o.setDoSample(true);
+      assertTrue(o.getDoSample());
+      o.close();
+      e = assertThrows(OsloException.class, o::getMaxNewTokens); // a struct field
+      assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+      assertTrue(e.getMessage().contains("closed"), e.getMessage());
     }
   }
 
