@@ -224,7 +224,8 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
    message), with the string "\001oslo\001<status>\001<message>". The
    hand-written package (bindings/go/oslo, func call) recovers exactly such
    a panic into an *oslo.Error return and re-panics anything else; no panic
-   ever reaches a user of the Go package. */
+   ever reaches a user of the Go package. $cleanup frees the C copies of
+   string arguments, which the panic would skip. */
 %exception {
   oslo_bind_status = OSLO_OK;
   $action
@@ -232,6 +233,7 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
     char buf_[640];
     snprintf(buf_, sizeof buf_, "\001oslo\001%d\001%s", (int)oslo_bind_status,
              oslo_bind_error_message());
+    $cleanup
     _swig_gopanic(buf_);
   }
 }
