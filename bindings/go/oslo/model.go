@@ -27,12 +27,12 @@ const (
 
 // ModelInfo holds the sizes of a loaded model, as in its config.json.
 type ModelInfo struct {
-	VocabSize    int64
-	HiddenSize   int64
-	NumLayers    int64
-	NumHeads     int64
-	NumKVHeads   int64
-	MaxPositions int64
+	VocabSize    int64 // tokens in the vocabulary
+	HiddenSize   int64 // width of the hidden states (and of Embed's vectors)
+	NumLayers    int64 // transformer layers
+	NumHeads     int64 // attention heads
+	NumKVHeads   int64 // key/value heads (NumHeads without grouped-query attention)
+	MaxPositions int64 // longest sequence
 	IsCausal     bool  // a language model (Generate works), not an encoder
 	DType        DType // of the weight matrices
 	EOSTokenID   int64 // first EOS id of the config, -1 if none

@@ -157,8 +157,13 @@ func (t *Tensor) check() error {
 	return nil
 }
 
-// Context is the context the tensor was made from.
-func (t *Tensor) Context() *Context { return t.ctx }
+// Context is the context the tensor was made from (nil for a nil tensor).
+func (t *Tensor) Context() *Context {
+	if t == nil {
+		return nil
+	}
+	return t.ctx
+}
 
 // Shape is the tensor's shape.
 func (t *Tensor) Shape() ([]int64, error) {
