@@ -219,15 +219,21 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
   }
 }
 #elif defined(SWIGGO)
-/* Go: a failed call panics with an oslo.Error value ("<status>: <message>");
-   the Go package's wrappers recover it into an error return. */
+/* Go: a failed call panics, from inside this C wrapper call (so on the
+   failing OS thread, before anything else can overwrite oslo's thread-local
+   message), with the string "\001oslo\001<status>\001<message>". The
+   hand-written package (bindings/go/oslo, func call) recovers exactly such
+   a panic into an *oslo.Error return and re-panics anything else; no panic
+   ever reaches a user of the Go package. $cleanup frees the C copies of
+   string arguments, which the panic would skip. */
 %exception {
   oslo_bind_status = OSLO_OK;
   $action
   if (oslo_bind_status != OSLO_OK) {
     char buf_[640];
-    snprintf(buf_, sizeof buf_, "%s: %s", oslo_status_string(oslo_bind_status),
+    snprintf(buf_, sizeof buf_, "\001oslo\001%d\001%s", (int)oslo_bind_status,
              oslo_bind_error_message());
+    $cleanup
     _swig_gopanic(buf_);
   }
 }

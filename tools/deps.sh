@@ -25,8 +25,10 @@ case "${1:-}" in
   # the python_* tests import; numpy comes from the tests' venv.
   # openjdk-17-jdk-headless and junit5: the Java binding (OSLO_BUILD_JAVA) and
   # its JUnit 5 java_* tests.
+  # golang-go (Go >= 1.19, with swig4.0): the Go binding (OSLO_BUILD_GO) and
+  # its go_* tests.
   --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps
-                 libtorch-dev swig4.0 python3-dev openjdk-17-jdk-headless junit5) ;;
+                 libtorch-dev swig4.0 python3-dev openjdk-17-jdk-headless junit5 golang-go) ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
 missing=()

@@ -1,0 +1,3 @@
+module github.com/oslo/oslo/bindings/go
+
+go 1.19

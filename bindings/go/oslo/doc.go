@@ -1,0 +1,28 @@
+// Package oslo is the Go binding of oslo, tensor- and pipeline-parallel
+// transformer layers and models behind a C ABI (include/oslo.h).
+//
+//	ctx, err := oslo.NewContext(`{"tensor_parallel_size": 2}`)
+//	if err != nil { ... }
+//	defer ctx.Close()
+//	m, err := oslo.LoadModel(ctx, "gpt2-tiny")
+//	tokens, err := m.Generate([][]int64{{52, 441, 221}}, oslo.GenerateOptions{MaxNewTokens: 12})
+//
+// Errors: every failing call returns an *Error (Status and Message); use
+// errors.Is with the sentinels (ErrConfig, ErrShape, ...) or errors.As. No
+// call panics on bad input: a nil or closed handle, a slice of the wrong
+// size, a wrong dtype or an unknown config key are errors.
+//
+// Lifetimes: every handle has Close (idempotent); a finalizer is only a
+// safety net. Tensors, layers, parameter sets and models keep their
+// Context alive, and Context.Close closes those still open first.
+//
+// Memory: oslo never keeps a pointer to Go memory after a call returns.
+// Go slices are copied into tensors (TensorOf, Write) and out of them
+// (Read, Values); oslo_tensor_wrap over Go memory is not offered. View
+// gives a []float32 (or []int32, []int64) over a tensor's C memory,
+// valid while the tensor is open.
+//
+// The package is cgo over the SWIG-generated internal/capi; build it
+// against an installed oslo with CGO_CFLAGS="$(pkg-config --cflags oslo)"
+// and CGO_LDFLAGS="$(pkg-config --libs oslo)" (bindings/README.md).
+package oslo
