@@ -90,6 +90,8 @@ _TO_NP = {DType.F32: _np.dtype(_np.float32), DType.F16: _np.dtype(_np.float16),
           DType.I64: _np.dtype(_np.int64)}
 _FROM_NP = {_np.dtype(_np.float32): DType.F32, _np.dtype(_np.float16): DType.F16,
             _np.dtype(_np.int32): DType.I32, _np.dtype(_np.int64): DType.I64}
+# The same as plain ints, for the per-call path of numpy arguments.
+_FROM_NP_INT = {k: int(v) for k, v in _FROM_NP.items()}
 
 
 def _dtype(d):
@@ -243,13 +245,17 @@ def _as_tensor(ctx, x, writable):
     if isinstance(x, Tensor):
         return x, False
     if isinstance(x, _np.ndarray):
-        if writable and not x.flags.writeable:
+        flags = x.flags
+        if writable and not flags.writeable:
             raise InvalidArgumentError("the array is read-only", Status.INVALID_ARGUMENT)
-        if not x.flags.c_contiguous:
+        if not flags.c_contiguous:
             raise InvalidArgumentError("the array must be C-contiguous "
                                        "(numpy.ascontiguousarray makes one)",
                                        Status.INVALID_ARGUMENT)
-        return _Wrapped(_c.tensor_wrap(ctx._handle(), x, int(_dtype(x.dtype)), list(x.shape))), True
+        dt = _FROM_NP_INT.get(x.dtype)
+        if dt is None:
+            dt = int(_dtype(x.dtype))  # raises DTypeError naming the dtype
+        return _Wrapped(_c.tensor_wrap(ctx._handle(), x, dt, x.shape)), True
     raise InvalidArgumentError(f"expected an oslo.Tensor or a numpy array, not {type(x).__name__}",
                                Status.INVALID_ARGUMENT)
 
