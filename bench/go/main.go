@@ -51,7 +51,7 @@ func main() {
 	dir, err := os.MkdirTemp("", "oslo-go-bench-")
 	check(err)
 	defer os.RemoveAll(dir)
-	ctx, err := oslo.NewContext(fmt.Sprintf(`{"rank": 0, "world_size": 1, "init_method": "file://%s"}`,
+	ctx, err := oslo.NewContext(fmt.Sprintf(`{"rank": 0, "world_size": 1, "num_threads": 1, "init_method": "file://%s"}`,
 		filepath.Join(dir, "store")))
 	check(err)
 	defer ctx.Close()

@@ -114,7 +114,7 @@ public final class OsloBench {
    */
   public static void main(String[] args) throws IOException {
     Path dir = Files.createTempDirectory("oslo-java-bench-");
-    try (Context ctx = new Context("{\"rank\": 0, \"world_size\": 1, \"init_method\": \"file://"
+    try (Context ctx = new Context("{\"rank\": 0, \"world_size\": 1, \"num_threads\": 1, \"init_method\": \"file://"
             + dir.resolve("store") + "\"}")) {
       forward(ctx);
       ByteBuffer buf = ByteBuffer.allocateDirect((int) PASS_BYTES).order(ByteOrder.nativeOrder());
