@@ -41,9 +41,10 @@ int main(int argc, char **argv) {
   char dir[] = "/tmp/oslo-bench-c-XXXXXX";
   if (!mkdtemp(dir)) return 1;
   char cfg[256];
-  snprintf(cfg, sizeof cfg,
-           "{\"rank\": 0, \"world_size\": 1, \"num_threads\": 1, \"init_method\": \"file://%s/store\"}",
-           dir);
+  snprintf(
+      cfg, sizeof cfg,
+      "{\"rank\": 0, \"world_size\": 1, \"num_threads\": 1, \"init_method\": \"file://%s/store\"}",
+      dir);
   oslo_context *ctx = NULL;
   check(oslo_context_create(cfg, &ctx), "context");
   oslo_parallel_linear_options o;

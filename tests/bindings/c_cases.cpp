@@ -9,6 +9,7 @@
 // threads of this process, each with its own context (file:// rendezvous).
 #include <oslo.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -27,7 +28,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -140,8 +140,7 @@ std::string solo_config() {
 void run_ranks(const std::function<void(const std::string&)>& body, int threads) {
   if (threads == 0) {
     const char* w = std::getenv("WORLD_SIZE");
-    body(std::string(R"({"timeout_seconds": 120, "tensor_parallel_size": )") + (w ? w : "1") +
-         "}");
+    body(std::string(R"({"timeout_seconds": 120, "tensor_parallel_size": )") + (w ? w : "1") + "}");
     return;
   }
   const std::string store = temp_dir("ranks") + "/store";
@@ -298,7 +297,8 @@ MlpData mlp_data() {
   m.gb2.assign(kD, 0);
   for (int i = 0; i < kRows; ++i)
     for (int k = 0; k < kH; ++k)
-      for (int j = 0; j < kD; ++j) m.gmid[i * kH + k] += double(m.gy[i * kD + j]) * m.w2[j * kH + k];
+      for (int j = 0; j < kD; ++j)
+        m.gmid[i * kH + k] += double(m.gy[i * kD + j]) * m.w2[j * kH + k];
   for (int i = 0; i < kRows; ++i)
     for (int k = 0; k < kD; ++k)
       for (int j = 0; j < kH; ++j) m.gx[i * kD + k] += m.gmid[i * kH + j] * m.w1[j * kD + k];
@@ -317,8 +317,8 @@ MlpData mlp_data() {
 
 // Largest |got - want| relative to max(1, |want|).
 double max_err(const std::vector<float>& got, const std::vector<double>& want) {
-  check(got.size() == want.size(), "sizes " + std::to_string(got.size()) + " vs " +
-                                       std::to_string(want.size()));
+  check(got.size() == want.size(),
+        "sizes " + std::to_string(got.size()) + " vs " + std::to_string(want.size()));
   double e = 0;
   for (size_t i = 0; i < got.size(); ++i)
     e = std::max(e, std::fabs(got[i] - want[i]) / std::max(1.0, std::fabs(want[i])));
@@ -333,7 +333,8 @@ std::vector<double> slice(const std::vector<double>& m, int cols, int from, int 
   const int rows = static_cast<int>(m.size()) / cols;
   for (int i = 0; i < rows; ++i)
     for (int j = 0; j < cols; ++j) {
-      const bool keep = by_column ? (j >= from && j < from + count) : (i >= from && i < from + count);
+      const bool keep =
+          by_column ? (j >= from && j < from + count) : (i >= from && i < from + count);
       if (keep) out.push_back(m[i * cols + j]);
     }
   return out;
@@ -624,7 +625,8 @@ void model_gpt2_generate(int threads, const std::string& fixture) {
           int64_t got = 0;
           OK(oslo_model_generate(m.get(), p.data(), &len, 1, &o, out.data(), &got, nullptr));
           out.resize(static_cast<size_t>(got));
-          auto want = greedy.at("outputs").at("greedy_" + std::to_string(i)).get<std::vector<int64_t>>();
+          auto want =
+              greedy.at("outputs").at("greedy_" + std::to_string(i)).get<std::vector<int64_t>>();
           want.erase(want.begin(), want.begin() + len);
           check(out == want, "greedy " + std::to_string(i) + " differs from transformers'");
         }
