@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "transports/shm/shm_communicator.hpp"
 #include "bench/allreduce/bench_common.h"
 #include "core/common/error.hpp"
 #include "core/rendezvous/file_store.hpp"
+#include "transports/shm/shm_communicator.hpp"
 
 namespace {
 

@@ -180,8 +180,7 @@ typedef struct oslo_backend_iface {
   oslo_status (*alloc)(void *self, size_t bytes, void **out);
   /** Any thread. */
   void (*free)(void *self, void *ptr, size_t bytes);
-  oslo_status (*copy)(void *self, void *dst, const void *src, size_t bytes,
-                      oslo_bk_copy_kind kind);
+  oslo_status (*copy)(void *self, void *dst, const void *src, size_t bytes, oslo_bk_copy_kind kind);
   oslo_status (*synchronize)(void *self);
   /** Threads the instance's compute may use from now on. */
   oslo_status (*set_num_threads)(void *self, int n);
@@ -195,17 +194,17 @@ typedef struct oslo_backend_iface {
   /**
    * c = alpha * a @ b + beta * c (+ bias broadcast over rows, if not NULL).
    * 2-D: a [M,K], b [K,N], c [M,N]; 3-D: batched over dimension 0 (a or b
-   * may have batch 1 or batch stride 0: shared by every batch). Transposes are expressed by strides (a view of
-   * W [N,K] with swapped shape and strides is W^T). a and b share one float
-   * dtype; c and bias may be any float dtype; products accumulate in f32.
-   * beta == 0 ignores c's previous contents (even NaN).
+   * may have batch 1 or batch stride 0: shared by every batch). Transposes are expressed by strides
+   * (a view of W [N,K] with swapped shape and strides is W^T). a and b share one float dtype; c and
+   * bias may be any float dtype; products accumulate in f32. beta == 0 ignores c's previous
+   * contents (even NaN).
    */
   oslo_status (*matmul)(void *self, const oslo_bk_view *c, const oslo_bk_view *a,
                         const oslo_bk_view *b, const oslo_bk_view *bias, float alpha, float beta);
   oslo_status (*binary)(void *self, oslo_bk_binary op, const oslo_bk_view *out,
                         const oslo_bk_view *a, const oslo_bk_view *b);
-  oslo_status (*unary)(void *self, oslo_bk_unary op, const oslo_bk_view *out,
-                       const oslo_bk_view *x, float alpha);
+  oslo_status (*unary)(void *self, oslo_bk_unary op, const oslo_bk_view *out, const oslo_bk_view *x,
+                       float alpha);
   /** grad_x = grad_out * f'(x) for GELU, GELU_TANH, SILU, RELU, TANH, SCALE. */
   oslo_status (*unary_backward)(void *self, oslo_bk_unary op, const oslo_bk_view *grad_x,
                                 const oslo_bk_view *x, const oslo_bk_view *grad_out, float alpha);
@@ -229,8 +228,7 @@ typedef struct oslo_backend_iface {
    * j > i + causal_offset (query i attends keys up to i + offset).
    */
   oslo_status (*softmax)(void *self, const oslo_bk_view *out, const oslo_bk_view *x,
-                         const oslo_bk_view *mask, float scale, int causal,
-                         int64_t causal_offset);
+                         const oslo_bk_view *mask, float scale, int causal, int64_t causal_offset);
   /** grad_x = scale * y * (grad_y - sum(grad_y * y, last dim)). */
   oslo_status (*softmax_backward)(void *self, const oslo_bk_view *grad_x, const oslo_bk_view *y,
                                   const oslo_bk_view *grad_y, float scale);

@@ -23,9 +23,9 @@
 
 #include "core/backend/backend.hpp"
 #include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/placement.hpp"
 #include "core/checkpoint/weight_source.hpp"
 #include "core/comm/communicator.hpp"
-#include "core/checkpoint/placement.hpp"
 #include "oslo.h"
 
 namespace oslo {

@@ -141,7 +141,8 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   OSLO_CHECK(labels.numel() == tokens, OSLO_ERR_SHAPE, "cross_entropy: labels have ",
              labels.numel(), " elements but logits have ", tokens, " rows");
   if (losses) {
-    OSLO_CHECK(losses->dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "cross_entropy: losses must be f32");
+    OSLO_CHECK(losses->dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE,
+               "cross_entropy: losses must be f32");
     OSLO_CHECK(losses->numel() == tokens, OSLO_ERR_SHAPE, "cross_entropy: losses have ",
                losses->numel(), " elements, expected ", tokens);
   }
@@ -175,7 +176,8 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   be.reduce(OSLO_BK_REDUCE_MAX, view(gmax), x, nullptr, p.valid);
   if (tp > 1)
     comm_ready(ctx, OSLO_GROUP_TENSOR)
-        .all_reduce(gmax.data(), gmax.data(), static_cast<size_t>(tokens), OSLO_DTYPE_F32, OSLO_REDUCE_MAX);
+        .all_reduce(gmax.data(), gmax.data(), static_cast<size_t>(tokens), OSLO_DTYPE_F32,
+                    OSLO_REDUCE_MAX);
   View gm = view(gmax);
   be.reduce(OSLO_BK_REDUCE_SUM_EXP, sumexp, x, &gm, p.valid);
   be.gather_cols(target, x, lab, p.start, vocab, ignore_index);

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/model/config.hpp"
 #include "core/checkpoint/placement.hpp"
+#include "core/model/config.hpp"
 
 namespace oslo {
 

@@ -15,7 +15,8 @@ void reduce_sum(Context& ctx, oslo_group g, const View& x) {
   Communicator& c = ctx.comm(g);
   if (c.size() == 1 || x.numel() == 0) return;
   OSLO_CHECK(x.contiguous(), OSLO_ERR_INTERNAL, "reduce_sum of a strided view");
-  comm_ready(ctx, g).all_reduce(x.data, x.data, static_cast<size_t>(x.numel()), x.dtype, OSLO_REDUCE_SUM);
+  comm_ready(ctx, g).all_reduce(x.data, x.data, static_cast<size_t>(x.numel()), x.dtype,
+                                OSLO_REDUCE_SUM);
 }
 
 void gather_last_dim(Context& ctx, oslo_group g, const View& local, const View& out) {

@@ -339,7 +339,8 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
   }
   g_case = "matmul errors";
   {
-    Dev a(be, OSLO_DTYPE_F32, {2, 3}), b(be, OSLO_DTYPE_BF16, {3, 4}), c(be, OSLO_DTYPE_F32, {2, 4});
+    Dev a(be, OSLO_DTYPE_F32, {2, 3}), b(be, OSLO_DTYPE_BF16, {3, 4}),
+        c(be, OSLO_DTYPE_F32, {2, 4});
     oslo_status st = OSLO_OK;
     try {
       be->matmul(c.v, a.v, b.v);

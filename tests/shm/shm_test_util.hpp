@@ -26,10 +26,10 @@
 #include <thread>
 #include <vector>
 
-#include "transports/shm/shm_communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/rendezvous/hash_store.hpp"
+#include "transports/shm/shm_communicator.hpp"
 
 namespace shmtest {
 

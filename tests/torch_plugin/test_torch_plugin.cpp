@@ -410,7 +410,8 @@ void test_instances_on_threads(void**) {
       ++failures;
       return;
     }
-    Tensor a = random_tensor(OSLO_DTYPE_F32, {64, 96}, 7), b = random_tensor(OSLO_DTYPE_F32, {96, 80}, 8);
+    Tensor a = random_tensor(OSLO_DTYPE_F32, {64, 96}, 7),
+           b = random_tensor(OSLO_DTYPE_F32, {96, 80}, 8);
     Tensor c(OSLO_DTYPE_F32, {64, 80});
     oslo_bk_view av = a.view(), bv = b.view(), cv = c.view();
     for (int i = 0; i < 20; ++i)
@@ -482,7 +483,8 @@ void test_convert(void**) {
 
 void test_fill(void**) {
   Instance in;
-  for (oslo_dtype dt : {OSLO_DTYPE_F32, OSLO_DTYPE_BF16, OSLO_DTYPE_F16, OSLO_DTYPE_I32, OSLO_DTYPE_I64}) {
+  for (oslo_dtype dt :
+       {OSLO_DTYPE_F32, OSLO_DTYPE_BF16, OSLO_DTYPE_F16, OSLO_DTYPE_I32, OSLO_DTYPE_I64}) {
     Tensor t(dt, {2, 3});
     oslo_bk_view v = t.view();
     in.ok(g_bk->fill(in.self, &v, 3.0), "fill");
@@ -583,9 +585,12 @@ void test_matmul(void**) {
   run_matmul(in, OSLO_DTYPE_F32, OSLO_DTYPE_BF16, cases[1]);
 
   // Large enough for libtorch's own bf16 GEMM (oneDNN) to be used.
-  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16, {0, 48, 64, 40, true, false, true, false, 1.f, 0.f});
-  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16, {0, 48, 64, 40, false, false, true, true, 0.5f, 0.f});
-  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16, {2, 48, 64, 40, true, true, false, false, 1.f, 0.5f});
+  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16,
+             {0, 48, 64, 40, true, false, true, false, 1.f, 0.f});
+  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16,
+             {0, 48, 64, 40, false, false, true, true, 0.5f, 0.f});
+  run_matmul(in, OSLO_DTYPE_BF16, OSLO_DTYPE_BF16,
+             {2, 48, 64, 40, true, true, false, false, 1.f, 0.5f});
 
   // Products accumulate in f32: 1 + 256 * 2^-9 is 1.5 in f32 (exact in
   // bf16), but 1 if each partial sum were rounded to bf16. Small and large
@@ -609,7 +614,8 @@ void test_matmul(void**) {
     }
 
   // A column block of c (strided output): c[:, 2:5] of a [4, 8].
-  Tensor a = random_tensor(OSLO_DTYPE_F32, {4, 6}, 31), b = random_tensor(OSLO_DTYPE_F32, {6, 3}, 32);
+  Tensor a = random_tensor(OSLO_DTYPE_F32, {4, 6}, 31),
+         b = random_tensor(OSLO_DTYPE_F32, {6, 3}, 32);
   Tensor c(OSLO_DTYPE_F32, {4, 8});
   c.fill_values(std::vector<double>(32, 7.0));
   oslo_bk_view av = a.view(), bv = b.view(), cv = c.view_as({4, 3}, {8, 1}, 2);
@@ -1147,23 +1153,27 @@ void test_comm_gloo_threads(void**) {
     for (oslo_dtype dt : {OSLO_DTYPE_F32, OSLO_DTYPE_BF16}) {
       Tensor a(dt, {5}), b(dt, {5});
       for (int i = 0; i < 5; ++i) a.set(i, (rank + 1) * (i + 1));
-      check(g_bk->comm_all_reduce(comm, a.mem.data(), b.mem.data(), 5, dt, OSLO_REDUCE_SUM) == OSLO_OK,
+      check(g_bk->comm_all_reduce(comm, a.mem.data(), b.mem.data(), 5, dt, OSLO_REDUCE_SUM) ==
+                OSLO_OK,
             "all_reduce sum", comm);
       for (int i = 0; i < 5; ++i) check(b.get(i) == 3.0 * (i + 1), "all_reduce sum value", comm);
-      check(g_bk->comm_all_reduce(comm, a.mem.data(), a.mem.data(), 5, dt, OSLO_REDUCE_AVG) == OSLO_OK,
+      check(g_bk->comm_all_reduce(comm, a.mem.data(), a.mem.data(), 5, dt, OSLO_REDUCE_AVG) ==
+                OSLO_OK,
             "all_reduce avg", comm);
       for (int i = 0; i < 5; ++i) check(a.get(i) == 1.5 * (i + 1), "all_reduce avg value", comm);
       Tensor m(dt, {1});
       m.set(0, rank == 0 ? 4.0 : -2.0);
-      check(g_bk->comm_all_reduce(comm, m.mem.data(), m.mem.data(), 1, dt, OSLO_REDUCE_MAX) == OSLO_OK,
+      check(g_bk->comm_all_reduce(comm, m.mem.data(), m.mem.data(), 1, dt, OSLO_REDUCE_MAX) ==
+                OSLO_OK,
             "all_reduce max", comm);
       check(m.get(0) == 4.0, "all_reduce max value", comm);
     }
     // all_gather, reduce_scatter, broadcast.
     Tensor mine(OSLO_DTYPE_I64, {3}), all(OSLO_DTYPE_I64, {6});
     for (int i = 0; i < 3; ++i) mine.set(i, rank * 10 + i);
-    check(g_bk->comm_all_gather(comm, mine.mem.data(), all.mem.data(), 3, OSLO_DTYPE_I64) == OSLO_OK,
-          "all_gather", comm);
+    check(
+        g_bk->comm_all_gather(comm, mine.mem.data(), all.mem.data(), 3, OSLO_DTYPE_I64) == OSLO_OK,
+        "all_gather", comm);
     for (int i = 0; i < 6; ++i) check(all.get(i) == (i / 3) * 10 + i % 3, "all_gather value", comm);
     Tensor full(OSLO_DTYPE_F32, {4}), part(OSLO_DTYPE_F32, {2});
     for (int i = 0; i < 4; ++i) full.set(i, i + rank);
@@ -1174,7 +1184,8 @@ void test_comm_gloo_threads(void**) {
       check(part.get(i) == 2.0 * (rank * 2 + i) + 1, "reduce_scatter value", comm);
     Tensor bc(OSLO_DTYPE_F16, {3});
     for (int i = 0; i < 3; ++i) bc.set(i, rank == 1 ? 0.5 * i : 99);
-    check(g_bk->comm_broadcast(comm, bc.mem.data(), 3, OSLO_DTYPE_F16, 1) == OSLO_OK, "broadcast", comm);
+    check(g_bk->comm_broadcast(comm, bc.mem.data(), 3, OSLO_DTYPE_F16, 1) == OSLO_OK, "broadcast",
+          comm);
     for (int i = 0; i < 3; ++i) check(bc.get(i) == 0.5 * i, "broadcast value", comm);
     // send/recv both ways, then a barrier.
     char msg[16] = {0};

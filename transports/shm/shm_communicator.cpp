@@ -50,10 +50,10 @@
 #include <string>
 #include <vector>
 
-#include "transports/common/reduce.hpp"
 #include "core/common/deadline.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "transports/common/reduce.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
