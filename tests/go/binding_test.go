@@ -2,7 +2,11 @@ package tests
 
 import (
 	"errors"
+	"os"
+	"regexp"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/oslo/oslo/bindings/go/oslo"
@@ -257,5 +261,32 @@ func TestFinalizersAnyOrder(t *testing.T) {
 	}
 	for i := 0; i < 5; i++ {
 		runtime.GC()
+	}
+}
+
+// TestStatusMirrorsHeader: the Status constants and their names are
+// oslo_status of include/oslo.h (OSLO_HEADER), value for value, and no
+// more: a status added to the header fails here until Go has it.
+func TestStatusMirrorsHeader(t *testing.T) {
+	path := os.Getenv("OSLO_HEADER")
+	if path == "" {
+		t.Fatal("OSLO_HEADER (the path of include/oslo.h) is not set")
+	}
+	text, err := os.ReadFile(path)
+	must(t, err)
+	re := regexp.MustCompile(`(?m)^\s*(OSLO_(?:OK|ERR_[A-Z_]+))\s*=\s*([0-9]+),`)
+	found := re.FindAllSubmatch(text, -1)
+	if len(found) < 13 {
+		t.Fatalf("%s: %d statuses found, expected at least 13", path, len(found))
+	}
+	for _, m := range found {
+		v, err := strconv.Atoi(string(m[2]))
+		must(t, err)
+		if got := oslo.Status(v).String(); got != string(m[1]) {
+			t.Errorf("status %d: Go says %s, oslo.h %s", v, got, m[1])
+		}
+	}
+	if s := oslo.Status(len(found)).String(); !strings.HasPrefix(s, "OSLO_STATUS(") {
+		t.Errorf("Go knows status %d (%s), oslo.h does not", len(found), s)
 	}
 }
