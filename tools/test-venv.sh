@@ -60,4 +60,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   echo "$want" >"$stamp"
 fi
 "$venv/bin/python" -c "$check" >&2
-echo "$venv/bin/python"
+# An absolute path (the venv's own python, not the interpreter its link
+# points to): CMake takes it as OSLO_TEST_PYTHON, and the Python extension is
+# built for it (bindings/CMakeLists.txt), whatever folder CMake runs in.
+echo "$(cd "$venv/bin" && pwd)/python"
