@@ -126,8 +126,10 @@ def _mlp_forward_backward(ctx, d, h, rows, f, ref):
     float64 reference (this rank's shard where the result is sharded)."""
     r, n = ctx.rank(oslo.Group.TENSOR), ctx.size(oslo.Group.TENSOR)
     cols = slice(r * h // n, (r + 1) * h // n)
-    fc1 = oslo.ParallelLinear(ctx, d, h, "column")
-    fc2 = oslo.ParallelLinear(ctx, h, d, "row")
+    fc1 = oslo.ColumnParallelLinear(ctx, d, h)  # Megatron's names
+    fc2 = oslo.RowParallelLinear(ctx, h, d)
+    check(isinstance(fc1, oslo.ParallelLinear) and oslo.VocabParallelEmbedding is
+          oslo.ParallelEmbedding, "aliases")
     fc1.load_full(f["w1"], f["b1"])
     fc2.load_full(f["w2"], f["b2"])
 

@@ -21,7 +21,8 @@ from ._errors import (BackendUnavailableError, CommError, ConfigError, DTypeErro
                       NotSupportedError, OutOfMemoryError, ShapeError, Status, TimeoutError)
 
 __all__ = [
-    "Context", "Tensor", "ParallelLinear", "ParallelEmbedding", "ParamSet", "Model", "ModelInfo", "Tokenizer", "Group", "ReduceOp", "DType",
+    "Context", "Tensor", "ParallelLinear", "ColumnParallelLinear", "RowParallelLinear",
+    "ParallelEmbedding", "VocabParallelEmbedding", "ParamSet", "Model", "ModelInfo", "Tokenizer", "Group", "ReduceOp", "DType",
     "ModelOutput", "SpecialToken", "Status", "Error", "InvalidArgumentError",
     "OutOfMemoryError", "BackendUnavailableError", "CommError", "TimeoutError", "IOError",
     "FormatError", "ShapeError", "DTypeError", "ConfigError", "NotSupportedError",
@@ -644,6 +645,27 @@ class ParallelLinear(_Handle):
         self._handle().zero_grad()
 
 
+class ColumnParallelLinear(ParallelLinear):
+    """Megatron's ColumnParallelLinear: the output features split over the
+    tensor group; gather_output=True all-gathers the full output."""
+
+    def __init__(self, ctx, in_features, out_features, bias=True, gather_output=False,
+                 dtype=DType.F32):
+        super().__init__(ctx, in_features, out_features, "column", bias=bias,
+                         gather_output=gather_output, dtype=dtype)
+
+
+class RowParallelLinear(ParallelLinear):
+    """Megatron's RowParallelLinear: the input features split over the tensor
+    group, the partial outputs all-reduced; input_is_parallel=False splits a
+    full input first."""
+
+    def __init__(self, ctx, in_features, out_features, bias=True, input_is_parallel=True,
+                 dtype=DType.F32):
+        super().__init__(ctx, in_features, out_features, "row", bias=bias,
+                         input_is_parallel=input_is_parallel, dtype=dtype)
+
+
 class ParallelEmbedding(_Handle):
     """A vocabulary-parallel embedding [vocab_size, hidden_size]."""
 
@@ -715,6 +737,10 @@ class ParallelEmbedding(_Handle):
 
     def zero_grad(self):
         self._handle().zero_grad()
+
+
+#: Megatron's name for the vocabulary-parallel embedding.
+VocabParallelEmbedding = ParallelEmbedding
 
 
 class ParamSet(_Handle):
