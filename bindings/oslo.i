@@ -179,6 +179,94 @@ static void oslo_bind_raise(int status, PyObject *message) {
   /* oslo._errors itself failed: keep its error, which names the cause. */
 }
 %}
+%{
+typedef struct bind_array {
+  void *data;
+  oslo_dtype dtype;
+  int ndim;
+  int64_t shape[OSLO_MAX_DIMS];
+  Py_buffer view;
+  int held;
+} bind_array;
+
+/* Fills `a` from `obj`; on failure raises the oslo.Error subclass (the GIL
+   is held) and returns 0. */
+static int bind_array_get(PyObject *obj, bind_array *a, int writable) {
+  const char *f;
+  char c;
+  int i;
+  if (PyObject_GetBuffer(obj, &a->view,
+                         PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+    PyObject *msg;
+    PyErr_Clear();
+    msg = PyUnicode_FromFormat("expected a C-contiguous%s array, not %s (numpy.ascontiguousarray "
+                               "makes one)", writable ? ", writable" : "", Py_TYPE(obj)->tp_name);
+    if (msg) {
+      oslo_bind_raise((int)OSLO_ERR_INVALID_ARGUMENT, msg);
+      Py_DECREF(msg);
+    }
+    return 0;
+  }
+  a->held = 1;
+  a->data = a->view.buf;
+  f = a->view.format ? a->view.format : "B";
+  if (*f == '@' || *f == '=' || *f == '<') ++f; /* native order: little-endian x86/arm */
+  c = f[1] ? 0 : f[0];
+  if (c == 'f' && a->view.itemsize == 4) a->dtype = OSLO_DTYPE_F32;
+  else if (c == 'e' && a->view.itemsize == 2) a->dtype = OSLO_DTYPE_F16;
+  else if ((c == 'i' || c == 'l') && a->view.itemsize == 4) a->dtype = OSLO_DTYPE_I32;
+  else if ((c == 'l' || c == 'q') && a->view.itemsize == 8) a->dtype = OSLO_DTYPE_I64;
+  else {
+    PyObject *msg = PyUnicode_FromFormat("no oslo dtype for buffer format '%s' of %zd-byte items",
+                                         a->view.format ? a->view.format : "B",
+                                         a->view.itemsize);
+    if (msg) {
+      oslo_bind_raise((int)OSLO_ERR_DTYPE, msg);
+      Py_DECREF(msg);
+    }
+    return 0;
+  }
+  if (a->view.ndim > OSLO_MAX_DIMS) {
+    PyObject *msg = PyUnicode_FromFormat("the array has %d dimensions, at most %d are allowed",
+                                         a->view.ndim, OSLO_MAX_DIMS);
+    if (msg) {
+      oslo_bind_raise((int)OSLO_ERR_INVALID_ARGUMENT, msg);
+      Py_DECREF(msg);
+    }
+    return 0;
+  }
+  a->ndim = a->view.ndim;
+  for (i = 0; i < a->ndim; ++i) a->shape[i] = (int64_t)a->view.shape[i];
+  return 1;
+}
+
+/* Wraps the arrays' memory as tensors of `ctx`, runs `call` on them and
+   destroys the wraps; the status (and message) of the first failure is
+   recorded. Runs without the GIL. */
+typedef oslo_status (*bind_array_call)(void *self, oslo_tensor *const *t);
+static void bind_with_arrays(oslo_context *ctx, void *self, bind_array_call call, int n,
+                             bind_array *const *a) {
+  oslo_tensor *t[3] = {NULL, NULL, NULL};
+  int i, ok = 1;
+  for (i = 0; i < n && ok; ++i)
+    if (a[i]) ok = oslo_bind_check(oslo_tensor_wrap(ctx, a[i]->data, a[i]->dtype, a[i]->ndim,
+                                                    a[i]->shape, &t[i]));
+  if (ok && !oslo_bind_check(call(self, t)))
+    ok = 0;
+  if (!ok && !oslo_bind_message[0]) {
+    /* Keep oslo's message: the destroys below must not be able to lose it. */
+    oslo_status st = oslo_bind_status;
+    oslo_bind_fail(st, "%s", oslo_last_error());
+  }
+  for (i = 0; i < n; ++i) oslo_tensor_destroy(t[i]);
+}
+static oslo_status bind_linear_forward(void *l, oslo_tensor *const *t) {
+  return oslo_parallel_linear_forward((oslo_parallel_linear *)l, t[0], t[1]);
+}
+static oslo_status bind_linear_backward(void *l, oslo_tensor *const *t) {
+  return oslo_parallel_linear_backward((oslo_parallel_linear *)l, t[0], t[1], t[2]);
+}
+%}
 /* Every call runs without the GIL (collectives, forward, generate,
    checkpoint I/O block; the rest is short), so ranks may be threads of one
    Python process and another thread may call Context.abort. The typemaps
@@ -300,6 +388,29 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
 %typemap(freearg) (void *OUTBUF, size_t OUTBYTES) {
   if (got_$argnum) PyBuffer_Release(&view_$argnum);
 }
+/* A numpy array (any C-contiguous buffer with a format) to wrap in place for
+   one call: bind_array (see bind_array_get); None is NULL. Before oslo.h is
+   included: the classes' %extend methods are wrapped there. */
+%typemap(in) const bind_array *ARRAY_IN (bind_array a_) {
+  a_.held = 0;
+  $1 = NULL;
+  if ($input != Py_None) {
+    if (!bind_array_get($input, &a_, 0)) SWIG_fail;
+    $1 = &a_;
+  }
+}
+%typemap(in) bind_array *ARRAY_OUT (bind_array a_) {
+  a_.held = 0;
+  $1 = NULL;
+  if ($input != Py_None) {
+    if (!bind_array_get($input, &a_, 1)) SWIG_fail;
+    $1 = &a_;
+  }
+}
+%typemap(freearg) const bind_array *ARRAY_IN, bind_array *ARRAY_OUT {
+  if (a_$argnum.held) PyBuffer_Release(&a_$argnum.view);
+}
+%apply const bind_array *ARRAY_IN { const bind_array *GRAD_IN };
 /* DLPack (Python): exports become capsules "dltensor_versioned" (DLPack 1.x)
    or "dltensor" whose destructor calls the deleter unless a consumer took
    the tensor (and renamed the capsule "used_..."); imports take such a
@@ -1446,6 +1557,25 @@ static char *bind_checkpoint_inspect(const char *path, int json) {
     return d;
   }
 }
+/* numpy arrays (any C-contiguous buffer with a format) passed straight to
+   a call: the typemap takes the buffer (format, shape) with the GIL, the
+   method wraps it as a tensor for the call only (oslo_tensor_wrap, no copy)
+   and destroys the wrap after it, without the GIL. One C call instead of a
+   wrap, the call and a destroy from Python (bench/python: a 1x64x64 forward
+   on numpy arrays 4.6 -> 2.0 us, as on oslo tensors). */
+%extend oslo_parallel_linear {
+  /* forward and backward on numpy arrays (grad_input may be None). */
+  void m_forward_arrays(oslo_context *ctx, const bind_array *ARRAY_IN, bind_array *ARRAY_OUT) {
+    bind_array *a[2] = {(bind_array *)ARRAY_IN, ARRAY_OUT};
+    bind_with_arrays(ctx, $self, bind_linear_forward, 2, a);
+  }
+  void m_backward_arrays(oslo_context *ctx, const bind_array *ARRAY_IN,
+                         const bind_array *GRAD_IN, bind_array *ARRAY_OUT) {
+    bind_array *a[3] = {(bind_array *)ARRAY_IN, (bind_array *)GRAD_IN, ARRAY_OUT};
+    bind_with_arrays(ctx, $self, bind_linear_backward, 3, a);
+  }
+}
+
 %newobject bind_tensor_from_dlpack;
 %rename(tensor_from_dlpack) bind_tensor_from_dlpack;
 %inline %{

@@ -292,6 +292,29 @@ def linear_bad_args():
                np.zeros(6, np.float32))  # a bias for a layer without one
         raises(oslo.ShapeError, fc.forward, np.zeros((2, 5), np.float32),
                np.zeros((2, 6), np.float32))
+        # numpy arrays go to C in one call (oslo.i bind_array): the same errors.
+        e = raises(oslo.ShapeError, fc.forward, np.zeros((2, 5), np.float32),
+                   np.zeros((2, 6), np.float32))
+        check("5" in e.message or "shape" in e.message.lower(), e.message)
+        e = raises(oslo.DTypeError, fc.forward, np.zeros((2, 4), np.float64),
+                   np.zeros((2, 6), np.float32))
+        check("format 'd'" in e.message, e.message)
+        e = raises(oslo.InvalidArgumentError, fc.forward, np.zeros((4, 2), np.float32).T,
+                   np.zeros((2, 6), np.float32))
+        check("C-contiguous" in e.message, e.message)
+        ro = np.zeros((2, 6), np.float32)
+        ro.flags.writeable = False
+        e = raises(oslo.InvalidArgumentError, fc.forward, np.zeros((2, 4), np.float32), ro)
+        check("writable" in e.message, e.message)
+        y = fc.forward(np.ones((2, 4), np.float32), np.full((2, 6), 7, np.float32))
+        check(not y.any(), "weights start at zero: the output is overwritten with 0")
+        gx = fc.backward(np.ones((2, 4), np.float32), np.ones((2, 6), np.float32),
+                         np.full((2, 4), 7, np.float32))
+        check(not gx.any(), "grad_input of zero weights")
+        check(fc.backward(np.ones((2, 4), np.float32), np.ones((2, 6), np.float32)) is None,
+              "no grad_input")
+        check(np.array_equal(fc.grad_weight.numpy(), np.full((6, 4), 4, np.float32)),
+              f"grad_weight {fc.grad_weight.numpy()}")
         w = fc.weight
         del fc
         import gc

@@ -617,6 +617,10 @@ class ParallelLinear(_Handle):
     def forward(self, input, output):
         """Writes the layer's output for `input` into `output` (Tensors or
         numpy arrays); returns output."""
+        if type(input) is _np.ndarray and type(output) is _np.ndarray:
+            # Both wrapped in place inside one C call (oslo.i, bind_array).
+            self._handle().forward_arrays(self._ctx._handle(), input, output)
+            return output
         i, ti = self._t(input)
         o, to = self._t(output, True)
         try:
@@ -629,6 +633,10 @@ class ParallelLinear(_Handle):
 
     def backward(self, input, grad_output, grad_input=None):
         """Adds the parameter gradients; writes grad_input when given."""
+        if (type(input) is _np.ndarray and type(grad_output) is _np.ndarray
+                and (grad_input is None or type(grad_input) is _np.ndarray)):
+            self._handle().backward_arrays(self._ctx._handle(), input, grad_output, grad_input)
+            return grad_input
         i, ti = self._t(input)
         g, tg = self._t(grad_output)
         gi, tgi = (None, False) if grad_input is None else self._t(grad_input, True)
