@@ -491,14 +491,16 @@ func TestAbortFromThreadW2(t *testing.T) {
 		}
 		defer x.Close()
 		start := time.Now()
+		aborted := make(chan error, 1)
 		go func() {
 			time.Sleep(300 * time.Millisecond)
-			if err := ctx.Abort(); err != nil {
-				panic(err)
-			}
+			aborted <- ctx.Abort()
 		}()
 		err = ctx.AllReduce(oslo.GroupWorld, oslo.ReduceSum, x)
 		took := time.Since(start)
+		if e := <-aborted; e != nil { // the watchdog is done before Close
+			return fmt.Errorf("abort: %v", e)
+		}
 		if e := wantStatus(err, oslo.ErrComm); e != nil {
 			return e
 		}

@@ -2,6 +2,7 @@ package oslo
 
 import (
 	"runtime"
+	"sync"
 
 	"github.com/oslo/oslo/bindings/go/oslo/internal/capi"
 )
@@ -40,6 +41,11 @@ const (
 type Context struct {
 	n *node
 	c capi.Context
+	// aborts keeps Close from destroying the context while an Abort from
+	// another goroutine is inside oslo_context_abort: Abort holds it shared
+	// for its C call (a short one: it sets flags and wakes waiters), Close
+	// exclusively.
+	aborts sync.RWMutex
 }
 
 // NewContext joins the job's rendezvous and creates a context. config is
@@ -73,7 +79,9 @@ func (ctx *Context) Close() error {
 	if ctx == nil {
 		return nil
 	}
+	ctx.aborts.Lock()
 	ctx.n.close()
+	ctx.aborts.Unlock()
 	runtime.SetFinalizer(ctx, nil)
 	return nil
 }
@@ -141,7 +149,15 @@ func (ctx *Context) Transport(g Group) (string, error) {
 // Abort makes every blocked or later collective of the context fail with
 // StatusComm, on this rank. Any goroutine may call it at any time, also
 // while another goroutine is blocked in a call on the context.
+//
+// Close waits for an Abort in progress; an Abort after Close returns
+// ErrInvalidArgument (closed), never touches freed memory.
 func (ctx *Context) Abort() error {
+	if ctx == nil {
+		return errClosed("context")
+	}
+	ctx.aborts.RLock()
+	defer ctx.aborts.RUnlock()
 	if err := ctx.check(); err != nil {
 		return err
 	}
