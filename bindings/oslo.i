@@ -543,7 +543,9 @@ OSLO_JCLASSDOC(oslo_linear_kind, "enum", "How a ParallelLinear is split: COLUMN 
 OSLO_JCLASSDOC(oslo_model_output, "enum", "What Model.forward returns: LOGITS [batch, seq, vocab] or HIDDEN [batch, seq, hidden].")
 OSLO_JCLASSDOC(oslo_special_token, "enum", "The special tokens Tokenizer.specialId returns.")
 OSLO_JDOC(oslo_context::oslo_context, "Creates a context (collective over the job's ranks): config is JSON text, a JSON file path, or \"\" for the defaults.")
-OSLO_JDOC(oslo_context::m_abort, "Ends every blocked or later collective of this context with Status.COMM; callable from any thread.")
+/* synchronized, as delete(): close() never destroys the native context
+   while an abort from another thread is inside oslo_context_abort. */
+%javamethodmodifiers oslo_context::m_abort "/** Ends every blocked or later collective of this context with Status.COMM; callable from any thread (after close() it throws Status.INVALID_ARGUMENT). */\n  public synchronized"
 OSLO_JDOC(oslo_context::m_rank, "This rank in {@code group}.")
 OSLO_JDOC(oslo_context::m_size, "The number of ranks in {@code group}.")
 OSLO_JDOC(oslo_context::m_backend, "The compute backend (\"cpu\", \"torch\", ...).")
