@@ -391,24 +391,34 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
 /* A numpy array (any C-contiguous buffer with a format) to wrap in place for
    one call: bind_array (see bind_array_get); None is NULL. Before oslo.h is
    included: the classes' %extend methods are wrapped there. */
-%typemap(in) const bind_array *ARRAY_IN (bind_array a_) {
-  a_.held = 0;
+/* held_ is initialised where it is declared: when an earlier argument
+   fails, freearg runs for this one too, before its conversion ran. */
+%typemap(in) const bind_array *ARRAY_IN (bind_array a_, int held_ = 0) {
   $1 = NULL;
   if ($input != Py_None) {
-    if (!bind_array_get($input, &a_, 0)) SWIG_fail;
+    a_.held = 0;
+    if (!bind_array_get($input, &a_, 0)) {
+      held_ = a_.held;
+      SWIG_fail;
+    }
+    held_ = a_.held;
     $1 = &a_;
   }
 }
-%typemap(in) bind_array *ARRAY_OUT (bind_array a_) {
-  a_.held = 0;
+%typemap(in) bind_array *ARRAY_OUT (bind_array a_, int held_ = 0) {
   $1 = NULL;
   if ($input != Py_None) {
-    if (!bind_array_get($input, &a_, 1)) SWIG_fail;
+    a_.held = 0;
+    if (!bind_array_get($input, &a_, 1)) {
+      held_ = a_.held;
+      SWIG_fail;
+    }
+    held_ = a_.held;
     $1 = &a_;
   }
 }
 %typemap(freearg) const bind_array *ARRAY_IN, bind_array *ARRAY_OUT {
-  if (a_$argnum.held) PyBuffer_Release(&a_$argnum.view);
+  if (held_$argnum) PyBuffer_Release(&a_$argnum.view);
 }
 %apply const bind_array *ARRAY_IN { const bind_array *GRAD_IN };
 /* DLPack (Python): exports become capsules "dltensor_versioned" (DLPack 1.x)
