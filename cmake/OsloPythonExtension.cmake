@@ -1,7 +1,8 @@
 # oslo_python_extension(TARGET PKG_DIR OSLO_INCLUDE_DIR OSLO_TARGET)
 #
 # The Python extension oslo._capi: SWIG generates capi_wrap.c and capi.py
-# from bindings/oslo.i (which includes OSLO_INCLUDE_DIR/oslo.h), the wrapper
+# from bindings/oslo.i (which includes its Python part, bindings/python/
+# oslo_python*.i, and OSLO_INCLUDE_DIR/oslo.h), the wrapper
 # is compiled into PKG_DIR/_capi.<soabi>.so linked against OSLO_TARGET, and
 # the pure-Python files of bindings/python/oslo are copied next to it. Used
 # by the in-tree build (bindings/CMakeLists.txt) and by the stand-alone
@@ -21,7 +22,8 @@ function(oslo_python_extension target pkg_dir oslo_include_dir oslo_target)
     COMMAND ${CMAKE_COMMAND} -E make_directory ${pkg_dir}
     COMMAND ${SWIG_EXECUTABLE} -python -Wall ${defs} -I${oslo_include_dir} -outdir ${pkg_dir}
             -o ${wrap} ${_oslo_bindings_dir}/oslo.i
-    DEPENDS ${_oslo_bindings_dir}/oslo.i ${oslo_include_dir}/oslo.h
+    DEPENDS ${_oslo_bindings_dir}/oslo.i ${_oslo_bindings_dir}/python/oslo_python.i
+            ${_oslo_bindings_dir}/python/oslo_python_extend.i ${oslo_include_dir}/oslo.h
     COMMENT "SWIG: bindings/oslo.i -> Python"
     VERBATIM)
   Python3_add_library(${target} MODULE WITH_SOABI ${wrap})

@@ -1,0 +1,893 @@
+/*
+ * oslo_java.i - the Java part of the SWIG interface (bindings/oslo.i).
+ *
+ * Included by oslo.i before oslo.h (SWIGJAVA only): the %exception that
+ * throws OsloException, the Java names, Javadoc, typemaps and the
+ * hand-written methods of the generated classes (javacode).
+ */
+
+/* Errors: the %exception of Java */
+%{
+/* Throws org.oslo.OsloException(status, message)
+   (bindings/java/org/oslo/OsloException.java). */
+static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
+  jclass cls = (*env)->FindClass(env, "org/oslo/OsloException");
+  jmethodID ctor = cls ? (*env)->GetMethodID(env, cls, "<init>", "(ILjava/lang/String;)V") : 0;
+  jstring msg = ctor ? (*env)->NewStringUTF(env, message) : 0;
+  jobject exc = msg ? (*env)->NewObject(env, cls, ctor, status, msg) : 0;
+  if (exc) (*env)->Throw(env, (jthrowable)exc);
+}
+%}
+%exception {
+  oslo_bind_status = OSLO_OK;
+  $action
+  if (oslo_bind_status != OSLO_OK) {
+    oslo_bind_throw(jenv, (int)oslo_bind_status, oslo_bind_error_message());
+    return $null;
+  }
+}
+
+/* Java names (package org.oslo): classes and enums in UpperCamelCase
+   (Context, Tensor, DType, ReduceOp, Group, Status, ...), enum constants
+   without their C prefix (DType.F32, ReduceOp.SUM, Group.TENSOR,
+   Status.CONFIG: the same names as Python's oslo.Status), methods and the
+   accessors of struct fields in lowerCamelCase (ctx.allReduce,
+   opts.setMaxNewTokens). The module class capi (version, merge, reshard,
+   inspect, tensor_wrap) and capiJNI are package-private: Oslo and
+   Tensor.wrap are their public face. */
+%include "enums.swg"
+%javaconst(1);
+%rename(Status) oslo_status;
+%rename(DType) oslo_dtype;
+%rename(ReduceOp) oslo_reduce_op;
+%rename(Group) oslo_group;
+%rename(LinearKind) oslo_linear_kind;
+%rename(ModelOutput) oslo_model_output;
+%rename(SpecialToken) oslo_special_token;
+%rename("%(regex:/^OSLO_(ERR_|DTYPE_|REDUCE_|GROUP_|LINEAR_|MODEL_OUTPUT_|SPECIAL_TOKEN_)?(.*)$/\\2/)s",
+        %$isenumitem, notregexmatch$name="_ENUM_M(IN|AX)_$") "";
+%rename("%(lowercamelcase)s", %$ismember, %$isvariable) "";
+%rename(allReduce) m_all_reduce;
+%rename(allGather) m_all_gather;
+%rename(reduceScatter) m_reduce_scatter;
+%rename(vocabParallelCrossEntropy) m_vocab_parallel_cross_entropy;
+%rename(dataPtr) m_data_ptr;
+%rename(copyFromHost) m_copy_from_host;
+%rename(copyToHost) m_copy_to_host;
+%rename(loadFull) m_load_full;
+%rename(loadShard) m_load_shard;
+%rename(zeroGrad) m_zero_grad;
+%rename(vocabRange) m_vocab_range;
+%rename(nativeAdd) m_add;
+%rename(nativeAddLinear) m_add_linear;
+%rename(nativeAddEmbedding) m_add_embedding;
+%rename(clipGradNorm) m_clip_grad_norm;
+%rename(saveCheckpoint) m_save_checkpoint;
+%rename(loadCheckpoint) m_load_checkpoint;
+%rename(modelType) m_model_type;
+%rename(vocabSize) m_vocab_size;
+%rename(tokenToId) m_token_to_id;
+%rename(idToToken) m_id_to_token;
+%rename(specialId) m_special_id;
+/* ModelInfo is a result: getters only. */
+%immutable oslo_model_info::vocab_size;
+%immutable oslo_model_info::hidden_size;
+%immutable oslo_model_info::num_layers;
+%immutable oslo_model_info::num_heads;
+%immutable oslo_model_info::num_kv_heads;
+%immutable oslo_model_info::max_positions;
+%immutable oslo_model_info::is_causal;
+%immutable oslo_model_info::dtype;
+%immutable oslo_model_info::eos_token_id;
+%immutable oslo_model_info::pad_token_id;
+/* Javadoc of the generated classes and methods (SWIG puts these strings
+   where the modifiers go). */
+%define OSLO_JDOC(NAME, TEXT)
+%javamethodmodifiers NAME "/** " TEXT " */\n  public"
+%enddef
+%define OSLO_JCLASSDOC(TYPE, KIND, TEXT)
+%typemap(javaclassmodifiers) TYPE "/** " TEXT " */\npublic " KIND
+%enddef
+OSLO_JCLASSDOC(struct oslo_context, "class", "A process group of the job (tensor, pipeline, data and world groups) and its collectives. Closing it while handles made in it are open destroys it when the last of them is closed.")
+OSLO_JCLASSDOC(struct oslo_tensor, "class", "A tensor on the context's device: owned (new Tensor, Tensor.of), over a direct buffer's memory (Tensor.wrap), or a layer's borrowed parameter.")
+OSLO_JCLASSDOC(struct oslo_model, "class", "A Hugging Face model (gpt2, bert, llama, mistral, qwen2) split over the tensor-parallel group; computing calls are collective.")
+OSLO_JCLASSDOC(struct oslo_tokenizer, "class", "A Hugging Face tokenizer (tokenizer.json, vocab.txt or .model files of a model folder).")
+OSLO_JCLASSDOC(struct oslo_parallel_linear, "class", "A column- or row-parallel linear layer (Megatron-LM), parameters zero until loaded.")
+OSLO_JCLASSDOC(struct oslo_parallel_embedding, "class", "A vocabulary-parallel embedding table.")
+OSLO_JCLASSDOC(struct oslo_param_set, "class", "Named parameters for gradient clipping and checkpoints; it borrows (and keeps alive) what is added.")
+OSLO_JCLASSDOC(struct oslo_generate_options, "class", "Options of Model.generate with Hugging Face's defaults (greedy, 20 new tokens).")
+OSLO_JCLASSDOC(struct oslo_model_info, "class", "Sizes of a loaded model, as in its config.json.")
+OSLO_JCLASSDOC(oslo_status, "enum", "The status of a failed call (OsloException.status()).")
+OSLO_JCLASSDOC(oslo_dtype, "enum", "Element types; the CPU backend computes in F32, F16 and BF16 are storage.")
+OSLO_JCLASSDOC(oslo_reduce_op, "enum", "Reductions of collectives, combined in group-rank order.")
+OSLO_JCLASSDOC(oslo_group, "enum", "Process groups of a context (Megatron-LM order: tensor fastest, then data, then pipeline).")
+OSLO_JCLASSDOC(oslo_linear_kind, "enum", "How a ParallelLinear is split: COLUMN (output features) or ROW (input features).")
+OSLO_JCLASSDOC(oslo_model_output, "enum", "What Model.forward returns: LOGITS [batch, seq, vocab] or HIDDEN [batch, seq, hidden].")
+OSLO_JCLASSDOC(oslo_special_token, "enum", "The special tokens Tokenizer.specialId returns.")
+OSLO_JDOC(oslo_context::oslo_context, "Creates a context (collective over the job's ranks): config is JSON text, a JSON file path, or \"\" for the defaults.")
+/* synchronized, as delete(): close() never destroys the native context
+   while an abort from another thread is inside oslo_context_abort. */
+%javamethodmodifiers oslo_context::m_abort "/** Ends every blocked or later collective of this context with Status.COMM; callable from any thread (after close() it throws Status.INVALID_ARGUMENT). */\n  public synchronized"
+OSLO_JDOC(oslo_context::m_rank, "This rank in {@code group}.")
+OSLO_JDOC(oslo_context::m_size, "The number of ranks in {@code group}.")
+OSLO_JDOC(oslo_context::m_backend, "The compute backend (\"cpu\", \"torch\", ...).")
+OSLO_JDOC(oslo_context::m_transport, "The transport of {@code group}'s communicator (\"shm\", \"gloo\", ...).")
+OSLO_JDOC(oslo_context::m_all_reduce, "Reduces {@code tensor} with {@code op} over {@code group}, in place. Collective.")
+OSLO_JDOC(oslo_context::m_all_gather, "Concatenates every rank's {@code input} along dimension 0 into {@code output}, in rank order. Collective.")
+OSLO_JDOC(oslo_context::m_reduce_scatter, "Reduces {@code input} over {@code group}; each rank gets its slice along dimension 0 in {@code output}. Collective.")
+OSLO_JDOC(oslo_context::m_broadcast, "Copies rank {@code root}'s {@code tensor} to every rank of {@code group}. Collective.")
+OSLO_JDOC(oslo_context::m_send, "Sends {@code tensor} to rank {@code peer} of {@code group}.")
+OSLO_JDOC(oslo_context::m_recv, "Receives {@code tensor} from rank {@code peer} of {@code group}.")
+OSLO_JDOC(oslo_context::m_barrier, "Waits until every rank of {@code group} has called it.")
+OSLO_JDOC(oslo_context::m_vocab_parallel_cross_entropy, "Cross-entropy of vocabulary-parallel logits; losses and grad_logits may be null; returns the mean loss. Collective.")
+OSLO_JDOC(oslo_tensor::oslo_tensor, "A new zero-filled tensor of {@code dtype} and {@code shape} in {@code ctx}.")
+OSLO_JDOC(oslo_tensor::m_ndim, "The number of dimensions.")
+OSLO_JDOC(oslo_tensor::m_dim, "The extent of dimension {@code i}.")
+OSLO_JDOC(oslo_tensor::m_dtype, "The element type.")
+OSLO_JDOC(oslo_tensor::m_numel, "The number of elements.")
+OSLO_JDOC(oslo_tensor::m_data_ptr, "The address of the data (valid while the tensor lives).")
+OSLO_JDOC(oslo_tensor::m_copy_from_host, "Copies a direct buffer of exactly the tensor's size in bytes into the tensor.")
+OSLO_JDOC(oslo_tensor::m_copy_to_host, "Copies the tensor into a direct buffer of exactly its size in bytes.")
+OSLO_JDOC(oslo_parallel_linear::oslo_parallel_linear, "A layer with zero parameters (ParallelLinear.column and row are the usual forms).")
+OSLO_JDOC(oslo_parallel_linear::m_load_full, "Loads the full weight [out, in] and bias [out] (or null); each rank keeps its slice.")
+OSLO_JDOC(oslo_parallel_linear::m_load_shard, "Loads this rank's slices of the weight and bias (or null).")
+OSLO_JDOC(oslo_parallel_linear::m_forward, "output = input weight^T + bias on this rank's slice; collective when it communicates (row, or column with gather).")
+OSLO_JDOC(oslo_parallel_linear::m_backward, "Adds the weight and bias gradients; writes the input gradient into {@code grad_input} unless null. Collective.")
+OSLO_JDOC(oslo_parallel_linear::m_zero_grad, "Zeroes the gradients.")
+OSLO_JDOC(oslo_parallel_embedding::oslo_parallel_embedding, "A zero embedding table [vocab_size, hidden_size] split by vocabulary rows.")
+OSLO_JDOC(oslo_parallel_embedding::m_load_full, "Loads the full table; each rank keeps its rows.")
+OSLO_JDOC(oslo_parallel_embedding::m_load_shard, "Loads this rank's rows.")
+OSLO_JDOC(oslo_parallel_embedding::m_forward, "Looks up {@code ids} (I32 or I64) into {@code output} [..., hidden]. Collective.")
+OSLO_JDOC(oslo_parallel_embedding::m_backward, "Adds the table's gradient for {@code ids} and {@code grad_output}.")
+OSLO_JDOC(oslo_parallel_embedding::m_zero_grad, "Zeroes the gradient.")
+OSLO_JDOC(oslo_param_set::oslo_param_set, "An empty set of parameters in {@code ctx}.")
+OSLO_JDOC(oslo_param_set::m_count, "The number of parameters.")
+OSLO_JDOC(oslo_param_set::m_clip_grad_norm, "The global gradient norm of type {@code norm_type} (2, or infinity) over the tensor group, as torch computes it unsharded; scales the gradients when {@code max_norm} > 0 and the norm exceeds it. Collective.")
+OSLO_JDOC(oslo_param_set::m_save_checkpoint, "Saves the set in a directory (atomic, one file per rank plus a manifest). Collective.")
+OSLO_JDOC(oslo_param_set::m_load_checkpoint, "Loads the set from a checkpoint saved at any tensor-parallel size. Collective.")
+OSLO_JDOC(oslo_generate_options::oslo_generate_options, "Hugging Face's defaults: greedy, 20 new tokens.")
+OSLO_JDOC(oslo_model::oslo_model, "Loads a model folder or parallel checkpoint; {@code dtype} -1 keeps the checkpoint's (else a DType value). Collective.")
+OSLO_JDOC(oslo_model::m_info, "The model's sizes (close it, or let the collector free it).")
+OSLO_JDOC(oslo_model::m_model_type, "The config's model_type (\"gpt2\", \"bert\", ...).")
+OSLO_JDOC(oslo_model::m_forward, "Runs [batch, seq] I64 ids (mask and token_type_ids may be null) into {@code out} [batch, seq, vocab or hidden] F32; direct buffers, no copy. Collective.")
+OSLO_JDOC(oslo_model::m_embed, "Sentence embeddings of [batch, seq] I64 ids and mask (null: all 1) into {@code out} [batch, hidden] F32; direct buffers, no copy. Collective.")
+OSLO_JDOC(oslo_model::m_generate, "Generates from {@code batch} prompts (ids one after another, I64 lengths) into out_tokens [batch, max_new_tokens] and out_lengths [batch] (I64); eos_token_ids and out_scores may be null; direct buffers, no copy. Collective.")
+OSLO_JDOC(oslo_model::m_save, "Saves a parallel checkpoint in {@code dir}. Collective.")
+OSLO_JDOC(oslo_tokenizer::oslo_tokenizer, "Loads the tokenizer of a model folder.")
+OSLO_JDOC(oslo_tokenizer::m_encode, "Encodes UTF-8 text (a direct buffer) into {@code out} (I64, null: only count); returns the full count.")
+OSLO_JDOC(oslo_tokenizer::m_decode, "Decodes I64 ids into UTF-8 bytes in {@code out} (null: only size); returns the full length in bytes.")
+OSLO_JDOC(oslo_tokenizer::m_vocab_size, "The size of the vocabulary.")
+OSLO_JDOC(oslo_tokenizer::m_token_to_id, "The id of a token spelled in UTF-8 (a direct buffer).")
+OSLO_JDOC(oslo_tokenizer::m_id_to_token, "Writes token {@code id}'s spelling into {@code out} (null: only size); returns its length in bytes.")
+OSLO_JDOC(oslo_tokenizer::m_special_id, "The id of a special token, or -1.")
+/* Raw forms the hand-written methods below build on. */
+%javamethodmodifiers m_param "private";
+%javamethodmodifiers m_vocab_range "private";
+%javamethodmodifiers m_add "private";
+%javamethodmodifiers m_add_linear "private";
+%javamethodmodifiers m_add_embedding "private";
+%pragma(java) moduleclassmodifiers="final class"
+%pragma(java) jniclassclassmodifiers="final class"
+/* The JNI library loads with the first class that needs it. */
+%pragma(java) jniclasscode=%{
+  static {
+    Oslo.load();
+  }
+%}
+
+/* -DSWIGWORDSIZE64 makes int64_t a C long, which SWIG maps to a Java int:
+   use long long's typemaps (a Java long) for the fixed-width 64-bit types. */
+%apply long long { int64_t };
+%apply unsigned long long { uint64_t };
+/* C ints that are flags: Java booleans. */
+%typemap(jni) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "jboolean"
+%typemap(jtype) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "boolean"
+%typemap(jstype) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "boolean"
+%typemap(javain) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "$javainput"
+%typemap(in) int normalize, int bias, int gather_output, int input_is_parallel,
+    int add_special_tokens, int skip_special_tokens, int json, int overwrite,
+    int do_sample "$1 = $input ? 1 : 0;"
+/* GenerateOptions.getDoSample(). */
+%typemap(out) int do_sample "$result = (jboolean)($1 != 0);"
+%typemap(javaout) int do_sample {
+    return $jnicall;
+  }
+/* A closed handle (SWIG passes its cleared pointer as NULL) fails with
+   INVALID_ARGUMENT before the call: struct accessors would dereference it. */
+%typemap(check) SWIGTYPE *self %{
+  if (!$1) {
+    oslo_bind_throw(jenv, (int)OSLO_ERR_INVALID_ARGUMENT, "the handle is closed");
+    return $null;
+  }
+%}
+/* A shape: long... (always the last argument). */
+%typemap(jni) (int ndim, const int64_t *shape) "jlongArray"
+%typemap(jtype) (int ndim, const int64_t *shape) "long[]"
+%typemap(jstype) (int ndim, const int64_t *shape) "long..."
+%typemap(javain) (int ndim, const int64_t *shape) "$javainput"
+%typemap(in) (int ndim, const int64_t *shape) (int64_t dims_[OSLO_MAX_DIMS]) {
+  jsize n_ = $input ? (*jenv)->GetArrayLength(jenv, $input) : 0;
+  if (n_ > OSLO_MAX_DIMS) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "too many dimensions");
+    return $null;
+  }
+  if (n_ > 0) (*jenv)->GetLongArrayRegion(jenv, $input, 0, n_, (jlong *)dims_);
+  $1 = (int)n_;
+  $2 = dims_;
+}
+/* Memory: any direct java.nio buffer (ByteBuffer, FloatBuffer, IntBuffer,
+   LongBuffer, ...; null is NULL), used in place without a copy: its whole
+   capacity from its base address (position and limit are ignored). A
+   non-direct (heap) buffer is refused with IllegalArgumentException. */
+%{
+/* Bytes per element of a direct buffer: capacity is counted in elements. */
+static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
+  static const struct { const char *cls; size_t size; } kinds[] = {
+      {"java/nio/ByteBuffer", 1},  {"java/nio/FloatBuffer", 4}, {"java/nio/IntBuffer", 4},
+      {"java/nio/LongBuffer", 8},  {"java/nio/DoubleBuffer", 8}, {"java/nio/ShortBuffer", 2},
+      {"java/nio/CharBuffer", 2}};
+  size_t i;
+  for (i = 0; i < sizeof kinds / sizeof kinds[0]; ++i) {
+    jclass c = (*env)->FindClass(env, kinds[i].cls);
+    int is = c && (*env)->IsInstanceOf(env, buf, c);
+    if (c) (*env)->DeleteLocalRef(env, c);
+    if (is) return kinds[i].size;
+  }
+  return 1;
+}
+%}
+%typemap(jni) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "jobject"
+%typemap(jtype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "java.nio.Buffer"
+%typemap(jstype) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "java.nio.Buffer"
+%typemap(javain) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) "$javainput"
+%typemap(in) (const void *INBUF, size_t INBYTES), (void *OUTBUF, size_t OUTBYTES) {
+  $1 = $input ? (*jenv)->GetDirectBufferAddress(jenv, $input) : NULL;
+  $2 = $input ? (size_t)(*jenv)->GetDirectBufferCapacity(jenv, $input) *
+                    oslo_bind_buffer_esize(jenv, $input)
+              : 0;
+  if ($input && !$1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException,
+                            "the buffer must be direct (ByteBuffer.allocateDirect)");
+    return $null;
+  }
+}
+/* Handles are AutoCloseable; close() is SWIG's delete(), idempotent (it
+   clears the pointer). A tensor, layer, parameter set or model keeps its
+   context in a field, a wrapped tensor its buffer, a borrowed parameter
+   tensor its layer, and a parameter set what was added to it.
+   Lifetimes: an owned handle made in a context (Tensor, Model,
+   ParallelLinear, ParallelEmbedding, ParamSet) counts itself in the context
+   while it is open; closing the context while some are open closes the
+   Context object at once (its methods then fail) and destroys the native
+   context when the last of them is closed, so a context never dies before
+   its children. These handles have no finalizer: the finalizer thread
+   would destroy them while the context's own thread uses it, which oslo
+   forbids (one thread per context at a time); close them, with
+   try-with-resources. Tokenizer, GenerateOptions and ModelInfo belong to
+   no context and keep SWIG's finalizer. */
+%typemap(javainterfaces) struct oslo_context, struct oslo_tensor, struct oslo_model,
+    struct oslo_tokenizer, struct oslo_parallel_linear, struct oslo_parallel_embedding,
+    struct oslo_param_set, struct oslo_generate_options, struct oslo_model_info "AutoCloseable"
+%typemap(javafinalize) struct oslo_context, struct oslo_tensor, struct oslo_model,
+    struct oslo_parallel_linear, struct oslo_parallel_embedding, struct oslo_param_set ""
+%typemap(javaconstruct) struct oslo_tensor, struct oslo_model, struct oslo_parallel_linear,
+    struct oslo_parallel_embedding, struct oslo_param_set {
+    this($imcall, true);
+    this.context = ctx;
+    ctx.retain();
+  }
+%typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized",
+         parameters="") struct oslo_context {
+    if (swigCPtr != 0) {
+      if (swigCMemOwn) {
+        swigCMemOwn = false;
+        if (children > 0) deferred = swigCPtr;
+        else $jnicall;
+      }
+      swigCPtr = 0;
+    }
+  }
+%typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized",
+         parameters="") struct oslo_tensor, struct oslo_model, struct oslo_parallel_linear,
+    struct oslo_parallel_embedding, struct oslo_param_set {
+    if (swigCPtr != 0) {
+      if (swigCMemOwn) {
+        swigCMemOwn = false;
+        $jnicall;
+        if (context != null) ((Context) context).release();
+      }
+      swigCPtr = 0;
+    }
+  }
+%typemap(javacode) struct oslo_model_info %{
+  /** Frees the handle; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** Whether the model is causal (a language model: generate works). */
+  public boolean isCausal() {
+    return getIsCausal() != 0;
+  }
+%}
+%typemap(javacode) struct oslo_context %{
+  /** Open handles made in this context. */
+  private int children;
+  /** The native context, once closed while children were open. */
+  private long deferred;
+
+  synchronized void retain() {
+    ++children;
+  }
+
+  synchronized void release() {
+    if (--children == 0 && deferred != 0) {
+      long p = deferred;
+      deferred = 0;
+      capiJNI.delete_Context(p);
+    }
+  }
+
+  /**
+   * A context with every default: a single rank, or the ranks of the
+   * launcher whose environment this process runs in (oslo-run, torchrun).
+   */
+  public Context() {
+    this("");
+  }
+
+  /**
+   * Closes the context; safe to call more than once. The native context is
+   * destroyed now, or when the last open handle made in it is closed.
+   */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** This rank in the world group. */
+  public int rank() {
+    return rank(Group.WORLD);
+  }
+
+  /** The number of ranks in the world group. */
+  public int size() {
+    return size(Group.WORLD);
+  }
+
+  /** Sums {@code tensor} over the world group, in place. */
+  public void allReduce(Tensor tensor) {
+    allReduce(Group.WORLD, ReduceOp.SUM, tensor);
+  }
+
+  /** Reduces {@code tensor} with {@code op} over the world group, in place. */
+  public void allReduce(ReduceOp op, Tensor tensor) {
+    allReduce(Group.WORLD, op, tensor);
+  }
+
+  /** Reduces {@code values} with {@code op} over {@code group}, in place (copied twice). */
+  public void allReduce(Group group, ReduceOp op, float[] values) {
+    try (Tensor t = Tensor.of(this, values, values.length)) {
+      allReduce(group, op, t);
+      t.copyToHost(values);
+    }
+  }
+
+  /** Sums {@code values} over the world group, in place (copied twice). */
+  public void allReduce(float[] values) {
+    allReduce(Group.WORLD, ReduceOp.SUM, values);
+  }
+
+  /** Concatenates every world rank's {@code input} along dimension 0 into {@code output}. */
+  public void allGather(Tensor input, Tensor output) {
+    allGather(Group.WORLD, input, output);
+  }
+
+  /** Every rank's {@code values} of {@code group}, one after another in rank order. */
+  public float[] allGather(Group group, float[] values) {
+    float[] out = new float[values.length * size(group)];
+    try (Tensor in = Tensor.of(this, values, values.length);
+        Tensor o = new Tensor(this, DType.F32, out.length)) {
+      allGather(group, in, o);
+      o.copyToHost(out);
+    }
+    return out;
+  }
+
+  /** Every world rank's {@code values}, one after another in rank order. */
+  public float[] allGather(float[] values) {
+    return allGather(Group.WORLD, values);
+  }
+
+  /** Copies world rank {@code root}'s {@code tensor} to every rank. */
+  public void broadcast(int root, Tensor tensor) {
+    broadcast(Group.WORLD, root, tensor);
+  }
+
+  /** Waits until every rank of the world group has called it. */
+  public void barrier() {
+    barrier(Group.WORLD);
+  }
+
+  /** A new zero-filled tensor in this context. */
+  public Tensor tensor(DType dtype, long... shape) {
+    return new Tensor(this, dtype, shape);
+  }
+%}
+%typemap(javacode) struct oslo_tensor %{
+  private Object context;
+  /** Memory this tensor uses in place (a wrapped direct buffer). */
+  private Object memory;
+  /** The layer a borrowed parameter tensor belongs to. */
+  private Object owner;
+
+  Tensor keep(Object ctx, Object mem, Object own) {
+    context = ctx;
+    memory = mem;
+    owner = own;
+    if (swigCMemOwn && ctx != null) ((Context) ctx).retain();
+    return this;
+  }
+
+  /** The context this tensor was made in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the tensor (a layer's parameter is only let go); safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /**
+   * A tensor over the memory of a direct buffer, used in place without a copy
+   * (its whole capacity, native byte order). The tensor keeps the buffer alive.
+   *
+   * @throws IllegalArgumentException if the buffer is not direct
+   * @throws OsloException if its size is not the shape's ({@link Status#SHAPE})
+   */
+  public static Tensor wrap(Context ctx, java.nio.Buffer buffer, DType dtype, long... shape) {
+    return capi.tensor_wrap(ctx, buffer, dtype, shape);
+  }
+
+  /** A new f32 tensor holding a copy of {@code data}, of the given shape. */
+  public static Tensor of(Context ctx, float[] data, long... shape) {
+    Tensor t = new Tensor(ctx, DType.F32, shape);
+    try {
+      t.copyFromHost(data);
+    } catch (RuntimeException e) {
+      t.close();
+      throw e;
+    }
+    return t;
+  }
+
+  /** The extents of the dimensions. */
+  public long[] shape() {
+    long[] s = new long[ndim()];
+    for (int i = 0; i < s.length; ++i) s[i] = dim(i);
+    return s;
+  }
+
+  private static java.nio.FloatBuffer directFloats(int n) {
+    return java.nio.ByteBuffer.allocateDirect(n * 4).order(java.nio.ByteOrder.nativeOrder())
+        .asFloatBuffer();
+  }
+
+  /** Copies {@code src} (numel elements) into this f32 tensor. */
+  public void copyFromHost(float[] src) {
+    java.nio.FloatBuffer b = directFloats(src.length);
+    b.put(src);
+    copyFromHost(b);
+  }
+
+  /** Copies this f32 tensor into {@code dst} (numel elements). */
+  public void copyToHost(float[] dst) {
+    java.nio.FloatBuffer b = directFloats(dst.length);
+    copyToHost(b);
+    b.get(dst);
+  }
+
+  /** This f32 tensor's elements as a new array. */
+  public float[] toFloatArray() {
+    float[] out = new float[Math.toIntExact(numel())];
+    copyToHost(out);
+    return out;
+  }
+%}
+%typemap(javacode) struct oslo_parallel_linear %{
+  private Object context;
+
+  /** The context this layer was made in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the layer and its parameters; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** A column-parallel f32 layer with bias: each rank holds out/tp output features. */
+  public static ParallelLinear column(Context ctx, long inFeatures, long outFeatures) {
+    return column(ctx, inFeatures, outFeatures, true, false);
+  }
+
+  /** A column-parallel f32 layer; {@code gatherOutput}: all-gather the output. */
+  public static ParallelLinear column(Context ctx, long inFeatures, long outFeatures,
+      boolean bias, boolean gatherOutput) {
+    return new ParallelLinear(ctx, LinearKind.COLUMN, inFeatures, outFeatures, bias,
+        gatherOutput, true, DType.F32);
+  }
+
+  /** A row-parallel f32 layer with bias taking the column layer's split input. */
+  public static ParallelLinear row(Context ctx, long inFeatures, long outFeatures) {
+    return row(ctx, inFeatures, outFeatures, true, true);
+  }
+
+  /** A row-parallel f32 layer; {@code inputIsParallel}: the input is already split. */
+  public static ParallelLinear row(Context ctx, long inFeatures, long outFeatures,
+      boolean bias, boolean inputIsParallel) {
+    return new ParallelLinear(ctx, LinearKind.ROW, inFeatures, outFeatures, bias, false,
+        inputIsParallel, DType.F32);
+  }
+
+  private Tensor borrowed(int which) {
+    Tensor t = param(which);
+    return t == null ? null : t.keep(context, null, this);
+  }
+
+  /** This rank's slice of the weight (borrowed: valid while the layer lives). */
+  public Tensor weight() {
+    return borrowed(0);
+  }
+
+  /** This rank's slice of the bias, or null (borrowed). */
+  public Tensor bias() {
+    return borrowed(1);
+  }
+
+  /** The weight's gradient (borrowed). */
+  public Tensor gradWeight() {
+    return borrowed(2);
+  }
+
+  /** The bias's gradient, or null (borrowed). */
+  public Tensor gradBias() {
+    return borrowed(3);
+  }
+
+  /** The backward pass without the input gradient (the first layer's). */
+  public void backward(Tensor input, Tensor gradOutput) {
+    backward(input, gradOutput, null);
+  }
+%}
+%typemap(javacode) struct oslo_parallel_embedding %{
+  private Object context;
+
+  /** The context this layer was made in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the layer and its table; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** An f32 vocabulary-parallel embedding. */
+  public ParallelEmbedding(Context ctx, long vocabSize, long hiddenSize) {
+    this(ctx, vocabSize, hiddenSize, DType.F32);
+  }
+
+  /** The first vocabulary row this rank holds. */
+  public long vocabStart() {
+    return vocabRange(0);
+  }
+
+  /** One past the last real vocabulary row this rank holds. */
+  public long vocabEnd() {
+    return vocabRange(1);
+  }
+
+  /** The rows this rank holds, padding included. */
+  public long localRows() {
+    return vocabRange(2);
+  }
+
+  /** This rank's rows of the table (borrowed: valid while the layer lives). */
+  public Tensor weight() {
+    Tensor t = param(0);
+    return t == null ? null : t.keep(context, null, this);
+  }
+
+  /** The table's gradient (borrowed). */
+  public Tensor gradWeight() {
+    Tensor t = param(1);
+    return t == null ? null : t.keep(context, null, this);
+  }
+%}
+%typemap(javacode) struct oslo_param_set %{
+  private Object context;
+  /** What the set borrows, kept alive while it lives. */
+  private final java.util.List<Object> held = new java.util.ArrayList<>();
+
+  /** The context this set was made in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the set (not its tensors); safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+    held.clear();
+  }
+
+  /**
+   * Adds {@code tensor} (and its gradient, or null) under {@code name};
+   * {@code splitDim} is the dimension the tensor-parallel ranks split, or -1
+   * when each holds all of it.
+   */
+  public void add(String name, Tensor tensor, Tensor grad, int splitDim) {
+    nativeAdd(name, tensor, grad, splitDim);
+    held.add(tensor);
+    if (grad != null) held.add(grad);
+  }
+
+  /** Adds a linear layer's weight and bias as PREFIX.weight and PREFIX.bias. */
+  public void addLinear(String prefix, ParallelLinear layer) {
+    nativeAddLinear(prefix, layer);
+    held.add(layer);
+  }
+
+  /** Adds an embedding's table as PREFIX.weight. */
+  public void addEmbedding(String prefix, ParallelEmbedding embedding) {
+    nativeAddEmbedding(prefix, embedding);
+    held.add(embedding);
+  }
+
+  /** Clips the gradients to a global L2 norm of {@code maxNorm}; returns the norm before. */
+  public double clipGradNorm(double maxNorm) {
+    return clipGradNorm(maxNorm, 2.0);
+  }
+
+  /** The global L2 norm of the gradients over the tensor-parallel group. */
+  public double gradNorm() {
+    return clipGradNorm(0.0, 2.0);
+  }
+%}
+%typemap(javacode) struct oslo_generate_options %{
+  private long[] eosTokenIds;
+
+  /** Frees the options; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** Options for greedy generation of at most {@code maxNewTokens} tokens. */
+  public GenerateOptions(long maxNewTokens) {
+    this();
+    setMaxNewTokens(maxNewTokens);
+  }
+
+  /** The ids that end a row (null: the model config's). */
+  public void setEosTokenIds(long... ids) {
+    eosTokenIds = ids == null ? null : ids.clone();
+  }
+
+  /** The ids that end a row, or null for the model config's. */
+  public long[] getEosTokenIds() {
+    return eosTokenIds == null ? null : eosTokenIds.clone();
+  }
+%}
+%typemap(javacode) struct oslo_model %{
+  private Object context;
+
+  /** The context this model was loaded in. */
+  public Context context() {
+    return (Context) context;
+  }
+
+  /** Frees the model; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** Loads a model keeping the checkpoint's dtype. Collective. */
+  public Model(Context ctx, String path) {
+    this(ctx, path, -1);
+  }
+
+  /** Loads a model converting its weight matrices to {@code dtype}. Collective. */
+  public Model(Context ctx, String path, DType dtype) {
+    this(ctx, path, dtype.swigValue());
+  }
+
+  static java.nio.LongBuffer directLongs(int n) {
+    return java.nio.ByteBuffer.allocateDirect(n * 8).order(java.nio.ByteOrder.nativeOrder())
+        .asLongBuffer();
+  }
+
+  static java.nio.FloatBuffer directFloats(long n) {
+    return java.nio.ByteBuffer.allocateDirect(Math.toIntExact(n * 4))
+        .order(java.nio.ByteOrder.nativeOrder()).asFloatBuffer();
+  }
+
+  /**
+   * Runs one sequence of token ids: logits [seq, vocab] or hidden states
+   * [seq, hidden], row-major. Collective.
+   */
+  public float[] forward(long[] ids, ModelOutput output) {
+    java.nio.LongBuffer in = directLongs(ids.length);
+    in.put(ids);
+    ModelInfo i = info();
+    long width = output == ModelOutput.LOGITS ? i.getVocabSize() : i.getHiddenSize();
+    i.close();
+    java.nio.FloatBuffer out = directFloats(ids.length * width);
+    forward(in, null, null, 1, ids.length, output, out);
+    float[] result = new float[out.capacity()];
+    out.get(result);
+    return result;
+  }
+
+  /** Normalised sentence embeddings of token-id rows of any lengths. Collective. */
+  public float[][] embed(long[][] ids) {
+    return embed(ids, true);
+  }
+
+  /**
+   * Sentence embeddings (mean over the tokens, L2-normalised if
+   * {@code normalize}) of token-id rows of any lengths (right padded). Collective.
+   */
+  public float[][] embed(long[][] ids, boolean normalize) {
+    int longest = 1;
+    for (long[] row : ids) longest = Math.max(longest, row.length);
+    java.nio.LongBuffer flat = directLongs(ids.length * longest);
+    java.nio.LongBuffer mask = directLongs(ids.length * longest);
+    for (int r = 0; r < ids.length; ++r)
+      for (int t = 0; t < ids[r].length; ++t) {
+        flat.put(r * longest + t, ids[r][t]);
+        mask.put(r * longest + t, 1);
+      }
+    ModelInfo i = info();
+    int hidden = Math.toIntExact(i.getHiddenSize());
+    i.close();
+    java.nio.FloatBuffer out = directFloats((long) ids.length * hidden);
+    embed(flat, mask, ids.length, longest, normalize, out);
+    float[][] result = new float[ids.length][hidden];
+    for (float[] row : result) out.get(row);
+    return result;
+  }
+
+  /** The new tokens of each prompt (EOS included when one was emitted). Collective. */
+  public long[][] generate(long[][] prompts, GenerateOptions options) {
+    int total = 0;
+    for (long[] p : prompts) total += p.length;
+    java.nio.LongBuffer ids = directLongs(total);
+    java.nio.LongBuffer lengths = directLongs(prompts.length);
+    for (int b = 0; b < prompts.length; ++b) {
+      ids.put(prompts[b]);
+      lengths.put(b, prompts[b].length);
+    }
+    long[] eos = options.getEosTokenIds();
+    java.nio.LongBuffer eosBuf = null;
+    if (eos != null) {
+      eosBuf = directLongs(eos.length);
+      eosBuf.put(eos);
+    }
+    int max = Math.toIntExact(options.getMaxNewTokens());
+    java.nio.LongBuffer out = directLongs(prompts.length * max);
+    java.nio.LongBuffer outLengths = directLongs(prompts.length);
+    generate(ids, lengths, prompts.length, options, eosBuf, out, outLengths, null);
+    long[][] result = new long[prompts.length][];
+    for (int b = 0; b < prompts.length; ++b) {
+      result[b] = new long[Math.toIntExact(outLengths.get(b))];
+      out.position(b * max);
+      out.get(result[b]);
+    }
+    return result;
+  }
+
+  /** The new tokens of one prompt. Collective. */
+  public long[] generate(long[] prompt, GenerateOptions options) {
+    return generate(new long[][] {prompt}, options)[0];
+  }
+
+  /** At most {@code maxNewTokens} greedy new tokens of one prompt. Collective. */
+  public long[] generate(long[] prompt, int maxNewTokens) {
+    try (GenerateOptions o = new GenerateOptions(maxNewTokens)) {
+      return generate(prompt, o);
+    }
+  }
+%}
+%typemap(javacode) struct oslo_tokenizer %{
+  /** Frees the tokenizer; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  private static java.nio.ByteBuffer utf8(String s) {
+    byte[] b = s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    java.nio.ByteBuffer buf = java.nio.ByteBuffer.allocateDirect(Math.max(1, b.length));
+    buf.put(b);
+    return b.length == 0 ? null : buf;
+  }
+
+  private static String string(java.nio.ByteBuffer buf, long n) {
+    byte[] b = new byte[Math.toIntExact(n)];
+    buf.position(0);
+    buf.get(b);
+    return new String(b, java.nio.charset.StandardCharsets.UTF_8);
+  }
+
+  /** The token ids of {@code text} with the tokenizer's special tokens ([CLS] ... [SEP]). */
+  public long[] encode(String text) {
+    return encode(text, true);
+  }
+
+  /** The token ids of {@code text}; {@code addSpecialTokens}: BOS, [CLS] ... [SEP]. */
+  public long[] encode(String text, boolean addSpecialTokens) {
+    java.nio.ByteBuffer t = utf8(text);
+    long n = encode(t, addSpecialTokens, null);
+    long[] ids = new long[Math.toIntExact(n)];
+    if (n > 0) {
+      java.nio.LongBuffer out = Model.directLongs(ids.length);
+      encode(t, addSpecialTokens, out);
+      out.get(ids);
+    }
+    return ids;
+  }
+
+  /** The text of {@code ids}, special tokens included. */
+  public String decode(long... ids) {
+    return decode(ids, false);
+  }
+
+  /** The text of {@code ids}; {@code skipSpecialTokens}: leave special tokens out. */
+  public String decode(long[] ids, boolean skipSpecialTokens) {
+    java.nio.LongBuffer in = null;
+    if (ids.length > 0) {
+      in = Model.directLongs(ids.length);
+      in.put(ids);
+    }
+    long n = decode(in, skipSpecialTokens, null);
+    java.nio.ByteBuffer out = java.nio.ByteBuffer.allocateDirect(Math.toIntExact(n + 1));
+    decode(in, skipSpecialTokens, out);
+    return string(out, n);
+  }
+
+  /** The id of the token spelled {@code token}. */
+  public long tokenToId(String token) {
+    return tokenToId(utf8(token));
+  }
+
+  /** The vocabulary's spelling of token {@code id}. */
+  public String idToToken(long id) {
+    long n = idToToken(id, null);
+    java.nio.ByteBuffer out = java.nio.ByteBuffer.allocateDirect(Math.toIntExact(n + 1));
+    idToToken(id, out);
+    return string(out, n);
+  }
+%}
+
+/* Java: the tensor keeps its context and the direct buffer alive. */
+%typemap(javaout) oslo_tensor *bind_tensor_wrap {
+    long cPtr = $jnicall;
+    return (cPtr == 0) ? null : new Tensor(cPtr, $owner).keep(ctx, out, null);
+  }
