@@ -261,6 +261,37 @@ def _as_tensor(ctx, x, writable):
                                Status.INVALID_ARGUMENT)
 
 
+def _with_tensors(ctx, modes, args, call):
+    """Returns call(*handles): the tensor handles of `args` in order, each an
+    oslo.Tensor or a numpy array (wrapped in place for this call only, see
+    _as_tensor). `modes` has one letter per argument: "r" read, "w" written
+    (a read-only array is refused); in capitals ("R", "W") the argument is
+    optional and None is passed on as None. The arguments are all converted
+    before the call; the temporary wraps are closed after it, or as soon as
+    a later argument is refused."""
+    temps = []
+    try:
+        tensors = []
+        for m, x in zip(modes, args):
+            if x is None and m in "RW":
+                tensors.append(None)
+                continue
+            t, tmp = _as_tensor(ctx, x, m in "wW")
+            if tmp:
+                temps.append(t)
+            tensors.append(t)
+        return call(*[None if t is None else t._handle() for t in tensors])
+    finally:
+        for t in temps:
+            t.close()
+
+
+def _contiguous(x):
+    """x as a C-contiguous array when it is a numpy array (a copy only when
+    it is not one already), unchanged otherwise."""
+    return _np.ascontiguousarray(x) if isinstance(x, _np.ndarray) else x
+
+
 class Context(_Handle):
     """A rank's view of the job (oslo_context_create): joins the rendezvous
     and connects the tensor, data, pipeline and world groups. Collective.
@@ -304,12 +335,8 @@ class Context(_Handle):
 
     def all_reduce(self, tensor, op=ReduceOp.SUM, group=Group.WORLD):
         """In-place all-reduce of an oslo.Tensor or numpy array; returns it."""
-        t, tmp = _as_tensor(self, tensor, True)
-        try:
-            self._handle().all_reduce(int(group), int(op), t._handle())
-        finally:
-            if tmp:
-                t.close()
+        _with_tensors(self, "w", (tensor,),
+                      lambda t: self._handle().all_reduce(int(group), int(op), t))
         return tensor
 
     def all_gather(self, input, output=None, group=Group.WORLD):
@@ -322,17 +349,8 @@ class Context(_Handle):
             shape[0] *= self.size(group)
             dt = input.dtype if isinstance(input, _np.ndarray) else _TO_NP[input.dtype]
             output = _np.empty(shape, dtype=dt)
-        i, ti = _as_tensor(self, input, False)
-        try:
-            o, to = _as_tensor(self, output, True)
-            try:
-                self._handle().all_gather(int(group), i._handle(), o._handle())
-            finally:
-                if to:
-                    o.close()
-        finally:
-            if ti:
-                i.close()
+        _with_tensors(self, "rw", (input, output),
+                      lambda i, o: self._handle().all_gather(int(group), i, o))
         return output
 
     def reduce_scatter(self, input, output=None, op=ReduceOp.SUM, group=Group.WORLD):
@@ -347,46 +365,25 @@ class Context(_Handle):
             shape[0] //= n
             dt = input.dtype if isinstance(input, _np.ndarray) else _TO_NP[input.dtype]
             output = _np.empty(shape, dtype=dt)
-        i, ti = _as_tensor(self, input, False)
-        try:
-            o, to = _as_tensor(self, output, True)
-            try:
-                self._handle().reduce_scatter(int(group), int(op), i._handle(), o._handle())
-            finally:
-                if to:
-                    o.close()
-        finally:
-            if ti:
-                i.close()
+        _with_tensors(self, "rw", (input, output),
+                      lambda i, o: self._handle().reduce_scatter(int(group), int(op), i, o))
         return output
 
     def broadcast(self, tensor, root=0, group=Group.WORLD):
         """Copies group rank `root`'s tensor into every rank's; returns it."""
-        t, tmp = _as_tensor(self, tensor, True)
-        try:
-            self._handle().broadcast(int(group), int(root), t._handle())
-        finally:
-            if tmp:
-                t.close()
+        _with_tensors(self, "w", (tensor,),
+                      lambda t: self._handle().broadcast(int(group), int(root), t))
         return tensor
 
     def send(self, tensor, peer, group=Group.WORLD):
         """Sends to group rank `peer` (which calls recv)."""
-        t, tmp = _as_tensor(self, tensor, False)
-        try:
-            self._handle().send(int(group), int(peer), t._handle())
-        finally:
-            if tmp:
-                t.close()
+        _with_tensors(self, "r", (tensor,),
+                      lambda t: self._handle().send(int(group), int(peer), t))
 
     def recv(self, tensor, peer, group=Group.WORLD):
         """Receives into `tensor` what group rank `peer` sent; returns it."""
-        t, tmp = _as_tensor(self, tensor, True)
-        try:
-            self._handle().recv(int(group), int(peer), t._handle())
-        finally:
-            if tmp:
-                t.close()
+        _with_tensors(self, "w", (tensor,),
+                      lambda t: self._handle().recv(int(group), int(peer), t))
         return tensor
 
     def barrier(self, group=Group.WORLD):
@@ -399,21 +396,10 @@ class Context(_Handle):
         [tokens, V_p/tp] with labels [tokens]; writes per-token losses and
         d(mean)/d(logits) when given (Tensors or numpy arrays); returns the
         mean loss. Collective over the tensor group."""
-        temps = []
-        try:
-            def conv(x, writable):
-                if x is None:
-                    return None
-                t, tmp = _as_tensor(self, x, writable)
-                if tmp:
-                    temps.append(t)
-                return t._handle()
-            return self._handle().vocab_parallel_cross_entropy(
-                conv(logits, False), conv(labels, False), int(vocab_size), int(ignore_index),
-                conv(losses, True), conv(grad_logits, True))
-        finally:
-            for t in temps:
-                t.close()
+        return _with_tensors(
+            self, "rrWW", (logits, labels, losses, grad_logits),
+            lambda lg, lb, ls, gl: self._handle().vocab_parallel_cross_entropy(
+                lg, lb, int(vocab_size), int(ignore_index), ls, gl))
 
 
 # ---------------------------------------------------------------------------
@@ -574,9 +560,6 @@ class ParallelLinear(_Handle):
     def context(self):
         return self._ctx
 
-    def _t(self, x, writable=False):
-        return _as_tensor(self._ctx, x, writable)
-
     def load_full(self, weight, bias=None):
         """Loads the unsharded weight [out, in] (and bias [out]); each rank
         keeps its slice."""
@@ -587,15 +570,7 @@ class ParallelLinear(_Handle):
         self._load(self._handle().load_shard, weight, bias)
 
     def _load(self, fn, weight, bias):
-        w, tw = self._t(_np.ascontiguousarray(weight) if isinstance(weight, _np.ndarray) else weight)
-        b, tb = (None, False) if bias is None else self._t(
-            _np.ascontiguousarray(bias) if isinstance(bias, _np.ndarray) else bias)
-        try:
-            fn(w._handle(), None if b is None else b._handle())
-        finally:
-            for t, tmp in ((w, tw), (b, tb)):
-                if tmp:
-                    t.close()
+        _with_tensors(self._ctx, "rR", (_contiguous(weight), _contiguous(bias)), fn)
 
     @property
     def weight(self):
@@ -621,14 +596,8 @@ class ParallelLinear(_Handle):
             # Both wrapped in place inside one C call (oslo.i, bind_array).
             self._handle().forward_arrays(self._ctx._handle(), input, output)
             return output
-        i, ti = self._t(input)
-        o, to = self._t(output, True)
-        try:
-            self._handle().forward(i._handle(), o._handle())
-        finally:
-            for t, tmp in ((i, ti), (o, to)):
-                if tmp:
-                    t.close()
+        _with_tensors(self._ctx, "rw", (input, output),
+                      lambda i, o: self._handle().forward(i, o))
         return output
 
     def backward(self, input, grad_output, grad_input=None):
@@ -637,16 +606,8 @@ class ParallelLinear(_Handle):
                 and (grad_input is None or type(grad_input) is _np.ndarray)):
             self._handle().backward_arrays(self._ctx._handle(), input, grad_output, grad_input)
             return grad_input
-        i, ti = self._t(input)
-        g, tg = self._t(grad_output)
-        gi, tgi = (None, False) if grad_input is None else self._t(grad_input, True)
-        try:
-            self._handle().backward(i._handle(), g._handle(),
-                                    None if gi is None else gi._handle())
-        finally:
-            for t, tmp in ((i, ti), (g, tg), (gi, tgi)):
-                if tmp:
-                    t.close()
+        _with_tensors(self._ctx, "rrW", (input, grad_output, grad_input),
+                      lambda i, g, gi: self._handle().backward(i, g, gi))
         return grad_input
 
     def zero_grad(self):
@@ -697,22 +658,14 @@ class ParallelEmbedding(_Handle):
         return self._handle().vocab_range(2)
 
     def load_full(self, weight):
-        w, tmp = _as_tensor(self._ctx, _np.ascontiguousarray(weight)
-                            if isinstance(weight, _np.ndarray) else weight, False)
-        try:
-            self._handle().load_full(w._handle())
-        finally:
-            if tmp:
-                w.close()
+        """Loads the unsharded weight [vocab, hidden]; each rank keeps its rows."""
+        _with_tensors(self._ctx, "r", (_contiguous(weight),),
+                      lambda w: self._handle().load_full(w))
 
     def load_shard(self, weight):
-        w, tmp = _as_tensor(self._ctx, _np.ascontiguousarray(weight)
-                            if isinstance(weight, _np.ndarray) else weight, False)
-        try:
-            self._handle().load_shard(w._handle())
-        finally:
-            if tmp:
-                w.close()
+        """Loads this rank's rows directly."""
+        _with_tensors(self._ctx, "r", (_contiguous(weight),),
+                      lambda w: self._handle().load_shard(w))
 
     @property
     def weight(self):
@@ -723,25 +676,13 @@ class ParallelEmbedding(_Handle):
         return Tensor._borrowed(self, self._handle().param(1))
 
     def forward(self, ids, output):
-        i, ti = _as_tensor(self._ctx, ids, False)
-        o, to = _as_tensor(self._ctx, output, True)
-        try:
-            self._handle().forward(i._handle(), o._handle())
-        finally:
-            for t, tmp in ((i, ti), (o, to)):
-                if tmp:
-                    t.close()
+        _with_tensors(self._ctx, "rw", (ids, output),
+                      lambda i, o: self._handle().forward(i, o))
         return output
 
     def backward(self, ids, grad_output):
-        i, ti = _as_tensor(self._ctx, ids, False)
-        g, tg = _as_tensor(self._ctx, grad_output, False)
-        try:
-            self._handle().backward(i._handle(), g._handle())
-        finally:
-            for t, tmp in ((i, ti), (g, tg)):
-                if tmp:
-                    t.close()
+        _with_tensors(self._ctx, "rr", (ids, grad_output),
+                      lambda i, g: self._handle().backward(i, g))
 
     def zero_grad(self):
         self._handle().zero_grad()
