@@ -101,12 +101,7 @@ func TestContextBadConfig(t *testing.T) {
 
 // collectives_w2
 func TestCollectivesW2(t *testing.T) {
-	runRanks(t, func(r rank) error {
-		ctx, err := oslo.NewContext(r.config)
-		if err != nil {
-			return err
-		}
-		defer ctx.Close()
+	runRanksCtx(t, func(r rank, ctx *oslo.Context) error {
 		w := r.world
 		x, err := oslo.TensorOf(ctx, []float32{float32(r.rank + 1), float32(-r.rank), 10 * float32(r.rank)}, 3)
 		if err != nil {
@@ -360,12 +355,7 @@ func (run *mlpRun) shards(tr, tp int) (gW1, gb1, gW2 []float64) {
 
 // mlp_tp2_forward_backward_w2
 func TestMlpTp2ForwardBackwardW2(t *testing.T) {
-	runRanks(t, func(r rank) error {
-		ctx, err := oslo.NewContext(r.config)
-		if err != nil {
-			return err
-		}
-		defer ctx.Close()
+	runRanksCtx(t, func(r rank, ctx *oslo.Context) error {
 		run, err := runMLP(ctx)
 		if err != nil {
 			return err
@@ -398,12 +388,7 @@ func TestMlpTp2ForwardBackwardW2(t *testing.T) {
 
 // clip_grad_norm_w2
 func TestClipGradNormW2(t *testing.T) {
-	runRanks(t, func(r rank) error {
-		ctx, err := oslo.NewContext(r.config)
-		if err != nil {
-			return err
-		}
-		defer ctx.Close()
+	runRanksCtx(t, func(r rank, ctx *oslo.Context) error {
 		run, err := runMLP(ctx)
 		if err != nil {
 			return err
@@ -473,12 +458,7 @@ func TestClipGradNormW2(t *testing.T) {
 
 // abort_from_thread_w2
 func TestAbortFromThreadW2(t *testing.T) {
-	runRanks(t, func(r rank) error {
-		ctx, err := oslo.NewContext(r.config)
-		if err != nil {
-			return err
-		}
-		defer ctx.Close()
+	runRanksCtx(t, func(r rank, ctx *oslo.Context) error {
 		if r.rank != 0 {
 			// Never joins the all-reduce; stays until long after rank 0's
 			// abort so that only the abort can end rank 0's wait.

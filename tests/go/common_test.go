@@ -85,6 +85,34 @@ func runRanks(t *testing.T, body func(r rank) error) {
 	}
 }
 
+// runRanksCtx runs body on every rank (runRanks) with the rank's context,
+// closed after body returns.
+func runRanksCtx(t *testing.T, body func(r rank, ctx *oslo.Context) error) {
+	t.Helper()
+	runRanks(t, func(r rank) error {
+		ctx, err := oslo.NewContext(r.config)
+		if err != nil {
+			return err
+		}
+		defer ctx.Close()
+		return body(r, ctx)
+	})
+}
+
+// runRanksModel runs body on every rank (runRanks) with the rank's context
+// and the model of folder dir loaded in it, both closed after body returns.
+func runRanksModel(t *testing.T, dir string, body func(r rank, ctx *oslo.Context, m *oslo.Model) error) {
+	t.Helper()
+	runRanksCtx(t, func(r rank, ctx *oslo.Context) error {
+		m, err := oslo.LoadModel(ctx, dir)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		return body(r, ctx, m)
+	})
+}
+
 // solo is the config of a context of its own at world size 1.
 func solo(dir string) string {
 	return fmt.Sprintf(`{"rank": 0, "world_size": 1, "init_method": "file://%s"}`,

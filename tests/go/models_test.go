@@ -39,17 +39,7 @@ func TestModelGpt2GenerateTp2W2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runRanks(t, func(r rank) error {
-		ctx, err := oslo.NewContext(r.config)
-		if err != nil {
-			return err
-		}
-		defer ctx.Close()
-		m, err := oslo.LoadModel(ctx, dir)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
+	runRanksModel(t, dir, func(r rank, ctx *oslo.Context, m *oslo.Model) error {
 		pad := ref.Greedy.PadTokenID
 		got, err := m.Generate(ref.Prompts, oslo.GenerateOptions{
 			MaxNewTokens: ref.Greedy.MaxNewTokens,
@@ -79,17 +69,7 @@ func TestModelBertMinilmEmbedTp2W2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runRanks(t, func(r rank) error {
-		ctx, err := oslo.NewContext(r.config)
-		if err != nil {
-			return err
-		}
-		defer ctx.Close()
-		m, err := oslo.LoadModel(ctx, model)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
+	runRanksModel(t, model, func(r rank, ctx *oslo.Context, m *oslo.Model) error {
 		tok, err := oslo.LoadTokenizer(model)
 		if err != nil {
 			return err
@@ -120,17 +100,7 @@ func TestCheckpointSaveTp2LoadTp1(t *testing.T) {
 	ids := [][]int64{{52, 441, 221, 7}, {380, 406, 370, 306}}
 	var ckpt string
 	var sharded []float32
-	runRanks(t, func(r rank) error {
-		ctx, err := oslo.NewContext(r.config)
-		if err != nil {
-			return err
-		}
-		defer ctx.Close()
-		m, err := oslo.LoadModel(ctx, dir)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
+	runRanksModel(t, dir, func(r rank, ctx *oslo.Context, m *oslo.Model) error {
 		logits, err := m.Forward(ids, nil, nil, oslo.Logits)
 		if err != nil {
 			return err
