@@ -6,7 +6,6 @@
 
 using oslo::capi::guard;
 using oslo::capi::need;
-using oslo::capi::OptionsHistory;
 using oslo::capi::tensor_of;
 
 namespace {
@@ -22,62 +21,27 @@ const oslo::Tensor* opt_tensor(const oslo_tensor* t) {
   return t ? &t->t : nullptr;
 }
 
-// Layout history of each options struct (core/capi/options.hpp).
-const OptionsHistory<oslo_parallel_linear_options, 1> kLinearHistory = {
-    "oslo_parallel_linear_options",
-    "OSLO_PARALLEL_LINEAR_OPTIONS_VERSION",
-    {OSLO_OPTIONS_END(oslo_parallel_linear_options, dtype)}};
-OSLO_OPTIONS_LAST_FIELD(oslo_parallel_linear_options, dtype);
-static_assert(OSLO_PARALLEL_LINEAR_OPTIONS_VERSION == 1, "add the new version to kLinearHistory");
+// The options structs (core/capi/options.hpp): history, defaults, _init.
+OSLO_OPTIONS(
+    kLinearOptions, oslo_parallel_linear_options, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION,
+    [](oslo_parallel_linear_options& o) {
+      o.kind = OSLO_LINEAR_COLUMN;
+      o.bias = 1;
+      o.input_is_parallel = 1;
+      o.dtype = OSLO_DTYPE_F32;
+    },
+    OSLO_OPTIONS_END(oslo_parallel_linear_options, dtype));
 
-oslo_parallel_linear_options linear_defaults() {
-  oslo_parallel_linear_options o;
-  std::memset(&o, 0, sizeof o);
-  o.version = OSLO_PARALLEL_LINEAR_OPTIONS_VERSION;
-  o.kind = OSLO_LINEAR_COLUMN;
-  o.in_features = 0;
-  o.out_features = 0;
-  o.bias = 1;
-  o.gather_output = 0;
-  o.input_is_parallel = 1;
-  o.dtype = OSLO_DTYPE_F32;
-  return o;
-}
+OSLO_OPTIONS(
+    kEmbeddingOptions, oslo_parallel_embedding_options, OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION,
+    [](oslo_parallel_embedding_options& o) { o.dtype = OSLO_DTYPE_F32; },
+    OSLO_OPTIONS_END(oslo_parallel_embedding_options, dtype));
 
-const OptionsHistory<oslo_parallel_embedding_options, 1> kEmbeddingHistory = {
-    "oslo_parallel_embedding_options",
-    "OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION",
-    {OSLO_OPTIONS_END(oslo_parallel_embedding_options, dtype)}};
-OSLO_OPTIONS_LAST_FIELD(oslo_parallel_embedding_options, dtype);
-static_assert(OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION == 1,
-              "add the new version to kEmbeddingHistory");
-
-oslo_parallel_embedding_options embedding_defaults() {
-  oslo_parallel_embedding_options o;
-  std::memset(&o, 0, sizeof o);
-  o.version = OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION;
-  o.vocab_size = 0;
-  o.hidden_size = 0;
-  o.dtype = OSLO_DTYPE_F32;
-  return o;
-}
-
-const OptionsHistory<oslo_vocab_parallel_cross_entropy_options, 1> kCrossEntropyHistory = {
-    "oslo_vocab_parallel_cross_entropy_options",
-    "OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION",
-    {OSLO_OPTIONS_END(oslo_vocab_parallel_cross_entropy_options, ignore_index)}};
-OSLO_OPTIONS_LAST_FIELD(oslo_vocab_parallel_cross_entropy_options, ignore_index);
-static_assert(OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION == 1,
-              "add the new version to kCrossEntropyHistory");
-
-oslo_vocab_parallel_cross_entropy_options cross_entropy_defaults() {
-  oslo_vocab_parallel_cross_entropy_options o;
-  std::memset(&o, 0, sizeof o);
-  o.version = OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION;
-  o.vocab_size = 0;
-  o.ignore_index = -100;
-  return o;
-}
+OSLO_OPTIONS(
+    kCrossEntropyOptions, oslo_vocab_parallel_cross_entropy_options,
+    OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION,
+    [](oslo_vocab_parallel_cross_entropy_options& o) { o.ignore_index = -100; },
+    OSLO_OPTIONS_END(oslo_vocab_parallel_cross_entropy_options, ignore_index));
 
 }  // namespace
 
@@ -85,10 +49,7 @@ extern "C" {
 
 oslo_status oslo_parallel_linear_options_init(oslo_parallel_linear_options* options,
                                               unsigned int version) {
-  return guard([&] {
-    oslo::capi::init_options(kLinearHistory, linear_defaults(), options, version,
-                             "oslo_parallel_linear_options_init");
-  });
+  return kLinearOptions.init(options, version);
 }
 
 oslo_status oslo_parallel_linear_create(oslo_context* ctx,
@@ -99,8 +60,7 @@ oslo_status oslo_parallel_linear_create(oslo_context* ctx,
     const char* fn = "oslo_parallel_linear_create";
     need(out, fn, "out");
     need(ctx, fn, "ctx");
-    oslo_parallel_linear_options o =
-        oslo::capi::read_options(kLinearHistory, linear_defaults(), options, fn, "options");
+    oslo_parallel_linear_options o = kLinearOptions.read(options, fn, "options");
     auto h = std::make_unique<oslo_parallel_linear>();
     h->impl = std::make_unique<oslo::ParallelLinear>(*ctx->impl, o);
     h->weight = view(h->impl->weight, ctx);
@@ -175,10 +135,7 @@ oslo_status oslo_parallel_linear_zero_grad(oslo_parallel_linear* layer) {
 
 oslo_status oslo_parallel_embedding_options_init(oslo_parallel_embedding_options* options,
                                                  unsigned int version) {
-  return guard([&] {
-    oslo::capi::init_options(kEmbeddingHistory, embedding_defaults(), options, version,
-                             "oslo_parallel_embedding_options_init");
-  });
+  return kEmbeddingOptions.init(options, version);
 }
 
 oslo_status oslo_parallel_embedding_create(oslo_context* ctx,
@@ -189,8 +146,7 @@ oslo_status oslo_parallel_embedding_create(oslo_context* ctx,
     const char* fn = "oslo_parallel_embedding_create";
     need(out, fn, "out");
     need(ctx, fn, "ctx");
-    oslo_parallel_embedding_options o =
-        oslo::capi::read_options(kEmbeddingHistory, embedding_defaults(), options, fn, "options");
+    oslo_parallel_embedding_options o = kEmbeddingOptions.read(options, fn, "options");
     auto h = std::make_unique<oslo_parallel_embedding>();
     h->impl =
         std::make_unique<oslo::ParallelEmbedding>(*ctx->impl, o.vocab_size, o.hidden_size, o.dtype);
@@ -267,10 +223,7 @@ oslo_status oslo_parallel_embedding_zero_grad(oslo_parallel_embedding* emb) {
 
 oslo_status oslo_vocab_parallel_cross_entropy_options_init(
     oslo_vocab_parallel_cross_entropy_options* options, unsigned int version) {
-  return guard([&] {
-    oslo::capi::init_options(kCrossEntropyHistory, cross_entropy_defaults(), options, version,
-                             "oslo_vocab_parallel_cross_entropy_options_init");
-  });
+  return kCrossEntropyOptions.init(options, version);
 }
 
 oslo_status oslo_context_vocab_parallel_cross_entropy(
@@ -282,8 +235,7 @@ oslo_status oslo_context_vocab_parallel_cross_entropy(
     need(ctx, fn, "ctx");
     const oslo::Tensor& lg = tensor_of(logits, fn, "logits");
     const oslo::Tensor& lb = tensor_of(labels, fn, "labels");
-    oslo_vocab_parallel_cross_entropy_options o = oslo::capi::read_options(
-        kCrossEntropyHistory, cross_entropy_defaults(), options, fn, "options");
+    oslo_vocab_parallel_cross_entropy_options o = kCrossEntropyOptions.read(options, fn, "options");
     oslo::vocab_parallel_cross_entropy(*ctx->impl, lg, lb, o.vocab_size, o.ignore_index,
                                        opt_tensor(losses), mean_loss, opt_tensor(grad_logits));
   });

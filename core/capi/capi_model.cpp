@@ -11,7 +11,6 @@
 
 using oslo::capi::guard;
 using oslo::capi::need;
-using oslo::capi::OptionsHistory;
 
 struct oslo_model {
   std::unique_ptr<oslo::Model> impl;
@@ -19,20 +18,28 @@ struct oslo_model {
 
 namespace {
 
-const OptionsHistory<oslo_model_options, 1> kModelHistory = {
-    "oslo_model_options",
-    "OSLO_MODEL_OPTIONS_VERSION",
-    {OSLO_OPTIONS_END(oslo_model_options, dtype)}};
-OSLO_OPTIONS_LAST_FIELD(oslo_model_options, dtype);
-static_assert(OSLO_MODEL_OPTIONS_VERSION == 1, "add the new version to kModelHistory");
+// The options structs (core/capi/options.hpp): history, defaults, _init.
+OSLO_OPTIONS(
+    kModelOptions, oslo_model_options, OSLO_MODEL_OPTIONS_VERSION,
+    [](oslo_model_options& o) { o.dtype = -1; }, OSLO_OPTIONS_END(oslo_model_options, dtype));
 
-oslo_model_options model_defaults() {
-  oslo_model_options o;
-  std::memset(&o, 0, sizeof o);
-  o.version = OSLO_MODEL_OPTIONS_VERSION;
-  o.dtype = -1;
-  return o;
-}
+OSLO_OPTIONS(
+    kGenerateOptions, oslo_generate_options, OSLO_GENERATE_OPTIONS_VERSION,
+    [](oslo_generate_options& o) {
+      o.max_new_tokens = 20;
+      o.temperature = 1.0f;
+      o.top_k = 50;
+      o.top_p = 1.0f;
+      o.num_beams = 1;
+      o.length_penalty = 1.0f;
+      o.eos_token_ids = nullptr;
+      o.pad_token_id = -1;
+    },
+    OSLO_OPTIONS_END(oslo_generate_options, pad_token_id));
+
+OSLO_OPTIONS(
+    kMergeOptions, oslo_merge_options, OSLO_MERGE_OPTIONS_VERSION,
+    [](oslo_merge_options& o) { o.dtype = -1; }, OSLO_OPTIONS_END(oslo_merge_options, overwrite));
 
 // ids/mask arrays of batch*seq entries, validated.
 void check_batch(const char* fn, const int64_t* ids, int64_t batch, int64_t seq) {
@@ -54,65 +61,16 @@ void write_out(const char* fn, const std::vector<float>& v, float* out, size_t c
   std::memcpy(out, v.data(), v.size() * sizeof(float));
 }
 
-const OptionsHistory<oslo_generate_options, 1> kGenerateHistory = {
-    "oslo_generate_options",
-    "OSLO_GENERATE_OPTIONS_VERSION",
-    {OSLO_OPTIONS_END(oslo_generate_options, pad_token_id)}};
-OSLO_OPTIONS_LAST_FIELD(oslo_generate_options, pad_token_id);
-static_assert(OSLO_GENERATE_OPTIONS_VERSION == 1, "add the new version to kGenerateHistory");
-
-oslo_generate_options generate_defaults() {
-  oslo_generate_options o;
-  std::memset(&o, 0, sizeof o);
-  o.version = OSLO_GENERATE_OPTIONS_VERSION;
-  o.max_new_tokens = 20;
-  o.do_sample = 0;
-  o.temperature = 1.0f;
-  o.top_k = 50;
-  o.top_p = 1.0f;
-  o.seed = 0;
-  o.num_beams = 1;
-  o.length_penalty = 1.0f;
-  o.early_stopping = 0;
-  o.eos_token_ids = nullptr;
-  o.num_eos_token_ids = 0;
-  o.pad_token_id = -1;
-  return o;
-}
-
-const OptionsHistory<oslo_merge_options, 1> kMergeHistory = {
-    "oslo_merge_options",
-    "OSLO_MERGE_OPTIONS_VERSION",
-    {OSLO_OPTIONS_END(oslo_merge_options, overwrite)}};
-OSLO_OPTIONS_LAST_FIELD(oslo_merge_options, overwrite);
-static_assert(OSLO_MERGE_OPTIONS_VERSION == 1, "add the new version to kMergeHistory");
-
-oslo_merge_options merge_defaults() {
-  oslo_merge_options o;
-  std::memset(&o, 0, sizeof o);
-  o.version = OSLO_MERGE_OPTIONS_VERSION;
-  o.dtype = -1;
-  o.max_shard_bytes = 0;
-  o.overwrite = 0;
-  return o;
-}
-
 }  // namespace
 
 extern "C" {
 
 oslo_status oslo_generate_options_init(oslo_generate_options* options, unsigned int version) {
-  return guard([&] {
-    oslo::capi::init_options(kGenerateHistory, generate_defaults(), options, version,
-                             "oslo_generate_options_init");
-  });
+  return kGenerateOptions.init(options, version);
 }
 
 oslo_status oslo_merge_options_init(oslo_merge_options* options, unsigned int version) {
-  return guard([&] {
-    oslo::capi::init_options(kMergeHistory, merge_defaults(), options, version,
-                             "oslo_merge_options_init");
-  });
+  return kMergeOptions.init(options, version);
 }
 
 oslo_status oslo_model_generate(oslo_model* model, const int64_t* prompt_ids,
@@ -128,9 +86,7 @@ oslo_status oslo_model_generate(oslo_model* model, const int64_t* prompt_ids,
     need(out_lengths, fn, "out_lengths");
     if (batch <= 0 || batch > (1 << 20))
       oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": batch must be in [1, 2^20], got ", batch);
-    oslo_generate_options o = generate_defaults();
-    if (options)
-      o = oslo::capi::read_options(kGenerateHistory, generate_defaults(), options, fn, "options");
+    oslo_generate_options o = kGenerateOptions.read_or_defaults(options, fn, "options");
     oslo::Model& m = *model->impl;
     const oslo::ModelConfig& c = m.config();
     std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch));
@@ -196,9 +152,7 @@ oslo_status oslo_model_merge(const char* src, const char* dst, const oslo_merge_
     const char* fn = "oslo_model_merge";
     need(src, fn, "src");
     need(dst, fn, "dst");
-    oslo_merge_options o = merge_defaults();
-    if (options)
-      o = oslo::capi::read_options(kMergeHistory, merge_defaults(), options, fn, "options");
+    oslo_merge_options o = kMergeOptions.read_or_defaults(options, fn, "options");
     oslo::MergeOptions m;
     m.max_shard_bytes = o.max_shard_bytes;
     m.overwrite = o.overwrite != 0;
@@ -244,10 +198,7 @@ oslo_status oslo_checkpoint_inspect(const char* path, int json, char* out, size_
 }
 
 oslo_status oslo_model_options_init(oslo_model_options* options, unsigned int version) {
-  return guard([&] {
-    oslo::capi::init_options(kModelHistory, model_defaults(), options, version,
-                             "oslo_model_options_init");
-  });
+  return kModelOptions.init(options, version);
 }
 
 oslo_status oslo_model_load(oslo_context* ctx, const char* path, const oslo_model_options* options,
@@ -258,9 +209,7 @@ oslo_status oslo_model_load(oslo_context* ctx, const char* path, const oslo_mode
     need(out, fn, "out");
     need(ctx, fn, "ctx");
     need(path, fn, "path");
-    oslo_model_options o = model_defaults();
-    if (options)
-      o = oslo::capi::read_options(kModelHistory, model_defaults(), options, fn, "options");
+    oslo_model_options o = kModelOptions.read_or_defaults(options, fn, "options");
     oslo::ModelLoadOptions lo;
     lo.dtype = o.dtype;
     auto h = std::make_unique<oslo_model>();
