@@ -174,10 +174,7 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   View sumexp = make_view(sums.data(), OSLO_DTYPE_F32, {tokens});
   View target = make_view(static_cast<float*>(sums.data()) + tokens, OSLO_DTYPE_F32, {tokens});
   be.reduce(OSLO_BK_REDUCE_MAX, view(gmax), x, nullptr, p.valid);
-  if (tp > 1)
-    comm_ready(ctx, OSLO_GROUP_TENSOR)
-        .all_reduce(gmax.data(), gmax.data(), static_cast<size_t>(tokens), OSLO_DTYPE_F32,
-                    OSLO_REDUCE_MAX);
+  reduce_max(ctx, OSLO_GROUP_TENSOR, view(gmax));
   View gm = view(gmax);
   be.reduce(OSLO_BK_REDUCE_SUM_EXP, sumexp, x, &gm, p.valid);
   be.gather_cols(target, x, lab, p.start, vocab, ignore_index);

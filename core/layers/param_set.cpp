@@ -126,19 +126,19 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
   // is combined in rank order: identical on every rank.
   double total = local;
   for (oslo_group g : {OSLO_GROUP_TENSOR, OSLO_GROUP_PIPELINE}) {
-    Communicator& c = ctx_.comm(g);
-    if (c.size() == 1) continue;
+    const int n = ctx_.comm(g).size();
+    if (n == 1) continue;
     float pair[2];
     pair[0] = static_cast<float>(total);
     pair[1] = static_cast<float>(total - static_cast<double>(pair[0]));
     Tensor mine = scratch(bk, OSLO_DTYPE_F32, {2});
-    Tensor all = scratch(bk, OSLO_DTYPE_F32, {c.size(), 2});
+    Tensor all = scratch(bk, OSLO_DTYPE_F32, {n, 2});
     be.copy(mine.data(), pair, sizeof pair, CopyKind::HostToDevice);
-    comm_ready(ctx_, g).all_gather(mine.data(), all.data(), 2, OSLO_DTYPE_F32);
-    std::vector<float> host(static_cast<size_t>(2 * c.size()));
+    gather_first_dim(ctx_, g, view(mine), view(all));
+    std::vector<float> host(static_cast<size_t>(2 * n));
     be.copy(host.data(), all.data(), host.size() * 4, CopyKind::DeviceToHost);
     total = 0.0;
-    for (int r = 0; r < c.size(); ++r) {
+    for (int r = 0; r < n; ++r) {
       double v = static_cast<double>(host[2 * r]) + static_cast<double>(host[2 * r + 1]);
       total = inf ? std::max(total, v) : total + v;
     }

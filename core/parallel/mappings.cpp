@@ -1,5 +1,6 @@
 #include "core/parallel/mappings.hpp"
 
+#include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/tensor/tensor.hpp"
 
@@ -11,12 +12,58 @@ Communicator& comm_ready(Context& ctx, oslo_group g) {
   return c;
 }
 
-void reduce_sum(Context& ctx, oslo_group g, const View& x) {
+namespace {
+
+void reduce_in_place(Context& ctx, oslo_group g, const View& x, oslo_reduce_op op,
+                     const char* what) {
   Communicator& c = ctx.comm(g);
   if (c.size() == 1 || x.numel() == 0) return;
-  OSLO_CHECK(x.contiguous(), OSLO_ERR_INTERNAL, "reduce_sum of a strided view");
-  comm_ready(ctx, g).all_reduce(x.data, x.data, static_cast<size_t>(x.numel()), x.dtype,
-                                OSLO_REDUCE_SUM);
+  OSLO_CHECK(x.contiguous(), OSLO_ERR_INTERNAL, what, " of a strided view");
+  comm_ready(ctx, g).all_reduce(x.data, x.data, static_cast<size_t>(x.numel()), x.dtype, op);
+}
+
+// The element count of `part` after checking that `part` and `whole` are
+// contiguous views of one dtype and whole has n times part's elements.
+size_t block_of(const View& part, const View& whole, int n, const char* what) {
+  OSLO_CHECK(part.contiguous() && whole.contiguous() && part.dtype == whole.dtype &&
+                 whole.numel() == part.numel() * n,
+             OSLO_ERR_INTERNAL, what, ": views of ", part.numel(), " and ", whole.numel(),
+             " elements over a group of ", n);
+  return static_cast<size_t>(part.numel());
+}
+
+}  // namespace
+
+void reduce_sum(Context& ctx, oslo_group g, const View& x) {
+  reduce_in_place(ctx, g, x, OSLO_REDUCE_SUM, "reduce_sum");
+}
+
+void reduce_max(Context& ctx, oslo_group g, const View& x) {
+  reduce_in_place(ctx, g, x, OSLO_REDUCE_MAX, "reduce_max");
+}
+
+void gather_first_dim(Context& ctx, oslo_group g, const View& local, const View& out) {
+  const int n = ctx.comm(g).size();
+  const size_t count = block_of(local, out, n, "gather_first_dim");
+  if (count == 0) return;
+  if (n == 1) {
+    ctx.backend().copy(out.data, local.data, count * dtype_size(local.dtype),
+                       CopyKind::DeviceToDevice);
+    return;
+  }
+  comm_ready(ctx, g).all_gather(local.data, out.data, count, local.dtype);
+}
+
+void reduce_scatter_first_dim(Context& ctx, oslo_group g, const View& full, const View& local) {
+  const int n = ctx.comm(g).size();
+  const size_t count = block_of(local, full, n, "reduce_scatter_first_dim");
+  if (count == 0) return;
+  if (n == 1) {
+    ctx.backend().copy(local.data, full.data, count * dtype_size(local.dtype),
+                       CopyKind::DeviceToDevice);
+    return;
+  }
+  comm_ready(ctx, g).reduce_scatter(full.data, local.data, count, local.dtype, OSLO_REDUCE_SUM);
 }
 
 void gather_last_dim(Context& ctx, oslo_group g, const View& local, const View& out) {

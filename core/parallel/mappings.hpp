@@ -1,8 +1,9 @@
 // The communication ops layers are built from (Megatron's mappings). Layers
 // never call a collective directly; each op returns early (or makes a local
 // copy) for a group of one, so a single rank runs exactly the reference
-// computation. Views are of the context's backend memory; buffers handed to a
-// communicator are contiguous.
+// computation. Each op says which op is its backward (the op the gradient
+// takes on the way back). Views are of the context's backend memory; buffers
+// handed to a communicator are contiguous.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +18,26 @@ namespace oslo {
 Communicator& comm_ready(Context& ctx, oslo_group g);
 
 // In-place sum over the group of a contiguous view (forward of a row-parallel
-// layer, backward of a column-parallel one).
+// layer, backward of a column-parallel one). Backward: the identity.
 void reduce_sum(Context& ctx, oslo_group g, const View& x);
+
+// In-place maximum over the group of a contiguous view (the largest logit of
+// each row of a vocabulary-parallel softmax). Backward: none; as in
+// Megatron's cross-entropy the maximum only shifts the exponentials and
+// cancels out of the result, so it is held constant.
+void reduce_max(Context& ctx, oslo_group g, const View& x);
+
+// out (contiguous, size * numel(local) elements) = every rank's contiguous
+// `local` one after the other along the first dimension, in group rank order
+// (Megatron's gather along the first dimension). Backward:
+// reduce_scatter_first_dim.
+void gather_first_dim(Context& ctx, oslo_group g, const View& local, const View& out);
+
+// local (contiguous) = this rank's block, along the first dimension, of the
+// sum over the group of every rank's contiguous `full` (size * numel(local)
+// elements; Megatron's reduce-scatter along the first dimension). Backward:
+// gather_first_dim.
+void reduce_scatter_first_dim(Context& ctx, oslo_group g, const View& full, const View& local);
 
 // out [rows, cols * size] = concatenation along the last dimension of every
 // rank's local [rows, cols] (any dtypes; out may be strided).
