@@ -22,14 +22,23 @@ void reduce_in_place(Context& ctx, oslo_group g, const View& x, oslo_reduce_op o
   comm_ready(ctx, g).all_reduce(x.data, x.data, static_cast<size_t>(x.numel()), x.dtype, op);
 }
 
-// The element count of `part` after checking that `part` and `whole` are
-// contiguous views of one dtype and whole has n times part's elements.
-size_t block_of(const View& part, const View& whole, int n, const char* what) {
+// A collective between this rank's block `part` and the group's `whole`
+// (contiguous, one dtype, whole n times part's elements): op(communicator,
+// part's element count), or for a group of one a copy of src to dst.
+template <typename Op>
+void block_collective(Context& ctx, oslo_group g, const View& part, const View& whole,
+                      const char* what, void* dst, const void* src, Op op) {
+  const int n = ctx.comm(g).size();
   OSLO_CHECK(part.contiguous() && whole.contiguous() && part.dtype == whole.dtype &&
                  whole.numel() == part.numel() * n,
              OSLO_ERR_INTERNAL, what, ": views of ", part.numel(), " and ", whole.numel(),
              " elements over a group of ", n);
-  return static_cast<size_t>(part.numel());
+  const size_t count = static_cast<size_t>(part.numel());
+  if (count == 0) return;
+  if (n == 1)
+    ctx.backend().copy(dst, src, count * dtype_size(part.dtype), CopyKind::DeviceToDevice);
+  else
+    op(comm_ready(ctx, g), count);
 }
 
 }  // namespace
@@ -43,27 +52,17 @@ void reduce_max(Context& ctx, oslo_group g, const View& x) {
 }
 
 void gather_first_dim(Context& ctx, oslo_group g, const View& local, const View& out) {
-  const int n = ctx.comm(g).size();
-  const size_t count = block_of(local, out, n, "gather_first_dim");
-  if (count == 0) return;
-  if (n == 1) {
-    ctx.backend().copy(out.data, local.data, count * dtype_size(local.dtype),
-                       CopyKind::DeviceToDevice);
-    return;
-  }
-  comm_ready(ctx, g).all_gather(local.data, out.data, count, local.dtype);
+  block_collective(ctx, g, local, out, "gather_first_dim", out.data, local.data,
+                   [&](Communicator& c, size_t count) {
+                     c.all_gather(local.data, out.data, count, local.dtype);
+                   });
 }
 
 void reduce_scatter_first_dim(Context& ctx, oslo_group g, const View& full, const View& local) {
-  const int n = ctx.comm(g).size();
-  const size_t count = block_of(local, full, n, "reduce_scatter_first_dim");
-  if (count == 0) return;
-  if (n == 1) {
-    ctx.backend().copy(local.data, full.data, count * dtype_size(local.dtype),
-                       CopyKind::DeviceToDevice);
-    return;
-  }
-  comm_ready(ctx, g).reduce_scatter(full.data, local.data, count, local.dtype, OSLO_REDUCE_SUM);
+  block_collective(ctx, g, local, full, "reduce_scatter_first_dim", local.data, full.data,
+                   [&](Communicator& c, size_t count) {
+                     c.reduce_scatter(full.data, local.data, count, local.dtype, OSLO_REDUCE_SUM);
+                   });
 }
 
 void gather_last_dim(Context& ctx, oslo_group g, const View& local, const View& out) {

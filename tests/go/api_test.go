@@ -204,6 +204,26 @@ func linear(x []float64, w []float64, bias []float64, in, out int) []float64 {
 	return y
 }
 
+// linearBackward is the backward of linear in float64: the gradients of its
+// input, weight [out, in] and bias for the gradient gy of its output.
+func linearBackward(x, w, gy []float64, in, out int) (gx, gw, gb []float64) {
+	n := len(x) / in
+	gx = make([]float64, n*in)
+	gw = make([]float64, out*in)
+	gb = make([]float64, out)
+	for b := 0; b < n; b++ {
+		for o := 0; o < out; o++ {
+			g := gy[b*out+o]
+			gb[o] += g
+			for i := 0; i < in; i++ {
+				gx[b*in+i] += g * w[o*in+i]
+				gw[o*in+i] += g * x[b*in+i]
+			}
+		}
+	}
+	return gx, gw, gb
+}
+
 // mlpLayers builds the two sharded layers from the full weights, runs the
 // forward and backward pass and returns the layers (for the gradients).
 type mlpRun struct {
@@ -290,32 +310,8 @@ func runMLP(ctx *oslo.Context) (*mlpRun, error) {
 	// The unsharded computation in float64.
 	run.h = linear(run.x, m.w1, m.b1, mlpIn, mlpHidden)
 	run.refY = linear(run.h, m.w2, m.b2, mlpHidden, mlpOut)
-	run.gh = make([]float64, mlpBatch*mlpHidden)
-	run.gW2 = make([]float64, mlpOut*mlpHidden)
-	run.gb2 = make([]float64, mlpOut)
-	for b := 0; b < mlpBatch; b++ {
-		for o := 0; o < mlpOut; o++ {
-			g := run.gy[b*mlpOut+o]
-			run.gb2[o] += g
-			for j := 0; j < mlpHidden; j++ {
-				run.gh[b*mlpHidden+j] += g * m.w2[o*mlpHidden+j]
-				run.gW2[o*mlpHidden+j] += g * run.h[b*mlpHidden+j]
-			}
-		}
-	}
-	run.refGx = make([]float64, mlpBatch*mlpIn)
-	run.gW1 = make([]float64, mlpHidden*mlpIn)
-	run.gb1 = make([]float64, mlpHidden)
-	for b := 0; b < mlpBatch; b++ {
-		for j := 0; j < mlpHidden; j++ {
-			g := run.gh[b*mlpHidden+j]
-			run.gb1[j] += g
-			for i := 0; i < mlpIn; i++ {
-				run.refGx[b*mlpIn+i] += g * m.w1[j*mlpIn+i]
-				run.gW1[j*mlpIn+i] += g * run.x[b*mlpIn+i]
-			}
-		}
-	}
+	run.gh, run.gW2, run.gb2 = linearBackward(run.h, m.w2, run.gy, mlpHidden, mlpOut)
+	run.refGx, run.gW1, run.gb1 = linearBackward(run.x, m.w1, run.gh, mlpIn, mlpHidden)
 	return run, nil
 }
 
