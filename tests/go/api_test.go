@@ -315,6 +315,35 @@ func runMLP(ctx *oslo.Context) (*mlpRun, error) {
 	return run, nil
 }
 
+// checkGrads compares this rank's gradient shards of fc1 and fc2 with the
+// reference's times scale (within 1e-4); what prefixes the error's names.
+func (run *mlpRun) checkGrads(ctx *oslo.Context, what string, scale float64) error {
+	gW1, gb1, gW2, gb2, err := run.grads()
+	if err != nil {
+		return err
+	}
+	tr, _ := ctx.Rank(oslo.GroupTensor)
+	tp, _ := ctx.Size(oslo.GroupTensor)
+	rW1, rb1, rW2 := run.shards(tr, tp)
+	sc := func(v []float64) []float64 {
+		o := make([]float64, len(v))
+		for i := range v {
+			o[i] = v[i] * scale
+		}
+		return o
+	}
+	for _, c := range []struct {
+		what string
+		got  []float32
+		want []float64
+	}{{"fc1 grad weight", gW1, sc(rW1)}, {"fc1 grad bias", gb1, sc(rb1)}, {"fc2 grad weight", gW2, sc(rW2)}, {"fc2 grad bias", gb2, sc(run.gb2)}} {
+		if err := closeTo(what+c.what, c.got, c.want, 1e-4); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // grads returns this rank's gradient shards of fc1 (rows of W1, b1) and
 // fc2 (columns of W2, the full b2).
 func (run *mlpRun) grads() (gW1, gb1, gW2, gb2 []float32, err error) {
@@ -362,23 +391,7 @@ func TestMlpTp2ForwardBackwardW2(t *testing.T) {
 		if err := closeTo("input gradient", run.gx, run.refGx, 1e-4); err != nil {
 			return err
 		}
-		gW1, gb1, gW2, gb2, err := run.grads()
-		if err != nil {
-			return err
-		}
-		tr, _ := ctx.Rank(oslo.GroupTensor)
-		tp, _ := ctx.Size(oslo.GroupTensor)
-		rW1, rb1, rW2 := run.shards(tr, tp)
-		for _, c := range []struct {
-			what string
-			got  []float32
-			want []float64
-		}{{"fc1 grad weight", gW1, rW1}, {"fc1 grad bias", gb1, rb1}, {"fc2 grad weight", gW2, rW2}, {"fc2 grad bias", gb2, run.gb2}} {
-			if err := closeTo(c.what, c.got, c.want, 1e-4); err != nil {
-				return err
-			}
-		}
-		return nil
+		return run.checkGrads(ctx, "", 1)
 	})
 }
 
@@ -422,28 +435,8 @@ func TestClipGradNormW2(t *testing.T) {
 			return err
 		}
 		scale := maxNorm / (norm + 1e-6)
-		gW1, gb1, gW2, gb2, err := run.grads()
-		if err != nil {
+		if err := run.checkGrads(ctx, "clipped ", scale); err != nil {
 			return err
-		}
-		tr, _ := ctx.Rank(oslo.GroupTensor)
-		tp, _ := ctx.Size(oslo.GroupTensor)
-		rW1, rb1, rW2 := run.shards(tr, tp)
-		sc := func(v []float64) []float64 {
-			o := make([]float64, len(v))
-			for i := range v {
-				o[i] = v[i] * scale
-			}
-			return o
-		}
-		for _, c := range []struct {
-			what string
-			got  []float32
-			want []float64
-		}{{"fc1 grad weight", gW1, sc(rW1)}, {"fc1 grad bias", gb1, sc(rb1)}, {"fc2 grad weight", gW2, sc(rW2)}, {"fc2 grad bias", gb2, sc(run.gb2)}} {
-			if err := closeTo("clipped "+c.what, c.got, c.want, 1e-4); err != nil {
-				return err
-			}
 		}
 		if n2, err := ps.ClipGradNorm(0, 2); err != nil || math.Abs(n2-maxNorm) > 1e-3*maxNorm {
 			return fmt.Errorf("norm after clipping %g (%v), want %g", n2, err, maxNorm)
