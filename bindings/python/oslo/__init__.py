@@ -266,24 +266,40 @@ def _with_tensors(ctx, modes, args, call):
     oslo.Tensor or a numpy array (wrapped in place for this call only, see
     _as_tensor). `modes` has one letter per argument: "r" read, "w" written
     (a read-only array is refused); in capitals ("R", "W") the argument is
-    optional and None is passed on as None. The arguments are all converted
-    before the call; the temporary wraps are closed after it, or as soon as
-    a later argument is refused."""
-    temps = []
+    optional and None is passed on as None. The arguments are converted in
+    order before the call; the temporary wraps are closed after it, or as
+    soon as a later argument is refused."""
+    # One or two oslo.Tensors, the common case, without the loop below: this
+    # runs on every layer and collective call (docs/BENCHMARKS.md 8.1).
+    n = len(args)
+    if n == 1:
+        a = args[0]
+        if isinstance(a, Tensor):
+            return call(a._handle())
+    elif n == 2:
+        a, b = args
+        if isinstance(a, Tensor) and isinstance(b, Tensor):
+            return call(a._handle(), b._handle())
+    handles = []
+    temps = None
     try:
-        tensors = []
         for m, x in zip(modes, args):
-            if x is None and m in "RW":
-                tensors.append(None)
-                continue
-            t, tmp = _as_tensor(ctx, x, m in "wW")
-            if tmp:
-                temps.append(t)
-            tensors.append(t)
-        return call(*[None if t is None else t._handle() for t in tensors])
+            if isinstance(x, Tensor):
+                handles.append(x._handle())
+            elif x is None and m in "RW":
+                handles.append(None)
+            else:
+                t = _as_tensor(ctx, x, m in "wW")[0]  # an array's temporary wrap, or raises
+                if temps is None:
+                    temps = [t]
+                else:
+                    temps.append(t)
+                handles.append(t._handle())
+        return call(*handles)
     finally:
-        for t in temps:
-            t.close()
+        if temps:
+            for t in temps:
+                t.close()
 
 
 def _contiguous(x):
