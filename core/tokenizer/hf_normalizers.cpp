@@ -1,5 +1,6 @@
 // tokenizer.json normalizers.
 #include "core/tokenizer/hf_pipeline.hpp"
+#include "core/tokenizer/precompiled.hpp"
 
 namespace oslo {
 namespace tok {
@@ -114,6 +115,11 @@ struct ByteLevelNormalizer : Normalizer {
   std::string apply(const std::string& s) const override { return byte_table().map(s); }
 };
 
+struct PrecompiledNormalizer : Normalizer {
+  std::unique_ptr<PrecompiledCharsmap> map;
+  std::string apply(const std::string& s) const override { return map->normalize(s); }
+};
+
 struct SequenceNormalizer : Normalizer {
   std::vector<std::unique_ptr<Normalizer>> items;
   std::string apply(const std::string& s) const override {
@@ -157,6 +163,16 @@ std::unique_ptr<Normalizer> parse_normalizer(const Parser& P, const json& j,
   if (t == "Prepend") {
     auto n = std::make_unique<PrependNormalizer>();
     n->prepend = P.string(j, "prepend", where);
+    return n;
+  }
+  if (t == "Precompiled") {
+    auto n = std::make_unique<PrecompiledNormalizer>();
+    const std::string w = where + ".precompiled_charsmap";
+    const json& v = P.need(j, "precompiled_charsmap", where);
+    if (!v.is_string()) P.bad(w, "expected a base64 string, found ", Parser::type_name(v));
+    std::string blob;
+    if (!base64_decode(v.get_ref<const std::string&>(), blob)) P.bad(w, "not valid base64");
+    n->map = std::make_unique<PrecompiledCharsmap>(blob, P.name() + ": " + w);
     return n;
   }
   if (t == "Sequence") {

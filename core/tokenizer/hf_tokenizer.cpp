@@ -42,6 +42,36 @@ const char* const kQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// A token named in tokenizer_config.json: a string or {"content": ...}.
+std::string config_token(const json& c, const char* key, const char* dflt) {
+  auto it = c.find(key);
+  if (it == c.end()) return dflt;
+  const json* v = &*it;
+  if (v->is_object() && v->contains("content")) v = &(*v)["content"];
+  return v->is_string() ? v->get<std::string>() : dflt;
+}
+
+// The id tokenizer.json gives `token` (added tokens first, then a Unigram
+// vocab list, where the last entry spelled so wins), or -1.
+int64_t json_token_id(const json& j, const std::string& token) {
+  auto at = j.find("added_tokens");
+  if (at != j.end() && at->is_array())
+    for (const json& t : *at)
+      if (t.is_object() && t.value("content", json()) == token && t.contains("id") &&
+          t["id"].is_number_unsigned())
+        return t["id"].get<int64_t>();
+  int64_t found = -1;
+  auto m = j.find("model");
+  if (m == j.end() || !m->is_object()) return found;
+  auto v = m->find("vocab");
+  if (v != m->end() && v->is_array())
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& e = (*v)[i];
+      if (e.is_array() && !e.empty() && e[0] == token) found = static_cast<int64_t>(i);
+    }
+  return found;
+}
+
 // Returns the class whose pipeline was applied ("" if none).
 std::string apply_class_overrides(json& j, std::string_view config) {
   if (config.empty() || !j.is_object()) return "";
@@ -56,12 +86,15 @@ std::string apply_class_overrides(json& j, std::string_view config) {
   if (name.size() > 4 && name.compare(name.size() - 4, 4, "Fast") == 0)
     name.resize(name.size() - 4);
   auto m = j.find("model");
-  if (m == j.end() || !m->is_object() || m->value("type", std::string()) != "BPE") return "";
+  if (m == j.end() || !m->is_object()) return "";
+  auto mt_it = m->find("type");
+  const std::string mtype =
+      mt_it != m->end() && mt_it->is_string() ? mt_it->get<std::string>() : std::string();
   auto flag = [&c](const char* key, bool dflt) {
     auto it = c.find(key);
     return it != c.end() && it->is_boolean() ? it->get<bool>() : dflt;
   };
-  if (name == "LlamaTokenizer") {
+  if (name == "LlamaTokenizer" && mtype == "BPE") {
     const bool prefix = flag("add_prefix_space", true), legacy = flag("legacy", false);
     const char* scheme = !prefix ? "never" : legacy ? "always" : "first";
     j["normalizer"] = nullptr;
@@ -75,7 +108,7 @@ std::string apply_class_overrides(json& j, std::string_view config) {
          {{"type", "Fuse"}}});
     if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
     j["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
-  } else if (name == "Qwen2Tokenizer") {
+  } else if (name == "Qwen2Tokenizer" && mtype == "BPE") {
     j["normalizer"] = {{"type", "NFC"}};
     j["pre_tokenizer"] = {
         {"type", "Sequence"},
@@ -94,6 +127,50 @@ std::string apply_class_overrides(json& j, std::string_view config) {
     model["fuse_unk"] = false;
     model["byte_fallback"] = false;
     model["ignore_merges"] = false;
+  } else if (name == "XLMRobertaTokenizer" && mtype == "Unigram") {
+    // The charsmap of the file's Precompiled normalizer (alone or in a
+    // Sequence) is all transformers keeps of it.
+    json pre = nullptr;
+    auto norm = j.find("normalizer");
+    if (norm != j.end() && norm->is_object()) {
+      std::vector<const json*> items{&*norm};
+      auto seq = norm->find("normalizers");
+      if (norm->value("type", json()) == "Sequence" && seq != norm->end() && seq->is_array())
+        for (const json& x : *seq) items.push_back(&x);
+      for (const json* x : items)
+        if (x->is_object() && x->value("type", json()) == "Precompiled" &&
+            x->contains("precompiled_charsmap")) {
+          pre = *x;
+          break;
+        }
+    }
+    j["normalizer"] = pre;
+    const char* scheme = flag("add_prefix_space", true) ? "always" : "never";
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", json::array({{{"type", "WhitespaceSplit"}},
+                                                         {{"type", "Metaspace"},
+                                                          {"replacement", "\xE2\x96\x81"},
+                                                          {"prepend_scheme", scheme},
+                                                          {"split", true}}})}};
+    j["decoder"] = {
+        {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}};
+    json& model = *m;
+    model["unk_id"] = 3;
+    model["byte_fallback"] = false;
+    // <s> $A </s> with the config's bos and eos tokens.
+    const std::string bos = config_token(c, "bos_token", "<s>"),
+                      eos = config_token(c, "eos_token", "</s>");
+    const int64_t bos_id = json_token_id(j, bos), eos_id = json_token_id(j, eos);
+    if (bos_id >= 0 && eos_id >= 0) {
+      j["post_processor"] = {
+          {"type", "TemplateProcessing"},
+          {"single", json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                  {{"SpecialToken", {{"id", eos}, {"type_id", 0}}}}})},
+          {"special_tokens",
+           {{bos, {{"id", bos}, {"ids", json::array({bos_id})}, {"tokens", json::array({bos})}}},
+            {eos, {{"id", eos}, {"ids", json::array({eos_id})}, {"tokens", json::array({eos})}}}}}};
+    }
   } else {
     return "";
   }
@@ -173,6 +250,10 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     model_ = parse_bpe(P, model, "model");
   else if (type == "WordPiece")
     model_ = parse_wordpiece(P, model, "model");
+  else if (type == "WordLevel")
+    model_ = parse_wordlevel(P, model, "model");
+  else if (type == "Unigram")
+    model_ = parse_unigram(P, model, "model");
   else if (known_unsupported(type))
     P.unsupported("model", "model type ", quote(type));
   else
@@ -186,7 +267,7 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
   if (const json* d = P.get(j, "decoder")) decoder_ = parse_decoder(P, *d, "decoder");
 
   // Added tokens, as AddedVocabulary::add_tokens assigns their ids.
-  size_t model_size = model_->vocab.size();
+  size_t model_size = model_->size();
   int64_t max_added = -1;
   if (const json* at = P.get(j, "added_tokens")) {
     P.array(*at, "added_tokens");
@@ -240,7 +321,7 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
       trie_raw_.add(t.content, static_cast<int32_t>(i));
     }
   }
-  vocab_size_ = model_->vocab.size();
+  vocab_size_ = model_->size();
   for (auto& [content, id] : added_map_)
     if (!model_->vocab.count(content)) ++vocab_size_;
 
@@ -260,6 +341,14 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     set_default(SpecialToken::kUnk, "<unk>");
     set_default(SpecialToken::kBos, "<s>");
     set_default(SpecialToken::kEos, "</s>");
+  } else if (klass == "XLMRobertaTokenizer") {
+    set_default(SpecialToken::kBos, "<s>");
+    set_default(SpecialToken::kCls, "<s>");
+    set_default(SpecialToken::kEos, "</s>");
+    set_default(SpecialToken::kSep, "</s>");
+    set_default(SpecialToken::kUnk, "<unk>");
+    set_default(SpecialToken::kPad, "<pad>");
+    set_default(SpecialToken::kMask, "<mask>");
   }
   if (!config.empty()) {
     apply_special_config(config, name);

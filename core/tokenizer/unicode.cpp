@@ -204,5 +204,18 @@ void append_lowercase(std::string& out, uint32_t cp) {
   append_utf8(out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
 }
 
+std::vector<size_t> grapheme_ends(std::string_view s) {
+  std::vector<size_t> ends;
+  utf8proc_int32_t state = 0, prev = -1;
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const auto cp = static_cast<utf8proc_int32_t>(next_cp(s, i));
+    if (prev >= 0 && utf8proc_grapheme_break_stateful(prev, cp, &state)) ends.push_back(start);
+    prev = cp;
+  }
+  if (!s.empty()) ends.push_back(s.size());
+  return ends;
+}
+
 }  // namespace tok
 }  // namespace oslo

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace oslo {
 namespace tok {
@@ -35,6 +36,9 @@ bool is_alphanumeric(uint32_t cp);      // L*, N*
 bool is_word_char(uint32_t cp);         // regex \w: L*, M*, Nd, Pc
 // Rust char::to_lowercase (full mapping) appended to out.
 void append_lowercase(std::string& out, uint32_t cp);
+// Byte offsets where the extended grapheme clusters (UAX #29) of s (valid
+// UTF-8) end, in order; the last is s.size(). Empty for an empty s.
+std::vector<size_t> grapheme_ends(std::string_view s);
 
 }  // namespace tok
 }  // namespace oslo
