@@ -19,13 +19,16 @@ std::string lowercase(const std::string& s) {
   return out;
 }
 
-std::string strip_marks(const std::string& s) {
+// BertNormalizer's strip_accents drops nonspacing marks (Mn); the
+// StripAccents normalizer drops every mark (unicode-normalization's
+// is_combining_mark: Mn, Mc, Me).
+std::string strip_marks(const std::string& s, bool all_marks) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     size_t start = i;
     uint32_t cp = next_cp(s, i);
-    if (!is_mark_nonspacing(cp)) out.append(s, start, i - start);
+    if (!(all_marks ? is_mark(cp) : is_mark_nonspacing(cp))) out.append(s, start, i - start);
   }
   return out;
 }
@@ -53,7 +56,7 @@ struct BertNormalizer : Normalizer {
       }
       t.append(s, start, i - start);
     }
-    if (strip_accents) t = strip_marks(normalize(t, NormForm::kNFD));
+    if (strip_accents) t = strip_marks(normalize(t, NormForm::kNFD), false);
     if (lower) t = lowercase(t);
     return t;
   }
@@ -70,7 +73,7 @@ struct LowercaseNormalizer : Normalizer {
 };
 
 struct StripAccentsNormalizer : Normalizer {
-  std::string apply(const std::string& s) const override { return strip_marks(s); }
+  std::string apply(const std::string& s) const override { return strip_marks(s, true); }
 };
 
 struct StripNormalizer : Normalizer {

@@ -168,6 +168,11 @@ bool is_mark_nonspacing(uint32_t cp) {
   return cat(cp) == UTF8PROC_CATEGORY_MN;
 }
 
+bool is_mark(uint32_t cp) {
+  auto c = cat(cp);
+  return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
+}
+
 bool is_other(uint32_t cp) {
   auto c = cat(cp);
   return c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CO;

@@ -29,6 +29,7 @@ bool is_whitespace(uint32_t cp);        // Rust char::is_whitespace (White_Space
 bool is_punctuation(uint32_t cp);       // Unicode P* categories
 bool is_bert_punctuation(uint32_t cp);  // ASCII punctuation or P*
 bool is_mark_nonspacing(uint32_t cp);   // Mn
+bool is_mark(uint32_t cp);              // M* (Mn, Mc, Me)
 bool is_other(uint32_t cp);             // Cc, Cf, Co (unicode_categories' is_other)
 bool is_control_bert(uint32_t cp);      // is_other, except \t \n \r
 bool is_numeric(uint32_t cp);           // N*
