@@ -127,7 +127,8 @@ std::string apply_class_overrides(json& j, std::string_view config) {
     model["fuse_unk"] = false;
     model["byte_fallback"] = false;
     model["ignore_merges"] = false;
-  } else if (name == "XLMRobertaTokenizer" && mtype == "Unigram") {
+  } else if ((name == "XLMRobertaTokenizer" || name == "T5Tokenizer") && mtype == "Unigram") {
+    const bool xlmr = name == "XLMRobertaTokenizer";
     // The charsmap of the file's Precompiled normalizer (alone or in a
     // Sequence) is all transformers keeps of it.
     json pre = nullptr;
@@ -145,7 +146,7 @@ std::string apply_class_overrides(json& j, std::string_view config) {
         }
     }
     j["normalizer"] = pre;
-    const char* scheme = flag("add_prefix_space", true) ? "always" : "never";
+    const char* scheme = !xlmr || flag("add_prefix_space", true) ? "always" : "never";
     j["pre_tokenizer"] = {{"type", "Sequence"},
                           {"pretokenizers", json::array({{{"type", "WhitespaceSplit"}},
                                                          {{"type", "Metaspace"},
@@ -155,21 +156,30 @@ std::string apply_class_overrides(json& j, std::string_view config) {
     j["decoder"] = {
         {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}};
     json& model = *m;
-    model["unk_id"] = 3;
+    model["unk_id"] = xlmr ? 3 : 2;
     model["byte_fallback"] = false;
-    // <s> $A </s> with the config's bos and eos tokens.
+    // XLM-R: <s> $A </s>; T5: $A </s> (the config's bos and eos tokens).
     const std::string bos = config_token(c, "bos_token", "<s>"),
                       eos = config_token(c, "eos_token", "</s>");
     const int64_t bos_id = json_token_id(j, bos), eos_id = json_token_id(j, eos);
-    if (bos_id >= 0 && eos_id >= 0) {
+    if ((bos_id >= 0 || !xlmr) && eos_id >= 0) {
+      auto special = [](const std::string& t) {
+        return json{{"SpecialToken", {{"id", t}, {"type_id", 0}}}};
+      };
+      auto entry = [](const std::string& t, int64_t id) {
+        return json{{"id", t}, {"ids", json::array({id})}, {"tokens", json::array({t})}};
+      };
+      json single = json::array();
+      json specials = json::object();
+      if (xlmr) {
+        single.push_back(special(bos));
+        specials[bos] = entry(bos, bos_id);
+      }
+      single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+      single.push_back(special(eos));
+      specials[eos] = entry(eos, eos_id);
       j["post_processor"] = {
-          {"type", "TemplateProcessing"},
-          {"single", json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
-                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                                  {{"SpecialToken", {{"id", eos}, {"type_id", 0}}}}})},
-          {"special_tokens",
-           {{bos, {{"id", bos}, {"ids", json::array({bos_id})}, {"tokens", json::array({bos})}}},
-            {eos, {{"id", eos}, {"ids", json::array({eos_id})}, {"tokens", json::array({eos})}}}}}};
+          {"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
     }
   } else {
     return "";
@@ -341,6 +351,10 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     set_default(SpecialToken::kUnk, "<unk>");
     set_default(SpecialToken::kBos, "<s>");
     set_default(SpecialToken::kEos, "</s>");
+  } else if (klass == "T5Tokenizer") {
+    set_default(SpecialToken::kEos, "</s>");
+    set_default(SpecialToken::kUnk, "<unk>");
+    set_default(SpecialToken::kPad, "<pad>");
   } else if (klass == "XLMRobertaTokenizer") {
     set_default(SpecialToken::kBos, "<s>");
     set_default(SpecialToken::kCls, "<s>");

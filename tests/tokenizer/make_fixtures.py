@@ -40,6 +40,7 @@ license texts in /usr/share/common-licenses plus the corpus itself:
                 (Precompiled only, WhitespaceSplit + Metaspace, unk_id 3)
   unigram_raw   the same tokenizer.json (a symbolic link) with tokenizer_class
                 TokenizersBackend: the file's own pipeline
+  t5_unigram    T5 style (T5Tokenizer, <extra_id_N> tokens, $A </s>); see t5_build
   wordlevel     a WordLevel model (tokenizers' WordLevelTrainer), Whitespace pre-tokenizer,
                 Lowercase + NFD + StripAccents, [CLS] $A [SEP] template
 and one is real:
@@ -321,11 +322,13 @@ def references(folder, sentences, kind):
     }
 
 
-def train_spm_unigram(folder, vocab_size=1000):
-    """A SentencePiece unigram model laid out as XLM-R's sentencepiece.bpe.model
-    (<unk> 0, <s> 1, </s> 2; nmt_nfkc normalization, dummy prefix, extra
-    whitespace removed: the trainer's defaults)."""
+def train_spm_unigram(folder, prefix="sentencepiece.bpe", vocab_size=1000,
+                      rule="nmt_nfkc", ids=(0, 1, 2, -1)):
+    """A SentencePiece unigram model; by default laid out as XLM-R's
+    sentencepiece.bpe.model (<unk> 0, <s> 1, </s> 2; nmt_nfkc normalization,
+    dummy prefix, extra whitespace removed: the trainer's defaults)."""
     os.makedirs(folder, exist_ok=True)
+    unk, bos, eos, pad = ids
     with tempfile.TemporaryDirectory() as tmp:
         corpus = os.path.join(tmp, "train.txt")
         with open(corpus, "w", encoding="utf-8") as f:
@@ -334,11 +337,11 @@ def train_spm_unigram(folder, vocab_size=1000):
                     if line.strip():
                         f.write(line + "\n")
         spm.SentencePieceTrainer.train(
-            input=corpus, model_prefix=os.path.join(folder, "sentencepiece.bpe"),
+            input=corpus, model_prefix=os.path.join(folder, prefix),
             model_type="unigram", vocab_size=vocab_size, character_coverage=0.9995,
-            normalization_rule_name="nmt_nfkc", unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+            normalization_rule_name=rule, unk_id=unk, bos_id=bos, eos_id=eos, pad_id=pad,
             minloglevel=2, num_threads=1)
-    os.remove(os.path.join(folder, "sentencepiece.bpe.vocab"))
+    os.remove(os.path.join(folder, prefix + ".vocab"))
 
 
 def precompiled_reference(charsmap, path):
@@ -411,6 +414,35 @@ def unigram_builds():
     return [(xlmr, "xlmr_unigram", specials), (raw, "unigram_raw", specials)]
 
 
+def t5_build():
+    """T5 style: a SentencePiece unigram model (<pad> 0, </s> 1, <unk> 2; identity
+    normalization, so no charsmap: xlmr_unigram tests that) converted by
+    transformers' T5Tokenizer (10 <extra_id_N> tokens), its pipeline then written
+    as transformers 4 wrote it (Strip + Replace normalizer, Metaspace). transformers
+    5 rebuilds T5Tokenizer's pipeline (WhitespaceSplit + Metaspace, $A </s>)."""
+    from transformers import T5Tokenizer
+    folder = os.path.join(OUT, "t5_unigram")
+    with tempfile.TemporaryDirectory() as tmp:
+        train_spm_unigram(tmp, prefix="spiece", vocab_size=800, rule="identity",
+                          ids=(2, -1, 1, 0))
+        T5Tokenizer.from_pretrained(tmp, extra_ids=10).save_pretrained(folder)
+    path = os.path.join(folder, "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    assert j["normalizer"] is None, j["normalizer"]
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Strip", "strip_left": False, "strip_right": True},
+        {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "\u2581"}]}
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                          "prepend_scheme": "always", "split": True}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False, separators=(",", ":"))
+    for f in os.listdir(folder):
+        if f not in ("tokenizer.json", "tokenizer_config.json"):
+            os.remove(os.path.join(folder, f))
+    return [(folder, "t5_unigram", ["</s>", "<unk>", "<pad>", "<extra_id_0>"])]
+
+
 def wordlevel_build():
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.normalizer = normalizers.Sequence(
@@ -434,7 +466,7 @@ def wordlevel_build():
 # Fixtures made after the corpus was fixed: they do not add sentences for
 # their special tokens (the corpus, and so every other reference, stays).
 LATER = {"xlmr_unigram": unigram_builds, "unigram_raw": unigram_builds,
-         "wordlevel": wordlevel_build}
+         "t5_unigram": t5_build, "wordlevel": wordlevel_build}
 
 
 def remake(names):
