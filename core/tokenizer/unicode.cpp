@@ -195,8 +195,12 @@ bool is_alphanumeric(uint32_t cp) {
 
 bool is_word_char(uint32_t cp) {
   auto c = cat(cp);
+  // Alphabetic is L*, Nl and Other_Alphabetic: marks, and the circled and
+  // squared Latin letters (So) below.
   return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ME) || c == UTF8PROC_CATEGORY_ND ||
-         c == UTF8PROC_CATEGORY_PC;
+         c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_PC || cp == 0x200C || cp == 0x200D ||
+         (cp >= 0x24B6 && cp <= 0x24E9) || (cp >= 0x1F130 && cp <= 0x1F149) ||
+         (cp >= 0x1F150 && cp <= 0x1F169) || (cp >= 0x1F170 && cp <= 0x1F189);
 }
 
 void append_lowercase(std::string& out, uint32_t cp) {

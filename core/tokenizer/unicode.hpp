@@ -34,7 +34,7 @@ bool is_other(uint32_t cp);             // Cc, Cf, Co (unicode_categories' is_ot
 bool is_control_bert(uint32_t cp);      // is_other, except \t \n \r
 bool is_numeric(uint32_t cp);           // N*
 bool is_alphanumeric(uint32_t cp);      // L*, N*
-bool is_word_char(uint32_t cp);         // regex \w: L*, M*, Nd, Pc
+bool is_word_char(uint32_t cp);         // regex \w: Alphabetic, M*, Nd, Pc, ZWNJ, ZWJ
 // Rust char::to_lowercase (full mapping) appended to out.
 void append_lowercase(std::string& out, uint32_t cp);
 // Byte offsets where the extended grapheme clusters (UAX #29) of s (valid
