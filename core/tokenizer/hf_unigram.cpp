@@ -4,6 +4,7 @@
 // the vocab lacks (one unk node per character, scored min_score - 10, runs
 // of them fused) and its byte fallback.
 #include <cmath>
+#include <cstdio>
 
 #include "core/tokenizer/hf_pipeline.hpp"
 
