@@ -15,49 +15,6 @@ namespace {
 
 constexpr double kUnkPenalty = 10.0;
 
-// A byte trie over the vocab: at each position, the tokens starting there.
-class ByteTrie {
- public:
-  void add(const std::string& s, int32_t value) {
-    int32_t node = 0;
-    for (unsigned char c : s) {
-      int32_t next = child(node, c);
-      if (next < 0) {
-        next = static_cast<int32_t>(nodes_.size());
-        auto& kids = nodes_[static_cast<size_t>(node)].next;
-        kids.insert(std::lower_bound(kids.begin(), kids.end(), std::make_pair(c, int32_t{0})),
-                    {c, next});
-        nodes_.emplace_back();
-      }
-      node = next;
-    }
-    nodes_[static_cast<size_t>(node)].value = value;
-  }
-  // Calls f(length, value) for each non-empty key that is a prefix of s, shortest first.
-  template <typename F>
-  void prefixes(std::string_view s, F&& f) const {
-    int32_t node = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      node = child(node, static_cast<unsigned char>(s[i]));
-      if (node < 0) return;
-      const int32_t v = nodes_[static_cast<size_t>(node)].value;
-      if (v >= 0) f(i + 1, v);
-    }
-  }
-
- private:
-  struct Node {
-    std::vector<std::pair<unsigned char, int32_t>> next;  // sorted by byte
-    int32_t value = -1;
-  };
-  std::vector<Node> nodes_{Node{}};
-  int32_t child(int32_t node, unsigned char c) const {
-    const auto& kids = nodes_[static_cast<size_t>(node)].next;
-    auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(c, int32_t{0}));
-    return it != kids.end() && it->first == c ? it->second : -1;
-  }
-};
-
 struct Unigram : Model {
   std::vector<double> scores;  // by id
   size_t n = 0;                // entries in the vocab list (ids 0..n-1)
@@ -65,7 +22,7 @@ struct Unigram : Model {
   bool byte_fallback = false;
   double min_score = 0;
   int32_t byte_ids[256];
-  ByteTrie trie;  // token -> the id `vocab` maps it to
+  TokenTrie trie;  // token -> the id `vocab` maps it to (the empty token: never)
 
   size_t size() const override { return n; }
 
@@ -171,8 +128,7 @@ std::unique_ptr<Model> parse_unigram(const Parser& P, const json& j, const std::
     m->vocab_r[id] = tok;
     if (score < m->min_score) m->min_score = score;
   }
-  for (auto& [tok, id] : m->vocab)
-    if (!tok.empty()) m->trie.add(tok, id);
+  for (auto& [tok, id] : m->vocab) m->trie.add(tok, id);  // skips the empty token
   if (const json* u = P.get(j, "unk_id")) {
     const std::string w = where + ".unk_id";
     if (m->n == 0) P.bad(w, "an unk_id with an empty vocab");
