@@ -118,6 +118,32 @@ struct ByteLevelNormalizer : Normalizer {
   std::string apply(const std::string& s) const override { return byte_table().map(s); }
 };
 
+// SentencePiece's "nmt" rules as Hugging Face's Nmt normalizer has them: C0
+// controls but tab, LF, FF and CR, and DEL, U+008F, U+009F removed; those
+// four and a few separators, ZW*, bidi marks, U+2581, BOM and U+FFFD become
+// a space.
+struct NmtNormalizer : Normalizer {
+  std::string apply(const std::string& s) const override {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size();) {
+      const size_t start = i;
+      const uint32_t c = next_cp(s, i);
+      if ((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F ||
+          c == 0x8F || c == 0x9F)
+        continue;
+      if (c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 ||
+          (c >= 0x200B && c <= 0x200F) || c == 0x2028 || c == 0x2029 || c == 0x2581 ||
+          c == 0xFEFF || c == 0xFFFD) {
+        out += ' ';
+        continue;
+      }
+      out.append(s, start, i - start);
+    }
+    return out;
+  }
+};
+
 struct PrecompiledNormalizer : Normalizer {
   std::unique_ptr<PrecompiledCharsmap> map;
   std::string apply(const std::string& s) const override { return map->normalize(s); }
@@ -168,6 +194,7 @@ std::unique_ptr<Normalizer> parse_normalizer(const Parser& P, const json& j,
     n->prepend = P.string(j, "prepend", where);
     return n;
   }
+  if (t == "Nmt") return std::make_unique<NmtNormalizer>();
   if (t == "Precompiled") {
     auto n = std::make_unique<PrecompiledNormalizer>();
     const std::string w = where + ".precompiled_charsmap";

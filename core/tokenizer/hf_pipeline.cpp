@@ -118,7 +118,7 @@ const ByteTable& byte_table() {
 }
 
 bool known_unsupported(const std::string& type) {
-  static const char* kNames[] = {"Nmt", "UnicodeScripts", "FixedLength", "CTC", "Punctuation_"};
+  static const char* kNames[] = {"UnicodeScripts", "FixedLength", "CTC", "Punctuation_"};
   for (const char* n : kNames)
     if (type == n) return true;
   return false;

@@ -154,10 +154,10 @@ void test_json(void**) {
               {"version", "2.0"});
   expect_json("unknown model", with([](json& j) { j["model"]["type"] = "Foo"; }), OSLO_ERR_FORMAT,
               {"unknown model type", "Foo"});
-  expect_json("nmt", with([](json& j) {
-                j["normalizer"] = {{"type", "Nmt"}};
+  expect_json("ctc", with([](json& j) {
+                j["decoder"] = {{"type", "CTC"}};
               }),
-              OSLO_ERR_NOT_SUPPORTED, {"Nmt"});
+              OSLO_ERR_NOT_SUPPORTED, {"CTC"});
   expect_json("unigram without vocab", with([](json& j) { j["model"]["type"] = "Unigram"; }),
               OSLO_ERR_FORMAT, {"model.vocab", "expected an array"});
   expect_json("unknown pre", with([](json& j) { j["pre_tokenizer"]["type"] = "Bar"; }),

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/tokenizer/hf_pipeline.hpp"
 #include "core/tokenizer/precompiled.hpp"
 #include "core/tokenizer/unicode.hpp"
 #include "tests/tokenizer/tok_test_util.hpp"
@@ -151,6 +152,39 @@ void test_corrupt(void**) {
   printf("precompiled: %zu damaged blobs rejected, %zu usable\n", rejected, accepted);
 }
 
+// The Nmt normalizer maps characters one by one: every code point against
+// the table Hugging Face's normalizers.Nmt() gives (tokenizers 0.23.3,
+// recorded by running it on each code point).
+void test_nmt(void**) {
+  oslo::tok::hf::Parser P("nmt");
+  auto n = oslo::tok::hf::parse_normalizer(P, json{{"type", "Nmt"}}, "normalizer");
+  auto want = [](uint32_t c) -> std::string {
+    if ((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F ||
+        c == 0x8F || c == 0x9F)
+      return "";
+    static const uint32_t kSpace[] = {0x09,   0x0A,   0x0C,   0x0D,   0x1680,
+                                      0x200B, 0x200C, 0x200D, 0x200E, 0x200F,
+                                      0x2028, 0x2029, 0x2581, 0xFEFF, 0xFFFD};
+    for (uint32_t s : kSpace)
+      if (c == s) return " ";
+    std::string out;
+    oslo::tok::append_utf8(out, c);
+    return out;
+  };
+  size_t bad = 0;
+  for (uint32_t c = 0; c < 0x110000; ++c) {
+    if (c >= 0xD800 && c < 0xE000) continue;
+    std::string s;
+    oslo::tok::append_utf8(s, c);
+    if (n->apply(s) != want(c) && ++bad <= 5) fprintf(stderr, "Nmt U+%04X differs\n", c);
+  }
+  assert_int_equal(bad, 0);
+  assert_string_equal(n->apply("a\tb\x01"
+                               "c\xe2\x80\x8b")
+                          .c_str(),
+                      "a bc ");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,10 +194,9 @@ int main(int argc, char** argv) {
   }
   g_dir = argv[1];
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_base64),
-      cmocka_unit_test(test_graphemes),
-      cmocka_unit_test(test_equals_hf),
-      cmocka_unit_test(test_corrupt),
+      cmocka_unit_test(test_base64),    cmocka_unit_test(test_graphemes),
+      cmocka_unit_test(test_equals_hf), cmocka_unit_test(test_corrupt),
+      cmocka_unit_test(test_nmt),
   };
   return cmocka_run_group_tests(tests, setup, nullptr);
 }
