@@ -1,4 +1,5 @@
-// tokenizer.json models: BPE (with byte fallback, ignore_merges) and WordPiece.
+// tokenizer.json models: BPE (with byte fallback, ignore_merges), WordPiece and
+// WordLevel (Unigram: hf_unigram.cpp).
 #include "core/tokenizer/hf_pipeline.hpp"
 
 #include <queue>
@@ -261,6 +262,27 @@ std::unique_ptr<Model> parse_wordpiece(const Parser& P, const json& j, const std
   if (auto p = P.opt_string(j, "continuing_subword_prefix", where)) m->prefix = *p;
   m->max_chars = P.count(j, "max_input_chars_per_word", where, 100);
   for (auto& kv : m->vocab) m->max_len = std::max(m->max_len, kv.first.size());
+  return m;
+}
+
+struct WordLevel : Model {
+  void tokenize(const std::string& w, std::vector<int64_t>& out) const override {
+    auto it = vocab.find(w);
+    if (it == vocab.end()) it = vocab.find(*unk_token);
+    if (it == vocab.end())
+      fail(OSLO_ERR_INVALID_ARGUMENT, "encode: the word ", quote(w, '\'', 40),
+           " is not in the WordLevel vocab, nor is its unk_token ", quote(*unk_token));
+    out.push_back(it->second);
+  }
+};
+
+std::unique_ptr<Model> parse_wordlevel(const Parser& P, const json& j, const std::string& where) {
+  auto m = std::make_unique<WordLevel>();
+  parse_vocab(P, j, where, *m);
+  // As Hugging Face: an unk_token missing from the vocab is an error only
+  // when a word needs it.
+  m->unk_token = P.opt_string(j, "unk_token", where);
+  if (!m->unk_token) m->unk_token = "<unk>";
   return m;
 }
 

@@ -1,5 +1,6 @@
 // tokenizer.json normalizers.
 #include "core/tokenizer/hf_pipeline.hpp"
+#include "core/tokenizer/precompiled.hpp"
 
 namespace oslo {
 namespace tok {
@@ -18,13 +19,16 @@ std::string lowercase(const std::string& s) {
   return out;
 }
 
-std::string strip_marks(const std::string& s) {
+// BertNormalizer's strip_accents drops nonspacing marks (Mn); the
+// StripAccents normalizer drops every mark (unicode-normalization's
+// is_combining_mark: Mn, Mc, Me).
+std::string strip_marks(const std::string& s, bool all_marks) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     size_t start = i;
     uint32_t cp = next_cp(s, i);
-    if (!is_mark_nonspacing(cp)) out.append(s, start, i - start);
+    if (!(all_marks ? is_mark(cp) : is_mark_nonspacing(cp))) out.append(s, start, i - start);
   }
   return out;
 }
@@ -52,7 +56,7 @@ struct BertNormalizer : Normalizer {
       }
       t.append(s, start, i - start);
     }
-    if (strip_accents) t = strip_marks(normalize(t, NormForm::kNFD));
+    if (strip_accents) t = strip_marks(normalize(t, NormForm::kNFD), false);
     if (lower) t = lowercase(t);
     return t;
   }
@@ -69,7 +73,7 @@ struct LowercaseNormalizer : Normalizer {
 };
 
 struct StripAccentsNormalizer : Normalizer {
-  std::string apply(const std::string& s) const override { return strip_marks(s); }
+  std::string apply(const std::string& s) const override { return strip_marks(s, true); }
 };
 
 struct StripNormalizer : Normalizer {
@@ -112,6 +116,37 @@ struct PrependNormalizer : Normalizer {
 
 struct ByteLevelNormalizer : Normalizer {
   std::string apply(const std::string& s) const override { return byte_table().map(s); }
+};
+
+// SentencePiece's "nmt" rules as Hugging Face's Nmt normalizer has them: C0
+// controls but tab, LF, FF and CR, and DEL, U+008F, U+009F removed; those
+// four and a few separators, ZW*, bidi marks, U+2581, BOM and U+FFFD become
+// a space.
+struct NmtNormalizer : Normalizer {
+  std::string apply(const std::string& s) const override {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size();) {
+      const size_t start = i;
+      const uint32_t c = next_cp(s, i);
+      if ((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F ||
+          c == 0x8F || c == 0x9F)
+        continue;
+      if (c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 ||
+          (c >= 0x200B && c <= 0x200F) || c == 0x2028 || c == 0x2029 || c == 0x2581 ||
+          c == 0xFEFF || c == 0xFFFD) {
+        out += ' ';
+        continue;
+      }
+      out.append(s, start, i - start);
+    }
+    return out;
+  }
+};
+
+struct PrecompiledNormalizer : Normalizer {
+  std::unique_ptr<PrecompiledCharsmap> map;
+  std::string apply(const std::string& s) const override { return map->normalize(s); }
 };
 
 struct SequenceNormalizer : Normalizer {
@@ -157,6 +192,17 @@ std::unique_ptr<Normalizer> parse_normalizer(const Parser& P, const json& j,
   if (t == "Prepend") {
     auto n = std::make_unique<PrependNormalizer>();
     n->prepend = P.string(j, "prepend", where);
+    return n;
+  }
+  if (t == "Nmt") return std::make_unique<NmtNormalizer>();
+  if (t == "Precompiled") {
+    auto n = std::make_unique<PrecompiledNormalizer>();
+    const std::string w = where + ".precompiled_charsmap";
+    const json& v = P.need(j, "precompiled_charsmap", where);
+    if (!v.is_string()) P.bad(w, "expected a base64 string, found ", Parser::type_name(v));
+    std::string blob;
+    if (!base64_decode(v.get_ref<const std::string&>(), blob)) P.bad(w, "not valid base64");
+    n->map = std::make_unique<PrecompiledCharsmap>(blob, P.name() + ": " + w);
     return n;
   }
   if (t == "Sequence") {

@@ -118,8 +118,7 @@ const ByteTable& byte_table() {
 }
 
 bool known_unsupported(const std::string& type) {
-  static const char* kNames[] = {"Precompiled",    "Nmt",         "Unigram", "WordLevel",
-                                 "UnicodeScripts", "FixedLength", "CTC",     "Punctuation_"};
+  static const char* kNames[] = {"UnicodeScripts", "FixedLength", "CTC", "Punctuation_"};
   for (const char* n : kNames)
     if (type == n) return true;
   return false;

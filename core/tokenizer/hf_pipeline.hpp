@@ -245,12 +245,16 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const Parser& P, const json& j
 struct Model {
   virtual ~Model() = default;
   virtual void tokenize(const std::string& s, std::vector<int64_t>& out) const = 0;
+  // Hugging Face's Model::get_vocab_size.
+  virtual size_t size() const { return vocab.size(); }
   std::unordered_map<std::string, int32_t> vocab;
   std::unordered_map<int32_t, std::string> vocab_r;
   std::optional<std::string> unk_token;
 };
 std::unique_ptr<Model> parse_bpe(const Parser& P, const json& j, const std::string& where);
 std::unique_ptr<Model> parse_wordpiece(const Parser& P, const json& j, const std::string& where);
+std::unique_ptr<Model> parse_wordlevel(const Parser& P, const json& j, const std::string& where);
+std::unique_ptr<Model> parse_unigram(const Parser& P, const json& j, const std::string& where);
 
 struct PostProcessor {
   virtual ~PostProcessor() = default;

@@ -42,6 +42,36 @@ const char* const kQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// A token named in tokenizer_config.json: a string or {"content": ...}.
+std::string config_token(const json& c, const char* key, const char* dflt) {
+  auto it = c.find(key);
+  if (it == c.end()) return dflt;
+  const json* v = &*it;
+  if (v->is_object() && v->contains("content")) v = &(*v)["content"];
+  return v->is_string() ? v->get<std::string>() : dflt;
+}
+
+// The id tokenizer.json gives `token` (added tokens first, then a Unigram
+// vocab list, where the last entry spelled so wins), or -1.
+int64_t json_token_id(const json& j, const std::string& token) {
+  auto at = j.find("added_tokens");
+  if (at != j.end() && at->is_array())
+    for (const json& t : *at)
+      if (t.is_object() && t.value("content", json()) == token && t.contains("id") &&
+          t["id"].is_number_unsigned())
+        return t["id"].get<int64_t>();
+  int64_t found = -1;
+  auto m = j.find("model");
+  if (m == j.end() || !m->is_object()) return found;
+  auto v = m->find("vocab");
+  if (v != m->end() && v->is_array())
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& e = (*v)[i];
+      if (e.is_array() && !e.empty() && e[0] == token) found = static_cast<int64_t>(i);
+    }
+  return found;
+}
+
 // Returns the class whose pipeline was applied ("" if none).
 std::string apply_class_overrides(json& j, std::string_view config) {
   if (config.empty() || !j.is_object()) return "";
@@ -56,12 +86,15 @@ std::string apply_class_overrides(json& j, std::string_view config) {
   if (name.size() > 4 && name.compare(name.size() - 4, 4, "Fast") == 0)
     name.resize(name.size() - 4);
   auto m = j.find("model");
-  if (m == j.end() || !m->is_object() || m->value("type", std::string()) != "BPE") return "";
+  if (m == j.end() || !m->is_object()) return "";
+  auto mt_it = m->find("type");
+  const std::string mtype =
+      mt_it != m->end() && mt_it->is_string() ? mt_it->get<std::string>() : std::string();
   auto flag = [&c](const char* key, bool dflt) {
     auto it = c.find(key);
     return it != c.end() && it->is_boolean() ? it->get<bool>() : dflt;
   };
-  if (name == "LlamaTokenizer") {
+  if (name == "LlamaTokenizer" && mtype == "BPE") {
     const bool prefix = flag("add_prefix_space", true), legacy = flag("legacy", false);
     const char* scheme = !prefix ? "never" : legacy ? "always" : "first";
     j["normalizer"] = nullptr;
@@ -75,7 +108,7 @@ std::string apply_class_overrides(json& j, std::string_view config) {
          {{"type", "Fuse"}}});
     if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
     j["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
-  } else if (name == "Qwen2Tokenizer") {
+  } else if (name == "Qwen2Tokenizer" && mtype == "BPE") {
     j["normalizer"] = {{"type", "NFC"}};
     j["pre_tokenizer"] = {
         {"type", "Sequence"},
@@ -94,6 +127,60 @@ std::string apply_class_overrides(json& j, std::string_view config) {
     model["fuse_unk"] = false;
     model["byte_fallback"] = false;
     model["ignore_merges"] = false;
+  } else if ((name == "XLMRobertaTokenizer" || name == "T5Tokenizer") && mtype == "Unigram") {
+    const bool xlmr = name == "XLMRobertaTokenizer";
+    // The charsmap of the file's Precompiled normalizer (alone or in a
+    // Sequence) is all transformers keeps of it.
+    json pre = nullptr;
+    auto norm = j.find("normalizer");
+    if (norm != j.end() && norm->is_object()) {
+      std::vector<const json*> items{&*norm};
+      auto seq = norm->find("normalizers");
+      if (norm->value("type", json()) == "Sequence" && seq != norm->end() && seq->is_array())
+        for (const json& x : *seq) items.push_back(&x);
+      for (const json* x : items)
+        if (x->is_object() && x->value("type", json()) == "Precompiled" &&
+            x->contains("precompiled_charsmap")) {
+          pre = *x;
+          break;
+        }
+    }
+    j["normalizer"] = pre;
+    const char* scheme = !xlmr || flag("add_prefix_space", true) ? "always" : "never";
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", json::array({{{"type", "WhitespaceSplit"}},
+                                                         {{"type", "Metaspace"},
+                                                          {"replacement", "\xE2\x96\x81"},
+                                                          {"prepend_scheme", scheme},
+                                                          {"split", true}}})}};
+    j["decoder"] = {
+        {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}};
+    json& model = *m;
+    model["unk_id"] = xlmr ? 3 : 2;
+    model["byte_fallback"] = false;
+    // XLM-R: <s> $A </s>; T5: $A </s> (the config's bos and eos tokens).
+    const std::string bos = config_token(c, "bos_token", "<s>"),
+                      eos = config_token(c, "eos_token", "</s>");
+    const int64_t bos_id = json_token_id(j, bos), eos_id = json_token_id(j, eos);
+    if ((bos_id >= 0 || !xlmr) && eos_id >= 0) {
+      auto special = [](const std::string& t) {
+        return json{{"SpecialToken", {{"id", t}, {"type_id", 0}}}};
+      };
+      auto entry = [](const std::string& t, int64_t id) {
+        return json{{"id", t}, {"ids", json::array({id})}, {"tokens", json::array({t})}};
+      };
+      json single = json::array();
+      json specials = json::object();
+      if (xlmr) {
+        single.push_back(special(bos));
+        specials[bos] = entry(bos, bos_id);
+      }
+      single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+      single.push_back(special(eos));
+      specials[eos] = entry(eos, eos_id);
+      j["post_processor"] = {
+          {"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
+    }
   } else {
     return "";
   }
@@ -173,6 +260,10 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     model_ = parse_bpe(P, model, "model");
   else if (type == "WordPiece")
     model_ = parse_wordpiece(P, model, "model");
+  else if (type == "WordLevel")
+    model_ = parse_wordlevel(P, model, "model");
+  else if (type == "Unigram")
+    model_ = parse_unigram(P, model, "model");
   else if (known_unsupported(type))
     P.unsupported("model", "model type ", quote(type));
   else
@@ -186,7 +277,7 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
   if (const json* d = P.get(j, "decoder")) decoder_ = parse_decoder(P, *d, "decoder");
 
   // Added tokens, as AddedVocabulary::add_tokens assigns their ids.
-  size_t model_size = model_->vocab.size();
+  size_t model_size = model_->size();
   int64_t max_added = -1;
   if (const json* at = P.get(j, "added_tokens")) {
     P.array(*at, "added_tokens");
@@ -240,7 +331,7 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
       trie_raw_.add(t.content, static_cast<int32_t>(i));
     }
   }
-  vocab_size_ = model_->vocab.size();
+  vocab_size_ = model_->size();
   for (auto& [content, id] : added_map_)
     if (!model_->vocab.count(content)) ++vocab_size_;
 
@@ -260,6 +351,18 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     set_default(SpecialToken::kUnk, "<unk>");
     set_default(SpecialToken::kBos, "<s>");
     set_default(SpecialToken::kEos, "</s>");
+  } else if (klass == "T5Tokenizer") {
+    set_default(SpecialToken::kEos, "</s>");
+    set_default(SpecialToken::kUnk, "<unk>");
+    set_default(SpecialToken::kPad, "<pad>");
+  } else if (klass == "XLMRobertaTokenizer") {
+    set_default(SpecialToken::kBos, "<s>");
+    set_default(SpecialToken::kCls, "<s>");
+    set_default(SpecialToken::kEos, "</s>");
+    set_default(SpecialToken::kSep, "</s>");
+    set_default(SpecialToken::kUnk, "<unk>");
+    set_default(SpecialToken::kPad, "<pad>");
+    set_default(SpecialToken::kMask, "<mask>");
   }
   if (!config.empty()) {
     apply_special_config(config, name);

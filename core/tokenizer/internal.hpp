@@ -25,6 +25,18 @@ class TokenTrie {
   // Successive non-overlapping matches: at each position the longest string
   // that starts there; the earliest position wins.
   std::vector<Match> find_all(std::string_view s) const;
+  // Calls f(length, value) for each string that is a prefix of s, shortest
+  // first (the Unigram model's lattice).
+  template <typename F>
+  void prefixes(std::string_view s, F&& f) const {
+    int32_t node = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      node = child(node, static_cast<unsigned char>(s[i]));
+      if (node < 0) return;
+      const int32_t v = nodes_[static_cast<size_t>(node)].value;
+      if (v >= 0) f(i + 1, v);
+    }
+  }
 
  private:
   struct Node {

@@ -15,7 +15,10 @@ struct Regex::Impl {
 };
 
 std::string Regex::onig_compat(const std::string& p) {
-  static const char* kWord = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
+  // Oniguruma's Unicode \w (UTS #18's): Alphabetic (letters, letter
+  // numbers such as U+216B, circled letters ...), marks, decimal digits,
+  // connector punctuation, ZWNJ and ZWJ.
+  static const char* kWord = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
   std::string out;
   out.reserve(p.size() + 16);
   bool in_class = false;

@@ -1,7 +1,8 @@
 // Unicode regular expressions for the tokenizers: PCRE2 in UTF + UCP mode
 // (JIT-compiled when the platform allows), with the pattern rewritten where
 // Oniguruma (what Hugging Face tokenizers uses) differs from PCRE2: \s also
-// matches U+0085, \w also matches marks and connector punctuation.
+// matches U+0085; \w is Alphabetic, marks, decimal digits, connector
+// punctuation and Join_Control (PCRE2's: letters and all numbers).
 #pragma once
 
 #include <cstddef>

@@ -168,6 +168,11 @@ bool is_mark_nonspacing(uint32_t cp) {
   return cat(cp) == UTF8PROC_CATEGORY_MN;
 }
 
+bool is_mark(uint32_t cp) {
+  auto c = cat(cp);
+  return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
+}
+
 bool is_other(uint32_t cp) {
   auto c = cat(cp);
   return c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CO;
@@ -190,8 +195,12 @@ bool is_alphanumeric(uint32_t cp) {
 
 bool is_word_char(uint32_t cp) {
   auto c = cat(cp);
+  // Alphabetic is L*, Nl and Other_Alphabetic: marks, and the circled and
+  // squared Latin letters (So) below.
   return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ME) || c == UTF8PROC_CATEGORY_ND ||
-         c == UTF8PROC_CATEGORY_PC;
+         c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_PC || cp == 0x200C || cp == 0x200D ||
+         (cp >= 0x24B6 && cp <= 0x24E9) || (cp >= 0x1F130 && cp <= 0x1F149) ||
+         (cp >= 0x1F150 && cp <= 0x1F169) || (cp >= 0x1F170 && cp <= 0x1F189);
 }
 
 void append_lowercase(std::string& out, uint32_t cp) {
@@ -202,6 +211,19 @@ void append_lowercase(std::string& out, uint32_t cp) {
     return;
   }
   append_utf8(out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
+}
+
+std::vector<size_t> grapheme_ends(std::string_view s) {
+  std::vector<size_t> ends;
+  utf8proc_int32_t state = 0, prev = -1;
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const auto cp = static_cast<utf8proc_int32_t>(next_cp(s, i));
+    if (prev >= 0 && utf8proc_grapheme_break_stateful(prev, cp, &state)) ends.push_back(start);
+    prev = cp;
+  }
+  if (!s.empty()) ends.push_back(s.size());
+  return ends;
 }
 
 }  // namespace tok

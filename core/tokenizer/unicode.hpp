@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace oslo {
 namespace tok {
@@ -28,13 +29,17 @@ bool is_whitespace(uint32_t cp);        // Rust char::is_whitespace (White_Space
 bool is_punctuation(uint32_t cp);       // Unicode P* categories
 bool is_bert_punctuation(uint32_t cp);  // ASCII punctuation or P*
 bool is_mark_nonspacing(uint32_t cp);   // Mn
+bool is_mark(uint32_t cp);              // M* (Mn, Mc, Me)
 bool is_other(uint32_t cp);             // Cc, Cf, Co (unicode_categories' is_other)
 bool is_control_bert(uint32_t cp);      // is_other, except \t \n \r
 bool is_numeric(uint32_t cp);           // N*
 bool is_alphanumeric(uint32_t cp);      // L*, N*
-bool is_word_char(uint32_t cp);         // regex \w: L*, M*, Nd, Pc
+bool is_word_char(uint32_t cp);         // regex \w: Alphabetic, M*, Nd, Pc, ZWNJ, ZWJ
 // Rust char::to_lowercase (full mapping) appended to out.
 void append_lowercase(std::string& out, uint32_t cp);
+// Byte offsets where the extended grapheme clusters (UAX #29) of s (valid
+// UTF-8) end, in order; the last is s.size(). Empty for an empty s.
+std::vector<size_t> grapheme_ends(std::string_view s);
 
 }  // namespace tok
 }  // namespace oslo

