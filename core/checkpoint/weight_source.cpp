@@ -14,9 +14,10 @@
 #include <utility>
 
 #include "core/checkpoint/fs_util.hpp"
-#include "core/checkpoint/model_io_internal.hpp"
+#include "core/checkpoint/manifest.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "core/common/shape_str.hpp"
 
 namespace oslo {
 
@@ -31,130 +32,6 @@ const char* source_kind_name(SourceKind k) {
     case SourceKind::SafetensorsFile: return "safetensors-file";
   }
   return "unknown";
-}
-
-uint64_t SourceTensor::nbytes() const {
-  uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);  // validated when listed
-  return n * st::dtype_bits(dtype) / 8;
-}
-
-// --------------------------------------------------------------------------
-// CRC32C
-// --------------------------------------------------------------------------
-
-namespace {
-
-struct CrcTable {
-  uint32_t t[8][256];
-  CrcTable() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
-      t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i)
-      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
-  }
-};
-
-uint32_t crc32c_soft(uint32_t c, const unsigned char* p, size_t n) {
-  static const CrcTable tab;
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    v ^= c;
-    c = tab.t[7][v & 0xff] ^ tab.t[6][(v >> 8) & 0xff] ^ tab.t[5][(v >> 16) & 0xff] ^
-        tab.t[4][(v >> 24) & 0xff] ^ tab.t[3][(v >> 32) & 0xff] ^ tab.t[2][(v >> 40) & 0xff] ^
-        tab.t[1][(v >> 48) & 0xff] ^ tab.t[0][v >> 56];
-    p += 8;
-    n -= 8;
-  }
-  while (n--) c = (c >> 8) ^ tab.t[0][(c ^ *p++) & 0xff];
-  return c;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t c, const unsigned char* p, size_t n) {
-  uint64_t c64 = c;
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    c64 = __builtin_ia32_crc32di(c64, v);
-    p += 8;
-    n -= 8;
-  }
-  uint32_t c32 = static_cast<uint32_t>(c64);
-  while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-  return c32;
-}
-#endif
-
-}  // namespace
-
-uint32_t crc32c(uint32_t crc, const void* data, size_t n) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint32_t c = ~crc;
-#if defined(__x86_64__)
-  static const bool hw = __builtin_cpu_supports("sse4.2");
-  c = hw ? crc32c_hw(c, p, n) : crc32c_soft(c, p, n);
-#else
-  c = crc32c_soft(c, p, n);
-#endif
-  return ~c;
-}
-
-// --------------------------------------------------------------------------
-// Host dtype conversion
-// --------------------------------------------------------------------------
-
-void convert_host(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t n,
-                  const std::string& tensor) {
-  if (n == 0) return;
-  if (sdt == ddt) {
-    std::memcpy(dst, src, n * dtype_size(sdt));
-    return;
-  }
-  const bool sf = dtype_is_float(sdt), df = dtype_is_float(ddt);
-  if (sf && df) {
-    if (sdt == OSLO_DTYPE_F32) {
-      from_f32(ddt, static_cast<const float*>(src), dst, n);
-    } else if (ddt == OSLO_DTYPE_F32) {
-      to_f32(sdt, src, static_cast<float*>(dst), n);
-    } else {
-      float tmp[1024];
-      const char* s = static_cast<const char*>(src);
-      char* d = static_cast<char*>(dst);
-      for (size_t i = 0; i < n; i += 1024) {
-        size_t m = std::min<size_t>(1024, n - i);
-        to_f32(sdt, s + i * 2, tmp, m);
-        from_f32(ddt, tmp, d + i * 2, m);
-      }
-    }
-    return;
-  }
-  if (sdt == OSLO_DTYPE_I32 && ddt == OSLO_DTYPE_I64) {
-    for (size_t i = 0; i < n; ++i) {
-      int32_t v;
-      std::memcpy(&v, static_cast<const char*>(src) + 4 * i, 4);
-      int64_t w = v;
-      std::memcpy(static_cast<char*>(dst) + 8 * i, &w, 8);
-    }
-    return;
-  }
-  if (sdt == OSLO_DTYPE_I64 && ddt == OSLO_DTYPE_I32) {
-    for (size_t i = 0; i < n; ++i) {
-      int64_t v;
-      std::memcpy(&v, static_cast<const char*>(src) + 8 * i, 8);
-      OSLO_CHECK(v >= INT32_MIN && v <= INT32_MAX, OSLO_ERR_DTYPE, "tensor ", quote(tensor),
-                 ": value ", v, " does not fit i32");
-      int32_t w = static_cast<int32_t>(v);
-      std::memcpy(static_cast<char*>(dst) + 4 * i, &w, 4);
-    }
-    return;
-  }
-  fail(OSLO_ERR_DTYPE, "tensor ", quote(tensor), ": cannot convert ", dtype_name(sdt), " to ",
-       dtype_name(ddt));
 }
 
 // --------------------------------------------------------------------------
@@ -289,14 +166,14 @@ WeightSource::WeightSource(const std::string& path, ReadMode mode) : path_(path)
   OSLO_CHECK(!path.empty(), OSLO_ERR_INVALID_ARGUMENT, "weight source path is empty");
   if (is_dir(path)) {
     folder_ = path;
-    if (fsutil::exists(fsutil::join(path, kModelManifest))) {
+    if (fsutil::exists(fsutil::join(path, kCheckpointManifest))) {
       open_oslo();
     } else if (fsutil::exists(fsutil::join(path, "model.safetensors"))) {
       open_hf_single("model.safetensors");
     } else if (fsutil::exists(fsutil::join(path, "model.safetensors.index.json"))) {
       open_hf_index();
     } else {
-      fail(OSLO_ERR_IO, "no ", kModelManifest,
+      fail(OSLO_ERR_IO, "no ", kCheckpointManifest,
            ", model.safetensors or model.safetensors.index.json in ", quote_path(path),
            fsutil::exists(fsutil::join(path, "pytorch_model.bin"))
                ? " (pytorch_model.bin is not supported: convert it to safetensors)"
@@ -316,22 +193,29 @@ WeightSource::WeightSource(const std::string& path, ReadMode mode) : path_(path)
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
+const std::vector<std::string>& model_file_names() {
+  static const std::vector<std::string> names = {
+      "generation_config.json",   // generation defaults
+      "tokenizer.json",           // Hugging Face tokenizers
+      "tokenizer_config.json",    // tokenizer class, special tokens, chat template
+      "special_tokens_map.json",  //
+      "added_tokens.json",        //
+      "tokenizer.model",          // SentencePiece (LLaMA, Mistral, Gemma)
+      "spiece.model",             // SentencePiece (T5, ALBERT)
+      "sentencepiece.bpe.model",  // SentencePiece (XLM-R)
+      "vocab.txt",                // WordPiece (BERT)
+      "vocab.json",               // byte-level BPE (GPT-2, RoBERTa)
+      "merges.txt",               //
+      "chat_template.jinja",      // chat template saved on its own (transformers >= 4.43)
+      "chat_template.json",       //
+  };
+  return names;
+}
+
 void WeightSource::list_extra_files(bool hf) {
   if (!hf) return;
-  for (const std::string& n : fsutil::list_dir(folder_)) {
-    if (n.empty() || n[0] == '.') continue;
-    if (!is_regular(fsutil::join(folder_, n))) continue;
-    auto ends = [&](const char* s) {
-      size_t k = std::strlen(s);
-      return n.size() >= k && n.compare(n.size() - k, k, s) == 0;
-    };
-    if (ends(".safetensors") || ends(".bin") || ends(".pt") || ends(".pth") || ends(".h5") ||
-        ends(".msgpack") || ends(".onnx") || ends(".ckpt") || ends(".gguf") ||
-        n == "model.safetensors.index.json" || n == "pytorch_model.bin.index.json" ||
-        n == "config.json" || n.find(".tmp.") != std::string::npos)
-      continue;
-    extra_files_.push_back(n);
-  }
+  for (const std::string& n : model_file_names())
+    if (is_regular(fsutil::join(folder_, n))) extra_files_.push_back(n);
   std::sort(extra_files_.begin(), extra_files_.end());
 }
 
@@ -406,10 +290,12 @@ void WeightSource::open_hf_index() {
 
 void WeightSource::open_oslo() {
   kind_ = SourceKind::OsloCheckpoint;
-  ParsedManifest m = parse_model_manifest(folder_);
+  Manifest m = read_manifest(folder_);
   version_ = m.version;
   save_id_ = m.save_id;
-  layout_ = m.layout;
+  layout_.tp_size = m.tp_size;
+  layout_.pp_size = m.pp_size;
+  layout_.dp_size = m.dp_size;
   tensors_ = std::move(m.tensors);
   config_json_ = m.config_json;
   extra_files_ = m.extra_files;
@@ -437,7 +323,7 @@ const SourceTensor& WeightSource::at(const std::string& name) const {
     if (kind_ == SourceKind::HfSingle) where = fsutil::join(folder_, "model.safetensors");
     if (kind_ == SourceKind::HfSharded)
       where = fsutil::join(folder_, "model.safetensors.index.json");
-    if (kind_ == SourceKind::OsloCheckpoint) where = fsutil::join(folder_, kModelManifest);
+    if (kind_ == SourceKind::OsloCheckpoint) where = fsutil::join(folder_, kCheckpointManifest);
     fail(OSLO_ERR_FORMAT, "tensor ", quote(name), " is not in ", quote_path(where));
   }
   return *t;
