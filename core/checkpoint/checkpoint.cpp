@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/checkpoint/box_copy.hpp"
 #include "core/checkpoint/fs_util.hpp"
 #include "core/checkpoint/manifest.hpp"
 #include "core/checkpoint/safetensors.hpp"
@@ -37,7 +38,6 @@ using ojson = nlohmann::ordered_json;
 // checksums are verified by the model loader, WeightSource, only).
 constexpr int kFormatVersion = 1;
 constexpr const char* kShardMetaKey = "oslo";
-constexpr size_t kBounceBytes = size_t{8} << 20;
 
 std::string shard_file_name(const std::string& save_id, int tp, int pp) {
   return "shard-" + save_id + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) +
@@ -283,128 +283,6 @@ Manifest build_manifest(const std::string& dir, const std::string& save_id,
 // Load
 // --------------------------------------------------------------------------
 
-// Copies runs of elements from one shard tensor into a destination buffer,
-// converting the dtype; consecutive runs that are adjacent in the file are
-// read with one pread (only bytes that are needed are ever read).
-class RunCopier {
- public:
-  RunCopier(const st::Reader& rd, const st::TensorInfo& ti, oslo_dtype sdt, void* dst,
-            oslo_dtype ddt, std::vector<uint64_t>* bounce, const std::string& name)
-      : rd_(rd),
-        ti_(ti),
-        sdt_(sdt),
-        ddt_(ddt),
-        dst_(static_cast<char*>(dst)),
-        bounce_(bounce),
-        name_(name),
-        ss_(dtype_size(sdt)),
-        ds_(dtype_size(ddt)),
-        cap_(kBounceBytes / ss_) {}
-  ~RunCopier() = default;
-
-  // n elements from source element src into destination element dst.
-  void add(uint64_t src, uint64_t dst, uint64_t n) {
-    if (n == 0) return;
-    if (sdt_ == ddt_ && n >= cap_) {  // large same-dtype run: straight into place
-      flush();
-      rd_.read(ti_, src * ss_, n * ss_, dst_ + dst * ds_);
-      return;
-    }
-    while (n > 0) {
-      uint64_t piece = std::min<uint64_t>(n, cap_);
-      if (!runs_.empty() && (src != batch_src_ + batch_n_ || batch_n_ + piece > cap_)) flush();
-      if (runs_.empty()) {
-        batch_src_ = src;
-        batch_n_ = 0;
-      }
-      runs_.push_back({dst, piece, batch_n_});
-      batch_n_ += piece;
-      src += piece;
-      dst += piece;
-      n -= piece;
-    }
-  }
-
-  void flush() {
-    if (runs_.empty()) return;
-    const size_t bytes = static_cast<size_t>(batch_n_ * ss_);
-    if (bounce_->size() * 8 < bytes) bounce_->resize((bytes + 7) / 8);
-    char* b = reinterpret_cast<char*>(bounce_->data());
-    rd_.read(ti_, batch_src_ * ss_, bytes, b);
-    for (const Run& r : runs_)
-      convert_host(sdt_, b + r.bounce * ss_, ddt_, dst_ + r.dst * ds_, static_cast<size_t>(r.n),
-                   name_);
-    runs_.clear();
-    batch_n_ = 0;
-  }
-
- private:
-  struct Run {
-    uint64_t dst, n, bounce;
-  };
-  const st::Reader& rd_;
-  const st::TensorInfo& ti_;
-  oslo_dtype sdt_, ddt_;
-  char* dst_;
-  std::vector<uint64_t>* bounce_;
-  const std::string& name_;
-  uint64_t ss_, ds_, cap_;
-  std::vector<Run> runs_;
-  uint64_t batch_src_ = 0, batch_n_ = 0;
-};
-
-std::vector<uint64_t> strides_of(const std::vector<int64_t>& shape) {
-  std::vector<uint64_t> s(shape.size());
-  uint64_t acc = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    s[i] = acc;
-    acc *= static_cast<uint64_t>(shape[i]);
-  }
-  return s;
-}
-
-// Copies the box [lo, hi) of global coordinates. The source tensor (shape
-// sshape) starts at global coordinates sorg, the destination (dshape) at dorg.
-void copy_box(RunCopier& rc, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
-              const std::vector<int64_t>& sorg, const std::vector<int64_t>& sshape,
-              const std::vector<int64_t>& dorg, const std::vector<int64_t>& dshape) {
-  const int nd = static_cast<int>(lo.size());
-  for (int j = 0; j < nd; ++j)
-    if (hi[j] <= lo[j]) return;  // empty
-  if (nd == 0) {
-    rc.add(0, 0, 1);
-    rc.flush();
-    return;
-  }
-  // Innermost dimension where the box is narrower than the source or the
-  // destination: everything inside it is one contiguous run in both.
-  int k = 0;
-  for (int j = nd - 1; j >= 0; --j)
-    if (hi[j] - lo[j] != sshape[j] || hi[j] - lo[j] != dshape[j]) {
-      k = j;
-      break;
-    }
-  const std::vector<uint64_t> ss = strides_of(sshape), ds = strides_of(dshape);
-  const uint64_t run = static_cast<uint64_t>(hi[k] - lo[k]) * ss[k];
-  std::vector<int64_t> idx(lo.begin(), lo.begin() + k);
-  for (;;) {
-    uint64_t so = static_cast<uint64_t>(lo[k] - sorg[k]) * ss[k];
-    uint64_t dof = static_cast<uint64_t>(lo[k] - dorg[k]) * ds[k];
-    for (int j = 0; j < k; ++j) {
-      so += static_cast<uint64_t>(idx[j] - sorg[j]) * ss[j];
-      dof += static_cast<uint64_t>(idx[j] - dorg[j]) * ds[j];
-    }
-    rc.add(so, dof, run);
-    int j = k - 1;
-    for (; j >= 0; --j) {
-      if (++idx[j] < hi[j]) break;
-      idx[j] = lo[j];
-    }
-    if (j < 0) break;
-  }
-  rc.flush();
-}
-
 struct LoadPiece {
   const ManifestShard* shard;
   const st::TensorInfo* info;
@@ -542,7 +420,7 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
     plans.push_back(std::move(plan));
   }
 
-  std::vector<uint64_t> bounce;
+  std::vector<char> bounce;
   for (const LoadPlan& plan : plans) {
     const ParamShard& p = *plan.param;
     const ManifestTensor& t = *plan.tensor;
@@ -563,8 +441,17 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
         lo[s] = std::max(lo[s], piece.shard->offset);
         hi[s] = std::min(hi[s], piece.shard->offset + piece.shard->length);
       }
-      RunCopier rc(*piece.reader, *piece.info, plan.dtype, p.data, p.dtype, &bounce, p.name);
-      copy_box(rc, lo, hi, sorg, sshape, dorg, p.local_shape);
+      BoxSource bs;
+      const st::Reader& rd = *piece.reader;
+      const st::TensorInfo& ti = *piece.info;
+      bs.read = [&](uint64_t off, uint64_t n, void* d) { rd.read(ti, off, n, d); };
+      bs.src_size = dtype_size(plan.dtype);
+      bs.dst_size = dtype_size(p.dtype);
+      if (plan.dtype != p.dtype)
+        bs.convert = [&](const void* from, void* to, size_t n) {
+          convert_host(plan.dtype, from, p.dtype, to, n, p.name);
+        };
+      copy_box(bs, lo, hi, sorg, sshape, dorg, p.local_shape, p.data, &bounce);
     }
     // Rows past the global end (padding) are zero.
     if (l >= 0 && plan.real_rows < p.local_shape[l] && p.data != nullptr) {

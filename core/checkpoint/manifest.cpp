@@ -321,6 +321,19 @@ Manifest read_manifest(const std::string& dir, const ManifestReadOptions& option
 // Writer
 // --------------------------------------------------------------------------
 
+ojson shard_json(const ManifestShard& s, bool split, bool with_bytes) {
+  ojson js;
+  js["file"] = s.file;
+  js["key"] = s.key;
+  if (split) {
+    js["offset"] = s.offset;
+    js["length"] = s.length;
+  }
+  if (with_bytes) js["bytes"] = s.bytes;
+  if (s.has_crc) js["crc32c"] = hex32(s.crc32c);
+  return js;
+}
+
 std::string manifest_text(const Manifest& m) {
   OSLO_CHECK(m.version >= 1 && m.version <= kManifestVersion, OSLO_ERR_INVALID_ARGUMENT,
              "manifest version ", m.version, " cannot be written");
@@ -354,19 +367,9 @@ std::string manifest_text(const Manifest& m) {
   ojson tensors = ojson::object();
   for (const ManifestTensor& t : m.tensors) {
     ojson shards = ojson::array();
-    for (const ManifestShard& s : t.shards) {
-      ojson js;
-      js["file"] = s.file;
-      js["key"] = s.key;
-      if (t.split_dim >= 0) {
-        js["offset"] = s.offset;
-        js["length"] = s.length;
-      }
-      if (v2) {
-        js["bytes"] = s.bytes;
-        js["crc32c"] = hex32(s.crc32c);
-      }
-      shards.push_back(std::move(js));
+    for (ManifestShard s : t.shards) {
+      s.has_crc = v2;  // version 2 records every piece's checksum, version 1 none
+      shards.push_back(shard_json(s, t.split_dim >= 0, v2));
     }
     ojson jt;
     jt["dtype"] = st::dtype_name(t.dtype);

@@ -151,6 +151,11 @@ Manifest read_manifest(const std::string& dir, const ManifestReadOptions& option
 Manifest parse_manifest(const std::string& text, const std::string& source,
                         const ManifestReadOptions& options = {});
 
+// A shard as the manifest spells it: file, key, then offset and length
+// (`split`: a tensor with a split_dim), then bytes (`with_bytes`) and
+// crc32c (if s.has_crc). Also the shard rows of `oslo inspect --json`.
+nlohmann::ordered_json shard_json(const ManifestShard& s, bool split, bool with_bytes);
+
 // The manifest as JSON text (indent 1, a final newline; keys in the order of
 // FORMAT.md). Checks that the text reads back with read_manifest's checks
 // (accepting m's own sections): a manifest this writer would refuse to read

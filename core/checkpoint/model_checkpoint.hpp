@@ -140,13 +140,9 @@ void reshard(const std::string& src, const std::string& dst, int new_tp, const P
              const ReshardOptions& options = {});
 
 // A description of a checkpoint, for `oslo inspect`.
-struct InspectShard {
-  std::string file, key;
-  int64_t offset = 0, length = 0;
-  uint64_t bytes = 0;
-  bool has_crc = false;
-  uint32_t crc32c = 0;
-};
+// One stored piece as inspect shows it (the manifest's description; bytes
+// and CRC32C where the source records them).
+using InspectShard = ManifestShard;
 struct InspectTensor {
   std::string name;
   std::string dtype;  // safetensors name: "F32", "BF16", ...

@@ -305,7 +305,7 @@ Inspection inspect(const std::string& path) {
     it.split_dim = t.split_dim;
     it.bytes = t.nbytes();
     for (const SourceShard& s : t.shards) {
-      it.shards.push_back({s.file, s.key, s.offset, s.length, s.bytes, s.has_crc, s.crc32c});
+      it.shards.push_back(s);
       files.insert(s.file);
     }
     in.total_bytes += it.bytes;
@@ -462,18 +462,7 @@ std::string render_json(const Inspection& in) {
     x["split_dim"] = t.split_dim;
     x["bytes"] = t.bytes;
     ojson sh = ojson::array();
-    for (const InspectShard& s : t.shards) {
-      ojson y;
-      y["file"] = s.file;
-      y["key"] = s.key;
-      if (t.split_dim >= 0) {
-        y["offset"] = s.offset;
-        y["length"] = s.length;
-      }
-      y["bytes"] = s.bytes;
-      if (s.has_crc) y["crc32c"] = hex32(s.crc32c);
-      sh.push_back(std::move(y));
-    }
+    for (const InspectShard& s : t.shards) sh.push_back(shard_json(s, t.split_dim >= 0, true));
     x["shards"] = std::move(sh);
     ts.push_back(std::move(x));
   }

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/checkpoint/box_copy.hpp"
 #include "core/checkpoint/fs_util.hpp"
 #include "core/checkpoint/manifest.hpp"
 #include "core/common/dtype.hpp"
@@ -329,20 +330,6 @@ const SourceTensor& WeightSource::at(const std::string& name) const {
   return *t;
 }
 
-namespace {
-
-std::vector<uint64_t> strides_of(const std::vector<int64_t>& shape) {
-  std::vector<uint64_t> s(shape.size());
-  uint64_t acc = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    s[i] = acc;
-    acc *= static_cast<uint64_t>(shape[i]);
-  }
-  return s;
-}
-
-}  // namespace
-
 void WeightSource::check_tensor(const SourceTensor& t, int dim, int64_t start, int64_t len) {
   for (const SourceShard& sh : t.shards) {
     if (dim >= 0 && dim == t.split_dim &&
@@ -405,9 +392,7 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
   const uint64_t ss = bits / 8, ds = raw ? ss : dtype_size(ddt);
   std::vector<int64_t> bshape(nd);
   for (int k = 0; k < nd; ++k) bshape[k] = hi[k] - lo[k];
-  const std::vector<uint64_t> dstr = strides_of(bshape);
   std::vector<char> bounce;
-  constexpr uint64_t kBounce = uint64_t{8} << 20;
   for (const SourceShard& sh : t.shards) {
     std::vector<int64_t> slo = lo, shi = hi, sorg(nd, 0), sshape(t.shape);
     if (t.split_dim >= 0) {
@@ -420,78 +405,15 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
     }
     File& f = file(sh.file);
     const st::TensorInfo& ti = f.reader->at(sh.key);
-    const std::vector<uint64_t> sstr = strides_of(sshape);
-    // Innermost dimension where the box is narrower than the stored piece or
-    // the destination: everything inside it is one contiguous run in both.
-    int k = 0;
-    for (int j = nd - 1; j >= 0; --j)
-      if (shi[j] - slo[j] != sshape[j] || shi[j] - slo[j] != bshape[j]) {
-        k = j;
-        break;
-      }
-    const uint64_t run = nd == 0 ? 1 : static_cast<uint64_t>(shi[k] - slo[k]) * sstr[k];
-    // Batches of runs adjacent in the file are read with one call.
-    struct Run {
-      uint64_t dst, n, at;
-    };
-    std::vector<Run> runs;
-    uint64_t batch_src = 0, batch_n = 0;
-    auto flush = [&] {
-      if (runs.empty()) return;
-      if (bounce.size() < batch_n * ss) bounce.resize(static_cast<size_t>(batch_n * ss));
-      read_bytes(sh, f, ti, batch_src * ss, batch_n * ss, bounce.data());
-      for (const Run& r : runs) {
-        char* d = static_cast<char*>(dst) + r.dst * ds;
-        if (raw)
-          std::memcpy(d, bounce.data() + r.at * ss, static_cast<size_t>(r.n * ss));
-        else
-          convert_host(sdt, bounce.data() + r.at * ss, ddt, d, static_cast<size_t>(r.n), t.name);
-      }
-      runs.clear();
-      batch_n = 0;
-    };
-    auto add = [&](uint64_t src, uint64_t d, uint64_t n) {
-      const uint64_t cap = std::max<uint64_t>(1, kBounce / ss);
-      if (raw && n >= cap) {  // large same-dtype run: straight into place
-        flush();
-        read_bytes(sh, f, ti, src * ss, n * ss, static_cast<char*>(dst) + d * ds);
-        return;
-      }
-      while (n > 0) {
-        uint64_t piece = std::min<uint64_t>(n, cap);
-        if (!runs.empty() && (src != batch_src + batch_n || batch_n + piece > cap)) flush();
-        if (runs.empty()) {
-          batch_src = src;
-          batch_n = 0;
-        }
-        runs.push_back({d, piece, batch_n});
-        batch_n += piece;
-        src += piece;
-        d += piece;
-        n -= piece;
-      }
-    };
-    if (nd == 0) {
-      add(0, 0, 1);
-    } else {
-      std::vector<int64_t> idx(slo.begin(), slo.begin() + k);
-      for (;;) {
-        uint64_t so = static_cast<uint64_t>(slo[k] - sorg[k]) * sstr[k];
-        uint64_t dof = static_cast<uint64_t>(slo[k] - lo[k]) * dstr[k];
-        for (int j = 0; j < k; ++j) {
-          so += static_cast<uint64_t>(idx[j] - sorg[j]) * sstr[j];
-          dof += static_cast<uint64_t>(idx[j] - lo[j]) * dstr[j];
-        }
-        add(so, dof, run);
-        int j = k - 1;
-        for (; j >= 0; --j) {
-          if (++idx[j] < shi[j]) break;
-          idx[j] = slo[j];
-        }
-        if (j < 0) break;
-      }
-    }
-    flush();
+    BoxSource bs;
+    bs.read = [&](uint64_t off, uint64_t n, void* d) { read_bytes(sh, f, ti, off, n, d); };
+    bs.src_size = ss;
+    bs.dst_size = ds;
+    if (!raw)
+      bs.convert = [&](const void* from, void* to, size_t n) {
+        convert_host(sdt, from, ddt, to, n, t.name);
+      };
+    copy_box(bs, slo, shi, sorg, sshape, lo, bshape, dst, &bounce);
   }
 }
 
