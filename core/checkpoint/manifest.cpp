@@ -321,6 +321,17 @@ Manifest read_manifest(const std::string& dir, const ManifestReadOptions& option
 // Writer
 // --------------------------------------------------------------------------
 
+void check_model_config(const std::string& config_json) {
+  if (config_json.find_first_not_of(" \t\r\n") == std::string::npos) return;
+  json cfg;
+  try {
+    cfg = json::parse(config_json);
+  } catch (const json::exception& e) {
+    fail(OSLO_ERR_INVALID_ARGUMENT, "model config is not valid JSON: ", clip(e.what(), 200));
+  }
+  OSLO_CHECK(cfg.is_object(), OSLO_ERR_INVALID_ARGUMENT, "model config must be a JSON object");
+}
+
 ojson shard_json(const ManifestShard& s, bool split, bool with_bytes) {
   ojson js;
   js["file"] = s.file;
@@ -346,18 +357,11 @@ std::string manifest_text(const Manifest& m) {
   out["pipeline_parallel_size"] = m.pp_size;
   out["data_parallel_size"] = m.dp_size;
   if (v2) {
-    if (m.config_json.find_first_not_of(" \t\r\n") == std::string::npos) {
+    check_model_config(m.config_json);
+    if (m.config_json.find_first_not_of(" \t\r\n") == std::string::npos)
       out["model_config"] = nullptr;
-    } else {
-      ojson cfg;
-      try {
-        cfg = ojson::parse(m.config_json);
-      } catch (const ojson::exception& e) {
-        fail(OSLO_ERR_INVALID_ARGUMENT, "model config is not valid JSON: ", clip(e.what(), 200));
-      }
-      OSLO_CHECK(cfg.is_object(), OSLO_ERR_INVALID_ARGUMENT, "model config must be a JSON object");
-      out["model_config"] = std::move(cfg);
-    }
+    else
+      out["model_config"] = ojson::parse(m.config_json);  // key order kept
     out["extra_files"] = m.extra_files;
   } else {
     OSLO_CHECK(m.config_json.empty() && m.extra_files.empty(), OSLO_ERR_INVALID_ARGUMENT,

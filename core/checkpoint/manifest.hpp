@@ -151,6 +151,11 @@ Manifest read_manifest(const std::string& dir, const ManifestReadOptions& option
 Manifest parse_manifest(const std::string& text, const std::string& source,
                         const ManifestReadOptions& options = {});
 
+// A model config as version 2 stores it: empty (or only white space: null)
+// or the text of a JSON object. Otherwise OSLO_ERR_INVALID_ARGUMENT "model
+// config is not valid JSON" / "must be a JSON object".
+void check_model_config(const std::string& config_json);
+
 // A shard as the manifest spells it: file, key, then offset and length
 // (`split`: a tensor with a split_dim), then bytes (`with_bytes`) and
 // crc32c (if s.has_crc). Also the shard rows of `oslo inspect --json`.

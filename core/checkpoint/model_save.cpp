@@ -84,17 +84,6 @@ std::map<std::string, std::string> shard_metadata(const std::string& save_id, in
   return {{"format", "pt"}, {"oslo", meta.dump()}};
 }
 
-void check_config_text(const std::string& config_json) {
-  if (config_json.find_first_not_of(" \t\r\n") == std::string::npos) return;
-  json cfg;
-  try {
-    cfg = json::parse(config_json);
-  } catch (const json::exception& e) {
-    fail(OSLO_ERR_INVALID_ARGUMENT, "model config is not valid JSON: ", clip(e.what(), 200));
-  }
-  OSLO_CHECK(cfg.is_object(), OSLO_ERR_INVALID_ARGUMENT, "model config must be a JSON object");
-}
-
 std::vector<std::string> extra_names(const std::vector<std::string>& paths) {
   std::vector<std::string> names;
   std::set<std::string> seen;
@@ -334,7 +323,7 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
                OSLO_ERR_INVALID_ARGUMENT, "checkpoint layout (tp ", layout.tp_size, " x pp ",
                layout.pp_size, " x dp ", layout.dp_size, ", world rank ", layout.world_rank,
                ") does not match the communicator (rank ", world.rank(), " of ", world.size(), ")");
-    check_config_text(model_config_json);
+    check_model_config(model_config_json);
     extras = extra_names(extra_files);
     std::unordered_set<std::string> names;
     for (const PlacedTensor& pt : tensors) {
