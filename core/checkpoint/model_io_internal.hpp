@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@
 
 namespace oslo {
 namespace model_io {
+
+namespace st = safetensors;
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 // ---- Placements (model_load.cpp) ----
 

@@ -17,8 +17,6 @@
 
 namespace oslo {
 
-namespace st = safetensors;
-
 namespace model_io {
 
 // --------------------------------------------------------------------------

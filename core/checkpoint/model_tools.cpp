@@ -23,10 +23,7 @@
 
 namespace oslo {
 
-namespace st = safetensors;
-using json = nlohmann::json;
-using ojson = nlohmann::ordered_json;
-using namespace model_io;
+using namespace model_io;  // and its aliases st, json, ojson
 
 namespace {
 
