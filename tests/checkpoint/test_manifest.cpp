@@ -232,7 +232,10 @@ void test_agreement(void**) {
       if (r == 1) throw oslo::Error(OSLO_ERR_SHAPE, "rank one's shape error");
       if (r == 2) throw std::bad_alloc();
     });
-    mine.run([] { throw oslo::Error(OSLO_ERR_INTERNAL, "a later step that must not run"); });
+    // A later step runs only where no earlier one failed (rank 0 here).
+    mine.run([&] {
+      if (r > 0) throw oslo::Error(OSLO_ERR_INTERNAL, "a later step that must not run");
+    });
     oslo::agree_on_outcome(comm, mine, "step", [&] { cleaned[r] = 1; });
   });
   for (int r = 0; r < 3; ++r) {
