@@ -904,18 +904,21 @@ void test_merge_model_files(void**) {
     oslo::WeightSource src(hf);
     assert_true(src.extra_files() == want);
   }
-  auto check = [&](const std::string& out) {
+  auto check = [&](const std::string& out, bool hf_folder) {
     for (const std::string& f : want)
       assert_true(read_text(out + "/" + f) == read_text(hf + "/" + f));
     for (const std::string& f : strays) assert_false(oslo::fsutil::exists(out + "/" + f));
-    assert_true(json::parse(read_text(out + "/config.json")) == json::parse(kConfig));
+    if (hf_folder)
+      assert_true(json::parse(read_text(out + "/config.json")) == json::parse(kConfig));
   };
   oslo::merge(hf, dir + "/m1");  // an HF folder rewritten
-  check(dir + "/m1");
+  check(dir + "/m1", true);
   oslo::reshard(hf, dir + "/ck", 2, plan);  // through a checkpoint
-  check(dir + "/ck");
+  check(dir + "/ck", false);
+  assert_true(json::parse(read_text(dir + "/ck/oslo_checkpoint.json"))["extra_files"] ==
+              json(want));
   oslo::merge(dir + "/ck", dir + "/m2");
-  check(dir + "/m2");
+  check(dir + "/m2", true);
   assert_ok(load_and_compare(dir + "/m2", 2, fulls));
   oslo_test::remove_tree(dir);
 }
