@@ -21,6 +21,7 @@
 #include "core/checkpoint/manifest.hpp"
 #include "core/checkpoint/safetensors.hpp"
 #include "core/comm/agreement.hpp"
+#include "core/common/convert.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/common/log.hpp"

@@ -16,6 +16,7 @@
 #include "core/checkpoint/box_copy.hpp"
 #include "core/checkpoint/fs_util.hpp"
 #include "core/checkpoint/manifest.hpp"
+#include "core/common/convert.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/common/shape_str.hpp"

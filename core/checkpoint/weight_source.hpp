@@ -17,8 +17,8 @@
 
 #include "core/checkpoint/manifest.hpp"
 #include "core/checkpoint/safetensors.hpp"
+#include "core/common/convert.hpp"
 #include "core/common/crc32c.hpp"
-#include "core/common/dtype.hpp"
 #include "oslo.h"
 
 namespace oslo {
