@@ -58,7 +58,10 @@ struct CheckpointLoadStats {
 void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& params,
                      const CheckpointLayout& layout, Communicator& world);
 
-// Fills every param's local buffer from the checkpoint in `dir`, converting
+// Fills every param's local buffer from the checkpoint in `dir` (manifest
+// version 1, read by core/checkpoint/manifest.hpp; a version-2 model
+// checkpoint is refused with OSLO_ERR_FORMAT, as its checksums are verified
+// by the model loader only), converting
 // dtypes (float <-> float, int <-> int) and zeroing rows past the global end.
 // Not collective. Reads only the shard byte ranges that overlap each local
 // slice. Errors: OSLO_ERR_INVALID_ARGUMENT (bad params), OSLO_ERR_IO (no
@@ -72,12 +75,14 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
 // the outcome: if any rank failed, every rank throws the status of the lowest
 // failing world rank with a message naming that rank and quoting its error
 // (a rank that failed too appends its own); ranks whose own load succeeded
-// keep the loaded values. The agreement uses `world`'s collectives, so it
-// honours their timeout.
+// keep the loaded values. The agreement is agree_on_outcome
+// (core/comm/agreement.hpp): `world`'s collectives, so it honours their
+// timeout.
 void load_checkpoint_collective(const std::string& dir, const std::vector<ParamShard>& params,
                                 Communicator& world);
 
-// Name of the manifest inside a checkpoint directory.
+// Name of the manifest inside a checkpoint directory (defined with the
+// manifest module, core/checkpoint/manifest.hpp).
 extern const char* const kCheckpointManifest;  // "oslo_checkpoint.json"
 
 }  // namespace oslo

@@ -3,6 +3,10 @@
 // model as an oslo checkpoint (manifest version 2, FORMAT.md), merge any
 // source into an ordinary Hugging Face folder, reshard a checkpoint offline
 // to another tensor-parallel size, and describe any checkpoint (inspect).
+// Implemented by job: model_load.cpp (load_placed, load_placed_collective,
+// run_agreed), model_save.cpp (save_placed), model_tools.cpp (reshard,
+// merge, inspect); the manifest is core/checkpoint/manifest.hpp and the
+// failure agreement core/comm/agreement.hpp.
 //
 // Tensor memory is reached only through Backend copies and ops, so local
 // tensors may live on a GPU.
@@ -67,9 +71,10 @@ void load_placed_collective(const std::string& path, std::vector<PlacedTensor>& 
                             const ProgressFn& progress = {});
 
 // Runs `body` on every rank of `world` (collective), then agrees on the
-// outcome: if any rank failed, every rank throws the status of the lowest
-// failing rank with a message naming it (`what` says what failed), so no rank
-// goes on into a collective the others left. Honours world's timeout.
+// outcome (agree_on_outcome): if any rank failed, every rank throws the
+// status of the lowest failing rank with a message naming it (`what` says
+// what failed), so no rank goes on into a collective the others left.
+// Honours world's timeout.
 void run_agreed(Communicator& world, const std::string& what, const std::function<void()>& body);
 
 // Saves a parallel model into `dir` as an oslo checkpoint (manifest version
@@ -140,13 +145,9 @@ void reshard(const std::string& src, const std::string& dst, int new_tp, const P
              const ReshardOptions& options = {});
 
 // A description of a checkpoint, for `oslo inspect`.
-struct InspectShard {
-  std::string file, key;
-  int64_t offset = 0, length = 0;
-  uint64_t bytes = 0;
-  bool has_crc = false;
-  uint32_t crc32c = 0;
-};
+// One stored piece as inspect shows it (the manifest's description; bytes
+// and CRC32C where the source records them).
+using InspectShard = ManifestShard;
 struct InspectTensor {
   std::string name;
   std::string dtype;  // safetensors name: "F32", "BF16", ...

@@ -13,6 +13,7 @@
 
 #include "core/checkpoint/fs_util.hpp"
 #include "core/common/error.hpp"
+#include "core/common/shape_str.hpp"
 
 namespace oslo {
 namespace safetensors {
@@ -35,15 +36,6 @@ constexpr DtypeDesc kDtypes[kDtypeCount] = {
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
   return __builtin_mul_overflow(a, b, out);
-}
-
-std::string shape_str(const std::vector<uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
 }
 
 // Quotes a name for an error message, escaping control characters and

@@ -13,10 +13,13 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/checkpoint/box_copy.hpp"
 #include "core/checkpoint/fs_util.hpp"
-#include "core/checkpoint/model_io_internal.hpp"
+#include "core/checkpoint/manifest.hpp"
+#include "core/common/convert.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "core/common/shape_str.hpp"
 
 namespace oslo {
 
@@ -31,130 +34,6 @@ const char* source_kind_name(SourceKind k) {
     case SourceKind::SafetensorsFile: return "safetensors-file";
   }
   return "unknown";
-}
-
-uint64_t SourceTensor::nbytes() const {
-  uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);  // validated when listed
-  return n * st::dtype_bits(dtype) / 8;
-}
-
-// --------------------------------------------------------------------------
-// CRC32C
-// --------------------------------------------------------------------------
-
-namespace {
-
-struct CrcTable {
-  uint32_t t[8][256];
-  CrcTable() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
-      t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i)
-      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
-  }
-};
-
-uint32_t crc32c_soft(uint32_t c, const unsigned char* p, size_t n) {
-  static const CrcTable tab;
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    v ^= c;
-    c = tab.t[7][v & 0xff] ^ tab.t[6][(v >> 8) & 0xff] ^ tab.t[5][(v >> 16) & 0xff] ^
-        tab.t[4][(v >> 24) & 0xff] ^ tab.t[3][(v >> 32) & 0xff] ^ tab.t[2][(v >> 40) & 0xff] ^
-        tab.t[1][(v >> 48) & 0xff] ^ tab.t[0][v >> 56];
-    p += 8;
-    n -= 8;
-  }
-  while (n--) c = (c >> 8) ^ tab.t[0][(c ^ *p++) & 0xff];
-  return c;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t c, const unsigned char* p, size_t n) {
-  uint64_t c64 = c;
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    c64 = __builtin_ia32_crc32di(c64, v);
-    p += 8;
-    n -= 8;
-  }
-  uint32_t c32 = static_cast<uint32_t>(c64);
-  while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-  return c32;
-}
-#endif
-
-}  // namespace
-
-uint32_t crc32c(uint32_t crc, const void* data, size_t n) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint32_t c = ~crc;
-#if defined(__x86_64__)
-  static const bool hw = __builtin_cpu_supports("sse4.2");
-  c = hw ? crc32c_hw(c, p, n) : crc32c_soft(c, p, n);
-#else
-  c = crc32c_soft(c, p, n);
-#endif
-  return ~c;
-}
-
-// --------------------------------------------------------------------------
-// Host dtype conversion
-// --------------------------------------------------------------------------
-
-void convert_host(oslo_dtype sdt, const void* src, oslo_dtype ddt, void* dst, size_t n,
-                  const std::string& tensor) {
-  if (n == 0) return;
-  if (sdt == ddt) {
-    std::memcpy(dst, src, n * dtype_size(sdt));
-    return;
-  }
-  const bool sf = dtype_is_float(sdt), df = dtype_is_float(ddt);
-  if (sf && df) {
-    if (sdt == OSLO_DTYPE_F32) {
-      from_f32(ddt, static_cast<const float*>(src), dst, n);
-    } else if (ddt == OSLO_DTYPE_F32) {
-      to_f32(sdt, src, static_cast<float*>(dst), n);
-    } else {
-      float tmp[1024];
-      const char* s = static_cast<const char*>(src);
-      char* d = static_cast<char*>(dst);
-      for (size_t i = 0; i < n; i += 1024) {
-        size_t m = std::min<size_t>(1024, n - i);
-        to_f32(sdt, s + i * 2, tmp, m);
-        from_f32(ddt, tmp, d + i * 2, m);
-      }
-    }
-    return;
-  }
-  if (sdt == OSLO_DTYPE_I32 && ddt == OSLO_DTYPE_I64) {
-    for (size_t i = 0; i < n; ++i) {
-      int32_t v;
-      std::memcpy(&v, static_cast<const char*>(src) + 4 * i, 4);
-      int64_t w = v;
-      std::memcpy(static_cast<char*>(dst) + 8 * i, &w, 8);
-    }
-    return;
-  }
-  if (sdt == OSLO_DTYPE_I64 && ddt == OSLO_DTYPE_I32) {
-    for (size_t i = 0; i < n; ++i) {
-      int64_t v;
-      std::memcpy(&v, static_cast<const char*>(src) + 8 * i, 8);
-      OSLO_CHECK(v >= INT32_MIN && v <= INT32_MAX, OSLO_ERR_DTYPE, "tensor ", quote(tensor),
-                 ": value ", v, " does not fit i32");
-      int32_t w = static_cast<int32_t>(v);
-      std::memcpy(static_cast<char*>(dst) + 4 * i, &w, 4);
-    }
-    return;
-  }
-  fail(OSLO_ERR_DTYPE, "tensor ", quote(tensor), ": cannot convert ", dtype_name(sdt), " to ",
-       dtype_name(ddt));
 }
 
 // --------------------------------------------------------------------------
@@ -289,14 +168,14 @@ WeightSource::WeightSource(const std::string& path, ReadMode mode) : path_(path)
   OSLO_CHECK(!path.empty(), OSLO_ERR_INVALID_ARGUMENT, "weight source path is empty");
   if (is_dir(path)) {
     folder_ = path;
-    if (fsutil::exists(fsutil::join(path, kModelManifest))) {
+    if (fsutil::exists(fsutil::join(path, kCheckpointManifest))) {
       open_oslo();
     } else if (fsutil::exists(fsutil::join(path, "model.safetensors"))) {
       open_hf_single("model.safetensors");
     } else if (fsutil::exists(fsutil::join(path, "model.safetensors.index.json"))) {
       open_hf_index();
     } else {
-      fail(OSLO_ERR_IO, "no ", kModelManifest,
+      fail(OSLO_ERR_IO, "no ", kCheckpointManifest,
            ", model.safetensors or model.safetensors.index.json in ", quote_path(path),
            fsutil::exists(fsutil::join(path, "pytorch_model.bin"))
                ? " (pytorch_model.bin is not supported: convert it to safetensors)"
@@ -316,22 +195,29 @@ WeightSource::WeightSource(const std::string& path, ReadMode mode) : path_(path)
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
+const std::vector<std::string>& model_file_names() {
+  static const std::vector<std::string> names = {
+      "generation_config.json",   // generation defaults
+      "tokenizer.json",           // Hugging Face tokenizers
+      "tokenizer_config.json",    // tokenizer class, special tokens, chat template
+      "special_tokens_map.json",  //
+      "added_tokens.json",        //
+      "tokenizer.model",          // SentencePiece (LLaMA, Mistral, Gemma)
+      "spiece.model",             // SentencePiece (T5, ALBERT)
+      "sentencepiece.bpe.model",  // SentencePiece (XLM-R)
+      "vocab.txt",                // WordPiece (BERT)
+      "vocab.json",               // byte-level BPE (GPT-2, RoBERTa)
+      "merges.txt",               //
+      "chat_template.jinja",      // chat template saved on its own (transformers >= 4.43)
+      "chat_template.json",       //
+  };
+  return names;
+}
+
 void WeightSource::list_extra_files(bool hf) {
   if (!hf) return;
-  for (const std::string& n : fsutil::list_dir(folder_)) {
-    if (n.empty() || n[0] == '.') continue;
-    if (!is_regular(fsutil::join(folder_, n))) continue;
-    auto ends = [&](const char* s) {
-      size_t k = std::strlen(s);
-      return n.size() >= k && n.compare(n.size() - k, k, s) == 0;
-    };
-    if (ends(".safetensors") || ends(".bin") || ends(".pt") || ends(".pth") || ends(".h5") ||
-        ends(".msgpack") || ends(".onnx") || ends(".ckpt") || ends(".gguf") ||
-        n == "model.safetensors.index.json" || n == "pytorch_model.bin.index.json" ||
-        n == "config.json" || n.find(".tmp.") != std::string::npos)
-      continue;
-    extra_files_.push_back(n);
-  }
+  for (const std::string& n : model_file_names())
+    if (is_regular(fsutil::join(folder_, n))) extra_files_.push_back(n);
   std::sort(extra_files_.begin(), extra_files_.end());
 }
 
@@ -406,10 +292,12 @@ void WeightSource::open_hf_index() {
 
 void WeightSource::open_oslo() {
   kind_ = SourceKind::OsloCheckpoint;
-  ParsedManifest m = parse_model_manifest(folder_);
+  Manifest m = read_manifest(folder_);
   version_ = m.version;
   save_id_ = m.save_id;
-  layout_ = m.layout;
+  layout_.tp_size = m.tp_size;
+  layout_.pp_size = m.pp_size;
+  layout_.dp_size = m.dp_size;
   tensors_ = std::move(m.tensors);
   config_json_ = m.config_json;
   extra_files_ = m.extra_files;
@@ -437,25 +325,11 @@ const SourceTensor& WeightSource::at(const std::string& name) const {
     if (kind_ == SourceKind::HfSingle) where = fsutil::join(folder_, "model.safetensors");
     if (kind_ == SourceKind::HfSharded)
       where = fsutil::join(folder_, "model.safetensors.index.json");
-    if (kind_ == SourceKind::OsloCheckpoint) where = fsutil::join(folder_, kModelManifest);
+    if (kind_ == SourceKind::OsloCheckpoint) where = fsutil::join(folder_, kCheckpointManifest);
     fail(OSLO_ERR_FORMAT, "tensor ", quote(name), " is not in ", quote_path(where));
   }
   return *t;
 }
-
-namespace {
-
-std::vector<uint64_t> strides_of(const std::vector<int64_t>& shape) {
-  std::vector<uint64_t> s(shape.size());
-  uint64_t acc = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    s[i] = acc;
-    acc *= static_cast<uint64_t>(shape[i]);
-  }
-  return s;
-}
-
-}  // namespace
 
 void WeightSource::check_tensor(const SourceTensor& t, int dim, int64_t start, int64_t len) {
   for (const SourceShard& sh : t.shards) {
@@ -519,9 +393,7 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
   const uint64_t ss = bits / 8, ds = raw ? ss : dtype_size(ddt);
   std::vector<int64_t> bshape(nd);
   for (int k = 0; k < nd; ++k) bshape[k] = hi[k] - lo[k];
-  const std::vector<uint64_t> dstr = strides_of(bshape);
   std::vector<char> bounce;
-  constexpr uint64_t kBounce = uint64_t{8} << 20;
   for (const SourceShard& sh : t.shards) {
     std::vector<int64_t> slo = lo, shi = hi, sorg(nd, 0), sshape(t.shape);
     if (t.split_dim >= 0) {
@@ -534,78 +406,15 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
     }
     File& f = file(sh.file);
     const st::TensorInfo& ti = f.reader->at(sh.key);
-    const std::vector<uint64_t> sstr = strides_of(sshape);
-    // Innermost dimension where the box is narrower than the stored piece or
-    // the destination: everything inside it is one contiguous run in both.
-    int k = 0;
-    for (int j = nd - 1; j >= 0; --j)
-      if (shi[j] - slo[j] != sshape[j] || shi[j] - slo[j] != bshape[j]) {
-        k = j;
-        break;
-      }
-    const uint64_t run = nd == 0 ? 1 : static_cast<uint64_t>(shi[k] - slo[k]) * sstr[k];
-    // Batches of runs adjacent in the file are read with one call.
-    struct Run {
-      uint64_t dst, n, at;
-    };
-    std::vector<Run> runs;
-    uint64_t batch_src = 0, batch_n = 0;
-    auto flush = [&] {
-      if (runs.empty()) return;
-      if (bounce.size() < batch_n * ss) bounce.resize(static_cast<size_t>(batch_n * ss));
-      read_bytes(sh, f, ti, batch_src * ss, batch_n * ss, bounce.data());
-      for (const Run& r : runs) {
-        char* d = static_cast<char*>(dst) + r.dst * ds;
-        if (raw)
-          std::memcpy(d, bounce.data() + r.at * ss, static_cast<size_t>(r.n * ss));
-        else
-          convert_host(sdt, bounce.data() + r.at * ss, ddt, d, static_cast<size_t>(r.n), t.name);
-      }
-      runs.clear();
-      batch_n = 0;
-    };
-    auto add = [&](uint64_t src, uint64_t d, uint64_t n) {
-      const uint64_t cap = std::max<uint64_t>(1, kBounce / ss);
-      if (raw && n >= cap) {  // large same-dtype run: straight into place
-        flush();
-        read_bytes(sh, f, ti, src * ss, n * ss, static_cast<char*>(dst) + d * ds);
-        return;
-      }
-      while (n > 0) {
-        uint64_t piece = std::min<uint64_t>(n, cap);
-        if (!runs.empty() && (src != batch_src + batch_n || batch_n + piece > cap)) flush();
-        if (runs.empty()) {
-          batch_src = src;
-          batch_n = 0;
-        }
-        runs.push_back({d, piece, batch_n});
-        batch_n += piece;
-        src += piece;
-        d += piece;
-        n -= piece;
-      }
-    };
-    if (nd == 0) {
-      add(0, 0, 1);
-    } else {
-      std::vector<int64_t> idx(slo.begin(), slo.begin() + k);
-      for (;;) {
-        uint64_t so = static_cast<uint64_t>(slo[k] - sorg[k]) * sstr[k];
-        uint64_t dof = static_cast<uint64_t>(slo[k] - lo[k]) * dstr[k];
-        for (int j = 0; j < k; ++j) {
-          so += static_cast<uint64_t>(idx[j] - sorg[j]) * sstr[j];
-          dof += static_cast<uint64_t>(idx[j] - lo[j]) * dstr[j];
-        }
-        add(so, dof, run);
-        int j = k - 1;
-        for (; j >= 0; --j) {
-          if (++idx[j] < shi[j]) break;
-          idx[j] = slo[j];
-        }
-        if (j < 0) break;
-      }
-    }
-    flush();
+    BoxSource bs;
+    bs.read = [&](uint64_t off, uint64_t n, void* d) { read_bytes(sh, f, ti, off, n, d); };
+    bs.src_size = ss;
+    bs.dst_size = ds;
+    if (!raw)
+      bs.convert = [&](const void* from, void* to, size_t n) {
+        convert_host(sdt, from, ddt, to, n, t.name);
+      };
+    copy_box(bs, slo, shi, sorg, sshape, lo, bshape, dst, &bounce);
   }
 }
 

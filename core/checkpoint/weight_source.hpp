@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/manifest.hpp"
 #include "core/checkpoint/safetensors.hpp"
+#include "core/common/convert.hpp"
+#include "core/common/crc32c.hpp"
 #include "oslo.h"
 
 namespace oslo {
@@ -33,6 +36,16 @@ enum class SourceKind {
 const char* source_kind_name(
     SourceKind k);  // "hf-single", "hf-sharded", "oslo-checkpoint", "safetensors-file"
 
+// The files of a Hugging Face model folder, besides its weights and
+// config.json (which a source reads itself), that belong to the model and
+// travel with it through save, reshard and merge: generation_config.json and
+// the tokenizer files (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, added_tokens.json, tokenizer.model, spiece.model,
+// sentencepiece.bpe.model, vocab.txt, vocab.json, merges.txt,
+// chat_template.jinja, chat_template.json). The one list: FORMAT.md
+// ("Model files") documents it.
+const std::vector<std::string>& model_file_names();
+
 // How tensor bytes are read. Pread is the default: the page-cache pages it
 // touches never count in the process's resident set, and a file truncated
 // while being read is an error instead of SIGBUS. Mmap maps each file
@@ -40,27 +53,12 @@ const char* source_kind_name(
 // (madvise(MADV_DONTNEED)) after every run; see FORMAT.md "Reading".
 enum class ReadMode { Pread, Mmap };
 
-// One stored piece of a tensor: rows [offset, offset + length) along the
-// tensor's split_dim (the whole tensor when split_dim is -1) under `key` in
-// `file` (a plain name inside the source's folder).
-struct SourceShard {
-  std::string file;
-  std::string key;
-  int64_t offset = 0;
-  int64_t length = 0;
-  uint64_t bytes = 0;    // bytes of the stored piece
-  bool has_crc = false;  // manifest version 2 records a CRC32C of the piece's bytes
-  uint32_t crc32c = 0;
-};
-
-struct SourceTensor {
-  std::string name;
-  safetensors::Dtype dtype = safetensors::Dtype::F32;  // stored dtype
-  std::vector<int64_t> shape;                          // global shape
-  int split_dim = -1;                                  // -1: stored whole (one shard)
-  std::vector<SourceShard> shards;                     // sorted by offset, tiling split_dim
-  uint64_t nbytes() const;                             // bytes of the whole tensor
-};
+// The tensors of a source as the manifest module describes them: a stored
+// piece (file, key, rows along split_dim, bytes, CRC32C) and a tensor (name,
+// stored dtype, global shape, split_dim, pieces sorted by offset tiling
+// split_dim). An HF file's tensor is one piece holding it whole.
+using SourceShard = ManifestShard;
+using SourceTensor = ManifestTensor;
 
 // Parallel layout recorded by an oslo checkpoint (1/1/1 for other sources).
 struct SourceLayout {
@@ -104,10 +102,11 @@ class WeightSource {
   // The model config as JSON text: config.json of an HF folder, the
   // manifest's model_config of a version-2 checkpoint; empty if none.
   const std::string& config_json() const { return config_json_; }
-  // Other files to carry along (tokenizer.json, tokenizer_config.json,
-  // generation_config.json, ...): plain names inside folder(). For an HF
-  // folder every regular file that is not weights, an index, config.json or
-  // a hidden file; for an oslo checkpoint the manifest's extra_files.
+  // Other files to carry along: plain names inside folder(). For an HF
+  // folder the model's own files that it holds, from model_file_names()
+  // (generation config, tokenizer files); any other file in the folder is
+  // not the model's and is left behind. For an oslo checkpoint the
+  // manifest's extra_files (what its save was given).
   const std::vector<std::string>& extra_files() const { return extra_files_; }
   // The same as paths (folder() joined with each name), as save_placed takes them.
   std::vector<std::string> extra_file_paths() const;
@@ -170,15 +169,5 @@ class WeightSource {
   std::map<std::pair<std::string, std::string>, CrcProgress> crc_;
   uint64_t bytes_read_ = 0, read_calls_ = 0, files_opened_ = 0;
 };
-
-// CRC32C (Castagnoli) of n bytes, continuing from `crc` (0 to start);
-// SSE4.2 instructions where the CPU has them.
-uint32_t crc32c(uint32_t crc, const void* data, size_t n);
-
-// Converts n elements between oslo dtypes on the host (float <-> float with
-// round-to-nearest-even, int <-> int; same dtype: memcpy). OSLO_ERR_DTYPE
-// naming `tensor` for a float <-> int pair or an i64 value out of i32 range.
-void convert_host(oslo_dtype from, const void* src, oslo_dtype to, void* dst, size_t n,
-                  const std::string& tensor);
 
 }  // namespace oslo

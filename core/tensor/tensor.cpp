@@ -4,6 +4,7 @@
 
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "core/common/shape_str.hpp"
 
 namespace oslo {
 
@@ -33,9 +34,7 @@ int64_t Tensor::numel_of(const std::vector<int64_t>& shape) {
 }
 
 std::string Tensor::shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
+  return oslo::shape_str(shape);
 }
 
 int64_t Tensor::numel() const {

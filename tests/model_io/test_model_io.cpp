@@ -874,6 +874,55 @@ void test_reads_v1(void**) {
   oslo_test::remove_tree(dir);
 }
 
+// Merge (and save, reshard) carry the model's own files, the ones
+// oslo::model_file_names() lists, and nothing else the folder holds.
+void test_merge_model_files(void**) {
+  const std::vector<Full> fulls = make_fulls(8);
+  const std::string dir = fresh_dir();
+  const std::string hf = dir + "/hf";
+  write_hf(hf, fulls, 1);
+  const std::vector<std::string> model_files = {"generation_config.json",
+                                                "tokenizer_config.json",
+                                                "special_tokens_map.json",
+                                                "added_tokens.json",
+                                                "tokenizer.model",
+                                                "vocab.txt",
+                                                "vocab.json",
+                                                "merges.txt"};
+  for (const std::string& f : model_files) write_text(hf + "/" + f, "model file " + f + "\n");
+  // Not the model's: notes, a training log, an optimizer state, a script.
+  const std::vector<std::string> strays = {"notes.txt", "trainer_state.json", "optimizer.pt",
+                                           "run.sh"};
+  for (const std::string& f : strays) write_text(hf + "/" + f, "stray " + f + "\n");
+  const std::vector<std::string> listed = oslo::model_file_names();
+  for (const std::string& f : model_files)
+    assert_true(std::find(listed.begin(), listed.end(), f) != listed.end());
+  std::vector<std::string> want = model_files;
+  want.push_back("tokenizer.json");
+  std::sort(want.begin(), want.end());
+  {
+    oslo::WeightSource src(hf);
+    assert_true(src.extra_files() == want);
+  }
+  auto check = [&](const std::string& out, bool hf_folder) {
+    for (const std::string& f : want)
+      assert_true(read_text(out + "/" + f) == read_text(hf + "/" + f));
+    for (const std::string& f : strays) assert_false(oslo::fsutil::exists(out + "/" + f));
+    if (hf_folder)
+      assert_true(json::parse(read_text(out + "/config.json")) == json::parse(kConfig));
+  };
+  oslo::merge(hf, dir + "/m1");  // an HF folder rewritten
+  check(dir + "/m1", true);
+  oslo::reshard(hf, dir + "/ck", 2, plan);  // through a checkpoint
+  check(dir + "/ck", false);
+  assert_true(json::parse(read_text(dir + "/ck/oslo_checkpoint.json"))["extra_files"] ==
+              json(want));
+  oslo::merge(dir + "/ck", dir + "/m2");
+  check(dir + "/m2", true);
+  assert_ok(load_and_compare(dir + "/m2", 2, fulls));
+  oslo_test::remove_tree(dir);
+}
+
 // Corrupt, truncated and hostile inputs are named errors.
 void test_hostile(void**) {
   const std::vector<Full> fulls = make_fulls(6);
@@ -1195,6 +1244,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_collective_failure), cmocka_unit_test(test_save_dp),
       cmocka_unit_test(test_crash_safety),       cmocka_unit_test(test_inspect),
       cmocka_unit_test(test_reads_v1),           cmocka_unit_test(test_hostile),
+      cmocka_unit_test(test_merge_model_files),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
