@@ -328,8 +328,9 @@ void few_rows(int threads, int64_t M, int64_t N, int64_t K, const float* a, cons
 Matmul::Matmul() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 Matmul::~Matmul() = default;
 
-void Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2& a, const Mat2& b,
+bool Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2& a, const Mat2& b,
                        float* c) {
+  if (!bf16_prim_ok_) return false;
   Key key{M, N, K, a.rs, a.cs, b.rs, b.cs};
   auto it = cache_.find(key);
   if (it == cache_.end()) {
@@ -337,7 +338,16 @@ void Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2&
     memory::desc b_md({K, N}, memory::data_type::bf16, {b.rs, b.cs});
     memory::desc c_md({M, N}, memory::data_type::f32, {N, 1});
     dnnl::matmul::desc d(a_md, b_md, c_md);
-    dnnl::matmul::primitive_desc pd(d, engine_);
+    dnnl::matmul::primitive_desc pd;
+    try {
+      pd = dnnl::matmul::primitive_desc(d, engine_);
+    } catch (const dnnl::error& e) {
+      // No bf16 implementation for this CPU (oneDNN 2.6 has none without
+      // AVX-512): say so once per instance and let the caller widen.
+      if (e.status != dnnl_unimplemented) throw;
+      bf16_prim_ok_ = false;
+      return false;
+    }
     if (cache_.size() > 256) cache_.clear();
     it = cache_.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
   }
@@ -345,7 +355,7 @@ void Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2&
   omp_set_num_threads(std::max(1, threads));
   memory am(e.a_md, engine_, a.data), bm(e.b_md, engine_, b.data), cm(e.c_md, engine_, c);
   e.prim.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  stream_.wait();
+  stream_.wait();  return true;
 }
 
 void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias, float alpha,
@@ -427,10 +437,14 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
       } else if (M <= 8 && bm.rs == 1 && bm.cs >= K) {
         std::vector<float> a32 = to_f32_dense(am);
         few_rows(threads, M, N, K, a32.data(), bm, out, ldo);
-      } else if (am.dtype == OSLO_DTYPE_BF16) {
-        bf16_gemm(threads, M, N, K, Mat2{am.data, am.rs, am.cs}, Mat2{bm.data, bm.rs, bm.cs}, out);
+      } else if (am.dtype == OSLO_DTYPE_BF16 &&
+                 bf16_gemm(threads, M, N, K, Mat2{am.data, am.rs, am.cs},
+                           Mat2{bm.data, bm.rs, bm.cs}, out)) {
+        // done by oneDNN's bf16 matmul
       } else {
-        // f16: widen the weight a panel of columns at a time.
+        // f16 (and bf16 where oneDNN has no bf16 matmul for this CPU): widen
+        // the weight a panel of columns at a time; f32 products of values
+        // exactly widened, f32 accumulation as the contract says.
         std::vector<float> a32 = to_f32_dense(am);
         Mat a32m{reinterpret_cast<char*>(a32.data()), OSLO_DTYPE_F32, M, K, K, 1};
         const int64_t panel = 1024;  // 16 MB of f32 for K = 4096; fewer re-packs of a
@@ -443,7 +457,7 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
             // Rows n0 .. n0 + nb of W, widened in one pass, used transposed.
             b32.resize(static_cast<size_t>(nb * K));
             for (int64_t j = 0; j < nb; ++j)
-              to_f32(OSLO_DTYPE_F16, bm.at(0, n0 + j), b32.data() + j * K, static_cast<size_t>(K));
+              to_f32(bm.dtype, bm.at(0, n0 + j), b32.data() + j * K, static_cast<size_t>(K));
             b32m = Mat{reinterpret_cast<char*>(b32.data()), OSLO_DTYPE_F32, K, nb, 1, K};
           } else {
             Mat bp = bm;

@@ -27,7 +27,10 @@ class Matmul {
     int64_t rs, cs;
   };
   // bf16 [M, K] x bf16 [K, N] -> f32 [M, N] (ld N) through a cached primitive.
-  void bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2& a, const Mat2& b,
+  // Returns false (and computes nothing) when oneDNN has no bf16 matmul on
+  // this CPU (oneDNN 2.6 needs AVX-512 for it; an AVX2-only CPU has none):
+  // the caller then widens to f32.
+  bool bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2& a, const Mat2& b,
                  float* c);
 
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
@@ -38,6 +41,7 @@ class Matmul {
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::map<Key, Entry> cache_;
+  bool bf16_prim_ok_ = true;  // false once oneDNN refused a bf16 matmul
 };
 
 }  // namespace cpu
