@@ -316,8 +316,9 @@ int main(int argc, char** argv) {
     }
   }
   // 3. Every fixture: random text, and a few mutations of its tokenizer.json.
-  for (const char* name : {"gpt2_bpe", "llama3_bpe", "qwen2_bpe", "minilm", "llama2_fast",
-                           "llama2_spm", "xlmr_unigram", "unigram_raw", "t5_unigram", "wordlevel"}) {
+  for (const char* name :
+       {"gpt2_bpe", "llama3_bpe", "qwen2_bpe", "minilm", "llama2_fast", "llama2_spm",
+        "xlmr_unigram", "unigram_raw", "t5_unigram", "wordlevel"}) {
     std::unique_ptr<Tokenizer> t;
     if (!run(name, [&] { t = Tokenizer::load(dir + "/" + name); }) || !t) {
       fprintf(stderr, "FAIL cannot load fixture %s\n", name);
