@@ -71,13 +71,8 @@ int digits_for(int size) {
 
 std::map<std::string, std::string> shard_metadata(const std::string& save_id, int tp, int tp_size,
                                                   int pp, int pp_size) {
-  ojson meta;
-  meta["version"] = kManifestVersion;
-  meta["save_id"] = save_id;
-  meta["tp_rank"] = tp;
-  meta["tp_size"] = tp_size;
-  meta["pp_rank"] = pp;
-  meta["pp_size"] = pp_size;
+  const ojson meta = {{"version", kManifestVersion}, {"save_id", save_id}, {"tp_rank", tp},
+                      {"tp_size", tp_size},          {"pp_rank", pp},      {"pp_size", pp_size}};
   return {{"format", "pt"}, {"oslo", meta.dump()}};
 }
 
