@@ -364,6 +364,8 @@ def make_config(spec, tok_info):
     common = dict(vocab_size=VOCAB, initializer_range=INIT_RANGE,
                   bos_token_id=tok_info["bos"], eos_token_id=tok_info["eos"],
                   pad_token_id=tok_info["pad"])
+    if "make_config" in spec:  # families defined in their own block below
+        return spec["make_config"](spec, common)
     if arch == "GPT2LMHeadModel":
         return transformers.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=INTER,
                                        n_positions=MAXPOS, tie_word_embeddings=True, **common)
@@ -569,7 +571,8 @@ def causal_fixture(name, spec, toks, out_dir, seed_offset=0):
     if tinfo.get("spm_model"):
         shutil.copyfile(tinfo["spm_model"], os.path.join(d, "tokenizer.model"))
     if spec.get("legacy_config"):
-        legacy_config(d)
+        fix = spec["legacy_config"]
+        (fix if callable(fix) else legacy_config)(d)
     self_check(d, spec, refs, prompts, tinfo)
     ref_tensors = {k: (v.to(torch.int64) if not v.is_floating_point() else v.to(torch.float32)).contiguous()
                    for k, v in refs.items()}
@@ -751,6 +754,48 @@ def minilm_fixture(out_dir, src):
         fh.write("\n")
     log("minilm-reference: done")
     return d
+
+
+# ----------------------------------------------------------------- GPT-NeoX
+# GPTNeoXForCausalLM (the Pythia family): parallel attention + MLP, rotary on
+# the first rotary_pct of each head, query_key_value fused per head, untied
+# embed_out. gpt-neox-tiny: Pythia's settings (use_parallel_residual, rotary
+# 0.25) in the transformers 4.x config form Pythia's Hub configs have
+# (rotary_pct, rotary_emb_base); gpt-neox-tiny-seq: use_parallel_residual =
+# false, rotary 0.5, in the 5.x form (rope_parameters).
+
+def gpt_neox_config(spec, common):
+    return transformers.GPTNeoXConfig(
+        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=INTER,
+        max_position_embeddings=MAXPOS, layer_norm_eps=1e-5, hidden_act="gelu",
+        use_parallel_residual=spec["parallel"], tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": spec["rotary_pct"]},
+        **common)
+
+
+def gpt_neox_legacy_config(d):
+    """config.json as transformers 4.x writes GPT-NeoX's: rotary_pct and
+    rotary_emb_base at the top level, rope_scaling null, torch_dtype."""
+    path = os.path.join(d, "config.json")
+    with open(path) as fh:
+        cfg = json.load(fh)
+    rp = cfg.pop("rope_parameters")
+    assert rp.get("rope_type", "default") == "default", rp
+    cfg["rotary_pct"] = rp["partial_rotary_factor"]
+    cfg["rotary_emb_base"] = rp["rope_theta"]
+    cfg["rope_scaling"] = None
+    cfg["torch_dtype"] = cfg.pop("dtype")
+    with open(path, "w") as fh:
+        json.dump(dict(sorted(cfg.items())), fh, indent=2)
+        fh.write("\n")
+
+
+CAUSAL["gpt-neox-tiny"] = dict(arch="GPTNeoXForCausalLM", tokenizer="bpe", seed=6, parallel=True,
+                               rotary_pct=0.25, make_config=gpt_neox_config,
+                               legacy_config=gpt_neox_legacy_config)
+CAUSAL["gpt-neox-tiny-seq"] = dict(arch="GPTNeoXForCausalLM", tokenizer="bpe", seed=7, parallel=False,
+                                   rotary_pct=0.5, make_config=gpt_neox_config)
 
 
 def main():

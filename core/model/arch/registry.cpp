@@ -9,9 +9,12 @@ namespace arch {
 // The registered families. Each family's file defines its entries; a new
 // family adds its file to CMakeLists.txt and its entries here.
 extern const Arch kGpt2, kBert, kLlama, kMistral, kQwen2;
+extern const Arch kGptNeox;
 
 const std::vector<const Arch*>& all() {
-  static const std::vector<const Arch*> entries = {&kGpt2, &kBert, &kLlama, &kMistral, &kQwen2};
+  static const std::vector<const Arch*> entries = {
+      &kGpt2, &kBert, &kLlama, &kMistral, &kQwen2, &kGptNeox,
+  };
   return entries;
 }
 
