@@ -20,6 +20,7 @@
 #include <memory>
 #include <new>
 #include <sstream>
+#include <thread>
 
 namespace oslo_torch {
 
@@ -396,6 +397,17 @@ oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,
   });
 }
 
+// The host waits for a c10 event: synchronize() where this libtorch has it
+// (2.x), else polling query() (libtorch 1.13).
+template <class E>
+auto host_wait(const E& e, int) -> decltype(e.synchronize()) {
+  e.synchronize();
+}
+template <class E>
+void host_wait(const E& e, long) {
+  while (!e.query()) std::this_thread::yield();
+}
+
 // An event: c10's on a device, a flag on the CPU.
 struct TorchEvent {
   std::optional<c10::Event> ev;
@@ -434,7 +446,7 @@ oslo_status event_wait(void* self, void* event) {
 oslo_status event_synchronize(void* self, void* event) {
   return guard(self, "event_synchronize", [&](Instance&) {
     TorchEvent& e = event_of(event, "event_synchronize");
-    if (e.ev) e.ev->synchronize();
+    if (e.ev) host_wait(*e.ev, 0);
   });
 }
 
@@ -563,7 +575,7 @@ oslo_status stream_wait_event(void* self, int64_t stream, void* event) {
       const auto* impl = c10::impl::getDeviceGuardImpl(in.device.type());
       e.ev->block(impl->getDefaultStream(in.device));
     } else {
-      e.ev->synchronize();
+      host_wait(*e.ev, 0);
     }
   });
 }

@@ -158,11 +158,14 @@ std::shared_ptr<Backend> create_backend(const std::string& name, const BackendOp
       const char* e = dlerror();
       if (e && errors.size() < 2000) errors += str("\n  ", e);
     }
-    std::string hint = name == "torch"
-                           ? " (build it with libtorch installed: apt-get install libtorch-dev, "
-                             "then configure oslo with -DOSLO_BACKEND_TORCH=ON; see "
-                             "backends/torch/README.md)"
-                           : "";
+    std::string hint =
+        name == "torch"  ? " (build it with libtorch installed: apt-get install libtorch-dev, "
+                           "then configure oslo with -DOSLO_BACKEND_TORCH=ON; see "
+                           "backends/torch/README.md)"
+        : name == "cuda" ? " (the CUDA backend plugin is built when CMake finds the CUDA toolkit "
+                           "with cuBLAS and NCCL, and it needs a GPU and its driver at run "
+                           "time; see backends/cuda; or use --device cpu)"
+                         : "";
     OSLO_CHECK(handle, OSLO_ERR_BACKEND_UNAVAILABLE, "backend '", name,
                "' is not available (built in: cpu; no loadable ", file, hint, "):", errors);
     // The plugin stays loaded for the life of the process: its code may still

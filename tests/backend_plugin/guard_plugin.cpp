@@ -19,6 +19,8 @@
 #include <new>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/backend/oslo_backend.h"
 
 namespace oslo {
@@ -34,14 +36,33 @@ const oslo_backend_iface& cpu() {
 constexpr size_t kArena = size_t(8) << 30;  // address space only (MAP_NORESERVE)
 constexpr size_t kAlign = 64;
 
-struct Instance {
-  void* inner = nullptr;  // the CPU backend's instance
+// One arena per process (all instances are on the same "device", so, as the
+// ABI allows, memory of one instance may be used by another's ops). It is
+// accessible while at least one entry of any instance runs, never else.
+struct Arena {
   char* base = nullptr;
-  std::mutex mu;  // the allocator's state (free() may run on any thread)
+  std::mutex mu;  // everything below (free() may run on any thread)
   size_t used = 0;
   std::multimap<size_t, size_t> free_blocks;  // size -> offset
   std::map<size_t, size_t> live;              // offset -> size
-  size_t open_bytes = 0;                      // bytes made accessible by the open entry
+  int open = 0;                               // entries running now
+  size_t open_bytes = 0;                      // bytes made accessible
+};
+
+Arena& arena() {
+  static Arena* a = [] {
+    auto* r = new Arena;
+    void* base =
+        mmap(nullptr, kArena, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    r->base = base == MAP_FAILED ? nullptr : static_cast<char*>(base);
+    return r;
+  }();
+  return *a;
+}
+
+struct Instance {
+  void* inner = nullptr;  // the CPU backend's instance
+  int device = 0;         // backend option {"device": N}: the device index it reports
   std::string error = "no error";
 };
 
@@ -54,32 +75,30 @@ size_t page() {
   return p;
 }
 
-// The arena is accessible while an entry runs (a scope object), never else.
+// Opens the arena for the duration of one entry.
 class Open {
  public:
-  explicit Open(Instance& I) : I_(I) {
-    size_t used;
-    {
-      std::lock_guard<std::mutex> lk(I.mu);
-      used = I.used;
+  explicit Open(Instance&) {
+    Arena& A = arena();
+    std::lock_guard<std::mutex> lk(A.mu);
+    if (A.open++ == 0) {
+      A.open_bytes = (A.used + page() - 1) / page() * page();
+      if (A.open_bytes) mprotect(A.base, A.open_bytes, PROT_READ | PROT_WRITE);
     }
-    bytes_ = (used + page() - 1) / page() * page();
-    if (bytes_) mprotect(I.base, bytes_, PROT_READ | PROT_WRITE);
   }
   ~Open() {
-    if (bytes_) mprotect(I_.base, bytes_, PROT_NONE);
+    Arena& A = arena();
+    std::lock_guard<std::mutex> lk(A.mu);
+    if (--A.open == 0 && A.open_bytes) mprotect(A.base, A.open_bytes, PROT_NONE);
   }
   Open(const Open&) = delete;
   Open& operator=(const Open&) = delete;
-
- private:
-  Instance& I_;
-  size_t bytes_ = 0;
 };
 
-bool in_arena(const Instance& I, const void* p, size_t bytes) {
+bool in_arena(const Instance&, const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
-  return c >= I.base && c + bytes <= I.base + kArena && bytes <= kArena;
+  const char* base = arena().base;
+  return c >= base && bytes <= kArena && c + bytes <= base + kArena;
 }
 
 oslo_status refuse(Instance& I, const std::string& msg) {
@@ -142,21 +161,22 @@ struct Wrap<oslo_status (*)(void*, A...), M> {
   t.entry = Wrap<decltype(oslo_backend_iface::entry), &oslo_backend_iface::entry>::fn
 
 oslo_status create(void** self, const oslo_backend_options* o, const char** error) {
+  if (!arena().base) {
+    *error = "guard: cannot reserve the arena";
+    return OSLO_ERR_BACKEND_UNAVAILABLE;
+  }
   auto* I = new (std::nothrow) Instance;
   if (!I) {
     *error = "guard: out of memory";
     return OSLO_ERR_OUT_OF_MEMORY;
   }
-  void* base = mmap(nullptr, kArena, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) {
-    delete I;
-    *error = "guard: cannot reserve the arena";
-    return OSLO_ERR_BACKEND_UNAVAILABLE;
+  if (o && o->extra_json) {
+    const auto j = nlohmann::json::parse(o->extra_json, nullptr, false);
+    if (j.is_object() && j.contains("device") && j["device"].is_number_integer())
+      I->device = j["device"].get<int>();
   }
-  I->base = static_cast<char*>(base);
   oslo_status st = cpu().create(&I->inner, o, error);
   if (st != OSLO_OK) {
-    munmap(base, kArena);
     delete I;
     return st;
   }
@@ -166,7 +186,6 @@ oslo_status create(void** self, const oslo_backend_options* o, const char** erro
 void destroy(void* self) {
   Instance* I = inst(self);
   cpu().destroy(I->inner);
-  munmap(I->base, kArena);
   delete I;
 }
 const char* last_error(void* self) {
@@ -175,43 +194,51 @@ const char* last_error(void* self) {
 int32_t device_type(void*) {
   return 2; /* kDLCUDA: a device the host cannot read */
 }
-int32_t device_id(void*) {
-  return 0;
+int32_t device_id(void* self) {
+  return inst(self)->device;
 }
 int host_accessible(void*) {
   return 0;
 }
 
 oslo_status alloc(void* self, size_t bytes, void** out) {
-  Instance& I = *inst(self);
+  Arena& A = arena();
   const size_t n = bytes == 0 ? kAlign : (bytes + kAlign - 1) / kAlign * kAlign;
-  std::lock_guard<std::mutex> lk(I.mu);
-  auto it = I.free_blocks.find(n);
+  std::lock_guard<std::mutex> lk(A.mu);
+  auto it = A.free_blocks.find(n);
   size_t off;
-  if (it != I.free_blocks.end()) {
+  if (it != A.free_blocks.end()) {
     off = it->second;
-    I.free_blocks.erase(it);
+    A.free_blocks.erase(it);
   } else {
-    if (I.used + n > kArena) {
-      I.error = "guard: arena exhausted";
+    if (A.used + n > kArena) {
+      inst(self)->error = "guard: arena exhausted";
       return OSLO_ERR_OUT_OF_MEMORY;
     }
-    off = I.used;
-    I.used += n;
+    off = A.used;
+    A.used += n;
+    // An entry running on another thread opened only what existed then.
+    if (A.open) {
+      const size_t want = (A.used + page() - 1) / page() * page();
+      if (want > A.open_bytes) {
+        mprotect(A.base + A.open_bytes, want - A.open_bytes, PROT_READ | PROT_WRITE);
+        A.open_bytes = want;
+      }
+    }
   }
-  I.live[off] = n;
-  *out = I.base + off;
+  A.live[off] = n;
+  *out = A.base + off;
   return OSLO_OK;
 }
-void free_(void* self, void* p, size_t) {
+void free_(void*, void* p, size_t) {
   if (!p) return;
-  Instance& I = *inst(self);
-  std::lock_guard<std::mutex> lk(I.mu);
-  const size_t off = static_cast<size_t>(static_cast<char*>(p) - I.base);
-  auto it = I.live.find(off);
-  if (it == I.live.end()) return;  // not ours: ignored (the test's tensors are all ours)
-  I.free_blocks.emplace(it->second, off);
-  I.live.erase(it);
+  Arena& A = arena();
+  std::lock_guard<std::mutex> lk(A.mu);
+  const size_t off = static_cast<size_t>(static_cast<char*>(p) - A.base);
+  auto it = A.live.find(off);
+  if (it == A.live.end()) return;  // not ours: ignored
+  A.free_blocks.emplace(it->second, off);
+  A.live.erase(it);
 }
 
 oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind kind) {
@@ -238,11 +265,11 @@ oslo_status set_num_threads(void* self, int n) {
 const char* device_name(void*) {
   return "oslo guard device (PROT_NONE memory)";
 }
-oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
-  Instance& I = *inst(self);
-  std::lock_guard<std::mutex> lk(I.mu);
+oslo_status memory_info(void*, size_t* free_bytes, size_t* total_bytes) {
+  Arena& A = arena();
+  std::lock_guard<std::mutex> lk(A.mu);
   size_t live = 0;
-  for (auto& kv : I.live) live += kv.second;
+  for (auto& kv : A.live) live += kv.second;
   *total_bytes = kArena;
   *free_bytes = kArena - live;
   return OSLO_OK;
