@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -299,11 +300,16 @@ oslo_status event_synchronize(void* self, void* ev) {
   Instance& I = *inst(self);
   return inner_status(I, cpu().event_synchronize(I.inner, ev));
 }
-int64_t native_stream(void*) {
-  return 0;
+// A made-up native stream per device (DLPack value 0x6a00 + device), and the
+// last foreign stream made to wait, for the DLPack tests to read
+// (oslo_guard_last_stream_wait, found with dlsym).
+int64_t native_stream(void* self) {
+  return 0x6a00 + inst(self)->device;
 }
+std::atomic<int64_t> g_last_stream_wait{0};
 oslo_status stream_wait_event(void* self, int64_t stream, void* ev) {
   Instance& I = *inst(self);
+  g_last_stream_wait = stream;
   return inner_status(I, cpu().stream_wait_event(I.inner, stream, ev));
 }
 
@@ -353,6 +359,10 @@ oslo_backend_iface make() {
 }
 
 }  // namespace
+
+extern "C" __attribute__((visibility("default"))) int64_t oslo_guard_last_stream_wait() {
+  return g_last_stream_wait.load();
+}
 
 extern "C" __attribute__((visibility("default"))) const oslo_backend_iface*
 oslo_backend_plugin_v2() {

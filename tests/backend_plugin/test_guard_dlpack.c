@@ -2,8 +2,11 @@
  * device index from its backend option "device"): an import must be on the
  * context's device index, not only its device type; exports name the
  * backend's device. The imported memory is never touched by the core (the
- * guard plugin would refuse it as a view; here no op runs on it). */
+ * guard plugin would refuse it as a view; here no op runs on it). Exports
+ * order DLPack's default consumer stream after the backend's queue. */
+#include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <oslo/dlpack.h>
@@ -71,8 +74,21 @@ int main(void) {
   int64_t shape[2] = {2, 3};
   oslo_tensor *x = NULL;
   check(oslo_tensor_create(ctx, OSLO_DTYPE_F32, 2, shape, &x) == OSLO_OK, "tensor on the guard");
+  /* The export orders DLPack's default consumer stream (CUDA's legacy
+   * default stream, 1) after the backend's queue, through the backend's
+   * stream_wait_event (read back from the guard plugin's test hook). */
+  int64_t (*last_wait)(void) = NULL;
+  {
+    char path[1024];
+    const char *dir = getenv("OSLO_BACKEND_PATH");
+    snprintf(path, sizeof path, "%s/liboslo_backend_guard.so", dir ? dir : ".");
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h) *(void **)&last_wait = dlsym(h, "oslo_guard_last_stream_wait");
+  }
+  check(last_wait != NULL && last_wait() == 0, "the guard plugin's test hook, nothing waited yet");
   DLManagedTensor *out = NULL;
   check(oslo_tensor_to_dlpack(x, &out) == OSLO_OK && out, "export");
+  check(last_wait && last_wait() == 1, "the legacy default stream waits for the queue");
   if (out) {
     check(out->dl_tensor.device.device_type == kDLCUDA && out->dl_tensor.device.device_id == 0,
           "the export is on kDLCUDA:0");
