@@ -323,7 +323,9 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
       } while (fsutil::exists(fsutil::join(dir, shard_file_name(hex64(id), 0, 0))));
     });
   }
-  world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
+  // Host memory: a group of one does not communicate (a device backend's
+  // communicator takes device memory only).
+  if (world.size() > 1) world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
   const std::string save_id = hex64(id);
 
   const bool writer = layout.dp_rank == 0;

@@ -94,6 +94,7 @@ std::vector<std::string> extra_names(const std::vector<std::string>& paths) {
 // Gathers one string from every rank on every rank.
 std::vector<std::string> all_gather_strings(Communicator& world, const std::string& s) {
   const int n = world.size();
+  if (n == 1) return {s};  // host memory: no communication in a group of one
   int32_t len = static_cast<int32_t>(s.size());
   int32_t maxlen = len;
   world.all_reduce(&maxlen, &maxlen, 1, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
@@ -343,7 +344,7 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
         } while (fsutil::exists(
             fsutil::join(dir, shard_file_name(hex64(id), 0, layout.tp_size, 0, layout.pp_size))));
       });
-    world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
+    if (world.size() > 1) world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);  // host memory
     save_id = hex64(id);
   }
 

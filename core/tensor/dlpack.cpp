@@ -95,6 +95,14 @@ Tensor wrap_dl(const std::shared_ptr<Backend>& backend, const DLTensor& d) {
              OSLO_ERR_NOT_SUPPORTED, "dlpack: tensor is on device type ",
              static_cast<int>(d.device.device_type), " but the context's backend '",
              backend->name(), "' uses device type ", backend->dlpack_device_type());
+  // A device tensor must be on the context's device, not only of its type.
+  OSLO_CHECK(backend->dlpack_device_type() == kDLCPU || d.device.device_id == backend->device_id(),
+             OSLO_ERR_NOT_SUPPORTED, "dlpack: tensor is on device ",
+             static_cast<int>(d.device.device_type), ":", d.device.device_id,
+             " but the context's backend '", backend->name(), "' uses device ",
+             backend->dlpack_device_type(), ":", backend->device_id(),
+             " (copy it to that device first, or create the context on device ", d.device.device_id,
+             ")");
   oslo_dtype dt = from_dl(d.dtype);
   std::vector<int64_t> shape(d.shape, d.shape + d.ndim);
   Tensor::check_shape(shape);
@@ -116,15 +124,36 @@ Tensor wrap_dl(const std::shared_ptr<Backend>& backend, const DLTensor& d) {
 }  // namespace
 
 DLManagedTensor* to_dlpack(const Tensor& t) {
+  dlpack_wait(t, 0);
   return &make_export<DLManagedTensor>(t)->managed;
 }
 
 DLManagedTensorVersioned* to_dlpack_versioned(const Tensor& t) {
+  dlpack_wait(t, 0);
   auto* c = make_export<DLManagedTensorVersioned>(t);
   c->managed.version.major = DLPACK_MAJOR_VERSION;
   c->managed.version.minor = DLPACK_MINOR_VERSION;
   c->managed.flags = 0;  // writable, shared (not a copy)
   return &c->managed;
+}
+
+void dlpack_wait(const Tensor& t, int64_t stream) {
+  OSLO_CHECK(t.defined(), OSLO_ERR_INVALID_ARGUMENT, "dlpack: tensor is empty");
+  OSLO_CHECK(stream >= -1, OSLO_ERR_INVALID_ARGUMENT, "dlpack: stream ", stream,
+             " is not a DLPack stream value (-1, none, or a stream of the device)");
+  if (stream == -1) return;
+  Backend& b = t.backend();
+  const int type = b.dlpack_device_type();
+  if (type == kDLCPU || type == kDLCUDAHost) {
+    b.synchronize();  // host memory: its queue is program order
+    return;
+  }
+  if (stream == 0) stream = type == kDLCUDA ? 1 : 0;
+  if (stream == 0) {
+    b.synchronize();
+    return;
+  }
+  b.make_stream_wait(stream);
 }
 
 Tensor from_dlpack(std::shared_ptr<Backend> backend, DLManagedTensor* m) {
