@@ -3,7 +3,9 @@
 // tensor-parallel size with ranks as threads; logits and hidden states must
 // equal transformers' reference within the tolerance.
 //
-//   model_ref_test FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X]
+//   model_ref_test FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X] [--backend NAME]
+//
+// --backend runs the model on another backend (e.g. cuda: the GPU oracle).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -64,18 +66,20 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b,
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X] [--backend NAME]\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int tp = 1;
   int dtype = -1;
   double tol = 1e-4;
+  std::string backend = "cpu";
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tp")) tp = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--dtype"))
       dtype = !std::strcmp(argv[i + 1], "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
     if (!std::strcmp(argv[i], "--tol")) tol = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
   }
   Ref ref(dir + "/reference.safetensors");
   const std::string store = temp_dir("oslo-model");
@@ -87,7 +91,7 @@ int main(int argc, char** argv) {
             str("{\"rank\": ", r, ", \"world_size\": ", tp, ", \"tensor_parallel_size\": ", tp,
                 ", \"init_method\": \"file://", store,
                 "/rdv\", \"timeout_seconds\": 60, "
-                "\"num_threads\": 1}");
+                "\"num_threads\": 1, \"backend\": \"", backend, "\"}");
         Context ctx(Config::parse(cfg.c_str()));
         ModelLoadOptions o;
         o.dtype = dtype;

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The GPU check of the native CUDA backend, in two halves:
+#
+#   bash tools/gpu-check.sh pack [DEST]   (here, on the build machine)
+#     builds what the check needs in build/ (the CUDA plugin, liboslo, the
+#     test programs, the benchmarks), strips it, adds the Debian libraries
+#     they need that a GPU machine lacks (ldd), the test scripts and model
+#     fixtures, and writes DEST/oslo-gpu.tar.xz plus a copy of this script
+#     (DEST defaults to .gpu in the main checkout, the folder the device
+#     tool carries).
+#   bash .gpu/gpu-check.sh run            (on the GPU machine)
+#     unpacks the archive at the same absolute paths, runs every ctest entry
+#     labelled cuda (plugin tests, the conformance suite on "cuda" at world
+#     size 1, checkpoints cpu <-> cuda, the Hugging Face model oracles at
+#     TP=1), then the GPU benchmarks (bench_cuda_linear; decode and prefill
+#     of a GPT-2-small-shaped and a LLaMA-shaped 1.1B model against
+#     transformers on the same GPU), and prints one summary. Logs go to $OUT
+#     when set. OSLO_GPU_BENCH=0 skips the benchmarks, OSLO_GPU_COMPILE=1
+#     adds transformers' static cache + torch.compile.
+set -uo pipefail
+mode=${1:-}
+here=$(cd "$(dirname "$0")" && pwd)
+
+if [ "$mode" = pack ]; then
+  root=$(cd "$here/.." && pwd)
+  build=${OSLO_GPU_BUILD:-$root/build}
+  dest=${2:-/work/main/.gpu}
+  targets="oslo oslo_backend_cuda test_cuda_plugin conf_ops rank_test oslo-run model_ref_test bench_model bench_cuda_linear"
+  ninja -C "$build" -j2 $targets >/dev/null || { echo "build failed"; exit 1; }
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage$build/gpu-libs" "$dest"
+  bins=""
+  for t in liboslo_backend_cuda.so test_cuda_plugin conf_ops rank_test oslo-run model_ref_test \
+           bench_model bench_cuda_linear; do
+    f=$(find "$build" -name "$t" -type f -not -path '*/CMakeFiles/*' | head -1)
+    [ -n "$f" ] || { echo "missing $t"; exit 1; }
+    bins="$bins $f"
+  done
+  for f in $bins "$build"/liboslo.so*; do
+    mkdir -p "$stage$(dirname "$f")"
+    cp -P "$f" "$stage$f"
+    [ -L "$f" ] || strip --strip-debug "$stage$f"
+  done
+  # The ctest files (every folder's: ctest reads them all).
+  (cd "$build" && find . -name CTestTestfile.cmake) | while read -r c; do
+    mkdir -p "$stage$build/$(dirname "$c")"
+    cp "$build/$c" "$stage$build/$c"
+  done
+  # Libraries a GPU machine (Ubuntu 24.04 with CUDA, no oslo dependencies)
+  # lacks: everything ldd resolves outside glibc, libstdc++/libgcc (theirs
+  # is newer), CUDA's own libraries and the build tree.
+  for f in $bins "$build"/liboslo.so; do
+    ldd "$f" | awk '/=> \// {print $3}'
+  done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++*|libgcc_s*) ;;
+      libcuda.so*|libcublas*|libnccl*|libcudart*) ;;
+      *) case "$lib" in "$build"/*) ;; *) cp -L "$lib" "$stage$build/gpu-libs/" ;; esac ;;
+    esac
+  done
+  for d in tests/cuda tests/torch_plugin tests/multirank tests/models/fixtures bench/cuda bench/model; do
+    mkdir -p "$stage$root/$d"
+    cp -r "$root/$d/." "$stage$root/$d/"
+  done
+  mkdir -p "$stage$root/tools"
+  cp "$root/tools/gpu-check.sh" "$stage$root/tools/"
+  tar -cJf "$dest/oslo-gpu.tar.xz" -C "$stage" .
+  cp "$root/tools/gpu-check.sh" "$dest/gpu-check.sh"
+  echo "$build" >"$dest/build-path"
+  du -sh "$dest"
+  exit 0
+fi
+
+if [ "$mode" != run ]; then
+  echo "usage: $0 pack [DEST] | run"
+  exit 2
+fi
+
+out=${OUT:-/tmp/oslo-gpu-out}
+mkdir -p "$out"
+t_start=$(date +%s)
+build=$(cat "$here/build-path")
+tar -xJf "$here/oslo-gpu.tar.xz" -C / || { echo "unpack failed"; exit 1; }
+nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH="$build/gpu-libs:/usr/local/cuda/lib64:${nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OSLO_BACKEND_PATH=$build
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
+cd "$build" || exit 1
+echo "== ctest -L cuda"
+ctest -L cuda -j4 --timeout 300 --output-on-failure 2>&1 | tee "$out/ctest.log" | tail -60
+summary_tests=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
+failed=$(sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -E '^\s+[0-9]+ - ' || true)
+skipped=$(grep -E "\*\*\*Skipped|Not Run" "$out/ctest.log" || true)
+# Op counts of the conformance suite on cuda.
+ops=$(grep -hE "conformance ops on cuda" "$out/ctest.log" || true)
+
+bench=""
+if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
+  echo "== benchmarks"
+  bl=$(timeout 120 "$(find "$build" -name bench_cuda_linear -type f | head -1)" "$build/liboslo_backend_cuda.so" 2>&1)
+  echo "$bl"
+  bench="$bench$bl"$'\n'
+  root=$(dirname "$build")
+  bm=$(find "$build" -name bench_model -type f | head -1)
+  mkdir -p /tmp/oslo-bench
+  timeout 120 python3 "$root/bench/model/make_gpt2_small.py" /tmp/oslo-bench/gpt2 >/dev/null 2>&1
+  timeout 180 python3 "$root/bench/cuda/make_llama_1b.py" /tmp/oslo-bench/llama1b >/dev/null 2>&1
+  for m in gpt2/f32 gpt2/bf16 llama1b; do
+    dir=/tmp/oslo-bench/$m
+    [ -f "$dir/config.json" ] || { bench="$bench$m: model not made"$'\n'; continue; }
+    o=$(timeout 150 "$bm" "$dir" --backend cuda --reps 2 2>&1 | tail -3)
+    echo "oslo $m: $o"
+    bench="${bench}oslo $m: $o"$'\n'
+    if [ "$m" != gpt2/f32 ]; then
+      flag=""
+      [ "${OSLO_GPU_COMPILE:-0}" = 1 ] && flag=--compile
+      h=$(timeout 240 python3 "$root/bench/cuda/hf_cuda.py" "$dir" --reps 2 $flag 2>&1 | tail -1)
+      echo "hf $m: $h"
+      bench="${bench}hf $m: $h"$'\n'
+    fi
+  done
+fi
+{
+  echo "==================== GPU CHECK SUMMARY ===================="
+  echo "GPU: $(cat "$out/gpu.txt")"
+  echo "ctest -L cuda: $summary_tests"
+  [ -n "$ops" ] && echo "$ops"
+  [ -n "$failed" ] && { echo "FAILED:"; echo "$failed"; }
+  [ -n "$skipped" ] && { echo "SKIPPED:"; echo "$skipped"; }
+  [ -n "$bench" ] && { echo "benchmarks:"; echo -n "$bench"; }
+  echo "wall: $(( $(date +%s) - t_start )) s"
+  echo "==========================================================="
+} | tee "$out/summary.txt"
