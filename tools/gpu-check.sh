@@ -15,7 +15,8 @@
 #     TP=1), then the GPU benchmarks (bench_cuda_linear; decode and prefill
 #     of a GPT-2-small-shaped and a LLaMA-shaped 1.1B model against
 #     transformers on the same GPU), and prints one summary. Logs go to $OUT
-#     when set. OSLO_GPU_BENCH=0 skips the benchmarks, OSLO_GPU_COMPILE=1
+#     when set. OSLO_GPU_BENCH=0 skips the benchmarks, OSLO_GPU_HF=0 the
+#     transformers references, OSLO_GPU_TORCH=0 the torch plugin build; OSLO_GPU_COMPILE=1
 #     adds transformers' static cache + torch.compile.
 set -uo pipefail
 mode=${1:-}
@@ -59,13 +60,17 @@ if [ "$mode" = pack ]; then
       *) case "$lib" in "$build"/*) ;; *) cp -L "$lib" "$stage$build/gpu-libs/" ;; esac ;;
     esac
   done
-  for d in tests/cuda tests/torch_plugin tests/multirank tests/models/fixtures bench/cuda bench/model; do
+  for d in tests/cuda tests/torch_plugin tests/multirank tests/models/fixtures bench/cuda bench/model \
+           backends/torch include core/backend; do
     mkdir -p "$stage$root/$d"
     cp -r "$root/$d/." "$stage$root/$d/"
   done
+  # nlohmann/json's header, for building the torch plugin there.
+  mkdir -p "$stage$root/.gpu-include"
+  cp -r /usr/include/nlohmann "$stage$root/.gpu-include/"
   mkdir -p "$stage$root/tools"
   cp "$root/tools/gpu-check.sh" "$stage$root/tools/"
-  tar -cJf "$dest/oslo-gpu.tar.xz" -C "$stage" .
+  tar -cJf "$dest/oslo-gpu.tar.xz" -C "$stage" $(ls "$stage")
   cp "$root/tools/gpu-check.sh" "$dest/gpu-check.sh"
   echo "$build" >"$dest/build-path"
   du -sh "$dest"
@@ -81,19 +86,53 @@ out=${OUT:-/tmp/oslo-gpu-out}
 mkdir -p "$out"
 t_start=$(date +%s)
 build=$(cat "$here/build-path")
-tar -xJf "$here/oslo-gpu.tar.xz" -C / || { echo "unpack failed"; exit 1; }
+tar -xJf "$here/oslo-gpu.tar.xz" --no-overwrite-dir -C / || { echo "unpack failed"; exit 1; }
 nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
 export LD_LIBRARY_PATH="$build/gpu-libs:/usr/local/cuda/lib64:${nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OSLO_BACKEND_PATH=$build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
 cd "$build" || exit 1
 echo "== ctest -L cuda"
-ctest -L cuda -j4 --timeout 300 --output-on-failure 2>&1 | tee "$out/ctest.log" | tail -60
+timeout 240 ctest -L cuda -j4 --timeout 90 --output-on-failure -O "$out/ctest-full.log" >"$out/ctest.log" 2>&1
+tail -45 "$out/ctest.log"
 summary_tests=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
 failed=$(sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -E '^\s+[0-9]+ - ' || true)
 skipped=$(grep -E "\*\*\*Skipped|Not Run" "$out/ctest.log" || true)
 # Op counts of the conformance suite on cuda.
-ops=$(grep -hE "conformance ops on cuda" "$out/ctest.log" || true)
+ops=$(grep -hE "conformance ops on cuda|rank_test .*backend=cuda|checkpoint .* passed" "$out/ctest-full.log" | sort | uniq -c || true)
+grep -E "^FAIL" "$out/ctest-full.log" | head -40
+
+# The group of one on device memory (core/comm/self_communicator.hpp): rank_test
+# collectives at world 1 on cuda, and on the torch plugin on CUDA (built here
+# against this machine's torch when it builds within the time limit).
+root=$(dirname "$build")
+rt=$(find "$build" -name rank_test -type f | head -1)
+timeout 30 "$rt" collectives --tp 1 --threads 1 --backend cuda >"$out/coll_cuda.log" 2>&1
+coll="cuda: rc $? $(tail -1 "$out/coll_cuda.log")"
+tdir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+if [ -n "$tdir" ] && [ "${OSLO_GPU_TORCH:-1}" = 1 ]; then
+  abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+  ok=1
+  for f in torch_backend torch_ops torch_comm; do
+    timeout 150 g++ -c -O1 -fPIC -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" -w \
+      -I"$tdir/include" -I"$tdir/include/torch/csrc/api/include" -I"$root/include" \
+      -I"$root/core/backend" -I"$root/.gpu-include" "$root/backends/torch/$f.cpp" \
+      -o "/tmp/oslo_torch_$f.o" >"$out/torch_build_$f.log" 2>&1 &
+  done
+  wait
+  for f in torch_backend torch_ops torch_comm; do [ -f "/tmp/oslo_torch_$f.o" ] || ok=0; done
+  if [ $ok = 1 ] && g++ -shared -o "$build/liboslo_backend_torch.so" /tmp/oslo_torch_*.o \
+      -L"$tdir/lib" -Wl,--no-as-needed -ltorch -ltorch_cpu -ltorch_cuda -lc10 -lc10_cuda \
+      -Wl,-rpath,"$tdir/lib" -Wl,--version-script="$root/backends/torch/plugin.map" \
+      >"$out/torch_link.log" 2>&1; then
+    timeout 30 "$rt" collectives --tp 1 --threads 1 --backend torch \
+      --backend-options '{"device": "cuda"}' >"$out/coll_torch.log" 2>&1
+    coll="$coll; torch on CUDA: rc $? $(tail -1 "$out/coll_torch.log")"
+  else
+    coll="$coll; torch plugin did not build here (see torch_build_*.log)"
+  fi
+fi
+echo "world-1 collectives: $coll"
 
 bench=""
 if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
@@ -101,7 +140,6 @@ if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
   bl=$(timeout 120 "$(find "$build" -name bench_cuda_linear -type f | head -1)" "$build/liboslo_backend_cuda.so" 2>&1)
   echo "$bl"
   bench="$bench$bl"$'\n'
-  root=$(dirname "$build")
   bm=$(find "$build" -name bench_model -type f | head -1)
   mkdir -p /tmp/oslo-bench
   timeout 120 python3 "$root/bench/model/make_gpt2_small.py" /tmp/oslo-bench/gpt2 >/dev/null 2>&1
@@ -109,10 +147,10 @@ if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
   for m in gpt2/f32 gpt2/bf16 llama1b; do
     dir=/tmp/oslo-bench/$m
     [ -f "$dir/config.json" ] || { bench="$bench$m: model not made"$'\n'; continue; }
-    o=$(timeout 150 "$bm" "$dir" --backend cuda --reps 2 2>&1 | tail -3)
+    o=$(timeout 100 "$bm" "$dir" --backend cuda --reps 2 2>&1 | tail -3)
     echo "oslo $m: $o"
     bench="${bench}oslo $m: $o"$'\n'
-    if [ "$m" != gpt2/f32 ]; then
+    if [ "$m" != gpt2/f32 ] && [ "${OSLO_GPU_HF:-1}" = 1 ]; then
       flag=""
       [ "${OSLO_GPU_COMPILE:-0}" = 1 ] && flag=--compile
       h=$(timeout 240 python3 "$root/bench/cuda/hf_cuda.py" "$dir" --reps 2 $flag 2>&1 | tail -1)
@@ -126,6 +164,7 @@ fi
   echo "GPU: $(cat "$out/gpu.txt")"
   echo "ctest -L cuda: $summary_tests"
   [ -n "$ops" ] && echo "$ops"
+  echo "world-1 collectives: $coll"
   [ -n "$failed" ] && { echo "FAILED:"; echo "$failed"; }
   [ -n "$skipped" ] && { echo "SKIPPED:"; echo "$skipped"; }
   [ -n "$bench" ] && { echo "benchmarks:"; echo -n "$bench"; }

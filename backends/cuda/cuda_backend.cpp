@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <sstream>
 
@@ -214,6 +216,17 @@ GemmPlan::~GemmPlan() {
 }
 
 Instance::~Instance() {
+  if (profile && !prof.empty()) {
+    std::vector<std::pair<std::string, ProfileEntry>> v(prof.begin(), prof.end());
+    std::sort(v.begin(), v.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    std::fprintf(stderr, "cuda plugin profile (OSLO_CUDA_PROFILE=%d, %s):\n", profile,
+                 profile > 1 ? "host + device per call" : "host time per call");
+    for (const auto& e : v)
+      std::fprintf(stderr, "  %-18s %10lld calls %10.3f ms %8.2f us/call\n", e.first.c_str(),
+                   static_cast<long long>(e.second.calls), e.second.seconds * 1e3,
+                   e.second.seconds * 1e6 / static_cast<double>(e.second.calls));
+  }
   (void)cudaSetDevice(device);
   if (stream) (void)cudaStreamSynchronize(stream);
   plans.clear();
@@ -305,6 +318,7 @@ void start(Instance& in, int device) {
              "; this build of the plugin runs on 9.0 (Hopper) or newer");
   in.device = device;
   in.device_name = prop.name;
+  if (const char* p = std::getenv("OSLO_CUDA_PROFILE")) in.profile = std::atoi(p);
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&in.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   in.mem = std::make_unique<Allocator>(device);

@@ -7,6 +7,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -79,6 +81,24 @@ struct GemmPlan {
   ~GemmPlan();
 };
 
+// The key of a cached GEMM plan: dtypes, transposes, extents, leading
+// dimensions, batch strides, bias, alignments, TF32.
+using PlanKey = std::array<int64_t, 24>;
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// Per-entry counters of OSLO_CUDA_PROFILE (1: host time per call; 2: also
+// waits for the stream after each call, so the time includes the device's).
+struct ProfileEntry {
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
 // One backend instance: a device, its stream, its memory and its last error.
 struct Instance {
   int device = 0;
@@ -90,7 +110,9 @@ struct Instance {
   int* flag = nullptr;       // device: first failing position (+1) of a check kernel
   int* host_flag = nullptr;  // pinned host copy of it
   std::unique_ptr<Allocator> mem;
-  std::unordered_map<std::string, std::unique_ptr<GemmPlan>> plans;
+  std::unordered_map<PlanKey, std::unique_ptr<GemmPlan>, PlanKeyHash> plans;
+  int profile = 0;
+  std::map<std::string, ProfileEntry> prof;
   std::string device_name;
   std::string error = "no error";
 
@@ -123,8 +145,20 @@ oslo_status guard(void* self, const char* entry, F&& body) {
   if (self == nullptr) return OSLO_ERR_INVALID_ARGUMENT;
   Instance& in = *static_cast<Instance*>(self);
   try {
-    check_cuda(cudaSetDevice(in.device), "cudaSetDevice");
-    body(in);
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != in.device)
+      check_cuda(cudaSetDevice(in.device), "cudaSetDevice");
+    if (in.profile == 0) {
+      body(in);
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      body(in);
+      if (in.profile > 1 && in.stream) check_cuda(cudaStreamSynchronize(in.stream), entry);
+      ProfileEntry& e = in.prof[entry];
+      ++e.calls;
+      e.seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
     return OSLO_OK;
   } catch (...) {
     return status_of_current_exception(&in.error, entry);

@@ -8,7 +8,6 @@
 // through an f32 result and oslo's epilogue kernel. Plans (descriptors and
 // the heuristic's algorithm) are cached per shape.
 #include <algorithm>
-#include <sstream>
 
 #include "cuda_backend.hpp"
 
@@ -85,12 +84,11 @@ GemmPlan* plan_for(Instance& in, const Operand& A, const Operand& B, const void*
   const int al_b = alignment(B.p, B.ld, B.batch_stride, es_ab);
   const int al_c = alignment(cp, ldc, cstride, es_c);
   const bool tf32 = A.dt == OSLO_DTYPE_F32 && in.tf32;
-  std::ostringstream key;
-  key << A.dt << ':' << cdt << ':' << A.trans << B.trans << ':' << A.rows << 'x' << A.cols << '/'
-      << A.ld << '/' << A.batch_stride << ':' << B.rows << 'x' << B.cols << '/' << B.ld << '/'
-      << B.batch_stride << ':' << m << 'x' << n << '/' << ldc << '/' << cstride << ':' << batch
-      << ':' << (bias != nullptr) << ':' << al_a << ',' << al_b << ',' << al_c << ':' << tf32;
-  auto it = in.plans.find(key.str());
+  const PlanKey key = {A.dt,     cdt,      A.trans,  B.trans, A.rows,         A.cols,
+                       A.ld,     A.batch_stride, B.rows, B.cols, B.ld, B.batch_stride,
+                       m,        n,        ldc,      cstride, batch, bias != nullptr,
+                       al_a,     al_b,     al_c,     tf32,    0,     0};
+  auto it = in.plans.find(key);
   if (it != in.plans.end()) return it->second->ok ? it->second.get() : nullptr;
   auto plan = std::make_unique<GemmPlan>();
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -148,7 +146,7 @@ GemmPlan* plan_for(Instance& in, const Operand& A, const Operand& B, const void*
   plan->ok = s == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan->ok) plan->algo = result.algo;
   GemmPlan* p = plan.get();
-  in.plans.emplace(key.str(), std::move(plan));
+  in.plans.emplace(key, std::move(plan));
   return p->ok ? p : nullptr;
 }
 
