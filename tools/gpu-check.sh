@@ -93,13 +93,14 @@ export OSLO_BACKEND_PATH=$build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
 cd "$build" || exit 1
 echo "== ctest -L cuda"
-timeout 240 ctest -L cuda -j4 --timeout 90 --output-on-failure -O "$out/ctest-full.log" >"$out/ctest.log" 2>&1
-tail -45 "$out/ctest.log"
+timeout 240 ctest -L cuda -j4 --timeout 90 -V >"$out/ctest-full.log" 2>&1
+grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed" "$out/ctest-full.log" | sed 's/^[0-9]*: //' >"$out/ctest.log"
+tail -30 "$out/ctest.log"
 summary_tests=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
-failed=$(sed -n '/The following tests FAILED/,$p' "$out/ctest.log" | grep -E '^\s+[0-9]+ - ' || true)
+failed=$(grep -E "\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception" "$out/ctest.log" || true)
 skipped=$(grep -E "\*\*\*Skipped|Not Run" "$out/ctest.log" || true)
 # Op counts of the conformance suite on cuda.
-ops=$(grep -hE "conformance ops on cuda|rank_test .*backend=cuda|checkpoint .* passed" "$out/ctest-full.log" | sort | uniq -c || true)
+ops=$(grep -hoE "(conformance ops on cuda|rank_test [a-z-]+ tp=1 [a-z]+ backend=cuda|checkpoint [a-z]+ -> [a-z]+|\[rank 0 tp 1\] [a-z_0-9]+( through the KV cache)?|^[a-z_0-9]+: passed).*" "$out/ctest-full.log" | sed 's/^[0-9]*: //' | sort | uniq -c || true)
 grep -E "^FAIL" "$out/ctest-full.log" | head -40
 
 # The group of one on device memory (core/comm/self_communicator.hpp): rank_test
@@ -152,12 +153,21 @@ if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
     bench="${bench}oslo $m: $o"$'\n'
     if [ "$m" != gpt2/f32 ] && [ "${OSLO_GPU_HF:-1}" = 1 ]; then
       flag=""
-      [ "${OSLO_GPU_COMPILE:-0}" = 1 ] && flag=--compile
-      h=$(timeout 240 python3 "$root/bench/cuda/hf_cuda.py" "$dir" --reps 2 $flag 2>&1 | tail -1)
+      [ "${OSLO_GPU_COMPILE:-0}" = 1 ] && [ "$m" = llama1b ] && flag=--compile
+      h=$(timeout 200 python3 "$root/bench/cuda/hf_cuda.py" "$dir" --reps 2 $flag 2>&1 | tail -1)
       echo "hf $m: $h"
       bench="${bench}hf $m: $h"$'\n'
     fi
   done
+  # Where a decode step's time goes: per-entry counts and host time, then
+  # with a wait after each call (host + device).
+  if [ -f /tmp/oslo-bench/llama1b/config.json ]; then
+    for p in 1 2; do
+      OSLO_CUDA_PROFILE=$p timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 1 \
+        >"$out/profile$p.txt" 2>&1
+      echo "profile $p:"; grep -A25 "cuda plugin profile" "$out/profile$p.txt" | head -26
+    done
+  fi
 fi
 {
   echo "==================== GPU CHECK SUMMARY ===================="
