@@ -78,7 +78,7 @@ void set_layout_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
 // and D sharing `lc`. Returns nullptr if cuBLASLt has no algorithm for it.
 GemmPlan* plan_for(Instance& in, const Operand& A, const Operand& B, const void* cp,
                    oslo_dtype cdt, int64_t m, int64_t n, int64_t ldc, int64_t cstride,
-                   int64_t batch, const void* bias) {
+                   int64_t batch, const void* bias, oslo_dtype bias_dt) {
   const size_t es_ab = dtype_size(A.dt), es_c = dtype_size(cdt);
   const int al_a = alignment(A.p, A.ld, A.batch_stride, es_ab);
   const int al_b = alignment(B.p, B.ld, B.batch_stride, es_ab);
@@ -87,7 +87,7 @@ GemmPlan* plan_for(Instance& in, const Operand& A, const Operand& B, const void*
   const PlanKey key = {A.dt,     cdt,      A.trans,  B.trans, A.rows,         A.cols,
                        A.ld,     A.batch_stride, B.rows, B.cols, B.ld, B.batch_stride,
                        m,        n,        ldc,      cstride, batch, bias != nullptr,
-                       al_a,     al_b,     al_c,     tf32,    0,     0};
+                       al_a,     al_b,     al_c,     tf32,    bias ? bias_dt + 1 : 0, 0};
   auto it = in.plans.find(key);
   if (it != in.plans.end()) return it->second->ok ? it->second.get() : nullptr;
   auto plan = std::make_unique<GemmPlan>();
@@ -104,7 +104,7 @@ GemmPlan* plan_for(Instance& in, const Operand& A, const Operand& B, const void*
     check_cublas(
         cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
         "cublasLtMatmulDescSetAttribute");
-    const cudaDataType_t bt = cuda_type(cdt);
+    const cudaDataType_t bt = cuda_type(bias_dt);
     check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                                 sizeof bt),
                  "cublasLtMatmulDescSetAttribute");
@@ -202,7 +202,10 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
       fail(OSLO_ERR_SHAPE, "matmul bias " + shape_string(*bias) + " needs " + std::to_string(N) +
                                " elements");
     if (batch * M * N == 0) return;
-    if (K == 0) {
+    // K == 0, and small batched products (decode attention: a few query
+    // rows against a cache whose length changes every step): oslo's own
+    // kernel, so no cuBLASLt plan (a heuristic query) per new length.
+    if (K == 0 || (batch > 1 && M <= 16 && batch * M * N * K <= (int64_t{1} << 24))) {
       naive_gemm(in, *c, *a, *b, bias, alpha, beta);
       return;
     }
@@ -240,13 +243,18 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
     const int64_t csb = c->ndim == 3 ? c->strides[0] : 0;
     const bool c_ok = (cs1 == 1 || N == 1) && (M == 1 || cs0 >= N) &&
                       (batch == 1 || csb != 0) && direct_output(a->dtype, c->dtype);
-    const bool bias_direct = bias == nullptr ||
-                             (bias->dtype == c->dtype && batch == 1 &&
-                              (bias->ndim == 0 || bias->strides[bias->ndim - 1] == 1 || N == 1));
+    // The bias epilogue: a contiguous bias of c's dtype, or of the operands'
+    // 16-bit dtype on an f32 c (cuBLASLt's BIAS_DATA_TYPE; if it has no
+    // algorithm for that, the f32 path below adds the bias).
+    const bool bias_direct =
+        bias == nullptr ||
+        ((bias->dtype == c->dtype ||
+          (c->dtype == OSLO_DTYPE_F32 && bias->dtype == a->dtype)) &&
+         batch == 1 && (bias->ndim == 0 || bias->strides[bias->ndim - 1] == 1 || N == 1));
     if (c_ok && bias_direct) {
       const int64_t ldc = M == 1 ? std::max<int64_t>(N, cs0 > 0 ? cs0 : N) : cs0;
       GemmPlan* p = plan_for(in, A, B, c->data, c->dtype, N, M, std::max<int64_t>(ldc, N), csb,
-                             batch, bias ? bias->data : nullptr);
+                             batch, bias ? bias->data : nullptr, bias ? bias->dtype : c->dtype);
       if (p) {
         if (bias) {
           const void* bp = bias->data;
@@ -254,18 +262,19 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
                                                       &bp, sizeof bp),
                        "cublasLtMatmulDescSetAttribute");
         }
-        check_cublas(cublasLtMatmul(in.lt, p->op, &alpha, A.p, p->la, B.p, p->lb, &beta, c->data,
-                                    p->lc, c->data, p->lc, &p->algo, in.workspace,
-                                    in.workspace_bytes, in.stream),
-                     "cublasLtMatmul");
-        return;
+        const cublasStatus_t st =
+            cublasLtMatmul(in.lt, p->op, &alpha, A.p, p->la, B.p, p->lb, &beta, c->data, p->lc,
+                           c->data, p->lc, &p->algo, in.workspace, in.workspace_bytes, in.stream);
+        if (st == CUBLAS_STATUS_SUCCESS) return;
+        if (st != CUBLAS_STATUS_NOT_SUPPORTED) check_cublas(st, "cublasLtMatmul");
+        p->ok = false;  // not for this combination after all: the f32 path below
       }
     }
     // An f32 result [batch, M, N], then c = result + beta * c + bias.
     Instance::Temp acc(&in, static_cast<size_t>(batch * M * N) * sizeof(float));
     const float zero = 0.f;
     GemmPlan* p = plan_for(in, A, B, acc.p, OSLO_DTYPE_F32, N, M, N, batch > 1 ? M * N : 0, batch,
-                           nullptr);
+                           nullptr, OSLO_DTYPE_F32);
     if (!p) {
       naive_gemm(in, *c, *a, *b, bias, alpha, beta);
       return;

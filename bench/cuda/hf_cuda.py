@@ -2,7 +2,7 @@
 benchmark: the same model folder, batch 1, bf16. Prints one JSON line with
 prefill tokens/s (512-token prompt, first token out), decode tokens/s (128
 new tokens after a 32-token prompt, greedy, no EOS; eager, and with
---compile also a static cache with torch.compile), the measured device copy
+--compile a second line adding a static cache, which generate() compiles), the measured device copy
 bandwidth and the HBM bound of decode (weight bytes per token / bandwidth).
 
     python hf_cuda.py MODEL_DIR [--reps R] [--compile]
@@ -74,16 +74,21 @@ def main():
            "params": params, "prefill_tok_s": round(512 / prefill, 1),
            "decode_tok_s": round(1 / decode, 1), "copy_gb_s": round(bw, 0),
            "hbm_bound_tok_s": round(bw * 1e9 / wbytes, 0)}
-    if a.compile:
-        m.forward = torch.compile(m.forward, mode="reduce-overhead", fullgraph=True)
-        kw = {"cache_implementation": "static"}
-        gen(32, 129, **kw)
-        gen(32, 1, **kw)
-        d = 1e30
-        for _ in range(a.reps):
-            d = min(d, (gen(32, 129, **kw) - gen(32, 1, **kw)) / 128)
-        res["decode_static_compile_tok_s"] = round(1 / d, 1)
     print(json.dumps(res), flush=True)
+    if a.compile:
+        # Hugging Face's best setting for decode: a static cache, with which
+        # generate() compiles the forward pass itself (torch.compile).
+        kw = {"cache_implementation": "static"}
+        try:
+            gen(32, 129, **kw)
+            gen(32, 1, **kw)
+            d = 1e30
+            for _ in range(a.reps):
+                d = min(d, (gen(32, 129, **kw) - gen(32, 1, **kw)) / 128)
+            res["decode_static_compile_tok_s"] = round(1 / d, 1)
+        except Exception as e:  # report, keep the eager numbers
+            res["decode_static_compile_error"] = str(e)[:200]
+        print(json.dumps(res), flush=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cmath>
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -321,6 +323,130 @@ int test_comm_timeout() {
   return g_failed ? 1 : 0;
 }
 
+// matmul paths the conformance suite does not reach: a bf16 product into
+// an f32 c with a bf16 bias (cuBLASLt's bias epilogue with its own bias
+// dtype, or the f32 path), and small batched products with a shared,
+// transposed operand (oslo's own kernel, as decode attention uses), each
+// against a host reference.
+uint16_t to_bf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  b += 0x7fff + ((b >> 16) & 1);
+  return static_cast<uint16_t>(b >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t b = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+oslo_bk_view view_of(void* p, oslo_dtype dt, std::vector<int64_t> shape,
+                     std::vector<int64_t> strides) {
+  oslo_bk_view v;
+  std::memset(&v, 0, sizeof v);
+  v.data = p;
+  v.dtype = dt;
+  v.ndim = static_cast<int32_t>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    v.shape[i] = shape[i];
+    v.strides[i] = strides[i];
+  }
+  return v;
+}
+
+int test_matmul_paths() {
+  bool unavailable = false;
+  void* self = make("{}", &unavailable);
+  if (!self) return unavailable ? 77 : 1;
+  uint32_t seed = 7;
+  auto rnd = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<float>(seed >> 8) / 16777216.0f - 0.5f;
+  };
+  // y[M, N] = x[M, K] W[N, K]^T + bias, bf16 in, f32 out.
+  for (int64_t M : {int64_t(1), int64_t(7), int64_t(64)}) {
+    const int64_t K = 96, N = 40;
+    std::vector<uint16_t> hx(static_cast<size_t>(M * K)), hw(static_cast<size_t>(N * K)),
+        hb(static_cast<size_t>(N));
+    for (auto& v : hx) v = to_bf16(rnd());
+    for (auto& v : hw) v = to_bf16(rnd());
+    for (auto& v : hb) v = to_bf16(rnd());
+    void *x, *w, *b, *y;
+    T->alloc(self, hx.size() * 2, &x);
+    T->alloc(self, hw.size() * 2, &w);
+    T->alloc(self, hb.size() * 2, &b);
+    T->alloc(self, static_cast<size_t>(M * N) * 4, &y);
+    T->copy(self, x, hx.data(), hx.size() * 2, OSLO_BK_HOST_TO_DEVICE);
+    T->copy(self, w, hw.data(), hw.size() * 2, OSLO_BK_HOST_TO_DEVICE);
+    T->copy(self, b, hb.data(), hb.size() * 2, OSLO_BK_HOST_TO_DEVICE);
+    const oslo_bk_view yv = view_of(y, OSLO_DTYPE_F32, {M, N}, {N, 1});
+    const oslo_bk_view xv = view_of(x, OSLO_DTYPE_BF16, {M, K}, {K, 1});
+    const oslo_bk_view wt = view_of(w, OSLO_DTYPE_BF16, {K, N}, {1, K});
+    const oslo_bk_view bv = view_of(b, OSLO_DTYPE_BF16, {N}, {1});
+    EXPECT(T->matmul(self, &yv, &xv, &wt, &bv, 1.f, 0.f) == OSLO_OK, "matmul: %s",
+           T->last_error(self));
+    std::vector<float> got(static_cast<size_t>(M * N));
+    T->copy(self, got.data(), y, got.size() * 4, OSLO_BK_DEVICE_TO_HOST);
+    double err = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double r = from_bf16(hb[j]);
+        for (int64_t k = 0; k < K; ++k) r += double(from_bf16(hx[i * K + k])) * from_bf16(hw[j * K + k]);
+        err = std::max(err, std::fabs(r - got[i * N + j]));
+      }
+    EXPECT(err < 1e-4, "bf16 x bf16 + bf16 bias -> f32, M %lld: max err %g",
+           static_cast<long long>(M), err);
+    for (void* p : {x, w, b, y}) T->free(self, p, 0);
+  }
+  // Batched [B, g, D] x [B, D, T] (the second a transposed view of a cache
+  // [B, Tmax, D]), then [B, g, T] x [B, T, D], in f32.
+  {
+    const int64_t B = 8, g = 4, D = 64, Tmax = 40, Tn = 33;
+    std::vector<float> hq(static_cast<size_t>(B * g * D)), hk(static_cast<size_t>(B * Tmax * D));
+    for (auto& v : hq) v = rnd();
+    for (auto& v : hk) v = rnd();
+    void *q, *kc, *s, *o;
+    T->alloc(self, hq.size() * 4, &q);
+    T->alloc(self, hk.size() * 4, &kc);
+    T->alloc(self, static_cast<size_t>(B * g * Tn) * 4, &s);
+    T->alloc(self, static_cast<size_t>(B * g * D) * 4, &o);
+    T->copy(self, q, hq.data(), hq.size() * 4, OSLO_BK_HOST_TO_DEVICE);
+    T->copy(self, kc, hk.data(), hk.size() * 4, OSLO_BK_HOST_TO_DEVICE);
+    const oslo_bk_view sv = view_of(s, OSLO_DTYPE_F32, {B, g, Tn}, {g * Tn, Tn, 1});
+    const oslo_bk_view qv = view_of(q, OSLO_DTYPE_F32, {B, g, D}, {g * D, D, 1});
+    const oslo_bk_view kt = view_of(kc, OSLO_DTYPE_F32, {B, D, Tn}, {Tmax * D, 1, D});
+    const oslo_bk_view vv = view_of(kc, OSLO_DTYPE_F32, {B, Tn, D}, {Tmax * D, D, 1});
+    const oslo_bk_view ov = view_of(o, OSLO_DTYPE_F32, {B, g, D}, {g * D, D, 1});
+    EXPECT(T->matmul(self, &sv, &qv, &kt, nullptr, 0.5f, 0.f) == OSLO_OK, "scores: %s",
+           T->last_error(self));
+    EXPECT(T->matmul(self, &ov, &sv, &vv, nullptr, 1.f, 0.f) == OSLO_OK, "values: %s",
+           T->last_error(self));
+    std::vector<float> hs(static_cast<size_t>(B * g * Tn)), ho(static_cast<size_t>(B * g * D));
+    T->copy(self, hs.data(), s, hs.size() * 4, OSLO_BK_DEVICE_TO_HOST);
+    T->copy(self, ho.data(), o, ho.size() * 4, OSLO_BK_DEVICE_TO_HOST);
+    double es = 0, eo = 0;
+    for (int64_t bi = 0; bi < B; ++bi)
+      for (int64_t i = 0; i < g; ++i) {
+        for (int64_t t = 0; t < Tn; ++t) {
+          double r = 0;
+          for (int64_t d = 0; d < D; ++d)
+            r += double(hq[(bi * g + i) * D + d]) * hk[(bi * Tmax + t) * D + d];
+          es = std::max(es, std::fabs(0.5 * r - hs[(bi * g + i) * Tn + t]));
+        }
+        for (int64_t d = 0; d < D; ++d) {
+          double r = 0;
+          for (int64_t t = 0; t < Tn; ++t)
+            r += double(hs[(bi * g + i) * Tn + t]) * hk[(bi * Tmax + t) * D + d];
+          eo = std::max(eo, std::fabs(r - ho[(bi * g + i) * D + d]));
+        }
+      }
+    EXPECT(es < 1e-4 && eo < 1e-4, "batched: scores err %g, values err %g", es, eo);
+    for (void* p : {q, kc, s, o}) T->free(self, p, 0);
+  }
+  T->destroy(self);
+  return g_failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -349,6 +475,7 @@ int main(int argc, char** argv) {
   else if (t == "comm_world1") rc = test_comm_world1();
   else if (t == "comm_same_gpu") rc = test_comm_same_gpu();
   else if (t == "comm_timeout") rc = test_comm_timeout();
+  else if (t == "matmul_paths") rc = test_matmul_paths();
   else std::fprintf(stderr, "unknown test %s\n", t.c_str());
   if (rc == 0) std::printf("%s: passed\n", t.c_str());
   return rc;
