@@ -234,6 +234,9 @@ Instance::~Instance() {
   if (workspace) (void)cudaFree(workspace);
   if (flag) (void)cudaFree(flag);
   if (host_flag) (void)cudaFreeHost(host_flag);
+  for (cudaEvent_t e : stage_done)
+    if (e) (void)cudaEventDestroy(e);
+  if (stage) (void)cudaFreeHost(stage);
   mem.reset();
   if (stream) (void)cudaStreamDestroy(stream);
 }
@@ -328,6 +331,11 @@ void start(Instance& in, int device) {
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&in.flag), sizeof(int)), "cudaMalloc (flag)");
   check_cuda(cudaMallocHost(reinterpret_cast<void**>(&in.host_flag), sizeof(int)),
              "cudaMallocHost (flag)");
+  check_cuda(cudaMallocHost(reinterpret_cast<void**>(&in.stage),
+                            Instance::kStageSlots * Instance::kStageBytes),
+             "cudaMallocHost (staging)");
+  for (cudaEvent_t& e : in.stage_done)
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
 }
 
 oslo_status create(void** self, const oslo_backend_options* options, const char** error) {
@@ -401,6 +409,19 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
     if (bytes == 0) return;
     if (dst == nullptr || src == nullptr)
       fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
+    if (kind == OSLO_BK_HOST_TO_DEVICE && bytes <= Instance::kStageBytes) {
+      // Small uploads (token ids, positions, masks) through pinned staging:
+      // src may be reused as soon as it is copied there.
+      const int slot = in.stage_next;
+      in.stage_next = (slot + 1) % Instance::kStageSlots;
+      check_cuda(cudaEventSynchronize(in.stage_done[slot]), "cudaEventSynchronize");
+      char* buf = in.stage + static_cast<size_t>(slot) * Instance::kStageBytes;
+      std::memcpy(buf, src, bytes);
+      check_cuda(cudaMemcpyAsync(dst, buf, bytes, cudaMemcpyHostToDevice, in.stream),
+                 "cudaMemcpyAsync");
+      check_cuda(cudaEventRecord(in.stage_done[slot], in.stream), "cudaEventRecord");
+      return;
+    }
     const cudaMemcpyKind k = kind == OSLO_BK_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
                              : kind == OSLO_BK_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                                                               : cudaMemcpyDeviceToDevice;

@@ -109,6 +109,15 @@ struct Instance {
   size_t workspace_bytes = 0;
   int* flag = nullptr;       // device: first failing position (+1) of a check kernel
   int* host_flag = nullptr;  // pinned host copy of it
+  // Pinned staging for small host-to-device copies: the source is copied
+  // here and the transfer enqueued, so copy() returns without waiting for
+  // the device. kStageSlots slots of kStageBytes, each reused once the event
+  // recorded after its last transfer completed.
+  static constexpr int kStageSlots = 8;
+  static constexpr size_t kStageBytes = size_t{1} << 20;
+  char* stage = nullptr;
+  cudaEvent_t stage_done[kStageSlots] = {};
+  int stage_next = 0;
   std::unique_ptr<Allocator> mem;
   std::unordered_map<PlanKey, std::unique_ptr<GemmPlan>, PlanKeyHash> plans;
   int profile = 0;
