@@ -2,8 +2,13 @@
 // (its queue is the program itself, so every op has finished when it
 // returns), GEMM through oneDNN. It is the embedded default and the reference
 // the other backends are tested against, and it implements the same C table
-// (core/backend/oslo_backend.h) a plugin does. Its groups use oslo's host
-// transports (it declines comm_create).
+// (core/backend/oslo_backend.h, ABI v2) a plugin does. Its groups use oslo's
+// host transports (it declines comm_create). Since every op has finished when
+// it returns, its asynchronous copies are plain copies and its events are
+// complete as soon as they are recorded.
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -140,6 +145,10 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
     if (bytes && dst != src) std::memmove(dst, src, bytes);
   });
 }
+oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,
+                       oslo_bk_copy_kind kind) {
+  return copy(self, dst, src, bytes, kind);  // done when it returns, as every op here
+}
 oslo_status synchronize(void*) {
   return OSLO_OK;
 }
@@ -207,6 +216,91 @@ oslo_status gather_cols(void* self, const V* out, const V* x, const V* idx, int6
     cpu::gather_cols(I.threads, *out, *x, *idx, offset, limit, ignore);
   });
 }
+// -- ABI v2 ------------------------------------------------------------------
+
+// An event on a queue where every op is done when it returns: nothing to
+// capture, but a real object, so creation and destruction are exercised.
+struct CpuEvent {
+  int recorded = 0;
+};
+oslo_status event_create(void* self, void** event) {
+  return guard(self, [&](Instance&) { *event = new CpuEvent; });
+}
+void event_destroy(void*, void* event) {
+  delete static_cast<CpuEvent*>(event);
+}
+oslo_status event_record(void*, void* event) {
+  static_cast<CpuEvent*>(event)->recorded = 1;
+  return OSLO_OK;
+}
+oslo_status event_wait(void*, void*) {
+  return OSLO_OK;  // the recorded work has finished
+}
+oslo_status event_synchronize(void*, void*) {
+  return OSLO_OK;
+}
+oslo_status alloc_async(void* self, size_t bytes, void** out) {
+  return alloc(self, bytes, out);
+}
+void free_async(void* self, void* p, size_t bytes) {
+  free_(self, p, bytes);
+}
+
+// "model name" of /proc/cpuinfo, read once ("cpu" where there is none).
+const char* device_name(void*) {
+  static const std::string name = [] {
+    std::string out = "cpu";
+    if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, f)) {
+        if (std::strncmp(line, "model name", 10) != 0) continue;
+        const char* colon = std::strchr(line, ':');
+        if (!colon) break;
+        std::string v = colon + 1;
+        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.erase(v.begin());
+        while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+        if (!v.empty()) out = v;
+        break;
+      }
+      std::fclose(f);
+    }
+    return out;
+  }();
+  return name.c_str();
+}
+// The host's memory: MemAvailable of /proc/meminfo (else free pages) and
+// the physical total.
+oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
+  return guard(self, [&](Instance&) {
+    long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES);
+    long avail = sysconf(_SC_AVPHYS_PAGES);
+    if (page <= 0 || total <= 0) fail(OSLO_ERR_NOT_SUPPORTED, "the host's memory size is unknown");
+    size_t avail_bytes = avail > 0 ? size_t(avail) * size_t(page) : 0;
+    if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+      char line[256];
+      unsigned long long kb = 0;
+      while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+          avail_bytes = size_t(kb) * 1024;
+          break;
+        }
+      std::fclose(f);
+    }
+    *free_bytes = avail_bytes;
+    *total_bytes = size_t(total) * size_t(page);
+  });
+}
+// Every required op in every dtype the core uses; no fused op yet.
+int op_supported(void*, oslo_bk_op op, oslo_dtype) {
+  return op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST ? 1 : 0;
+}
+int64_t native_stream(void*) {
+  return 0;  // program order, no native stream
+}
+oslo_status stream_wait_event(void*, int64_t, void*) {
+  return OSLO_OK;  // the work before the event has finished: any stream sees it
+}
+
 oslo_status scatter_add_cols(void* self, const V* x, const V* idx, int64_t offset, int64_t ignore,
                              float value) {
   return guard(self, [&](Instance& I) {
@@ -246,7 +340,21 @@ oslo_backend_iface make_table() {
   t.scatter_add_rows = scatter_add_rows;
   t.gather_cols = gather_cols;
   t.scatter_add_cols = scatter_add_cols;
-  return t;  // comm_* stay NULL: host transports
+  // comm_* stay NULL: host transports.
+  t.copy_async = copy_async;
+  t.event_create = event_create;
+  t.event_destroy = event_destroy;
+  t.event_record = event_record;
+  t.event_wait = event_wait;
+  t.event_synchronize = event_synchronize;
+  t.alloc_async = alloc_async;
+  t.free_async = free_async;
+  t.device_name = device_name;
+  t.memory_info = memory_info;
+  t.op_supported = op_supported;
+  t.native_stream = native_stream;
+  t.stream_wait_event = stream_wait_event;
+  return t;
 }
 
 }  // namespace

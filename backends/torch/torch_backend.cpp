@@ -5,15 +5,22 @@
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <sstream>
+#include <thread>
 
 namespace oslo_torch {
 
@@ -359,6 +366,220 @@ oslo_status set_num_threads(void* self, int n) {
   });
 }
 
+// -- ABI v2 ----------------------------------------------------------------------
+// On the CPU every ATen op has finished when it returns (as in oslo's CPU
+// backend): asynchronous copies are plain copies and events are complete once
+// recorded. On a device, copies and events are c10's on the instance's stream.
+
+oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,
+                       oslo_bk_copy_kind kind_arg) {
+  const int kind = enum_value(kind_arg);
+  return guard(self, "copy_async", [&](Instance& in) {
+    if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
+        kind != OSLO_BK_DEVICE_TO_DEVICE)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "copy_async: unknown kind " + std::to_string(kind));
+    if (bytes == 0) return;
+    if (dst == nullptr || src == nullptr)
+      fail(OSLO_ERR_INVALID_ARGUMENT,
+           "copy_async: NULL pointer for " + std::to_string(bytes) + " bytes");
+    if (in.is_cpu()) {
+      std::memmove(dst, src, bytes);
+      return;
+    }
+    const int64_t n = static_cast<int64_t>(bytes);
+    const auto on = [&](bool device) {
+      return at::TensorOptions().dtype(at::kByte).device(device ? in.device
+                                                                : c10::Device(c10::kCPU));
+    };
+    at::Tensor d = at::from_blob(dst, {n}, on(kind != OSLO_BK_DEVICE_TO_HOST));
+    at::Tensor s = at::from_blob(const_cast<void*>(src), {n}, on(kind != OSLO_BK_HOST_TO_DEVICE));
+    d.copy_(s, /*non_blocking=*/true);  // on the instance's stream (Scope)
+  });
+}
+
+// The host waits for a c10 event: synchronize() where this libtorch has it
+// (2.x), else polling query() (libtorch 1.13).
+template <class E>
+auto host_wait(const E& e, int) -> decltype(e.synchronize()) {
+  e.synchronize();
+}
+template <class E>
+void host_wait(const E& e, long) {
+  while (!e.query()) std::this_thread::yield();
+}
+
+// An event: c10's on a device, a flag on the CPU.
+struct TorchEvent {
+  std::optional<c10::Event> ev;
+};
+
+oslo_status event_create(void* self, void** event) {
+  return guard(self, "event_create", [&](Instance& in) {
+    if (event == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "event_create: event is NULL");
+    auto e = std::make_unique<TorchEvent>();
+    if (!in.is_cpu()) e->ev.emplace(in.device.type());
+    *event = e.release();
+  });
+}
+void event_destroy(void*, void* event) {
+  try {
+    delete static_cast<TorchEvent*>(event);
+  } catch (...) {
+  }
+}
+TorchEvent& event_of(void* event, const char* entry) {
+  if (event == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, std::string(entry) + ": event is NULL");
+  return *static_cast<TorchEvent*>(event);
+}
+oslo_status event_record(void* self, void* event) {
+  return guard(self, "event_record", [&](Instance& in) {
+    TorchEvent& e = event_of(event, "event_record");
+    if (e.ev && in.stream) e.ev->record(*in.stream);
+  });
+}
+oslo_status event_wait(void* self, void* event) {
+  return guard(self, "event_wait", [&](Instance& in) {
+    TorchEvent& e = event_of(event, "event_wait");
+    if (e.ev && in.stream) e.ev->block(*in.stream);
+  });
+}
+oslo_status event_synchronize(void* self, void* event) {
+  return guard(self, "event_synchronize", [&](Instance&) {
+    TorchEvent& e = event_of(event, "event_synchronize");
+    if (e.ev) host_wait(*e.ev, 0);
+  });
+}
+
+// alloc() already takes blocks from the caching allocator on the instance's
+// stream, whose reuse is ordered on that stream: the stream-ordered entries
+// are the same.
+oslo_status alloc_async(void* self, size_t bytes, void** out) {
+  return alloc(self, bytes, out);
+}
+void free_async(void* self, void* ptr, size_t bytes) {
+  free_(self, ptr, bytes);
+}
+
+// The CUDA driver, if the process already loaded it (libtorch did, for a
+// CUDA device): the device's name and memory without linking CUDA.
+void* cuda_driver_symbol(const char* name) {
+  static void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return lib ? dlsym(lib, name) : nullptr;
+}
+
+const char* device_name(void* self) {
+  if (self == nullptr) return "torch";
+  Instance& in = *static_cast<Instance*>(self);
+  if (!in.device_name.empty()) return in.device_name.c_str();
+  in.device_name = "torch " + in.device.str();
+  if (in.device.is_cuda()) {
+    using GetFn = int (*)(int*, int);
+    using NameFn = int (*)(char*, int, int);
+    auto get = reinterpret_cast<GetFn>(cuda_driver_symbol("cuDeviceGet"));
+    auto name = reinterpret_cast<NameFn>(cuda_driver_symbol("cuDeviceGetName"));
+    int dev = 0;
+    char buf[256] = {0};
+    if (get && name && get(&dev, in.device.index()) == 0 && name(buf, sizeof buf - 1, dev) == 0 &&
+        buf[0])
+      in.device_name = buf;
+  } else if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f)) {
+      if (std::strncmp(line, "model name", 10) != 0) continue;
+      if (const char* colon = std::strchr(line, ':')) {
+        std::string v = colon + 1;
+        while (!v.empty() && v.front() == ' ') v.erase(v.begin());
+        while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+        if (!v.empty()) in.device_name = v;
+      }
+      break;
+    }
+    std::fclose(f);
+  }
+  return in.device_name.c_str();
+}
+
+oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
+  return guard(self, "memory_info", [&](Instance& in) {
+    if (free_bytes == nullptr || total_bytes == nullptr)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "memory_info: NULL output");
+    if (in.is_cpu()) {
+      const long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES),
+                 avail = sysconf(_SC_AVPHYS_PAGES);
+      if (page <= 0 || total <= 0 || avail < 0)
+        fail(OSLO_ERR_NOT_SUPPORTED, "memory_info: the host's memory size is unknown");
+      *free_bytes = static_cast<size_t>(avail) * static_cast<size_t>(page);
+      *total_bytes = static_cast<size_t>(total) * static_cast<size_t>(page);
+      return;
+    }
+    // Scope made the device current; its primary context is current once
+    // libtorch used it.
+    using InfoFn = int (*)(size_t*, size_t*);
+    auto info = reinterpret_cast<InfoFn>(cuda_driver_symbol("cuMemGetInfo_v2"));
+    if (!in.device.is_cuda() || info == nullptr || info(free_bytes, total_bytes) != 0)
+      fail(OSLO_ERR_NOT_SUPPORTED,
+           "memory_info: the memory of " + in.device.str() + " cannot be queried here");
+  });
+}
+
+// Every required op (ATen has each in every dtype oslo uses); no fused op.
+int op_supported(void*, oslo_bk_op op, oslo_dtype) {
+  const int id = enum_value(op);
+  return id >= OSLO_BK_OP_CONVERT && id < OSLO_BK_OP_FUSED_FIRST ? 1 : 0;
+}
+
+// c10::Stream::native_handle() where this libtorch has it (2.x), else none.
+template <class S>
+auto native_handle_of(const S& s, int) -> decltype(s.native_handle()) {
+  return s.native_handle();
+}
+template <class S>
+void* native_handle_of(const S&, long) {
+  return nullptr;
+}
+
+// DLPack's value for the instance's stream: the cudaStream_t (1 for the
+// legacy default stream, NULL); 0 on the CPU or when this libtorch cannot
+// tell the handle.
+int64_t stream_value(Instance& in) {
+  if (!in.stream || !in.device.is_cuda()) return 0;
+  void* h = native_handle_of(*in.stream, 0);
+  if (h == nullptr) return in.stream->id() == 0 ? 1 : 0;
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(h));
+}
+
+int64_t native_stream(void* self) {
+  if (self == nullptr) return 0;
+  Instance& in = *static_cast<Instance*>(self);
+  try {
+    Scope scope(in);
+    return stream_value(in);
+  } catch (...) {
+    return 0;
+  }
+}
+
+// The consumer's stream waits for the event on the device when it is one
+// c10 can name from here (the instance's own stream, or the legacy default
+// stream, 1, which is libtorch's default stream); any other stream (a foreign
+// handle) is served by the host waiting for the event, which orders every
+// stream after it.
+oslo_status stream_wait_event(void* self, int64_t stream, void* event) {
+  return guard(self, "stream_wait_event", [&](Instance& in) {
+    TorchEvent& e = event_of(event, "stream_wait_event");
+    if (!e.ev) return;  // CPU: the work has finished
+    const int64_t own = stream_value(in);
+    if (own != 0 && stream == own) {
+      e.ev->block(*in.stream);
+    } else if (stream == 1 && in.device.is_cuda()) {
+      const auto* impl = c10::impl::getDeviceGuardImpl(in.device.type());
+      e.ev->block(impl->getDefaultStream(in.device));
+    } else {
+      host_wait(*e.ev, 0);
+    }
+  });
+}
+
 oslo_backend_iface make_table() {
   oslo_backend_iface t;
   std::memset(&t, 0, sizeof t);
@@ -403,15 +624,49 @@ oslo_backend_iface make_table() {
   t.comm_recv = comm_recv;
   t.comm_barrier = comm_barrier;
   t.comm_abort = comm_abort;
+  t.copy_async = copy_async;
+  t.event_create = event_create;
+  t.event_destroy = event_destroy;
+  t.event_record = event_record;
+  t.event_wait = event_wait;
+  t.event_synchronize = event_synchronize;
+  t.alloc_async = alloc_async;
+  t.free_async = free_async;
+  t.device_name = device_name;
+  t.memory_info = memory_info;
+  t.op_supported = op_supported;
+  t.native_stream = native_stream;
+  t.stream_wait_event = stream_wait_event;
   return t;
 }
 
 const oslo_backend_iface kTable = make_table();
 
+// The same table as a liboslo of backend ABI v1 reads it (see "Versioning"
+// in oslo_backend.h): its v1 entries only.
+struct V1Table {
+  alignas(oslo_backend_iface) unsigned char bytes[OSLO_BACKEND_IFACE_V1_SIZE];
+};
+V1Table make_v1() {
+  oslo_backend_iface t = make_table();
+  t.abi_version = 1;
+  t.struct_size = OSLO_BACKEND_IFACE_V1_SIZE;
+  V1Table v;
+  std::memcpy(v.bytes, &t, sizeof v.bytes);
+  return v;
+}
+const V1Table kTableV1 = make_v1();
+
 }  // namespace
 }  // namespace oslo_torch
 
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v1(
+extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v2(
     void) {
   return &oslo_torch::kTable;
+}
+
+// For a liboslo built against backend ABI v1 (which looks up this symbol only).
+extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v1(
+    void) {
+  return reinterpret_cast<const oslo_backend_iface*>(oslo_torch::kTableV1.bytes);
 }

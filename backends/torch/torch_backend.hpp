@@ -1,7 +1,8 @@
 // Internals of the libtorch backend plugin (liboslo_backend_torch.so). From
 // oslo it includes only the public header and the backend ABI header; it
 // never links liboslo. Everything here has hidden visibility: the plugin
-// exports oslo_backend_plugin_v1 alone (see plugin.map).
+// exports oslo_backend_plugin_v2 and oslo_backend_plugin_v1 alone (see
+// plugin.map).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -50,6 +51,7 @@ struct Instance {
   std::string comm_mode;              // "", "none", "gloo", "nccl"
   std::string gloo_address;           // for createDeviceForHostname ("" = default)
   std::string error = "no error";
+  std::string device_name;  // device_name()'s answer, made on first use
 
   // free() may run on any thread.
   std::mutex mem_mutex;

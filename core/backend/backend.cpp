@@ -87,6 +87,78 @@ void Backend::set_num_threads(int n) {
   check(t_.set_num_threads(self_, n), "set_num_threads");
 }
 
+void Backend::copy_async(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
+  if (!t_.copy_async) return copy(dst, src, bytes, kind);
+  oslo_bk_copy_kind k = kind == CopyKind::HostToDevice   ? OSLO_BK_HOST_TO_DEVICE
+                        : kind == CopyKind::DeviceToHost ? OSLO_BK_DEVICE_TO_HOST
+                                                         : OSLO_BK_DEVICE_TO_DEVICE;
+  check(t_.copy_async(self_, dst, src, bytes, k), "copy_async");
+}
+void* Backend::allocate_async(size_t bytes) {
+  if (!t_.alloc_async) return allocate(bytes);
+  void* p = nullptr;
+  check(t_.alloc_async(self_, bytes, &p), "alloc_async");
+  return p;
+}
+void Backend::deallocate_async(void* p, size_t bytes) noexcept {
+  if (!p) return;
+  if (t_.free_async)
+    t_.free_async(self_, p, bytes);
+  else
+    t_.free(self_, p, bytes);
+}
+std::string Backend::device_name() const {
+  const char* n = t_.device_name ? t_.device_name(self_) : nullptr;
+  return n && *n ? std::string(n) : std::string(name());
+}
+void Backend::memory_info(size_t* free_bytes, size_t* total_bytes) {
+  OSLO_CHECK(t_.memory_info, OSLO_ERR_NOT_SUPPORTED, name(),
+             " backend: memory_info: the backend does not report its device's memory");
+  size_t f = 0, t = 0;
+  check(t_.memory_info(self_, &f, &t), "memory_info");
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+}
+bool Backend::op_supported(oslo_bk_op op, oslo_dtype dtype) const {
+  if (t_.op_supported) return t_.op_supported(self_, op, dtype) != 0;
+  return op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST;
+}
+int64_t Backend::native_stream() const {
+  return t_.native_stream ? t_.native_stream(self_) : 0;
+}
+void Backend::make_stream_wait(int64_t stream) {
+  Event e(*this);
+  e.record();
+  if (t_.stream_wait_event && e.native()) {
+    check(t_.stream_wait_event(self_, stream, e.native()), "stream_wait_event");
+    return;
+  }
+  e.synchronize();
+}
+
+Event::Event(Backend& owner) : b_(owner) {
+  if (b_.t_.event_create) b_.check(b_.t_.event_create(b_.self_, &ev_), "event_create");
+}
+Event::~Event() {
+  if (ev_) b_.t_.event_destroy(b_.self_, ev_);
+}
+void Event::record() {
+  if (ev_)
+    b_.check(b_.t_.event_record(b_.self_, ev_), "event_record");
+  else
+    b_.synchronize();
+}
+void Event::wait(Backend& queue) {
+  if (!ev_) return;  // record() already synchronized the host
+  OSLO_CHECK(queue.t_.event_wait == b_.t_.event_wait, OSLO_ERR_INVALID_ARGUMENT,
+             "event of backend '", b_.name(), "' waited for by backend '", queue.name(), "'");
+  queue.check(queue.t_.event_wait(queue.self_, ev_), "event_wait");
+}
+void Event::synchronize() {
+  if (ev_) b_.check(b_.t_.event_synchronize(b_.self_, ev_), "event_synchronize");
+}
+
 void Backend::convert(const View& out, const View& x) {
   check(t_.convert(self_, &out, &x), "convert");
 }

@@ -5,8 +5,12 @@
 // includes a backend's folder.
 //
 // Ordering: ops are enqueued on the backend's one queue in call order; the
-// host waits only in copy_to_host / copy_from_host / synchronize and in
-// collectives (see oslo_backend.h).
+// host waits only in copy (HostToDevice / DeviceToHost), synchronize,
+// Event::synchronize and in collectives (see oslo_backend.h).
+//
+// The entries of backend ABI v2 are optional; each wrapper below supplies the
+// fallback oslo_backend.h names when the backend lacks one (a v1 plugin lacks
+// them all), so callers use them unconditionally.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +47,8 @@ struct BackendOptions {
   std::string extra_json = "{}";
 };
 
+class Event;
+
 class Backend {
  public:
   // Takes the (already validated) table and an instance it created.
@@ -52,6 +58,8 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
 
   const char* name() const { return t_.name; }
+  // The backend ABI the table implements (1 or 2).
+  uint32_t abi_version() const { return t_.abi_version; }
   int dlpack_device_type() const;
   int device_id() const;
   bool host_accessible() const;
@@ -63,6 +71,31 @@ class Backend {
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind);
   void synchronize();
   void set_num_threads(int n);
+
+  // -- ABI v2, with fallbacks ---------------------------------------------
+  // Enqueued copy that does not wait (host memory must stay valid until a
+  // wait point); without copy_async: copy(), which waits.
+  void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind);
+  // Stream-ordered memory; without the entries: allocate / deallocate.
+  void* allocate_async(size_t bytes);
+  void deallocate_async(void* p, size_t bytes) noexcept;
+  // Whether the backend has events (else Event falls back to host waits).
+  bool has_events() const { return t_.event_create != nullptr; }
+  // The device's name (without device_name: the backend's name).
+  std::string device_name() const;
+  // Free and total bytes of the device's memory; throws
+  // OSLO_ERR_NOT_SUPPORTED when the backend cannot tell.
+  void memory_info(size_t* free_bytes, size_t* total_bytes);
+  // Whether the backend implements op for dtype (without op_supported: yes
+  // for the required ops, no for fused ones).
+  bool op_supported(oslo_bk_op op, oslo_dtype dtype) const;
+  // The queue as DLPack's stream argument spells it, 0 if not a native stream.
+  int64_t native_stream() const;
+  // Makes the foreign native stream (a DLPack stream value of this device
+  // type) wait for the work enqueued so far on this queue: an event recorded
+  // here and stream_wait_event; without it the host waits for the event;
+  // without events it synchronizes.
+  void make_stream_wait(int64_t stream);
 
   // Ops (see oslo_backend.h for their exact meaning).
   void convert(const View& out, const View& x);
@@ -94,6 +127,7 @@ class Backend {
   std::unique_ptr<Communicator> create_communicator(Store& store, const GroupSpec& group);
 
  private:
+  friend class Event;
   [[noreturn]] void raise(oslo_status st, const char* op) const;
   void check(oslo_status st, const char* op) const {
     if (st != OSLO_OK) raise(st, op);
@@ -101,6 +135,34 @@ class Backend {
 
   oslo_backend_iface t_;  // the plugin's table, entries past its struct_size NULL
   void* self_;
+};
+
+// An event of a backend (ABI v2's events, see oslo_backend.h): record() on
+// one instance's queue, wait() by the same or another instance of the same
+// backend on the same device, synchronize() from the host. Without events in
+// the backend it falls back to host waits: record() synchronizes the
+// recording queue, so wait() and synchronize() have nothing left to wait for.
+// The backend instance must outlive the event.
+class Event {
+ public:
+  explicit Event(Backend& owner);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  // Captures the work enqueued on the owner's queue so far.
+  void record();
+  // `queue` (the owner or another instance of its backend) waits on the
+  // device for the captured work; the host does not block.
+  void wait(Backend& queue);
+  // The host waits for the captured work.
+  void synchronize();
+  // The backend's event (nullptr without events).
+  void* native() const { return ev_; }
+
+ private:
+  Backend& b_;
+  void* ev_ = nullptr;
 };
 
 // A backend linked into liboslo.
@@ -119,8 +181,9 @@ const BuiltinBackend* builtin_backends();
 oslo_backend_iface validate_backend_table(const oslo_backend_iface* table, const std::string& from);
 
 // "cpu" is built in; any other name is looked up as the plugin
-// liboslo_backend_<name>.so (next to liboslo, then the loader's search path)
-// exporting oslo_backend_plugin_v1. Throws OSLO_ERR_CONFIG for a malformed
+// liboslo_backend_<name>.so (OSLO_BACKEND_PATH, next to liboslo, then the
+// loader's search path) exporting oslo_backend_plugin_v2 or
+// oslo_backend_plugin_v1. Throws OSLO_ERR_CONFIG for a malformed
 // name and OSLO_ERR_BACKEND_UNAVAILABLE naming the backend and the reason.
 std::shared_ptr<Backend> create_backend(const std::string& name, const BackendOptions& options);
 

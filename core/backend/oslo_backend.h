@@ -1,5 +1,5 @@
 /*
- * oslo_backend.h - the interface a device backend implements (backend ABI v1).
+ * oslo_backend.h - the interface a device backend implements (backend ABI v2).
  *
  * A backend gives oslo memory on one device, an execution queue on it, the
  * compute ops layers and models are built from, and (optionally) its own
@@ -7,19 +7,40 @@
  * table; any other backend is a plugin, a shared library
  * liboslo_backend_<name>.so exporting
  *
- *   const oslo_backend_iface *oslo_backend_plugin_v1(void);
+ *   const oslo_backend_iface *oslo_backend_plugin_v2(void);
+ *
+ * (or, for a plugin written against ABI v1, oslo_backend_plugin_v1; see
+ * "Versioning").
  *
  * Why a C table and not a C++ interface: a plugin may be built by another
  * compiler, against another C++ standard library ABI (the libtorch in a pip
  * wheel of torch 2.x before 2.7 uses the pre-C++11 std::string), and must not
  * link liboslo's hidden internals. A table of C function pointers with a
  * version and a size crosses all of that; the core wraps it in a C++ class
- * (core/backend/backend.hpp) that turns statuses into exceptions.
+ * (core/backend/backend.hpp) that turns statuses into exceptions and supplies
+ * the fallbacks of the optional entries.
  *
- * Versioning: `abi_version` must equal OSLO_BACKEND_ABI_VERSION's major part;
- * `struct_size` is sizeof(oslo_backend_iface) the plugin was built with. New
- * entries are only appended; the core treats an entry beyond struct_size as
- * NULL (not provided), so an old plugin keeps working with a newer liboslo.
+ * Versioning. The table only grows: entries are appended, never moved,
+ * removed or changed in meaning (static asserts at the end of this header pin
+ * every slot's offset, so a reordering fails to compile).
+ *   - `abi_version` is the ABI the plugin was written against: 1 or 2.
+ *     liboslo loads every version from 1 up to OSLO_BACKEND_ABI_VERSION and
+ *     refuses a newer one (its entries may mean things this liboslo does not
+ *     know; the message says to rebuild the backend).
+ *   - `struct_size` is sizeof(oslo_backend_iface) as the plugin was built:
+ *     at least OSLO_BACKEND_IFACE_V1_SIZE (every entry up to comm_abort). The
+ *     core treats an entry beyond struct_size as NULL.
+ *   - Every entry added after v1 is optional: NULL (or beyond struct_size)
+ *     means "not provided" and the core uses the fallback written next to it
+ *     (an asynchronous copy becomes copy(), which waits as v1 says; without
+ *     events the host synchronizes; ...). So a v1 plugin keeps loading and
+ *     computing unchanged.
+ *   - The plugin symbol: liboslo looks up oslo_backend_plugin_v2 first, then
+ *     oslo_backend_plugin_v1. The table returned decides (abi_version and
+ *     struct_size), not the symbol's name. A v2 plugin that also wants to
+ *     load into a v1 liboslo exports oslo_backend_plugin_v1 too, returning a
+ *     copy of its table with abi_version 1 and struct_size
+ *     OSLO_BACKEND_IFACE_V1_SIZE (a v1 liboslo refuses abi_version 2).
  *
  * Ordering model. Each backend instance (one per context) has ONE execution
  * queue (a CUDA stream on a GPU; program order on the CPU). Every op below is
@@ -28,20 +49,34 @@
  * until the next wait point. The host waits only at these points:
  *   - copy() with kind DEVICE_TO_HOST (returns when `dst` holds the data),
  *   - copy() with kind HOST_TO_DEVICE (returns when `src` may be reused),
- *   - synchronize(),
+ *   - synchronize(), and event_synchronize() (v2) for the work before the
+ *     event's record,
  *   - collectives of the backend's own communicators, which are ordered on
  *     the queue and return when the host may issue the next op.
+ * copy_async() (v2) never waits: its host memory must stay valid (and, for
+ * HOST_TO_DEVICE, unchanged) until a later wait point covers it.
  * Host transports (shm, gloo) used for host-memory backends call
  * synchronize() before they touch tensor memory.
  * An op that fails on the device after it returned (an id out of range found
  * by a kernel) reports at the next wait point.
  *
+ * Several queues (v2). Two instances of the same backend created with the
+ * same device (local_rank / options) are two queues on one device: memory
+ * allocated by one may be used by the other's ops, and an event recorded on
+ * one may be waited for by the other (event_wait). That is how a
+ * communication queue overlaps a compute queue: the compute queue records an
+ * event after producing a gradient, the communication queue waits for it and
+ * reduces while compute goes on, then records an event the compute queue
+ * waits for before it reads the result. Without events the core orders the
+ * two queues by synchronizing the host (correct, without overlap).
+ *
  * Errors: every fallible entry returns an oslo_status; on failure the backend
  * keeps a message for last_error(). Entries never throw, exit or abort.
  *
  * Threads: one backend instance is used by one thread at a time (its
- * context's), except free() which may run on any thread (memory exported
- * through DLPack can outlive its context) and abort paths of communicators.
+ * context's), except free() and event_destroy() which may run on any thread
+ * (memory exported through DLPack can outlive its context) and abort paths
+ * of communicators.
  */
 #ifndef OSLO_BACKEND_H
 #define OSLO_BACKEND_H
@@ -55,7 +90,10 @@
 extern "C" {
 #endif
 
-#define OSLO_BACKEND_ABI_VERSION 1
+/** The newest backend ABI this header describes (see "Versioning"). */
+#define OSLO_BACKEND_ABI_VERSION 2
+/** The oldest backend ABI liboslo still loads. */
+#define OSLO_BACKEND_ABI_VERSION_MIN 1
 
 /** A strided view of device memory. Strides are in elements; a stride of 0
  * broadcasts that dimension (only allowed for inputs). The innermost
@@ -120,6 +158,36 @@ typedef enum oslo_bk_reduce {
   OSLO_BK_REDUCE_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_REDUCE_ENUM_MAX_ = 2147483647
 } oslo_bk_reduce;
+
+/** Op ids for op_supported() (v2). The compute entries of the table have
+ * ids 0..14 (every backend provides them; a backend may still answer 0 for a
+ * dtype it does not implement). Fused ops (one entry doing what the core
+ * otherwise composes from several, e.g. attention over a KV cache) get ids
+ * from OSLO_BK_OP_FUSED_FIRST on, each appended with its own optional entry:
+ * the core calls a fused entry only when op_supported() says yes and else
+ * composes the op from the entries above, so declining is always allowed. */
+typedef enum oslo_bk_op {
+  OSLO_BK_OP_CONVERT = 0,
+  OSLO_BK_OP_FILL = 1,
+  OSLO_BK_OP_MATMUL = 2,
+  OSLO_BK_OP_BINARY = 3,
+  OSLO_BK_OP_UNARY = 4,
+  OSLO_BK_OP_UNARY_BACKWARD = 5,
+  OSLO_BK_OP_REDUCE = 6,
+  OSLO_BK_OP_SUM_ROWS = 7,
+  OSLO_BK_OP_SOFTMAX = 8,
+  OSLO_BK_OP_SOFTMAX_BACKWARD = 9,
+  OSLO_BK_OP_NORM = 10,
+  OSLO_BK_OP_GATHER_ROWS = 11,
+  OSLO_BK_OP_SCATTER_ADD_ROWS = 12,
+  OSLO_BK_OP_GATHER_COLS = 13,
+  OSLO_BK_OP_SCATTER_ADD_COLS = 14,
+  /** First id of the fused ops (none is defined yet). */
+  OSLO_BK_OP_FUSED_FIRST = 1024,
+  /* Not values: they make every int a valid value of the type (see oslo.h). */
+  OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_BK_OP_ENUM_MAX_ = 2147483647
+} oslo_bk_op;
 
 /** A process group handed to a backend's own communicator. */
 typedef struct oslo_bk_group {
@@ -279,11 +347,176 @@ typedef struct oslo_backend_iface {
   oslo_status (*comm_barrier)(void *comm);
   /** Any thread. */
   void (*comm_abort)(void *comm);
+
+  /* ==== ABI v2 ========================================================
+   * Every entry from here on is optional (NULL: the fallback written next to
+   * it). A v1 table ends above this line (OSLO_BACKEND_IFACE_V1_SIZE). */
+
+  /* -- asynchronous copies on the queue ---------------------------------- */
+  /** Enqueues a copy of any kind on the instance's queue and returns without
+   * waiting. Host memory it reads (HOST_TO_DEVICE) must stay valid and
+   * unchanged, and host memory it writes (DEVICE_TO_HOST) must not be read,
+   * until a wait point covers the copy (synchronize(), or event_synchronize()
+   * of an event recorded after it). Fallback: copy(), which waits. */
+  oslo_status (*copy_async)(void *self, void *dst, const void *src, size_t bytes,
+                            oslo_bk_copy_kind kind);
+
+  /* -- events -------------------------------------------------------------- */
+  /** A new event, not yet recorded (waiting for it returns at once).
+   * Fallback when NULL: the core synchronizes the host where it would record
+   * an event, and waits for nothing where it would wait for one. The five
+   * event entries come together: a table with event_create provides
+   * event_destroy, event_record, event_wait and event_synchronize. */
+  oslo_status (*event_create)(void *self, void **event);
+  /** Any thread; NULL is ignored. */
+  void (*event_destroy)(void *self, void *event);
+  /** Captures the work enqueued on this instance's queue so far: the event
+   * completes when all of it has. Recording again re-captures. */
+  oslo_status (*event_record)(void *self, void *event);
+  /** This instance's queue waits, on the device, for the event (recorded by
+   * this instance or another instance of the same backend on the same
+   * device); the host does not block. */
+  oslo_status (*event_wait)(void *self, void *event);
+  /** The host waits until the event completed; reports the errors of the
+   * work it covers, like synchronize(). */
+  oslo_status (*event_synchronize)(void *self, void *event);
+
+  /* -- stream-ordered memory ---------------------------------------------- */
+  /** Memory usable by work enqueued on this queue after the call (64-byte
+   * aligned, valid for 0 bytes). alloc_async and free_async come together.
+   * Fallback: alloc(). */
+  oslo_status (*alloc_async)(void *self, size_t bytes, void **out);
+  /** Returns memory from alloc_async() (or alloc()) to the backend once the
+   * work enqueued on this queue before the call has completed; the host does
+   * not wait. The instance's thread. Fallback: free(). */
+  void (*free_async)(void *self, void *ptr, size_t bytes);
+
+  /* -- device queries ------------------------------------------------------ */
+  /** The device's name, e.g. "NVIDIA H100 80GB HBM3" (static or owned by the
+   * instance, valid while it lives). Fallback: the backend's name. */
+  const char *(*device_name)(void *self);
+  /** Bytes of the device's memory free now and in total (for the CPU: the
+   * host's available and total memory). Fallback: the core reports the query
+   * as OSLO_ERR_NOT_SUPPORTED. */
+  oslo_status (*memory_info)(void *self, size_t *free_bytes, size_t *total_bytes);
+
+  /* -- optional capabilities ----------------------------------------------- */
+  /** Nonzero if the backend implements op (see oslo_bk_op) for dtype (the
+   * dtype of the op's output, or of a and b for MATMUL). Answering 0 for a
+   * fused op makes the core compose it from the required entries. Fallback:
+   * yes for the required entries' ops (ids below OSLO_BK_OP_FUSED_FIRST), no
+   * for the fused ones. */
+  int (*op_supported)(void *self, oslo_bk_op op, oslo_dtype dtype);
+
+  /* -- the native queue, for DLPack ----------------------------------------- */
+  /** The queue's handle as DLPack's `stream` argument spells it for this
+   * device type (CUDA: the cudaStream_t as an integer, 1 for the legacy
+   * default stream, 2 for the per-thread default stream), or 0 when the
+   * queue is not a native stream (the CPU: program order). A consumer of
+   * tensors on this queue passes it to a producer's __dlpack__(stream=...).
+   * Fallback: 0. */
+  int64_t (*native_stream)(void *self);
+  /** Makes the foreign native stream `stream` (a DLPack stream value of this
+   * device type, as native_stream() describes) wait, on the device, for the
+   * event (recorded by this instance); the host does not block. Used when a
+   * DLPack consumer passes its stream to an export. Fallback:
+   * event_synchronize() (the host waits), or synchronize() without events. */
+  oslo_status (*stream_wait_event)(void *self, int64_t stream, void *event);
 } oslo_backend_iface;
 
-/** The symbol a plugin exports. */
+/** The size of an ABI v1 table: every entry up to comm_abort. */
+#define OSLO_BACKEND_IFACE_V1_SIZE (offsetof(oslo_backend_iface, copy_async))
+/** The size of an ABI v2 table. */
+#define OSLO_BACKEND_IFACE_V2_SIZE \
+  (offsetof(oslo_backend_iface, stream_wait_event) + sizeof(void (*)(void)))
+
+/* The slot of every entry, pinned: entry i (create is 0) lies at
+ * offsetof(create) + i pointers. Moving, removing or inserting an entry
+ * breaks every plugin built before; these make it a compile error. */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define OSLO_BK_STATIC_ASSERT_(cond, msg) static_assert(cond, msg)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define OSLO_BK_STATIC_ASSERT_(cond, msg) _Static_assert(cond, msg)
+#endif
+#ifdef OSLO_BK_STATIC_ASSERT_
+#define OSLO_BK_SLOT_(entry, i)                                                                   \
+  OSLO_BK_STATIC_ASSERT_(offsetof(oslo_backend_iface, entry) ==                                   \
+                             offsetof(oslo_backend_iface, create) + (i) * sizeof(void (*)(void)), \
+                         "backend ABI: slot of " #entry " moved")
+OSLO_BK_STATIC_ASSERT_(offsetof(oslo_backend_iface, struct_size) == 0,
+                       "backend ABI: struct_size moved");
+OSLO_BK_STATIC_ASSERT_(offsetof(oslo_backend_iface, name) == 2 * sizeof(size_t) ||
+                           offsetof(oslo_backend_iface, name) == sizeof(size_t) + sizeof(uint32_t),
+                       "backend ABI: name moved");
+OSLO_BK_STATIC_ASSERT_(offsetof(oslo_backend_iface, create) ==
+                           offsetof(oslo_backend_iface, name) + sizeof(const char *),
+                       "backend ABI: create moved");
+OSLO_BK_SLOT_(create, 0);
+OSLO_BK_SLOT_(destroy, 1);
+OSLO_BK_SLOT_(last_error, 2);
+OSLO_BK_SLOT_(device_type, 3);
+OSLO_BK_SLOT_(device_id, 4);
+OSLO_BK_SLOT_(host_accessible, 5);
+OSLO_BK_SLOT_(alloc, 6);
+OSLO_BK_SLOT_(free, 7);
+OSLO_BK_SLOT_(copy, 8);
+OSLO_BK_SLOT_(synchronize, 9);
+OSLO_BK_SLOT_(set_num_threads, 10);
+OSLO_BK_SLOT_(convert, 11);
+OSLO_BK_SLOT_(fill, 12);
+OSLO_BK_SLOT_(matmul, 13);
+OSLO_BK_SLOT_(binary, 14);
+OSLO_BK_SLOT_(unary, 15);
+OSLO_BK_SLOT_(unary_backward, 16);
+OSLO_BK_SLOT_(reduce, 17);
+OSLO_BK_SLOT_(sum_rows, 18);
+OSLO_BK_SLOT_(softmax, 19);
+OSLO_BK_SLOT_(softmax_backward, 20);
+OSLO_BK_SLOT_(norm, 21);
+OSLO_BK_SLOT_(gather_rows, 22);
+OSLO_BK_SLOT_(scatter_add_rows, 23);
+OSLO_BK_SLOT_(gather_cols, 24);
+OSLO_BK_SLOT_(scatter_add_cols, 25);
+OSLO_BK_SLOT_(comm_create, 26);
+OSLO_BK_SLOT_(comm_destroy, 27);
+OSLO_BK_SLOT_(comm_name, 28);
+OSLO_BK_SLOT_(comm_last_error, 29);
+OSLO_BK_SLOT_(comm_all_reduce, 30);
+OSLO_BK_SLOT_(comm_all_gather, 31);
+OSLO_BK_SLOT_(comm_reduce_scatter, 32);
+OSLO_BK_SLOT_(comm_broadcast, 33);
+OSLO_BK_SLOT_(comm_send, 34);
+OSLO_BK_SLOT_(comm_recv, 35);
+OSLO_BK_SLOT_(comm_barrier, 36);
+OSLO_BK_SLOT_(comm_abort, 37);
+/* ABI v2 */
+OSLO_BK_SLOT_(copy_async, 38);
+OSLO_BK_SLOT_(event_create, 39);
+OSLO_BK_SLOT_(event_destroy, 40);
+OSLO_BK_SLOT_(event_record, 41);
+OSLO_BK_SLOT_(event_wait, 42);
+OSLO_BK_SLOT_(event_synchronize, 43);
+OSLO_BK_SLOT_(alloc_async, 44);
+OSLO_BK_SLOT_(free_async, 45);
+OSLO_BK_SLOT_(device_name, 46);
+OSLO_BK_SLOT_(memory_info, 47);
+OSLO_BK_SLOT_(op_supported, 48);
+OSLO_BK_SLOT_(native_stream, 49);
+OSLO_BK_SLOT_(stream_wait_event, 50);
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
+                           offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
+                       "backend ABI: the v1 table has 38 entries");
+OSLO_BK_STATIC_ASSERT_(
+    OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
+    "backend ABI: an entry after stream_wait_event needs OSLO_BACKEND_IFACE_V3_SIZE");
+#undef OSLO_BK_SLOT_
+#endif
+
+/** The symbols a plugin exports (see "Versioning"): liboslo looks up the v2
+ * one first, then the v1 one. */
 typedef const oslo_backend_iface *(*oslo_backend_plugin_fn)(void);
-#define OSLO_BACKEND_PLUGIN_SYMBOL "oslo_backend_plugin_v1"
+#define OSLO_BACKEND_PLUGIN_SYMBOL "oslo_backend_plugin_v2"
+#define OSLO_BACKEND_PLUGIN_SYMBOL_V1 "oslo_backend_plugin_v1"
 
 #ifdef __cplusplus
 }

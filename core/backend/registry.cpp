@@ -41,13 +41,18 @@ std::vector<std::string> plugin_candidates(const std::string& file) {
 oslo_backend_iface validate_backend_table(const oslo_backend_iface* table,
                                           const std::string& from) {
   OSLO_CHECK(table, OSLO_ERR_BACKEND_UNAVAILABLE, from, " returned no backend table");
-  OSLO_CHECK(table->abi_version == OSLO_BACKEND_ABI_VERSION, OSLO_ERR_BACKEND_UNAVAILABLE, from,
-             " implements backend ABI v", table->abi_version, " but this liboslo needs v",
+  OSLO_CHECK(table->abi_version >= OSLO_BACKEND_ABI_VERSION_MIN &&
+                 table->abi_version <= OSLO_BACKEND_ABI_VERSION,
+             OSLO_ERR_BACKEND_UNAVAILABLE, from, " implements backend ABI v", table->abi_version,
+             " but this liboslo loads v", OSLO_BACKEND_ABI_VERSION_MIN, " to v",
              OSLO_BACKEND_ABI_VERSION, " (rebuild the backend against this oslo)");
-  OSLO_CHECK(table->struct_size >= offsetof(oslo_backend_iface, comm_create) &&
-                 table->struct_size <= (size_t(1) << 16),
-             OSLO_ERR_BACKEND_UNAVAILABLE, from, " has a backend table of ", table->struct_size,
-             " bytes, fewer than ABI v1's required entries");
+  OSLO_CHECK(
+      table->struct_size >= OSLO_BACKEND_IFACE_V1_SIZE && table->struct_size <= (size_t(1) << 16),
+      OSLO_ERR_BACKEND_UNAVAILABLE, from, " has a backend table of ", table->struct_size,
+      " bytes, not the ", OSLO_BACKEND_IFACE_V1_SIZE, " or more of ABI v1's entries");
+  OSLO_CHECK(table->abi_version < 2 || table->struct_size >= OSLO_BACKEND_IFACE_V2_SIZE,
+             OSLO_ERR_BACKEND_UNAVAILABLE, from, " claims backend ABI v2 with a table of ",
+             table->struct_size, " bytes, fewer than v2's ", OSLO_BACKEND_IFACE_V2_SIZE);
   oslo_backend_iface t;
   std::memset(&t, 0, sizeof t);
   std::memcpy(&t, table, std::min(sizeof t, table->struct_size));
@@ -105,6 +110,21 @@ oslo_backend_iface validate_backend_table(const oslo_backend_iface* table,
       OSLO_CHECK(r.fn, OSLO_ERR_BACKEND_UNAVAILABLE, from, " provides comm_create but lacks '",
                  r.name, "'");
   }
+  if (t.event_create) {
+    const Required events[] = {
+        {"event_destroy", reinterpret_cast<const void*>(t.event_destroy)},
+        {"event_record", reinterpret_cast<const void*>(t.event_record)},
+        {"event_wait", reinterpret_cast<const void*>(t.event_wait)},
+        {"event_synchronize", reinterpret_cast<const void*>(t.event_synchronize)},
+    };
+    for (const Required& r : events)
+      OSLO_CHECK(r.fn, OSLO_ERR_BACKEND_UNAVAILABLE, from, " provides event_create but lacks '",
+                 r.name, "'");
+  }
+  OSLO_CHECK(!t.stream_wait_event || t.event_create, OSLO_ERR_BACKEND_UNAVAILABLE, from,
+             " provides stream_wait_event but no events (event_create)");
+  OSLO_CHECK(!t.free_async == !t.alloc_async, OSLO_ERR_BACKEND_UNAVAILABLE, from,
+             " provides only one of alloc_async and free_async");
   return t;
 }
 
@@ -138,19 +158,26 @@ std::shared_ptr<Backend> create_backend(const std::string& name, const BackendOp
       const char* e = dlerror();
       if (e && errors.size() < 2000) errors += str("\n  ", e);
     }
-    std::string hint = name == "torch"
-                           ? " (build it with libtorch installed: apt-get install libtorch-dev, "
-                             "then configure oslo with -DOSLO_BACKEND_TORCH=ON; see "
-                             "backends/torch/README.md)"
-                           : "";
+    std::string hint =
+        name == "torch"  ? " (build it with libtorch installed: apt-get install libtorch-dev, "
+                           "then configure oslo with -DOSLO_BACKEND_TORCH=ON; see "
+                           "backends/torch/README.md)"
+        : name == "cuda" ? " (the CUDA backend plugin is built when CMake finds the CUDA toolkit "
+                           "with cuBLAS and NCCL, and it needs a GPU and its driver at run "
+                           "time; see backends/cuda; or use --device cpu)"
+                         : "";
     OSLO_CHECK(handle, OSLO_ERR_BACKEND_UNAVAILABLE, "backend '", name,
                "' is not available (built in: cpu; no loadable ", file, hint, "):", errors);
     // The plugin stays loaded for the life of the process: its code may still
     // run from destructors of objects it created (DLPack exports).
+    // The v2 symbol first, then v1's; the table says which ABI it is.
     auto entry =
         reinterpret_cast<oslo_backend_plugin_fn>(dlsym(handle, OSLO_BACKEND_PLUGIN_SYMBOL));
-    OSLO_CHECK(entry, OSLO_ERR_BACKEND_UNAVAILABLE, from, " does not export ",
-               OSLO_BACKEND_PLUGIN_SYMBOL);
+    if (!entry)
+      entry =
+          reinterpret_cast<oslo_backend_plugin_fn>(dlsym(handle, OSLO_BACKEND_PLUGIN_SYMBOL_V1));
+    OSLO_CHECK(entry, OSLO_ERR_BACKEND_UNAVAILABLE, from, " exports neither ",
+               OSLO_BACKEND_PLUGIN_SYMBOL, " nor ", OSLO_BACKEND_PLUGIN_SYMBOL_V1);
     table = entry();
   }
   oslo_backend_iface t = validate_backend_table(table, from);

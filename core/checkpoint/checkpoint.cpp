@@ -702,6 +702,9 @@ struct Failure {
 
 // All-reduces (failing world rank + 1, status) with MAX; returns it.
 std::pair<int, oslo_status> agree(Communicator& world, const Failure& f) {
+  // Host memory: a group of one does not communicate (its communicator's
+  // buffers are device memory).
+  if (world.size() == 1) return {f.failed() ? 0 : -1, f.status};
   int32_t v[2] = {f.failed() ? world.rank() + 1 : 0, static_cast<int32_t>(f.status)};
   world.all_reduce(v, v, 2, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
   return {v[0] - 1, static_cast<oslo_status>(v[1])};
@@ -876,7 +879,7 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
       } while (fsutil::exists(fsutil::join(dir, shard_file_name(hex64(id), 0, 0))));
     });
   }
-  world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
+  if (world.size() > 1) world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
   const std::string save_id = hex64(id);
 
   const bool writer = layout.dp_rank == 0;

@@ -310,6 +310,9 @@ struct Failure {
 };
 
 std::pair<int, oslo_status> agree(Communicator& world, const Failure& f) {
+  // Host memory: a group of one does not communicate (its communicator's
+  // buffers are device memory).
+  if (world.size() == 1) return {f.failed() ? 0 : -1, f.status};
   int32_t v[2] = {f.failed() ? world.rank() + 1 : 0, static_cast<int32_t>(f.status)};
   world.all_reduce(v, v, 2, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
   return {v[0] - 1, static_cast<oslo_status>(v[1])};
@@ -347,6 +350,7 @@ void agree_and_throw(Communicator& world, const Failure& f, const std::string& w
 // Gathers one string from every rank on every rank.
 std::vector<std::string> all_gather_strings(Communicator& world, const std::string& s) {
   const int n = world.size();
+  if (n == 1) return {s};  // host memory: no communication in a group of one
   int32_t len = static_cast<int32_t>(s.size());
   int32_t maxlen = len;
   world.all_reduce(&maxlen, &maxlen, 1, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
@@ -1088,7 +1092,7 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
         } while (fsutil::exists(
             fsutil::join(dir, shard_file_name(hex64(id), 0, layout.tp_size, 0, layout.pp_size))));
       });
-    world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
+    if (world.size() > 1) world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
     save_id = hex64(id);
   }
 

@@ -1,10 +1,20 @@
 // The communicator of a group of one: every collective is a local copy. As in
 // Megatron, a single rank runs exactly the code path of the reference.
+//
+// The buffers are tensor memory of the context's backend, which may be on a
+// device the host cannot read (a GPU): the copy is the backend's own
+// (DEVICE_TO_DEVICE, enqueued on its queue like every op), never a host
+// memmove. Callers with host-memory control data (the checkpoint agreement)
+// do not communicate at all in a group of one. Without a backend (tests and
+// tools handing it host buffers only) the copy is a host memmove.
 #pragma once
 
 #include <atomic>
 #include <cstring>
+#include <memory>
+#include <utility>
 
+#include "core/backend/backend.hpp"
 #include "core/comm/communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
@@ -13,6 +23,10 @@ namespace oslo {
 
 class SelfCommunicator : public Communicator {
  public:
+  // Buffers in `backend`'s memory (the contexts' communicators).
+  explicit SelfCommunicator(std::shared_ptr<Backend> backend) : backend_(std::move(backend)) {}
+  // Buffers in host memory only.
+  SelfCommunicator() = default;
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const char* transport() const override { return "self"; }
@@ -45,9 +59,14 @@ class SelfCommunicator : public Communicator {
 
  private:
   void check() const { OSLO_CHECK(!aborted_, OSLO_ERR_COMM, "communicator was aborted"); }
-  static void copy(void* out, const void* in, size_t bytes) {
-    if (bytes && out != in) std::memmove(out, in, bytes);
+  void copy(void* out, const void* in, size_t bytes) {
+    if (!bytes || out == in) return;
+    if (backend_)
+      backend_->copy_async(out, in, bytes, CopyKind::DeviceToDevice);
+    else
+      std::memmove(out, in, bytes);
   }
+  std::shared_ptr<Backend> backend_;
   std::atomic<bool> aborted_{false};
 };
 

@@ -119,7 +119,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
   comms_.resize(4);
   host_transport_.assign(4, false);
   if (world == 1) {
-    auto self = std::make_shared<SelfCommunicator>();
+    auto self = std::make_shared<SelfCommunicator>(backend_);
     for (auto& c : comms_) c = self;
     return;
   }
@@ -253,7 +253,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
     }
     std::shared_ptr<Communicator> c;
     if (members.size() == 1) {
-      c = std::make_shared<SelfCommunicator>();
+      c = std::make_shared<SelfCommunicator>(backend_);
     } else {
       GroupSpec spec;
       spec.name = t.group_name(g);

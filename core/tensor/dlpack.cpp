@@ -95,6 +95,14 @@ Tensor wrap_dl(const std::shared_ptr<Backend>& backend, const DLTensor& d) {
              OSLO_ERR_NOT_SUPPORTED, "dlpack: tensor is on device type ",
              static_cast<int>(d.device.device_type), " but the context's backend '",
              backend->name(), "' uses device type ", backend->dlpack_device_type());
+  // A device tensor must be on the context's device, not only of its type.
+  OSLO_CHECK(backend->dlpack_device_type() == kDLCPU || d.device.device_id == backend->device_id(),
+             OSLO_ERR_NOT_SUPPORTED, "dlpack: tensor is on device ",
+             static_cast<int>(d.device.device_type), ":", d.device.device_id,
+             " but the context's backend '", backend->name(), "' uses device ",
+             backend->dlpack_device_type(), ":", backend->device_id(),
+             " (copy it to that device first, or create the context on device ", d.device.device_id,
+             ")");
   oslo_dtype dt = from_dl(d.dtype);
   std::vector<int64_t> shape(d.shape, d.shape + d.ndim);
   Tensor::check_shape(shape);

@@ -7,9 +7,11 @@
 //
 //   oslo-run --nproc-per-node 2 java -Djava.library.path=build/bindings/java \
 //       -cp build/bindings/java/oslo.jar:build/examples/java/oslo-example-semantic-search.jar \
-//       SemanticSearch build/minilm examples/minilm/reference.txt
+//       SemanticSearch [--device cpu|cuda[:N]] build/minilm examples/minilm/reference.txt
 //
-// Exits 0 when every embedding matches both references (cosine >= 0.9999).
+// --device picks the backend as `oslo generate --device` does (default cpu;
+// cuda[:N] is the CUDA backend plugin on device N, else each rank's local
+// device). Exits 0 when every embedding matches both references (cosine >= 0.9999).
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.math.BigDecimal;
@@ -72,19 +74,53 @@ public final class SemanticSearch {
   }
 
   /**
-   * SemanticSearch MODEL_DIR reference.txt
+   * The context config keys for --device (cpu, cuda or cuda:N, mapped as the oslo command line
+   * maps them), or null for any other value.
    *
-   * @param args the model folder and the reference file
+   * @param device the --device value
+   * @return JSON members to put in a context config
+   */
+  static String deviceConfig(String device) {
+    if (device.equals("cpu")) return "\"backend\": \"cpu\"";
+    if (device.equals("cuda")) return "\"backend\": \"cuda\"";
+    if (device.matches("cuda:[0-9]{1,4}"))
+      return "\"backend\": \"cuda\", \"backend_options\": {\"device\": "
+          + Integer.parseInt(device.substring(5)) + "}";
+    return null;
+  }
+
+  /**
+   * SemanticSearch [--device cpu|cuda[:N]] MODEL_DIR reference.txt
+   *
+   * @param argv the device, the model folder and the reference file
    * @throws IOException when reference.txt cannot be read
    */
-  public static void main(String[] args) throws IOException {
-    if (args.length != 2) {
-      System.err.println("usage: SemanticSearch MODEL_DIR reference.txt");
+  public static void main(String[] argv) throws IOException {
+    List<String> args = new ArrayList<>();
+    String device = "cpu";
+    for (int i = 0; i < argv.length; ++i) {
+      if (!argv[i].equals("--device")) {
+        args.add(argv[i]);
+      } else if (i + 1 < argv.length) {
+        device = argv[++i];
+      } else {
+        System.err.println("--device needs a value");
+        System.exit(2);
+      }
+    }
+    String dev = deviceConfig(device);
+    if (dev == null) {
+      System.err.println(
+          "--device must be cpu, cuda or cuda:N (N a device index), got \"" + device + "\"");
       System.exit(2);
     }
-    String modelDir = args[0];
+    if (args.size() != 2) {
+      System.err.println("usage: SemanticSearch [--device cpu|cuda[:N]] MODEL_DIR reference.txt");
+      System.exit(2);
+    }
+    String modelDir = args.get(0);
     // Sentences and sentence-transformers' embeddings from reference.txt.
-    List<String> lines = new ArrayList<>(Files.readAllLines(Path.of(args[1])));
+    List<String> lines = new ArrayList<>(Files.readAllLines(Path.of(args.get(1))));
     lines.removeIf(l -> l.startsWith("#"));
     String[] head = lines.get(0).trim().split("\\s+");
     int n = Integer.parseInt(head[0]), dim = Integer.parseInt(head[1]);
@@ -99,8 +135,9 @@ public final class SemanticSearch {
     // One context over the job's ranks (oslo-run's environment): all of them
     // form the tensor-parallel group.
     String world = System.getenv("WORLD_SIZE");
-    String cfg = world == null ? ""
-        : "{\"tensor_parallel_size\": " + Integer.parseInt(world) + ", \"timeout_seconds\": 120}";
+    String cfg = world == null ? "{" + dev + "}"
+        : "{\"tensor_parallel_size\": " + Integer.parseInt(world) + ", \"timeout_seconds\": 120, "
+            + dev + "}";
     boolean ok = true;
     try (Context ctx = new Context(cfg)) {
       int rank = ctx.rank(), tp = ctx.size(Group.TENSOR);
@@ -119,7 +156,7 @@ public final class SemanticSearch {
           Path store = Path.of("/tmp/oslo-semantic-search-" + ProcessHandle.current().pid());
           float[][] u;
           try (Context solo = new Context("{\"rank\": 0, \"world_size\": 1, \"init_method\": "
-                  + "\"file://" + store + "\"}");
+                  + "\"file://" + store + "\", " + dev + "}");
               Model full = new Model(solo, modelDir)) {
             u = embed(full, tok, sent);
           }

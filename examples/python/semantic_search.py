@@ -6,9 +6,12 @@ checks: agreement with the unsharded model (rank 0 also loads it on its own)
 and with sentence-transformers' embeddings (reference.txt). The same as
 examples/minilm/semantic_search.c.
 
-    oslo-run --nproc-per-node 2 python3 semantic_search.py MODEL_DIR reference.txt
+    oslo-run --nproc-per-node 2 python3 semantic_search.py [--device cpu|cuda[:N]] \
+        MODEL_DIR reference.txt
 
-(with PYTHONPATH=build/bindings/python in the build tree). Exits 0 when
+(with PYTHONPATH=build/bindings/python in the build tree). --device picks the
+backend as `oslo generate --device` does (default cpu; cuda[:N] is the CUDA
+backend plugin on device N, else each rank's local device). Exits 0 when
 every embedding matches both references (cosine >= 0.9999).
 """
 import os
@@ -51,17 +54,47 @@ def cosine(a, b):
     return float(np.dot(a, b) / np.sqrt(np.dot(a, a) * np.dot(b, b)))
 
 
+def device_config(device):
+    """The context config keys for --device: cpu, cuda or cuda:N (as the
+    oslo command line maps them); None for a value that is none of those."""
+    if device == "cpu":
+        return {"backend": "cpu"}
+    if device == "cuda":
+        return {"backend": "cuda"}
+    index = device[5:] if device.startswith("cuda:") else ""
+    if index.isdigit() and index.isascii() and len(index) <= 4:
+        return {"backend": "cuda", "backend_options": {"device": int(index)}}
+    return None
+
+
 def main():
-    if len(sys.argv) != 3:
-        print(f"usage: {sys.argv[0]} MODEL_DIR reference.txt", file=sys.stderr)
+    args, device = [], "cpu"
+    argv = sys.argv[1:]
+    while argv:
+        a = argv.pop(0)
+        if a == "--device":
+            if not argv:
+                print("--device needs a value", file=sys.stderr)
+                return 2
+            device = argv.pop(0)
+        else:
+            args.append(a)
+    dev = device_config(device)
+    if dev is None:
+        print(f'--device must be cpu, cuda or cuda:N (N a device index), got "{device}"',
+              file=sys.stderr)
         return 2
-    model_dir, ref_path = sys.argv[1], sys.argv[2]
+    if len(args) != 2:
+        print(f"usage: {sys.argv[0]} [--device cpu|cuda[:N]] MODEL_DIR reference.txt",
+              file=sys.stderr)
+        return 2
+    model_dir, ref_path = args
     sentences, st = read_reference(ref_path)
 
     # One context over the job's ranks (oslo-run's environment): all of them
     # form the tensor-parallel group.
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    with oslo.Context({"tensor_parallel_size": world, "timeout_seconds": 120}) as ctx, \
+    with oslo.Context({"tensor_parallel_size": world, "timeout_seconds": 120, **dev}) as ctx, \
             oslo.Model(ctx, model_dir) as model, oslo.Tokenizer(model_dir) as tok:
         rank, tp = ctx.rank(), ctx.size(oslo.Group.TENSOR)
         if model.info.hidden_size != st.shape[1]:
@@ -74,8 +107,8 @@ def main():
         if rank == 0:
             # The unsharded model, on rank 0 alone (a context of its own).
             store = os.path.join(tempfile.mkdtemp(prefix="oslo-semantic-search-"), "store")
-            with oslo.Context({"rank": 0, "world_size": 1, "init_method": "file://" + store}) \
-                    as solo, oslo.Model(solo, model_dir) as full:
+            solo_cfg = {"rank": 0, "world_size": 1, "init_method": "file://" + store, **dev}
+            with oslo.Context(solo_cfg) as solo, oslo.Model(solo, model_dir) as full:
                 u = embed(full, tok, sentences)
 
             print(f"all-MiniLM-L6-v2 split over {tp} ranks (tensor parallel)\n")

@@ -4,7 +4,15 @@
 //    named "cpu_plugin" (so the whole conformance suite runs through dlopen);
 //  - OSLO_PLUGIN_KIND_BAD_VERSION: a table claiming backend ABI v99;
 //  - OSLO_PLUGIN_KIND_MISSING_ENTRY: a table without `matmul`;
-//  - OSLO_PLUGIN_KIND_CREATE_FAILS: create() refuses with a message.
+//  - OSLO_PLUGIN_KIND_CREATE_FAILS: create() refuses with a message;
+//  - 4, "cpu_v1": the CPU backend as a backend ABI v1 plugin would hand it
+//    over: abi_version 1, a table of exactly OSLO_BACKEND_IFACE_V1_SIZE bytes
+//    (no v2 entry exists, so reading one would read past the table), exported
+//    only as oslo_backend_plugin_v1; the core must fall back for every v2
+//    entry (the conformance cases run on it);
+//  - 5: an ABI v2 table with event_create but without event_wait;
+//  - 6: a table claiming ABI v2 with a v1-sized struct.
+// Every kind but 4 exports oslo_backend_plugin_v2.
 #include <cstring>
 
 #include "core/backend/oslo_backend.h"
@@ -31,14 +39,43 @@ oslo_backend_iface make() {
   t.matmul = nullptr;
 #elif OSLO_PLUGIN_KIND == 3
   t.create = refuse;
+#elif OSLO_PLUGIN_KIND == 4
+  t.name = "cpu_v1";
+  t.abi_version = 1;
+  t.struct_size = OSLO_BACKEND_IFACE_V1_SIZE;
+#elif OSLO_PLUGIN_KIND == 5
+  t.name = "half_events";
+  t.event_wait = nullptr;
+#elif OSLO_PLUGIN_KIND == 6
+  t.name = "short_v2";
+  t.struct_size = OSLO_BACKEND_IFACE_V1_SIZE;
 #endif
   return t;
 }
 
 }  // namespace
 
+#if OSLO_PLUGIN_KIND == 4
+// Exactly the bytes of a v1 table, as a plugin built against ABI v1 has them.
+struct V1Table {
+  alignas(oslo_backend_iface) unsigned char bytes[OSLO_BACKEND_IFACE_V1_SIZE];
+};
+V1Table make_v1() {
+  oslo_backend_iface t = make();
+  V1Table v;
+  std::memcpy(v.bytes, &t, sizeof v.bytes);
+  return v;
+}
+
 extern "C" __attribute__((visibility("default"))) const oslo_backend_iface*
 oslo_backend_plugin_v1() {
+  static const V1Table table = make_v1();
+  return reinterpret_cast<const oslo_backend_iface*>(table.bytes);
+}
+#else
+extern "C" __attribute__((visibility("default"))) const oslo_backend_iface*
+oslo_backend_plugin_v2() {
   static const oslo_backend_iface table = make();
   return &table;
 }
+#endif

@@ -33,15 +33,18 @@ static void expect_failure(const char *backend, oslo_status want, const char *ne
   if (st == OSLO_OK) oslo_context_destroy(ctx);
 }
 
-int main(void) {
-  /* A real plugin: a 2x3 column linear forward equals x W^T + b. */
+/* A real plugin: a 2x3 column linear forward equals x W^T + b. */
+static void linear_on(const char *backend) {
+  char cfg[128], what[160];
+  snprintf(cfg, sizeof cfg, "{\"backend\": \"%s\"}", backend);
   oslo_context *ctx = NULL;
-  oslo_status st = oslo_context_create("{\"backend\": \"cpu_plugin\"}", &ctx);
-  check(st == OSLO_OK, "the cpu_plugin plugin loads");
+  oslo_status st = oslo_context_create(cfg, &ctx);
+  snprintf(what, sizeof what, "the %s plugin loads", backend);
+  check(st == OSLO_OK, what);
   if (st == OSLO_OK) {
     const char *name = NULL;
     oslo_context_backend(ctx, OSLO_GROUP_WORLD, &name, NULL);
-    check(name && strcmp(name, "cpu_plugin") == 0, "the context reports the plugin's name");
+    check(name && strcmp(name, backend) == 0, "the context reports the plugin's name");
     oslo_parallel_linear_options o;
     oslo_parallel_linear_options_init(&o, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION);
     o.in_features = 3;
@@ -64,6 +67,28 @@ int main(void) {
     oslo_tensor_destroy(ty);
     oslo_parallel_linear_destroy(l);
     oslo_context_destroy(ctx);
+  }
+}
+
+int main(void) {
+  oslo_status st;
+  linear_on("cpu_plugin");
+  /* Backend ABI v1: a table of v1's size, exported as oslo_backend_plugin_v1. */
+  linear_on("cpu_v1");
+  expect_failure("half_events", OSLO_ERR_BACKEND_UNAVAILABLE, "lacks 'event_wait'");
+  expect_failure("short_v2", OSLO_ERR_BACKEND_UNAVAILABLE, "fewer than v2's");
+  /* "cuda" without its plugin in this build: unavailable, with the hint. */
+  {
+    const char *dir = getenv("OSLO_BACKEND_PATH");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/liboslo_backend_cuda.so", dir ? dir : ".");
+    FILE *f = fopen(path, "rb");
+    if (f) {
+      fclose(f); /* built here: it refuses without a GPU, or loads with one */
+    } else {
+      expect_failure("cuda", OSLO_ERR_BACKEND_UNAVAILABLE, "liboslo_backend_cuda.so");
+      expect_failure("cuda", OSLO_ERR_BACKEND_UNAVAILABLE, "CUDA toolkit");
+    }
   }
   expect_failure("bad_version", OSLO_ERR_BACKEND_UNAVAILABLE, "ABI v99");
   expect_failure("missing_entry", OSLO_ERR_BACKEND_UNAVAILABLE, "'matmul'");

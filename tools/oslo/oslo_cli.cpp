@@ -17,6 +17,8 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/checkpoint/model_checkpoint.hpp"
 #include "core/common/error.hpp"
 #include "core/model/sharding.hpp"
@@ -115,6 +117,77 @@ std::string single_store() {
   return path;
 }
 
+// The backend and its options from --backend, --device and
+// --backend-options:
+//   --device cpu       the CPU backend (the default);
+//   --device cuda[:N]  the CUDA backend plugin ("cuda"), on device N (without
+//                      N: each rank's local rank), i.e. backend options
+//                      {"device": N}; with --backend torch, libtorch's CUDA
+//                      device instead ({"device": "cuda", "device_index": N});
+//   --backend-options  a JSON object handed to the backend as is (the keys
+//                      --device sets must not disagree with it).
+// Bad values exit with status 2 and a message naming the option.
+struct BackendChoice {
+  std::string backend;  // "" = the config's default (cpu)
+  nlohmann::json options = nlohmann::json::object();
+};
+
+BackendChoice backend_choice(const Args& a) {
+  BackendChoice c;
+  c.backend = a.get("backend");
+  if (a.has("backend-options")) {
+    const std::string text = a.get("backend-options");
+    try {
+      c.options = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      die("--backend-options: not valid JSON (" + std::string(e.what()) + "): " + text, 2);
+    }
+    if (!c.options.is_object())
+      die("--backend-options must be a JSON object, like '{\"device\": 1}', got " + text, 2);
+  }
+  if (!a.has("device")) return c;
+  const std::string d = a.get("device");
+  bool cuda = false;
+  long index = -1;
+  if (d == "cpu") {
+  } else if (d == "cuda") {
+    cuda = true;
+  } else if (d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() <= 9 &&
+             d.find_first_not_of("0123456789", 5) == std::string::npos) {
+    cuda = true;
+    index = std::stol(d.substr(5));
+  } else {
+    die("--device must be cpu, cuda or cuda:N (N a device index), got \"" + d + "\"", 2);
+  }
+  const auto set = [&](const char* key, const nlohmann::json& v) {
+    if (c.options.contains(key) && c.options[key] != v)
+      die(std::string("--device ") + d + " sets backend option \"" + key + "\" to " + v.dump() +
+              " but --backend-options has " + c.options[key].dump(),
+          2);
+    c.options[key] = v;
+  };
+  if (!cuda) {
+    if (c.backend.empty()) c.backend = "cpu";
+    if (c.backend == "torch")
+      set("device", "cpu");
+    else if (c.backend != "cpu")
+      die("--device cpu and --backend " + c.backend + " disagree (leave one out)", 2);
+    return c;
+  }
+  if (c.backend.empty()) c.backend = "cuda";
+  if (c.backend == "cuda") {
+    if (index >= 0) set("device", index);
+  } else if (c.backend == "torch") {
+    set("device", "cuda");
+    if (index >= 0) set("device_index", index);
+  } else {
+    die("--device " + d + " needs the cuda backend (or --backend torch), not --backend " +
+            c.backend,
+        2);
+  }
+  return c;
+}
+
 // A context for this process: the world from the launcher's environment
 // (oslo-run, torchrun, mpirun, srun) or a single rank.
 oslo_context* context(const Args& a) {
@@ -122,15 +195,19 @@ oslo_context* context(const Args& a) {
   const char* ompi = std::getenv("OMPI_COMM_WORLD_SIZE");
   const int world = ws ? std::atoi(ws) : ompi ? std::atoi(ompi) : 1;
   const int tp = a.has("tp") ? static_cast<int>(to_int(a.get("tp"), "--tp")) : world;
-  std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp);
-  if (a.has("threads"))
-    cfg += ", \"num_threads\": " + std::to_string(to_int(a.get("threads"), "--threads"));
-  if (a.has("backend")) cfg += ", \"backend\": \"" + a.get("backend") + "\"";
-  if (!ws && !ompi && !std::getenv("SLURM_NTASKS"))
-    cfg += ", \"rank\": 0, \"world_size\": 1, \"init_method\": \"file://" + single_store() + "\"";
-  cfg += "}";
+  nlohmann::json cfg = nlohmann::json::object();
+  cfg["tensor_parallel_size"] = tp;
+  if (a.has("threads")) cfg["num_threads"] = to_int(a.get("threads"), "--threads");
+  const BackendChoice bc = backend_choice(a);
+  if (!bc.backend.empty()) cfg["backend"] = bc.backend;
+  if (!bc.options.empty()) cfg["backend_options"] = bc.options;
+  if (!ws && !ompi && !std::getenv("SLURM_NTASKS")) {
+    cfg["rank"] = 0;
+    cfg["world_size"] = 1;
+    cfg["init_method"] = "file://" + single_store();
+  }
   oslo_context* ctx = nullptr;
-  check(oslo_context_create(cfg.c_str(), &ctx), "context");
+  check(oslo_context_create(cfg.dump().c_str(), &ctx), "context");
   check(oslo_context_rank(ctx, OSLO_GROUP_WORLD, &g_rank), "rank");
   return ctx;
 }
@@ -193,19 +270,22 @@ const char* kGenerateHelp =
     "                     [--max-new-tokens N] [--sample] [--temperature T] [--top-k K]\n"
     "                     [--top-p P] [--seed S] [--num-beams N] [--length-penalty X]\n"
     "                     [--dtype f32|bf16|f16] [--tokenizer DIR] [--ids] [--tp N]\n"
-    "                     [--threads N] [--backend NAME]\n"
+    "                     [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
+    "                     [--backend-options JSON]\n"
     "Generates continuations of the prompts (batched, left-padded) with the KV cache:\n"
     "greedy by default, sampling with --sample, beam search with --num-beams N > 1.\n"
     "Text prompts are tokenized with the model folder's tokenizer (or --tokenizer);\n"
     "--ids prints token ids instead of text. Under oslo-run every rank computes its\n"
     "share of each layer; rank 0 prints.\n"
+    "--device cuda[:N] runs on the CUDA backend (device N, else each rank's local\n"
+    "rank); --backend-options passes a JSON object to the backend.\n"
     "  example: oslo-run --nproc-per-node 2 oslo generate --model M --prompt 'Hello'\n";
 
 int cmd_generate(int argc, char** argv) {
-  Args a = parse(
-      argc, argv, 2, {"sample", "ids", "help"},
-      {"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "top-k", "top-p", "seed",
-       "num-beams", "length-penalty", "dtype", "tokenizer", "tp", "threads", "backend"});
+  Args a = parse(argc, argv, 2, {"sample", "ids", "help"},
+                 {"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "top-k",
+                  "top-p", "seed", "num-beams", "length-penalty", "dtype", "tokenizer", "tp",
+                  "threads", "backend", "device", "backend-options"});
   if (a.has("help")) return std::printf("%s", kGenerateHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   oslo_context* ctx = context(a);
@@ -270,6 +350,7 @@ int cmd_generate(int argc, char** argv) {
 const char* kEmbedHelp =
     "usage: oslo embed --model DIR [--sentence TEXT]... [--file F] [--json] [--no-normalize]\n"
     "                  [--dtype f32|bf16|f16] [--tokenizer DIR] [--tp N] [--threads N]\n"
+    "                  [--device cpu|cuda[:N]] [--backend NAME] [--backend-options JSON]\n"
     "Sentence embeddings of a BERT-style model (mean pooling over the attention mask,\n"
     "then L2 normalisation, as sentence-transformers computes them). Sentences come\n"
     "from --sentence and from --file (one per line). Prints the cosine similarity\n"
@@ -277,7 +358,8 @@ const char* kEmbedHelp =
 
 int cmd_embed(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"json", "no-normalize", "help"},
-                 {"model", "sentence", "file", "dtype", "tokenizer", "tp", "threads", "backend"});
+                 {"model", "sentence", "file", "dtype", "tokenizer", "tp", "threads", "backend",
+                  "device", "backend-options"});
   if (a.has("help")) return std::printf("%s", kEmbedHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   std::vector<std::string> sents = a.all("sentence");

@@ -5,9 +5,11 @@
 // unsharded model (rank 0 also loads it alone) and with
 // sentence-transformers. It prints exactly what the C example prints.
 //
-//	oslo-run --nproc-per-node 2 semantic_search MODEL_DIR reference.txt
+//	oslo-run --nproc-per-node 2 semantic_search [--device cpu|cuda[:N]] MODEL_DIR reference.txt
 //
-// Exits 0 when every embedding matches both references (cosine >= 0.9999).
+// --device picks the backend as `oslo generate --device` does (default cpu;
+// cuda[:N] is the CUDA backend plugin on device N, else each rank's local
+// device). Exits 0 when every embedding matches both references (cosine >= 0.9999).
 package main
 
 import (
@@ -103,20 +105,60 @@ func first40(s string) string {
 	return s
 }
 
+// deviceConfig is the context config members for --device (cpu, cuda or
+// cuda:N, mapped as the oslo command line maps them); ok is false for any
+// other value.
+func deviceConfig(device string) (members string, ok bool) {
+	switch {
+	case device == "cpu":
+		return `"backend": "cpu"`, true
+	case device == "cuda":
+		return `"backend": "cuda"`, true
+	case strings.HasPrefix(device, "cuda:") && len(device) > 5 && len(device) <= 9:
+		for _, c := range device[5:] {
+			if c < '0' || c > '9' {
+				return "", false
+			}
+		}
+		n, _ := strconv.Atoi(device[5:])
+		return fmt.Sprintf(`"backend": "cuda", "backend_options": {"device": %d}`, n), true
+	}
+	return "", false
+}
+
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintf(os.Stderr, "usage: %s MODEL_DIR reference.txt\n", os.Args[0])
+	var args []string
+	device := "cpu"
+	for i := 1; i < len(os.Args); i++ {
+		if os.Args[i] != "--device" {
+			args = append(args, os.Args[i])
+		} else if i+1 < len(os.Args) {
+			i++
+			device = os.Args[i]
+		} else {
+			fmt.Fprintln(os.Stderr, "--device needs a value")
+			os.Exit(2)
+		}
+	}
+	dev, known := deviceConfig(device)
+	if !known {
+		fmt.Fprintf(os.Stderr, "--device must be cpu, cuda or cuda:N (N a device index), got %q\n", device)
 		os.Exit(2)
 	}
-	sent, st := readReference(os.Args[2])
+	if len(args) != 2 {
+		fmt.Fprintf(os.Stderr, "usage: %s [--device cpu|cuda[:N]] MODEL_DIR reference.txt\n", os.Args[0])
+		os.Exit(2)
+	}
+	modelDir := args[0]
+	sent, st := readReference(args[1])
 	n, dim := len(sent), len(st[0])
 
 	// One context over the job's ranks (oslo-run's environment): all of
 	// them form the tensor-parallel group.
-	config := ""
+	config := "{" + dev + "}"
 	if ws := os.Getenv("WORLD_SIZE"); ws != "" {
 		w, _ := strconv.Atoi(ws)
-		config = fmt.Sprintf(`{"tensor_parallel_size": %d, "timeout_seconds": 120}`, w)
+		config = fmt.Sprintf(`{"tensor_parallel_size": %d, "timeout_seconds": 120, %s}`, w, dev)
 	}
 	ctx, err := oslo.NewContext(config)
 	check(err, "context")
@@ -126,9 +168,9 @@ func main() {
 	tp, err := ctx.Size(oslo.GroupTensor)
 	check(err, "size")
 
-	model, err := oslo.LoadModel(ctx, os.Args[1])
+	model, err := oslo.LoadModel(ctx, modelDir)
 	check(err, "load")
-	tok, err := oslo.LoadTokenizer(os.Args[1])
+	tok, err := oslo.LoadTokenizer(modelDir)
 	check(err, "tokenizer")
 	info, err := model.Info()
 	check(err, "info")
@@ -142,9 +184,9 @@ func main() {
 	if rank == 0 {
 		// The unsharded model, on rank 0 alone (a context of its own).
 		store := filepath.Join(os.TempDir(), fmt.Sprintf("oslo-semantic-search-go-%d", os.Getpid()))
-		solo, err := oslo.NewContext(fmt.Sprintf(`{"rank": 0, "world_size": 1, "init_method": "file://%s"}`, store))
+		solo, err := oslo.NewContext(fmt.Sprintf(`{"rank": 0, "world_size": 1, "init_method": "file://%s", %s}`, store, dev))
 		check(err, "unsharded context")
-		full, err := oslo.LoadModel(solo, os.Args[1])
+		full, err := oslo.LoadModel(solo, modelDir)
 		check(err, "unsharded load")
 		u := embed(full, tok, sent)
 		full.Close()
