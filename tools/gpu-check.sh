@@ -26,7 +26,7 @@ if [ "$mode" = pack ]; then
   root=$(cd "$here/.." && pwd)
   build=${OSLO_GPU_BUILD:-$root/build}
   dest=${2:-/work/main/.gpu}
-  targets="oslo oslo_backend_cuda test_cuda_plugin conf_ops rank_test oslo-run model_ref_test bench_model bench_cuda_linear"
+  targets="oslo oslo_cli oslo_backend_cuda test_cuda_plugin conf_ops rank_test oslo-run model_ref_test bench_model bench_cuda_linear"
   ninja -C "$build" -j2 $targets >/dev/null || { echo "build failed"; exit 1; }
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
@@ -38,6 +38,7 @@ if [ "$mode" = pack ]; then
     [ -n "$f" ] || { echo "missing $t"; exit 1; }
     bins="$bins $f"
   done
+  bins="$bins $build/tools/oslo/oslo"
   for f in $bins "$build"/liboslo.so*; do
     mkdir -p "$stage$(dirname "$f")"
     cp -P "$f" "$stage$f"

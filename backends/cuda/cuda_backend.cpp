@@ -490,15 +490,44 @@ oslo_backend_iface make_table() {
   t.comm_recv = comm_recv;
   t.comm_barrier = comm_barrier;
   t.comm_abort = comm_abort;
+  // ABI v2.
+  t.copy_async = copy_async;
+  t.event_create = event_create;
+  t.event_destroy = event_destroy;
+  t.event_record = event_record;
+  t.event_wait = event_wait;
+  t.event_synchronize = event_synchronize;
+  t.alloc_async = alloc_async;
+  t.free_async = free_async;
+  t.device_name = device_name;
+  t.memory_info = memory_info;
+  t.op_supported = op_supported;
+  t.native_stream = native_stream;
+  t.stream_wait_event = stream_wait_event;
   return t;
 }
 
 const oslo_backend_iface kTable = make_table();
 
+// The same table as ABI v1 for an older liboslo (entries up to comm_abort).
+oslo_backend_iface make_v1_table() {
+  oslo_backend_iface t = make_table();
+  t.struct_size = OSLO_BACKEND_IFACE_V1_SIZE;
+  t.abi_version = 1;
+  return t;
+}
+
+const oslo_backend_iface kTableV1 = make_v1_table();
+
 }  // namespace
 }  // namespace oslo_cuda
 
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v1(
+extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v2(
     void) {
   return &oslo_cuda::kTable;
+}
+
+extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v1(
+    void) {
+  return &oslo_cuda::kTableV1;
 }

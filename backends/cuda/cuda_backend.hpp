@@ -1,7 +1,7 @@
 // Internals of the native CUDA backend plugin (liboslo_backend_cuda.so). From
 // oslo it includes only the public header and the backend ABI header; it never
 // links liboslo. Everything here has hidden visibility: the plugin exports
-// oslo_backend_plugin_v1 alone (see plugin.map).
+// oslo_backend_plugin_v2 and oslo_backend_plugin_v1 alone (see plugin.map).
 #pragma once
 
 #include <cublasLt.h>
@@ -236,6 +236,22 @@ void naive_gemm(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a, cons
 // cuda_matmul.cpp
 oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
                       const oslo_bk_view* b, const oslo_bk_view* bias, float alpha, float beta);
+
+// cuda_v2.cpp: the ABI v2 entries
+oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,
+                       oslo_bk_copy_kind kind);
+oslo_status event_create(void* self, void** event);
+void event_destroy(void* self, void* event);
+oslo_status event_record(void* self, void* event);
+oslo_status event_wait(void* self, void* event);
+oslo_status event_synchronize(void* self, void* event);
+oslo_status alloc_async(void* self, size_t bytes, void** out);
+void free_async(void* self, void* ptr, size_t bytes);
+const char* device_name(void* self);
+oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes);
+int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype);
+int64_t native_stream(void* self);
+oslo_status stream_wait_event(void* self, int64_t stream, void* event);
 
 // cuda_comm.cpp
 oslo_status comm_create(void* self, void** comm, const oslo_bk_group* group,

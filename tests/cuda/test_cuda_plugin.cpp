@@ -25,6 +25,7 @@
 namespace {
 
 const oslo_backend_iface* T = nullptr;
+void* g_handle = nullptr;
 int g_failed = 0;
 
 #define EXPECT(cond, ...)                                          \
@@ -120,6 +121,20 @@ int test_table() {
       reinterpret_cast<const void*>(T->comm_abort)};
   for (const void* f : required) EXPECT(f != nullptr, "entry missing");
   EXPECT(T->device_type(nullptr) == 2, "device type %d (kDLCUDA is 2)", T->device_type(nullptr));
+  EXPECT(T->copy_async && T->event_create && T->event_destroy && T->event_record &&
+             T->event_wait && T->event_synchronize && T->alloc_async && T->free_async &&
+             T->device_name && T->memory_info && T->op_supported && T->native_stream &&
+             T->stream_wait_event,
+         "every ABI v2 entry provided");
+  // The same table for a v1 liboslo: abi_version 1, v1 size.
+  auto v1 = reinterpret_cast<oslo_backend_plugin_fn>(dlsym(g_handle, OSLO_BACKEND_PLUGIN_SYMBOL_V1));
+  EXPECT(v1 != nullptr, "exports %s", OSLO_BACKEND_PLUGIN_SYMBOL_V1);
+  if (v1) {
+    const oslo_backend_iface* t1 = v1();
+    EXPECT(t1->abi_version == 1 && t1->struct_size == OSLO_BACKEND_IFACE_V1_SIZE &&
+               t1->create == T->create && t1->matmul == T->matmul,
+           "v1 table: abi %u, size %zu", t1->abi_version, t1->struct_size);
+  }
   EXPECT(T->host_accessible(nullptr) == 0, "device memory is not host memory");
   return g_failed ? 1 : 0;
 }
@@ -447,6 +462,60 @@ int test_matmul_paths() {
   return g_failed ? 1 : 0;
 }
 
+// The ABI v2 entries on the device: asynchronous copies, events across two
+// instances' streams, stream-ordered memory, device queries, capabilities,
+// the native stream.
+int test_v2() {
+  bool unavailable = false;
+  void* a = make("{}", &unavailable);
+  if (!a) return unavailable ? 77 : 1;
+  void* b = make("{}", &unavailable);
+  EXPECT(b != nullptr, "second instance");
+  const char* name = T->device_name(a);
+  EXPECT(name && *name, "device name");
+  size_t fr = 0, tot = 0;
+  EXPECT(T->memory_info(a, &fr, &tot) == OSLO_OK && tot > 0 && fr <= tot, "memory %zu of %zu", fr,
+         tot);
+  EXPECT(T->op_supported(a, OSLO_BK_OP_MATMUL, OSLO_DTYPE_BF16) == 1, "matmul bf16 supported");
+  EXPECT(T->op_supported(a, static_cast<oslo_bk_op>(OSLO_BK_OP_FUSED_FIRST), OSLO_DTYPE_F32) == 0,
+         "no fused ops claimed");
+  EXPECT(T->native_stream(a) != 0 && T->native_stream(a) != T->native_stream(b),
+         "one stream per instance");
+  const size_t n = size_t{1} << 22;  // 16 MiB of f32
+  std::vector<float> h(n), back(n, 0.f);
+  for (size_t i = 0; i < n; ++i) h[i] = static_cast<float>(i % 1000) * 0.25f;
+  void *da = nullptr, *db = nullptr;
+  EXPECT(T->alloc_async(a, n * 4, &da) == OSLO_OK && da, "alloc_async");
+  EXPECT(T->alloc_async(b, n * 4, &db) == OSLO_OK && db, "alloc_async on b");
+  EXPECT(T->copy_async(a, da, h.data(), n * 4, OSLO_BK_HOST_TO_DEVICE) == OSLO_OK, "copy_async");
+  void* ev = nullptr;
+  EXPECT(T->event_create(a, &ev) == OSLO_OK && ev, "event_create");
+  EXPECT(T->event_record(a, ev) == OSLO_OK, "event_record");
+  // b's stream waits for a's upload, then copies it and reads it back.
+  EXPECT(T->event_wait(b, ev) == OSLO_OK, "event_wait");
+  EXPECT(T->copy_async(b, db, da, n * 4, OSLO_BK_DEVICE_TO_DEVICE) == OSLO_OK, "d2d on b");
+  EXPECT(T->copy_async(b, back.data(), db, n * 4, OSLO_BK_DEVICE_TO_HOST) == OSLO_OK, "d2h async");
+  void* ev2 = nullptr;
+  T->event_create(b, &ev2);
+  EXPECT(T->event_record(b, ev2) == OSLO_OK && T->event_synchronize(b, ev2) == OSLO_OK,
+         "event_synchronize");
+  EXPECT(back == h, "ordered through the event");
+  EXPECT(T->stream_wait_event(a, 2, ev2) == OSLO_OK, "per-thread default stream waits: %s",
+         T->last_error(a));
+  EXPECT(T->stream_wait_event(a, 0, ev2) == OSLO_ERR_INVALID_ARGUMENT, "stream 0 refused");
+  T->free_async(a, da, n * 4);
+  T->free_async(b, db, n * 4);
+  void* again = nullptr;
+  EXPECT(T->alloc_async(a, n * 4, &again) == OSLO_OK && again == da, "stream-ordered reuse");
+  T->free_async(a, again, n * 4);
+  T->event_destroy(a, ev);
+  T->event_destroy(b, ev2);
+  EXPECT(T->synchronize(a) == OSLO_OK && T->synchronize(b) == OSLO_OK, "synchronize");
+  T->destroy(b);
+  T->destroy(a);
+  return g_failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -455,6 +524,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  g_handle = h;
   if (!h) {
     std::fprintf(stderr, "dlopen %s: %s\n", argv[1], dlerror());
     return 1;
@@ -476,6 +546,7 @@ int main(int argc, char** argv) {
   else if (t == "comm_same_gpu") rc = test_comm_same_gpu();
   else if (t == "comm_timeout") rc = test_comm_timeout();
   else if (t == "matmul_paths") rc = test_matmul_paths();
+  else if (t == "v2") rc = test_v2();
   else std::fprintf(stderr, "unknown test %s\n", t.c_str());
   if (rc == 0) std::printf("%s: passed\n", t.c_str());
   return rc;
