@@ -155,7 +155,7 @@ if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
     if [ "$m" != gpt2/f32 ] && [ "${OSLO_GPU_HF:-1}" = 1 ]; then
       flag=""
       [ "${OSLO_GPU_COMPILE:-0}" = 1 ] && [ "$m" = llama1b ] && flag=--compile
-      h=$(timeout 200 python3 "$root/bench/cuda/hf_cuda.py" "$dir" --reps 2 $flag 2>&1 | tail -1)
+      h=$(timeout 150 python3 "$root/bench/cuda/hf_cuda.py" "$dir" --reps 2 $flag 2>&1 | tail -1)
       echo "hf $m: $h"
       bench="${bench}hf $m: $h"$'\n'
     fi

@@ -145,18 +145,28 @@ struct Instance {
   };
 };
 
-// Sets the instance's device current for the calling thread, runs body,
-// turns exceptions into a status kept for last_error().
+// Makes the instance's device current for the calling thread (and restores
+// the caller's afterwards), runs body, turns exceptions into a status kept
+// for last_error().
 oslo_status status_of_current_exception(std::string* message, const char* entry);
 
 template <class F>
 oslo_status guard(void* self, const char* entry, F&& body) {
   if (self == nullptr) return OSLO_ERR_INVALID_ARGUMENT;
   Instance& in = *static_cast<Instance*>(self);
+  // The caller's current device comes back when the entry returns.
+  struct Restore {
+    int device = -1;
+    ~Restore() {
+      if (device >= 0) (void)cudaSetDevice(device);
+    }
+  } restore;
   try {
     int current = -1;
-    if (cudaGetDevice(&current) != cudaSuccess || current != in.device)
+    if (cudaGetDevice(&current) != cudaSuccess || current != in.device) {
       check_cuda(cudaSetDevice(in.device), "cudaSetDevice");
+      restore.device = current;
+    }
     if (in.profile == 0) {
       body(in);
     } else {

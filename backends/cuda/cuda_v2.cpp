@@ -34,8 +34,11 @@ oslo_status event_create(void* self, void** event) {
 
 void event_destroy(void* self, void* event) {
   if (self == nullptr || event == nullptr) return;
+  int prev = -1;
+  (void)cudaGetDevice(&prev);
   (void)cudaSetDevice(static_cast<Instance*>(self)->device);
   (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (prev >= 0) (void)cudaSetDevice(prev);
 }
 
 oslo_status event_record(void* self, void* event) {
