@@ -23,21 +23,20 @@ void fail(oslo_status status, const std::string& message) {
 void check_cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
   (void)cudaGetLastError();  // clear a non-sticky error
-  const std::string msg = std::string(what) + " failed: " + cudaGetErrorName(e) + " (" +
-                          cudaGetErrorString(e) + ")";
+  const std::string msg =
+      std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
   if (e == cudaErrorMemoryAllocation) fail(OSLO_ERR_OUT_OF_MEMORY, msg);
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
-      e == cudaErrorInvalidDevice || e == cudaErrorDevicesUnavailable ||
-      e == cudaErrorSystemDriverMismatch || e == cudaErrorCompatNotSupportedOnDevice)
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice ||
+      e == cudaErrorDevicesUnavailable || e == cudaErrorSystemDriverMismatch ||
+      e == cudaErrorCompatNotSupportedOnDevice)
     fail(OSLO_ERR_BACKEND_UNAVAILABLE, msg);
   fail(OSLO_ERR_INTERNAL, msg);
 }
 
 void check_cublas(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
-  const std::string msg =
-      std::string(what) + " failed: " + cublasLtGetStatusName(s) + " (" +
-      cublasLtGetStatusString(s) + ")";
+  const std::string msg = std::string(what) + " failed: " + cublasLtGetStatusName(s) + " (" +
+                          cublasLtGetStatusString(s) + ")";
   if (s == CUBLAS_STATUS_ALLOC_FAILED) fail(OSLO_ERR_OUT_OF_MEMORY, msg);
   if (s == CUBLAS_STATUS_NOT_SUPPORTED) fail(OSLO_ERR_NOT_SUPPORTED, msg);
   fail(OSLO_ERR_INTERNAL, msg);
@@ -114,8 +113,8 @@ void check_view(const oslo_bk_view* v, const char* what, bool output) {
     fail(OSLO_ERR_INVALID_ARGUMENT,
          std::string(what) + " has " + std::to_string(v->ndim) + " dimensions");
   if (dtype_size(v->dtype) == 0)
-    fail(OSLO_ERR_DTYPE, std::string(what) + " has unknown dtype " +
-                             std::to_string(static_cast<int>(v->dtype)));
+    fail(OSLO_ERR_DTYPE,
+         std::string(what) + " has unknown dtype " + std::to_string(static_cast<int>(v->dtype)));
   for (int i = 0; i < v->ndim; ++i) {
     if (v->shape[i] < 0)
       fail(OSLO_ERR_SHAPE, std::string(what) + " has a negative extent " + shape_string(*v));
@@ -139,7 +138,8 @@ void check_float(const oslo_bk_view* v, const char* what, bool output) {
 size_t Allocator::round(size_t bytes) {
   if (bytes == 0) bytes = 1;
   if (bytes <= (size_t{1} << 20)) return (bytes + 511) & ~size_t{511};  // 512 B classes
-  if (bytes <= (size_t{64} << 20)) return (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+  if (bytes <= (size_t{64} << 20))
+    return (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
   return (bytes + (size_t{2} << 20) - 1) & ~((size_t{2} << 20) - 1);
 }
 
@@ -272,20 +272,19 @@ int configure(Instance& in, const oslo_backend_options* options) {
     const auto& value = it.value();
     if (key == "device") {
       // An index, or "cuda" / "cuda:N" as on the command line.
-      if (value.is_number_integer() && value.get<int64_t>() >= 0 &&
-          value.get<int64_t>() < 1024) {
+      if (value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < 1024) {
         device = value.get<int>();
       } else if (value.is_string() && value.get<std::string>() == "cuda") {
         // the local rank's device
       } else if (value.is_string() && value.get<std::string>().rfind("cuda:", 0) == 0 &&
                  value.get<std::string>().size() > 5 && value.get<std::string>().size() < 10 &&
-                 value.get<std::string>().find_first_not_of("0123456789", 5) ==
-                     std::string::npos) {
+                 value.get<std::string>().find_first_not_of("0123456789", 5) == std::string::npos) {
         device = std::stoi(value.get<std::string>().substr(5));
       } else {
         fail(OSLO_ERR_CONFIG,
              "backend option \"device\" must be a device index >= 0, \"cuda\" or \"cuda:N\", "
-             "got " + value.dump());
+             "got " +
+                 value.dump());
       }
     } else if (key == "tf32") {
       if (!value.is_boolean())

@@ -67,8 +67,8 @@ class Allocator {
   static size_t round(size_t bytes);
   int device_;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, size_t> live_;             // block -> its rounded size
-  std::map<size_t, std::vector<void*>> free_;          // rounded size -> blocks
+  std::unordered_map<void*, size_t> live_;     // block -> its rounded size
+  std::map<size_t, std::vector<void*>> free_;  // rounded size -> blocks
   size_t cached_ = 0;
 };
 
@@ -175,8 +175,7 @@ oslo_status guard(void* self, const char* entry, F&& body) {
       if (in.profile > 1 && in.stream) check_cuda(cudaStreamSynchronize(in.stream), entry);
       ProfileEntry& e = in.prof[entry];
       ++e.calls;
-      e.seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     return OSLO_OK;
   } catch (...) {

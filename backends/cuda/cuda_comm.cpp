@@ -75,8 +75,8 @@ void settle(Comm& c, ncclResult_t r, const char* what, Clock::time_point deadlin
       fail_and_abort(c, OSLO_ERR_COMM, std::string(what) + " failed: " + nccl_message(r));
     if (c.abort_asked.load()) fail_and_abort(c, OSLO_ERR_COMM, std::string(what) + ": aborted");
     if (Clock::now() > deadline)
-      fail_and_abort(c, OSLO_ERR_TIMEOUT, std::string(what) + ": timed out after " +
-                                              std::to_string(c.timeout) + " s");
+      fail_and_abort(c, OSLO_ERR_TIMEOUT,
+                     std::string(what) + ": timed out after " + std::to_string(c.timeout) + " s");
     sleep_a_little(start);
     std::lock_guard<std::mutex> lock(c.mutex);
     if (c.aborted) fail(OSLO_ERR_COMM, std::string(what) + ": aborted");
@@ -154,8 +154,7 @@ ncclDataType_t nccl_type(oslo_dtype dt) {
     case OSLO_DTYPE_BF16: return ncclBfloat16;
     case OSLO_DTYPE_I32: return ncclInt32;
     case OSLO_DTYPE_I64: return ncclInt64;
-    default:
-      fail(OSLO_ERR_DTYPE, "unknown dtype " + std::to_string(static_cast<int>(dt)));
+    default: fail(OSLO_ERR_DTYPE, "unknown dtype " + std::to_string(static_cast<int>(dt)));
   }
 }
 
@@ -197,8 +196,8 @@ oslo_status comm_create(void* self, void** comm, const oslo_bk_group* group,
       fail(OSLO_ERR_INVALID_ARGUMENT, "NULL argument");
     *comm = nullptr;
     if (group->size < 1 || group->rank < 0 || group->rank >= group->size)
-      fail(OSLO_ERR_INVALID_ARGUMENT, "rank " + std::to_string(group->rank) + " of a group of " +
-                                          std::to_string(group->size));
+      fail(OSLO_ERR_INVALID_ARGUMENT,
+           "rank " + std::to_string(group->rank) + " of a group of " + std::to_string(group->size));
     auto c = std::make_unique<Comm>();
     c->in = &in;
     c->rank = group->rank;

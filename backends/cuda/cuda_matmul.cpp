@@ -67,8 +67,9 @@ int alignment(const void* p, int64_t ld, int64_t bstride, size_t es) {
 void set_layout_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
   if (batch <= 1) return;
   int32_t b = static_cast<int32_t>(batch);
-  check_cublas(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b),
-               "cublasLtMatrixLayoutSetAttribute");
+  check_cublas(
+      cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b),
+      "cublasLtMatrixLayoutSetAttribute");
   check_cublas(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                 &stride, sizeof stride),
                "cublasLtMatrixLayoutSetAttribute");
@@ -76,29 +77,52 @@ void set_layout_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
 
 // Builds (or finds) the plan for D = alpha * op(A) op(B) + beta * C with C
 // and D sharing `lc`. Returns nullptr if cuBLASLt has no algorithm for it.
-GemmPlan* plan_for(Instance& in, const Operand& A, const Operand& B, const void* cp,
-                   oslo_dtype cdt, int64_t m, int64_t n, int64_t ldc, int64_t cstride,
-                   int64_t batch, const void* bias, oslo_dtype bias_dt) {
+GemmPlan* plan_for(Instance& in, const Operand& A, const Operand& B, const void* cp, oslo_dtype cdt,
+                   int64_t m, int64_t n, int64_t ldc, int64_t cstride, int64_t batch,
+                   const void* bias, oslo_dtype bias_dt) {
   const size_t es_ab = dtype_size(A.dt), es_c = dtype_size(cdt);
   const int al_a = alignment(A.p, A.ld, A.batch_stride, es_ab);
   const int al_b = alignment(B.p, B.ld, B.batch_stride, es_ab);
   const int al_c = alignment(cp, ldc, cstride, es_c);
   const bool tf32 = A.dt == OSLO_DTYPE_F32 && in.tf32;
-  const PlanKey key = {A.dt,     cdt,      A.trans,  B.trans, A.rows,         A.cols,
-                       A.ld,     A.batch_stride, B.rows, B.cols, B.ld, B.batch_stride,
-                       m,        n,        ldc,      cstride, batch, bias != nullptr,
-                       al_a,     al_b,     al_c,     tf32,    bias ? bias_dt + 1 : 0, 0};
+  const PlanKey key = {A.dt,
+                       cdt,
+                       A.trans,
+                       B.trans,
+                       A.rows,
+                       A.cols,
+                       A.ld,
+                       A.batch_stride,
+                       B.rows,
+                       B.cols,
+                       B.ld,
+                       B.batch_stride,
+                       m,
+                       n,
+                       ldc,
+                       cstride,
+                       batch,
+                       bias != nullptr,
+                       al_a,
+                       al_b,
+                       al_c,
+                       tf32,
+                       bias ? bias_dt + 1 : 0,
+                       0};
   auto it = in.plans.find(key);
   if (it != in.plans.end()) return it->second->ok ? it->second.get() : nullptr;
   auto plan = std::make_unique<GemmPlan>();
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  check_cublas(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check_cublas(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F),
+               "cublasLtMatmulDescCreate");
   const cublasOperation_t ta = A.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = B.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
-               "cublasLtMatmulDescSetAttribute");
-  check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
-               "cublasLtMatmulDescSetAttribute");
+  check_cublas(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+      "cublasLtMatmulDescSetAttribute");
+  check_cublas(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+      "cublasLtMatmulDescSetAttribute");
   if (bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     check_cublas(
@@ -139,9 +163,8 @@ GemmPlan* plan_for(Instance& in, const Operand& A, const Operand& B, const void*
                                        sizeof c32);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(in.lt, plan->op, plan->la, plan->lb,
-                                                          plan->lc, plan->lc, pref, 1, &result,
-                                                          &found);
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+      in.lt, plan->op, plan->la, plan->lb, plan->lc, plan->lc, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   plan->ok = s == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan->ok) plan->algo = result.algo;
@@ -187,8 +210,8 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
     const int64_t batch = c->ndim == 3 ? c->shape[0] : 1;
     for (const oslo_bk_view* v : {a, b}) {
       if (v->ndim != 2 && v->ndim != c->ndim)
-        fail(OSLO_ERR_SHAPE, "matmul operand " + shape_string(*v) + " does not fit c " +
-                                 shape_string(*c));
+        fail(OSLO_ERR_SHAPE,
+             "matmul operand " + shape_string(*v) + " does not fit c " + shape_string(*c));
       if (v->ndim == 3 && v->shape[0] != batch && v->shape[0] != 1)
         fail(OSLO_ERR_SHAPE, "matmul operand " + shape_string(*v) + " has batch " +
                                  std::to_string(v->shape[0]) + ", c has " + std::to_string(batch));
@@ -199,8 +222,8 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
       fail(OSLO_ERR_SHAPE, "matmul shapes do not fit: a " + shape_string(*a) + " @ b " +
                                shape_string(*b) + " -> c " + shape_string(*c));
     if (bias && numel(*bias) != N)
-      fail(OSLO_ERR_SHAPE, "matmul bias " + shape_string(*bias) + " needs " + std::to_string(N) +
-                               " elements");
+      fail(OSLO_ERR_SHAPE,
+           "matmul bias " + shape_string(*bias) + " needs " + std::to_string(N) + " elements");
     if (batch * M * N == 0) return;
     // K == 0, and small batched products (decode attention: a few query
     // rows against a cache whose length changes every step): oslo's own
@@ -241,15 +264,14 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
     // Written straight into c when cuBLASLt can.
     const int64_t cs0 = c->strides[c->ndim - 2], cs1 = c->strides[c->ndim - 1];
     const int64_t csb = c->ndim == 3 ? c->strides[0] : 0;
-    const bool c_ok = (cs1 == 1 || N == 1) && (M == 1 || cs0 >= N) &&
-                      (batch == 1 || csb != 0) && direct_output(a->dtype, c->dtype);
+    const bool c_ok = (cs1 == 1 || N == 1) && (M == 1 || cs0 >= N) && (batch == 1 || csb != 0) &&
+                      direct_output(a->dtype, c->dtype);
     // The bias epilogue: a contiguous bias of c's dtype, or of the operands'
     // 16-bit dtype on an f32 c (cuBLASLt's BIAS_DATA_TYPE; if it has no
     // algorithm for that, the f32 path below adds the bias).
     const bool bias_direct =
         bias == nullptr ||
-        ((bias->dtype == c->dtype ||
-          (c->dtype == OSLO_DTYPE_F32 && bias->dtype == a->dtype)) &&
+        ((bias->dtype == c->dtype || (c->dtype == OSLO_DTYPE_F32 && bias->dtype == a->dtype)) &&
          batch == 1 && (bias->ndim == 0 || bias->strides[bias->ndim - 1] == 1 || N == 1));
     if (c_ok && bias_direct) {
       const int64_t ldc = M == 1 ? std::max<int64_t>(N, cs0 > 0 ? cs0 : N) : cs0;
@@ -258,8 +280,8 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
       if (p) {
         if (bias) {
           const void* bp = bias->data;
-          check_cublas(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &bp, sizeof bp),
+          check_cublas(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
+                                                      sizeof bp),
                        "cublasLtMatmulDescSetAttribute");
         }
         const cublasStatus_t st =
@@ -279,10 +301,10 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
       naive_gemm(in, *c, *a, *b, bias, alpha, beta);
       return;
     }
-    check_cublas(cublasLtMatmul(in.lt, p->op, &alpha, A.p, p->la, B.p, p->lb, &zero, acc.p, p->lc,
-                                acc.p, p->lc, &p->algo, in.workspace, in.workspace_bytes,
-                                in.stream),
-                 "cublasLtMatmul");
+    check_cublas(
+        cublasLtMatmul(in.lt, p->op, &alpha, A.p, p->la, B.p, p->lb, &zero, acc.p, p->lc, acc.p,
+                       p->lc, &p->algo, in.workspace, in.workspace_bytes, in.stream),
+        "cublasLtMatmul");
     epilogue(in, *c, static_cast<const float*>(acc.p), bias, beta);
   });
 }

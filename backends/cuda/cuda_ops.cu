@@ -35,9 +35,7 @@ __device__ __forceinline__ void st(char* p, int dt, int64_t off, float v) {
   switch (dt) {
     case OSLO_DTYPE_F32: reinterpret_cast<float*>(p)[off] = v; break;
     case OSLO_DTYPE_F16: reinterpret_cast<__half*>(p)[off] = __float2half_rn(v); break;
-    case OSLO_DTYPE_BF16:
-      reinterpret_cast<__nv_bfloat16*>(p)[off] = __float2bfloat16_rn(v);
-      break;
+    case OSLO_DTYPE_BF16: reinterpret_cast<__nv_bfloat16*>(p)[off] = __float2bfloat16_rn(v); break;
     case OSLO_DTYPE_I32: reinterpret_cast<int32_t*>(p)[off] = static_cast<int32_t>(v); break;
     default: reinterpret_cast<int64_t*>(p)[off] = static_cast<int64_t>(v); break;
   }
@@ -55,8 +53,8 @@ oslo_bk_view align(const oslo_bk_view& v, int n) {
   oslo_bk_view r = v;
   const int pad = n - v.ndim;
   if (pad < 0)
-    fail(OSLO_ERR_SHAPE, "view " + shape_string(v) + " has more dimensions than " +
-                             std::to_string(n));
+    fail(OSLO_ERR_SHAPE,
+         "view " + shape_string(v) + " has more dimensions than " + std::to_string(n));
   for (int i = n - 1; i >= 0; --i) {
     r.shape[i] = i >= pad ? v.shape[i - pad] : 1;
     r.strides[i] = i >= pad ? v.strides[i - pad] : 0;
@@ -261,7 +259,8 @@ __global__ void int_convert_kernel(Ew e, int* flag) {
     ew_offsets(e, i, o);
     const int64_t v = ld_id(e.p[1], e.dt[1], o[1]);
     if (e.dt[0] == OSLO_DTYPE_I32) {
-      if (v < INT_MIN || v > INT_MAX) atomicMin(flag, static_cast<int>(min(i, int64_t(INT_MAX - 1))));
+      if (v < INT_MIN || v > INT_MAX)
+        atomicMin(flag, static_cast<int>(min(i, int64_t(INT_MAX - 1))));
       reinterpret_cast<int32_t*>(e.p[0])[o[0]] = static_cast<int32_t>(v);
     } else {
       reinterpret_cast<int64_t*>(e.p[0])[o[0]] = v;
@@ -429,8 +428,8 @@ __global__ void sum_rows_kernel(const char* x, int xdt, int64_t rows, int64_t co
 
 // -- softmax --------------------------------------------------------------------
 
-__global__ void softmax_kernel(RowShape rs, RowV x, RowShape ros, RowV out, RowV mask,
-                               int has_mask, int64_t cols, int64_t qlen, float scale, int causal,
+__global__ void softmax_kernel(RowShape rs, RowV x, RowShape ros, RowV out, RowV mask, int has_mask,
+                               int64_t cols, int64_t qlen, float scale, int causal,
                                int64_t offset) {
   const int64_t r = blockIdx.x;
   const int64_t xb = row_off(rs, x, r), ob = row_off(ros, out, r);
@@ -465,7 +464,8 @@ __global__ void softmax_backward_kernel(RowShape rs, RowV y, RowV gy, RowShape r
   const int64_t yb = row_off(rs, y, r), gb = row_off(rs, gy, r), xb = row_off(rxs, gx, r);
   double dot = 0;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
-    dot += static_cast<double>(ld(y.p, y.dt, yb + i * y.inner)) * ld(gy.p, gy.dt, gb + i * gy.inner);
+    dot +=
+        static_cast<double>(ld(y.p, y.dt, yb + i * y.inner)) * ld(gy.p, gy.dt, gb + i * gy.inner);
   const float d = static_cast<float>(block_all(dot, Add()));
   char* o = const_cast<char*>(gx.p);
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
@@ -551,7 +551,7 @@ void check_ids(Instance& in, const Ids& ids, int64_t limit, int64_t ignore, bool
   if (ids.n >= INT_MAX) fail(OSLO_ERR_NOT_SUPPORTED, "more than 2^31 ids");
   flag_reset(in);
   check_ids_kernel<<<blocks_for(ids.n, 256), 256, 0, in.stream>>>(ids, limit, ignore,
-                                                                 use_ignore ? 1 : 0, in.flag);
+                                                                  use_ignore ? 1 : 0, in.flag);
   launched("id check kernel");
   const int64_t pos = flag_read(in);
   if (pos < 0) return;
@@ -592,7 +592,8 @@ __global__ void scatter_add_rows_kernel(char* table, int tdt, int64_t ts0, int64
     const int64_t local = ld_id(ids.p, ids.dt, t * ids.stride) - offset;
     if (local < 0 || local >= rows) continue;
     const int64_t off = local * ts0 + c * ts1;
-    st(table, tdt, off, ld(table, tdt, off) + ld(src.p, src.dt, row_off(rs, src, t) + c * src.inner));
+    st(table, tdt, off,
+       ld(table, tdt, off) + ld(src.p, src.dt, row_off(rs, src, t) + c * src.inner));
   }
 }
 
@@ -698,8 +699,7 @@ void naive_gemm(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a, cons
   const char* bp = bias ? static_cast<const char*>(bias->data) : nullptr;
   const int64_t bs = bias && bias->ndim ? bias->strides[bias->ndim - 1] : 1;
   naive_gemm_kernel<<<blocks_for(total, 128), 128, 0, in.stream>>>(
-      mat_of(c), mat_of(a), mat_of(b), bp, bias ? bias->dtype : 0, bs, batch, M, N, K, alpha,
-      beta);
+      mat_of(c), mat_of(a), mat_of(b), bp, bias ? bias->dtype : 0, bs, batch, M, N, K, alpha, beta);
   launched("GEMM kernel");
 }
 
@@ -731,8 +731,7 @@ oslo_status op_convert(void* self, const oslo_bk_view* out, const oslo_bk_view* 
     if (out->dtype == x.dtype && flat(*out) && flat(*x0) && numel(*x0) == numel(*out)) {
       const size_t bytes = static_cast<size_t>(numel(*out)) * dtype_size(out->dtype);
       if (bytes && out->data != x0->data)
-        check_cuda(cudaMemcpyAsync(out->data, x0->data, bytes, cudaMemcpyDeviceToDevice,
-                                   in.stream),
+        check_cuda(cudaMemcpyAsync(out->data, x0->data, bytes, cudaMemcpyDeviceToDevice, in.stream),
                    "cudaMemcpyAsync");
       return;
     }
@@ -746,14 +745,14 @@ oslo_status op_fill(void* self, const oslo_bk_view* out, double value) {
     const Ew e = make_ew(*out, nullptr, nullptr);
     if (e.n == 0) return;
     if (value == 0 && !std::signbit(value) && flat(*out)) {
-      check_cuda(cudaMemsetAsync(out->data, 0,
-                                 static_cast<size_t>(e.n) * dtype_size(out->dtype), in.stream),
+      check_cuda(cudaMemsetAsync(out->data, 0, static_cast<size_t>(e.n) * dtype_size(out->dtype),
+                                 in.stream),
                  "cudaMemsetAsync");
       return;
     }
     if (is_int(out->dtype)) {
-      int_fill_kernel<<<blocks_for(e.n, 256), 256, 0, in.stream>>>(
-          e, static_cast<long long>(value));
+      int_fill_kernel<<<blocks_for(e.n, 256), 256, 0, in.stream>>>(e,
+                                                                   static_cast<long long>(value));
       launched("fill kernel");
       return;
     }
@@ -833,8 +832,8 @@ oslo_status op_reduce(void* self, oslo_bk_reduce op_arg, const oslo_bk_view* out
     if (rows == 0) return;
     const int64_t n = valid < 0 ? cols : std::min(valid, cols);
     reduce_kernel<<<static_cast<unsigned>(rows), row_threads(n), 0, in.stream>>>(
-        row_shape(*x), row_view_same(*x), n, op, sp, sdt, static_cast<char*>(out->data),
-        out->dtype, accumulate ? 1 : 0);
+        row_shape(*x), row_view_same(*x), n, op, sp, sdt, static_cast<char*>(out->data), out->dtype,
+        accumulate ? 1 : 0);
     launched("reduce kernel");
   });
 }
@@ -844,8 +843,7 @@ oslo_status op_sum_rows(void* self, const oslo_bk_view* out, const oslo_bk_view*
   return guard(self, "sum_rows", [&](Instance& in) {
     check_float(out, "sum_rows output", true);
     check_float(x, "sum_rows input", false);
-    if (x->ndim != 2)
-      fail(OSLO_ERR_SHAPE, "sum_rows input must be 2-D, got " + shape_string(*x));
+    if (x->ndim != 2) fail(OSLO_ERR_SHAPE, "sum_rows input must be 2-D, got " + shape_string(*x));
     const int64_t rows = x->shape[0], cols = x->shape[1];
     if (numel(*out) != cols || !flat(*out))
       fail(OSLO_ERR_SHAPE, "sum_rows output " + shape_string(*out) + " needs " +
@@ -876,8 +874,7 @@ oslo_status op_softmax(void* self, const oslo_bk_view* out, const oslo_bk_view* 
     if (rows == 0 || cols == 0) return;
     softmax_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, in.stream>>>(
         row_shape(*x), row_view_same(*x), row_shape(*out), row_view_same(*out), mv, mask ? 1 : 0,
-        cols,
-        std::max<int64_t>(qlen, 1), scale, causal ? 1 : 0, causal_offset);
+        cols, std::max<int64_t>(qlen, 1), scale, causal ? 1 : 0, causal_offset);
     launched("softmax kernel");
   });
 }
@@ -963,8 +960,10 @@ oslo_status op_gather_rows(void* self, const oslo_bk_view* out, const oslo_bk_vi
         part.p = id.p + t0 * id.stride * static_cast<int64_t>(dtype_size(ids->dtype));
         part.n = m;
         // out rows t0.. : requires a contiguous row layout.
-        if (!flat(*out)) fail(OSLO_ERR_NOT_SUPPORTED, "gather_rows of > 65535 ids needs a contiguous output");
-        o.data = static_cast<char*>(out->data) + t0 * h * static_cast<int64_t>(dtype_size(out->dtype));
+        if (!flat(*out))
+          fail(OSLO_ERR_NOT_SUPPORTED, "gather_rows of > 65535 ids needs a contiguous output");
+        o.data =
+            static_cast<char*>(out->data) + t0 * h * static_cast<int64_t>(dtype_size(out->dtype));
         o.ndim = 2;
         o.shape[0] = m;
         o.shape[1] = h;
@@ -1007,8 +1006,7 @@ oslo_status op_scatter_add_rows(void* self, const oslo_bk_view* table, const osl
 }
 
 oslo_status op_gather_cols(void* self, const oslo_bk_view* out, const oslo_bk_view* x,
-                           const oslo_bk_view* idx, int64_t offset, int64_t limit,
-                           int64_t ignore) {
+                           const oslo_bk_view* idx, int64_t offset, int64_t limit, int64_t ignore) {
   return guard(self, "gather_cols", [&](Instance& in) {
     check_float(out, "gather_cols output", true);
     check_float(x, "gather_cols input", false);

@@ -105,7 +105,8 @@ int op_supported(void*, oslo_bk_op op_arg, oslo_dtype dtype) {
 }
 
 int64_t native_stream(void* self) {
-  return self ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(static_cast<Instance*>(self)->stream))
+  return self ? static_cast<int64_t>(
+                    reinterpret_cast<uintptr_t>(static_cast<Instance*>(self)->stream))
               : 0;
 }
 

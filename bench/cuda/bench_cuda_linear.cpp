@@ -142,9 +142,8 @@ int main(int argc, char** argv) {
         "{\"bench\": \"linear\", \"gpu\": \"%s\", \"M\": %lld, \"K\": %lld, \"N\": %lld, "
         "\"dtype\": \"bf16\", \"oslo_us\": %.2f, \"cublaslt_us\": %.2f, \"ratio\": %.3f, "
         "\"oslo_tflops\": %.1f, \"oslo_gb_s\": %.0f}\n",
-        prop.name, static_cast<long long>(M), static_cast<long long>(K),
-        static_cast<long long>(N), t_oslo * 1e6, t_ref * 1e6, t_ref / t_oslo,
-        flops / t_oslo / 1e12, bytes / t_oslo / 1e9);
+        prop.name, static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N),
+        t_oslo * 1e6, t_ref * 1e6, t_ref / t_oslo, flops / t_oslo / 1e12, bytes / t_oslo / 1e9);
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);

@@ -7,9 +7,9 @@
 // for any other reason.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -28,14 +28,14 @@ const oslo_backend_iface* T = nullptr;
 void* g_handle = nullptr;
 int g_failed = 0;
 
-#define EXPECT(cond, ...)                                          \
-  do {                                                             \
-    if (!(cond)) {                                                 \
+#define EXPECT(cond, ...)                                                  \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
       std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                           \
-      std::fprintf(stderr, "\n");                                  \
-      ++g_failed;                                                  \
-    }                                                              \
+      std::fprintf(stderr, __VA_ARGS__);                                   \
+      std::fprintf(stderr, "\n");                                          \
+      ++g_failed;                                                          \
+    }                                                                      \
   } while (0)
 
 oslo_backend_options opts(const char* json, int local_rank = 0) {
@@ -121,13 +121,13 @@ int test_table() {
       reinterpret_cast<const void*>(T->comm_abort)};
   for (const void* f : required) EXPECT(f != nullptr, "entry missing");
   EXPECT(T->device_type(nullptr) == 2, "device type %d (kDLCUDA is 2)", T->device_type(nullptr));
-  EXPECT(T->copy_async && T->event_create && T->event_destroy && T->event_record &&
-             T->event_wait && T->event_synchronize && T->alloc_async && T->free_async &&
-             T->device_name && T->memory_info && T->op_supported && T->native_stream &&
-             T->stream_wait_event,
+  EXPECT(T->copy_async && T->event_create && T->event_destroy && T->event_record && T->event_wait &&
+             T->event_synchronize && T->alloc_async && T->free_async && T->device_name &&
+             T->memory_info && T->op_supported && T->native_stream && T->stream_wait_event,
          "every ABI v2 entry provided");
   // The same table for a v1 liboslo: abi_version 1, v1 size.
-  auto v1 = reinterpret_cast<oslo_backend_plugin_fn>(dlsym(g_handle, OSLO_BACKEND_PLUGIN_SYMBOL_V1));
+  auto v1 =
+      reinterpret_cast<oslo_backend_plugin_fn>(dlsym(g_handle, OSLO_BACKEND_PLUGIN_SYMBOL_V1));
   EXPECT(v1 != nullptr, "exports %s", OSLO_BACKEND_PLUGIN_SYMBOL_V1);
   if (v1) {
     const oslo_backend_iface* t1 = v1();
@@ -330,8 +330,7 @@ int test_comm_timeout() {
   void* comm = nullptr;
   const auto t0 = std::chrono::steady_clock::now();
   const oslo_status st = T->comm_create(self, &comm, &g, &bk);
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT(st == OSLO_ERR_TIMEOUT && comm == nullptr, "status %d: %s", st, T->last_error(self));
   EXPECT(s < 10, "took %.1f s", s);
   T->destroy(self);
@@ -406,7 +405,8 @@ int test_matmul_paths() {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         double r = from_bf16(hb[j]);
-        for (int64_t k = 0; k < K; ++k) r += double(from_bf16(hx[i * K + k])) * from_bf16(hw[j * K + k]);
+        for (int64_t k = 0; k < K; ++k)
+          r += double(from_bf16(hx[i * K + k])) * from_bf16(hw[j * K + k]);
         err = std::max(err, std::fabs(r - got[i * N + j]));
       }
     EXPECT(err < 1e-4, "bf16 x bf16 + bf16 bias -> f32, M %lld: max err %g",
@@ -537,17 +537,28 @@ int main(int argc, char** argv) {
   T = entry();
   const std::string t = argv[2];
   int rc = 2;
-  if (t == "table") rc = test_table();
-  else if (t == "options") rc = test_options();
-  else if (t == "no_device") rc = test_no_device();
-  else if (t == "probe") rc = test_probe();
-  else if (t == "memory") rc = test_memory();
-  else if (t == "comm_world1") rc = test_comm_world1();
-  else if (t == "comm_same_gpu") rc = test_comm_same_gpu();
-  else if (t == "comm_timeout") rc = test_comm_timeout();
-  else if (t == "matmul_paths") rc = test_matmul_paths();
-  else if (t == "v2") rc = test_v2();
-  else std::fprintf(stderr, "unknown test %s\n", t.c_str());
+  if (t == "table")
+    rc = test_table();
+  else if (t == "options")
+    rc = test_options();
+  else if (t == "no_device")
+    rc = test_no_device();
+  else if (t == "probe")
+    rc = test_probe();
+  else if (t == "memory")
+    rc = test_memory();
+  else if (t == "comm_world1")
+    rc = test_comm_world1();
+  else if (t == "comm_same_gpu")
+    rc = test_comm_same_gpu();
+  else if (t == "comm_timeout")
+    rc = test_comm_timeout();
+  else if (t == "matmul_paths")
+    rc = test_matmul_paths();
+  else if (t == "v2")
+    rc = test_v2();
+  else
+    std::fprintf(stderr, "unknown test %s\n", t.c_str());
   if (rc == 0) std::printf("%s: passed\n", t.c_str());
   return rc;
 }
