@@ -11,7 +11,11 @@
 // size); rank 0 prints one JSON line. bench/model/run.sh runs it with
 // Hugging Face transformers as the reference in the same run.
 //
-//   bench_model MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R]
+//   bench_model MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME]
+//
+// With --backend other than cpu (e.g. cuda) the host bandwidth probe and the
+// bound derived from it are left out (bound_ms 0): the GPU's bound comes
+// from bench/cuda/hf_cuda.py.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -110,24 +114,31 @@ long current_rss_kib() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R]\n",
+    std::fprintf(stderr, "usage: %s MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME]\n",
                  argv[0]);
     return 2;
   }
   int threads = 1, reps = 3, dtype = -1;
+  std::string backend = "cpu";
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
     if (!std::strcmp(argv[i], "--dtype"))
       dtype = !std::strcmp(argv[i + 1], "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
   }
   const char* ws = std::getenv("WORLD_SIZE");
   const int world = ws ? std::atoi(ws) : 1;
-  char cfg[256];
+  if (backend.size() > 32 || backend.find('"') != std::string::npos) {
+    std::fprintf(stderr, "bad backend name\n");
+    return 2;
+  }
+  char cfg[320];
   std::snprintf(
       cfg, sizeof cfg,
-      "{\"tensor_parallel_size\": %d, \"num_threads\": %d, \"timeout_seconds\": 600%s}", world,
-      threads,
+      "{\"tensor_parallel_size\": %d, \"num_threads\": %d, \"timeout_seconds\": 600, "
+      "\"backend\": \"%s\"%s}",
+      world, threads, backend.c_str(),
       ws ? ""
          : ", \"rank\": 0, \"world_size\": 1, \"init_method\": \"file:///tmp/oslo-bench-model\"");
   const long rss0 = current_rss_kib();
@@ -157,13 +168,13 @@ int main(int argc, char** argv) {
   // Bytes of weights read per decode step by this rank: every matrix once
   // (the tied head reads the embedding table), in the weight dtype.
   const long peak = peak_rss_kib();  // before the bandwidth probe's 1 GiB
-  const double bw = stream_bandwidth(threads);
+  const double bw = backend == "cpu" ? stream_bandwidth(threads) : 0.0;
   const double wbytes = static_cast<double>(info.dtype == OSLO_DTYPE_F32 ? 4 : 2);
   const double H = static_cast<double>(info.hidden_size), L = static_cast<double>(info.num_layers);
   const double V = static_cast<double>(info.vocab_size);
   const double per_layer = 12.0 * H * H;  // qkv 3H^2, out H^2, MLP 8H^2 (GPT-2: intermediate 4H)
   const double weights_read = (L * per_layer + V * H) * wbytes / world;
-  const double bound = weights_read / (bw * 1e9);
+  const double bound = bw > 0 ? weights_read / (bw * 1e9) : 0.0;
   // Expected resident bytes: this rank's weights (all tensors), the KV cache
   // of the longest run (prompt 512 + 1 token, f32) and activations.
   const double all_weights = (L * per_layer + V * H) * wbytes / world +
@@ -176,14 +187,14 @@ int main(int argc, char** argv) {
   const double act = 513 * 17 * H / world * 4 + 2 * heads * 513 * 513 * 4 + V * 4 * 2;
   if (g_rank == 0)
     std::printf(
-        "{\"tp\": %d, \"threads\": %d, \"dtype\": \"%s\", \"load_s\": %.3f, \"prefill_tok_s\": "
+        "{\"backend\": \"%s\", \"tp\": %d, \"threads\": %d, \"dtype\": \"%s\", \"load_s\": %.3f, \"prefill_tok_s\": "
         "%.1f, "
         "\"decode_tok_s\": %.2f, \"decode_ms\": %.3f, \"stream_gb_s\": %.2f, "
         "\"bound_ms\": %.3f, \"decode_over_bound\": %.3f, \"rss_baseline_mib\": %.1f, "
         "\"rss_context_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_mib\": %.1f, "
         "\"expected_mib\": %.1f, \"peak_over_expected\": %.3f}\n",
-        world, threads, info.dtype == OSLO_DTYPE_BF16 ? "bf16" : "f32", load_s, 512.0 / prefill,
-        1.0 / decode, decode * 1e3, bw, bound * 1e3, decode / bound, rss0 / 1024.0,
+        backend.c_str(), world, threads, info.dtype == OSLO_DTYPE_BF16 ? "bf16" : "f32", load_s, 512.0 / prefill,
+        1.0 / decode, decode * 1e3, bw, bound * 1e3, bound > 0 ? decode / bound : 0.0, rss0 / 1024.0,
         rss_ctx / 1024.0, rss_loaded / 1024.0, peak / 1024.0,
         (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
         peak / 1024.0 / ((all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0));

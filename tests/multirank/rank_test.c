@@ -921,11 +921,11 @@ int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: %s MODE [--tp T] [--threads N] [--dir D] [--backend B] [--dtype D] "
-            "[--bad-rank R]\n",
+            "[--bad-rank R] [--backend-options JSON]\n",
             argv[0]);
     return 2;
   }
-  const char *mode = argv[1], *dir = "", *backend = "cpu";
+  const char *mode = argv[1], *dir = "", *backend = "cpu", *backend_options = "{}";
   int tp = 1, threads = 0, bad_rank = -1;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--tp") == 0)
@@ -936,6 +936,8 @@ int main(int argc, char **argv) {
       dir = argv[i + 1];
     else if (strcmp(argv[i], "--backend") == 0)
       backend = argv[i + 1];
+    else if (strcmp(argv[i], "--backend-options") == 0)
+      backend_options = argv[i + 1];
     else if (strcmp(argv[i], "--dtype") == 0) {
       g_dt = strcmp(argv[i + 1], "bf16") == 0  ? OSLO_DTYPE_BF16
              : strcmp(argv[i + 1], "f16") == 0 ? OSLO_DTYPE_F16
@@ -959,8 +961,8 @@ int main(int argc, char **argv) {
       snprintf(args[r].config, sizeof args[r].config,
                "{\"rank\": %d, \"world_size\": %d, \"tensor_parallel_size\": %d, "
                "\"init_method\": \"tcp://127.0.0.1:%d\", \"timeout_seconds\": 60, "
-               "\"num_threads\": 1, \"backend\": \"%s\"}",
-               r, threads, tp, port, backend);
+               "\"num_threads\": 1, \"backend\": \"%s\", \"backend_options\": %s}",
+               r, threads, tp, port, backend, backend_options);
       pthread_create(&tids[r], NULL, rank_main, &args[r]);
     }
     for (int r = 0; r < threads; ++r) {
@@ -976,8 +978,9 @@ int main(int argc, char **argv) {
     a.dir = dir;
     a.bad_rank = bad_rank;
     snprintf(a.config, sizeof a.config,
-             "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 60, \"backend\": \"%s\"}", tp,
-             backend);
+             "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 60, \"backend\": \"%s\", "
+             "\"backend_options\": %s}",
+             tp, backend, backend_options);
     rank_main(&a);
     th_add_totals(&a.st);
   }

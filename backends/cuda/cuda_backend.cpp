@@ -1,0 +1,532 @@
+// The native CUDA backend plugin: the table, instances, options, errors,
+// views, the caching allocator and the queue (one CUDA stream per instance).
+// Compute is in cuda_ops.cu and cuda_matmul.cpp, NCCL communicators in
+// cuda_comm.cpp.
+#include "cuda_backend.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <sstream>
+
+namespace oslo_cuda {
+
+// -- errors -------------------------------------------------------------------
+
+void fail(oslo_status status, const std::string& message) {
+  throw Failure(status, "cuda: " + message);
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear a non-sticky error
+  const std::string msg =
+      std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  if (e == cudaErrorMemoryAllocation) fail(OSLO_ERR_OUT_OF_MEMORY, msg);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice ||
+      e == cudaErrorDevicesUnavailable || e == cudaErrorSystemDriverMismatch ||
+      e == cudaErrorCompatNotSupportedOnDevice)
+    fail(OSLO_ERR_BACKEND_UNAVAILABLE, msg);
+  fail(OSLO_ERR_INTERNAL, msg);
+}
+
+void check_cublas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  const std::string msg = std::string(what) + " failed: " + cublasLtGetStatusName(s) + " (" +
+                          cublasLtGetStatusString(s) + ")";
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) fail(OSLO_ERR_OUT_OF_MEMORY, msg);
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) fail(OSLO_ERR_NOT_SUPPORTED, msg);
+  fail(OSLO_ERR_INTERNAL, msg);
+}
+
+oslo_status status_of_current_exception(std::string* message, const char* entry) {
+  const std::string where = std::string("cuda: ") + entry + ": ";
+  try {
+    throw;
+  } catch (const Failure& e) {
+    const std::string w = e.what();
+    // Failure messages start with "cuda: "; put the entry after it.
+    *message = w.rfind("cuda: ", 0) == 0 ? where + w.substr(6) : where + w;
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    *message = where + "out of host memory";
+    return OSLO_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    *message = where + e.what();
+    return OSLO_ERR_INTERNAL;
+  } catch (...) {
+    *message = where + "unknown exception";
+    return OSLO_ERR_INTERNAL;
+  }
+}
+
+// -- views --------------------------------------------------------------------
+
+const char* dtype_name(oslo_dtype dtype) {
+  switch (dtype) {
+    case OSLO_DTYPE_F32: return "f32";
+    case OSLO_DTYPE_F16: return "f16";
+    case OSLO_DTYPE_BF16: return "bf16";
+    case OSLO_DTYPE_I32: return "i32";
+    case OSLO_DTYPE_I64: return "i64";
+    default: return "unknown dtype";
+  }
+}
+
+bool is_float(oslo_dtype dtype) {
+  return dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_F16 || dtype == OSLO_DTYPE_BF16;
+}
+bool is_int(oslo_dtype dtype) {
+  return dtype == OSLO_DTYPE_I32 || dtype == OSLO_DTYPE_I64;
+}
+size_t dtype_size(oslo_dtype dtype) {
+  switch (dtype) {
+    case OSLO_DTYPE_F32:
+    case OSLO_DTYPE_I32: return 4;
+    case OSLO_DTYPE_F16:
+    case OSLO_DTYPE_BF16: return 2;
+    case OSLO_DTYPE_I64: return 8;
+    default: return 0;
+  }
+}
+
+std::string shape_string(const oslo_bk_view& v) {
+  std::ostringstream s;
+  s << '[';
+  for (int i = 0; i < v.ndim; ++i) s << (i ? ", " : "") << v.shape[i];
+  s << ']';
+  return s.str();
+}
+
+int64_t numel(const oslo_bk_view& v) {
+  int64_t n = 1;
+  for (int i = 0; i < v.ndim; ++i) n *= v.shape[i];
+  return n;
+}
+
+void check_view(const oslo_bk_view* v, const char* what, bool output) {
+  if (v == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, std::string(what) + " is NULL");
+  if (v->ndim < 0 || v->ndim > OSLO_MAX_DIMS)
+    fail(OSLO_ERR_INVALID_ARGUMENT,
+         std::string(what) + " has " + std::to_string(v->ndim) + " dimensions");
+  if (dtype_size(v->dtype) == 0)
+    fail(OSLO_ERR_DTYPE,
+         std::string(what) + " has unknown dtype " + std::to_string(static_cast<int>(v->dtype)));
+  for (int i = 0; i < v->ndim; ++i) {
+    if (v->shape[i] < 0)
+      fail(OSLO_ERR_SHAPE, std::string(what) + " has a negative extent " + shape_string(*v));
+    if (output && v->strides[i] == 0 && v->shape[i] > 1)
+      fail(OSLO_ERR_INVALID_ARGUMENT, std::string(what) + " broadcasts (stride 0) in dimension " +
+                                          std::to_string(i) + ": only inputs may");
+  }
+  if (v->data == nullptr && numel(*v) != 0)
+    fail(OSLO_ERR_INVALID_ARGUMENT, std::string(what) + " has no data");
+}
+
+void check_float(const oslo_bk_view* v, const char* what, bool output) {
+  check_view(v, what, output);
+  if (!is_float(v->dtype))
+    fail(OSLO_ERR_DTYPE,
+         std::string(what) + " must be f32, f16 or bf16, not " + dtype_name(v->dtype));
+}
+
+// -- the caching allocator ------------------------------------------------------
+
+size_t Allocator::round(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (bytes <= (size_t{1} << 20)) return (bytes + 511) & ~size_t{511};  // 512 B classes
+  if (bytes <= (size_t{64} << 20))
+    return (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+  return (bytes + (size_t{2} << 20) - 1) & ~((size_t{2} << 20) - 1);
+}
+
+void* Allocator::allocate(size_t bytes, cudaStream_t stream) {
+  const size_t n = round(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(n);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_ -= n;
+      live_.emplace(p, n);
+      return p;
+    }
+  }
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, n);
+  if (e == cudaErrorMemoryAllocation) {
+    // Give the cached blocks back and try once more.
+    (void)cudaGetLastError();
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    trim();
+    e = cudaMalloc(&p, n);
+  }
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    fail(OSLO_ERR_OUT_OF_MEMORY, "alloc: " + std::to_string(bytes) + " bytes on CUDA device " +
+                                     std::to_string(device_) + ": out of device memory");
+  }
+  check_cuda(e, "cudaMalloc");
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_.emplace(p, n);
+  return p;
+}
+
+void Allocator::release(void* ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;  // not ours: ignored
+  free_[it->second].push_back(ptr);
+  cached_ += it->second;
+  live_.erase(it);
+}
+
+void Allocator::trim() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& kv : free_)
+    for (void* p : kv.second) (void)cudaFree(p);
+  free_.clear();
+  cached_ = 0;
+}
+
+size_t Allocator::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_;
+}
+
+Allocator::~Allocator() {
+  int prev = -1;
+  (void)cudaGetDevice(&prev);
+  (void)cudaSetDevice(device_);
+  for (auto& kv : free_)
+    for (void* p : kv.second) (void)cudaFree(p);
+  for (auto& kv : live_) (void)cudaFree(kv.first);
+  if (prev >= 0) (void)cudaSetDevice(prev);
+}
+
+GemmPlan::~GemmPlan() {
+  if (op) cublasLtMatmulDescDestroy(op);
+  if (la) cublasLtMatrixLayoutDestroy(la);
+  if (lb) cublasLtMatrixLayoutDestroy(lb);
+  if (lc) cublasLtMatrixLayoutDestroy(lc);
+}
+
+Instance::~Instance() {
+  if (profile && !prof.empty()) {
+    std::vector<std::pair<std::string, ProfileEntry>> v(prof.begin(), prof.end());
+    std::sort(v.begin(), v.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    std::fprintf(stderr, "cuda plugin profile (OSLO_CUDA_PROFILE=%d, %s):\n", profile,
+                 profile > 1 ? "host + device per call" : "host time per call");
+    for (const auto& e : v)
+      std::fprintf(stderr, "  %-18s %10lld calls %10.3f ms %8.2f us/call\n", e.first.c_str(),
+                   static_cast<long long>(e.second.calls), e.second.seconds * 1e3,
+                   e.second.seconds * 1e6 / static_cast<double>(e.second.calls));
+  }
+  (void)cudaSetDevice(device);
+  if (stream) (void)cudaStreamSynchronize(stream);
+  plans.clear();
+  if (lt) cublasLtDestroy(lt);
+  if (workspace) (void)cudaFree(workspace);
+  if (flag) (void)cudaFree(flag);
+  if (host_flag) (void)cudaFreeHost(host_flag);
+  for (cudaEvent_t e : stage_done)
+    if (e) (void)cudaEventDestroy(e);
+  if (stage) (void)cudaFreeHost(stage);
+  mem.reset();
+  if (stream) (void)cudaStreamDestroy(stream);
+}
+
+namespace {
+
+// -- instances ----------------------------------------------------------------
+
+thread_local std::string create_error;
+
+// Parses the options; returns the device index asked for.
+int configure(Instance& in, const oslo_backend_options* options) {
+  int local_rank = 0;
+  const char* extra = "{}";
+  if (options != nullptr) {
+    const size_t size = options->struct_size;
+    if (size >= offsetof(oslo_backend_options, local_rank) + sizeof(int))
+      local_rank = options->local_rank > 0 ? options->local_rank : 0;
+    if (size >= offsetof(oslo_backend_options, extra_json) + sizeof(const char*) &&
+        options->extra_json != nullptr)
+      extra = options->extra_json;
+  }
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(extra);
+  } catch (const nlohmann::json::exception& e) {
+    fail(OSLO_ERR_FORMAT, std::string("backend options are not valid JSON: ") + e.what());
+  }
+  if (!cfg.is_object()) fail(OSLO_ERR_FORMAT, "backend options must be a JSON object");
+  int device = local_rank;
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+    const std::string& key = it.key();
+    const auto& value = it.value();
+    if (key == "device") {
+      // An index, or "cuda" / "cuda:N" as on the command line.
+      if (value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < 1024) {
+        device = value.get<int>();
+      } else if (value.is_string() && value.get<std::string>() == "cuda") {
+        // the local rank's device
+      } else if (value.is_string() && value.get<std::string>().rfind("cuda:", 0) == 0 &&
+                 value.get<std::string>().size() > 5 && value.get<std::string>().size() < 10 &&
+                 value.get<std::string>().find_first_not_of("0123456789", 5) == std::string::npos) {
+        device = std::stoi(value.get<std::string>().substr(5));
+      } else {
+        fail(OSLO_ERR_CONFIG,
+             "backend option \"device\" must be a device index >= 0, \"cuda\" or \"cuda:N\", "
+             "got " +
+                 value.dump());
+      }
+    } else if (key == "tf32") {
+      if (!value.is_boolean())
+        fail(OSLO_ERR_CONFIG, "backend option \"tf32\" must be true or false");
+      in.tf32 = value.get<bool>();
+    } else {
+      fail(OSLO_ERR_CONFIG, "unknown backend option \"" + key + "\" (known: device, tf32)");
+    }
+  }
+  return device;
+}
+
+void start(Instance& in, int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(OSLO_ERR_BACKEND_UNAVAILABLE,
+         std::string("no usable CUDA GPU: cudaGetDeviceCount failed: ") + cudaGetErrorName(e) +
+             " (" + cudaGetErrorString(e) + ")");
+  }
+  if (count == 0) fail(OSLO_ERR_BACKEND_UNAVAILABLE, "no usable CUDA GPU: none is visible");
+  if (device >= count)
+    fail(OSLO_ERR_CONFIG, "CUDA device " + std::to_string(device) +
+                              " asked (local_rank or the \"device\" option), but " +
+                              std::to_string(count) + " are visible");
+  cudaDeviceProp prop;
+  check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  if (prop.major < 9)
+    fail(OSLO_ERR_BACKEND_UNAVAILABLE,
+         "CUDA device " + std::to_string(device) + " (" + prop.name + ") has compute capability " +
+             std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+             "; this build of the plugin runs on 9.0 (Hopper) or newer");
+  in.device = device;
+  in.device_name = prop.name;
+  if (const char* p = std::getenv("OSLO_CUDA_PROFILE")) in.profile = std::atoi(p);
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  check_cuda(cudaStreamCreateWithFlags(&in.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  in.mem = std::make_unique<Allocator>(device);
+  check_cublas(cublasLtCreate(&in.lt), "cublasLtCreate");
+  in.workspace_bytes = size_t{32} << 20;
+  check_cuda(cudaMalloc(&in.workspace, in.workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&in.flag), sizeof(int)), "cudaMalloc (flag)");
+  check_cuda(cudaMallocHost(reinterpret_cast<void**>(&in.host_flag), sizeof(int)),
+             "cudaMallocHost (flag)");
+  check_cuda(cudaMallocHost(reinterpret_cast<void**>(&in.stage),
+                            Instance::kStageSlots * Instance::kStageBytes),
+             "cudaMallocHost (staging)");
+  for (cudaEvent_t& e : in.stage_done)
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+}
+
+oslo_status create(void** self, const oslo_backend_options* options, const char** error) {
+  static const char* const kNull = "cuda: create: self is NULL";
+  if (self == nullptr) {
+    if (error) *error = kNull;
+    return OSLO_ERR_INVALID_ARGUMENT;
+  }
+  *self = nullptr;
+  Instance* in = nullptr;
+  try {
+    in = new Instance();
+    const int device = configure(*in, options);
+    start(*in, device);
+    *self = in;
+    return OSLO_OK;
+  } catch (...) {
+    delete in;
+    oslo_status s = status_of_current_exception(&create_error, "create");
+    if (error) *error = create_error.c_str();
+    return s;
+  }
+}
+
+void destroy(void* self) {
+  delete static_cast<Instance*>(self);
+}
+
+const char* last_error(void* self) {
+  if (self == nullptr) return "cuda: no instance";
+  return static_cast<Instance*>(self)->error.c_str();
+}
+
+int32_t device_type(void*) {
+  return 2;  // kDLCUDA
+}
+
+int32_t device_id(void* self) {
+  const Instance* in = static_cast<Instance*>(self);
+  return in != nullptr ? in->device : 0;
+}
+
+int host_accessible(void*) {
+  return 0;
+}
+
+// -- memory and queue -----------------------------------------------------------
+
+oslo_status alloc(void* self, size_t bytes, void** out) {
+  return guard(self, "alloc", [&](Instance& in) {
+    if (out == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "alloc: out is NULL");
+    *out = nullptr;
+    *out = in.mem->allocate(bytes, in.stream);
+  });
+}
+
+void free_(void* self, void* ptr, size_t /*bytes*/) {
+  if (self == nullptr || ptr == nullptr) return;
+  try {
+    static_cast<Instance*>(self)->mem->release(ptr);
+  } catch (...) {
+  }
+}
+
+oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind kind_arg) {
+  const int kind = enum_value(kind_arg);
+  return guard(self, "copy", [&](Instance& in) {
+    if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
+        kind != OSLO_BK_DEVICE_TO_DEVICE)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "unknown kind " + std::to_string(kind));
+    if (bytes == 0) return;
+    if (dst == nullptr || src == nullptr)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
+    if (kind == OSLO_BK_HOST_TO_DEVICE && bytes <= Instance::kStageBytes) {
+      // Small uploads (token ids, positions, masks) through pinned staging:
+      // src may be reused as soon as it is copied there.
+      const int slot = in.stage_next;
+      in.stage_next = (slot + 1) % Instance::kStageSlots;
+      check_cuda(cudaEventSynchronize(in.stage_done[slot]), "cudaEventSynchronize");
+      char* buf = in.stage + static_cast<size_t>(slot) * Instance::kStageBytes;
+      std::memcpy(buf, src, bytes);
+      check_cuda(cudaMemcpyAsync(dst, buf, bytes, cudaMemcpyHostToDevice, in.stream),
+                 "cudaMemcpyAsync");
+      check_cuda(cudaEventRecord(in.stage_done[slot], in.stream), "cudaEventRecord");
+      return;
+    }
+    const cudaMemcpyKind k = kind == OSLO_BK_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
+                             : kind == OSLO_BK_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
+                                                              : cudaMemcpyDeviceToDevice;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, k, in.stream), "cudaMemcpyAsync");
+    // Host <-> device copies return when dst holds the data or src may be
+    // reused; device to device is enqueued.
+    if (kind != OSLO_BK_DEVICE_TO_DEVICE)
+      check_cuda(cudaStreamSynchronize(in.stream), "cudaStreamSynchronize");
+  });
+}
+
+oslo_status synchronize(void* self) {
+  return guard(self, "synchronize", [&](Instance& in) {
+    check_cuda(cudaStreamSynchronize(in.stream), "cudaStreamSynchronize");
+  });
+}
+
+oslo_status set_num_threads(void* self, int n) {
+  return guard(self, "set_num_threads", [&](Instance&) {
+    if (n <= 0) fail(OSLO_ERR_INVALID_ARGUMENT, std::to_string(n) + " (must be > 0)");
+    // Host threads do no compute here: nothing to change.
+  });
+}
+
+oslo_backend_iface make_table() {
+  oslo_backend_iface t;
+  std::memset(&t, 0, sizeof t);
+  t.struct_size = sizeof(oslo_backend_iface);
+  t.abi_version = OSLO_BACKEND_ABI_VERSION;
+  t.name = "cuda";
+  t.create = create;
+  t.destroy = destroy;
+  t.last_error = last_error;
+  t.device_type = device_type;
+  t.device_id = device_id;
+  t.host_accessible = host_accessible;
+  t.alloc = alloc;
+  t.free = free_;
+  t.copy = copy;
+  t.synchronize = synchronize;
+  t.set_num_threads = set_num_threads;
+  t.convert = op_convert;
+  t.fill = op_fill;
+  t.matmul = op_matmul;
+  t.binary = op_binary;
+  t.unary = op_unary;
+  t.unary_backward = op_unary_backward;
+  t.reduce = op_reduce;
+  t.sum_rows = op_sum_rows;
+  t.softmax = op_softmax;
+  t.softmax_backward = op_softmax_backward;
+  t.norm = op_norm;
+  t.gather_rows = op_gather_rows;
+  t.scatter_add_rows = op_scatter_add_rows;
+  t.gather_cols = op_gather_cols;
+  t.scatter_add_cols = op_scatter_add_cols;
+  t.comm_create = comm_create;
+  t.comm_destroy = comm_destroy;
+  t.comm_name = comm_name;
+  t.comm_last_error = comm_last_error;
+  t.comm_all_reduce = comm_all_reduce;
+  t.comm_all_gather = comm_all_gather;
+  t.comm_reduce_scatter = comm_reduce_scatter;
+  t.comm_broadcast = comm_broadcast;
+  t.comm_send = comm_send;
+  t.comm_recv = comm_recv;
+  t.comm_barrier = comm_barrier;
+  t.comm_abort = comm_abort;
+  // ABI v2.
+  t.copy_async = copy_async;
+  t.event_create = event_create;
+  t.event_destroy = event_destroy;
+  t.event_record = event_record;
+  t.event_wait = event_wait;
+  t.event_synchronize = event_synchronize;
+  t.alloc_async = alloc_async;
+  t.free_async = free_async;
+  t.device_name = device_name;
+  t.memory_info = memory_info;
+  t.op_supported = op_supported;
+  t.native_stream = native_stream;
+  t.stream_wait_event = stream_wait_event;
+  return t;
+}
+
+const oslo_backend_iface kTable = make_table();
+
+// The same table as ABI v1 for an older liboslo (entries up to comm_abort).
+oslo_backend_iface make_v1_table() {
+  oslo_backend_iface t = make_table();
+  t.struct_size = OSLO_BACKEND_IFACE_V1_SIZE;
+  t.abi_version = 1;
+  return t;
+}
+
+const oslo_backend_iface kTableV1 = make_v1_table();
+
+}  // namespace
+}  // namespace oslo_cuda
+
+extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v2(
+    void) {
+  return &oslo_cuda::kTable;
+}
+
+extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v1(
+    void) {
+  return &oslo_cuda::kTableV1;
+}

@@ -1,0 +1,124 @@
+// The backend ABI v2 entries of the CUDA plugin: asynchronous copies,
+// events, stream-ordered memory, device queries, the per-op capability
+// query and the native stream for DLPack, all on the instance's stream.
+#include "cuda_backend.hpp"
+
+namespace oslo_cuda {
+
+oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,
+                       oslo_bk_copy_kind kind_arg) {
+  const int kind = enum_value(kind_arg);
+  return guard(self, "copy_async", [&](Instance& in) {
+    if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
+        kind != OSLO_BK_DEVICE_TO_DEVICE)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "unknown kind " + std::to_string(kind));
+    if (bytes == 0) return;
+    if (dst == nullptr || src == nullptr)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
+    const cudaMemcpyKind k = kind == OSLO_BK_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
+                             : kind == OSLO_BK_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
+                                                              : cudaMemcpyDeviceToDevice;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, k, in.stream), "cudaMemcpyAsync");
+  });
+}
+
+oslo_status event_create(void* self, void** event) {
+  return guard(self, "event_create", [&](Instance&) {
+    if (event == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "event is NULL");
+    *event = nullptr;
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    *event = e;
+  });
+}
+
+void event_destroy(void* self, void* event) {
+  if (self == nullptr || event == nullptr) return;
+  int prev = -1;
+  (void)cudaGetDevice(&prev);
+  (void)cudaSetDevice(static_cast<Instance*>(self)->device);
+  (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (prev >= 0) (void)cudaSetDevice(prev);
+}
+
+oslo_status event_record(void* self, void* event) {
+  return guard(self, "event_record", [&](Instance& in) {
+    if (event == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "event is NULL");
+    check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(event), in.stream), "cudaEventRecord");
+  });
+}
+
+oslo_status event_wait(void* self, void* event) {
+  return guard(self, "event_wait", [&](Instance& in) {
+    if (event == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "event is NULL");
+    check_cuda(cudaStreamWaitEvent(in.stream, static_cast<cudaEvent_t>(event), 0),
+               "cudaStreamWaitEvent");
+  });
+}
+
+oslo_status event_synchronize(void* self, void* event) {
+  return guard(self, "event_synchronize", [&](Instance&) {
+    if (event == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "event is NULL");
+    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+  });
+}
+
+oslo_status alloc_async(void* self, size_t bytes, void** out) {
+  return guard(self, "alloc_async", [&](Instance& in) {
+    if (out == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    // The caching allocator is ordered on the instance's one stream: a block
+    // freed earlier is reused only by work enqueued after its last use.
+    *out = in.mem->allocate(bytes, in.stream);
+  });
+}
+
+void free_async(void* self, void* ptr, size_t /*bytes*/) {
+  if (self == nullptr || ptr == nullptr) return;
+  try {
+    static_cast<Instance*>(self)->mem->release(ptr);
+  } catch (...) {
+  }
+}
+
+const char* device_name(void* self) {
+  return self ? static_cast<Instance*>(self)->device_name.c_str() : "cuda";
+}
+
+oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
+  return guard(self, "memory_info", [&](Instance& in) {
+    if (free_bytes == nullptr || total_bytes == nullptr)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "NULL output");
+    size_t f = 0, t = 0;
+    check_cuda(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    // Blocks cached by the allocator are free for oslo's use.
+    *free_bytes = f + in.mem->cached_bytes();
+    *total_bytes = t;
+  });
+}
+
+int op_supported(void*, oslo_bk_op op_arg, oslo_dtype dtype) {
+  const int op = enum_value(op_arg);
+  if (!is_float(dtype) && !is_int(dtype)) return 0;
+  // Every required op; no fused op yet (the core composes those).
+  return op >= OSLO_BK_OP_CONVERT && op <= OSLO_BK_OP_SCATTER_ADD_COLS ? 1 : 0;
+}
+
+int64_t native_stream(void* self) {
+  return self ? static_cast<int64_t>(
+                    reinterpret_cast<uintptr_t>(static_cast<Instance*>(self)->stream))
+              : 0;
+}
+
+oslo_status stream_wait_event(void* self, int64_t stream, void* event) {
+  return guard(self, "stream_wait_event", [&](Instance&) {
+    if (event == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "event is NULL");
+    cudaStream_t s = stream == 1   ? cudaStreamLegacy
+                     : stream == 2 ? cudaStreamPerThread
+                                   : reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(stream));
+    if (stream == 0) fail(OSLO_ERR_INVALID_ARGUMENT, "stream 0 is not a CUDA stream value");
+    check_cuda(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+  });
+}
+
+}  // namespace oslo_cuda

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# The GPU check of the native CUDA backend, in two halves:
+#
+#   bash tools/gpu-check.sh pack [DEST]   (here, on the build machine)
+#     builds what the check needs in build/ (the CUDA plugin, liboslo, the
+#     test programs, the benchmarks), strips it, adds the Debian libraries
+#     they need that a GPU machine lacks (ldd), the test scripts and model
+#     fixtures, and writes DEST/oslo-gpu.tar.xz plus a copy of this script
+#     (DEST defaults to .gpu in the main checkout, the folder the device
+#     tool carries).
+#   bash .gpu/gpu-check.sh run            (on the GPU machine)
+#     unpacks the archive at the same absolute paths, runs every ctest entry
+#     labelled cuda (plugin tests, the conformance suite on "cuda" at world
+#     size 1, checkpoints cpu <-> cuda, the Hugging Face model oracles at
+#     TP=1), then the GPU benchmarks (bench_cuda_linear; decode and prefill
+#     of a GPT-2-small-shaped and a LLaMA-shaped 1.1B model against
+#     transformers on the same GPU), and prints one summary. Logs go to $OUT
+#     when set. OSLO_GPU_BENCH=0 skips the benchmarks, OSLO_GPU_HF=0 the
+#     transformers references, OSLO_GPU_TORCH=0 the torch plugin build; OSLO_GPU_COMPILE=1
+#     adds transformers' static cache + torch.compile.
+set -uo pipefail
+mode=${1:-}
+here=$(cd "$(dirname "$0")" && pwd)
+
+if [ "$mode" = pack ]; then
+  root=$(cd "$here/.." && pwd)
+  build=${OSLO_GPU_BUILD:-$root/build}
+  dest=${2:-/work/main/.gpu}
+  targets="oslo oslo_cli oslo_backend_cuda test_cuda_plugin conf_ops rank_test oslo-run model_ref_test bench_model bench_cuda_linear"
+  ninja -C "$build" -j2 $targets >/dev/null || { echo "build failed"; exit 1; }
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage$build/gpu-libs" "$dest"
+  bins=""
+  for t in liboslo_backend_cuda.so test_cuda_plugin conf_ops rank_test oslo-run model_ref_test \
+           bench_model bench_cuda_linear; do
+    f=$(find "$build" -name "$t" -type f -not -path '*/CMakeFiles/*' | head -1)
+    [ -n "$f" ] || { echo "missing $t"; exit 1; }
+    bins="$bins $f"
+  done
+  bins="$bins $build/tools/oslo/oslo"
+  for f in $bins "$build"/liboslo.so*; do
+    mkdir -p "$stage$(dirname "$f")"
+    cp -P "$f" "$stage$f"
+    [ -L "$f" ] || strip --strip-debug "$stage$f"
+  done
+  # The ctest files (every folder's: ctest reads them all).
+  (cd "$build" && find . -name CTestTestfile.cmake) | while read -r c; do
+    mkdir -p "$stage$build/$(dirname "$c")"
+    cp "$build/$c" "$stage$build/$c"
+  done
+  # Libraries a GPU machine (Ubuntu 24.04 with CUDA, no oslo dependencies)
+  # lacks: everything ldd resolves outside glibc, libstdc++/libgcc (theirs
+  # is newer), CUDA's own libraries and the build tree.
+  for f in $bins "$build"/liboslo.so; do
+    ldd "$f" | awk '/=> \// {print $3}'
+  done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++*|libgcc_s*) ;;
+      libcuda.so*|libcublas*|libnccl*|libcudart*) ;;
+      *) case "$lib" in "$build"/*) ;; *) cp -L "$lib" "$stage$build/gpu-libs/" ;; esac ;;
+    esac
+  done
+  for d in tests/cuda tests/torch_plugin tests/multirank tests/models/fixtures bench/cuda bench/model \
+           backends/torch include core/backend; do
+    mkdir -p "$stage$root/$d"
+    cp -r "$root/$d/." "$stage$root/$d/"
+  done
+  # nlohmann/json's header, for building the torch plugin there.
+  mkdir -p "$stage$root/.gpu-include"
+  cp -r /usr/include/nlohmann "$stage$root/.gpu-include/"
+  mkdir -p "$stage$root/tools"
+  cp "$root/tools/gpu-check.sh" "$stage$root/tools/"
+  tar -cJf "$dest/oslo-gpu.tar.xz" -C "$stage" $(ls "$stage")
+  cp "$root/tools/gpu-check.sh" "$dest/gpu-check.sh"
+  echo "$build" >"$dest/build-path"
+  du -sh "$dest"
+  exit 0
+fi
+
+if [ "$mode" != run ]; then
+  echo "usage: $0 pack [DEST] | run"
+  exit 2
+fi
+
+out=${OUT:-/tmp/oslo-gpu-out}
+mkdir -p "$out"
+t_start=$(date +%s)
+build=$(cat "$here/build-path")
+tar -xJf "$here/oslo-gpu.tar.xz" --no-overwrite-dir -C / || { echo "unpack failed"; exit 1; }
+nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH="$build/gpu-libs:/usr/local/cuda/lib64:${nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OSLO_BACKEND_PATH=$build
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/gpu.txt"
+cd "$build" || exit 1
+echo "== ctest -L cuda"
+timeout 240 ctest -L cuda -j4 --timeout 90 -V >"$out/ctest-full.log" 2>&1
+grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed" "$out/ctest-full.log" | sed 's/^[0-9]*: //' >"$out/ctest.log"
+tail -30 "$out/ctest.log"
+summary_tests=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
+failed=$(grep -E "\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception" "$out/ctest.log" || true)
+skipped=$(grep -E "\*\*\*Skipped|Not Run" "$out/ctest.log" || true)
+# Op counts of the conformance suite on cuda.
+ops=$(grep -hoE "(conformance ops on cuda|rank_test [a-z-]+ tp=1 [a-z]+ backend=cuda|checkpoint [a-z]+ -> [a-z]+|\[rank 0 tp 1\] [a-z_0-9]+( through the KV cache)?|^[a-z_0-9]+: passed).*" "$out/ctest-full.log" | sed 's/^[0-9]*: //' | sort | uniq -c || true)
+grep -E "^FAIL" "$out/ctest-full.log" | head -40
+
+# The group of one on device memory (core/comm/self_communicator.hpp): rank_test
+# collectives at world 1 on cuda, and on the torch plugin on CUDA (built here
+# against this machine's torch when it builds within the time limit).
+root=$(dirname "$build")
+rt=$(find "$build" -name rank_test -type f | head -1)
+timeout 30 "$rt" collectives --tp 1 --threads 1 --backend cuda >"$out/coll_cuda.log" 2>&1
+coll="cuda: rc $? $(tail -1 "$out/coll_cuda.log")"
+tdir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+if [ -n "$tdir" ] && [ "${OSLO_GPU_TORCH:-1}" = 1 ]; then
+  abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+  ok=1
+  for f in torch_backend torch_ops torch_comm; do
+    timeout 150 g++ -c -O1 -fPIC -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" -w \
+      -I"$tdir/include" -I"$tdir/include/torch/csrc/api/include" -I"$root/include" \
+      -I"$root/core/backend" -I"$root/.gpu-include" "$root/backends/torch/$f.cpp" \
+      -o "/tmp/oslo_torch_$f.o" >"$out/torch_build_$f.log" 2>&1 &
+  done
+  wait
+  for f in torch_backend torch_ops torch_comm; do [ -f "/tmp/oslo_torch_$f.o" ] || ok=0; done
+  if [ $ok = 1 ] && g++ -shared -o "$build/liboslo_backend_torch.so" /tmp/oslo_torch_*.o \
+      -L"$tdir/lib" -Wl,--no-as-needed -ltorch -ltorch_cpu -ltorch_cuda -lc10 -lc10_cuda \
+      -Wl,-rpath,"$tdir/lib" -Wl,--version-script="$root/backends/torch/plugin.map" \
+      >"$out/torch_link.log" 2>&1; then
+    timeout 30 "$rt" collectives --tp 1 --threads 1 --backend torch \
+      --backend-options '{"device": "cuda"}' >"$out/coll_torch.log" 2>&1
+    coll="$coll; torch on CUDA: rc $? $(tail -1 "$out/coll_torch.log")"
+  else
+    coll="$coll; torch plugin did not build here (see torch_build_*.log)"
+  fi
+fi
+echo "world-1 collectives: $coll"
+
+bench=""
+if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
+  echo "== benchmarks"
+  bl=$(timeout 120 "$(find "$build" -name bench_cuda_linear -type f | head -1)" "$build/liboslo_backend_cuda.so" 2>&1)
+  echo "$bl"
+  bench="$bench$bl"$'\n'
+  bm=$(find "$build" -name bench_model -type f | head -1)
+  mkdir -p /tmp/oslo-bench
+  timeout 120 python3 "$root/bench/model/make_gpt2_small.py" /tmp/oslo-bench/gpt2 >/dev/null 2>&1
+  timeout 180 python3 "$root/bench/cuda/make_llama_1b.py" /tmp/oslo-bench/llama1b >/dev/null 2>&1
+  for m in gpt2/f32 gpt2/bf16 llama1b; do
+    dir=/tmp/oslo-bench/$m
+    [ -f "$dir/config.json" ] || { bench="$bench$m: model not made"$'\n'; continue; }
+    o=$(timeout 100 "$bm" "$dir" --backend cuda --reps 2 2>&1 | tail -3)
+    echo "oslo $m: $o"
+    bench="${bench}oslo $m: $o"$'\n'
+    if [ "$m" != gpt2/f32 ] && [ "${OSLO_GPU_HF:-1}" = 1 ]; then
+      flag=""
+      [ "${OSLO_GPU_COMPILE:-0}" = 1 ] && [ "$m" = llama1b ] && flag=--compile
+      h=$(timeout 150 python3 "$root/bench/cuda/hf_cuda.py" "$dir" --reps 2 $flag 2>&1 | tail -1)
+      echo "hf $m: $h"
+      bench="${bench}hf $m: $h"$'\n'
+    fi
+  done
+  # Where a decode step's time goes: per-entry counts and host time, then
+  # with a wait after each call (host + device).
+  if [ -f /tmp/oslo-bench/llama1b/config.json ]; then
+    for p in 1 2; do
+      OSLO_CUDA_PROFILE=$p timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 1 \
+        >"$out/profile$p.txt" 2>&1
+      echo "profile $p:"; grep -A25 "cuda plugin profile" "$out/profile$p.txt" | head -26
+    done
+  fi
+fi
+{
+  echo "==================== GPU CHECK SUMMARY ===================="
+  echo "GPU: $(cat "$out/gpu.txt")"
+  echo "ctest -L cuda: $summary_tests"
+  [ -n "$ops" ] && echo "$ops"
+  echo "world-1 collectives: $coll"
+  [ -n "$failed" ] && { echo "FAILED:"; echo "$failed"; }
+  [ -n "$skipped" ] && { echo "SKIPPED:"; echo "$skipped"; }
+  [ -n "$bench" ] && { echo "benchmarks:"; echo -n "$bench"; }
+  echo "wall: $(( $(date +%s) - t_start )) s"
+  echo "==========================================================="
+} | tee "$out/summary.txt"
