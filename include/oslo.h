@@ -1177,7 +1177,8 @@ OSLO_API oslo_status oslo_tokenizer_special_id(const oslo_tokenizer *tok, oslo_s
  * model.safetensors, or model-*.safetensors with model.safetensors.index.json)
  * or from a parallel checkpoint written by oslo_model_save; every rank reads
  * only its own slices. Supported model_type values: gpt2 (GPT2LMHeadModel),
- * bert (BertModel), llama, mistral, qwen2 (…ForCausalLM). Attention is split
+ * bert (BertModel), llama, mistral, qwen2, gpt_neox (…ForCausalLM; the list
+ * is core/model/arch/registry.cpp, docs/MODELS.md). Attention is split
  * by heads (key/value heads are replicated when the tensor-parallel size
  * exceeds them, never split inside a head), MLPs by columns then rows,
  * embeddings and the language-model head by vocabulary (padded when the

@@ -312,7 +312,7 @@ oslo_status oslo_model_forward(oslo_model* model, const int64_t* ids, const int6
       oslo::fail(OSLO_ERR_SHAPE, fn, ": out holds ", capacity, " floats but ", need_floats,
                  " are needed");
     std::vector<float> v;
-    if (token_type_ids && c.family != oslo::Family::BERT)
+    if (token_type_ids && !c.traits.token_types)
       oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", c.model_type,
                  " has no token types: pass token_type_ids = NULL");
     model->impl->forward(copy_of(ids, n), copy_of(mask, n), copy_of(token_type_ids, n), batch, seq,

@@ -19,7 +19,7 @@ namespace oslo {
 struct Model::Layer {
   Tensor ln1_w, ln1_b, ln2_w, ln2_b;
   Tensor qkv_w, qkv_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
-  Tensor up_w, up_b, gate_w, gate_b, down_w, down_b;
+  Tensor up_w, up_b, gate_w, gate_b, gate_up_w, gate_up_b, down_w, down_b;
   Tensor k_cache, v_cache;  // [rows, local kv heads, max_len, head_dim] f32
 };
 
@@ -131,14 +131,28 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
       OSLO_CHECK(it != top.end(), OSLO_ERR_INTERNAL, "model: unknown role ", r);
       (*m).*(it->second) = t;
     } else {
-      static const std::map<std::string, Tensor Layer::*> per = {
-          {"ln1_w", &Layer::ln1_w},   {"ln1_b", &Layer::ln1_b},   {"ln2_w", &Layer::ln2_w},
-          {"ln2_b", &Layer::ln2_b},   {"qkv_w", &Layer::qkv_w},   {"qkv_b", &Layer::qkv_b},
-          {"q_w", &Layer::q_w},       {"q_b", &Layer::q_b},       {"k_w", &Layer::k_w},
-          {"k_b", &Layer::k_b},       {"v_w", &Layer::v_w},       {"v_b", &Layer::v_b},
-          {"o_w", &Layer::o_w},       {"o_b", &Layer::o_b},       {"up_w", &Layer::up_w},
-          {"up_b", &Layer::up_b},     {"gate_w", &Layer::gate_w}, {"gate_b", &Layer::gate_b},
-          {"down_w", &Layer::down_w}, {"down_b", &Layer::down_b}};
+      static const std::map<std::string, Tensor Layer::*> per = {{"ln1_w", &Layer::ln1_w},
+                                                                 {"ln1_b", &Layer::ln1_b},
+                                                                 {"ln2_w", &Layer::ln2_w},
+                                                                 {"ln2_b", &Layer::ln2_b},
+                                                                 {"qkv_w", &Layer::qkv_w},
+                                                                 {"qkv_b", &Layer::qkv_b},
+                                                                 {"q_w", &Layer::q_w},
+                                                                 {"q_b", &Layer::q_b},
+                                                                 {"k_w", &Layer::k_w},
+                                                                 {"k_b", &Layer::k_b},
+                                                                 {"v_w", &Layer::v_w},
+                                                                 {"v_b", &Layer::v_b},
+                                                                 {"o_w", &Layer::o_w},
+                                                                 {"o_b", &Layer::o_b},
+                                                                 {"up_w", &Layer::up_w},
+                                                                 {"up_b", &Layer::up_b},
+                                                                 {"gate_w", &Layer::gate_w},
+                                                                 {"gate_b", &Layer::gate_b},
+                                                                 {"gate_up_w", &Layer::gate_up_w},
+                                                                 {"gate_up_b", &Layer::gate_up_b},
+                                                                 {"down_w", &Layer::down_w},
+                                                                 {"down_b", &Layer::down_b}};
       auto it = per.find(r);
       OSLO_CHECK(it != per.end(), OSLO_ERR_INTERNAL, "model: unknown role ", r);
       (*m->layers_[static_cast<size_t>(layers[i])]).*(it->second) = t;
@@ -157,16 +171,45 @@ void Model::bind() {
   vocab_local_ = vp.local;
   vocab_valid_ = vp.valid;
   if (cfg_.tie_word_embeddings || !lm_head_.defined()) lm_head_ = wte_;
-  if (cfg_.family == Family::LLAMA) {
-    // Hugging Face's rotary frequencies, in f32 as it computes them.
-    const int64_t D = cfg_.head_dim;
+  const BlockTraits& tr = cfg_.traits;
+  for (const auto& L : layers_) {
+    OSLO_CHECK((L->q_w.defined() && L->k_w.defined() && L->v_w.defined()) || L->qkv_w.defined(),
+               OSLO_ERR_INTERNAL, cfg_.model_type, ": the rules fill no q/k/v projections");
+    OSLO_CHECK((L->up_w.defined() || L->gate_up_w.defined()) && L->down_w.defined(),
+               OSLO_ERR_INTERNAL, cfg_.model_type, ": the rules fill no MLP projections");
+    OSLO_CHECK(!tr.gated_mlp || L->gate_w.defined() || L->gate_up_w.defined(), OSLO_ERR_INTERNAL,
+               cfg_.model_type, ": a gated MLP without a gate projection");
+  }
+  if (tr.norm_unit_offset) {
+    // The norms scale by (1 + weight): hold the shifted copy for compute;
+    // params_ keeps the stored weight for saving.
+    auto shifted = [&](Tensor& w) {
+      if (!w.defined()) return;
+      std::vector<float> host(static_cast<size_t>(w.numel()));
+      OSLO_CHECK(w.dtype() == OSLO_DTYPE_F32, OSLO_ERR_INTERNAL, "norm weights are held in f32");
+      ctx_.backend().copy(host.data(), w.data(), w.nbytes(), CopyKind::DeviceToHost);
+      for (float& v : host) v += 1.0f;
+      Tensor c = Tensor::empty_like_shape(ctx_.backend_ptr(), OSLO_DTYPE_F32, w.shape());
+      ctx_.backend().copy(c.data(), host.data(), c.nbytes(), CopyKind::HostToDevice);
+      w = c;
+    };
+    for (auto& L : layers_) {
+      shifted(L->ln1_w);
+      shifted(L->ln2_w);
+    }
+    shifted(norm_w_);
+  }
+  if (tr.rotary) {
+    // Hugging Face's rotary frequencies over the rotated dimensions, in f32
+    // as it computes them.
+    const int64_t R = cfg_.rotary_dims();
     const RopeConfig& r = cfg_.rope;
-    inv_freq_.resize(static_cast<size_t>(D / 2));
-    for (int64_t i = 0; i < D / 2; ++i) {
+    inv_freq_.resize(static_cast<size_t>(R / 2));
+    for (int64_t i = 0; i < R / 2; ++i) {
       float f = 1.0f / std::pow(static_cast<float>(r.theta),
-                                static_cast<float>(2 * i) / static_cast<float>(D));
-      if (r.type == "linear") f /= static_cast<float>(r.factor);
-      if (r.type == "llama3") {
+                                static_cast<float>(2 * i) / static_cast<float>(R));
+      if (r.scaling == RopeScaling::LINEAR) f /= static_cast<float>(r.factor);
+      if (r.scaling == RopeScaling::WAVELENGTH_BANDS) {
         const double old = static_cast<double>(r.original_max_positions);
         const double low_wl = old / r.low_freq_factor, high_wl = old / r.high_freq_factor;
         const double wl = 2 * M_PI / f;
@@ -270,6 +313,8 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   Tensor x = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   be.gather_rows(view(x), view(wte_), view(ids_t), vocab_start_, cfg_.vocab_size);
   reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(x));
+  if (cfg_.traits.embed_scale != 1.0)
+    be.unary(OSLO_BK_SCALE, view(x), view(x), static_cast<float>(cfg_.traits.embed_scale));
   Tensor tmp = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   if (wpe_.defined()) {
     be.gather_rows(view(tmp), view(wpe_), view(pos_t), 0, cfg_.max_positions);
@@ -285,23 +330,26 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     be.norm(view(x), view(x), &gw, &gb, eps, false);
   }
 
-  // Rotary tables [BS, D/2].
+  // Rotary tables [BS, R/2] (R: the rotated dimensions of a head).
+  const BlockTraits& tr = cfg_.traits;
+  const int64_t R = cfg_.rotary_dims();
   Tensor cos_t, sin_t;
-  if (cfg_.family == Family::LLAMA) {
-    std::vector<float> c(static_cast<size_t>(BS * D / 2)), s(c.size());
+  if (tr.rotary) {
+    std::vector<float> c(static_cast<size_t>(BS * R / 2)), s(c.size());
     for (int64_t r = 0; r < BS; ++r)
-      for (int64_t i = 0; i < D / 2; ++i) {
+      for (int64_t i = 0; i < R / 2; ++i) {
         const float a = static_cast<float>(positions[static_cast<size_t>(r)]) *
                         inv_freq_[static_cast<size_t>(i)];
-        c[static_cast<size_t>(r * D / 2 + i)] = std::cos(a);
-        s[static_cast<size_t>(r * D / 2 + i)] = std::sin(a);
+        c[static_cast<size_t>(r * R / 2 + i)] = std::cos(a);
+        s[static_cast<size_t>(r * R / 2 + i)] = std::sin(a);
       }
-    cos_t = upload(c.data(), OSLO_DTYPE_F32, {BS, D / 2});
-    sin_t = upload(s.data(), OSLO_DTYPE_F32, {BS, D / 2});
+    cos_t = upload(c.data(), OSLO_DTYPE_F32, {BS, R / 2});
+    sin_t = upload(s.data(), OSLO_DTYPE_F32, {BS, R / 2});
   }
-  // x * cos + rotate_half(x) * sin, per head, in place.
+  // On the first R dimensions of each head, in place: x * cos +
+  // rotate_half(x) * sin; the others pass.
   auto rope = [&](const View& t, int64_t heads) {
-    const int64_t r = t.strides[0], h = D / 2;
+    const int64_t r = t.strides[0], h = R / 2;
     const View x1 = strided(t.data, t.dtype, {BS, heads, h}, {r, D, 1});
     const View x2 = strided(at(t, h), t.dtype, {BS, heads, h}, {r, D, 1});
     const View c = strided(cos_t.data(), OSLO_DTYPE_F32, {BS, heads, h}, {h, 0, 1});
@@ -327,19 +375,23 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     }
   };
 
+  const bool rms = tr.norm == NormKind::RMS_NORM, post_ln = tr.post_norm,
+             parallel = tr.parallel_residual;
+  auto norm = [&](const View& out, const View& in, const Tensor& w, const Tensor& b) {
+    View wv = view(w), bv;
+    if (b.defined()) bv = view(b);
+    be.norm(out, in, &wv, rms ? nullptr : &bv, eps, rms);
+  };
   const int64_t qw = nhl_ * D, kw = nkvl_ * D;
   Tensor h = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   Tensor att = scratch(bp, OSLO_DTYPE_F32, {BS, qw});
+  Tensor mlp_out;
+  if (parallel) mlp_out = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   for (auto& Lp : layers_) {
     Layer& L = *Lp;
-    View ln1w = view(L.ln1_w), ln2w = view(L.ln2_w), ln1b, ln2b;
-    if (L.ln1_b.defined()) ln1b = view(L.ln1_b);
-    if (L.ln2_b.defined()) ln2b = view(L.ln2_b);
-    const bool rms = cfg_.family == Family::LLAMA;
-    const bool post_ln = cfg_.family == Family::BERT;
     // Attention.
     const View ain = post_ln ? view(x) : view(h);
-    if (!post_ln) be.norm(view(h), view(x), &ln1w, rms ? nullptr : &ln1b, eps, rms);
+    if (!post_ln) norm(view(h), view(x), L.ln1_w, L.ln1_b);
     Tensor qkv, qt, kt, vt;
     View q, k, v;
     if (L.qkv_w.defined()) {
@@ -359,42 +411,62 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
       k = view(kt);
       v = view(vt);
     }
-    if (cfg_.family == Family::LLAMA) {
+    if (tr.rotary) {
       rope(q, nhl_);
       rope(k, nkvl_);
     }
     attention(L, q, k, v, att, mask_t, B, S, use_cache);
     linear(be, bp, view(tmp), view(att), L.o_w, nullptr);
-    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
-    add_bias(view(tmp), L.o_b);
-    be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
-    if (post_ln) be.norm(view(x), view(x), &ln1w, &ln1b, eps, false);
-    // MLP.
-    const View min = post_ln ? view(x) : view(h);
-    if (!post_ln) be.norm(view(h), view(x), &ln2w, rms ? nullptr : &ln2b, eps, rms);
-    const int64_t il = L.up_w.dim(0);
-    Tensor up = scratch(bp, OSLO_DTYPE_F32, {BS, il});
-    linear(be, bp, view(up), min, L.up_w, &L.up_b);
-    if (L.gate_w.defined()) {
-      Tensor gate = scratch(bp, OSLO_DTYPE_F32, {BS, il});
-      linear(be, bp, view(gate), min, L.gate_w, &L.gate_b);
-      act(view(gate));
-      be.binary(OSLO_BK_MUL, view(up), view(up), view(gate));
-    } else {
-      act(view(up));
+    if (!parallel) {
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
+      add_bias(view(tmp), L.o_b);
+      be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+      if (post_ln) norm(view(x), view(x), L.ln1_w, L.ln1_b);
     }
-    linear(be, bp, view(tmp), view(up), L.down_w, nullptr);
-    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
-    add_bias(view(tmp), L.down_b);
-    be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
-    if (post_ln) be.norm(view(x), view(x), &ln2w, &ln2b, eps, false);
+    // MLP (with a parallel residual, on the block's input x).
+    const View min = post_ln ? view(x) : view(h);
+    if (!post_ln) norm(view(h), view(x), L.ln2_w, L.ln2_b);
+    const View mo = parallel ? view(mlp_out) : view(tmp);
+    Tensor up, gate;
+    View act_out;
+    if (L.gate_up_w.defined()) {  // fused [gate | up], local [gate_r | up_r]
+      const int64_t il = L.gate_up_w.dim(0) / 2;
+      up = scratch(bp, OSLO_DTYPE_F32, {BS, 2 * il});
+      linear(be, bp, view(up), min, L.gate_up_w, &L.gate_up_b);
+      const View g = columns(view(up), 0, il), u = columns(view(up), il, il);
+      act(g);
+      be.binary(OSLO_BK_MUL, u, u, g);
+      act_out = u;
+    } else {
+      const int64_t il = L.up_w.dim(0);
+      up = scratch(bp, OSLO_DTYPE_F32, {BS, il});
+      linear(be, bp, view(up), min, L.up_w, &L.up_b);
+      if (tr.gated_mlp) {
+        gate = scratch(bp, OSLO_DTYPE_F32, {BS, il});
+        linear(be, bp, view(gate), min, L.gate_w, &L.gate_b);
+        act(view(gate));
+        be.binary(OSLO_BK_MUL, view(up), view(up), view(gate));
+      } else {
+        act(view(up));
+      }
+      act_out = view(up);
+    }
+    linear(be, bp, mo, act_out, L.down_w, nullptr);
+    if (parallel) {
+      // x + attn + mlp: the two row-parallel partial sums share one all-reduce.
+      be.binary(OSLO_BK_ADD, view(tmp), view(tmp), mo);
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
+      add_bias(view(tmp), L.o_b);
+      add_bias(view(tmp), L.down_b);
+      be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+    } else {
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
+      add_bias(view(tmp), L.down_b);
+      be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+      if (post_ln) norm(view(x), view(x), L.ln2_w, L.ln2_b);
+    }
   }
-  if (norm_w_.defined()) {
-    View nw = view(norm_w_), nb;
-    if (norm_b_.defined()) nb = view(norm_b_);
-    const bool rms = cfg_.family == Family::LLAMA;
-    be.norm(view(x), view(x), &nw, rms ? nullptr : &nb, eps, rms);
-  }
+  if (norm_w_.defined()) norm(view(x), view(x), norm_w_, norm_b_);
   return x;
 }
 

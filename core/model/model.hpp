@@ -1,4 +1,5 @@
-// A Hugging Face transformer (GPT-2, BERT, LLaMA / Mistral / Qwen2) split
+// A Hugging Face transformer of any registered architecture
+// (core/model/arch/), built from its BlockTraits and its sharding rules, split
 // over the context's tensor-parallel group: attention by heads (key/value
 // heads replicated when there are fewer than ranks), MLPs by columns then
 // rows, embeddings and the LM head by vocabulary. Built from the backend
@@ -40,7 +41,7 @@ class Model : public CausalLM {
   oslo_dtype dtype() const { return dtype_; }
   // Every tensor this rank holds with its placement (for saving).
   const std::vector<PlacedTensor>& tensors() const { return params_; }
-  bool causal() const { return cfg_.family != Family::BERT; }
+  bool causal() const { return cfg_.traits.causal; }
   // Where the model was loaded from, and the files of that folder worth
   // copying along when saving (tokenizer, generation config).
   const std::string& source() const { return source_; }
@@ -50,7 +51,8 @@ class Model : public CausalLM {
   void save(const std::string& dir);
 
   // Full forward without cache. ids and mask are [batch, seq] (mask may be
-  // empty: all ones; token_types may be empty: zeros, BERT only). Positions
+  // empty: all ones; token_types may be empty: zeros, models with token
+  // types only). Positions
   // follow the mask (cumulative count of real tokens - 1), so left-padded
   // rows compute as if unpadded. Writes [batch, seq, hidden] (after the final
   // norm) or [batch, seq, vocab] logits into `out` (resized). Only positions
@@ -58,7 +60,7 @@ class Model : public CausalLM {
   void forward(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask,
                const std::vector<int64_t>& token_types, int64_t batch, int64_t seq, bool logits,
                std::vector<float>* out);
-  // Sentence embeddings as sentence-transformers computes them for BERT-like
+  // Sentence embeddings as sentence-transformers computes them for encoder
   // models: mean of the last hidden states over the mask, then (normalize)
   // L2-normalised. out: [batch, hidden].
   void embed(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask, int64_t batch,

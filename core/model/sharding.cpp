@@ -5,88 +5,11 @@
 #include "core/checkpoint/weight_source.hpp"
 #include "core/common/error.hpp"
 #include "core/layers/embedding.hpp"
+#include "core/model/arch/arch.hpp"
 
 namespace oslo {
 
 namespace {
-
-constexpr bool T = true, F = false;
-
-// GPT2LMHeadModel. Conv1D weights are [in, out]: column cuts are along dim 1
-// and the local copy is transposed to [out, in]. lm_head is tied to wte.
-const std::vector<ShardRule> kGpt2 = {
-    {"transformer.wte.weight", "wte", Cut::VOCAB, 0, F, F, When::ALWAYS},
-    {"transformer.wpe.weight", "wpe", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"transformer.h.{L}.ln_1.weight", "ln1_w", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"transformer.h.{L}.ln_1.bias", "ln1_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"transformer.h.{L}.attn.c_attn.weight", "qkv_w", Cut::QKV_HEADS, 1, T, F, When::ALWAYS},
-    {"transformer.h.{L}.attn.c_attn.bias", "qkv_b", Cut::QKV_HEADS, 0, F, T, When::ALWAYS},
-    {"transformer.h.{L}.attn.c_proj.weight", "o_w", Cut::Q_HEADS, 0, T, F, When::ALWAYS},
-    {"transformer.h.{L}.attn.c_proj.bias", "o_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"transformer.h.{L}.ln_2.weight", "ln2_w", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"transformer.h.{L}.ln_2.bias", "ln2_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"transformer.h.{L}.mlp.c_fc.weight", "up_w", Cut::EVEN, 1, T, F, When::ALWAYS},
-    {"transformer.h.{L}.mlp.c_fc.bias", "up_b", Cut::EVEN, 0, F, T, When::ALWAYS},
-    {"transformer.h.{L}.mlp.c_proj.weight", "down_w", Cut::EVEN, 0, T, F, When::ALWAYS},
-    {"transformer.h.{L}.mlp.c_proj.bias", "down_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"transformer.ln_f.weight", "norm_w", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"transformer.ln_f.bias", "norm_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-};
-
-// BertModel (post-layer-norm encoder; ln1 = attention.output.LayerNorm, ln2 =
-// output.LayerNorm). The word embeddings are split by vocabulary.
-const std::vector<ShardRule> kBert = {
-    {"embeddings.word_embeddings.weight", "wte", Cut::VOCAB, 0, F, F, When::ALWAYS},
-    {"embeddings.position_embeddings.weight", "wpe", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"embeddings.token_type_embeddings.weight", "type", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"embeddings.LayerNorm.weight", "emb_ln_w", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"embeddings.LayerNorm.bias", "emb_ln_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.attention.self.query.weight", "q_w", Cut::Q_HEADS, 0, F, F, When::ALWAYS},
-    {"encoder.layer.{L}.attention.self.query.bias", "q_b", Cut::Q_HEADS, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.attention.self.key.weight", "k_w", Cut::KV_HEADS, 0, F, F, When::ALWAYS},
-    {"encoder.layer.{L}.attention.self.key.bias", "k_b", Cut::KV_HEADS, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.attention.self.value.weight", "v_w", Cut::KV_HEADS, 0, F, F, When::ALWAYS},
-    {"encoder.layer.{L}.attention.self.value.bias", "v_b", Cut::KV_HEADS, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.attention.output.dense.weight", "o_w", Cut::Q_HEADS, 1, F, F, When::ALWAYS},
-    {"encoder.layer.{L}.attention.output.dense.bias", "o_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.attention.output.LayerNorm.weight", "ln1_w", Cut::REPLICATE, 0, F, T,
-     When::ALWAYS},
-    {"encoder.layer.{L}.attention.output.LayerNorm.bias", "ln1_b", Cut::REPLICATE, 0, F, T,
-     When::ALWAYS},
-    {"encoder.layer.{L}.intermediate.dense.weight", "up_w", Cut::EVEN, 0, F, F, When::ALWAYS},
-    {"encoder.layer.{L}.intermediate.dense.bias", "up_b", Cut::EVEN, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.output.dense.weight", "down_w", Cut::EVEN, 1, F, F, When::ALWAYS},
-    {"encoder.layer.{L}.output.dense.bias", "down_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.output.LayerNorm.weight", "ln2_w", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"encoder.layer.{L}.output.LayerNorm.bias", "ln2_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"pooler.dense.weight", "pool_w", Cut::REPLICATE, 0, F, F, When::ALWAYS},
-    {"pooler.dense.bias", "pool_b", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-};
-
-// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM: pre-RMSNorm,
-// rotary positions, SwiGLU, grouped-query attention.
-const std::vector<ShardRule> kLlama = {
-    {"model.embed_tokens.weight", "wte", Cut::VOCAB, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.input_layernorm.weight", "ln1_w", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"model.layers.{L}.self_attn.q_proj.weight", "q_w", Cut::Q_HEADS, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.self_attn.q_proj.bias", "q_b", Cut::Q_HEADS, 0, F, T, When::QKV_BIAS},
-    {"model.layers.{L}.self_attn.k_proj.weight", "k_w", Cut::KV_HEADS, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.self_attn.k_proj.bias", "k_b", Cut::KV_HEADS, 0, F, T, When::QKV_BIAS},
-    {"model.layers.{L}.self_attn.v_proj.weight", "v_w", Cut::KV_HEADS, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.self_attn.v_proj.bias", "v_b", Cut::KV_HEADS, 0, F, T, When::QKV_BIAS},
-    {"model.layers.{L}.self_attn.o_proj.weight", "o_w", Cut::Q_HEADS, 1, F, F, When::ALWAYS},
-    {"model.layers.{L}.self_attn.o_proj.bias", "o_b", Cut::REPLICATE, 0, F, T, When::O_BIAS},
-    {"model.layers.{L}.post_attention_layernorm.weight", "ln2_w", Cut::REPLICATE, 0, F, T,
-     When::ALWAYS},
-    {"model.layers.{L}.mlp.gate_proj.weight", "gate_w", Cut::EVEN, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.mlp.gate_proj.bias", "gate_b", Cut::EVEN, 0, F, T, When::MLP_BIAS},
-    {"model.layers.{L}.mlp.up_proj.weight", "up_w", Cut::EVEN, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.mlp.up_proj.bias", "up_b", Cut::EVEN, 0, F, T, When::MLP_BIAS},
-    {"model.layers.{L}.mlp.down_proj.weight", "down_w", Cut::EVEN, 1, F, F, When::ALWAYS},
-    {"model.layers.{L}.mlp.down_proj.bias", "down_b", Cut::REPLICATE, 0, F, T, When::MLP_BIAS},
-    {"model.norm.weight", "norm_w", Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"lm_head.weight", "lm_head", Cut::VOCAB, 0, F, F, When::UNTIED},
-};
 
 bool applies(When w, const ModelConfig& c) {
   switch (w) {
@@ -115,38 +38,34 @@ Segment heads(int64_t base, int64_t h0, int64_t n, int64_t d, int64_t local, boo
 }  // namespace
 
 const std::vector<ShardRule>& shard_rules(const std::string& model_type) {
-  if (model_type == "gpt2") return kGpt2;
-  if (model_type == "bert") return kBert;
-  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") return kLlama;
-  throw Error(OSLO_ERR_NOT_SUPPORTED, str("no sharding rules for model_type \"", model_type, "\""));
+  return *arch::find(model_type, "").rules;
 }
 
 std::vector<int64_t> global_shape_of(const ModelConfig& c, const std::string& role) {
-  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
-  const int64_t q = c.num_heads * D, kv = c.num_kv_heads * D;
-  static const std::map<std::string, int> kind = {
-      {"wte", 0},   {"lm_head", 0}, {"wpe", 1},     {"type", 2},   {"qkv_w", 3},
-      {"qkv_b", 4}, {"q_w", 5},     {"q_b", 6},     {"k_w", 7},    {"v_w", 7},
-      {"k_b", 8},   {"v_b", 8},     {"o_w", 9},     {"up_w", 10},  {"gate_w", 10},
-      {"up_b", 11}, {"gate_b", 11}, {"down_w", 12}, {"pool_w", 13}};
-  auto it = kind.find(role);
-  if (it == kind.end()) return {H};  // norms and the biases of [H] outputs
-  switch (it->second) {
-    case 0: return {c.vocab_size, H};
-    case 1: return {c.max_positions, H};
-    case 2: return {c.type_vocab_size, H};
-    case 3: return {q + 2 * kv, H};
-    case 4: return {q + 2 * kv};
-    case 5: return {q, H};
-    case 6: return {q};
-    case 7: return {kv, H};
-    case 8: return {kv};
-    case 9: return {H, q};
-    case 10: return {I, H};
-    case 11: return {I};
-    case 12: return {H, I};
-    default: return {H, H};
+  const int64_t D = c.head_dim;
+  auto extent = [&](Dim d) -> int64_t {
+    switch (d) {
+      case Dim::NONE: break;
+      case Dim::VOCAB: return c.vocab_size;
+      case Dim::HIDDEN: return c.hidden_size;
+      case Dim::POSITIONS: return c.max_positions;
+      case Dim::TYPES: return c.type_vocab_size;
+      case Dim::Q: return c.num_heads * D;
+      case Dim::KV: return c.num_kv_heads * D;
+      case Dim::QKV: return (c.num_heads + 2 * c.num_kv_heads) * D;
+      case Dim::INTER: return c.intermediate_size;
+      case Dim::INTER2: return 2 * c.intermediate_size;
+    }
+    return 0;
+  };
+  for (const ShardRule& r : shard_rules(c.model_type)) {
+    if (role != r.role) continue;
+    std::vector<int64_t> shape;
+    for (Dim d : r.shape)
+      if (d != Dim::NONE) shape.push_back(extent(d));
+    return shape;
   }
+  throw Error(OSLO_ERR_INTERNAL, str(c.model_type, ": no sharding rule fills role ", role));
 }
 
 std::vector<PlannedTensor> plan_model(const ModelConfig& c, int tp, int rank) {
@@ -214,6 +133,26 @@ std::vector<PlannedTensor> plan_model(const ModelConfig& c, int tp, int rank) {
           p.segments.push_back(heads(nh * D, kv0, nkvl, D, nhl * D, kv_owner));
           p.segments.push_back(heads((nh + nkv) * D, kv0, nkvl, D, (nhl + nkvl) * D, kv_owner));
           break;
+        case Cut::QKV_PER_HEAD:
+          OSLO_CHECK(nkv == nh, OSLO_ERR_NOT_SUPPORTED, p.name,
+                     ": q, k and v fused per head need as many key/value heads as heads (", nkv,
+                     " vs ", nh, ")");
+          // Global head h holds q, k, v at [3h, 3h + 1, 3h + 2] * D; local
+          // order is [q of my heads | k of my heads | v of my heads].
+          for (int64_t part = 0; part < 3; ++part)
+            for (int64_t j = 0; j < nhl; ++j)
+              p.segments.push_back(
+                  Segment{((rank * nhl + j) * 3 + part) * D, D, (part * nhl + j) * D, true});
+          break;
+        case Cut::HALVES_EVEN: {
+          OSLO_CHECK(extent % (2 * tp) == 0, OSLO_ERR_NOT_SUPPORTED, p.name, ": dimension ", r.dim,
+                     " of size ", extent, " (two fused halves) is not divisible by 2 x ",
+                     "tensor_parallel_size ", tp);
+          const int64_t half = extent / 2, piece = half / tp;
+          p.segments.push_back(Segment{rank * piece, piece, 0, true});
+          p.segments.push_back(Segment{half + rank * piece, piece, piece, true});
+          break;
+        }
         case Cut::REPLICATE: break;
       }
       if (p.local_extent == 0)
@@ -228,8 +167,9 @@ void resolve_names(const WeightSource& src, std::vector<PlannedTensor>& plan) {
   for (PlannedTensor& pt : plan) {
     std::string& n = pt.placement.name;
     if (src.find(n)) continue;
-    for (const char* pre : {"transformer.", "bert.", "model."}) {
-      const std::string pf = pre;
+    for (const arch::Arch* a : arch::all()) {
+      const std::string pf = a->base_prefix;
+      if (pf.empty()) continue;
       if (n.rfind(pf, 0) == 0 && src.find(n.substr(pf.size()))) {
         n = n.substr(pf.size());
         break;

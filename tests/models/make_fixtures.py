@@ -360,9 +360,9 @@ CAUSAL = {
 
 
 # ----------------------------------------------------------------- Phi-3 and Gemma (issue 13)
-# Self-contained: the specs, their configs, and the two per-family hooks
-# causal_fixture calls (spec["post_build"] after the random init,
-# spec["rewrite_config"] after save_pretrained).
+# Self-contained: the specs, their configs (spec["make_config"]), and the
+# per-family hooks causal_fixture calls (spec["post_build"] after the random
+# init, a callable spec["legacy_config"] after save_pretrained).
 #
 # phi3-tiny: Phi3ForCausalLM, fused qkv_proj [q | k | v] = [4*16 | 2*16 | 2*16, 64]
 # (GQA, 2 KV heads) and gate_up_proj [gate | up] = [2*128, 64], partial rotary
@@ -427,13 +427,14 @@ def gemma_hub_config(d):
 
 CAUSAL.update({
     "phi3-tiny": dict(arch="Phi3ForCausalLM", tokenizer="spm", seed=6, kv=2, partial_rotary_factor=0.75,
+                      make_config=phi3_config,
                       meta=dict(partial_rotary_factor=0.75, rotary_dim=12)),
     "gemma-tiny": dict(arch="GemmaForCausalLM", tokenizer="spm", seed=7, kv=1, head_dim=24, tied=True,
-                       post_build=gemma_norms_around_zero, rewrite_config=gemma_hub_config,
+                       make_config=gemma_config, post_build=gemma_norms_around_zero,
+                       legacy_config=gemma_hub_config,
                        meta=dict(head_dim=24, embedding_scale="sqrt(64) = 8 in the weights' dtype",
                                  norm="(1 + weight), weights 0.1 N(0,1)")),
 })
-CONFIG_MAKERS = {"Phi3ForCausalLM": phi3_config, "GemmaForCausalLM": gemma_config}
 # ----------------------------------------------------------------- end Phi-3 and Gemma
 
 
@@ -442,6 +443,8 @@ def make_config(spec, tok_info):
     common = dict(vocab_size=VOCAB, initializer_range=INIT_RANGE,
                   bos_token_id=tok_info["bos"], eos_token_id=tok_info["eos"],
                   pad_token_id=tok_info["pad"])
+    if "make_config" in spec:  # families defined in their own block below
+        return spec["make_config"](spec, common)
     if arch == "GPT2LMHeadModel":
         return transformers.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=INTER,
                                        n_positions=MAXPOS, tie_word_embeddings=True, **common)
@@ -458,8 +461,6 @@ def make_config(spec, tok_info):
     if arch == "Qwen2ForCausalLM":
         return transformers.Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                                         use_sliding_window=False, **llama_like)
-    if arch in CONFIG_MAKERS:
-        return CONFIG_MAKERS[arch](spec, common)
     raise ValueError(arch)
 
 
@@ -651,9 +652,8 @@ def causal_fixture(name, spec, toks, out_dir, seed_offset=0):
     if tinfo.get("spm_model"):
         shutil.copyfile(tinfo["spm_model"], os.path.join(d, "tokenizer.model"))
     if spec.get("legacy_config"):
-        legacy_config(d)
-    if spec.get("rewrite_config"):
-        spec["rewrite_config"](d)
+        fix = spec["legacy_config"]
+        (fix if callable(fix) else legacy_config)(d)
     self_check(d, spec, refs, prompts, tinfo)
     ref_tensors = {k: (v.to(torch.int64) if not v.is_floating_point() else v.to(torch.float32)).contiguous()
                    for k, v in refs.items()}
@@ -836,6 +836,48 @@ def minilm_fixture(out_dir, src):
         fh.write("\n")
     log("minilm-reference: done")
     return d
+
+
+# ----------------------------------------------------------------- GPT-NeoX
+# GPTNeoXForCausalLM (the Pythia family): parallel attention + MLP, rotary on
+# the first rotary_pct of each head, query_key_value fused per head, untied
+# embed_out. gpt-neox-tiny: Pythia's settings (use_parallel_residual, rotary
+# 0.25) in the transformers 4.x config form Pythia's Hub configs have
+# (rotary_pct, rotary_emb_base); gpt-neox-tiny-seq: use_parallel_residual =
+# false, rotary 0.5, in the 5.x form (rope_parameters).
+
+def gpt_neox_config(spec, common):
+    return transformers.GPTNeoXConfig(
+        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=INTER,
+        max_position_embeddings=MAXPOS, layer_norm_eps=1e-5, hidden_act="gelu",
+        use_parallel_residual=spec["parallel"], tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": spec["rotary_pct"]},
+        **common)
+
+
+def gpt_neox_legacy_config(d):
+    """config.json as transformers 4.x writes GPT-NeoX's: rotary_pct and
+    rotary_emb_base at the top level, rope_scaling null, torch_dtype."""
+    path = os.path.join(d, "config.json")
+    with open(path) as fh:
+        cfg = json.load(fh)
+    rp = cfg.pop("rope_parameters")
+    assert rp.get("rope_type", "default") == "default", rp
+    cfg["rotary_pct"] = rp["partial_rotary_factor"]
+    cfg["rotary_emb_base"] = rp["rope_theta"]
+    cfg["rope_scaling"] = None
+    cfg["torch_dtype"] = cfg.pop("dtype")
+    with open(path, "w") as fh:
+        json.dump(dict(sorted(cfg.items())), fh, indent=2)
+        fh.write("\n")
+
+
+CAUSAL["gpt-neox-tiny"] = dict(arch="GPTNeoXForCausalLM", tokenizer="bpe", seed=6, parallel=True,
+                               rotary_pct=0.25, make_config=gpt_neox_config,
+                               legacy_config=gpt_neox_legacy_config)
+CAUSAL["gpt-neox-tiny-seq"] = dict(arch="GPTNeoXForCausalLM", tokenizer="bpe", seed=7, parallel=False,
+                                   rotary_pct=0.5, make_config=gpt_neox_config)
 
 
 def main():

@@ -270,7 +270,7 @@ int cmd_generate(int argc, char** argv) {
 const char* kEmbedHelp =
     "usage: oslo embed --model DIR [--sentence TEXT]... [--file F] [--json] [--no-normalize]\n"
     "                  [--dtype f32|bf16|f16] [--tokenizer DIR] [--tp N] [--threads N]\n"
-    "Sentence embeddings of a BERT-style model (mean pooling over the attention mask,\n"
+    "Sentence embeddings of an encoder model (mean pooling over the attention mask,\n"
     "then L2 normalisation, as sentence-transformers computes them). Sentences come\n"
     "from --sentence and from --file (one per line). Prints the cosine similarity\n"
     "table, or with --json the embeddings.\n";
@@ -436,8 +436,8 @@ int cmd_inspect(int argc, char** argv) {
 
 const char* kHelp =
     "usage: oslo COMMAND [ARGS]   (oslo COMMAND --help for each)\n"
-    "  generate  generate text with a causal model (GPT-2, LLaMA, Mistral, Qwen2)\n"
-    "  embed     sentence embeddings and their similarity table (BERT, e.g. MiniLM)\n"
+    "  generate  generate text with a causal model (docs/MODELS.md lists them)\n"
+    "  embed     sentence embeddings and their similarity table (encoders, e.g. MiniLM)\n"
     "  merge     parallel checkpoint -> one ordinary Hugging Face folder\n"
     "  reshard   parallel checkpoint or HF folder -> parallel checkpoint at another TP\n"
     "  inspect   tensors, dtypes, shapes and layout of any checkpoint or HF folder\n"
