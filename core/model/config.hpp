@@ -59,7 +59,8 @@ struct BlockTraits {
   double rotary_fraction = 1.0;
   // MLP: act(gate) * up (SwiGLU, GeGLU) when true, else act(up).
   bool gated_mlp = false;
-  // The token embeddings are multiplied by this (Gemma: sqrt(hidden)).
+  // The token embeddings are multiplied by this (Gemma: sqrt(hidden)),
+  // rounded to the embedding table's dtype as transformers does.
   double embed_scale = 1.0;
   // The model takes token_type_ids (BERT's segment embeddings).
   bool token_types = false;

@@ -313,8 +313,13 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   Tensor x = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   be.gather_rows(view(x), view(wte_), view(ids_t), vocab_start_, cfg_.vocab_size);
   reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(x));
-  if (cfg_.traits.embed_scale != 1.0)
-    be.unary(OSLO_BK_SCALE, view(x), view(x), static_cast<float>(cfg_.traits.embed_scale));
+  if (cfg_.traits.embed_scale != 1.0) {
+    // As transformers: an f32 scalar cast to the embedding table's dtype.
+    float s = static_cast<float>(cfg_.traits.embed_scale);
+    if (wte_.dtype() == OSLO_DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
+    if (wte_.dtype() == OSLO_DTYPE_F16) s = f16_to_f32(f32_to_f16(s));
+    be.unary(OSLO_BK_SCALE, view(x), view(x), s);
+  }
   Tensor tmp = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   if (wpe_.defined()) {
     be.gather_rows(view(tmp), view(wpe_), view(pos_t), 0, cfg_.max_positions);

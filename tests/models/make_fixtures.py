@@ -359,6 +359,85 @@ CAUSAL = {
 }
 
 
+# ----------------------------------------------------------------- Phi-3 and Gemma (issue 13)
+# Self-contained: the specs, their configs (spec["make_config"]), and the
+# per-family hooks causal_fixture calls (spec["post_build"] after the random
+# init, a callable spec["legacy_config"] after save_pretrained).
+#
+# phi3-tiny: Phi3ForCausalLM, fused qkv_proj [q | k | v] = [4*16 | 2*16 | 2*16, 64]
+# (GQA, 2 KV heads) and gate_up_proj [gate | up] = [2*128, 64], partial rotary
+# (partial_rotary_factor 0.75: the first 12 of each head's 16 dims rotate),
+# untied head; config as transformers 5 writes it (rope_parameters holds
+# rope_theta and partial_rotary_factor).
+# gemma-tiny: GemmaForCausalLM, head_dim 24 != 64 / 4 (q_proj [96, 64], o_proj
+# [64, 96]), MQA (1 KV head), GeGLU with tanh GELU, embeddings scaled by
+# sqrt(64), RMSNorm scaling by (1 + weight), tied head; config as the Hub's
+# Gemma checkpoints (transformers 4.x) spell it: top-level rope_theta,
+# torch_dtype, hidden_act "gelu" (which transformers reads as the tanh
+# approximation) plus hidden_activation "gelu_pytorch_tanh".
+
+def phi3_config(spec, common):
+    return transformers.Phi3Config(
+        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+        num_key_value_heads=spec["kv"], intermediate_size=INTER, max_position_embeddings=MAXPOS,
+        original_max_position_embeddings=MAXPOS, rms_norm_eps=1e-5, hidden_act="silu",
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": spec["partial_rotary_factor"]},
+        sliding_window=None, tie_word_embeddings=False, **common)
+
+
+def gemma_config(spec, common):
+    return transformers.GemmaConfig(
+        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+        num_key_value_heads=spec["kv"], head_dim=spec["head_dim"], intermediate_size=INTER,
+        max_position_embeddings=MAXPOS, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attention_bias=False, tie_word_embeddings=True, **common)
+
+
+def gemma_norms_around_zero(model):
+    """GemmaRMSNorm scales by (1 + weight) and HF initialises weight to 0:
+    centre the random norm weights on 0 (randomize_small_params put them at
+    1 + 0.1 N(0,1)), so the effective scales are 1 + 0.1 N(0,1) like the other
+    fixtures' and a missing "+ 1" shows."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and name.endswith("norm.weight"):
+                p.sub_(1.0)
+
+
+def gemma_hub_config(d):
+    """config.json as transformers 4.x wrote it for the Hub's Gemma
+    checkpoints: top-level rope_theta, torch_dtype, hidden_act "gelu" with
+    hidden_activation "gelu_pytorch_tanh" (transformers 5 maps hidden_act
+    "gelu" to the tanh approximation for Gemma; the folder must load back to
+    the same outputs, which self_check asserts)."""
+    legacy_config(d)
+    path = os.path.join(d, "config.json")
+    with open(path) as fh:
+        cfg = json.load(fh)
+    assert cfg["hidden_act"] == "gelu_pytorch_tanh", cfg["hidden_act"]
+    cfg["hidden_act"] = "gelu"
+    cfg["hidden_activation"] = "gelu_pytorch_tanh"
+    cfg.pop("use_bidirectional_attention", None)
+    with open(path, "w") as fh:
+        json.dump(dict(sorted(cfg.items())), fh, indent=2)
+        fh.write("\n")
+
+
+CAUSAL.update({
+    "phi3-tiny": dict(arch="Phi3ForCausalLM", tokenizer="spm", seed=6, kv=2, partial_rotary_factor=0.75,
+                      make_config=phi3_config,
+                      meta=dict(partial_rotary_factor=0.75, rotary_dim=12)),
+    "gemma-tiny": dict(arch="GemmaForCausalLM", tokenizer="spm", seed=7, kv=1, head_dim=24, tied=True,
+                       make_config=gemma_config, post_build=gemma_norms_around_zero,
+                       legacy_config=gemma_hub_config,
+                       meta=dict(head_dim=24, embedding_scale="sqrt(64) = 8 in the weights' dtype",
+                                 norm="(1 + weight), weights 0.1 N(0,1)")),
+})
+# ----------------------------------------------------------------- end Phi-3 and Gemma
+
+
 def make_config(spec, tok_info):
     arch = spec["arch"]
     common = dict(vocab_size=VOCAB, initializer_range=INIT_RANGE,
@@ -454,6 +533,8 @@ def causal_fixture(name, spec, toks, out_dir, seed_offset=0):
     cls = getattr(transformers, spec["arch"])
     seed = spec["seed"] + seed_offset
     model = build(cls, config, seed)
+    if spec.get("post_build"):
+        spec["post_build"](model)
     dtype = spec.get("dtype", "float32")
     if dtype == "bfloat16":
         # Round the weights to bf16; the references use them upcast to f32.
@@ -628,6 +709,7 @@ def causal_fixture(name, spec, toks, out_dir, seed_offset=0):
                                 "log-prob among the top 2*num_beams+1 candidates and among finished scores"),
         versions=versions(),
         command="python tests/models/make_fixtures.py",
+        **spec.get("meta", {}),
     )
     with open(os.path.join(d, "reference.json"), "w") as fh:
         json.dump(meta, fh, indent=1, sort_keys=False)

@@ -10,10 +10,11 @@ namespace arch {
 // family adds its file to CMakeLists.txt and its entries here.
 extern const Arch kGpt2, kBert, kLlama, kMistral, kQwen2;
 extern const Arch kGptNeox;
+extern const Arch kPhi3, kGemma;
 
 const std::vector<const Arch*>& all() {
   static const std::vector<const Arch*> entries = {
-      &kGpt2, &kBert, &kLlama, &kMistral, &kQwen2, &kGptNeox,
+      &kGpt2, &kBert, &kLlama, &kMistral, &kQwen2, &kGptNeox, &kPhi3, &kGemma,
   };
   return entries;
 }
