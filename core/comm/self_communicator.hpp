@@ -3,18 +3,19 @@
 //
 // The buffers are tensor memory of the context's backend, which may be on a
 // device the host cannot read (a GPU): the copy is the backend's own
-// (DEVICE_TO_DEVICE, enqueued on its queue like every op), never a host
-// memmove. Callers with host-memory control data (the checkpoint agreement)
+// (DEVICE_TO_DEVICE, enqueued on its queue like every op), handed in by the
+// context as a function so that this tier does not depend on the backend
+// tier, never a host memmove. Callers with host-memory control data (the checkpoint agreement)
 // do not communicate at all in a group of one. Without a backend (tests and
 // tools handing it host buffers only) the copy is a host memmove.
 #pragma once
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <utility>
 
-#include "core/backend/backend.hpp"
 #include "core/comm/communicator.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
@@ -23,8 +24,11 @@ namespace oslo {
 
 class SelfCommunicator : public Communicator {
  public:
-  // Buffers in `backend`'s memory (the contexts' communicators).
-  explicit SelfCommunicator(std::shared_ptr<Backend> backend) : backend_(std::move(backend)) {}
+  // Copies `bytes` from src to dst in the buffers' memory (the contexts'
+  // communicators pass the backend's device-to-device copy).
+  using CopyFn = std::function<void(void* dst, const void* src, size_t bytes)>;
+  // Buffers copied by `copy` (e.g. a backend's memory).
+  explicit SelfCommunicator(CopyFn copy) : copy_(std::move(copy)) {}
   // Buffers in host memory only.
   SelfCommunicator() = default;
   int rank() const override { return 0; }
@@ -61,12 +65,12 @@ class SelfCommunicator : public Communicator {
   void check() const { OSLO_CHECK(!aborted_, OSLO_ERR_COMM, "communicator was aborted"); }
   void copy(void* out, const void* in, size_t bytes) {
     if (!bytes || out == in) return;
-    if (backend_)
-      backend_->copy_async(out, in, bytes, CopyKind::DeviceToDevice);
+    if (copy_)
+      copy_(out, in, bytes);
     else
       std::memmove(out, in, bytes);
   }
-  std::shared_ptr<Backend> backend_;
+  CopyFn copy_;
   std::atomic<bool> aborted_{false};
 };
 

@@ -22,6 +22,14 @@
 namespace oslo {
 namespace {
 
+// The copy of a group of one: the backend's own device-to-device copy on its
+// queue (tensor memory may be on a device the host cannot read).
+SelfCommunicator::CopyFn self_copy(const std::shared_ptr<Backend>& backend) {
+  return [backend](void* dst, const void* src, size_t bytes) {
+    backend->copy_async(dst, src, bytes, CopyKind::DeviceToDevice);
+  };
+}
+
 using json = nlohmann::json;
 
 std::vector<uint8_t> bytes_of(const std::string& s) {
@@ -119,7 +127,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
   comms_.resize(4);
   host_transport_.assign(4, false);
   if (world == 1) {
-    auto self = std::make_shared<SelfCommunicator>(backend_);
+    auto self = std::make_shared<SelfCommunicator>(self_copy(backend_));
     for (auto& c : comms_) c = self;
     return;
   }
@@ -253,7 +261,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
     }
     std::shared_ptr<Communicator> c;
     if (members.size() == 1) {
-      c = std::make_shared<SelfCommunicator>(backend_);
+      c = std::make_shared<SelfCommunicator>(self_copy(backend_));
     } else {
       GroupSpec spec;
       spec.name = t.group_name(g);
