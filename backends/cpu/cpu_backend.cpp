@@ -290,9 +290,30 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = size_t(total) * size_t(page);
   });
 }
-// Every required op in every dtype the core uses; no fused op yet.
-int op_supported(void*, oslo_bk_op op, oslo_dtype) {
-  return op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST ? 1 : 0;
+// Every required op in every dtype the core uses, and the fused attention,
+// residual norm and rotary embedding in the float dtypes.
+int op_supported(void*, oslo_bk_op op, oslo_dtype dtype) {
+  if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
+  const bool flt = dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
+  return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
+                 op == OSLO_BK_OP_ROPE)
+             ? 1
+             : 0;
+}
+oslo_status attention(void* self, const V* out, const V* q, const V* k, const V* v, const V* mask,
+                      float scale, int causal, int64_t offset) {
+  return guard(self, [&](Instance& I) {
+    cpu::attention(I.threads, *out, *q, *k, *v, mask, scale, causal != 0, offset);
+  });
+}
+oslo_status residual_norm(void* self, const V* out, const V* x, const V* y, const V* bias,
+                          const V* gamma, const V* beta, float eps, int rms) {
+  return guard(self, [&](Instance& I) {
+    cpu::residual_norm(I.threads, *out, *x, y, bias, gamma, beta, eps, rms != 0);
+  });
+}
+oslo_status rope(void* self, const V* x, const V* cos, const V* sin) {
+  return guard(self, [&](Instance& I) { cpu::rope(I.threads, *x, *cos, *sin); });
 }
 int64_t native_stream(void*) {
   return 0;  // program order, no native stream
@@ -354,6 +375,9 @@ oslo_backend_iface make_table() {
   t.op_supported = op_supported;
   t.native_stream = native_stream;
   t.stream_wait_event = stream_wait_event;
+  t.attention = attention;
+  t.residual_norm = residual_norm;
+  t.rope = rope;
   return t;
 }
 

@@ -4,8 +4,8 @@
 //    as a GEMV for single rows; docs/BENCHMARKS.md).
 //  - bf16/f16 with few rows (M <= 8, decoding) against a weight stored as
 //    nn.Linear keeps it ([N, K], each output's K inputs contiguous): our own
-//    AVX-512 kernel that widens the weight to f32 in registers and never
-//    writes a converted copy, so it streams half the bytes of f32.
+//    AVX-512 (or AVX2 + F16C, picked at run time) kernel that widens the weight to f32 in registers
+//    and never writes a converted copy, so it streams half the bytes of f32.
 //  - bf16 with more rows: oneDNN's matmul primitive (bf16 in, f32
 //    accumulation, using the CPU's AVX512_BF16 dot products), cached per shape.
 //  - f16 with more rows (no f16 arithmetic on this CPU): the weight is widened
@@ -281,14 +281,104 @@ __attribute__((target("avx512f"))) void rows_dot_f32(int64_t M, int64_t n0, int6
   }
 }
 
+// ---- AVX2 + FMA kernels (CPUs without AVX-512: picked at run time) -------
+
+__attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Eight 16-bit floats widened to f32 in registers (bf16: a shift; f16: F16C).
+__attribute__((target("avx2,fma,f16c"))) inline __m256 widen8(const uint16_t* p, bool bf16) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+
+// As rows_dot_f32, eight lanes wide.
+__attribute__((target("avx2,fma"))) void rows_dot_f32_avx2(int64_t M, int64_t n0, int64_t n1,
+                                                           int64_t K, const float* a, int64_t lda,
+                                                           const float* w, int64_t ldw, float* c,
+                                                           int64_t ldc) {
+  const int64_t k32 = K / 32 * 32, k8 = K / 8 * 8;
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* wr = w + n * ldw;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* am = a + m * lda;
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+      int64_t k = 0;
+      for (; k < k32; k += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k), _mm256_loadu_ps(wr + k), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k + 8), _mm256_loadu_ps(wr + k + 8), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k + 16), _mm256_loadu_ps(wr + k + 16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k + 24), _mm256_loadu_ps(wr + k + 24), acc3);
+      }
+      for (; k < k8; k += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k), _mm256_loadu_ps(wr + k), acc0);
+      float s = hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+      for (; k < K; ++k) s += am[k] * wr[k];
+      c[m * ldc + n] = s;
+    }
+  }
+}
+
+// f32 activations (a [M, K] dense) times a bf16/f16 weight W [N, K] with
+// contiguous rows, widened in registers (no converted copy is written): the
+// decode path of 16-bit models on AVX2 CPUs. Each weight row is streamed
+// once; the M activation rows reuse it from L1.
+__attribute__((target("avx2,fma,f16c"))) void rows_dot_avx2(int64_t M, int64_t n0, int64_t n1,
+                                                            int64_t K, const float* a,
+                                                            const uint16_t* w, int64_t ldw,
+                                                            bool bf16, float* c, int64_t ldc) {
+  const int64_t k32 = K / 32 * 32, k8 = K / 8 * 8;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* wr = w + n * ldw;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* am = a + m * K;
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+      int64_t k = 0;
+      for (; k < k32; k += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k), widen8(wr + k, bf16), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k + 8), widen8(wr + k + 8, bf16), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k + 16), widen8(wr + k + 16, bf16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k + 24), widen8(wr + k + 24, bf16), acc3);
+      }
+      for (; k < k8; k += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(am + k), widen8(wr + k, bf16), acc0);
+      float s = hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+      for (; k < K; ++k) s += am[k] * (bf16 ? bf16_to_f32(wr[k]) : f16_to_f32(wr[k]));
+      c[m * ldc + n] = s;
+    }
+  }
+}
+
+// Which SIMD kernels this CPU runs (checked once).
+bool has_avx512() {
+  static const bool v = __builtin_cpu_supports("avx512f");
+  return v;
+}
+bool has_avx2() {
+  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                        __builtin_cpu_supports("f16c");
+  return v;
+}
+
 void few_rows_f32(int threads, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
                   const float* w, int64_t ldw, float* c, int64_t ldc) {
   const int64_t block = 64;
   const int64_t blocks = (N + block - 1) / block;
   const int nt = blocks > 1 && N * K > 65536 ? std::max(1, threads) : 1;
+  const bool avx512 = has_avx512();
 #pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t bi = 0; bi < blocks; ++bi)
-    rows_dot_f32(M, bi * block, std::min(N, bi * block + block), K, a, lda, w, ldw, c, ldc);
+  for (int64_t bi = 0; bi < blocks; ++bi) {
+    const int64_t n0 = bi * block, n1 = std::min(N, n0 + block);
+    if (avx512)
+      rows_dot_f32(M, n0, n1, K, a, lda, w, ldw, c, ldc);
+    else
+      rows_dot_f32_avx2(M, n0, n1, K, a, lda, w, ldw, c, ldc);
+  }
 }
 
 // Few rows of bf16 activations times bf16 weights W [N, K] (rows contiguous).
@@ -309,7 +399,7 @@ void few_rows(int threads, int64_t M, int64_t N, int64_t K, const float* a, cons
   const uint16_t* w = reinterpret_cast<const uint16_t*>(b.data);
   const int64_t ldw = b.cs;
   const bool bf16 = b.dtype == OSLO_DTYPE_BF16;
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx512 = has_avx512(), avx2 = has_avx2();
   const int64_t block = 64;
   const int64_t blocks = (N + block - 1) / block;
   const int nt = blocks > 1 && N * K > 65536 ? std::max(1, threads) : 1;
@@ -318,6 +408,8 @@ void few_rows(int threads, int64_t M, int64_t N, int64_t K, const float* a, cons
     const int64_t n0 = bi * block, n1 = std::min(N, n0 + block);
     if (avx512)
       rows_dot_avx512(M, n0, n1, K, a, w, ldw, bf16, c, ldc);
+    else if (avx2)
+      rows_dot_avx2(M, n0, n1, K, a, w, ldw, bf16, c, ldc);
     else
       rows_dot_scalar(M, n0, n1, K, a, w, ldw, bf16, c, ldc);
   }
@@ -355,7 +447,8 @@ bool Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2&
   omp_set_num_threads(std::max(1, threads));
   memory am(e.a_md, engine_, a.data), bm(e.b_md, engine_, b.data), cm(e.c_md, engine_, c);
   e.prim.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  stream_.wait();  return true;
+  stream_.wait();
+  return true;
 }
 
 void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias, float alpha,
@@ -405,9 +498,8 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
       out = tmp.data();
       ldo = N;
     } else if (am.dtype == OSLO_DTYPE_F32) {
-      static const bool avx512 = __builtin_cpu_supports("avx512f");
-      if (direct && M <= 4 && alpha == 1.f && beta == 0.f && avx512 && am.cs == 1 &&
-          bm.dtype == OSLO_DTYPE_F32 && bm.rs == 1 && bm.cs >= K) {
+      if (direct && M <= 4 && alpha == 1.f && beta == 0.f && (has_avx512() || has_avx2()) &&
+          am.cs == 1 && bm.dtype == OSLO_DTYPE_F32 && bm.rs == 1 && bm.cs >= K) {
         // Decode-shaped: stream W's rows (dnnl_sgemm's M = 1 path reads them
         // less evenly).
         few_rows_f32(threads, M, N, K, reinterpret_cast<const float*>(am.data), am.rs,

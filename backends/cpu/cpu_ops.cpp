@@ -659,6 +659,45 @@ void softmax_backward(int threads, const V& gx, const V& y, const V& gy, float s
   });
 }
 
+namespace {
+
+// gamma / beta of a norm as f32 [cols] (empty when absent).
+void load_norm_param(const V* p, const char* what, int64_t cols, std::vector<float>* dst) {
+  if (!p) return;
+  check_float(*p, what);
+  OSLO_CHECK(numel(*p) == cols, OSLO_ERR_SHAPE, what, " ", shape_of(*p), " needs ", cols,
+             " elements");
+  dst->resize(static_cast<size_t>(cols));
+  const V a = align(*p, 1);
+  const float* row = load_row(a, 0, cols, a.strides[0], dst->data());
+  if (row != dst->data()) std::copy(row, row + cols, dst->begin());
+}
+
+// One row of norm(): o = (x - mean) / sqrt(var + eps) (* g) (+ b), the
+// statistics in f64 (mean 0 for RMS).
+void norm_row(const float* xr, int64_t cols, const std::vector<float>& g,
+              const std::vector<float>& b, float eps, bool rms, float* o) {
+  double mean = 0, var = 0;
+  if (!rms) {
+    for (int64_t i = 0; i < cols; ++i) mean += xr[i];
+    mean /= static_cast<double>(std::max<int64_t>(cols, 1));
+  }
+  for (int64_t i = 0; i < cols; ++i) {
+    const double d = xr[i] - mean;
+    var += d * d;
+  }
+  var /= static_cast<double>(std::max<int64_t>(cols, 1));
+  const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+  for (int64_t i = 0; i < cols; ++i) {
+    float v = (xr[i] - static_cast<float>(mean)) * inv;
+    if (!g.empty()) v *= g[static_cast<size_t>(i)];
+    if (!b.empty()) v += b[static_cast<size_t>(i)];
+    o[i] = v;
+  }
+}
+
+}  // namespace
+
 void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, float eps,
           bool rms) {
   check_float(out, "norm output");
@@ -667,39 +706,90 @@ void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, 
              shape_of(out), " differs from input ", shape_of(x));
   const int64_t rows = rows_of(x), cols = cols_of(x);
   std::vector<float> g, b;
-  auto load_param = [&](const V* p, const char* what, std::vector<float>* dst) {
-    if (!p) return;
-    check_float(*p, what);
-    OSLO_CHECK(numel(*p) == cols, OSLO_ERR_SHAPE, what, " ", shape_of(*p), " needs ", cols,
-               " elements");
-    dst->resize(static_cast<size_t>(cols));
-    const V a = align(*p, 1);
-    const float* row = load_row(a, 0, cols, a.strides[0], dst->data());
-    if (row != dst->data()) std::copy(row, row + cols, dst->begin());
-  };
-  load_param(gamma, "norm gamma", &g);
-  if (!rms) load_param(beta, "norm beta", &b);
+  load_norm_param(gamma, "norm gamma", cols, &g);
+  if (!rms) load_norm_param(beta, "norm beta", cols, &b);
   for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
     const float* xr = load_row(x, row_offset(x, x, r), cols, inner_stride(x), s.a.data());
-    double mean = 0, var = 0;
-    if (!rms) {
-      for (int64_t i = 0; i < cols; ++i) mean += xr[i];
-      mean /= static_cast<double>(std::max<int64_t>(cols, 1));
-    }
+    norm_row(xr, cols, g, b, eps, rms, s.c.data());
+    store_row(out, row_offset(out, out, r), cols, inner_stride(out), s.c.data());
+  });
+}
+
+void residual_norm(int threads, const V& out, const V& x, const V* y, const V* bias, const V* gamma,
+                   const V* beta, float eps, bool rms) {
+  check_float(out, "residual_norm output");
+  check_float(x, "residual_norm x");
+  const int64_t rows = rows_of(x), cols = cols_of(x);
+  OSLO_CHECK(numel(out) == numel(x) && cols_of(out) == cols, OSLO_ERR_SHAPE,
+             "residual_norm output ", shape_of(out), " differs from x ", shape_of(x));
+  if (y) {
+    check_float(*y, "residual_norm y");
+    OSLO_CHECK(numel(*y) == numel(x) && cols_of(*y) == cols, OSLO_ERR_SHAPE, "residual_norm y ",
+               shape_of(*y), " differs from x ", shape_of(x));
+  }
+  std::vector<float> bv, g, b;
+  load_norm_param(bias, "residual_norm bias", cols, &bv);
+  load_norm_param(gamma, "residual_norm gamma", cols, &g);
+  if (!rms) load_norm_param(beta, "residual_norm beta", cols, &b);
+  const bool round_x = x.dtype != OSLO_DTYPE_F32;
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    const int64_t xo = row_offset(x, x, r);
+    const float* xr = load_row(x, xo, cols, inner_stride(x), s.a.data());
+    const float* yr =
+        y ? load_row(*y, row_offset(x, *y, r), cols, inner_stride(*y), s.b.data()) : nullptr;
+    float* xn = s.c.data();
+    // As the composition: t = y + bias in f32, then x + t rounded to x's dtype.
     for (int64_t i = 0; i < cols; ++i) {
-      const double d = xr[i] - mean;
-      var += d * d;
+      float t = yr ? yr[i] : 0.f;
+      if (!bv.empty()) t = yr ? t + bv[static_cast<size_t>(i)] : bv[static_cast<size_t>(i)];
+      xn[i] = (yr || !bv.empty()) ? xr[i] + t : xr[i];
     }
-    var /= static_cast<double>(std::max<int64_t>(cols, 1));
-    const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-    float* o = s.c.data();
-    for (int64_t i = 0; i < cols; ++i) {
-      float v = (xr[i] - static_cast<float>(mean)) * inv;
-      if (!g.empty()) v *= g[static_cast<size_t>(i)];
-      if (!b.empty()) v += b[static_cast<size_t>(i)];
-      o[i] = v;
-    }
+    store_row(x, xo, cols, inner_stride(x), xn);
+    const float* xs = round_x ? load_row(x, xo, cols, inner_stride(x), s.a.data()) : xn;
+    float* o = s.b.data();
+    norm_row(xs, cols, g, b, eps, rms, o);
     store_row(out, row_offset(out, out, r), cols, inner_stride(out), o);
+  });
+}
+
+void rope(int threads, const V& x, const V& cos, const V& sin) {
+  check_float(x, "rope x");
+  OSLO_CHECK(x.ndim == 3, OSLO_ERR_SHAPE, "rope x must be [rows, heads, head_dim], not ",
+             shape_of(x));
+  for (const V* t : {&cos, &sin}) {
+    OSLO_CHECK(t->dtype == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "rope cos/sin must be f32, not ",
+               dtype_name(t->dtype));
+    OSLO_CHECK(t->ndim == 2 && t->shape[0] == x.shape[0] && t->shape[1] == cos.shape[1],
+               OSLO_ERR_SHAPE, "rope cos/sin ", shape_of(*t), " must be [", x.shape[0], ", R]");
+  }
+  const int64_t rows = x.shape[0], heads = x.shape[1], D = x.shape[2], R = cos.shape[1];
+  OSLO_CHECK(2 * R <= D, OSLO_ERR_SHAPE, "rope rotates 2 x ", R, " dimensions of heads of ", D);
+  const int64_t xs = x.strides[2];
+  const bool f32 = x.dtype == OSLO_DTYPE_F32;
+  // Rounded as the composition rounds each op's output to x's dtype.
+  auto rnd = [&](float v) {
+    if (f32) return v;
+    return x.dtype == OSLO_DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
+  };
+  for_rows(threads, rows * heads, 2 * R, [&](int64_t rh, Scratch& s) {
+    const int64_t r = rh / heads, h = rh % heads;
+    const int64_t off = r * x.strides[0] + h * x.strides[1];
+    float* v = s.a.data();
+    const float* in = load_row(x, off, 2 * R, xs, v);
+    if (in != v) std::copy(in, in + 2 * R, v);
+    const char* cb = static_cast<const char*>(cos.data);
+    const char* sb = static_cast<const char*>(sin.data);
+    float* o = s.c.data();
+    for (int64_t i = 0; i < R; ++i) {
+      float c, sn;
+      std::memcpy(&c, cb + 4 * (r * cos.strides[0] + i * cos.strides[1]), 4);
+      std::memcpy(&sn, sb + 4 * (r * sin.strides[0] + i * sin.strides[1]), 4);
+      const float x1 = v[i], x2 = v[R + i];
+      const float a = x1 * sn, b = x2 * sn;  // the composition's f32 scratches
+      o[i] = rnd(rnd(x1 * c) - b);
+      o[R + i] = rnd(rnd(x2 * c) + a);
+    }
+    store_row(x, off, 2 * R, xs, o);
   });
 }
 

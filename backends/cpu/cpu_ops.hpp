@@ -28,6 +28,12 @@ void softmax(int threads, const V& out, const V& x, const V* mask, float scale, 
 void softmax_backward(int threads, const V& gx, const V& y, const V& gy, float scale);
 void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, float eps,
           bool rms);
+// Fused ops (oslo_backend.h's contracts; cpu_fused.cpp has attention).
+void residual_norm(int threads, const V& out, const V& x, const V* y, const V* bias, const V* gamma,
+                   const V* beta, float eps, bool rms);
+void rope(int threads, const V& x, const V& cos, const V& sin);
+void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,
+               float scale, bool causal, int64_t causal_offset);
 void gather_rows(int threads, const V& out, const V& table, const V& ids, int64_t offset,
                  int64_t limit);
 void scatter_add_rows(int threads, const V& table, const V& ids, const V& src, int64_t offset);

@@ -122,6 +122,21 @@ class Backend {
   void scatter_add_cols(const View& x, const View& idx, int64_t offset, int64_t ignore,
                         float value);
 
+  // -- fused ops (oslo_backend.h): the backend's entry when op_supported()
+  // says yes for the dtype and fused ops are enabled, else the composition
+  // of the required ops in core/backend/fused.cpp (the reference).
+  void attention(const View& out, const View& q, const View& k, const View& v, const View* mask,
+                 float scale, bool causal, int64_t causal_offset);
+  void residual_norm(const View& out, const View& x, const View* y, const View* bias,
+                     const View* gamma, const View* beta, float eps, bool rms);
+  void rope(const View& x, const View& cos, const View& sin);
+  // Whether the fused entries may be used (default: yes). Off, every fused op
+  // is composed: how tests and benchmarks compare the two paths.
+  void set_fused_enabled(bool on) { fused_ = on; }
+  bool fused_enabled() const { return fused_; }
+  // Whether the backend's own fused entry runs `op` for dtype.
+  bool uses_fused(oslo_bk_op op, oslo_dtype dtype) const;
+
   // The backend's own communicator for a group (collective over its
   // members), or nullptr: the group then uses oslo's host transports.
   std::unique_ptr<Communicator> create_communicator(Store& store, const GroupSpec& group);
@@ -133,8 +148,15 @@ class Backend {
     if (st != OSLO_OK) raise(st, op);
   }
 
+  void compose_attention(const View& out, const View& q, const View& k, const View& v,
+                         const View* mask, float scale, bool causal, int64_t causal_offset);
+  void compose_residual_norm(const View& out, const View& x, const View* y, const View* bias,
+                             const View* gamma, const View* beta, float eps, bool rms);
+  void compose_rope(const View& x, const View& cos, const View& sin);
+
   oslo_backend_iface t_;  // the plugin's table, entries past its struct_size NULL
   void* self_;
+  bool fused_ = true;
 };
 
 // An event of a backend (ABI v2's events, see oslo_backend.h): record() on

@@ -182,8 +182,14 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_SCATTER_ADD_ROWS = 12,
   OSLO_BK_OP_GATHER_COLS = 13,
   OSLO_BK_OP_SCATTER_ADD_COLS = 14,
-  /** First id of the fused ops (none is defined yet). */
+  /** First id of the fused ops. */
   OSLO_BK_OP_FUSED_FIRST = 1024,
+  /** attention(): softmax(q k^T) v over a key/value cache, all heads. */
+  OSLO_BK_OP_ATTENTION = 1024,
+  /** residual_norm(): x += y (+ bias), then a norm of x. */
+  OSLO_BK_OP_RESIDUAL_NORM = 1025,
+  /** rope(): rotary position embedding in place. */
+  OSLO_BK_OP_ROPE = 1026,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -422,13 +428,50 @@ typedef struct oslo_backend_iface {
    * DLPack consumer passes its stream to an export. Fallback:
    * event_synchronize() (the host waits), or synchronize() without events. */
   oslo_status (*stream_wait_event)(void *self, int64_t stream, void *event);
+
+  /* -- fused ops ------------------------------------------------------------
+   * Each is called only when op_supported() answers yes for its id and the
+   * dtype named; otherwise (and when NULL) the core composes it from the
+   * required entries above (core/backend/fused.cpp: the reference every
+   * fused entry is tested against, in the conformance suite). Contracts are
+   * exactly those of the composition. */
+
+  /** OSLO_BK_OP_ATTENTION (op_supported's dtype: q's, k's and v's, which
+   * they share). Scaled dot-product attention of every query head over a
+   * key/value cache:
+   *   out[b, h, i, :] = sum_j p[j] v[b, h / g, j, :],
+   *   p = softmax_j(scale * q[b, h, i, :] . k[b, h / g, j, :] + mask[b, j])
+   * with q and out [B, Hq, S, D], k and v [B, Hkv, T, D], g = Hq / Hkv
+   * (grouped-query attention; Hq a multiple of Hkv), mask [B, T] additive
+   * (NULL: none). With causal nonzero, key j is left out for query i when
+   * j > i + causal_offset. A query with no key left, or whose every key is
+   * masked by -inf, gets 0. Any strides; out any float dtype; f32
+   * accumulation, the probabilities kept in f32. */
+  oslo_status (*attention)(void *self, const oslo_bk_view *out, const oslo_bk_view *q,
+                           const oslo_bk_view *k, const oslo_bk_view *v, const oslo_bk_view *mask,
+                           float scale, int causal, int64_t causal_offset);
+  /** OSLO_BK_OP_RESIDUAL_NORM (dtype: x's). The residual step of a
+   * transformer block: x += y + bias (x, y [rows, H]; bias [H] broadcast over
+   * rows; y and bias may each be NULL), rounded to x's dtype, then out =
+   * norm(x) exactly as norm() with gamma, beta, eps and rms. out may not
+   * overlap x. */
+  oslo_status (*residual_norm)(void *self, const oslo_bk_view *out, const oslo_bk_view *x,
+                               const oslo_bk_view *y, const oslo_bk_view *bias,
+                               const oslo_bk_view *gamma, const oslo_bk_view *beta, float eps,
+                               int rms);
+  /** OSLO_BK_OP_ROPE (dtype: x's). Rotary position embedding in place, in
+   * the rotate-half layout: x [rows, heads, D], cos and sin [rows, R] f32
+   * with 2R <= D; for each head, x1 = x[..., 0:R] and x2 = x[..., R:2R]
+   * become x1 cos - x2 sin and x2 cos + x1 sin (products rounded to x's
+   * dtype as the composition does); x[..., 2R:] is left as is. */
+  oslo_status (*rope)(void *self, const oslo_bk_view *x, const oslo_bk_view *cos,
+                      const oslo_bk_view *sin);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
 #define OSLO_BACKEND_IFACE_V1_SIZE (offsetof(oslo_backend_iface, copy_async))
 /** The size of an ABI v2 table. */
-#define OSLO_BACKEND_IFACE_V2_SIZE \
-  (offsetof(oslo_backend_iface, stream_wait_event) + sizeof(void (*)(void)))
+#define OSLO_BACKEND_IFACE_V2_SIZE (offsetof(oslo_backend_iface, rope) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -503,12 +546,15 @@ OSLO_BK_SLOT_(memory_info, 47);
 OSLO_BK_SLOT_(op_supported, 48);
 OSLO_BK_SLOT_(native_stream, 49);
 OSLO_BK_SLOT_(stream_wait_event, 50);
+OSLO_BK_SLOT_(attention, 51);
+OSLO_BK_SLOT_(residual_norm, 52);
+OSLO_BK_SLOT_(rope, 53);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
 OSLO_BK_STATIC_ASSERT_(
     OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
-    "backend ABI: an entry after stream_wait_event needs OSLO_BACKEND_IFACE_V3_SIZE");
+    "backend ABI: an entry after rope needs OSLO_BACKEND_IFACE_V3_SIZE");
 #undef OSLO_BK_SLOT_
 #endif
 

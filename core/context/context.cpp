@@ -95,6 +95,12 @@ Context::Context(const Config& config) : config_(config) {
   bo.num_threads = num_threads_;
   bo.extra_json = config.backend_options;
   backend_ = create_backend(config.backend, bo);
+  if (const char* f = std::getenv("OSLO_FUSED_OPS"); f && *f) {
+    const std::string v = f;
+    OSLO_CHECK(v == "0" || v == "1", OSLO_ERR_CONFIG, "OSLO_FUSED_OPS is \"", v,
+               "\": 1 (the backend's fused ops, the default) or 0 (always composed)");
+    backend_->set_fused_enabled(v == "1");
+  }
 
   log_.log(LogLevel::Info, "rank ", li.rank, " of ", world, " (from ", li.source, "), tp ", tp,
            " pp ", pp, " dp ", dp, ", backend ", backend_->name(), ", ", num_threads_,

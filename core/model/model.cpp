@@ -250,7 +250,7 @@ void Model::attention(Layer& L, const View& q, const View& k, const View& v, con
                       const Tensor& mask, int64_t B, int64_t S, bool use_cache) {
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
-  const int64_t D = cfg_.head_dim, nkvl = nkvl_, nhl = nhl_, g = nhl / nkvl;
+  const int64_t D = cfg_.head_dim, nkvl = nkvl_, nhl = nhl_;
   const int64_t P = use_cache ? past_ : 0;
   const int64_t T = P + S;
   Tensor kc = L.k_cache, vc = L.v_cache;
@@ -268,24 +268,16 @@ void Model::attention(Layer& L, const View& q, const View& k, const View& v, con
   };
   be.convert(cache_at(kc), strided(k.data, k.dtype, {B, nkvl, S, D}, {S * rk, D, rk, 1}));
   be.convert(cache_at(vc), strided(v.data, v.dtype, {B, nkvl, S, D}, {S * rv, D, rv, 1}));
-  // Queries grouped by their key/value head: [B, nkvl, g, S, D].
-  Tensor qc = scratch(bp, OSLO_DTYPE_F32, {B, nkvl, g, S, D});
-  be.convert(view(qc), strided(q.data, q.dtype, {B, nkvl, g, S, D}, {S * rq, g * D, D, rq, 1}));
-  Tensor scores = scratch(bp, OSLO_DTYPE_F32, {B * nkvl, g * S, T});
-  const View kT = strided(kc.data(), OSLO_DTYPE_F32, {B * nkvl, D, T}, {Tmax * D, 1, D});
-  be.matmul(view(scores),
-            strided(qc.data(), OSLO_DTYPE_F32, {B * nkvl, g * S, D}, {g * S * D, D, 1}), kT);
-  const View s5 = strided(scores.data(), OSLO_DTYPE_F32, {B, nkvl, g, S, T},
-                          {nkvl * g * S * T, g * S * T, S * T, T, 1});
-  const View m5 = strided(mask.data(), OSLO_DTYPE_F32, {B, 1, 1, 1, T}, {T, 0, 0, 0, 1});
-  be.softmax(s5, s5, &m5, 1.0f / std::sqrt(static_cast<float>(D)), causal(), P);
-  Tensor oc = scratch(bp, OSLO_DTYPE_F32, {B * nkvl, g * S, D});
-  be.matmul(view(oc), view(scores),
-            strided(vc.data(), OSLO_DTYPE_F32, {B * nkvl, T, D}, {Tmax * D, D, 1}));
-  be.convert(
-      strided(out.data(), out.dtype(), {B, nkvl, g, S, D}, {S * nhl * D, g * D, D, nhl * D, 1}),
-      strided(oc.data(), OSLO_DTYPE_F32, {B, nkvl, g, S, D},
-              {nkvl * g * S * D, g * S * D, S * D, D, 1}));
+  // Every query head over the cache [0, T) in one call (the backend's fused
+  // attention, or its composition from products and a softmax).
+  const View qv = strided(q.data, q.dtype, {B, nhl, S, D}, {S * rq, D, rq, 1});
+  const View kv =
+      strided(kc.data(), OSLO_DTYPE_F32, {B, nkvl, T, D}, {nkvl * Tmax * D, Tmax * D, D, 1});
+  const View vv =
+      strided(vc.data(), OSLO_DTYPE_F32, {B, nkvl, T, D}, {nkvl * Tmax * D, Tmax * D, D, 1});
+  const View ov = strided(out.data(), out.dtype(), {B, nhl, S, D}, {S * nhl * D, D, nhl * D, 1});
+  const View mv = strided(mask.data(), OSLO_DTYPE_F32, {B, T}, {T, 1});
+  be.attention(ov, qv, kv, vv, &mv, 1.0f / std::sqrt(static_cast<float>(D)), causal(), P);
 }
 
 Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
@@ -354,19 +346,8 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   // On the first R dimensions of each head, in place: x * cos +
   // rotate_half(x) * sin; the others pass.
   auto rope = [&](const View& t, int64_t heads) {
-    const int64_t r = t.strides[0], h = R / 2;
-    const View x1 = strided(t.data, t.dtype, {BS, heads, h}, {r, D, 1});
-    const View x2 = strided(at(t, h), t.dtype, {BS, heads, h}, {r, D, 1});
-    const View c = strided(cos_t.data(), OSLO_DTYPE_F32, {BS, heads, h}, {h, 0, 1});
-    const View s = strided(sin_t.data(), OSLO_DTYPE_F32, {BS, heads, h}, {h, 0, 1});
-    Tensor a = scratch(bp, OSLO_DTYPE_F32, {BS, heads, h});
-    Tensor b = scratch(bp, OSLO_DTYPE_F32, {BS, heads, h});
-    be.binary(OSLO_BK_MUL, view(a), x1, s);
-    be.binary(OSLO_BK_MUL, view(b), x2, s);
-    be.binary(OSLO_BK_MUL, x1, x1, c);
-    be.binary(OSLO_BK_MUL, x2, x2, c);
-    be.binary(OSLO_BK_SUB, x1, x1, view(b));
-    be.binary(OSLO_BK_ADD, x2, x2, view(a));
+    be.rope(strided(t.data, t.dtype, {BS, heads, D}, {t.strides[0], D, 1}), view(cos_t),
+            view(sin_t));
   };
   auto add_bias = [&](const View& y, const Tensor& b) {
     if (b.defined()) be.binary(OSLO_BK_ADD, y, y, rows_bcast(b, y.shape[0]));
@@ -387,16 +368,47 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     if (b.defined()) bv = view(b);
     be.norm(out, in, &wv, rms ? nullptr : &bv, eps, rms);
   };
+  // A residual branch's output not yet added to x: x += y (+ bias). Pre-norm
+  // blocks add it in the same pass as the next norm reads x
+  // (residual_norm); post-norm blocks add it at once.
+  View pend_y;
+  const Tensor* pend_b = nullptr;
+  bool pending = false;
+  auto defer = [&](const View& y, const Tensor* b) {
+    pend_y = y;
+    pend_b = b && b->defined() ? b : nullptr;
+    pending = true;
+  };
+  // out = norm(x) after the pending residual.
+  auto norm_x = [&](const View& out, const Tensor& w, const Tensor& b) {
+    if (!pending) return norm(out, view(x), w, b);
+    View wv = view(w), bv, biasv;
+    if (b.defined()) bv = view(b);
+    if (pend_b) biasv = view(*pend_b);
+    be.residual_norm(out, view(x), &pend_y, pend_b ? &biasv : nullptr, &wv, rms ? nullptr : &bv,
+                     eps, rms);
+    pending = false;
+  };
+  // x += the pending residual (no norm follows).
+  auto flush = [&]() {
+    if (!pending) return;
+    add_bias(pend_y, pend_b ? *pend_b : Tensor());
+    be.binary(OSLO_BK_ADD, view(x), view(x), pend_y);
+    pending = false;
+  };
   const int64_t qw = nhl_ * D, kw = nkvl_ * D;
   Tensor h = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   Tensor att = scratch(bp, OSLO_DTYPE_F32, {BS, qw});
-  Tensor mlp_out;
-  if (parallel) mlp_out = scratch(bp, OSLO_DTYPE_F32, {BS, H});
+  Tensor mlp_out, tmp2;
+  if (parallel)
+    mlp_out = scratch(bp, OSLO_DTYPE_F32, {BS, H});
+  else
+    tmp2 = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   for (auto& Lp : layers_) {
     Layer& L = *Lp;
     // Attention.
     const View ain = post_ln ? view(x) : view(h);
-    if (!post_ln) norm(view(h), view(x), L.ln1_w, L.ln1_b);
+    if (!post_ln) norm_x(view(h), L.ln1_w, L.ln1_b);
     Tensor qkv, qt, kt, vt;
     View q, k, v;
     if (L.qkv_w.defined()) {
@@ -421,17 +433,23 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
       rope(k, nkvl_);
     }
     attention(L, q, k, v, att, mask_t, B, S, use_cache);
-    linear(be, bp, view(tmp), view(att), L.o_w, nullptr);
+    // tmp holds the attention branch's output (pending until the MLP's
+    // norm; with a parallel residual, until the next layer's first norm),
+    // tmp2 the MLP's (pending until the next layer's first norm).
+    const Tensor& attn_out = tmp;
+    linear(be, bp, view(attn_out), view(att), L.o_w, nullptr);
     if (!parallel) {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
-      add_bias(view(tmp), L.o_b);
-      be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
-      if (post_ln) norm(view(x), view(x), L.ln1_w, L.ln1_b);
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(attn_out));
+      defer(view(attn_out), &L.o_b);
+      if (post_ln) {
+        flush();
+        norm(view(x), view(x), L.ln1_w, L.ln1_b);
+      }
     }
     // MLP (with a parallel residual, on the block's input x).
     const View min = post_ln ? view(x) : view(h);
-    if (!post_ln) norm(view(h), view(x), L.ln2_w, L.ln2_b);
-    const View mo = parallel ? view(mlp_out) : view(tmp);
+    if (!post_ln) norm_x(view(h), L.ln2_w, L.ln2_b);
+    const View mo = parallel ? view(mlp_out) : view(tmp2);
     Tensor up, gate;
     View act_out;
     if (L.gate_up_w.defined()) {  // fused [gate | up], local [gate_r | up_r]
@@ -459,18 +477,25 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     linear(be, bp, mo, act_out, L.down_w, nullptr);
     if (parallel) {
       // x + attn + mlp: the two row-parallel partial sums share one all-reduce.
-      be.binary(OSLO_BK_ADD, view(tmp), view(tmp), mo);
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
-      add_bias(view(tmp), L.o_b);
-      add_bias(view(tmp), L.down_b);
-      be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+      be.binary(OSLO_BK_ADD, view(attn_out), view(attn_out), mo);
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(attn_out));
+      add_bias(view(attn_out), L.o_b);
+      defer(view(attn_out), &L.down_b);
     } else {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
-      add_bias(view(tmp), L.down_b);
-      be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
-      if (post_ln) norm(view(x), view(x), L.ln2_w, L.ln2_b);
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, mo);
+      defer(mo, &L.down_b);
+      if (post_ln) {
+        flush();
+        norm(view(x), view(x), L.ln2_w, L.ln2_b);
+      }
     }
+    if (post_ln) flush();
   }
+  if (norm_w_.defined() && !post_ln) {
+    norm_x(view(h), norm_w_, norm_b_);
+    return h;
+  }
+  flush();
   if (norm_w_.defined()) norm(view(x), view(x), norm_w_, norm_b_);
   return x;
 }

@@ -789,7 +789,7 @@ void test_abi_v2(const std::shared_ptr<Backend>& be) {
   g_case = "op_supported";
   check(be->op_supported(OSLO_BK_OP_MATMUL, OSLO_DTYPE_F32), "matmul f32 is supported");
   check(be->op_supported(OSLO_BK_OP_SOFTMAX, OSLO_DTYPE_BF16), "softmax bf16 is supported");
-  check(!be->op_supported(OSLO_BK_OP_FUSED_FIRST, OSLO_DTYPE_F32),
+  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_ROPE + 1), OSLO_DTYPE_F32),
         "an op id no fused op has yet is declined");
   check(!be->op_supported(static_cast<oslo_bk_op>(-7), OSLO_DTYPE_F32), "a bad op id is declined");
 
@@ -805,6 +805,258 @@ void test_abi_v2(const std::shared_ptr<Backend>& be) {
   bool ok = true;
   for (double g : got) ok = ok && g == 5.0;
   check(ok, "data is ready after make_stream_wait");
+}
+
+// ---- fused ops (oslo_backend.h: attention, residual_norm, rope) -------------
+// Each runs twice: through the backend's fused entry where it offers one for
+// the dtype, and composed from the required ops (the core's reference,
+// set_fused_enabled(false)); both against f64 here, and against each other.
+
+View strided_view(void* data, oslo_dtype dt, std::vector<int64_t> shape,
+                  std::vector<int64_t> strides) {
+  View v = make_view(data, dt, shape);
+  for (size_t i = 0; i < strides.size(); ++i) v.strides[i] = strides[i];
+  return v;
+}
+
+struct FusedToggle {  // restores the backend's setting
+  Backend& be;
+  bool was;
+  FusedToggle(Backend& b, bool on) : be(b), was(b.fused_enabled()) { be.set_fused_enabled(on); }
+  ~FusedToggle() { be.set_fused_enabled(was); }
+};
+
+void test_attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t B, int64_t Hq,
+                         int64_t Hkv, int64_t S, int64_t T, int64_t D, bool causal, int64_t off,
+                         bool with_mask) {
+  // q lives inside a wider [B * S, Hq * D + 8] buffer (a strided view, as
+  // the model's fused QKV columns); k and v are [B, Hkv, Tmax, D] caches of
+  // which the first T positions are used; out is [B, S, Hq, D] seen as
+  // [B, Hq, S, D].
+  const int64_t Tmax = T + 3, qrow = Hq * D + 8, g = Hq / Hkv;
+  Dev qb(be, dt, {B * S, qrow}), kb(be, dt, {B, Hkv, Tmax, D}), vb(be, dt, {B, Hkv, Tmax, D});
+  Dev ob(be, OSLO_DTYPE_F32, {B, S, Hq, D}), oc(be, OSLO_DTYPE_F32, {B, S, Hq, D});
+  Dev mb(be, OSLO_DTYPE_F32, {B, T});
+  auto hq = random_in(static_cast<size_t>(B * S * qrow), dt, 2.0);
+  auto hk = random_in(static_cast<size_t>(B * Hkv * Tmax * D), dt, 2.0);
+  auto hv = random_in(static_cast<size_t>(B * Hkv * Tmax * D), dt);
+  std::vector<double> hm(static_cast<size_t>(B * T), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      double& m = hm[static_cast<size_t>(b * T + t)];
+      if (b == 1 && t < 3) m = -INFINITY;  // left padding of row 1
+      if (t % 7 == 5) m = -0.75;
+    }
+  qb.upload(hq);
+  kb.upload(hk);
+  vb.upload(hv);
+  mb.upload(hm);
+  const View q = strided_view(qb.p, dt, {B, Hq, S, D}, {S * qrow, D, qrow, 1});
+  const View k = strided_view(kb.p, dt, {B, Hkv, T, D}, {Hkv * Tmax * D, Tmax * D, D, 1});
+  const View v = strided_view(vb.p, dt, {B, Hkv, T, D}, {Hkv * Tmax * D, Tmax * D, D, 1});
+  auto out_view = [&](void* p) {
+    return strided_view(p, OSLO_DTYPE_F32, {B, Hq, S, D}, {S * Hq * D, D, Hq * D, 1});
+  };
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // f64 reference.
+  std::vector<double> ref(static_cast<size_t>(B * S * Hq * D), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t kh = h / g;
+        std::vector<double> z(static_cast<size_t>(T), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) {
+          if (causal && j > i + off) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += hq[static_cast<size_t>((b * S + i) * qrow + h * D + d)] *
+                   hk[static_cast<size_t>(((b * Hkv + kh) * Tmax + j) * D + d)];
+          z[j] = static_cast<double>(scale) * dot + (with_mask ? hm[b * T + j] : 0.0);
+          mx = std::max(mx, z[j]);
+        }
+        if (mx == -INFINITY) continue;  // no key: 0
+        double sum = 0;
+        for (auto& e : z) sum += (e = std::exp(e - mx));
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < T; ++j)
+            o += z[j] * hv[static_cast<size_t>(((b * Hkv + kh) * Tmax + j) * D + d)];
+          ref[static_cast<size_t>(((b * S + i) * Hq + h) * D + d)] = o / sum;
+        }
+      }
+  const double t = std::max(tol(dt), 2e-5);
+  {
+    FusedToggle f(*be, true);
+    be->attention(out_view(ob.p), q, k, v, with_mask ? &mb.v : nullptr, scale, causal, off);
+  }
+  {
+    FusedToggle f(*be, false);
+    be->attention(out_view(oc.p), q, k, v, with_mask ? &mb.v : nullptr, scale, causal, off);
+  }
+  double e1 = 0, e2 = 0, e3 = 0;
+  const auto got = ob.download(), comp = oc.download();
+  check(close(got, ref, t, &e1), fmt("fused err %g", e1));
+  check(close(comp, ref, t, &e2), fmt("composed err %g", e2));
+  check(close(got, comp, 2e-5, &e3), fmt("fused vs composed %g", e3));
+}
+
+void test_fused(const std::shared_ptr<Backend>& be) {
+  for (oslo_bk_op op : {OSLO_BK_OP_ATTENTION, OSLO_BK_OP_RESIDUAL_NORM, OSLO_BK_OP_ROPE})
+    std::printf("  fused op %d on %s: %s\n", static_cast<int>(op), be->name(),
+                be->uses_fused(op, OSLO_DTYPE_F32) ? "the backend's entry" : "composed");
+  struct A {
+    int64_t B, Hq, Hkv, S, T, D;
+    bool causal;
+    int64_t off;
+    bool mask;
+  };
+  const A cases[] = {
+      {2, 4, 4, 5, 9, 16, true, 4, true},      // prefill after 4 cached, MHA
+      {2, 6, 2, 7, 7, 24, true, 0, true},      // prefill from 0, GQA 3, D not a multiple of 8
+      {1, 8, 1, 1, 300, 32, true, 299, true},  // decode, MQA, long cache: split over keys
+      {2, 4, 2, 1, 130, 64, true, 129, false},
+      {1, 2, 2, 3, 5, 8, true, -2, false},   // queries with no key: 0
+      {2, 4, 2, 6, 6, 16, false, 0, true},   // encoder: no causal mask
+      {1, 4, 4, 1, 0, 16, true, -1, false},  // no key at all
+  };
+  for (oslo_dtype dt : kFloats)
+    for (const A& c : cases) {
+      g_case =
+          fmt("attention %s B%lld Hq%lld Hkv%lld S%lld T%lld D%lld causal %d off %lld mask %d",
+              dtype_name(dt), (long long)c.B, (long long)c.Hq, (long long)c.Hkv, (long long)c.S,
+              (long long)c.T, (long long)c.D, c.causal, (long long)c.off, c.mask);
+      test_attention_case(be, dt, c.B, c.Hq, c.Hkv, c.S, c.T, c.D, c.causal, c.off, c.mask);
+    }
+  g_case = "attention errors";
+  {
+    Dev q(be, OSLO_DTYPE_F32, {1, 3, 2, 8}), k(be, OSLO_DTYPE_F32, {1, 2, 4, 8}),
+        o(be, OSLO_DTYPE_F32, {1, 3, 2, 8}), k16(be, OSLO_DTYPE_BF16, {1, 3, 4, 8}),
+        m(be, OSLO_DTYPE_F32, {1, 5});
+    for (bool fused : {true, false}) {
+      FusedToggle f(*be, fused);
+      auto refused = [&](const char* what, oslo_status want, auto fn) {
+        try {
+          fn();
+          check(false, fmt("%s (fused %d): accepted", what, fused));
+        } catch (const Error& e) {
+          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
+        }
+      };
+      refused("3 query heads over 2 key heads", OSLO_ERR_SHAPE,
+              [&] { be->attention(o.v, q.v, k.v, k.v, nullptr, 1.f, true, 0); });
+      Dev q4(be, OSLO_DTYPE_F32, {1, 3, 2, 8});
+      refused("bf16 keys with f32 queries", OSLO_ERR_DTYPE,
+              [&] { be->attention(o.v, q4.v, k16.v, k16.v, nullptr, 1.f, true, 0); });
+      Dev k3(be, OSLO_DTYPE_F32, {1, 3, 4, 8});
+      refused("a mask of 5 keys over 4", OSLO_ERR_SHAPE,
+              [&] { be->attention(o.v, q4.v, k3.v, k3.v, &m.v, 1.f, true, 0); });
+    }
+  }
+
+  for (oslo_dtype dt : kFloats)
+    for (int rms = 0; rms < 2; ++rms)
+      for (int variant = 0; variant < 4; ++variant) {  // y and bias each present or not
+        const bool has_y = variant & 1, has_b = variant & 2;
+        g_case = fmt("residual_norm %s rms %d y %d bias %d", dtype_name(dt), rms, has_y, has_b);
+        const int64_t R = 5, H = 72;
+        Dev x1(be, dt, {R, H}), x2(be, dt, {R, H}), y(be, OSLO_DTYPE_F32, {R, H}),
+            bias(be, dt, {H}), gm(be, OSLO_DTYPE_F32, {H}), bt(be, OSLO_DTYPE_F32, {H}),
+            o1(be, dt, {R, H}), o2(be, dt, {R, H});
+        auto hx = random_in(static_cast<size_t>(R * H), dt, 3.0);
+        auto hy = random_in(static_cast<size_t>(R * H), OSLO_DTYPE_F32, 2.0);
+        auto hb = random_in(static_cast<size_t>(H), dt);
+        auto hg = random_in(static_cast<size_t>(H), OSLO_DTYPE_F32);
+        auto hbt = random_in(static_cast<size_t>(H), OSLO_DTYPE_F32);
+        x1.upload(hx);
+        x2.upload(hx);
+        y.upload(hy);
+        bias.upload(hb);
+        gm.upload(hg);
+        bt.upload(hbt);
+        const float eps = 1e-5f;
+        {
+          FusedToggle f(*be, true);
+          be->residual_norm(o1.v, x1.v, has_y ? &y.v : nullptr, has_b ? &bias.v : nullptr, &gm.v,
+                            rms ? nullptr : &bt.v, eps, rms != 0);
+        }
+        {
+          FusedToggle f(*be, false);
+          be->residual_norm(o2.v, x2.v, has_y ? &y.v : nullptr, has_b ? &bias.v : nullptr, &gm.v,
+                            rms ? nullptr : &bt.v, eps, rms != 0);
+        }
+        std::vector<double> rx(hx.size()), ro(hx.size());
+        for (int64_t r = 0; r < R; ++r) {
+          for (int64_t i = 0; i < H; ++i) {
+            const size_t at = static_cast<size_t>(r * H + i);
+            rx[at] = quant(hx[at] + (has_y ? hy[at] : 0.0) + (has_b ? hb[i] : 0.0), dt);
+          }
+          double mean = 0, var = 0;
+          if (!rms) {
+            for (int64_t i = 0; i < H; ++i) mean += rx[r * H + i];
+            mean /= H;
+          }
+          for (int64_t i = 0; i < H; ++i) var += (rx[r * H + i] - mean) * (rx[r * H + i] - mean);
+          var /= H;
+          for (int64_t i = 0; i < H; ++i)
+            ro[r * H + i] =
+                (rx[r * H + i] - mean) / std::sqrt(var + eps) * hg[i] + (rms ? 0 : hbt[i]);
+        }
+        double e;
+        const auto gx1 = x1.download(), gx2 = x2.download(), go1 = o1.download(),
+                   go2 = o2.download();
+        check(close(gx1, rx, tol(dt), &e), fmt("fused x err %g", e));
+        check(close(gx2, rx, tol(dt), &e), fmt("composed x err %g", e));
+        check(close(go1, ro, tol(dt) * 2, &e), fmt("fused out err %g", e));
+        check(close(go2, ro, tol(dt) * 2, &e), fmt("composed out err %g", e));
+        check(close(go1, go2, dt == OSLO_DTYPE_F32 ? 1e-6 : tol(dt), &e),
+              fmt("fused vs composed out %g", e));
+      }
+
+  for (oslo_dtype dt : kFloats) {
+    g_case = fmt("rope %s", dtype_name(dt));
+    // x [rows, heads, D] inside rows of a wider buffer; 2R < D (partial
+    // rotary: the last dimensions pass).
+    const int64_t rows = 6, heads = 3, D = 20, R = 8, ld = heads * D + 5;
+    Dev a(be, dt, {rows, ld}), b(be, dt, {rows, ld}), c(be, OSLO_DTYPE_F32, {rows, R}),
+        sn(be, OSLO_DTYPE_F32, {rows, R});
+    auto hx = random_in(static_cast<size_t>(rows * ld), dt, 2.0);
+    std::vector<double> hc(static_cast<size_t>(rows * R)), hs(hc.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < R; ++i) {
+        const double ang = (r + 1) * std::pow(100.0, -static_cast<double>(i) / R);
+        hc[r * R + i] = static_cast<float>(std::cos(ang));
+        hs[r * R + i] = static_cast<float>(std::sin(ang));
+      }
+    a.upload(hx);
+    b.upload(hx);
+    c.upload(hc);
+    sn.upload(hs);
+    const View xa = strided_view(a.p, dt, {rows, heads, D}, {ld, D, 1});
+    const View xb = strided_view(b.p, dt, {rows, heads, D}, {ld, D, 1});
+    {
+      FusedToggle f(*be, true);
+      be->rope(xa, c.v, sn.v);
+    }
+    {
+      FusedToggle f(*be, false);
+      be->rope(xb, c.v, sn.v);
+    }
+    std::vector<double> ref = hx;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < R; ++i) {
+          const size_t p1 = static_cast<size_t>(r * ld + h * D + i), p2 = p1 + R;
+          const double x1 = hx[p1], x2 = hx[p2], co = hc[r * R + i], si = hs[r * R + i];
+          ref[p1] = x1 * co - x2 * si;
+          ref[p2] = x2 * co + x1 * si;
+        }
+    double e;
+    const auto ga = a.download(), gb = b.download();
+    check(close(ga, ref, tol(dt) * 2, &e), fmt("fused err %g", e));
+    check(close(gb, ref, tol(dt) * 2, &e), fmt("composed err %g", e));
+    check(ga == gb, "fused and composed are bit-identical");
+  }
 }
 
 int main(int argc, char** argv) {
@@ -829,6 +1081,7 @@ int main(int argc, char** argv) {
       {"softmax_norm", test_softmax_norm},
       {"gather_scatter", test_gather_scatter},
       {"abi_v2", test_abi_v2},
+      {"fused", test_fused},
   };
   for (auto& g : groups) {
     g_case = g.first;

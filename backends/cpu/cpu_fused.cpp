@@ -1,0 +1,331 @@
+// The CPU backend's fused attention (OSLO_BK_OP_ATTENTION, contract in
+// core/backend/oslo_backend.h): every query head over a key/value cache in
+// one call, without the [queries x keys] score matrix the composition
+// (core/backend/fused.cpp) writes.
+//
+//  - Online softmax (a running max, sum and output rescaled as keys come),
+//    over blocks of 64 keys: the block's scores are computed first (dot
+//    products), then their exponentials, then the value rows are accumulated.
+//  - The g query heads sharing one key/value head (grouped-query attention)
+//    are one work item, so each key and value row is read once for all of
+//    them.
+//  - Threads split the (batch, key/value head, query) items; when those are
+//    fewer than twice the threads (decoding one sequence with few key/value
+//    heads) the cache itself is split into chunks, each with its own running
+//    max and sum, merged at the end (split-K, as flash-decoding does).
+//  - Causal prefill: query i stops at key i + offset, so no masked block is
+//    visited at all.
+// The dot products and row updates use AVX2 + FMA when the CPU has them
+// (checked at run time), else plain loops.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/cpu_ops.hpp"
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+namespace oslo {
+namespace cpu {
+namespace {
+
+constexpr int64_t kBlock = 64;  // keys per block
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+bool is_float(oslo_dtype dt) {
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
+}
+
+// ---- row kernels: n rows of length D at base + j * stride ------------------
+
+// s[j] = dot(q, rows[j]) for j < n.
+void dots_plain(const float* q, const float* base, int64_t stride, int64_t n, int64_t D, float* s) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* r = base + j * stride;
+    float acc = 0;
+    for (int64_t d = 0; d < D; ++d) acc += q[d] * r[d];
+    s[j] = acc;
+  }
+}
+// acc[d] += sum_j p[j] * rows[j][d].
+void axpys_plain(const float* p, const float* base, int64_t stride, int64_t n, int64_t D,
+                 float* acc) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* r = base + j * stride;
+    const float pj = p[j];
+    for (int64_t d = 0; d < D; ++d) acc[d] += pj * r[d];
+  }
+}
+
+__attribute__((target("avx2,fma"))) float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) void dots_avx2(const float* q, const float* base,
+                                                   int64_t stride, int64_t n, int64_t D, float* s) {
+  const int64_t D8 = D / 8 * 8;
+  int64_t j = 0;
+  // Two rows at a time share the query's loads.
+  for (; j + 2 <= n; j += 2) {
+    const float* r0 = base + j * stride;
+    const float* r1 = r0 + stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t d = 0;
+    for (; d < D8; d += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + d);
+      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r0 + d), a0);
+      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r1 + d), a1);
+    }
+    float s0 = hsum8(a0), s1 = hsum8(a1);
+    for (; d < D; ++d) {
+      s0 += q[d] * r0[d];
+      s1 += q[d] * r1[d];
+    }
+    s[j] = s0;
+    s[j + 1] = s1;
+  }
+  for (; j < n; ++j) {
+    const float* r = base + j * stride;
+    __m256 a = _mm256_setzero_ps();
+    int64_t d = 0;
+    for (; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(r + d), a);
+    float acc = hsum8(a);
+    for (; d < D; ++d) acc += q[d] * r[d];
+    s[j] = acc;
+  }
+}
+
+__attribute__((target("avx2,fma"))) void axpys_avx2(const float* p, const float* base,
+                                                    int64_t stride, int64_t n, int64_t D,
+                                                    float* acc) {
+  const int64_t D8 = D / 8 * 8;
+  int64_t d = 0;
+  // Eight output lanes stay in a register over all n rows.
+  for (; d < D8; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    for (int64_t j = 0; j < n; ++j)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(base + j * stride + d), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
+  for (; d < D; ++d) {
+    float a = acc[d];
+    for (int64_t j = 0; j < n; ++j) a += p[j] * base[j * stride + d];
+    acc[d] = a;
+  }
+}
+
+struct RowKernels {
+  void (*dots)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+  void (*axpys)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+};
+
+const RowKernels& row_kernels() {
+  static const RowKernels k = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                                  ? RowKernels{dots_avx2, axpys_avx2}
+                                  : RowKernels{dots_plain, axpys_plain};
+  return k;
+}
+
+// ---- operands ---------------------------------------------------------------
+
+// A [B, H, T, D] operand as f32 rows with a unit inner stride: the view
+// itself when it already is, else a converted contiguous copy.
+struct Rows {
+  const float* data;
+  int64_t sb, sh, st;  // strides in floats
+  std::vector<float> copy;
+};
+
+void as_f32_rows(int threads, const V& v, Rows* out) {
+  if (v.dtype == OSLO_DTYPE_F32 && v.strides[3] == 1) {
+    out->data = static_cast<const float*>(v.data);
+    out->sb = v.strides[0];
+    out->sh = v.strides[1];
+    out->st = v.strides[2];
+    return;
+  }
+  const int64_t B = v.shape[0], H = v.shape[1], T = v.shape[2], D = v.shape[3];
+  out->copy.resize(static_cast<size_t>(B * H * T * D));
+  V dst{};
+  dst.data = out->copy.data();
+  dst.dtype = OSLO_DTYPE_F32;
+  dst.ndim = 4;
+  const int64_t shape[4] = {B, H, T, D}, strides[4] = {H * T * D, T * D, D, 1};
+  for (int i = 0; i < 4; ++i) {
+    dst.shape[i] = shape[i];
+    dst.strides[i] = strides[i];
+  }
+  convert(threads, dst, v);
+  out->data = out->copy.data();
+  out->sb = H * T * D;
+  out->sh = T * D;
+  out->st = D;
+}
+
+std::string shape_str(const V& v) {
+  std::string s = "[";
+  for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
+  return s + "]";
+}
+
+// The running state of one query head over some keys.
+struct Partial {
+  float m = kNegInf;  // max score so far
+  float l = 0;        // sum of exp(score - m)
+};
+
+}  // namespace
+
+void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,
+               float scale, bool causal, int64_t offset) {
+  for (const V* t : {&out, &q, &k, &v})
+    OSLO_CHECK(t->ndim == 4 && is_float(t->dtype), OSLO_ERR_SHAPE,
+               "attention operands must be 4-D float views ([batch, heads, seq, head_dim]), got ",
+               shape_str(*t), " ", dtype_name(t->dtype));
+  const int64_t B = q.shape[0], Hq = q.shape[1], S = q.shape[2], D = q.shape[3];
+  const int64_t Hkv = k.shape[1], T = k.shape[2];
+  OSLO_CHECK(q.dtype == k.dtype && q.dtype == v.dtype, OSLO_ERR_DTYPE,
+             "attention q, k and v must share a dtype (", dtype_name(q.dtype), ", ",
+             dtype_name(k.dtype), ", ", dtype_name(v.dtype), ")");
+  OSLO_CHECK(k.shape[0] == B && k.shape[3] == D && Hkv > 0 && Hq % Hkv == 0, OSLO_ERR_SHAPE,
+             "attention keys ", shape_str(k), " do not fit queries ", shape_str(q),
+             " (batch and head_dim equal, query heads a multiple of key heads)");
+  for (int i = 0; i < 4; ++i) {
+    OSLO_CHECK(v.shape[i] == k.shape[i], OSLO_ERR_SHAPE, "attention values ", shape_str(v),
+               " differ from keys ", shape_str(k));
+    OSLO_CHECK(out.shape[i] == q.shape[i], OSLO_ERR_SHAPE, "attention output ", shape_str(out),
+               " differs from queries ", shape_str(q));
+  }
+  if (mask) {
+    OSLO_CHECK(
+        is_float(mask->dtype) && mask->ndim == 2 && mask->shape[0] == B && mask->shape[1] == T,
+        OSLO_ERR_SHAPE, "attention mask ", shape_str(*mask), " must be float [", B, ", ", T, "]");
+  }
+  if (B * Hq * S * D == 0) return;
+  const int64_t g = Hq / Hkv;
+  const RowKernels& rk = row_kernels();
+
+  Rows K, Vr;
+  as_f32_rows(threads, k, &K);
+  as_f32_rows(threads, v, &Vr);
+  // The mask as f32 [B, T] (rows contiguous).
+  std::vector<float> mk;
+  if (mask) {
+    mk.resize(static_cast<size_t>(B * T));
+    for (int64_t b = 0; b < B; ++b) {
+      const float* r =
+          load_row(*mask, b * mask->strides[0], T, mask->strides[1], mk.data() + b * T);
+      if (r != mk.data() + b * T) std::copy(r, r + T, mk.begin() + b * T);
+    }
+  }
+
+  // Work items: (b, kv head, query i), each for the g heads of the group,
+  // optionally split into `chunks` ranges of keys.
+  const int64_t items = B * Hkv * S;
+  const int nt = std::max(1, threads);
+  int64_t chunks = 1;
+  if (items < 2 * nt && T >= 2 * kBlock)
+    chunks = std::min<int64_t>((2 * nt + items - 1) / items, (T + kBlock - 1) / kBlock);
+  const int64_t chunk_len = ((T + chunks - 1) / chunks + kBlock - 1) / kBlock * kBlock;
+  // Per (item, chunk, head): the running max/sum and the unnormalised output.
+  std::vector<Partial> part(static_cast<size_t>(items * chunks * g));
+  std::vector<float> acc(static_cast<size_t>(items * chunks * g * D), 0.f);
+  const int64_t work = items * chunks;
+  const int used =
+      work > 1 && static_cast<double>(work) * static_cast<double>(T) * static_cast<double>(D * g) >
+                      32768.0
+          ? nt
+          : 1;
+
+#pragma omp parallel num_threads(used)
+  {
+    std::vector<float> qrow(static_cast<size_t>(D)), s(kBlock), qbuf(static_cast<size_t>(D));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < work; ++w) {
+      const int64_t item = w / chunks, c = w % chunks;
+      const int64_t i = item % S, kh = (item / S) % Hkv, b = item / (S * Hkv);
+      int64_t lim = T;
+      if (causal) lim = std::min<int64_t>(T, std::max<int64_t>(0, i + offset + 1));
+      const int64_t j0 = c * chunk_len, j1 = std::min(lim, j0 + chunk_len);
+      const float* kbase = K.data + b * K.sb + kh * K.sh;
+      const float* vbase = Vr.data + b * Vr.sb + kh * Vr.sh;
+      const float* mrow = mask ? mk.data() + b * T : nullptr;
+      for (int64_t hg = 0; hg < g; ++hg) {
+        const int64_t h = kh * g + hg;
+        Partial& P = part[static_cast<size_t>(w * g + hg)];
+        float* o = acc.data() + (w * g + hg) * D;
+        const float* qr = load_row(q, b * q.strides[0] + h * q.strides[1] + i * q.strides[2], D,
+                                   q.strides[3], qbuf.data());
+        for (int64_t d = 0; d < D; ++d) qrow[static_cast<size_t>(d)] = qr[d] * scale;
+        for (int64_t jb = j0; jb < j1; jb += kBlock) {
+          const int64_t n = std::min(kBlock, j1 - jb);
+          rk.dots(qrow.data(), kbase + jb * K.st, K.st, n, D, s.data());
+          float bm = kNegInf;
+          for (int64_t j = 0; j < n; ++j) {
+            if (mrow) s[static_cast<size_t>(j)] += mrow[jb + j];
+            bm = std::max(bm, s[static_cast<size_t>(j)]);
+          }
+          if (bm == kNegInf) continue;  // every key of the block masked
+          const float mnew = std::max(P.m, bm);
+          if (mnew > P.m && P.m != kNegInf) {
+            const float corr = std::exp(P.m - mnew);
+            P.l *= corr;
+            for (int64_t d = 0; d < D; ++d) o[d] *= corr;
+          }
+          P.m = mnew;
+          float sum = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            const float e = std::exp(s[static_cast<size_t>(j)] - mnew);
+            s[static_cast<size_t>(j)] = e;
+            sum += e;
+          }
+          P.l += sum;
+          rk.axpys(s.data(), vbase + jb * Vr.st, Vr.st, n, D, o);
+        }
+      }
+    }
+  }
+
+  // Merge the chunks of every (item, head) and write the output.
+  const int merge_nt = items * g * D > 16384 ? nt : 1;
+#pragma omp parallel num_threads(merge_nt)
+  {
+    std::vector<float> row(static_cast<size_t>(D));
+#pragma omp for schedule(static)
+    for (int64_t ih = 0; ih < items * g; ++ih) {
+      const int64_t item = ih / g, hg = ih % g;
+      const int64_t i = item % S, kh = (item / S) % Hkv, b = item / (S * Hkv);
+      float m = kNegInf;
+      for (int64_t c = 0; c < chunks; ++c)
+        m = std::max(m, part[static_cast<size_t>((item * chunks + c) * g + hg)].m);
+      std::fill(row.begin(), row.end(), 0.f);
+      float l = 0;
+      if (m != kNegInf) {
+        for (int64_t c = 0; c < chunks; ++c) {
+          const Partial& P = part[static_cast<size_t>((item * chunks + c) * g + hg)];
+          if (P.m == kNegInf) continue;
+          const float f = std::exp(P.m - m);
+          l += P.l * f;
+          const float* o = acc.data() + ((item * chunks + c) * g + hg) * D;
+          for (int64_t d = 0; d < D; ++d) row[static_cast<size_t>(d)] += f * o[d];
+        }
+      }
+      const float inv = l > 0 ? 1.0f / l : 0.f;
+      for (int64_t d = 0; d < D; ++d) row[static_cast<size_t>(d)] *= inv;
+      const int64_t h = kh * g + hg;
+      store_row(out, b * out.strides[0] + h * out.strides[1] + i * out.strides[2], D,
+                out.strides[3], row.data());
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace oslo

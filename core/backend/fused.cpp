@@ -1,0 +1,216 @@
+// The fused ops of the backend seam (oslo_backend.h: attention,
+// residual_norm, rope): the backend's own entry when it offers one for the
+// dtype, else the composition below from the required entries. The
+// compositions are the reference: the conformance suite checks every
+// backend's fused entry against them (and both against f64).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend/backend.hpp"
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+
+namespace oslo {
+namespace {
+
+// Stream-ordered scratch memory of one composition.
+class Scratch {
+ public:
+  Scratch(Backend& be, oslo_dtype dt, const std::vector<int64_t>& shape) : be_(be) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    bytes_ = static_cast<size_t>(n) * dtype_size(dt);
+    p_ = be_.allocate_async(bytes_);
+    v_ = make_view(p_, dt, shape);
+  }
+  ~Scratch() { be_.deallocate_async(p_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  const View& view() const { return v_; }
+
+ private:
+  Backend& be_;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+  View v_;
+};
+
+View strided(void* data, oslo_dtype dt, const std::vector<int64_t>& shape,
+             const std::vector<int64_t>& strides) {
+  View v = make_view(data, dt, shape);
+  for (size_t i = 0; i < strides.size(); ++i) v.strides[i] = strides[i];
+  return v;
+}
+
+std::string dims(const View& v) {
+  std::string s = "[";
+  for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
+  return s + "]";
+}
+
+bool is_float(oslo_dtype dt) {
+  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
+}
+
+// The shape checks of attention(), shared by the fused and composed paths
+// so both refuse the same input with the same message.
+void check_attention(const View& out, const View& q, const View& k, const View& v,
+                     const View* mask) {
+  for (const View* t : {&out, &q, &k, &v})
+    OSLO_CHECK(t->ndim == 4 && is_float(t->dtype), OSLO_ERR_SHAPE,
+               "attention operands must be 4-D float views ([batch, heads, seq, head_dim]), got ",
+               dims(*t), " ", dtype_name(t->dtype));
+  OSLO_CHECK(q.dtype == k.dtype && q.dtype == v.dtype, OSLO_ERR_DTYPE,
+             "attention q, k and v must share a dtype (", dtype_name(q.dtype), ", ",
+             dtype_name(k.dtype), ", ", dtype_name(v.dtype), ")");
+  OSLO_CHECK(k.shape[0] == q.shape[0] && k.shape[3] == q.shape[3] && k.shape[1] > 0 &&
+                 q.shape[1] % k.shape[1] == 0,
+             OSLO_ERR_SHAPE, "attention keys ", dims(k), " do not fit queries ", dims(q),
+             " (batch and head_dim equal, query heads a multiple of key heads)");
+  for (int i = 0; i < 4; ++i) {
+    OSLO_CHECK(v.shape[i] == k.shape[i], OSLO_ERR_SHAPE, "attention values ", dims(v),
+               " differ from keys ", dims(k));
+    OSLO_CHECK(out.shape[i] == q.shape[i], OSLO_ERR_SHAPE, "attention output ", dims(out),
+               " differs from queries ", dims(q));
+  }
+  if (mask)
+    OSLO_CHECK(is_float(mask->dtype) && mask->ndim == 2 && mask->shape[0] == q.shape[0] &&
+                   mask->shape[1] == k.shape[2],
+               OSLO_ERR_SHAPE, "attention mask ", dims(*mask), " must be float [", q.shape[0], ", ",
+               k.shape[2], "]");
+}
+
+}  // namespace
+
+bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
+  if (!fused_) return false;
+  const bool entry = (op == OSLO_BK_OP_ATTENTION && t_.attention) ||
+                     (op == OSLO_BK_OP_RESIDUAL_NORM && t_.residual_norm) ||
+                     (op == OSLO_BK_OP_ROPE && t_.rope);
+  return entry && op_supported(op, dtype);
+}
+
+void Backend::attention(const View& out, const View& q, const View& k, const View& v,
+                        const View* mask, float scale, bool causal, int64_t causal_offset) {
+  check_attention(out, q, k, v, mask);
+  if (uses_fused(OSLO_BK_OP_ATTENTION, q.dtype))
+    return check(t_.attention(self_, &out, &q, &k, &v, mask, scale, causal ? 1 : 0, causal_offset),
+                 "attention");
+  compose_attention(out, q, k, v, mask, scale, causal, causal_offset);
+}
+
+void Backend::compose_attention(const View& out, const View& q, const View& k, const View& v,
+                                const View* mask, float scale, bool causal, int64_t P) {
+  const int64_t B = q.shape[0], Hq = q.shape[1], S = q.shape[2], D = q.shape[3];
+  const int64_t Hkv = k.shape[1], T = k.shape[2], g = Hq / Hkv;
+  if (B * Hq * S * D == 0) return;
+  const oslo_dtype f32 = OSLO_DTYPE_F32;
+  // Queries grouped by their key/value head, contiguous: [B, Hkv, g, S, D].
+  Scratch qc(*this, f32, {B, Hkv, g, S, D});
+  convert(qc.view(),
+          strided(q.data, q.dtype, {B, Hkv, g, S, D},
+                  {q.strides[0], g * q.strides[1], q.strides[1], q.strides[2], q.strides[3]}));
+  // Keys and values as f32 [B * Hkv, T, D] batches (copied unless they are).
+  auto batched = [&](const View& t, std::unique_ptr<Scratch>* copy) {
+    if (t.dtype == f32 && t.strides[0] == Hkv * t.strides[1] && t.strides[3] == 1) return t;
+    copy->reset(new Scratch(*this, f32, {B, Hkv, T, D}));
+    convert((*copy)->view(), t);
+    return (*copy)->view();
+  };
+  std::unique_ptr<Scratch> kcopy, vcopy;
+  const View kb = batched(k, &kcopy), vb = batched(v, &vcopy);
+  if (T == 0) {  // no key: every output is 0
+    fill(out, 0.0);
+    return;
+  }
+  Scratch scores(*this, f32, {B * Hkv, g * S, T});
+  matmul(scores.view(), strided(qc.view().data, f32, {B * Hkv, g * S, D}, {g * S * D, D, 1}),
+         strided(kb.data, f32, {B * Hkv, D, T}, {kb.strides[1], kb.strides[3], kb.strides[2]}));
+  const View s5 = strided(scores.view().data, f32, {B, Hkv, g, S, T},
+                          {Hkv * g * S * T, g * S * T, S * T, T, 1});
+  View m5;
+  if (mask)
+    m5 = strided(mask->data, mask->dtype, {B, 1, 1, 1, T},
+                 {mask->strides[0], 0, 0, 0, mask->strides[1]});
+  softmax(s5, s5, mask ? &m5 : nullptr, scale, causal, P);
+  Scratch oc(*this, f32, {B * Hkv, g * S, D});
+  matmul(oc.view(), scores.view(),
+         strided(vb.data, f32, {B * Hkv, T, D}, {vb.strides[1], vb.strides[2], vb.strides[3]}));
+  convert(
+      strided(out.data, out.dtype, {B, Hkv, g, S, D},
+              {out.strides[0], g * out.strides[1], out.strides[1], out.strides[2], out.strides[3]}),
+      strided(oc.view().data, f32, {B, Hkv, g, S, D}, {Hkv * g * S * D, g * S * D, S * D, D, 1}));
+}
+
+void Backend::residual_norm(const View& out, const View& x, const View* y, const View* bias,
+                            const View* gamma, const View* beta, float eps, bool rms) {
+  if (uses_fused(OSLO_BK_OP_RESIDUAL_NORM, x.dtype))
+    return check(t_.residual_norm(self_, &out, &x, y, bias, gamma, beta, eps, rms ? 1 : 0),
+                 "residual_norm");
+  compose_residual_norm(out, x, y, bias, gamma, beta, eps, rms);
+}
+
+void Backend::compose_residual_norm(const View& out, const View& x, const View* y, const View* bias,
+                                    const View* gamma, const View* beta, float eps, bool rms) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  auto bcast = [&](const View& b) {  // bias [H] over x's rows
+    OSLO_CHECK(b.numel() == cols, OSLO_ERR_SHAPE, "residual_norm bias ", dims(b), " needs ", cols,
+               " elements");
+    View r = strided(b.data, b.dtype, {rows, cols}, {0, b.ndim ? b.strides[b.ndim - 1] : 1});
+    return r;
+  };
+  const View x2 = strided(x.data, x.dtype, {rows, cols},
+                          {x.ndim >= 2 ? x.strides[x.ndim - 2] : cols, x.strides[x.ndim - 1]});
+  if (y && bias) {
+    OSLO_CHECK(y->numel() == x.numel() && y->cols() == cols, OSLO_ERR_SHAPE, "residual_norm y ",
+               dims(*y), " differs from x ", dims(x));
+    Scratch t(*this, OSLO_DTYPE_F32, {rows, cols});
+    binary(OSLO_BK_ADD, t.view(),
+           strided(y->data, y->dtype, {rows, cols},
+                   {y->ndim >= 2 ? y->strides[y->ndim - 2] : cols, y->strides[y->ndim - 1]}),
+           bcast(*bias));
+    binary(OSLO_BK_ADD, x2, x2, t.view());
+  } else if (y) {
+    binary(OSLO_BK_ADD, x, x, *y);
+  } else if (bias) {
+    binary(OSLO_BK_ADD, x2, x2, bcast(*bias));
+  }
+  norm(out, x, gamma, beta, eps, rms);
+}
+
+void Backend::rope(const View& x, const View& cos, const View& sin) {
+  OSLO_CHECK(x.ndim == 3 && cos.ndim == 2 && sin.ndim == 2 && cos.shape[0] == x.shape[0] &&
+                 sin.shape[0] == x.shape[0] && sin.shape[1] == cos.shape[1] &&
+                 2 * cos.shape[1] <= x.shape[2],
+             OSLO_ERR_SHAPE, "rope: x ", dims(x), " must be [rows, heads, D] and cos/sin ",
+             dims(cos), " [rows, R] with 2R <= D");
+  OSLO_CHECK(cos.dtype == OSLO_DTYPE_F32 && sin.dtype == OSLO_DTYPE_F32, OSLO_ERR_DTYPE,
+             "rope: cos and sin must be f32");
+  if (uses_fused(OSLO_BK_OP_ROPE, x.dtype)) return check(t_.rope(self_, &x, &cos, &sin), "rope");
+  compose_rope(x, cos, sin);
+}
+
+void Backend::compose_rope(const View& x, const View& cos, const View& sin) {
+  const int64_t rows = x.shape[0], heads = x.shape[1], h = cos.shape[1];
+  if (rows * heads * h == 0) return;
+  const int64_t r = x.strides[0], hs = x.strides[1], e = x.strides[2];
+  const View x1 = strided(x.data, x.dtype, {rows, heads, h}, {r, hs, e});
+  const View x2 =
+      strided(static_cast<char*>(x.data) + h * e * static_cast<int64_t>(dtype_size(x.dtype)),
+              x.dtype, {rows, heads, h}, {r, hs, e});
+  const View c =
+      strided(cos.data, OSLO_DTYPE_F32, {rows, heads, h}, {cos.strides[0], 0, cos.strides[1]});
+  const View s =
+      strided(sin.data, OSLO_DTYPE_F32, {rows, heads, h}, {sin.strides[0], 0, sin.strides[1]});
+  Scratch a(*this, OSLO_DTYPE_F32, {rows, heads, h});
+  Scratch b(*this, OSLO_DTYPE_F32, {rows, heads, h});
+  binary(OSLO_BK_MUL, a.view(), x1, s);
+  binary(OSLO_BK_MUL, b.view(), x2, s);
+  binary(OSLO_BK_MUL, x1, x1, c);
+  binary(OSLO_BK_MUL, x2, x2, c);
+  binary(OSLO_BK_SUB, x1, x1, b.view());
+  binary(OSLO_BK_ADD, x2, x2, a.view());
+}
+
+}  // namespace oslo
