@@ -194,6 +194,10 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
         C.copy_(Bias.expand_as(C));
         b_ = 1.f;
       }
+      // baddbmm_ on the CPU was seen to let NaN in uninitialised c through
+      // with beta == 0 for small batches (conformance "attention ... off
+      // -2"): c is cleared first.
+      if (b_ == 0.f) C.zero_();
       if (nd == 2)
         C.addmm_(A, B, b_, alpha);
       else
@@ -408,7 +412,11 @@ oslo_status op_softmax(void* self, const oslo_bk_view* out, const oslo_bk_view* 
       at::Tensor masked = at::ones({sq, sk}, z.options().dtype(at::kBool)).triu(causal_offset + 1);
       z.masked_fill_(masked, -std::numeric_limits<float>::infinity());
     }
-    store(O, at::softmax(z, -1));
+    // A row with nothing left (all masked) is 0, as the contract says
+    // (at::softmax would give NaN).
+    at::Tensor y = at::softmax(z, -1);
+    y.masked_fill_(z.amax(-1, true).eq(-std::numeric_limits<float>::infinity()), 0.0);
+    store(O, y);
   });
 }
 

@@ -118,12 +118,12 @@ void Backend::compose_attention(const View& out, const View& q, const View& k, c
     convert((*copy)->view(), t);
     return (*copy)->view();
   };
-  std::unique_ptr<Scratch> kcopy, vcopy;
-  const View kb = batched(k, &kcopy), vb = batched(v, &vcopy);
   if (T == 0) {  // no key: every output is 0
     fill(out, 0.0);
     return;
   }
+  std::unique_ptr<Scratch> kcopy, vcopy;
+  const View kb = batched(k, &kcopy), vb = batched(v, &vcopy);
   Scratch scores(*this, f32, {B * Hkv, g * S, T});
   matmul(scores.view(), strided(qc.view().data, f32, {B * Hkv, g * S, D}, {g * S * D, D, 1}),
          strided(kb.data, f32, {B * Hkv, D, T}, {kb.strides[1], kb.strides[3], kb.strides[2]}));

@@ -299,7 +299,9 @@ typedef struct oslo_backend_iface {
    * Softmax along the last dimension: out = softmax(scale * x + mask) where
    * mask is an optional additive view broadcastable to x (NULL: none), and,
    * if causal is nonzero, element [..., i, j] is masked when
-   * j > i + causal_offset (query i attends keys up to i + offset).
+   * j > i + causal_offset (query i attends keys up to i + offset). A row
+   * whose every element is masked (by the causal limit or a -inf mask)
+   * comes out all 0.
    */
   oslo_status (*softmax)(void *self, const oslo_bk_view *out, const oslo_bk_view *x,
                          const oslo_bk_view *mask, float scale, int causal, int64_t causal_offset);

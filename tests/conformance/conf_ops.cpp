@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -896,6 +897,10 @@ void test_attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int6
   }
   double e1 = 0, e2 = 0, e3 = 0;
   const auto got = ob.download(), comp = oc.download();
+  if (std::getenv("CONF_DEBUG"))
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!(std::fabs(got[i] - ref[i]) < 1e-3) || !(std::fabs(comp[i] - ref[i]) < 1e-3))
+        std::fprintf(stderr, "  [%zu] got %g comp %g ref %g\n", i, got[i], comp[i], ref[i]);
   check(close(got, ref, t, &e1), fmt("fused err %g", e1));
   check(close(comp, ref, t, &e2), fmt("composed err %g", e2));
   check(close(got, comp, 2e-5, &e3), fmt("fused vs composed %g", e3));
