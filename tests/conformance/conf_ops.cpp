@@ -452,6 +452,39 @@ void test_elementwise(const std::shared_ptr<Backend>& be) {
       double e;
       check(close(o.download(), ref, std::max(tol(dt), 2e-6), &e), fmt("err %g", e));
     }
+  // The activations over their whole range, element by element: the tails,
+  // where exp overflows or underflows, and the specials. The reference is
+  // the stable form in f64 (x * sigmoid(z), erfc); a value may be off by
+  // 1e-5 of itself or 2e-7 of |x| (what an f32 evaluation of x * g(x),
+  // g in [0, 1], delivers; PyTorch's own formulas cancel to 0 in the tails).
+  for (oslo_bk_unary op : {OSLO_BK_GELU_TANH, OSLO_BK_SILU, OSLO_BK_GELU}) {
+    g_case = fmt("unary %d f32 wide range", static_cast<int>(op));
+    std::vector<double> hx = {0.0,   -0.0,  1e-30,    -1e-30,    1e-4,   -1e-4, 88.0,
+                              -88.0, 89.0,  -89.0,    100.0,     -100.0, 1e4,   -1e4,
+                              1e30,  -1e30, INFINITY, -INFINITY, NAN};
+    for (int i = 0; i < 2001; ++i) hx.push_back(quant(-60.0 + 0.06 * i, OSLO_DTYPE_F32));
+    const int64_t n = static_cast<int64_t>(hx.size());
+    Dev x(be, OSLO_DTYPE_F32, {n}), o(be, OSLO_DTYPE_F32, {n});
+    x.upload(hx);
+    be->unary(op, o.v, x.v, 0.f);
+    const auto got = o.download();
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = hx[i];
+      const double z =
+          op == OSLO_BK_GELU_TANH ? 2 * std::sqrt(2 / M_PI) * (xi + 0.044715 * xi * xi * xi) : xi;
+      const double r = xi == -INFINITY      ? NAN
+                       : op == OSLO_BK_GELU ? 0.5 * xi * std::erfc(-xi / std::sqrt(2.0))
+                       : std::isinf(xi)     ? xi
+                                            : xi / (1 + std::exp(-z));
+      const bool ok = std::isnan(r)
+                          ? std::isnan(got[i])
+                          : got[i] == r || std::fabs(got[i] - r) <=
+                                               1e-5 * std::fabs(r) + 2e-7 * std::fabs(xi) + 1e-30;
+      if (!ok && bad++ < 5) check(false, fmt("x %g: got %.9g, want %.9g", hx[i], got[i], r));
+    }
+    check(bad == 0, fmt("%d of %lld values off", bad, static_cast<long long>(n)));
+  }
   const oslo_bk_unary grads[] = {OSLO_BK_SCALE, OSLO_BK_GELU, OSLO_BK_GELU_TANH,
                                  OSLO_BK_SILU,  OSLO_BK_RELU, OSLO_BK_TANH};
   for (oslo_dtype dt : kFloats)
