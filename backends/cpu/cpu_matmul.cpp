@@ -354,6 +354,52 @@ __attribute__((target("avx2,fma,f16c"))) void rows_dot_avx2(int64_t M, int64_t n
   }
 }
 
+// bf16 weights on AVX2 without widening shuffles: a 256-bit load holds 16
+// bf16 as 8 pairs; in each 32-bit lane the odd element is already an f32 once
+// the low half is masked off, and the even one after a shift. The
+// activations are split once per call into their even and odd elements
+// (ae, ao: [M, K/2]) so each half multiplies its own lane order: per 16
+// weights one load, one shift, one and, two FMAs.
+__attribute__((target("avx2,fma"))) void rows_dot_bf16_avx2(int64_t M, int64_t n0, int64_t n1,
+                                                            int64_t K, const float* a,
+                                                            const float* ae, const float* ao,
+                                                            const uint16_t* w, int64_t ldw,
+                                                            float* c, int64_t ldc) {
+  const int64_t K2 = K / 2, k32 = K / 32 * 32, k16 = K / 16 * 16;
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* wr = w + n * ldw;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* e = ae + m * K2;
+      const float* o = ao + m * K2;
+      __m256 e0 = _mm256_setzero_ps(), o0 = e0, e1 = e0, o1 = e0;
+      int64_t k = 0;
+      for (; k < k32; k += 32) {
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + k));
+        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + k + 16));
+        e0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)),
+                             _mm256_loadu_ps(e + k / 2), e0);
+        o0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(w0, hi)),
+                             _mm256_loadu_ps(o + k / 2), o0);
+        e1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)),
+                             _mm256_loadu_ps(e + k / 2 + 8), e1);
+        o1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(w1, hi)),
+                             _mm256_loadu_ps(o + k / 2 + 8), o1);
+      }
+      for (; k < k16; k += 16) {
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + k));
+        e0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)),
+                             _mm256_loadu_ps(e + k / 2), e0);
+        o0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(w0, hi)),
+                             _mm256_loadu_ps(o + k / 2), o0);
+      }
+      float sum = hsum256(_mm256_add_ps(_mm256_add_ps(e0, o0), _mm256_add_ps(e1, o1)));
+      for (; k < K; ++k) sum += a[m * K + k] * bf16_to_f32(wr[k]);
+      c[m * ldc + n] = sum;
+    }
+  }
+}
+
 // Which SIMD kernels this CPU runs (checked once).
 bool has_avx512() {
   static const bool v = __builtin_cpu_supports("avx512f");
@@ -400,6 +446,19 @@ void few_rows(int threads, int64_t M, int64_t N, int64_t K, const float* a, cons
   const int64_t ldw = b.cs;
   const bool bf16 = b.dtype == OSLO_DTYPE_BF16;
   const bool avx512 = has_avx512(), avx2 = has_avx2();
+  // bf16 on AVX2: the activations split into even and odd elements once.
+  std::vector<float> ae, ao;
+  const bool split = bf16 && !avx512 && avx2;
+  if (split) {
+    const int64_t K2 = K / 2;
+    ae.resize(static_cast<size_t>(M * K2));
+    ao.resize(static_cast<size_t>(M * K2));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < K2; ++j) {
+        ae[static_cast<size_t>(m * K2 + j)] = a[m * K + 2 * j];
+        ao[static_cast<size_t>(m * K2 + j)] = a[m * K + 2 * j + 1];
+      }
+  }
   const int64_t block = 64;
   const int64_t blocks = (N + block - 1) / block;
   const int nt = blocks > 1 && N * K > 65536 ? std::max(1, threads) : 1;
@@ -408,6 +467,8 @@ void few_rows(int threads, int64_t M, int64_t N, int64_t K, const float* a, cons
     const int64_t n0 = bi * block, n1 = std::min(N, n0 + block);
     if (avx512)
       rows_dot_avx512(M, n0, n1, K, a, w, ldw, bf16, c, ldc);
+    else if (split)
+      rows_dot_bf16_avx2(M, n0, n1, K, a, ae.data(), ao.data(), w, ldw, c, ldc);
     else if (avx2)
       rows_dot_avx2(M, n0, n1, K, a, w, ldw, bf16, c, ldc);
     else
