@@ -14,7 +14,9 @@
 # (2 threads), the same with every fused op composed (OSLO_FUSED_OPS=0),
 # oslo TP=2 (oslo-run, 2 processes x 1 thread), then the 1-thread rows,
 # transformers and oslo TP=1 (no 1-thread llama.cpp row; ONE_THREAD=0 skips
-# them). Each
+# them; HF=0 leaves transformers out, e.g. to re-measure oslo against
+# llama.cpp quickly: transformers' bf16 prefill takes over a minute on a CPU
+# without AVX-512). Each
 # is a fresh process that warms up and then measures REPS times (default 1)
 # and prints one JSON line (its best of REPS); run.sh tags it with its row,
 # prints it and keeps it in build/bench-model/results.jsonl. At the end,
@@ -35,6 +37,7 @@ cd "$(dirname "$0")/../.."
 rounds=${1:-5}
 reps=${REPS:-1}
 one_thread=${ONE_THREAD:-1}
+hf=${HF:-1}
 py=$(bash tools/test-venv.sh build --hf)
 lpy=$(bash bench/model/llama_cpp_venv.sh build)
 cmake --build build -j2 --target bench_model oslo-run >/dev/null
@@ -61,12 +64,14 @@ for dt in f32 bf16; do
   m=$models/$dt
   for r in $(seq "$rounds"); do
     echo "== $dt, round $r of $rounds"
-    row "transformers, 2 threads" "$py" bench/model/hf_reference.py "$m" --threads 2 --dtype "$dt" --reps "$reps"
+    if [ "$hf" = 1 ]; then
+      row "transformers, 2 threads" "$py" bench/model/hf_reference.py "$m" --threads 2 --dtype "$dt" --reps "$reps"
+    fi
     row "llama.cpp, 2 threads" "$lpy" bench/model/llama_cpp_reference.py "$m.gguf" --threads 2 --reps "$reps"
     row "oslo TP=1, 2 threads" "$bin" "$m" --threads 2 --reps "$reps"
     row "oslo TP=1, 2 threads, composed" env OSLO_FUSED_OPS=0 "$bin" "$m" --threads 2 --reps "$reps"
     row "oslo TP=2, 2 x 1 thread" "$run" --nproc-per-node 2 "$bin" "$m" --threads 1 --reps "$reps"
-    if [ "$one_thread" = 1 ]; then
+    if [ "$one_thread" = 1 ] && [ "$hf" = 1 ]; then
       row "transformers, 1 thread" "$py" bench/model/hf_reference.py "$m" --threads 1 --dtype "$dt" --reps "$reps"
       row "oslo TP=1, 1 thread" "$bin" "$m" --threads 1 --reps "$reps"
     fi
