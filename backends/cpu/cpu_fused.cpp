@@ -13,10 +13,13 @@
 //    fewer than twice the threads (decoding one sequence with few key/value
 //    heads) the cache itself is split into chunks, each with its own running
 //    max and sum, merged at the end (split-K, as flash-decoding does).
-//  - Causal prefill: query i stops at key i + offset, so no masked block is
-//    visited at all.
+//  - Causal: query i stops at key i + offset, so no masked block is visited.
+//  - Prefill (16 queries or more): tiles of 64 queries of one key/value head
+//    through two oneDNN products and a row softmax in between (see
+//    prefill_tiles), each tile only against the keys its queries see.
 // The dot products and row updates use AVX2 + FMA when the CPU has them
 // (checked at run time), else plain loops.
+#include <dnnl.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -182,6 +185,86 @@ struct Partial {
   float l = 0;        // sum of exp(score - m)
 };
 
+constexpr int64_t kTileMin = 16;  // queries from which a call is a prefill
+constexpr int64_t kTile = 64;     // queries per tile
+
+// Prefill: tiles of up to 64 queries of one key/value head (times its g
+// query heads) against the keys they can see (a causal tile stops at its
+// last query's limit, so the masked half is never computed): scores as one
+// product [rows x D] x [D x keys] (oneDNN's sgemm, one thread per tile), a
+// softmax per row with its own causal limit and the mask, then [rows x keys]
+// x [keys x D]. Nothing larger than [g * 64 x T] per thread exists.
+void prefill_tiles(int threads, const V& out, const V& q, const Rows& K, const Rows& Vr,
+                   const float* mk, int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t T,
+                   int64_t D, float scale, bool causal, int64_t offset) {
+  const int64_t g = Hq / Hkv, tiles = (S + kTile - 1) / kTile;
+  const int64_t work = B * Hkv * tiles;
+  const int nt = work > 1 ? std::max(1, threads) : 1;
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<float> qt, sc, ot, qbuf(static_cast<size_t>(D));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < work; ++w) {
+      const int64_t t = w % tiles, kh = (w / tiles) % Hkv, b = w / (tiles * Hkv);
+      const int64_t i0 = t * kTile, nq = std::min(kTile, S - i0), R = g * nq;
+      // Keys any query of the tile sees.
+      int64_t tl = T;
+      if (causal) tl = std::min<int64_t>(T, std::max<int64_t>(0, i0 + nq - 1 + offset + 1));
+      qt.resize(static_cast<size_t>(R * D));
+      ot.assign(static_cast<size_t>(R * D), 0.f);
+      // Rows (hg, i) of scaled queries.
+      for (int64_t hg = 0; hg < g; ++hg)
+        for (int64_t ii = 0; ii < nq; ++ii) {
+          const int64_t h = kh * g + hg, i = i0 + ii;
+          const float* qr = load_row(q, b * q.strides[0] + h * q.strides[1] + i * q.strides[2], D,
+                                     q.strides[3], qbuf.data());
+          float* d = qt.data() + (hg * nq + ii) * D;
+          for (int64_t e = 0; e < D; ++e) d[e] = qr[e] * scale;
+        }
+      if (tl > 0) {
+        sc.resize(static_cast<size_t>(R * tl));
+        const float* kb = K.data + b * K.sb + kh * K.sh;
+        const float* vb = Vr.data + b * Vr.sb + kh * Vr.sh;
+        // sc [R, tl] = qt [R, D] x K^T (dnnl_sgemm is row-major; the key rows
+        // are used transposed in place).
+        dnnl_status_t st =
+            dnnl_sgemm('N', 'T', R, tl, D, 1.f, qt.data(), D, kb, K.st, 0.f, sc.data(), tl);
+        OSLO_CHECK(st == dnnl_success, OSLO_ERR_INTERNAL, "attention: dnnl_sgemm failed (",
+                   static_cast<int>(st), ")");
+        for (int64_t r = 0; r < R; ++r) {
+          const int64_t i = i0 + r % nq;
+          int64_t lim = tl;
+          if (causal) lim = std::min<int64_t>(tl, std::max<int64_t>(0, i + offset + 1));
+          float* row = sc.data() + r * tl;
+          float m = kNegInf;
+          for (int64_t j = 0; j < lim; ++j) {
+            if (mk) row[j] += mk[b * T + j];
+            m = std::max(m, row[j]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < lim; ++j) {
+            row[j] = m == kNegInf ? 0.f : std::exp(row[j] - m);
+            sum += row[j];
+          }
+          const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.f;
+          for (int64_t j = 0; j < lim; ++j) row[j] *= inv;
+          for (int64_t j = lim; j < tl; ++j) row[j] = 0.f;
+        }
+        // ot [R, D] = sc [R, tl] x V [tl, D].
+        st = dnnl_sgemm('N', 'N', R, D, tl, 1.f, sc.data(), tl, vb, Vr.st, 0.f, ot.data(), D);
+        OSLO_CHECK(st == dnnl_success, OSLO_ERR_INTERNAL, "attention: dnnl_sgemm failed (",
+                   static_cast<int>(st), ")");
+      }
+      for (int64_t hg = 0; hg < g; ++hg)
+        for (int64_t ii = 0; ii < nq; ++ii) {
+          const int64_t h = kh * g + hg, i = i0 + ii;
+          store_row(out, b * out.strides[0] + h * out.strides[1] + i * out.strides[2], D,
+                    out.strides[3], ot.data() + (hg * nq + ii) * D);
+        }
+    }
+  }
+}
+
 }  // namespace
 
 void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,
@@ -225,6 +308,12 @@ void attention(int threads, const V& out, const V& q, const V& k, const V& v, co
           load_row(*mask, b * mask->strides[0], T, mask->strides[1], mk.data() + b * T);
       if (r != mk.data() + b * T) std::copy(r, r + T, mk.begin() + b * T);
     }
+  }
+
+  if (S >= kTileMin) {
+    prefill_tiles(threads, out, q, K, Vr, mask ? mk.data() : nullptr, B, Hq, Hkv, S, T, D, scale,
+                  causal, offset);
+    return;
   }
 
   // Work items: (b, kv head, query i), each for the g heads of the group,

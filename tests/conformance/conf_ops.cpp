@@ -954,9 +954,13 @@ void test_fused(const std::shared_ptr<Backend>& be) {
       {2, 6, 2, 7, 7, 24, true, 0, true},      // prefill from 0, GQA 3, D not a multiple of 8
       {1, 8, 1, 1, 300, 32, true, 299, true},  // decode, MQA, long cache: split over keys
       {2, 4, 2, 1, 130, 64, true, 129, false},
-      {1, 2, 2, 3, 5, 8, true, -2, false},   // queries with no key: 0
-      {2, 4, 2, 6, 6, 16, false, 0, true},   // encoder: no causal mask
-      {1, 4, 4, 1, 0, 16, true, -1, false},  // no key at all
+      {1, 2, 2, 3, 5, 8, true, -2, false},    // queries with no key: 0
+      {2, 4, 2, 6, 6, 16, false, 0, true},    // encoder: no causal mask
+      {1, 4, 4, 1, 0, 16, true, -1, false},   // no key at all
+      {2, 4, 2, 40, 45, 16, true, 5, true},   // prefill tiles (16+ queries), GQA
+      {1, 6, 2, 70, 70, 24, true, 0, true},   // two tiles of queries, the second partial
+      {2, 2, 2, 20, 20, 8, false, 0, true},   // encoder prefill
+      {1, 2, 1, 17, 20, 8, true, -5, false},  // tiles with queries that see no key
   };
   for (oslo_dtype dt : kFloats)
     for (const A& c : cases) {
