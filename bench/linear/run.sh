@@ -20,6 +20,6 @@ status=0
 "$BIN" --threads 1,2 --rounds "$ROUNDS" || status=$?
 echo
 echo "Information, outside the f32 headline: the same 1x4096x4096 forward with the weight stored as bf16/f16"
-"$BIN" --dtype-probe || status=$?
+"$BIN" --dtypes --threads 1,2 --rounds 3 || status=$?
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status
