@@ -554,9 +554,8 @@ OSLO_BK_SLOT_(rope, 53);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(
-    OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
-    "backend ABI: an entry after rope needs OSLO_BACKEND_IFACE_V3_SIZE");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after rope needs OSLO_BACKEND_IFACE_V3_SIZE");
 #undef OSLO_BK_SLOT_
 #endif
 
