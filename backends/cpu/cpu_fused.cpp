@@ -173,12 +173,6 @@ void as_f32_rows(int threads, const V& v, Rows* out) {
   out->st = D;
 }
 
-std::string shape_str(const V& v) {
-  std::string s = "[";
-  for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
-  return s + "]";
-}
-
 // The running state of one query head over some keys.
 struct Partial {
   float m = kNegInf;  // max score so far
@@ -272,25 +266,25 @@ void attention(int threads, const V& out, const V& q, const V& k, const V& v, co
   for (const V* t : {&out, &q, &k, &v})
     OSLO_CHECK(t->ndim == 4 && is_float(t->dtype), OSLO_ERR_SHAPE,
                "attention operands must be 4-D float views ([batch, heads, seq, head_dim]), got ",
-               shape_str(*t), " ", dtype_name(t->dtype));
+               shape_of(*t), " ", dtype_name(t->dtype));
   const int64_t B = q.shape[0], Hq = q.shape[1], S = q.shape[2], D = q.shape[3];
   const int64_t Hkv = k.shape[1], T = k.shape[2];
   OSLO_CHECK(q.dtype == k.dtype && q.dtype == v.dtype, OSLO_ERR_DTYPE,
              "attention q, k and v must share a dtype (", dtype_name(q.dtype), ", ",
              dtype_name(k.dtype), ", ", dtype_name(v.dtype), ")");
   OSLO_CHECK(k.shape[0] == B && k.shape[3] == D && Hkv > 0 && Hq % Hkv == 0, OSLO_ERR_SHAPE,
-             "attention keys ", shape_str(k), " do not fit queries ", shape_str(q),
+             "attention keys ", shape_of(k), " do not fit queries ", shape_of(q),
              " (batch and head_dim equal, query heads a multiple of key heads)");
   for (int i = 0; i < 4; ++i) {
-    OSLO_CHECK(v.shape[i] == k.shape[i], OSLO_ERR_SHAPE, "attention values ", shape_str(v),
-               " differ from keys ", shape_str(k));
-    OSLO_CHECK(out.shape[i] == q.shape[i], OSLO_ERR_SHAPE, "attention output ", shape_str(out),
-               " differs from queries ", shape_str(q));
+    OSLO_CHECK(v.shape[i] == k.shape[i], OSLO_ERR_SHAPE, "attention values ", shape_of(v),
+               " differ from keys ", shape_of(k));
+    OSLO_CHECK(out.shape[i] == q.shape[i], OSLO_ERR_SHAPE, "attention output ", shape_of(out),
+               " differs from queries ", shape_of(q));
   }
   if (mask) {
     OSLO_CHECK(
         is_float(mask->dtype) && mask->ndim == 2 && mask->shape[0] == B && mask->shape[1] == T,
-        OSLO_ERR_SHAPE, "attention mask ", shape_str(*mask), " must be float [", B, ", ", T, "]");
+        OSLO_ERR_SHAPE, "attention mask ", shape_of(*mask), " must be float [", B, ", ", T, "]");
   }
   if (B * Hq * S * D == 0) return;
   const int64_t g = Hq / Hkv;

@@ -47,12 +47,6 @@ void check_ids(const V& v, const char* what) {
              dtype_name(v.dtype));
 }
 
-std::string shape_of(const V& v) {
-  std::string s = "[";
-  for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
-  return s + "]";
-}
-
 // v right-aligned to n dimensions (leading size-1 dimensions prepended).
 V align(const V& v, int n) {
   V r = v;
@@ -272,6 +266,12 @@ int64_t numel(const V& v) {
   int64_t n = 1;
   for (int i = 0; i < v.ndim; ++i) n *= v.shape[i];
   return n;
+}
+
+std::string shape_of(const V& v) {
+  std::string s = "[";
+  for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
+  return s + "]";
 }
 
 const float* load_row(const V& v, int64_t off, int64_t n, int64_t s, float* buf) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/backend/oslo_backend.h"
 
@@ -45,7 +46,9 @@ void scatter_add_cols(int threads, const V& x, const V& idx, int64_t offset, int
 // Matmul state (cached oneDNN primitives) lives in the instance.
 class Matmul;
 
-// Shared helpers for cpu_matmul.cpp.
+// Shared helpers for cpu_matmul.cpp and cpu_fused.cpp.
+// "[d0, d1, ...]" of a view, for messages.
+std::string shape_of(const V& v);
 int64_t numel(const V& v);
 // Loads n elements of a row starting at element offset off with inner stride
 // s into buf as f32; returns buf, or the row itself when it is f32 with stride 1.

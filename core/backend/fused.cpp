@@ -10,6 +10,7 @@
 #include "core/backend/backend.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "core/common/shape_str.hpp"
 
 namespace oslo {
 namespace {
@@ -44,9 +45,7 @@ View strided(void* data, oslo_dtype dt, const std::vector<int64_t>& shape,
 }
 
 std::string dims(const View& v) {
-  std::string s = "[";
-  for (int i = 0; i < v.ndim; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
-  return s + "]";
+  return shape_str(std::vector<int64_t>(v.shape, v.shape + v.ndim));
 }
 
 bool is_float(oslo_dtype dt) {

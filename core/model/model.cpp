@@ -399,11 +399,9 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   const int64_t qw = nhl_ * D, kw = nkvl_ * D;
   Tensor h = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   Tensor att = scratch(bp, OSLO_DTYPE_F32, {BS, qw});
-  Tensor mlp_out, tmp2;
-  if (parallel)
-    mlp_out = scratch(bp, OSLO_DTYPE_F32, {BS, H});
-  else
-    tmp2 = scratch(bp, OSLO_DTYPE_F32, {BS, H});
+  // tmp holds the attention branch's output, mlp_out the MLP's; each stays
+  // pending (unadded to x) until the next norm reads x.
+  Tensor mlp_out = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   for (auto& Lp : layers_) {
     Layer& L = *Lp;
     // Attention.
@@ -433,14 +431,10 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
       rope(k, nkvl_);
     }
     attention(L, q, k, v, att, mask_t, B, S, use_cache);
-    // tmp holds the attention branch's output (pending until the MLP's
-    // norm; with a parallel residual, until the next layer's first norm),
-    // tmp2 the MLP's (pending until the next layer's first norm).
-    const Tensor& attn_out = tmp;
-    linear(be, bp, view(attn_out), view(att), L.o_w, nullptr);
+    linear(be, bp, view(tmp), view(att), L.o_w, nullptr);
     if (!parallel) {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(attn_out));
-      defer(view(attn_out), &L.o_b);
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
+      defer(view(tmp), &L.o_b);
       if (post_ln) {
         flush();
         norm(view(x), view(x), L.ln1_w, L.ln1_b);
@@ -449,7 +443,7 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     // MLP (with a parallel residual, on the block's input x).
     const View min = post_ln ? view(x) : view(h);
     if (!post_ln) norm_x(view(h), L.ln2_w, L.ln2_b);
-    const View mo = parallel ? view(mlp_out) : view(tmp2);
+    const View mo = view(mlp_out);
     Tensor up, gate;
     View act_out;
     if (L.gate_up_w.defined()) {  // fused [gate | up], local [gate_r | up_r]
@@ -477,10 +471,10 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     linear(be, bp, mo, act_out, L.down_w, nullptr);
     if (parallel) {
       // x + attn + mlp: the two row-parallel partial sums share one all-reduce.
-      be.binary(OSLO_BK_ADD, view(attn_out), view(attn_out), mo);
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(attn_out));
-      add_bias(view(attn_out), L.o_b);
-      defer(view(attn_out), &L.down_b);
+      be.binary(OSLO_BK_ADD, view(tmp), view(tmp), mo);
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
+      add_bias(view(tmp), L.o_b);
+      defer(view(tmp), &L.down_b);
     } else {
       reduce_sum(ctx_, OSLO_GROUP_TENSOR, mo);
       defer(mo, &L.down_b);
@@ -489,7 +483,6 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
         norm(view(x), view(x), L.ln2_w, L.ln2_b);
       }
     }
-    if (post_ln) flush();
   }
   if (norm_w_.defined() && !post_ln) {
     norm_x(view(h), norm_w_, norm_b_);
