@@ -290,15 +290,26 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = size_t(total) * size_t(page);
   });
 }
-// Every required op in every dtype the core uses, and the fused attention,
-// residual norm and rotary embedding in the float dtypes.
+// Every required op in every dtype the core uses, and every fused op
+// (attention, residual norm, rotary embedding, product + activation,
+// argmax) in the float dtypes.
 int op_supported(void*, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
   const bool flt = dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
-                 op == OSLO_BK_OP_ROPE)
+                 op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX)
              ? 1
              : 0;
+}
+oslo_status matmul_act(void* self, const V* c, const V* a, const V* b, const V* bias,
+                       oslo_bk_unary act, const V* gate) {
+  return guard(self, [&](Instance& I) {
+    const cpu::Matmul::Activation epi{act, gate};
+    I.matmul.run(I.threads, *c, *a, *b, bias, 1.f, 0.f, &epi);
+  });
+}
+oslo_status argmax(void* self, const V* index, const V* value, const V* x, int64_t valid) {
+  return guard(self, [&](Instance& I) { cpu::argmax(I.threads, *index, *value, *x, valid); });
 }
 oslo_status attention(void* self, const V* out, const V* q, const V* k, const V* v, const V* mask,
                       float scale, int causal, int64_t offset) {
@@ -378,6 +389,8 @@ oslo_backend_iface make_table() {
   t.attention = attention;
   t.residual_norm = residual_norm;
   t.rope = rope;
+  t.matmul_act = matmul_act;
+  t.argmax = argmax;
   return t;
 }
 

@@ -480,7 +480,7 @@ bool Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2&
 }
 
 void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias, float alpha,
-                 float beta) {
+                 float beta, const Activation* activation) {
   for (const V* v : {&c, &a, &b}) {
     OSLO_CHECK(v->ndim == 2 || v->ndim == 3, OSLO_ERR_SHAPE, "matmul operands must be 2-D or 3-D");
     OSLO_CHECK(is_float(v->dtype), OSLO_ERR_DTYPE, "matmul operands must be f32, f16 or bf16, not ",
@@ -512,11 +512,23 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
     const float* p = load_row(bv, 0, N, bv.strides[0], bias32.data());
     if (p != bias32.data()) std::copy(p, p + N, bias32.begin());
   }
+  const V* gate = activation ? activation->gate : nullptr;
+  if (activation) {
+    OSLO_CHECK(c.ndim == 2 && alpha == 1.f && beta == 0.f, OSLO_ERR_INVALID_ARGUMENT,
+               "matmul_act is 2-D with alpha 1 and beta 0");
+    if (gate)
+      OSLO_CHECK(is_float(gate->dtype) && gate->ndim == 2 && gate->shape[0] == M &&
+                     gate->shape[1] == N,
+                 OSLO_ERR_SHAPE, "matmul_act gate ", shape_of(*gate), " must be float [", M, ", ",
+                 N, "]");
+  }
   if (M == 0 || N == 0) return;
   for (int64_t bi = 0; bi < batches; ++bi) {
     Mat am = mat_of(a, bi), bm = mat_of(b, bi), cm = mat_of(c, bi);
-    // c written directly when it is plain f32 and there is no epilogue left.
-    const bool direct = cm.dtype == OSLO_DTYPE_F32 && cm.cs == 1 && cm.rs >= N;
+    // c written directly when it is plain f32 and there is no epilogue left
+    // (a gate that is c itself must be read before c is written).
+    const bool direct = cm.dtype == OSLO_DTYPE_F32 && cm.cs == 1 && cm.rs >= N &&
+                        !(gate && gate->data == c.data);
     std::vector<float> tmp;
     float* out = reinterpret_cast<float*>(cm.data);
     int64_t ldo = cm.rs;
@@ -593,8 +605,8 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
         }
       }
     }
-    if (!epilogue && bias32.empty()) continue;
-    // c = alpha * out + bias + beta * c, row by row.
+    if (!epilogue && bias32.empty() && !activation) continue;
+    // c = alpha * out + bias + beta * c, row by row (then act, times gate).
     V cv{};
     cv.data = cm.data;
     cv.dtype = cm.dtype;
@@ -610,19 +622,35 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < M; ++r) {
         const float* o = out + r * ldo;
-        if (!epilogue) {  // sgemm did alpha and beta in place; only the bias is left
+        if (!epilogue) {  // sgemm did alpha and beta in place: bias, act and gate are left
           float* d = const_cast<float*>(o);
-          for (int64_t j = 0; j < N; ++j) d[j] += bias32[static_cast<size_t>(j)];
+          if (!bias32.empty())
+            for (int64_t j = 0; j < N; ++j) d[j] += bias32[static_cast<size_t>(j)];
+          if (activation) {
+            activate(activation->act, d, d, N);
+            if (gate) {
+              const float* g = load_row(*gate, r * gate->strides[0], N, gate->strides[1], old.data());
+              for (int64_t j = 0; j < N; ++j) d[j] *= g[j];
+            }
+          }
           continue;
         }
         const float* prev = beta != 0.f ? load_row(cv, r * cm.rs, N, cm.cs, old.data()) : nullptr;
+        float* w = row.data();
         for (int64_t j = 0; j < N; ++j) {
           float v = alpha * o[j];
           if (!bias32.empty()) v += bias32[static_cast<size_t>(j)];
           if (prev) v += beta * prev[j];
-          row[static_cast<size_t>(j)] = v;
+          w[j] = v;
         }
-        store_row(cv, r * cm.rs, N, cm.cs, row.data());
+        if (activation) {
+          activate(activation->act, w, w, N);
+          if (gate) {  // read before c's row is stored: the gate may be c
+            const float* g = load_row(*gate, r * gate->strides[0], N, gate->strides[1], old.data());
+            for (int64_t j = 0; j < N; ++j) w[j] *= g[j];
+          }
+        }
+        store_row(cv, r * cm.rs, N, cm.cs, w);
       }
     }
   }

@@ -18,8 +18,15 @@ class Matmul {
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
 
-  // c = alpha * a @ b + beta * c (+ bias): the contract of oslo_backend.h.
-  void run(int threads, const V& c, const V& a, const V& b, const V* bias, float alpha, float beta);
+  // An activation (and gate) applied in the product's epilogue: matmul_act.
+  struct Activation {
+    oslo_bk_unary act;
+    const V* gate;  // [M, N] or nullptr; may be c itself
+  };
+  // c = alpha * a @ b + beta * c (+ bias): the contract of oslo_backend.h;
+  // with `activation`, c = act(that) * gate (matmul_act's contract).
+  void run(int threads, const V& c, const V& a, const V& b, const V* bias, float alpha, float beta,
+           const Activation* activation = nullptr);
 
  private:
   struct Mat2 {

@@ -480,6 +480,32 @@ void binary(int threads, oslo_bk_binary op, const V& out, const V& a, const V& b
   fail(OSLO_ERR_INVALID_ARGUMENT, "unknown binary op ", static_cast<int>(op));
 }
 
+namespace {
+float relu(float v) {
+  return v > 0 ? v : (v == v ? 0.f : v);
+}
+}  // namespace
+
+void activate(oslo_bk_unary act, float* o, const float* a, int64_t n) {
+  auto run = [&](auto fn) {
+    for (int64_t i = 0; i < n; ++i) o[i] = fn(a[i]);
+  };
+  switch (act) {
+    case OSLO_BK_GELU: return run(gelu);
+    case OSLO_BK_GELU_TANH:
+      if (has_avx2_fma()) return sigmoid_gate_avx2(o, a, n, true);
+      return run(gelu_tanh);
+    case OSLO_BK_SILU:
+      if (has_avx2_fma()) return sigmoid_gate_avx2(o, a, n, false);
+      return run([](float v) { return v * sigmoid(v); });
+    case OSLO_BK_RELU: return run(relu);
+    case OSLO_BK_TANH: return run([](float v) { return std::tanh(v); });
+    default: break;
+  }
+  fail(OSLO_ERR_INVALID_ARGUMENT, "activation ", static_cast<int>(act),
+       " is not GELU, GELU_TANH, SILU, RELU or TANH");
+}
+
 void unary(int threads, oslo_bk_unary op, const V& out, const V& x, float alpha) {
   check_float(out, "unary output");
   check_float(x, "unary input");
@@ -488,20 +514,18 @@ void unary(int threads, oslo_bk_unary op, const V& out, const V& x, float alpha)
       for (int64_t i = 0; i < n; ++i) o[i] = fn(a[i]);
     });
   };
-  if ((op == OSLO_BK_GELU_TANH || op == OSLO_BK_SILU) && has_avx2_fma()) {
-    const bool g = op == OSLO_BK_GELU_TANH;
-    return elementwise(
-        threads, out, x, nullptr,
-        [g](float* o, const float* a, const float*, int64_t n) { sigmoid_gate_avx2(o, a, n, g); });
-  }
   switch (op) {
+    case OSLO_BK_GELU:
+    case OSLO_BK_GELU_TANH:
+    case OSLO_BK_SILU:
+    case OSLO_BK_RELU:
+    case OSLO_BK_TANH:
+      return elementwise(threads, out, x, nullptr,
+                         [op](float* o, const float* a, const float*, int64_t n) {
+                           activate(op, o, a, n);
+                         });
     case OSLO_BK_SCALE: return run([alpha](float v) { return v * alpha; });
     case OSLO_BK_EXP: return run([](float v) { return std::exp(v); });
-    case OSLO_BK_GELU: return run(gelu);
-    case OSLO_BK_GELU_TANH: return run(gelu_tanh);
-    case OSLO_BK_SILU: return run([](float v) { return v * sigmoid(v); });
-    case OSLO_BK_RELU: return run([](float v) { return v > 0 ? v : (v == v ? 0.f : v); });
-    case OSLO_BK_TANH: return run([](float v) { return std::tanh(v); });
     case OSLO_BK_SQUARE: return run([](float v) { return v * v; });
     case OSLO_BK_ABS_POW:
       return run([alpha](float v) {
@@ -858,6 +882,46 @@ void rope(int threads, const V& x, const V& cos, const V& sin) {
 }
 
 // ---- gathers and scatters -------------------------------------------------
+
+namespace {
+
+}  // namespace
+
+void argmax(int threads, const V& index, const V& value, const V& x, int64_t valid) {
+  check_float(x, "argmax x");
+  OSLO_CHECK(x.ndim == 2, OSLO_ERR_SHAPE, "argmax x must be [rows, n], not ", shape_of(x));
+  const int64_t rows = x.shape[0];
+  OSLO_CHECK(index.dtype == OSLO_DTYPE_I64 && index.ndim == 1 && index.shape[0] == rows,
+             OSLO_ERR_SHAPE, "argmax index must be i64 [", rows, "], not ", shape_of(index), " ",
+             dtype_name(index.dtype));
+  OSLO_CHECK(value.dtype == OSLO_DTYPE_F32 && value.ndim == 1 && value.shape[0] == rows,
+             OSLO_ERR_SHAPE, "argmax value must be f32 [", rows, "], not ", shape_of(value), " ",
+             dtype_name(value.dtype));
+  OSLO_CHECK(valid <= x.shape[1], OSLO_ERR_INVALID_ARGUMENT, "argmax: ", valid,
+             " valid elements in rows of ", x.shape[1]);
+  const int64_t n = valid < 0 ? x.shape[1] : valid;
+  auto* idx = static_cast<int64_t*>(index.data);
+  auto* val = static_cast<float*>(value.data);
+  for_rows(threads, rows, n, [&](int64_t r, Scratch& s) {
+    const float* p = load_row(x, r * x.strides[0], n, x.strides[1], s.a.data());
+    int64_t best = n > 0 ? 0 : -1;
+    float bv = n > 0 ? p[0] : -std::numeric_limits<float>::infinity();
+    if (!std::isnan(bv))
+      for (int64_t j = 1; j < n; ++j) {
+        if (std::isnan(p[j])) {
+          best = j;
+          bv = p[j];
+          break;
+        }
+        if (p[j] > bv) {
+          best = j;
+          bv = p[j];
+        }
+      }
+    idx[r * index.strides[0]] = best;
+    val[r * value.strides[0]] = bv;
+  });
+}
 
 namespace {
 

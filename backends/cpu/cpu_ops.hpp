@@ -33,6 +33,7 @@ void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, 
 void residual_norm(int threads, const V& out, const V& x, const V* y, const V* bias, const V* gamma,
                    const V* beta, float eps, bool rms);
 void rope(int threads, const V& x, const V& cos, const V& sin);
+void argmax(int threads, const V& index, const V& value, const V& x, int64_t valid);
 void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,
                float scale, bool causal, int64_t causal_offset);
 void gather_rows(int threads, const V& out, const V& table, const V& ids, int64_t offset,
@@ -54,6 +55,10 @@ int64_t numel(const V& v);
 // s into buf as f32; returns buf, or the row itself when it is f32 with stride 1.
 const float* load_row(const V& v, int64_t off, int64_t n, int64_t s, float* buf);
 void store_row(const V& v, int64_t off, int64_t n, int64_t s, const float* src);
+// o[i] = act(a[i]) for i < n (o may be a): the element-wise kernel unary()
+// runs for GELU, GELU_TANH, SILU, RELU and TANH (the matmul epilogue's
+// activations; any other op throws OSLO_ERR_INVALID_ARGUMENT).
+void activate(oslo_bk_unary act, float* o, const float* a, int64_t n);
 
 }  // namespace cpu
 }  // namespace oslo

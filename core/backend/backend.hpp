@@ -130,6 +130,12 @@ class Backend {
   void residual_norm(const View& out, const View& x, const View* y, const View* bias,
                      const View* gamma, const View* beta, float eps, bool rms);
   void rope(const View& x, const View& cos, const View& sin);
+  // c = act(a @ b + bias) * gate (gate may be c itself; bias, gate nullable).
+  void matmul_act(const View& c, const View& a, const View& b, const View* bias,
+                  oslo_bk_unary act, const View* gate);
+  // Per row of x [rows, n]: index (i64 [rows]) and value (f32 [rows]) of the
+  // largest of the first `valid` elements (NaN wins; ties: lowest index).
+  void argmax(const View& index, const View& value, const View& x, int64_t valid = -1);
   // Whether the fused entries may be used (default: yes). Off, every fused op
   // is composed: how tests and benchmarks compare the two paths.
   void set_fused_enabled(bool on) { fused_ = on; }
@@ -153,6 +159,9 @@ class Backend {
   void compose_residual_norm(const View& out, const View& x, const View* y, const View* bias,
                              const View* gamma, const View* beta, float eps, bool rms);
   void compose_rope(const View& x, const View& cos, const View& sin);
+  void compose_matmul_act(const View& c, const View& a, const View& b, const View* bias,
+                          oslo_bk_unary act, const View* gate);
+  void compose_argmax(const View& index, const View& value, const View& x, int64_t valid);
 
   oslo_backend_iface t_;  // the plugin's table, entries past its struct_size NULL
   void* self_;

@@ -1,8 +1,11 @@
 // The fused ops of the backend seam (oslo_backend.h: attention,
-// residual_norm, rope): the backend's own entry when it offers one for the
+// residual_norm, rope, matmul_act, argmax): the backend's own entry when it offers one for the
 // dtype, else the composition below from the required entries. The
 // compositions are the reference: the conformance suite checks every
 // backend's fused entry against them (and both against f64).
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,7 +89,9 @@ bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
   if (!fused_) return false;
   const bool entry = (op == OSLO_BK_OP_ATTENTION && t_.attention) ||
                      (op == OSLO_BK_OP_RESIDUAL_NORM && t_.residual_norm) ||
-                     (op == OSLO_BK_OP_ROPE && t_.rope);
+                     (op == OSLO_BK_OP_ROPE && t_.rope) ||
+                     (op == OSLO_BK_OP_MATMUL_ACT && t_.matmul_act) ||
+                     (op == OSLO_BK_OP_ARGMAX && t_.argmax);
   return entry && op_supported(op, dtype);
 }
 
@@ -210,6 +215,106 @@ void Backend::compose_rope(const View& x, const View& cos, const View& sin) {
   binary(OSLO_BK_MUL, x2, x2, c);
   binary(OSLO_BK_SUB, x1, x1, b.view());
   binary(OSLO_BK_ADD, x2, x2, a.view());
+}
+
+void Backend::matmul_act(const View& c, const View& a, const View& b, const View* bias,
+                         oslo_bk_unary act, const View* gate) {
+  OSLO_CHECK(c.ndim == 2 && a.ndim == 2 && b.ndim == 2, OSLO_ERR_SHAPE,
+             "matmul_act operands must be 2-D: c ", dims(c), ", a ", dims(a), ", b ", dims(b));
+  const int a_ = static_cast<int>(act);
+  OSLO_CHECK(a_ == OSLO_BK_GELU || a_ == OSLO_BK_GELU_TANH || a_ == OSLO_BK_SILU ||
+                 a_ == OSLO_BK_RELU || a_ == OSLO_BK_TANH,
+             OSLO_ERR_INVALID_ARGUMENT, "matmul_act: ", a_,
+             " is not an activation (GELU, GELU_TANH, SILU, RELU or TANH)");
+  if (gate) {
+    OSLO_CHECK(gate->ndim == 2 && gate->shape[0] == c.shape[0] && gate->shape[1] == c.shape[1] &&
+                   is_float(gate->dtype),
+               OSLO_ERR_SHAPE, "matmul_act gate ", dims(*gate), " must be a float view of c's shape ",
+               dims(c));
+    const bool same = gate->data == c.data && gate->dtype == c.dtype &&
+                      gate->strides[0] == c.strides[0] && gate->strides[1] == c.strides[1];
+    if (!same) {
+      // Byte ranges: the gate may be c itself but may not partly overlap it.
+      auto span = [](const View& v) {
+        const char* p = static_cast<const char*>(v.data);
+        int64_t hi = 0;
+        for (int i = 0; i < v.ndim; ++i)
+          if (v.shape[i] > 0) hi += (v.shape[i] - 1) * v.strides[i];
+        return std::make_pair(p, p + (hi + 1) * static_cast<int64_t>(dtype_size(v.dtype)));
+      };
+      const auto g = span(*gate), o = span(c);
+      OSLO_CHECK(c.numel() == 0 || g.second <= o.first || o.second <= g.first,
+                 OSLO_ERR_INVALID_ARGUMENT,
+                 "matmul_act: the gate overlaps c without being c itself");
+    }
+  }
+  if (uses_fused(OSLO_BK_OP_MATMUL_ACT, a.dtype))
+    return check(t_.matmul_act(self_, &c, &a, &b, bias, act, gate), "matmul_act");
+  compose_matmul_act(c, a, b, bias, act, gate);
+}
+
+void Backend::compose_matmul_act(const View& c, const View& a, const View& b, const View* bias,
+                                 oslo_bk_unary act, const View* gate) {
+  if (gate && gate->data == c.data) {  // the gate is c: the product goes to a scratch
+    Scratch t(*this, c.dtype, {c.shape[0], c.shape[1]});
+    matmul(t.view(), a, b, bias);
+    unary(act, t.view(), t.view());
+    binary(OSLO_BK_MUL, c, t.view(), *gate);
+    return;
+  }
+  matmul(c, a, b, bias);
+  unary(act, c, c);
+  if (gate) binary(OSLO_BK_MUL, c, c, *gate);
+}
+
+void Backend::argmax(const View& index, const View& value, const View& x, int64_t valid) {
+  OSLO_CHECK(x.ndim == 2 && is_float(x.dtype), OSLO_ERR_SHAPE, "argmax: x ", dims(x), " ",
+             dtype_name(x.dtype), " must be a 2-D float view");
+  const int64_t rows = x.shape[0];
+  OSLO_CHECK(index.dtype == OSLO_DTYPE_I64 && index.numel() == rows && index.ndim == 1,
+             OSLO_ERR_SHAPE, "argmax: index ", dims(index), " ", dtype_name(index.dtype),
+             " must be i64 [", rows, "]");
+  OSLO_CHECK(value.dtype == OSLO_DTYPE_F32 && value.numel() == rows && value.ndim == 1,
+             OSLO_ERR_SHAPE, "argmax: value ", dims(value), " ", dtype_name(value.dtype),
+             " must be f32 [", rows, "]");
+  OSLO_CHECK(index.contiguous() && value.contiguous(), OSLO_ERR_SHAPE,
+             "argmax: index and value must be contiguous");
+  OSLO_CHECK(valid <= x.shape[1], OSLO_ERR_INVALID_ARGUMENT, "argmax: ", valid,
+             " valid elements in rows of ", x.shape[1]);
+  if (uses_fused(OSLO_BK_OP_ARGMAX, x.dtype))
+    return check(t_.argmax(self_, &index, &value, &x, valid), "argmax");
+  compose_argmax(index, value, x, valid);
+}
+
+void Backend::compose_argmax(const View& index, const View& value, const View& x, int64_t valid) {
+  // The rows in f32 on the host (the required ops have no index-returning
+  // reduction); only the choice goes back to the device.
+  const int64_t rows = x.shape[0], n = valid < 0 ? x.shape[1] : valid;
+  if (rows == 0) return;
+  std::vector<float> host(static_cast<size_t>(rows * std::max<int64_t>(n, 1)));
+  if (n > 0) {
+    Scratch f(*this, OSLO_DTYPE_F32, {rows, n});
+    convert(f.view(), strided(x.data, x.dtype, {rows, n}, {x.strides[0], x.strides[1]}));
+    copy(host.data(), f.view().data, host.size() * sizeof(float), CopyKind::DeviceToHost);
+  }
+  std::vector<int64_t> idx(static_cast<size_t>(rows), -1);
+  std::vector<float> val(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = host.data() + r * n;
+    for (int64_t j = 0; j < n; ++j) {
+      if (std::isnan(p[j])) {
+        idx[r] = j;
+        val[r] = p[j];
+        break;
+      }
+      if (idx[r] < 0 || p[j] > val[r]) {
+        idx[r] = j;
+        val[r] = p[j];
+      }
+    }
+  }
+  copy(index.data, idx.data(), idx.size() * sizeof(int64_t), CopyKind::HostToDevice);
+  copy(value.data, val.data(), val.size() * sizeof(float), CopyKind::HostToDevice);
 }
 
 }  // namespace oslo

@@ -190,6 +190,10 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_RESIDUAL_NORM = 1025,
   /** rope(): rotary position embedding in place. */
   OSLO_BK_OP_ROPE = 1026,
+  /** matmul_act(): c = act(a @ b + bias), times a gate if given. */
+  OSLO_BK_OP_MATMUL_ACT = 1027,
+  /** argmax(): index and value of each row's largest element. */
+  OSLO_BK_OP_ARGMAX = 1028,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -468,12 +472,37 @@ typedef struct oslo_backend_iface {
    * dtype as the composition does); x[..., 2R:] is left as is. */
   oslo_status (*rope)(void *self, const oslo_bk_view *x, const oslo_bk_view *cos,
                       const oslo_bk_view *sin);
+  /** OSLO_BK_OP_MATMUL_ACT (dtype: a's). A product with its activation in
+   * the epilogue (an MLP's first half):
+   *   c = act(a @ b + bias) * gate
+   * with a [M, K], b [K, N], c [M, N] and bias [N] as matmul() (2-D only;
+   * alpha 1, beta 0; bias may be NULL); act one of OSLO_BK_GELU,
+   * OSLO_BK_GELU_TANH, OSLO_BK_SILU, OSLO_BK_RELU, OSLO_BK_TANH (any other:
+   * OSLO_ERR_INVALID_ARGUMENT); gate NULL (none) or a float [M, N] view,
+   * which may be c itself (the same view: a gated MLP multiplies into its
+   * up projection) but may not otherwise overlap c. The product, bias and
+   * activation are computed in f32 and rounded once to c's dtype; the
+   * composition rounds after each step, so in f32 both agree to the
+   * activation's few ulp. */
+  oslo_status (*matmul_act)(void *self, const oslo_bk_view *c, const oslo_bk_view *a,
+                            const oslo_bk_view *b, const oslo_bk_view *bias, oslo_bk_unary act,
+                            const oslo_bk_view *gate);
+  /** OSLO_BK_OP_ARGMAX (dtype: x's). For every row r of x [rows, n] (any
+   * float dtype, any strides): index[r] (i64 [rows]) = the position of the
+   * largest of the first `valid` elements (valid < 0: all n), the lowest
+   * position among equal ones, and value[r] (f32 [rows]) = that element. A
+   * NaN counts as larger than everything (the first NaN wins, value NaN), so
+   * a caller sees NaN logits instead of a silent choice. An empty row gives
+   * index -1 and value -inf. What greedy decoding needs without copying the
+   * logits to the host. */
+  oslo_status (*argmax)(void *self, const oslo_bk_view *index, const oslo_bk_view *value,
+                        const oslo_bk_view *x, int64_t valid);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
 #define OSLO_BACKEND_IFACE_V1_SIZE (offsetof(oslo_backend_iface, copy_async))
 /** The size of an ABI v2 table. */
-#define OSLO_BACKEND_IFACE_V2_SIZE (offsetof(oslo_backend_iface, rope) + sizeof(void (*)(void)))
+#define OSLO_BACKEND_IFACE_V2_SIZE (offsetof(oslo_backend_iface, argmax) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -551,11 +580,13 @@ OSLO_BK_SLOT_(stream_wait_event, 50);
 OSLO_BK_SLOT_(attention, 51);
 OSLO_BK_SLOT_(residual_norm, 52);
 OSLO_BK_SLOT_(rope, 53);
+OSLO_BK_SLOT_(matmul_act, 54);
+OSLO_BK_SLOT_(argmax, 55);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after rope needs OSLO_BACKEND_IFACE_V3_SIZE");
+                       "backend ABI: an entry after argmax needs OSLO_BACKEND_IFACE_V3_SIZE");
 #undef OSLO_BK_SLOT_
 #endif
 

@@ -24,6 +24,33 @@ class CausalLM {
   // every tensor-parallel rank. Collective over the tensor group.
   virtual std::vector<float> append(const std::vector<int64_t>& tokens, int64_t n,
                                     const std::vector<uint8_t>& mask) = 0;
+  // The greedy choice of one row: the largest logit's token (the lowest
+  // token among equal logits) and the logit; NaN when any logit of the row
+  // is NaN (the token is then the first NaN's).
+  struct Choice {
+    int64_t token;
+    float logit;
+  };
+  // As append(), but returns only every row's greedy choice: a model can
+  // pick it where the logits live (each tensor-parallel rank over its slice
+  // of the vocabulary, then one small exchange) instead of bringing
+  // [rows, vocab] logits to the host. Identical on every rank. The default
+  // takes the argmax of append()'s logits.
+  virtual std::vector<Choice> append_argmax(const std::vector<int64_t>& tokens, int64_t n,
+                                            const std::vector<uint8_t>& mask) {
+    const std::vector<float> logits = append(tokens, n, mask);
+    const int64_t V = vocab_size();
+    const int64_t rows = V > 0 ? static_cast<int64_t>(logits.size()) / V : 0;
+    std::vector<Choice> out(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* p = logits.data() + r * V;
+      Choice c{0, p[0]};
+      for (int64_t v = 1; v < V && c.logit == c.logit; ++v)
+        if (p[v] > c.logit || p[v] != p[v]) c = Choice{v, p[v]};
+      out[static_cast<size_t>(r)] = c;
+    }
+    return out;
+  }
   // Reorders the rows of the cache: new row i = old row src[i]
   // (src.size() == rows; indices may repeat).
   virtual void reorder(const std::vector<int64_t>& src) = 0;

@@ -227,17 +227,44 @@ GenerateResult greedy_or_sample(CausalLM& model, const Batch& batch, const Gener
   std::vector<uint8_t> finished(rows, 0), seen;
   std::vector<float> scores(vocab);
 
+  // Step t needs the logits on the host only when a processor or a warper
+  // changes them; a plain greedy step asks the model for its choice alone
+  // (append_argmax: no [rows, vocab] logits leave the device).
+  const bool has_min_new = opt.min_new_tokens > 0 && has_eos;
+  auto needs_logits = [&](int64_t t) {
+    return opt.do_sample || opt.repetition_penalty != 1.0 || (has_min_new && t < opt.min_new_tokens);
+  };
+  std::vector<float> logits;
+  std::vector<CausalLM::Choice> choice;
+  auto feed = [&](const std::vector<int64_t>& tokens, int64_t n, const std::vector<uint8_t>& mask,
+                  int64_t t) {
+    if (needs_logits(t)) {
+      logits = model.append(tokens, n, mask);
+    } else {
+      choice = model.append_argmax(tokens, n, mask);
+      OSLO_CHECK(static_cast<int64_t>(choice.size()) == rows, OSLO_ERR_SHAPE,
+                 "generate: the model chose ", choice.size(), " tokens at step ", t, " for ", rows,
+                 " rows");
+    }
+  };
   model.reset(rows, L0 + opt.max_new_tokens);
-  std::vector<float> logits = model.append(batch.tokens, L0, batch.mask);
+  feed(batch.tokens, L0, batch.mask, 0);
   // msg: [outcome, token per row, finished flag per row]
   std::vector<int64_t> msg(1 + 2 * rows);
   for (int64_t t = 0;; ++t) {
     agreement.agree(msg, t, [&] {
-      check_logits(logits, rows, vocab, t);
+      const bool full = needs_logits(t);
+      if (full) check_logits(logits, rows, vocab, t);
       bool all_done = true;
       for (int64_t r = 0; r < rows; ++r) {
         int64_t tok = pad;
-        if (!finished[r]) {
+        if (!finished[r] && !full) {
+          const CausalLM::Choice& c = choice[static_cast<size_t>(r)];
+          OSLO_CHECK(!std::isnan(c.logit), OSLO_ERR_INVALID_ARGUMENT,
+                     "generate: the model returned NaN logits (row ", r, ", token ", c.token,
+                     ", step ", t, ")");
+          tok = c.token;
+        } else if (!finished[r]) {
           std::memcpy(scores.data(), &logits[r * vocab], vocab * sizeof(float));
           check_no_nan(scores.data(), vocab, r, t);
           apply_processors(scores.data(), vocab, row[r], batch.pad[r], t, opt, seen);
@@ -262,7 +289,7 @@ GenerateResult greedy_or_sample(CausalLM& model, const Batch& batch, const Gener
       finished[r] = msg[1 + rows + r] != 0;
     }
     if (msg[0] == 1) break;
-    logits = model.append(next, 1, mask_of(batch.mask, rows, L0, L0 + t + 1));
+    feed(next, 1, mask_of(batch.mask, rows, L0, L0 + t + 1), t + 1);
   }
   return res;
 }

@@ -230,8 +230,11 @@ void Model::bind() {
 namespace {
 
 // y = x W^T (+ b): products in W's dtype (x converted if needed), f32 accumulation.
+// y = x @ w^T + b; with act, y = act(that) * gate (matmul_act: the
+// activation in the product's epilogue where the backend offers it).
 void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& y, const View& x,
-            const Tensor& w, const Tensor* b) {
+            const Tensor& w, const Tensor* b, const oslo_bk_unary* act = nullptr,
+            const View* gate = nullptr) {
   View xv = x;
   Tensor conv;
   if (x.dtype != w.dtype()) {
@@ -241,7 +244,11 @@ void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& y, cons
   }
   View bv;
   if (b && b->defined()) bv = view(*b);
-  be.matmul(y, xv, transposed(view(w)), (b && b->defined()) ? &bv : nullptr);
+  const View* bias = (b && b->defined()) ? &bv : nullptr;
+  if (act)
+    be.matmul_act(y, xv, transposed(view(w)), bias, *act, gate);
+  else
+    be.matmul(y, xv, transposed(view(w)), bias);
 }
 
 }  // namespace
@@ -352,14 +359,14 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   auto add_bias = [&](const View& y, const Tensor& b) {
     if (b.defined()) be.binary(OSLO_BK_ADD, y, y, rows_bcast(b, y.shape[0]));
   };
-  auto act = [&](const View& y) {
-    switch (cfg_.act) {
-      case Activation::GELU: be.unary(OSLO_BK_GELU, y, y); break;
-      case Activation::GELU_TANH: be.unary(OSLO_BK_GELU_TANH, y, y); break;
-      case Activation::SILU: be.unary(OSLO_BK_SILU, y, y); break;
-      case Activation::RELU: be.unary(OSLO_BK_RELU, y, y); break;
-    }
-  };
+  oslo_bk_unary act_op = OSLO_BK_GELU;
+  switch (cfg_.act) {
+    case Activation::GELU: act_op = OSLO_BK_GELU; break;
+    case Activation::GELU_TANH: act_op = OSLO_BK_GELU_TANH; break;
+    case Activation::SILU: act_op = OSLO_BK_SILU; break;
+    case Activation::RELU: act_op = OSLO_BK_RELU; break;
+  }
+  auto act = [&](const View& y) { be.unary(act_op, y, y); };
 
   const bool rms = tr.norm == NormKind::RMS_NORM, post_ln = tr.post_norm,
              parallel = tr.parallel_residual;
@@ -444,7 +451,7 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     const View min = post_ln ? view(x) : view(h);
     if (!post_ln) norm_x(view(h), L.ln2_w, L.ln2_b);
     const View mo = view(mlp_out);
-    Tensor up, gate;
+    Tensor up;
     View act_out;
     if (L.gate_up_w.defined()) {  // fused [gate | up], local [gate_r | up_r]
       const int64_t il = L.gate_up_w.dim(0) / 2;
@@ -457,14 +464,14 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     } else {
       const int64_t il = L.up_w.dim(0);
       up = scratch(bp, OSLO_DTYPE_F32, {BS, il});
-      linear(be, bp, view(up), min, L.up_w, &L.up_b);
       if (tr.gated_mlp) {
-        gate = scratch(bp, OSLO_DTYPE_F32, {BS, il});
-        linear(be, bp, view(gate), min, L.gate_w, &L.gate_b);
-        act(view(gate));
-        be.binary(OSLO_BK_MUL, view(up), view(up), view(gate));
+        // up = x W_up^T, then up = act(x W_gate^T) * up in the gate
+        // product's epilogue.
+        linear(be, bp, view(up), min, L.up_w, &L.up_b);
+        const View uv = view(up);
+        linear(be, bp, uv, min, L.gate_w, &L.gate_b, &act_op, &uv);
       } else {
-        act(view(up));
+        linear(be, bp, view(up), min, L.up_w, &L.up_b, &act_op);
       }
       act_out = view(up);
     }
@@ -514,6 +521,45 @@ std::vector<float> Model::logits_of(const View& hidden, int64_t r) {
     for (int64_t i = 0; i < r; ++i)
       std::copy_n(host.begin() + (i * vocab_local_ * tp_ + q * vocab_local_), vp.valid,
                   out.begin() + (i * V + vp.start));
+  }
+  return out;
+}
+
+std::vector<CausalLM::Choice> Model::argmax_of(const View& hidden, int64_t r) {
+  OSLO_CHECK(lm_head_.defined() && causal(), OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
+             ": this model has no language-model head");
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  Tensor local = scratch(bp, OSLO_DTYPE_F32, {r, vocab_local_});
+  linear(be, bp, view(local), hidden, lm_head_, nullptr);
+  const int64_t V = cfg_.vocab_size;
+  // Each rank's choice over the real rows of its slice (padding excluded).
+  Tensor idx = scratch(bp, OSLO_DTYPE_I64, {r}), val = scratch(bp, OSLO_DTYPE_F32, {r});
+  be.argmax(view(idx), view(val), view(local), vocab_partition(V, tp_, rank_).valid);
+  Tensor all_idx = idx, all_val = val;
+  if (tp_ > 1) {
+    all_idx = scratch(bp, OSLO_DTYPE_I64, {tp_, r});
+    all_val = scratch(bp, OSLO_DTYPE_F32, {tp_, r});
+    gather_first_dim(ctx_, OSLO_GROUP_TENSOR, view(idx), view(all_idx));
+    gather_first_dim(ctx_, OSLO_GROUP_TENSOR, view(val), view(all_val));
+  }
+  std::vector<int64_t> hi(static_cast<size_t>(tp_ * r));
+  std::vector<float> hv(hi.size());
+  be.copy(hi.data(), all_idx.data(), all_idx.nbytes(), CopyKind::DeviceToHost);
+  be.copy(hv.data(), all_val.data(), all_val.nbytes(), CopyKind::DeviceToHost);
+  // Slices in rank order cover the vocabulary in order: a strictly larger
+  // logit or the first NaN replaces the choice, so ties keep the lowest token.
+  std::vector<Choice> out(static_cast<size_t>(r), Choice{-1, 0.f});
+  for (int64_t i = 0; i < r; ++i) {
+    Choice& c = out[static_cast<size_t>(i)];
+    for (int q = 0; q < tp_; ++q) {
+      const int64_t j = hi[static_cast<size_t>(q * r + i)];
+      const float v = hv[static_cast<size_t>(q * r + i)];
+      if (j < 0) continue;  // a slice without real rows
+      if (c.token < 0 || (c.logit == c.logit && (v > c.logit || v != v)))
+        c = Choice{vocab_partition(V, tp_, q).start + j, v};
+    }
+    OSLO_CHECK(c.token >= 0, OSLO_ERR_INTERNAL, "argmax: no vocabulary slice has a token");
   }
   return out;
 }
@@ -640,8 +686,8 @@ void Model::reset(int64_t rows, int64_t max_len) {
   past_ = 0;
 }
 
-std::vector<float> Model::append(const std::vector<int64_t>& tokens, int64_t n,
-                                 const std::vector<uint8_t>& mask8) {
+View Model::append_hidden(const std::vector<int64_t>& tokens, int64_t n,
+                          const std::vector<uint8_t>& mask8, Tensor* keep) {
   OSLO_CHECK(rows_ > 0, OSLO_ERR_INVALID_ARGUMENT, "model: append before reset");
   OSLO_CHECK(n > 0 && past_ + n <= max_len_, OSLO_ERR_INVALID_ARGUMENT, "model: appending ", n,
              " tokens to ", past_, " exceeds the cache length ", max_len_);
@@ -651,11 +697,24 @@ std::vector<float> Model::append(const std::vector<int64_t>& tokens, int64_t n,
              OSLO_ERR_SHAPE, "model: append needs ", rows_ * n, " tokens and ", rows_ * T,
              " mask entries");
   std::vector<int64_t> mask(mask8.begin(), mask8.end());
-  Tensor h = run(tokens, positions_of(mask, rows_, T, n), {}, additive(mask), rows_, n, true);
+  *keep = run(tokens, positions_of(mask, rows_, T, n), {}, additive(mask), rows_, n, true);
   past_ += n;
   const int64_t H = cfg_.hidden_size;
-  const View last = strided(at(view(h), (n - 1) * H), OSLO_DTYPE_F32, {rows_, H}, {n * H, 1});
+  return strided(at(view(*keep), (n - 1) * H), OSLO_DTYPE_F32, {rows_, H}, {n * H, 1});
+}
+
+std::vector<float> Model::append(const std::vector<int64_t>& tokens, int64_t n,
+                                 const std::vector<uint8_t>& mask) {
+  Tensor h;
+  const View last = append_hidden(tokens, n, mask, &h);
   return logits_of(last, rows_);
+}
+
+std::vector<CausalLM::Choice> Model::append_argmax(const std::vector<int64_t>& tokens, int64_t n,
+                                                   const std::vector<uint8_t>& mask) {
+  Tensor h;
+  const View last = append_hidden(tokens, n, mask, &h);
+  return argmax_of(last, rows_);
 }
 
 void Model::reorder(const std::vector<int64_t>& src) {

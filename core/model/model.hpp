@@ -71,6 +71,8 @@ class Model : public CausalLM {
   void reset(int64_t rows, int64_t max_len) override;
   std::vector<float> append(const std::vector<int64_t>& tokens, int64_t n,
                             const std::vector<uint8_t>& mask) override;
+  std::vector<Choice> append_argmax(const std::vector<int64_t>& tokens, int64_t n,
+                                    const std::vector<uint8_t>& mask) override;
   void reorder(const std::vector<int64_t>& src) override;
   int64_t length() const override { return past_; }
 
@@ -88,6 +90,12 @@ class Model : public CausalLM {
   // Logits of the given hidden rows (view [r, hidden]) gathered over the
   // tensor group: [r, vocab] f32 on the host.
   std::vector<float> logits_of(const View& hidden, int64_t r);
+  // The greedy choice of every hidden row: each rank's argmax over its
+  // vocabulary slice (backend argmax), then one exchange of [r] pairs.
+  std::vector<Choice> argmax_of(const View& hidden, int64_t r);
+  // append()'s forward: the last new position's hidden rows [rows, hidden].
+  View append_hidden(const std::vector<int64_t>& tokens, int64_t n,
+                     const std::vector<uint8_t>& mask, Tensor* keep);
 
   Context& ctx_;
   ModelConfig cfg_;

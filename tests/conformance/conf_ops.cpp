@@ -823,7 +823,7 @@ void test_abi_v2(const std::shared_ptr<Backend>& be) {
   g_case = "op_supported";
   check(be->op_supported(OSLO_BK_OP_MATMUL, OSLO_DTYPE_F32), "matmul f32 is supported");
   check(be->op_supported(OSLO_BK_OP_SOFTMAX, OSLO_DTYPE_BF16), "softmax bf16 is supported");
-  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_ROPE + 1), OSLO_DTYPE_F32),
+  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_ARGMAX + 1), OSLO_DTYPE_F32),
         "an op id no fused op has yet is declined");
   check(!be->op_supported(static_cast<oslo_bk_op>(-7), OSLO_DTYPE_F32), "a bad op id is declined");
 
@@ -939,8 +939,184 @@ void test_attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int6
   check(close(got, comp, 2e-5, &e3), fmt("fused vs composed %g", e3));
 }
 
+double ref_act(oslo_bk_unary act, double x) {
+  switch (act) {
+    case OSLO_BK_GELU: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case OSLO_BK_GELU_TANH:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case OSLO_BK_SILU: return x / (1 + std::exp(-x));
+    case OSLO_BK_RELU: return x > 0 ? x : 0;
+    default: return std::tanh(x);
+  }
+}
+
+// matmul_act: c = act(a @ b + bias) * gate, gate absent, separate, or c itself.
+void test_matmul_act(const std::shared_ptr<Backend>& be) {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{1, 96, 72}, {5, 40, 33}, {40, 96, 72}};
+  const oslo_bk_unary acts[] = {OSLO_BK_GELU, OSLO_BK_GELU_TANH, OSLO_BK_SILU, OSLO_BK_RELU,
+                                OSLO_BK_TANH};
+  for (oslo_dtype dt : kFloats)
+    for (oslo_dtype cdt : {OSLO_DTYPE_F32, dt})
+      for (const Shape& s : shapes)
+        for (oslo_bk_unary act : acts)
+          for (int gmode = 0; gmode < 3; ++gmode) {  // none, separate f32, c itself
+            const bool w_layout = s.M != 5, with_bias = gmode != 1;
+            g_case = fmt("matmul_act %s->%s M%lld N%lld K%lld act %d gate %d", dtype_name(dt),
+                         dtype_name(cdt), (long long)s.M, (long long)s.N, (long long)s.K,
+                         static_cast<int>(act), gmode);
+            Dev a(be, dt, {s.M, s.K});
+            auto ha = random_in(static_cast<size_t>(s.M * s.K), dt, 2.0);
+            a.upload(ha);
+            Dev b(be, dt,
+                  w_layout ? std::vector<int64_t>{s.N, s.K} : std::vector<int64_t>{s.K, s.N});
+            auto hb = random_in(static_cast<size_t>(s.N * s.K), dt);
+            b.upload(hb);
+            View bv = b.v;
+            if (w_layout) {
+              std::swap(bv.shape[0], bv.shape[1]);
+              std::swap(bv.strides[0], bv.strides[1]);
+            }
+            Dev bias(be, dt, {s.N});
+            auto hbias = random_in(static_cast<size_t>(s.N), dt);
+            bias.upload(hbias);
+            const oslo_dtype gdt = gmode == 2 ? cdt : OSLO_DTYPE_F32;
+            auto hg = random_in(static_cast<size_t>(s.M * s.N), gdt, 1.5);
+            Dev g(be, gdt, {s.M, s.N}), c1(be, cdt, {s.M, s.N}), c2(be, cdt, {s.M, s.N});
+            g.upload(hg);
+            if (gmode == 2) {
+              c1.upload(hg);
+              c2.upload(hg);
+            } else {
+              be->fill(c1.v, std::nan(""));  // c is write-only unless it is the gate
+              be->fill(c2.v, std::nan(""));
+            }
+            auto run = [&](Dev& c, bool fused) {
+              FusedToggle f(*be, fused);
+              const View* gate = gmode == 0 ? nullptr : gmode == 1 ? &g.v : &c.v;
+              be->matmul_act(c.v, a.v, bv, with_bias ? &bias.v : nullptr, act, gate);
+            };
+            run(c1, true);
+            run(c2, false);
+            std::vector<double> ref(static_cast<size_t>(s.M * s.N));
+            ref_matmul(s.M, s.N, s.K, ha, hb, w_layout, with_bias ? &hbias : nullptr, 1, 0, &ref);
+            for (size_t i = 0; i < ref.size(); ++i) {
+              ref[i] = ref_act(act, ref[i]);
+              if (gmode) ref[i] *= hg[i];
+            }
+            // The composition rounds to c's dtype after the product, the
+            // activation and the gate: up to three roundings.
+            const double t = std::max(tol(cdt) * 3, 2e-5 * std::sqrt(static_cast<double>(s.K)));
+            double e;
+            const auto g1 = c1.download(), g2 = c2.download();
+            check(close(g1, ref, t, &e), fmt("fused err %g (tol %g)", e, t));
+            check(close(g2, ref, t, &e), fmt("composed err %g (tol %g)", e, t));
+            check(close(g1, g2, t, &e), fmt("fused vs composed %g", e));
+          }
+  g_case = "matmul_act errors";
+  {
+    Dev a(be, OSLO_DTYPE_F32, {3, 8}), b(be, OSLO_DTYPE_F32, {8, 6}), c(be, OSLO_DTYPE_F32, {3, 6}),
+        g(be, OSLO_DTYPE_F32, {3, 5}), wide(be, OSLO_DTYPE_F32, {3, 7});
+    for (bool fused : {true, false}) {
+      FusedToggle f(*be, fused);
+      auto refused = [&](const char* what, oslo_status want, auto fn) {
+        try {
+          fn();
+          check(false, fmt("%s (fused %d): accepted", what, fused));
+        } catch (const Error& e) {
+          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
+        }
+      };
+      refused("EXP is not an activation", OSLO_ERR_INVALID_ARGUMENT,
+              [&] { be->matmul_act(c.v, a.v, b.v, nullptr, OSLO_BK_EXP, nullptr); });
+      refused("a [3, 5] gate for [3, 6]", OSLO_ERR_SHAPE,
+              [&] { be->matmul_act(c.v, a.v, b.v, nullptr, OSLO_BK_SILU, &g.v); });
+      // c is columns 0..5 of a [3, 7] buffer, the gate columns 1..6: overlap.
+      View cv = wide.v, gv = wide.v;
+      cv.shape[1] = 6;
+      gv.shape[1] = 6;
+      gv.data = static_cast<float*>(wide.p) + 1;
+      refused("a gate overlapping c", OSLO_ERR_INVALID_ARGUMENT,
+              [&] { be->matmul_act(cv, a.v, b.v, nullptr, OSLO_BK_SILU, &gv); });
+      refused("inner dimensions 8 and 6", OSLO_ERR_SHAPE,
+              [&] { be->matmul_act(c.v, a.v, c.v, nullptr, OSLO_BK_RELU, nullptr); });
+    }
+  }
+}
+
+// argmax: per row the largest of the first `valid` elements, lowest index on
+// ties, the first NaN when there is one, -1 / -inf for an empty row.
+void test_argmax(const std::shared_ptr<Backend>& be) {
+  const int64_t rows = 6, n = 300, ld = 310;
+  for (oslo_dtype dt : kFloats)
+    for (int64_t valid : {int64_t(-1), int64_t(250), int64_t(1), int64_t(0)}) {
+      g_case = fmt("argmax %s valid %lld", dtype_name(dt), (long long)valid);
+      Dev x(be, dt, {rows, ld});
+      auto hx = random_in(static_cast<size_t>(rows * ld), dt, 4.0);
+      const double inf = std::numeric_limits<double>::infinity();
+      hx[1 * ld + 17] = 9;  // row 1: a tie at 17 and 90
+      hx[1 * ld + 90] = 9;
+      hx[2 * ld + 7] = std::nan("");  // row 2: NaN at 7 and 120, a larger value before
+      hx[2 * ld + 120] = std::nan("");
+      hx[2 * ld + 3] = 50;
+      for (int64_t j = 0; j < ld; ++j) hx[3 * ld + j] = -inf;  // row 3: all -inf
+      hx[4 * ld + 299] = 20;  // row 4: the largest is past valid=250
+      x.upload(hx);
+      const View xv = strided_view(x.p, dt, {rows, n}, {ld, 1});
+      std::vector<double> ri(rows), rv(rows);
+      const int64_t m = valid < 0 ? n : valid;
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t best = m > 0 ? 0 : -1;
+        double bv = m > 0 ? hx[r * ld] : -inf;
+        for (int64_t j = 1; j < m && !std::isnan(bv); ++j)
+          if (std::isnan(hx[r * ld + j]) || hx[r * ld + j] > bv) {
+            best = j;
+            bv = hx[r * ld + j];
+          }
+        ri[r] = static_cast<double>(best);
+        rv[r] = bv;
+      }
+      for (bool fused : {true, false}) {
+        FusedToggle f(*be, fused);
+        Dev idx(be, OSLO_DTYPE_I64, {rows}), val(be, OSLO_DTYPE_F32, {rows});
+        be->fill(idx.v, 77);
+        be->argmax(idx.v, val.v, xv, valid);
+        const auto gi = idx.download(), gv = val.download();
+        bool ok = true;
+        for (int64_t r = 0; r < rows; ++r)
+          ok = ok && gi[r] == ri[r] &&
+               (gv[r] == rv[r] || (std::isnan(gv[r]) && std::isnan(rv[r])));
+        check(ok, fmt("%s: row 0 %g/%g, 1 %g, 2 %g, 3 %g, 4 %g", fused ? "fused" : "composed", gi[0],
+                      ri[0], gi[1], gi[2], gi[3], gi[4]));
+      }
+    }
+  g_case = "argmax errors";
+  {
+    Dev x(be, OSLO_DTYPE_F32, {3, 9}), i32(be, OSLO_DTYPE_I32, {3}), i64(be, OSLO_DTYPE_I64, {3}),
+        v(be, OSLO_DTYPE_F32, {3}), v2(be, OSLO_DTYPE_F32, {2});
+    for (bool fused : {true, false}) {
+      FusedToggle f(*be, fused);
+      auto refused = [&](const char* what, oslo_status want, auto fn) {
+        try {
+          fn();
+          check(false, fmt("%s (fused %d): accepted", what, fused));
+        } catch (const Error& e) {
+          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
+        }
+      };
+      refused("i32 indices", OSLO_ERR_SHAPE, [&] { be->argmax(i32.v, v.v, x.v, -1); });
+      refused("2 values for 3 rows", OSLO_ERR_SHAPE, [&] { be->argmax(i64.v, v2.v, x.v, -1); });
+      refused("10 valid of 9", OSLO_ERR_INVALID_ARGUMENT,
+              [&] { be->argmax(i64.v, v.v, x.v, 10); });
+    }
+  }
+}
+
 void test_fused(const std::shared_ptr<Backend>& be) {
-  for (oslo_bk_op op : {OSLO_BK_OP_ATTENTION, OSLO_BK_OP_RESIDUAL_NORM, OSLO_BK_OP_ROPE})
+  for (oslo_bk_op op : {OSLO_BK_OP_ATTENTION, OSLO_BK_OP_RESIDUAL_NORM, OSLO_BK_OP_ROPE,
+                        OSLO_BK_OP_MATMUL_ACT, OSLO_BK_OP_ARGMAX})
     std::printf("  fused op %d on %s: %s\n", static_cast<int>(op), be->name(),
                 be->uses_fused(op, OSLO_DTYPE_F32) ? "the backend's entry" : "composed");
   struct A {
@@ -1099,6 +1275,8 @@ void test_fused(const std::shared_ptr<Backend>& be) {
     check(close(gb, ref, tol(dt) * 2, &e), fmt("composed err %g", e));
     check(ga == gb, "fused and composed are bit-identical");
   }
+  test_matmul_act(be);
+  test_argmax(be);
 }
 
 int main(int argc, char** argv) {
