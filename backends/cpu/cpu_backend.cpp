@@ -292,12 +292,13 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 }
 // Every required op in every dtype the core uses, and every fused op
 // (attention, residual norm, rotary embedding, product + activation,
-// argmax) in the float dtypes.
+// argmax, norm backward) in the float dtypes.
 int op_supported(void*, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
   const bool flt = dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
-                 op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX)
+                 op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX ||
+                 op == OSLO_BK_OP_NORM_BACKWARD)
              ? 1
              : 0;
 }
@@ -310,6 +311,12 @@ oslo_status matmul_act(void* self, const V* c, const V* a, const V* b, const V* 
 }
 oslo_status argmax(void* self, const V* index, const V* value, const V* x, int64_t valid) {
   return guard(self, [&](Instance& I) { cpu::argmax(I.threads, *index, *value, *x, valid); });
+}
+oslo_status norm_backward(void* self, const V* gx, const V* ggamma, const V* gbeta, const V* x,
+                          const V* gamma, const V* dy, float eps, int rms) {
+  return guard(self, [&](Instance& I) {
+    cpu::norm_backward(I.threads, *gx, ggamma, gbeta, *x, gamma, *dy, eps, rms != 0);
+  });
 }
 oslo_status attention(void* self, const V* out, const V* q, const V* k, const V* v, const V* mask,
                       float scale, int causal, int64_t offset) {
@@ -391,6 +398,7 @@ oslo_backend_iface make_table() {
   t.rope = rope;
   t.matmul_act = matmul_act;
   t.argmax = argmax;
+  t.norm_backward = norm_backward;
   return t;
 }
 

@@ -517,18 +517,17 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
     OSLO_CHECK(c.ndim == 2 && alpha == 1.f && beta == 0.f, OSLO_ERR_INVALID_ARGUMENT,
                "matmul_act is 2-D with alpha 1 and beta 0");
     if (gate)
-      OSLO_CHECK(is_float(gate->dtype) && gate->ndim == 2 && gate->shape[0] == M &&
-                     gate->shape[1] == N,
-                 OSLO_ERR_SHAPE, "matmul_act gate ", shape_of(*gate), " must be float [", M, ", ",
-                 N, "]");
+      OSLO_CHECK(
+          is_float(gate->dtype) && gate->ndim == 2 && gate->shape[0] == M && gate->shape[1] == N,
+          OSLO_ERR_SHAPE, "matmul_act gate ", shape_of(*gate), " must be float [", M, ", ", N, "]");
   }
   if (M == 0 || N == 0) return;
   for (int64_t bi = 0; bi < batches; ++bi) {
     Mat am = mat_of(a, bi), bm = mat_of(b, bi), cm = mat_of(c, bi);
     // c written directly when it is plain f32 and there is no epilogue left
     // (a gate that is c itself must be read before c is written).
-    const bool direct = cm.dtype == OSLO_DTYPE_F32 && cm.cs == 1 && cm.rs >= N &&
-                        !(gate && gate->data == c.data);
+    const bool direct =
+        cm.dtype == OSLO_DTYPE_F32 && cm.cs == 1 && cm.rs >= N && !(gate && gate->data == c.data);
     std::vector<float> tmp;
     float* out = reinterpret_cast<float*>(cm.data);
     int64_t ldo = cm.rs;
@@ -629,7 +628,8 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
           if (activation) {
             activate(activation->act, d, d, N);
             if (gate) {
-              const float* g = load_row(*gate, r * gate->strides[0], N, gate->strides[1], old.data());
+              const float* g =
+                  load_row(*gate, r * gate->strides[0], N, gate->strides[1], old.data());
               for (int64_t j = 0; j < N; ++j) d[j] *= g[j];
             }
           }

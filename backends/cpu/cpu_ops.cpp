@@ -520,10 +520,9 @@ void unary(int threads, oslo_bk_unary op, const V& out, const V& x, float alpha)
     case OSLO_BK_SILU:
     case OSLO_BK_RELU:
     case OSLO_BK_TANH:
-      return elementwise(threads, out, x, nullptr,
-                         [op](float* o, const float* a, const float*, int64_t n) {
-                           activate(op, o, a, n);
-                         });
+      return elementwise(
+          threads, out, x, nullptr,
+          [op](float* o, const float* a, const float*, int64_t n) { activate(op, o, a, n); });
     case OSLO_BK_SCALE: return run([alpha](float v) { return v * alpha; });
     case OSLO_BK_EXP: return run([](float v) { return std::exp(v); });
     case OSLO_BK_SQUARE: return run([](float v) { return v * v; });
@@ -803,6 +802,101 @@ void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, 
   });
 }
 
+void norm_backward(int threads, const V& gx, const V* ggamma, const V* gbeta, const V& x,
+                   const V* gamma, const V& dy, float eps, bool rms) {
+  check_float(gx, "norm_backward grad_x");
+  check_float(x, "norm_backward x");
+  check_float(dy, "norm_backward dy");
+  OSLO_CHECK(x.ndim == 2 && dy.ndim == 2 && gx.ndim == 2 && dy.shape[0] == x.shape[0] &&
+                 dy.shape[1] == x.shape[1] && gx.shape[0] == x.shape[0] &&
+                 gx.shape[1] == x.shape[1],
+             OSLO_ERR_SHAPE, "norm_backward: x ", shape_of(x), ", dy ", shape_of(dy),
+             " and grad_x ", shape_of(gx), " must be the same [rows, H]");
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  std::vector<float> g;
+  load_norm_param(gamma, "norm_backward gamma", cols, &g);
+  const V* gb = rms ? nullptr : gbeta;
+  for (const V* p : {ggamma, gb})
+    if (p)
+      OSLO_CHECK(p->dtype == OSLO_DTYPE_F32 && numel(*p) == cols, OSLO_ERR_SHAPE,
+                 "norm_backward: parameter gradients must be f32 [", cols, "], not ", shape_of(*p));
+  if (rows * cols == 0) return;
+  // 1. Row statistics exactly as norm() computes them (f64 sums, f32 rstd).
+  std::vector<float> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    const float* xr = load_row(x, r * x.strides[0], cols, x.strides[1], s.a.data());
+    double m = 0, var = 0;
+    if (!rms) {
+      for (int64_t i = 0; i < cols; ++i) m += xr[i];
+      m /= static_cast<double>(cols);
+    }
+    for (int64_t i = 0; i < cols; ++i) var += (xr[i] - m) * (xr[i] - m);
+    mean[static_cast<size_t>(r)] = static_cast<float>(m);
+    rstd[static_cast<size_t>(r)] =
+        static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(cols) + eps));
+  });
+  // 2. Parameter gradients (before grad_x is written: it may be dy):
+  // columns in blocks across threads, rows in order, so the sums are the
+  // same whatever the thread count.
+  if (ggamma || gb) {
+    const int64_t block = 256, blocks = (cols + block - 1) / block;
+    const int nt = blocks > 1 && rows * cols > 16384 ? std::max(1, threads) : 1;
+    const V gg1 = ggamma ? align(*ggamma, 1) : V{}, gb1 = gb ? align(*gb, 1) : V{};
+#pragma omp parallel num_threads(nt)
+    {
+      std::vector<float> xb(static_cast<size_t>(block)), db(static_cast<size_t>(block)),
+          cur(static_cast<size_t>(block)), w(static_cast<size_t>(block));
+      std::vector<double> ag(static_cast<size_t>(block)), ab(static_cast<size_t>(block));
+#pragma omp for schedule(static)
+      for (int64_t bi = 0; bi < blocks; ++bi) {
+        const int64_t j0 = bi * block, n = std::min(block, cols - j0);
+        std::fill(ag.begin(), ag.end(), 0.0);
+        std::fill(ab.begin(), ab.end(), 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* xr =
+              load_row(x, r * x.strides[0] + j0 * x.strides[1], n, x.strides[1], xb.data());
+          const float* dr =
+              load_row(dy, r * dy.strides[0] + j0 * dy.strides[1], n, dy.strides[1], db.data());
+          const float mf = mean[static_cast<size_t>(r)], inv = rstd[static_cast<size_t>(r)];
+          for (int64_t j = 0; j < n; ++j) {
+            ag[static_cast<size_t>(j)] += static_cast<double>(dr[j]) * ((xr[j] - mf) * inv);
+            ab[static_cast<size_t>(j)] += dr[j];
+          }
+        }
+        for (int k = 0; k < 2; ++k) {
+          const V& p = k == 0 ? gg1 : gb1;
+          const std::vector<double>& acc = k == 0 ? ag : ab;
+          if (!p.data) continue;
+          const float* c = load_row(p, j0 * p.strides[0], n, p.strides[0], cur.data());
+          for (int64_t j = 0; j < n; ++j)
+            w[static_cast<size_t>(j)] = c[j] + static_cast<float>(acc[static_cast<size_t>(j)]);
+          store_row(p, j0 * p.strides[0], n, p.strides[0], w.data());
+        }
+      }
+    }
+  }
+  // 3. grad_x, row by row (each row of dy read before its grad_x row is stored).
+  for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
+    const float* xr = load_row(x, r * x.strides[0], cols, x.strides[1], s.a.data());
+    const float* dr = load_row(dy, r * dy.strides[0], cols, dy.strides[1], s.b.data());
+    const float mf = mean[static_cast<size_t>(r)], inv = rstd[static_cast<size_t>(r)];
+    double s1 = 0, s2 = 0;  // sum g, sum g * xhat
+    for (int64_t i = 0; i < cols; ++i) {
+      const float gi = g.empty() ? dr[i] : dr[i] * g[static_cast<size_t>(i)];
+      s1 += gi;
+      s2 += static_cast<double>(gi) * ((xr[i] - mf) * inv);
+    }
+    const float a1 = rms ? 0.f : static_cast<float>(s1 / static_cast<double>(cols));
+    const float a2 = static_cast<float>(s2 / static_cast<double>(cols));
+    float* o = s.c.data();
+    for (int64_t i = 0; i < cols; ++i) {
+      const float gi = g.empty() ? dr[i] : dr[i] * g[static_cast<size_t>(i)];
+      o[i] = inv * (gi - a1 - (xr[i] - mf) * inv * a2);
+    }
+    store_row(gx, r * gx.strides[0], cols, gx.strides[1], o);
+  });
+}
+
 void residual_norm(int threads, const V& out, const V& x, const V* y, const V* bias, const V* gamma,
                    const V* beta, float eps, bool rms) {
   check_float(out, "residual_norm output");
@@ -883,9 +977,7 @@ void rope(int threads, const V& x, const V& cos, const V& sin) {
 
 // ---- gathers and scatters -------------------------------------------------
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 void argmax(int threads, const V& index, const V& value, const V& x, int64_t valid) {
   check_float(x, "argmax x");

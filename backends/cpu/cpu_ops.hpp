@@ -34,6 +34,8 @@ void residual_norm(int threads, const V& out, const V& x, const V* y, const V* b
                    const V* beta, float eps, bool rms);
 void rope(int threads, const V& x, const V& cos, const V& sin);
 void argmax(int threads, const V& index, const V& value, const V& x, int64_t valid);
+void norm_backward(int threads, const V& grad_x, const V* grad_gamma, const V* grad_beta,
+                   const V& x, const V* gamma, const V& dy, float eps, bool rms);
 void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,
                float scale, bool causal, int64_t causal_offset);
 void gather_rows(int threads, const V& out, const V& table, const V& ids, int64_t offset,

@@ -131,11 +131,15 @@ class Backend {
                      const View* gamma, const View* beta, float eps, bool rms);
   void rope(const View& x, const View& cos, const View& sin);
   // c = act(a @ b + bias) * gate (gate may be c itself; bias, gate nullable).
-  void matmul_act(const View& c, const View& a, const View& b, const View* bias,
-                  oslo_bk_unary act, const View* gate);
+  void matmul_act(const View& c, const View& a, const View& b, const View* bias, oslo_bk_unary act,
+                  const View* gate);
   // Per row of x [rows, n]: index (i64 [rows]) and value (f32 [rows]) of the
   // largest of the first `valid` elements (NaN wins; ties: lowest index).
   void argmax(const View& index, const View& value, const View& x, int64_t valid = -1);
+  // The gradient of norm(): grad_x (may be dy itself) overwritten; grad_gamma
+  // and grad_beta ([H] f32, nullable) accumulated.
+  void norm_backward(const View& grad_x, const View* grad_gamma, const View* grad_beta,
+                     const View& x, const View* gamma, const View& dy, float eps, bool rms);
   // Whether the fused entries may be used (default: yes). Off, every fused op
   // is composed: how tests and benchmarks compare the two paths.
   void set_fused_enabled(bool on) { fused_ = on; }
@@ -162,6 +166,8 @@ class Backend {
   void compose_matmul_act(const View& c, const View& a, const View& b, const View* bias,
                           oslo_bk_unary act, const View* gate);
   void compose_argmax(const View& index, const View& value, const View& x, int64_t valid);
+  void compose_norm_backward(const View& grad_x, const View* grad_gamma, const View* grad_beta,
+                             const View& x, const View* gamma, const View& dy, float eps, bool rms);
 
   oslo_backend_iface t_;  // the plugin's table, entries past its struct_size NULL
   void* self_;

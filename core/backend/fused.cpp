@@ -1,8 +1,8 @@
 // The fused ops of the backend seam (oslo_backend.h: attention,
-// residual_norm, rope, matmul_act, argmax): the backend's own entry when it offers one for the
-// dtype, else the composition below from the required entries. The
-// compositions are the reference: the conformance suite checks every
-// backend's fused entry against them (and both against f64).
+// residual_norm, rope, matmul_act, argmax, norm_backward): the backend's own entry when it offers
+// one for the dtype, else the composition below from the required entries. The compositions are the
+// reference: the conformance suite checks every backend's fused entry against them (and both
+// against f64).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -87,11 +87,11 @@ void check_attention(const View& out, const View& q, const View& k, const View& 
 
 bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
   if (!fused_) return false;
-  const bool entry = (op == OSLO_BK_OP_ATTENTION && t_.attention) ||
-                     (op == OSLO_BK_OP_RESIDUAL_NORM && t_.residual_norm) ||
-                     (op == OSLO_BK_OP_ROPE && t_.rope) ||
-                     (op == OSLO_BK_OP_MATMUL_ACT && t_.matmul_act) ||
-                     (op == OSLO_BK_OP_ARGMAX && t_.argmax);
+  const bool entry =
+      (op == OSLO_BK_OP_ATTENTION && t_.attention) ||
+      (op == OSLO_BK_OP_RESIDUAL_NORM && t_.residual_norm) || (op == OSLO_BK_OP_ROPE && t_.rope) ||
+      (op == OSLO_BK_OP_MATMUL_ACT && t_.matmul_act) || (op == OSLO_BK_OP_ARGMAX && t_.argmax) ||
+      (op == OSLO_BK_OP_NORM_BACKWARD && t_.norm_backward);
   return entry && op_supported(op, dtype);
 }
 
@@ -229,8 +229,8 @@ void Backend::matmul_act(const View& c, const View& a, const View& b, const View
   if (gate) {
     OSLO_CHECK(gate->ndim == 2 && gate->shape[0] == c.shape[0] && gate->shape[1] == c.shape[1] &&
                    is_float(gate->dtype),
-               OSLO_ERR_SHAPE, "matmul_act gate ", dims(*gate), " must be a float view of c's shape ",
-               dims(c));
+               OSLO_ERR_SHAPE, "matmul_act gate ", dims(*gate),
+               " must be a float view of c's shape ", dims(c));
     const bool same = gate->data == c.data && gate->dtype == c.dtype &&
                       gate->strides[0] == c.strides[0] && gate->strides[1] == c.strides[1];
     if (!same) {
@@ -315,6 +315,84 @@ void Backend::compose_argmax(const View& index, const View& value, const View& x
   }
   copy(index.data, idx.data(), idx.size() * sizeof(int64_t), CopyKind::HostToDevice);
   copy(value.data, val.data(), val.size() * sizeof(float), CopyKind::HostToDevice);
+}
+
+void Backend::norm_backward(const View& grad_x, const View* grad_gamma, const View* grad_beta,
+                            const View& x, const View* gamma, const View& dy, float eps, bool rms) {
+  OSLO_CHECK(x.ndim >= 1 && is_float(x.dtype) && is_float(dy.dtype) && is_float(grad_x.dtype),
+             OSLO_ERR_DTYPE, "norm_backward: x, dy and grad_x must be float views");
+  OSLO_CHECK(x.ndim == 2 && dy.ndim == 2 && grad_x.ndim == 2, OSLO_ERR_SHAPE, "norm_backward: x ",
+             dims(x), ", dy ", dims(dy), " and grad_x ", dims(grad_x), " must be 2-D [rows, H]");
+  const int64_t rows = x.rows(), H = x.cols();
+  OSLO_CHECK(dy.rows() == rows && dy.cols() == H && grad_x.rows() == rows && grad_x.cols() == H,
+             OSLO_ERR_SHAPE, "norm_backward: dy ", dims(dy), " and grad_x ", dims(grad_x),
+             " must have x's shape ", dims(x));
+  for (const View* p : {gamma, grad_gamma, rms ? nullptr : grad_beta})
+    OSLO_CHECK(!p || (p->numel() == H && is_float(p->dtype)), OSLO_ERR_SHAPE,
+               "norm_backward: gamma and the parameter gradients need ", H, " float elements, got ",
+               dims(*p));
+  for (const View* p : {grad_gamma, rms ? nullptr : grad_beta})
+    OSLO_CHECK(!p || p->dtype == OSLO_DTYPE_F32, OSLO_ERR_DTYPE,
+               "norm_backward: parameter gradients must be f32");
+  if (uses_fused(OSLO_BK_OP_NORM_BACKWARD, x.dtype))
+    return check(t_.norm_backward(self_, &grad_x, grad_gamma, rms ? nullptr : grad_beta, &x, gamma,
+                                  &dy, eps, rms ? 1 : 0),
+                 "norm_backward");
+  compose_norm_backward(grad_x, grad_gamma, rms ? nullptr : grad_beta, x, gamma, dy, eps, rms);
+}
+
+void Backend::compose_norm_backward(const View& grad_x, const View* grad_gamma,
+                                    const View* grad_beta, const View& x, const View* gamma,
+                                    const View& dy, float eps, bool rms) {
+  const int64_t R = x.rows(), H = x.cols();
+  if (R * H == 0) return;
+  const oslo_dtype f32 = OSLO_DTYPE_F32;
+  auto two_d = [&](const View& v) {
+    return strided(v.data, v.dtype, {R, H},
+                   {v.ndim >= 2 ? v.strides[v.ndim - 2] : H, v.strides[v.ndim - 1]});
+  };
+  auto col = [&](const View& r) { return strided(r.data, f32, {R, H}, {1, 0}); };  // [R] over H
+  auto row = [&](const View& p) {                                                  // [H] over R
+    return strided(p.data, p.dtype, {R, H}, {0, p.ndim ? p.strides[p.ndim - 1] : 1});
+  };
+  Scratch xc(*this, f32, {R, H}), g(*this, f32, {R, H}), t(*this, f32, {R, H});
+  Scratch stat(*this, f32, {R}), rstd(*this, f32, {R}), eps_s(*this, f32, {1});
+  convert(xc.view(), two_d(x));
+  if (!rms) {  // centre
+    reduce(OSLO_BK_REDUCE_SUM, stat.view(), xc.view());
+    unary(OSLO_BK_SCALE, stat.view(), stat.view(), 1.f / static_cast<float>(H));
+    binary(OSLO_BK_SUB, xc.view(), xc.view(), col(stat.view()));
+  }
+  binary(OSLO_BK_MUL, t.view(), xc.view(), xc.view());
+  reduce(OSLO_BK_REDUCE_SUM, rstd.view(), t.view());
+  unary(OSLO_BK_SCALE, rstd.view(), rstd.view(), 1.f / static_cast<float>(H));
+  fill(eps_s.view(), eps);
+  binary(OSLO_BK_ADD, rstd.view(), rstd.view(), strided(eps_s.view().data, f32, {R}, {0}));
+  unary(OSLO_BK_RSQRT, rstd.view(), rstd.view());
+  View xhat = xc.view();  // xc becomes xhat in place
+  binary(OSLO_BK_MUL, xhat, xhat, col(rstd.view()));
+  const View dy2 = two_d(dy);
+  if (grad_gamma) {
+    binary(OSLO_BK_MUL, t.view(), dy2, xhat);
+    sum_rows(*grad_gamma, t.view(), true);
+  }
+  if (grad_beta) sum_rows(*grad_beta, dy2, true);
+  if (gamma)
+    binary(OSLO_BK_MUL, g.view(), dy2, row(*gamma));
+  else
+    convert(g.view(), dy2);
+  // t = g - xhat * mean(g * xhat) (- mean(g)), then grad_x = rstd * t.
+  binary(OSLO_BK_MUL, t.view(), g.view(), xhat);
+  reduce(OSLO_BK_REDUCE_SUM, stat.view(), t.view());
+  unary(OSLO_BK_SCALE, stat.view(), stat.view(), 1.f / static_cast<float>(H));
+  binary(OSLO_BK_MUL, t.view(), xhat, col(stat.view()));
+  binary(OSLO_BK_SUB, t.view(), g.view(), t.view());
+  if (!rms) {
+    reduce(OSLO_BK_REDUCE_SUM, stat.view(), g.view());
+    unary(OSLO_BK_SCALE, stat.view(), stat.view(), 1.f / static_cast<float>(H));
+    binary(OSLO_BK_SUB, t.view(), t.view(), col(stat.view()));
+  }
+  binary(OSLO_BK_MUL, two_d(grad_x), t.view(), col(rstd.view()));
 }
 
 }  // namespace oslo

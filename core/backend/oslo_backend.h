@@ -194,6 +194,8 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_MATMUL_ACT = 1027,
   /** argmax(): index and value of each row's largest element. */
   OSLO_BK_OP_ARGMAX = 1028,
+  /** norm_backward(): the gradient of norm() (layer or RMS). */
+  OSLO_BK_OP_NORM_BACKWARD = 1029,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -497,12 +499,28 @@ typedef struct oslo_backend_iface {
    * logits to the host. */
   oslo_status (*argmax)(void *self, const oslo_bk_view *index, const oslo_bk_view *value,
                         const oslo_bk_view *x, int64_t valid);
+  /** OSLO_BK_OP_NORM_BACKWARD (dtype: x's). The backward of norm(out, x,
+   * gamma, beta, eps, rms) over rows of x [rows, H]: given dy = dL/dout
+   * [rows, H] (any float dtype), with xhat = (x - mean) * rstd (rms: x *
+   * rstd), rstd = 1 / sqrt(var + eps) (rms: mean of squares) and
+   * g = dy * gamma (gamma NULL: 1),
+   *   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))   (layer norm)
+   *   grad_x = rstd * (g - xhat * mean(g * xhat))             (rms)
+   * overwrites grad_x [rows, H] (any float dtype; it may be dy itself, the
+   * same view), and adds sum over rows of dy * xhat to grad_gamma and of dy
+   * to grad_beta ([H] f32; either may be NULL; grad_beta is ignored for
+   * rms). Row statistics as norm() computes them, f32 results. */
+  oslo_status (*norm_backward)(void *self, const oslo_bk_view *grad_x,
+                               const oslo_bk_view *grad_gamma, const oslo_bk_view *grad_beta,
+                               const oslo_bk_view *x, const oslo_bk_view *gamma,
+                               const oslo_bk_view *dy, float eps, int rms);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
 #define OSLO_BACKEND_IFACE_V1_SIZE (offsetof(oslo_backend_iface, copy_async))
 /** The size of an ABI v2 table. */
-#define OSLO_BACKEND_IFACE_V2_SIZE (offsetof(oslo_backend_iface, argmax) + sizeof(void (*)(void)))
+#define OSLO_BACKEND_IFACE_V2_SIZE \
+  (offsetof(oslo_backend_iface, norm_backward) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -582,11 +600,13 @@ OSLO_BK_SLOT_(residual_norm, 52);
 OSLO_BK_SLOT_(rope, 53);
 OSLO_BK_SLOT_(matmul_act, 54);
 OSLO_BK_SLOT_(argmax, 55);
+OSLO_BK_SLOT_(norm_backward, 56);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after argmax needs OSLO_BACKEND_IFACE_V3_SIZE");
+OSLO_BK_STATIC_ASSERT_(
+    OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
+    "backend ABI: an entry after norm_backward needs OSLO_BACKEND_IFACE_V3_SIZE");
 #undef OSLO_BK_SLOT_
 #endif
 

@@ -232,7 +232,8 @@ GenerateResult greedy_or_sample(CausalLM& model, const Batch& batch, const Gener
   // (append_argmax: no [rows, vocab] logits leave the device).
   const bool has_min_new = opt.min_new_tokens > 0 && has_eos;
   auto needs_logits = [&](int64_t t) {
-    return opt.do_sample || opt.repetition_penalty != 1.0 || (has_min_new && t < opt.min_new_tokens);
+    return opt.do_sample || opt.repetition_penalty != 1.0 ||
+           (has_min_new && t < opt.min_new_tokens);
   };
   std::vector<float> logits;
   std::vector<CausalLM::Choice> choice;

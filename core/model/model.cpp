@@ -1,4 +1,5 @@
 #include "core/model/model.hpp"
+#include "core/model/model_internal.hpp"
 
 #include <algorithm>
 #include <cfloat>
@@ -16,37 +17,12 @@
 
 namespace oslo {
 
-struct Model::Layer {
-  Tensor ln1_w, ln1_b, ln2_w, ln2_b;
-  Tensor qkv_w, qkv_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
-  Tensor up_w, up_b, gate_w, gate_b, gate_up_w, gate_up_b, down_w, down_b;
-  Tensor k_cache, v_cache;  // [rows, local kv heads, max_len, head_dim] f32
-};
+using model_detail::at;
+using model_detail::linear;
+using model_detail::rows_bcast;
+using model_detail::strided;
 
 namespace {
-
-// A view with explicit shape and strides (elements) at data.
-View strided(void* data, oslo_dtype dt, std::initializer_list<int64_t> shape,
-             std::initializer_list<int64_t> strides) {
-  View v;
-  v.data = data;
-  v.dtype = dt;
-  v.ndim = static_cast<int32_t>(shape.size());
-  int i = 0;
-  for (int64_t s : shape) v.shape[i++] = s;
-  i = 0;
-  for (int64_t s : strides) v.strides[i++] = s;
-  return v;
-}
-
-char* at(const View& v, int64_t elements) {
-  return static_cast<char*>(v.data) + elements * static_cast<int64_t>(dtype_size(v.dtype));
-}
-
-// A 1-D tensor broadcast over `rows` rows.
-View rows_bcast(const Tensor& t, int64_t rows) {
-  return strided(t.data(), t.dtype(), {rows, t.numel()}, {0, 1});
-}
 
 std::string join_path(const std::string& a, const std::string& b) {
   return a.empty() ? b : a + "/" + b;
@@ -180,6 +156,7 @@ void Model::bind() {
     OSLO_CHECK(!tr.gated_mlp || L->gate_w.defined() || L->gate_up_w.defined(), OSLO_ERR_INTERNAL,
                cfg_.model_type, ": a gated MLP without a gate projection");
   }
+  for (size_t i = 0; i < params_.size(); ++i) param_of_[params_[i].tensor.data()] = i;
   if (tr.norm_unit_offset) {
     // The norms scale by (1 + weight): hold the shifted copy for compute;
     // params_ keeps the stored weight for saving.
@@ -191,6 +168,8 @@ void Model::bind() {
       for (float& v : host) v += 1.0f;
       Tensor c = Tensor::empty_like_shape(ctx_.backend_ptr(), OSLO_DTYPE_F32, w.shape());
       ctx_.backend().copy(c.data(), host.data(), c.nbytes(), CopyKind::HostToDevice);
+      auto it = param_of_.find(w.data());
+      if (it != param_of_.end()) param_of_[c.data()] = it->second;
       w = c;
     };
     for (auto& L : layers_) {
@@ -230,27 +209,6 @@ void Model::bind() {
 namespace {
 
 // y = x W^T (+ b): products in W's dtype (x converted if needed), f32 accumulation.
-// y = x @ w^T + b; with act, y = act(that) * gate (matmul_act: the
-// activation in the product's epilogue where the backend offers it).
-void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& y, const View& x,
-            const Tensor& w, const Tensor* b, const oslo_bk_unary* act = nullptr,
-            const View* gate = nullptr) {
-  View xv = x;
-  Tensor conv;
-  if (x.dtype != w.dtype()) {
-    conv = scratch(bp, w.dtype(), {x.shape[0], x.shape[1]});
-    be.convert(view(conv), x);
-    xv = view(conv);
-  }
-  View bv;
-  if (b && b->defined()) bv = view(*b);
-  const View* bias = (b && b->defined()) ? &bv : nullptr;
-  if (act)
-    be.matmul_act(y, xv, transposed(view(w)), bias, *act, gate);
-  else
-    be.matmul(y, xv, transposed(view(w)), bias);
-}
-
 }  // namespace
 
 void Model::attention(Layer& L, const View& q, const View& k, const View& v, const Tensor& out,
@@ -285,6 +243,23 @@ void Model::attention(Layer& L, const View& q, const View& k, const View& v, con
   const View ov = strided(out.data(), out.dtype(), {B, nhl, S, D}, {S * nhl * D, D, nhl * D, 1});
   const View mv = strided(mask.data(), OSLO_DTYPE_F32, {B, T}, {T, 1});
   be.attention(ov, qv, kv, vv, &mv, 1.0f / std::sqrt(static_cast<float>(D)), causal(), P);
+}
+
+void Model::rope_tables(const std::vector<int64_t>& positions, Tensor* cos_t, Tensor* sin_t) {
+  const int64_t BS = static_cast<int64_t>(positions.size()), R = cfg_.rotary_dims();
+  std::vector<float> c(static_cast<size_t>(BS * R / 2)), s(c.size());
+  for (int64_t r = 0; r < BS; ++r)
+    for (int64_t i = 0; i < R / 2; ++i) {
+      const float a =
+          static_cast<float>(positions[static_cast<size_t>(r)]) * inv_freq_[static_cast<size_t>(i)];
+      c[static_cast<size_t>(r * R / 2 + i)] = std::cos(a);
+      s[static_cast<size_t>(r * R / 2 + i)] = std::sin(a);
+    }
+  Backend& be = ctx_.backend();
+  *cos_t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {BS, R / 2});
+  *sin_t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {BS, R / 2});
+  be.copy(cos_t->data(), c.data(), cos_t->nbytes(), CopyKind::HostToDevice);
+  be.copy(sin_t->data(), s.data(), sin_t->nbytes(), CopyKind::HostToDevice);
 }
 
 Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
@@ -336,20 +311,8 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
 
   // Rotary tables [BS, R/2] (R: the rotated dimensions of a head).
   const BlockTraits& tr = cfg_.traits;
-  const int64_t R = cfg_.rotary_dims();
   Tensor cos_t, sin_t;
-  if (tr.rotary) {
-    std::vector<float> c(static_cast<size_t>(BS * R / 2)), s(c.size());
-    for (int64_t r = 0; r < BS; ++r)
-      for (int64_t i = 0; i < R / 2; ++i) {
-        const float a = static_cast<float>(positions[static_cast<size_t>(r)]) *
-                        inv_freq_[static_cast<size_t>(i)];
-        c[static_cast<size_t>(r * R / 2 + i)] = std::cos(a);
-        s[static_cast<size_t>(r * R / 2 + i)] = std::sin(a);
-      }
-    cos_t = upload(c.data(), OSLO_DTYPE_F32, {BS, R / 2});
-    sin_t = upload(s.data(), OSLO_DTYPE_F32, {BS, R / 2});
-  }
+  if (tr.rotary) rope_tables(positions, &cos_t, &sin_t);
   // On the first R dimensions of each head, in place: x * cos +
   // rotate_half(x) * sin; the others pass.
   auto rope = [&](const View& t, int64_t heads) {

@@ -3,14 +3,15 @@
 // over the context's tensor-parallel group: attention by heads (key/value
 // heads replicated when there are fewer than ranks), MLPs by columns then
 // rows, embeddings and the LM head by vocabulary. Built from the backend
-// seam's ops and the communication mappings; inference only (docs/MODELS.md
-// says how each block gets its backward).
+// seam's ops and the communication mappings. Inference (model.cpp) and the
+// causal-LM loss with its backward (model_train.cpp).
 //
 // Every method that computes is collective over the tensor group: all its
 // ranks call it with the same arguments. One thread at a time per model.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,26 @@ class Model : public CausalLM {
   void reorder(const std::vector<int64_t>& src) override;
   int64_t length() const override { return past_; }
 
+  // Training (core/model/model_train.cpp).
+  // The causal-LM loss of a batch as transformers computes it: ids, labels
+  // and mask are [batch, seq] row-major (mask empty: all ones; padding is a
+  // 0 in the mask and should carry the label -100), labels are shifted
+  // inside (the logits at position t predict labels[t + 1]), -100 is
+  // ignored, and the loss is the mean over the labels kept. Adds
+  // grad_scale * d loss / d parameter into grads() (made, zero, on first
+  // use) and returns the loss, the same on every rank. Decoder families
+  // with pre-norm blocks (every causal family of the registry), f32
+  // weights, a tensor-parallel size that divides the key/value heads.
+  // Collective over the tensor group; one thread at a time per model.
+  float loss_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
+                      const std::vector<int64_t>& mask, int64_t batch, int64_t seq,
+                      float grad_scale = 1.f);
+  // One f32 gradient per tensors() entry, of its local shape (empty before
+  // the first loss_backward or zero_grad).
+  const std::vector<Tensor>& grads() const { return grads_; }
+  // Sets every gradient to zero (making them on first use).
+  void zero_grad();
+
  private:
   struct Layer;
   Model(Context& ctx, ModelConfig cfg, oslo_dtype dtype);
@@ -93,6 +114,11 @@ class Model : public CausalLM {
   // The greedy choice of every hidden row: each rank's argmax over its
   // vocabulary slice (backend argmax), then one exchange of [r] pairs.
   std::vector<Choice> argmax_of(const View& hidden, int64_t r);
+  // cos and sin [positions, R/2] of the rotary embedding at these positions.
+  void rope_tables(const std::vector<int64_t>& positions, Tensor* cos, Tensor* sin);
+  // The gradient of a compute tensor (a parameter, or the shifted copy of a
+  // unit-offset norm weight).
+  Tensor& grad_of(const Tensor& w);
   // append()'s forward: the last new position's hidden rows [rows, hidden].
   View append_hidden(const std::vector<int64_t>& tokens, int64_t n,
                      const std::vector<uint8_t>& mask, Tensor* keep);
@@ -110,6 +136,10 @@ class Model : public CausalLM {
   Tensor wte_, wpe_, type_, emb_ln_w_, emb_ln_b_, norm_w_, norm_b_, lm_head_, pool_w_, pool_b_;
   int64_t vocab_start_ = 0, vocab_local_ = 0, vocab_valid_ = 0;
   std::vector<float> inv_freq_;
+  // Training: gradients per params_ entry, and which entry a compute
+  // tensor's memory belongs to.
+  std::vector<Tensor> grads_;
+  std::map<const void*, size_t> param_of_;
   // Generation state.
   int64_t rows_ = 0, max_len_ = 0, past_ = 0;
 };

@@ -161,7 +161,10 @@ std::vector<double> random_in(size_t n, oslo_dtype dt, double scale = 1.0) {
 // max |got - ref| <= rel * max(|ref|, floor)
 bool close(const std::vector<double>& got, const std::vector<double>& ref, double rel,
            double* err = nullptr, double floor = 1.0) {
-  if (got.size() != ref.size()) return false;
+  if (got.size() != ref.size()) {
+    if (err) *err = INFINITY;
+    return false;
+  }
   double mref = 0, merr = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     if (std::isfinite(ref[i])) mref = std::max(mref, std::fabs(ref[i]));
@@ -201,7 +204,10 @@ void test_convert(const std::shared_ptr<Backend>& be) {
       std::vector<double> ref(h.size());
       for (size_t i = 0; i < h.size(); ++i) ref[i] = quant(h[i], dst);
       double e;
-      check(close(b.download(), ref, 1e-7, &e), fmt("err %g", e));
+      {
+        const bool ok_ = close(b.download(), ref, 1e-7, &e);
+        check(ok_, fmt("err %g", e));
+      }
     }
   // Transposed copy and broadcast of a row.
   g_case = "convert transpose";
@@ -308,7 +314,10 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
             ref_matmul(s.M, s.N, s.K, ha, hb, w_layout, epi ? &hbias : nullptr, alpha, beta, &ref);
             double e;
             double t = std::max(tol(cdt), 1e-5 * std::sqrt(static_cast<double>(s.K)));
-            check(close(c.download(), ref, t, &e), fmt("err %g (tol %g)", e, t));
+            {
+              const bool ok_ = close(c.download(), ref, t, &e);
+              check(ok_, fmt("err %g (tol %g)", e, t));
+            }
           }
   // Batched, with the second operand shared (batch stride 0).
   for (oslo_dtype dt : kFloats) {
@@ -421,7 +430,10 @@ void test_elementwise(const std::shared_ptr<Backend>& be) {
             ref[r * C + c] = v;
           }
         double e;
-        check(close(o.download(), ref, tol(dt), &e), fmt("err %g", e));
+        {
+          const bool ok_ = close(o.download(), ref, tol(dt), &e);
+          check(ok_, fmt("err %g", e));
+        }
       }
   const oslo_bk_unary uns[] = {OSLO_BK_SCALE,   OSLO_BK_EXP,  OSLO_BK_GELU, OSLO_BK_GELU_TANH,
                                OSLO_BK_SILU,    OSLO_BK_RELU, OSLO_BK_TANH, OSLO_BK_SQUARE,
@@ -450,7 +462,10 @@ void test_elementwise(const std::shared_ptr<Backend>& be) {
         ref[i] = v;
       }
       double e;
-      check(close(o.download(), ref, std::max(tol(dt), 2e-6), &e), fmt("err %g", e));
+      {
+        const bool ok_ = close(o.download(), ref, std::max(tol(dt), 2e-6), &e);
+        check(ok_, fmt("err %g", e));
+      }
     }
   // The activations over their whole range, element by element: the tails,
   // where exp overflows or underflows, and the specials. The reference is
@@ -500,7 +515,10 @@ void test_elementwise(const std::shared_ptr<Backend>& be) {
       std::vector<double> ref(hx.size());
       for (size_t i = 0; i < hx.size(); ++i) ref[i] = hg[i] * ref_unary_grad(op, hx[i], 0.75);
       double e;
-      check(close(gx.download(), ref, std::max(tol(dt), 1e-5), &e), fmt("err %g", e));
+      {
+        const bool ok_ = close(gx.download(), ref, std::max(tol(dt), 1e-5), &e);
+        check(ok_, fmt("err %g", e));
+      }
     }
 }
 
@@ -541,7 +559,10 @@ void test_reduce(const std::shared_ptr<Backend>& be) {
               ref[r] = v;
             }
             double e;
-            check(close(out.download(), ref, 1e-5, &e), fmt("err %g", e));
+            {
+              const bool ok_ = close(out.download(), ref, 1e-5, &e);
+              check(ok_, fmt("err %g", e));
+            }
           }
   g_case = "reduce long row";
   {
@@ -612,7 +633,10 @@ void test_softmax_norm(const std::shared_ptr<Backend>& be) {
             for (int64_t k = 0; k < K; ++k) ref[(b * Q + q) * K + k] = z[k] / s;
           }
         double e;
-        check(close(y.download(), ref, tol(dt), &e), fmt("err %g", e));
+        {
+          const bool ok_ = close(y.download(), ref, tol(dt), &e);
+          check(ok_, fmt("err %g", e));
+        }
         // Backward.
         Dev gy(be, dt, {B, Q, K}), gx(be, OSLO_DTYPE_F32, {B, Q, K});
         auto hg = random_in(hx.size(), dt);
@@ -626,7 +650,10 @@ void test_softmax_norm(const std::shared_ptr<Backend>& be) {
           for (int64_t k = 0; k < K; ++k)
             rg[r * K + k] = scale * hy[r * K + k] * (hg[r * K + k] - dot);
         }
-        check(close(gx.download(), rg, std::max(tol(dt), 1e-5), &e), fmt("backward err %g", e));
+        {
+          const bool ok_ = close(gx.download(), rg, std::max(tol(dt), 1e-5), &e);
+          check(ok_, fmt("backward err %g", e));
+        }
       }
   for (oslo_dtype dt : kFloats)
     for (int rms = 0; rms < 2; ++rms) {
@@ -655,7 +682,10 @@ void test_softmax_norm(const std::shared_ptr<Backend>& be) {
               (hx[r * H + i] - mean) / std::sqrt(var + eps) * hgm[i] + (rms ? 0 : hb[i]);
       }
       double e;
-      check(close(y.download(), ref, tol(dt) * 2, &e), fmt("err %g", e));
+      {
+        const bool ok_ = close(y.download(), ref, tol(dt) * 2, &e);
+        check(ok_, fmt("err %g", e));
+      }
     }
 }
 
@@ -823,7 +853,7 @@ void test_abi_v2(const std::shared_ptr<Backend>& be) {
   g_case = "op_supported";
   check(be->op_supported(OSLO_BK_OP_MATMUL, OSLO_DTYPE_F32), "matmul f32 is supported");
   check(be->op_supported(OSLO_BK_OP_SOFTMAX, OSLO_DTYPE_BF16), "softmax bf16 is supported");
-  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_ARGMAX + 1), OSLO_DTYPE_F32),
+  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_NORM_BACKWARD + 1), OSLO_DTYPE_F32),
         "an op id no fused op has yet is declined");
   check(!be->op_supported(static_cast<oslo_bk_op>(-7), OSLO_DTYPE_F32), "a bad op id is declined");
 
@@ -934,9 +964,18 @@ void test_attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int6
     for (size_t i = 0; i < got.size(); ++i)
       if (!(std::fabs(got[i] - ref[i]) < 1e-3) || !(std::fabs(comp[i] - ref[i]) < 1e-3))
         std::fprintf(stderr, "  [%zu] got %g comp %g ref %g\n", i, got[i], comp[i], ref[i]);
-  check(close(got, ref, t, &e1), fmt("fused err %g", e1));
-  check(close(comp, ref, t, &e2), fmt("composed err %g", e2));
-  check(close(got, comp, 2e-5, &e3), fmt("fused vs composed %g", e3));
+  {
+    const bool ok_ = close(got, ref, t, &e1);
+    check(ok_, fmt("fused err %g", e1));
+  }
+  {
+    const bool ok_ = close(comp, ref, t, &e2);
+    check(ok_, fmt("composed err %g", e2));
+  }
+  {
+    const bool ok_ = close(got, comp, 2e-5, &e3);
+    check(ok_, fmt("fused vs composed %g", e3));
+  }
 }
 
 double ref_act(oslo_bk_unary act, double x) {
@@ -1011,9 +1050,18 @@ void test_matmul_act(const std::shared_ptr<Backend>& be) {
             const double t = std::max(tol(cdt) * 3, 2e-5 * std::sqrt(static_cast<double>(s.K)));
             double e;
             const auto g1 = c1.download(), g2 = c2.download();
-            check(close(g1, ref, t, &e), fmt("fused err %g (tol %g)", e, t));
-            check(close(g2, ref, t, &e), fmt("composed err %g (tol %g)", e, t));
-            check(close(g1, g2, t, &e), fmt("fused vs composed %g", e));
+            {
+              const bool ok_ = close(g1, ref, t, &e);
+              check(ok_, fmt("fused err %g (tol %g)", e, t));
+            }
+            {
+              const bool ok_ = close(g2, ref, t, &e);
+              check(ok_, fmt("composed err %g (tol %g)", e, t));
+            }
+            {
+              const bool ok_ = close(g1, g2, t, &e);
+              check(ok_, fmt("fused vs composed %g", e));
+            }
           }
   g_case = "matmul_act errors";
   {
@@ -1086,10 +1134,9 @@ void test_argmax(const std::shared_ptr<Backend>& be) {
         const auto gi = idx.download(), gv = val.download();
         bool ok = true;
         for (int64_t r = 0; r < rows; ++r)
-          ok = ok && gi[r] == ri[r] &&
-               (gv[r] == rv[r] || (std::isnan(gv[r]) && std::isnan(rv[r])));
-        check(ok, fmt("%s: row 0 %g/%g, 1 %g, 2 %g, 3 %g, 4 %g", fused ? "fused" : "composed", gi[0],
-                      ri[0], gi[1], gi[2], gi[3], gi[4]));
+          ok = ok && gi[r] == ri[r] && (gv[r] == rv[r] || (std::isnan(gv[r]) && std::isnan(rv[r])));
+        check(ok, fmt("%s: row 0 %g/%g, 1 %g, 2 %g, 3 %g, 4 %g", fused ? "fused" : "composed",
+                      gi[0], ri[0], gi[1], gi[2], gi[3], gi[4]));
       }
     }
   g_case = "argmax errors";
@@ -1108,15 +1155,115 @@ void test_argmax(const std::shared_ptr<Backend>& be) {
       };
       refused("i32 indices", OSLO_ERR_SHAPE, [&] { be->argmax(i32.v, v.v, x.v, -1); });
       refused("2 values for 3 rows", OSLO_ERR_SHAPE, [&] { be->argmax(i64.v, v2.v, x.v, -1); });
-      refused("10 valid of 9", OSLO_ERR_INVALID_ARGUMENT,
-              [&] { be->argmax(i64.v, v.v, x.v, 10); });
+      refused("10 valid of 9", OSLO_ERR_INVALID_ARGUMENT, [&] { be->argmax(i64.v, v.v, x.v, 10); });
+    }
+  }
+}
+
+// norm_backward against the f64 formula: layer and RMS norm, with and
+// without gamma, grad_x separate (x's dtype) or written over dy (f32), the
+// parameter gradients accumulated onto what they held.
+void test_norm_backward(const std::shared_ptr<Backend>& be) {
+  for (oslo_dtype dt : kFloats)
+    for (int rms = 0; rms < 2; ++rms)
+      for (int64_t H : {int64_t(72), int64_t(300)})
+        for (int variant = 0; variant < 3; ++variant) {  // 0: gamma, 1: no gamma, 2: in place
+          const int64_t R = 7;
+          const bool has_gamma = variant != 1, in_place = variant == 2;
+          g_case = fmt("norm_backward %s rms %d H %lld variant %d", dtype_name(dt), rms,
+                       (long long)H, variant);
+          Dev x(be, dt, {R, H}), dy(be, OSLO_DTYPE_F32, {R, H}), gx(be, dt, {R, H}),
+              gam(be, OSLO_DTYPE_F32, {H}), gg(be, OSLO_DTYPE_F32, {H}),
+              gb(be, OSLO_DTYPE_F32, {H});
+          auto hx = random_in(static_cast<size_t>(R * H), dt, 3.0);
+          for (int64_t i = 0; i < H; ++i)
+            hx[static_cast<size_t>(2 * H + i)] =
+                quant(hx[static_cast<size_t>(2 * H + i)] + 1.5, dt);
+          auto hdy = random_in(static_cast<size_t>(R * H), OSLO_DTYPE_F32);
+          auto hg = random_in(static_cast<size_t>(H), OSLO_DTYPE_F32, 2.0);
+          auto hgg0 = random_in(static_cast<size_t>(H), OSLO_DTYPE_F32);
+          auto hgb0 = random_in(static_cast<size_t>(H), OSLO_DTYPE_F32);
+          std::vector<double> rgx(hx.size()), rgg = hgg0, rgb = hgb0;
+          const double eps = 1e-5;
+          for (int64_t r = 0; r < R; ++r) {
+            double m = 0, v = 0;
+            if (!rms) {
+              for (int64_t i = 0; i < H; ++i) m += hx[r * H + i];
+              m /= H;
+            }
+            for (int64_t i = 0; i < H; ++i) v += (hx[r * H + i] - m) * (hx[r * H + i] - m);
+            const double rs = 1 / std::sqrt(v / H + eps);
+            double s1 = 0, s2 = 0;
+            for (int64_t i = 0; i < H; ++i) {
+              const double xh = (hx[r * H + i] - m) * rs,
+                           gi = hdy[r * H + i] * (has_gamma ? hg[i] : 1);
+              s1 += gi;
+              s2 += gi * xh;
+              rgg[i] += hdy[r * H + i] * xh;
+              rgb[i] += hdy[r * H + i];
+            }
+            for (int64_t i = 0; i < H; ++i) {
+              const double xh = (hx[r * H + i] - m) * rs,
+                           gi = hdy[r * H + i] * (has_gamma ? hg[i] : 1);
+              rgx[r * H + i] = rs * (gi - (rms ? 0 : s1 / H) - xh * s2 / H);
+            }
+          }
+          for (bool fused : {true, false}) {
+            FusedToggle f(*be, fused);
+            x.upload(hx);
+            dy.upload(hdy);
+            gam.upload(hg);
+            gg.upload(hgg0);
+            gb.upload(hgb0);
+            be->fill(gx.v, std::nan(""));
+            const View& out = in_place ? dy.v : gx.v;
+            be->norm_backward(out, &gg.v, &gb.v, x.v, has_gamma ? &gam.v : nullptr, dy.v, 1e-5f,
+                              rms != 0);
+            double e;
+            const auto got = in_place ? dy.download() : gx.download();
+            const double t = in_place ? 2e-5 : std::max(tol(dt), 2e-5);
+            const char* path = fused ? "fused" : "composed";
+            {
+              const bool ok_ = close(got, rgx, t, &e);
+              check(ok_, fmt("%s grad_x err %g", path, e));
+            }
+            {
+              const bool ok_ = close(gg.download(), rgg, 2e-5, &e);
+              check(ok_, fmt("%s grad_gamma err %g", path, e));
+            }
+            if (rms)
+              check(gb.download() == hgb0, fmt("%s rms leaves grad_beta alone", path));
+            else {
+              const bool ok_ = close(gb.download(), rgb, 2e-5, &e);
+              check(ok_, fmt("%s grad_beta err %g", path, e));
+            }
+          }
+        }
+  g_case = "norm_backward errors";
+  {
+    Dev x(be, OSLO_DTYPE_F32, {3, 8}), dy(be, OSLO_DTYPE_F32, {3, 7}),
+        gx(be, OSLO_DTYPE_F32, {3, 8}), g16(be, OSLO_DTYPE_BF16, {8});
+    for (bool fused : {true, false}) {
+      FusedToggle f(*be, fused);
+      auto refused = [&](const char* what, oslo_status want, auto fn) {
+        try {
+          fn();
+          check(false, fmt("%s (fused %d): accepted", what, fused));
+        } catch (const Error& e) {
+          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
+        }
+      };
+      refused("dy [3, 7] for x [3, 8]", OSLO_ERR_SHAPE,
+              [&] { be->norm_backward(gx.v, nullptr, nullptr, x.v, nullptr, dy.v, 1e-5f, false); });
+      refused("a bf16 gamma gradient", OSLO_ERR_DTYPE,
+              [&] { be->norm_backward(gx.v, &g16.v, nullptr, x.v, nullptr, gx.v, 1e-5f, true); });
     }
   }
 }
 
 void test_fused(const std::shared_ptr<Backend>& be) {
   for (oslo_bk_op op : {OSLO_BK_OP_ATTENTION, OSLO_BK_OP_RESIDUAL_NORM, OSLO_BK_OP_ROPE,
-                        OSLO_BK_OP_MATMUL_ACT, OSLO_BK_OP_ARGMAX})
+                        OSLO_BK_OP_MATMUL_ACT, OSLO_BK_OP_ARGMAX, OSLO_BK_OP_NORM_BACKWARD})
     std::printf("  fused op %d on %s: %s\n", static_cast<int>(op), be->name(),
                 be->uses_fused(op, OSLO_DTYPE_F32) ? "the backend's entry" : "composed");
   struct A {
@@ -1223,12 +1370,26 @@ void test_fused(const std::shared_ptr<Backend>& be) {
         double e;
         const auto gx1 = x1.download(), gx2 = x2.download(), go1 = o1.download(),
                    go2 = o2.download();
-        check(close(gx1, rx, tol(dt), &e), fmt("fused x err %g", e));
-        check(close(gx2, rx, tol(dt), &e), fmt("composed x err %g", e));
-        check(close(go1, ro, tol(dt) * 2, &e), fmt("fused out err %g", e));
-        check(close(go2, ro, tol(dt) * 2, &e), fmt("composed out err %g", e));
-        check(close(go1, go2, dt == OSLO_DTYPE_F32 ? 1e-6 : tol(dt), &e),
-              fmt("fused vs composed out %g", e));
+        {
+          const bool ok_ = close(gx1, rx, tol(dt), &e);
+          check(ok_, fmt("fused x err %g", e));
+        }
+        {
+          const bool ok_ = close(gx2, rx, tol(dt), &e);
+          check(ok_, fmt("composed x err %g", e));
+        }
+        {
+          const bool ok_ = close(go1, ro, tol(dt) * 2, &e);
+          check(ok_, fmt("fused out err %g", e));
+        }
+        {
+          const bool ok_ = close(go2, ro, tol(dt) * 2, &e);
+          check(ok_, fmt("composed out err %g", e));
+        }
+        {
+          const bool ok_ = close(go1, go2, dt == OSLO_DTYPE_F32 ? 1e-6 : tol(dt), &e);
+          check(ok_, fmt("fused vs composed out %g", e));
+        }
       }
 
   for (oslo_dtype dt : kFloats) {
@@ -1271,12 +1432,19 @@ void test_fused(const std::shared_ptr<Backend>& be) {
         }
     double e;
     const auto ga = a.download(), gb = b.download();
-    check(close(ga, ref, tol(dt) * 2, &e), fmt("fused err %g", e));
-    check(close(gb, ref, tol(dt) * 2, &e), fmt("composed err %g", e));
+    {
+      const bool ok_ = close(ga, ref, tol(dt) * 2, &e);
+      check(ok_, fmt("fused err %g", e));
+    }
+    {
+      const bool ok_ = close(gb, ref, tol(dt) * 2, &e);
+      check(ok_, fmt("composed err %g", e));
+    }
     check(ga == gb, "fused and composed are bit-identical");
   }
   test_matmul_act(be);
   test_argmax(be);
+  test_norm_backward(be);
 }
 
 int main(int argc, char** argv) {

@@ -1,0 +1,69 @@
+// What model.cpp (inference) and model_train.cpp (training) share: a
+// block's tensors and the small view helpers. Internal to core/model.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+
+#include "core/backend/backend.hpp"
+#include "core/model/model.hpp"
+#include "core/tensor/view.hpp"
+
+namespace oslo {
+
+struct Model::Layer {
+  Tensor ln1_w, ln1_b, ln2_w, ln2_b;
+  Tensor qkv_w, qkv_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
+  Tensor up_w, up_b, gate_w, gate_b, gate_up_w, gate_up_b, down_w, down_b;
+  Tensor k_cache, v_cache;  // [rows, local kv heads, max_len, head_dim] f32
+};
+
+namespace model_detail {
+
+// A view with explicit shape and strides (elements) at data.
+inline View strided(void* data, oslo_dtype dt, std::initializer_list<int64_t> shape,
+                    std::initializer_list<int64_t> strides) {
+  View v;
+  v.data = data;
+  v.dtype = dt;
+  v.ndim = static_cast<int32_t>(shape.size());
+  int i = 0;
+  for (int64_t s : shape) v.shape[i++] = s;
+  i = 0;
+  for (int64_t s : strides) v.strides[i++] = s;
+  return v;
+}
+
+inline char* at(const View& v, int64_t elements) {
+  return static_cast<char*>(v.data) + elements * static_cast<int64_t>(dtype_size(v.dtype));
+}
+
+// A 1-D tensor broadcast over `rows` rows.
+inline View rows_bcast(const Tensor& t, int64_t rows) {
+  return strided(t.data(), t.dtype(), {rows, t.numel()}, {0, 1});
+}
+
+// y = x @ w^T + b; with act, y = act(that) * gate (matmul_act: the
+// activation in the product's epilogue where the backend offers it).
+inline void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& y, const View& x,
+                   const Tensor& w, const Tensor* b, const oslo_bk_unary* act = nullptr,
+                   const View* gate = nullptr) {
+  View xv = x;
+  Tensor conv;
+  if (x.dtype != w.dtype()) {
+    conv = scratch(bp, w.dtype(), {x.shape[0], x.shape[1]});
+    be.convert(view(conv), x);
+    xv = view(conv);
+  }
+  View bv;
+  if (b && b->defined()) bv = view(*b);
+  const View* bias = (b && b->defined()) ? &bv : nullptr;
+  if (act)
+    be.matmul_act(y, xv, transposed(view(w)), bias, *act, gate);
+  else
+    be.matmul(y, xv, transposed(view(w)), bias);
+}
+
+}  // namespace model_detail
+
+}  // namespace oslo

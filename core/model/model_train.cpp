@@ -1,0 +1,463 @@
+// Training of the causal families: the causal-LM loss of a batch and its
+// backward through every block, composed from the backend seam's ops
+// (docs/MODELS.md, "Backward"). The forward here keeps what the backward
+// needs (each block's input, norm outputs, q/k/v after RoPE, attention
+// output, MLP pre-activations) instead of a KV cache; attention
+// probabilities are recomputed in the backward from q and k.
+//
+// Tensor parallelism follows Megatron: a column-parallel product's input
+// gradient is a partial sum (all-reduced over the tensor group), a
+// row-parallel product's input gradient is complete (its output was
+// all-reduced in the forward); replicated parameters (norms, row-parallel
+// biases, position embeddings) get the same gradient on every rank.
+#include <cfloat>
+#include <cmath>
+
+#include "core/common/dtype.hpp"
+#include "core/common/error.hpp"
+#include "core/layers/embedding.hpp"
+#include "core/model/model.hpp"
+#include "core/model/model_internal.hpp"
+#include "core/parallel/mappings.hpp"
+#include "core/tensor/view.hpp"
+
+namespace oslo {
+
+using model_detail::linear;
+using model_detail::rows_bcast;
+using model_detail::strided;
+
+void Model::zero_grad() {
+  Backend& be = ctx_.backend();
+  if (grads_.empty())
+    for (const PlacedTensor& p : params_)
+      grads_.push_back(scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, p.tensor.shape()));
+  for (Tensor& g : grads_) be.fill(view(g), 0.0);
+}
+
+Tensor& Model::grad_of(const Tensor& w) {
+  auto it = param_of_.find(w.data());
+  OSLO_CHECK(it != param_of_.end() && it->second < grads_.size(), OSLO_ERR_INTERNAL,
+             "model: a compute tensor without a parameter entry");
+  return grads_[it->second];
+}
+
+namespace {
+
+// What one block's backward needs from its forward.
+struct Saved {
+  Tensor x_in, h1, qkv, q, k, v, att, x_mid, h2, gu, up, gate, m;
+};
+
+}  // namespace
+
+float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
+                           const std::vector<int64_t>& mask0, int64_t B, int64_t S,
+                           float grad_scale) {
+  const BlockTraits& tr = cfg_.traits;
+  OSLO_CHECK(causal() && lm_head_.defined(), OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
+             ": training needs a causal language model (the loss is the causal-LM loss)");
+  OSLO_CHECK(!tr.post_norm && !emb_ln_w_.defined() && !type_.defined(), OSLO_ERR_NOT_SUPPORTED,
+             cfg_.model_type, ": training supports pre-norm decoder blocks only");
+  for (const PlacedTensor& p : params_)
+    OSLO_CHECK(p.tensor.dtype() == OSLO_DTYPE_F32, OSLO_ERR_NOT_SUPPORTED,
+               "model: training needs f32 weights (", p.placement.name, " is ",
+               dtype_name(p.tensor.dtype()), "): load the model with dtype f32");
+  OSLO_CHECK(cfg_.num_kv_heads % tp_ == 0, OSLO_ERR_NOT_SUPPORTED, "model: training at tensor ",
+             "parallel size ", tp_, " needs it to divide the key/value heads (", cfg_.num_kv_heads,
+             ")");
+  OSLO_CHECK(B > 0 && S > 0, OSLO_ERR_INVALID_ARGUMENT, "loss: batch (", B, ") and sequence (", S,
+             ") must be positive");
+  const size_t n = static_cast<size_t>(B * S);
+  OSLO_CHECK(ids.size() == n && labels.size() == n, OSLO_ERR_SHAPE, "loss: ", ids.size(),
+             " ids and ", labels.size(), " labels for [", B, ", ", S, "]");
+  std::vector<int64_t> mask = mask0.empty() ? std::vector<int64_t>(n, 1) : mask0;
+  OSLO_CHECK(mask.size() == n, OSLO_ERR_SHAPE, "loss: attention mask has ", mask.size(),
+             " entries for [", B, ", ", S, "]");
+  OSLO_CHECK(cfg_.sliding_window == 0 || S <= cfg_.sliding_window, OSLO_ERR_NOT_SUPPORTED,
+             cfg_.model_type, ": sequences longer than the sliding window (", cfg_.sliding_window,
+             ") are not supported");
+  for (size_t i = 0; i < n; ++i)
+    OSLO_CHECK(ids[i] >= 0 && ids[i] < cfg_.vocab_size, OSLO_ERR_INVALID_ARGUMENT, "loss: token ",
+               ids[i], " at position ", i, " is outside [0, ", cfg_.vocab_size, ")");
+  if (grads_.empty()) zero_grad();
+
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  be.set_num_threads(ctx_.num_threads());
+  const int64_t BS = B * S, H = cfg_.hidden_size, D = cfg_.head_dim;
+  const int64_t qw = nhl_ * D, kw = nkvl_ * D, g = nhl_ / nkvl_;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  const bool rms = tr.norm == NormKind::RMS_NORM, parallel = tr.parallel_residual;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto f32 = [&](std::vector<int64_t> shape) { return scratch(bp, OSLO_DTYPE_F32, shape); };
+  auto upload = [&](const void* src, oslo_dtype dt, std::vector<int64_t> shape) {
+    Tensor t = scratch(bp, dt, shape);
+    be.copy(t.data(), src, t.nbytes(), CopyKind::HostToDevice);
+    return t;
+  };
+
+  // Positions follow the mask (as the inference forward); additive key mask.
+  std::vector<int64_t> pos(n);
+  std::vector<float> key_mask(n);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < S; ++t) {
+      const size_t i = static_cast<size_t>(b * S + t);
+      count += mask[i] != 0;
+      pos[i] = std::max<int64_t>(0, count - 1);
+      key_mask[i] = mask[i] ? 0.f : -FLT_MAX;
+    }
+  }
+  // Labels shifted inside: position t predicts labels[t + 1].
+  std::vector<int64_t> shifted(n, -100);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t + 1 < S; ++t)
+      shifted[static_cast<size_t>(b * S + t)] = labels[static_cast<size_t>(b * S + t + 1)];
+  Tensor ids_t = upload(ids.data(), OSLO_DTYPE_I64, {BS});
+  Tensor pos_t = upload(pos.data(), OSLO_DTYPE_I64, {BS});
+  Tensor mask_t = upload(key_mask.data(), OSLO_DTYPE_F32, {B, S});
+  Tensor lab_t = upload(shifted.data(), OSLO_DTYPE_I64, {BS});
+  Tensor cos_t, sin_t, nsin_t;
+  if (tr.rotary) {
+    rope_tables(pos, &cos_t, &sin_t);
+    nsin_t = scratch(bp, OSLO_DTYPE_F32, sin_t.shape());
+    be.unary(OSLO_BK_SCALE, view(nsin_t), view(sin_t), -1.f);  // the inverse rotation
+  }
+  auto rope = [&](const View& t, int64_t heads, const Tensor& sn) {
+    be.rope(strided(t.data, t.dtype, {BS, heads, D}, {t.strides[0], D, 1}), view(cos_t), view(sn));
+  };
+  oslo_bk_unary act_op = OSLO_BK_GELU;
+  switch (cfg_.act) {
+    case Activation::GELU: act_op = OSLO_BK_GELU; break;
+    case Activation::GELU_TANH: act_op = OSLO_BK_GELU_TANH; break;
+    case Activation::SILU: act_op = OSLO_BK_SILU; break;
+    case Activation::RELU: act_op = OSLO_BK_RELU; break;
+  }
+  auto norm = [&](const View& out, const View& in, const Tensor& w, const Tensor& b) {
+    View wv = view(w), bv;
+    if (b.defined()) bv = view(b);
+    be.norm(out, in, &wv, rms || !b.defined() ? nullptr : &bv, eps, rms);
+  };
+  auto add_bias = [&](const View& y, const Tensor& b) {
+    if (b.defined()) be.binary(OSLO_BK_ADD, y, y, rows_bcast(b, y.shape[0]));
+  };
+  // [BS, heads * D] columns as [B, heads, S, D].
+  auto heads4 = [&](const View& t, int64_t heads) {
+    const int64_t rs = t.strides[0];
+    return strided(t.data, t.dtype, {B, heads, S, D}, {S * rs, D, rs, 1});
+  };
+
+  // ---- forward ------------------------------------------------------------
+  Tensor x = f32({BS, H});
+  be.gather_rows(view(x), view(wte_), view(ids_t), vocab_start_, cfg_.vocab_size);
+  reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(x));
+  const float emb_scale = static_cast<float>(tr.embed_scale);
+  if (tr.embed_scale != 1.0) be.unary(OSLO_BK_SCALE, view(x), view(x), emb_scale);
+  if (wpe_.defined()) {
+    Tensor t = f32({BS, H});
+    be.gather_rows(view(t), view(wpe_), view(pos_t), 0, cfg_.max_positions);
+    be.binary(OSLO_BK_ADD, view(x), view(x), view(t));
+  }
+  const View mv = view(mask_t);
+  std::vector<Saved> saved(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& L = *layers_[l];
+    Saved& sv = saved[l];
+    sv.x_in = x;
+    sv.h1 = f32({BS, H});
+    norm(view(sv.h1), view(x), L.ln1_w, L.ln1_b);
+    View q, k, v;
+    if (L.qkv_w.defined()) {
+      sv.qkv = f32({BS, qw + 2 * kw});
+      linear(be, bp, view(sv.qkv), view(sv.h1), L.qkv_w, &L.qkv_b);
+      q = columns(view(sv.qkv), 0, qw);
+      k = columns(view(sv.qkv), qw, kw);
+      v = columns(view(sv.qkv), qw + kw, kw);
+    } else {
+      sv.q = f32({BS, qw});
+      sv.k = f32({BS, kw});
+      sv.v = f32({BS, kw});
+      linear(be, bp, view(sv.q), view(sv.h1), L.q_w, &L.q_b);
+      linear(be, bp, view(sv.k), view(sv.h1), L.k_w, &L.k_b);
+      linear(be, bp, view(sv.v), view(sv.h1), L.v_w, &L.v_b);
+      q = view(sv.q);
+      k = view(sv.k);
+      v = view(sv.v);
+    }
+    if (tr.rotary) {
+      rope(q, nhl_, sin_t);
+      rope(k, nkvl_, sin_t);
+    }
+    sv.att = f32({BS, qw});
+    be.attention(heads4(view(sv.att), nhl_), heads4(q, nhl_), heads4(k, nkvl_), heads4(v, nkvl_),
+                 &mv, scale, true, 0);
+    Tensor a = f32({BS, H});
+    linear(be, bp, view(a), view(sv.att), L.o_w, nullptr);
+    // MLP input: the block's input (parallel residual) or x + attention.
+    if (!parallel) {
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(a));
+      add_bias(view(a), L.o_b);
+      sv.x_mid = f32({BS, H});
+      be.binary(OSLO_BK_ADD, view(sv.x_mid), view(x), view(a));
+    }
+    const Tensor& min = parallel ? x : sv.x_mid;
+    sv.h2 = f32({BS, H});
+    norm(view(sv.h2), view(min), L.ln2_w, L.ln2_b);
+    int64_t il;
+    View gv, uv;
+    if (L.gate_up_w.defined()) {
+      il = L.gate_up_w.dim(0) / 2;
+      sv.gu = f32({BS, 2 * il});
+      linear(be, bp, view(sv.gu), view(sv.h2), L.gate_up_w, &L.gate_up_b);
+      gv = columns(view(sv.gu), 0, il);
+      uv = columns(view(sv.gu), il, il);
+    } else {
+      il = L.up_w.dim(0);
+      sv.up = f32({BS, il});
+      linear(be, bp, view(sv.up), view(sv.h2), L.up_w, &L.up_b);
+      uv = view(sv.up);
+      if (tr.gated_mlp) {
+        sv.gate = f32({BS, il});
+        linear(be, bp, view(sv.gate), view(sv.h2), L.gate_w, &L.gate_b);
+        gv = view(sv.gate);
+      }
+    }
+    sv.m = f32({BS, il});
+    if (tr.gated_mlp) {
+      be.unary(act_op, view(sv.m), gv);
+      be.binary(OSLO_BK_MUL, view(sv.m), view(sv.m), uv);
+    } else {
+      be.unary(act_op, view(sv.m), uv);
+    }
+    Tensor d = f32({BS, H});
+    linear(be, bp, view(d), view(sv.m), L.down_w, nullptr);
+    Tensor out = f32({BS, H});
+    if (parallel) {
+      be.binary(OSLO_BK_ADD, view(d), view(d), view(a));  // one all-reduce for both branches
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(d));
+      add_bias(view(d), L.o_b);
+      add_bias(view(d), L.down_b);
+      be.binary(OSLO_BK_ADD, view(out), view(x), view(d));
+    } else {
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(d));
+      add_bias(view(d), L.down_b);
+      be.binary(OSLO_BK_ADD, view(out), view(sv.x_mid), view(d));
+    }
+    x = out;
+  }
+  Tensor hf = f32({BS, H});
+  if (norm_w_.defined())
+    norm(view(hf), view(x), norm_w_, norm_b_);
+  else
+    be.convert(view(hf), view(x));
+  Tensor logits = f32({BS, vocab_local_});
+  linear(be, bp, view(logits), view(hf), lm_head_, nullptr);
+  Tensor dlogits = f32({BS, vocab_local_});
+  float loss = 0.f;
+  vocab_parallel_cross_entropy(ctx_, logits, lab_t, cfg_.vocab_size, -100, nullptr, &loss,
+                               &dlogits);
+  OSLO_CHECK(std::isfinite(loss), OSLO_ERR_INVALID_ARGUMENT, "loss: the loss is ", loss,
+             " (no label kept, or non-finite logits)");
+  if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
+
+  // ---- backward -----------------------------------------------------------
+  // y = x W^T (+ b): dW += dy^T x, db += column sums of dy, dx (+)= dy W.
+  auto linear_bw = [&](const View& dy, const View& xin, const Tensor& W, const Tensor* b,
+                       const View* dx, bool accumulate) {
+    be.matmul(view(grad_of(W)), transposed(dy), xin, nullptr, 1.f, 1.f);
+    if (b && b->defined()) be.sum_rows(view(grad_of(*b)), dy, true);
+    if (dx) be.matmul(*dx, dy, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
+  };
+  // dx (+)= the norm's input gradient; its parameters' gradients accumulated.
+  auto norm_bw = [&](const View& dx, const View& xin, const Tensor& w, const Tensor& b,
+                     const View& dy, bool accumulate) {
+    View wv = view(w), gw = view(grad_of(w)), gb;
+    const bool has_b = !rms && b.defined();
+    if (has_b) gb = view(grad_of(b));
+    if (!accumulate) {
+      be.norm_backward(dx, &gw, has_b ? &gb : nullptr, xin, &wv, dy, eps, rms);
+      return;
+    }
+    Tensor t = f32({BS, H});
+    be.norm_backward(view(t), &gw, has_b ? &gb : nullptr, xin, &wv, dy, eps, rms);
+    be.binary(OSLO_BK_ADD, dx, dx, view(t));
+  };
+
+  linear_bw(view(dlogits), view(hf), lm_head_, nullptr, nullptr, false);
+  Tensor dhf = f32({BS, H});
+  be.matmul(view(dhf), view(dlogits), view(lm_head_));
+  reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dhf));
+  Tensor dx = f32({BS, H});  // gradient of the residual stream
+  if (norm_w_.defined())
+    norm_bw(view(dx), view(x), norm_w_, norm_b_, view(dhf), false);
+  else
+    be.convert(view(dx), view(dhf));
+
+  for (size_t li = layers_.size(); li-- > 0;) {
+    Layer& L = *layers_[li];
+    Saved& sv = saved[li];
+    // MLP branch: out = min + down(m) + down_b (dd = dx, complete on every rank).
+    const int64_t il = sv.m.dim(1);
+    if (L.down_b.defined()) be.sum_rows(view(grad_of(L.down_b)), view(dx), true);
+    Tensor dm = f32({BS, il});
+    const View dmv = view(dm);
+    linear_bw(view(dx), view(sv.m), L.down_w, nullptr, &dmv, false);
+    View gv, uv;
+    Tensor dgu, dup, dgate;
+    View dgv, duv;
+    if (L.gate_up_w.defined()) {
+      gv = columns(view(sv.gu), 0, il);
+      uv = columns(view(sv.gu), il, il);
+      dgu = f32({BS, 2 * il});
+      dgv = columns(view(dgu), 0, il);
+      duv = columns(view(dgu), il, il);
+    } else {
+      uv = view(sv.up);
+      dup = f32({BS, il});
+      duv = view(dup);
+      if (tr.gated_mlp) {
+        gv = view(sv.gate);
+        dgate = f32({BS, il});
+        dgv = view(dgate);
+      }
+    }
+    if (tr.gated_mlp) {
+      // m = act(g) * u: du = dm * act(g), dg = act'(g) * (dm * u).
+      Tensor t = f32({BS, il});
+      be.unary(act_op, view(t), gv);
+      be.binary(OSLO_BK_MUL, duv, view(dm), view(t));
+      be.binary(OSLO_BK_MUL, view(t), view(dm), uv);
+      be.unary_backward(act_op, dgv, gv, view(t));
+    } else {
+      be.unary_backward(act_op, duv, uv, view(dm));
+    }
+    Tensor dh2 = f32({BS, H});
+    if (L.gate_up_w.defined()) {
+      const View dh = view(dh2);
+      linear_bw(view(dgu), view(sv.h2), L.gate_up_w, &L.gate_up_b, &dh, false);
+    } else {
+      const View dh = view(dh2);
+      linear_bw(duv, view(sv.h2), L.up_w, &L.up_b, &dh, false);
+      if (tr.gated_mlp) linear_bw(dgv, view(sv.h2), L.gate_w, &L.gate_b, &dh, true);
+    }
+    // Attention branch: da = dx (parallel residual) or d(x_mid).
+    Tensor dmid;
+    if (!parallel) {
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh2));
+      dmid = f32({BS, H});
+      be.convert(view(dmid), view(dx));
+      norm_bw(view(dmid), view(sv.x_mid), L.ln2_w, L.ln2_b, view(dh2), true);
+    }
+    const Tensor& da = parallel ? dx : dmid;
+    if (L.o_b.defined()) be.sum_rows(view(grad_of(L.o_b)), view(da), true);
+    Tensor datt = f32({BS, qw});
+    const View dattv = view(datt);
+    linear_bw(view(da), view(sv.att), L.o_w, nullptr, &dattv, false);
+    // Attention backward, composed: P recomputed from q and k.
+    View q, k, v;
+    Tensor dqkv, dq, dk, dv;
+    View dqv, dkv, dvv;
+    if (L.qkv_w.defined()) {
+      q = columns(view(sv.qkv), 0, qw);
+      k = columns(view(sv.qkv), qw, kw);
+      v = columns(view(sv.qkv), qw + kw, kw);
+      dqkv = f32({BS, qw + 2 * kw});
+      dqv = columns(view(dqkv), 0, qw);
+      dkv = columns(view(dqkv), qw, kw);
+      dvv = columns(view(dqkv), qw + kw, kw);
+    } else {
+      q = view(sv.q);
+      k = view(sv.k);
+      v = view(sv.v);
+      dq = f32({BS, qw});
+      dk = f32({BS, kw});
+      dv = f32({BS, kw});
+      dqv = view(dq);
+      dkv = view(dk);
+      dvv = view(dv);
+    }
+    {
+      const int64_t nkv = nkvl_, BH = B * nkv;
+      // Queries grouped by key/value head: [B, nkv, g, S, D] <-> [B*nkv, g*S, D].
+      auto grouped = [&](const View& t) {
+        const int64_t rs = t.strides[0];
+        return strided(t.data, t.dtype, {B, nkv, g, S, D}, {S * rs, g * D, D, rs, 1});
+      };
+      auto packed5 = [&](const Tensor& t) {
+        return strided(t.data(), OSLO_DTYPE_F32, {B, nkv, g, S, D},
+                       {nkv * g * S * D, g * S * D, S * D, D, 1});
+      };
+      Tensor qc = f32({BH, g * S, D}), doc = f32({BH, g * S, D});
+      Tensor kc = f32({BH, S, D}), vc = f32({BH, S, D});
+      be.convert(packed5(qc), grouped(q));
+      be.convert(packed5(doc), grouped(view(datt)));
+      be.convert(strided(kc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}),
+                 heads4(k, nkv));
+      be.convert(strided(vc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}),
+                 heads4(v, nkv));
+      auto tr3 = [&](const Tensor& t) { return transposed(view(t)); };
+      Tensor P = f32({BH, g * S, S}), dP = f32({BH, g * S, S}), dS = f32({BH, g * S, S});
+      be.matmul(view(P), view(qc), tr3(kc));
+      const View p5 = strided(P.data(), OSLO_DTYPE_F32, {B, nkv, g, S, S},
+                              {nkv * g * S * S, g * S * S, S * S, S, 1});
+      const View m5 = strided(mask_t.data(), OSLO_DTYPE_F32, {B, 1, 1, 1, S}, {S, 0, 0, 0, 1});
+      be.softmax(p5, p5, &m5, scale, true, 0);
+      Tensor dqc = f32({BH, g * S, D}), dkc = f32({BH, S, D}), dvc = f32({BH, S, D});
+      be.matmul(view(dvc), tr3(P), view(doc));  // dV = P^T dO
+      be.matmul(view(dP), view(doc), tr3(vc));  // dP = dO V^T
+      be.softmax_backward(view(dS), view(P), view(dP), scale);
+      be.matmul(view(dqc), view(dS), view(kc));  // dQ = dS K
+      be.matmul(view(dkc), tr3(dS), view(qc));   // dK = dS^T Q
+      be.convert(grouped(dqv), packed5(dqc));
+      be.convert(heads4(dkv, nkv),
+                 strided(dkc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}));
+      be.convert(heads4(dvv, nkv),
+                 strided(dvc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}));
+    }
+    if (tr.rotary) {  // the transpose of a rotation is the rotation back
+      rope(dqv, nhl_, nsin_t);
+      rope(dkv, nkvl_, nsin_t);
+    }
+    Tensor dh1 = f32({BS, H});
+    {
+      const View dh = view(dh1);
+      if (L.qkv_w.defined()) {
+        linear_bw(view(dqkv), view(sv.h1), L.qkv_w, &L.qkv_b, &dh, false);
+      } else {
+        linear_bw(dqv, view(sv.h1), L.q_w, &L.q_b, &dh, false);
+        linear_bw(dkv, view(sv.h1), L.k_w, &L.k_b, &dh, true);
+        linear_bw(dvv, view(sv.h1), L.v_w, &L.v_b, &dh, true);
+      }
+    }
+    if (parallel) {
+      // Both branches read the block's input: one all-reduce for both.
+      Tensor both = f32({2, BS, H});
+      be.convert(strided(both.data(), OSLO_DTYPE_F32, {BS, H}, {H, 1}), view(dh1));
+      be.convert(strided(model_detail::at(view(both), BS * H), OSLO_DTYPE_F32, {BS, H}, {H, 1}),
+                 view(dh2));
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(both));
+      const View d1 = strided(both.data(), OSLO_DTYPE_F32, {BS, H}, {H, 1});
+      const View d2 =
+          strided(model_detail::at(view(both), BS * H), OSLO_DTYPE_F32, {BS, H}, {H, 1});
+      norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, d1, true);
+      norm_bw(view(dx), view(sv.x_in), L.ln2_w, L.ln2_b, d2, true);
+    } else {
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh1));
+      be.convert(view(dx), view(dmid));
+      norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, view(dh1), true);
+    }
+  }
+  // Embeddings: the token table's local rows and the position table.
+  if (tr.embed_scale != 1.0) {
+    Tensor t = f32({BS, H});
+    be.unary(OSLO_BK_SCALE, view(t), view(dx), emb_scale);
+    be.scatter_add_rows(view(grad_of(wte_)), view(ids_t), view(t), vocab_start_);
+  } else {
+    be.scatter_add_rows(view(grad_of(wte_)), view(ids_t), view(dx), vocab_start_);
+  }
+  if (wpe_.defined()) be.scatter_add_rows(view(grad_of(wpe_)), view(pos_t), view(dx), 0);
+  return loss;
+}
+
+}  // namespace oslo

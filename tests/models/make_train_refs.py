@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Writes the training oracle of the causal model fixtures: for each
+tests/models/fixtures/<name> (a tiny Hugging Face folder written by
+make_fixtures.py), one batch, the causal-LM loss Hugging Face transformers
+computes for it and the gradient of that loss with respect to every
+parameter (`loss.backward()`), into <name>/train_ref.safetensors:
+
+    input_ids       [B, S] int64   right-padded rows
+    attention_mask  [B, S] int64   1 = token, 0 = padding
+    labels          [B, S] int64   input_ids, -100 at padding and at one
+                                   position inside row 0 (ignored labels)
+    loss            [1]    float64 transformers' mean over the kept labels
+    grad.<name>     f32            d loss / d parameter, Hugging Face name
+                                   and layout (a tied head's gradient is in
+                                   the embedding's entry, as torch sums it)
+
+    build/venv-hf/bin/python tests/models/make_train_refs.py [--only NAME ...]
+
+Deterministic: a fixed generator for the ids, one torch thread, f32 on the
+CPU, eager attention, model.eval() (no dropout: the fixtures have none, and
+training equality is about the arithmetic). Labels are shifted inside the
+model (logits at position t predict labels[t + 1]), as transformers'
+ForCausalLMLoss does.
+"""
+import argparse
+import glob
+import os
+import sys
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "fixtures")
+# Causal fixtures with a language-model head (bert-tiny is an encoder).
+CAUSAL = ["gpt2-tiny", "llama-tiny-gqa", "llama-tiny-mqa", "gpt-neox-tiny", "gpt-neox-tiny-seq",
+          "phi3-tiny", "gemma-tiny", "mistral-tiny", "qwen2-tiny"]
+B, S = 3, 11
+LENGTHS = (11, 8, 5)  # real tokens per row (right padding after them)
+
+
+def batch(vocab, pad_id):
+    g = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, vocab, (B, S), generator=g)
+    mask = torch.zeros(B, S, dtype=torch.long)
+    for r, n in enumerate(LENGTHS):
+        mask[r, :n] = 1
+        ids[r, n:] = pad_id
+    labels = ids.clone()
+    labels[mask == 0] = -100
+    labels[0, 4] = -100
+    return ids, mask, labels
+
+
+def make(name):
+    folder = os.path.join(FIXTURES, name)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, torch_dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    cfg = model.config
+    pad = cfg.pad_token_id if cfg.pad_token_id is not None else 0
+    ids, mask, labels = batch(cfg.vocab_size, pad)
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    out.loss.backward()
+    tensors = {
+        "input_ids": ids.contiguous(),
+        "attention_mask": mask.contiguous(),
+        "labels": labels.contiguous(),
+        "loss": out.loss.detach().double().reshape(1),
+    }
+    # Gradients under the checkpoint's tensor names (a module may name a
+    # tensor otherwise, e.g. GPT-NeoX's lm_head is embed_out in the files):
+    # a parameter not found by name is matched to the one stored tensor
+    # with its exact values.
+    stored = {}
+    for f in sorted(glob.glob(os.path.join(folder, "model*.safetensors"))):
+        stored.update(load_file(f))
+    params = dict(model.named_parameters())
+    for pname, p in params.items():
+        assert p.grad is not None, f"{name}: no gradient for {pname}"
+        key = pname
+        if key not in stored:
+            same = [k for k, t in stored.items() if k not in params and t.shape == p.shape
+                    and torch.equal(t.float(), p.detach().float())]
+            assert len(same) == 1, f"{name}: {pname} matches stored tensors {same}"
+            key = same[0]
+        tensors["grad." + key] = p.grad.detach().float().contiguous()
+    path = os.path.join(folder, "train_ref.safetensors")
+    save_file(tensors, path, metadata={"transformers": transformers.__version__,
+                                       "torch": torch.__version__})
+    print(f"{name}: loss {out.loss.item():.6f}, {len(tensors) - 4} gradients -> {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    names = a.only or [n for n in CAUSAL if os.path.isdir(os.path.join(FIXTURES, n))]
+    for n in names:
+        make(n)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

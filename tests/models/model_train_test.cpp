@@ -1,0 +1,257 @@
+// Training oracle of the causal families: the causal-LM loss of one batch
+// and the gradient of every parameter, against transformers'
+// `loss.backward()` on the same batch (tests/models/make_train_refs.py wrote
+// <fixture>/train_ref.safetensors). Each rank compares its own local slice
+// of every gradient (cut from the full reference by the tensor's placement),
+// so tensor parallelism is checked piece by piece.
+//
+//   model_train_test FIXTURE_DIR --tp N     ranks as threads
+//   oslo-run --nproc-per-node N model_train_test FIXTURE_DIR --procs
+//                                           ranks as processes
+//
+// Passes when |loss - ref| <= 1e-5 |ref| and, for every parameter,
+// max |grad - ref| <= 1e-4 max |ref| (f32), on every rank; then checks that
+// a second call accumulates (gradients double) and that bad input fails
+// with a named error on every rank.
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/checkpoint/safetensors.hpp"
+#include "core/common/error.hpp"
+#include "core/context/context.hpp"
+#include "core/model/model.hpp"
+#include "tests/common/temp_dir.hpp"
+
+using namespace oslo;
+
+namespace {
+
+struct Ref {
+  safetensors::Reader r;
+  explicit Ref(const std::string& p) : r(p) {}
+  bool has(const std::string& n) const { return r.find(n) != nullptr; }
+  template <typename T>
+  std::vector<T> get(const std::string& n, std::vector<int64_t>* shape = nullptr) const {
+    const auto& t = r.at(n);
+    std::vector<T> v(t.nbytes() / sizeof(T));
+    r.read(t, 0, t.nbytes(), v.data());
+    if (shape) shape->assign(t.shape.begin(), t.shape.end());
+    return v;
+  }
+};
+
+std::atomic<int> g_fail{0};
+
+// This rank's local slice of a global tensor (HF layout, row-major), as
+// the placement lays it out: segments along split_dim, padding as zeros,
+// transposed when the placement says so.
+std::vector<float> local_slice(const Placement& p, const std::vector<float>& full) {
+  const std::vector<int64_t>& gs = p.global_shape;
+  const int nd = static_cast<int>(gs.size());
+  std::vector<int64_t> ls = gs;  // HF layout, before the transpose
+  if (p.split_dim >= 0) ls[p.split_dim] = p.local_extent;
+  int64_t ln = 1;
+  for (int64_t s : ls) ln *= s;
+  std::vector<float> out(static_cast<size_t>(ln), 0.f);
+  if (p.split_dim < 0) {
+    out = full;
+  } else {
+    // Index arithmetic over (outer, split, inner).
+    const int d = p.split_dim;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < d; ++i) outer *= gs[i];
+    for (int i = d + 1; i < nd; ++i) inner *= gs[i];
+    for (const Segment& s : p.segments)
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < s.length; ++j)
+          for (int64_t in = 0; in < inner; ++in)
+            out[static_cast<size_t>((o * ls[d] + s.local_start + j) * inner + in)] =
+                full[static_cast<size_t>((o * gs[d] + s.global_start + j) * inner + in)];
+  }
+  if (p.transpose && nd == 2) {
+    std::vector<float> t(out.size());
+    for (int64_t i = 0; i < ls[0]; ++i)
+      for (int64_t j = 0; j < ls[1]; ++j)
+        t[static_cast<size_t>(j * ls[0] + i)] = out[static_cast<size_t>(i * ls[1] + j)];
+    out.swap(t);
+  }
+  return out;
+}
+
+std::vector<float> download(Context& ctx, const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  ctx.backend().copy(v.data(), t.data(), t.nbytes(), CopyKind::DeviceToHost);
+  return v;
+}
+
+void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
+  const int r = ctx.topology().tp_rank();
+  ModelLoadOptions o;
+  o.dtype = OSLO_DTYPE_F32;
+  auto m = Model::load(ctx, dir, o);
+  std::vector<int64_t> shape;
+  const auto ids = ref.get<int64_t>("input_ids", &shape);
+  const auto mask = ref.get<int64_t>("attention_mask");
+  const auto labels = ref.get<int64_t>("labels");
+  const double want_loss = ref.get<double>("loss")[0];
+  const float loss = m->loss_backward(ids, labels, mask, shape[0], shape[1]);
+  const double lerr = std::fabs(loss - want_loss) / std::fabs(want_loss);
+  const bool lok = lerr <= 1e-5;
+  if (r == 0 || !lok)
+    std::printf("[rank %d tp %d] loss %.7f vs transformers %.7f (rel %.2g) %s\n", r, tp, loss,
+                want_loss, lerr, lok ? "ok" : "FAIL");
+  if (!lok) ++g_fail;
+  const auto& params = m->tensors();
+  const auto& grads = m->grads();
+  double worst = 0;
+  std::string worst_name;
+  std::vector<std::vector<float>> first(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Placement& p = params[i].placement;
+    const std::string key = "grad." + p.name;
+    if (!ref.has(key)) {
+      std::printf("[rank %d] %s: no reference gradient FAIL\n", r, p.name.c_str());
+      ++g_fail;
+      continue;
+    }
+    const std::vector<float> full = ref.get<float>(key);
+    int64_t gn = 1;
+    for (int64_t d : p.global_shape) gn *= d;
+    if (static_cast<int64_t>(full.size()) != gn) {
+      std::printf("[rank %d] %s: reference has %zu elements, the placement %lld FAIL\n", r,
+                  p.name.c_str(), full.size(), static_cast<long long>(gn));
+      ++g_fail;
+      continue;
+    }
+    const std::vector<float> want = local_slice(p, full);
+    first[i] = download(ctx, grads[i]);
+    const std::vector<float>& got = first[i];
+    if (got.size() != want.size()) {
+      std::printf("[rank %d] %s: %zu gradient elements, reference slice %zu FAIL\n", r,
+                  p.name.c_str(), got.size(), want.size());
+      ++g_fail;
+      continue;
+    }
+    double mref = 0, merr = 0;
+    for (size_t k = 0; k < want.size(); ++k) {
+      mref = std::max(mref, static_cast<double>(std::fabs(want[k])));
+      const double e = std::fabs(static_cast<double>(got[k]) - want[k]);
+      if (!(e <= merr)) merr = e;
+    }
+    const double rel = merr / std::max(mref, 1e-12);
+    if (!(rel <= 1e-4)) {
+      std::printf("[rank %d tp %d] %s: max |grad - ref| %.3g of max |ref| %.3g (rel %.3g) FAIL\n",
+                  r, tp, p.name.c_str(), merr, mref, rel);
+      ++g_fail;
+    }
+    if (!(rel <= worst)) {
+      worst = rel;
+      worst_name = p.name;
+    }
+  }
+  if (r == 0)
+    std::printf("[rank %d tp %d] %zu gradients, worst relative error %.3g (%s)\n", r, tp,
+                params.size(), worst, worst_name.c_str());
+  // A second call adds the same gradients again (accumulation).
+  m->loss_backward(ids, labels, mask, shape[0], shape[1], 0.5f);
+  bool acc = true;
+  for (size_t i = 0; i < params.size() && acc; ++i) {
+    if (first[i].empty()) continue;  // reported above
+    const auto twice = download(ctx, grads[i]);
+    for (size_t k = 0; k < twice.size() && acc; ++k)
+      acc = std::fabs(twice[k] - 1.5f * first[i][k]) <= 1e-5f * (1 + std::fabs(first[i][k]) * 10);
+  }
+  if (r == 0 || !acc)
+    std::printf("[rank %d tp %d] a second call with grad_scale 0.5 accumulates: %s\n", r, tp,
+                acc ? "ok" : "FAIL");
+  if (!acc) ++g_fail;
+  m->zero_grad();
+  bool zero = true;
+  for (const Tensor& g : grads)
+    for (float v : download(ctx, g)) zero = zero && v == 0.f;
+  if (!zero) {
+    std::printf("[rank %d] zero_grad left a nonzero gradient FAIL\n", r);
+    ++g_fail;
+  }
+  // Bad input: a label outside the vocabulary, a token outside it, shapes
+  // that disagree: each a named error, on every rank.
+  auto refused = [&](const char* what, oslo_status want, const char* needle, auto fn) {
+    try {
+      fn();
+      std::printf("[rank %d] %s: accepted FAIL\n", r, what);
+      ++g_fail;
+    } catch (const Error& e) {
+      const bool ok = e.status() == want && std::strstr(e.what(), needle);
+      if (r == 0 || !ok)
+        std::printf("[rank %d] %s: %s (%s)\n", r, what, ok ? "refused ok" : "FAIL", e.what());
+      if (!ok) ++g_fail;
+    }
+  };
+  std::vector<int64_t> bad = labels;
+  bad[3] = m->config().vocab_size + 7;
+  refused("a label outside the vocabulary", OSLO_ERR_INVALID_ARGUMENT, "label", [&] {
+    m->loss_backward(ids, bad, mask, shape[0], shape[1]);
+  });
+  std::vector<int64_t> bad_ids = ids;
+  bad_ids[2] = -1;
+  refused("a token outside the vocabulary", OSLO_ERR_INVALID_ARGUMENT, "token", [&] {
+    m->loss_backward(bad_ids, labels, mask, shape[0], shape[1]);
+  });
+  refused("labels of another shape", OSLO_ERR_SHAPE, "labels", [&] {
+    m->loss_backward(ids, std::vector<int64_t>(labels.begin() + 1, labels.end()), mask, shape[0],
+                     shape[1]);
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N | --procs\n", argv[0]);
+    return 2;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const std::string dir = argv[1];
+  const bool procs = !std::strcmp(argv[2], "--procs");
+  const int tp = procs ? (std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1)
+                       : (argc > 3 ? std::atoi(argv[3]) : 1);
+  Ref ref(dir + "/train_ref.safetensors");
+  if (procs) {
+    try {
+      const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp) +
+                              ", \"timeout_seconds\": 120, \"num_threads\": 1}";
+      Context ctx(Config::parse(cfg.c_str()));
+      run_rank(ctx, dir, tp, ref);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      ++g_fail;
+    }
+    return g_fail ? 1 : 0;
+  }
+  const std::string store = oslo_test::temp_dir("oslo-train");
+  std::vector<std::thread> th;
+  for (int r = 0; r < tp; ++r)
+    th.emplace_back([&, r] {
+      try {
+        const std::string cfg = "{\"rank\": " + std::to_string(r) +
+                                ", \"world_size\": " + std::to_string(tp) +
+                                ", \"tensor_parallel_size\": " + std::to_string(tp) +
+                                ", \"init_method\": \"file://" + store +
+                                "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1}";
+        Context ctx(Config::parse(cfg.c_str()));
+        run_rank(ctx, dir, tp, ref);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "[rank %d] error: %s\n", r, e.what());
+        ++g_fail;
+      }
+    });
+  for (auto& t : th) t.join();
+  oslo_test::remove_tree(store);
+  return g_fail ? 1 : 0;
+}
