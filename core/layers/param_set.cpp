@@ -81,24 +81,32 @@ void ParamSet::add_embedding(const std::string& prefix, const ParallelEmbedding&
 }
 
 double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
+  std::vector<GradSlice> grads;
+  for (const auto& e : entries_)
+    if (e.grad.defined()) grads.push_back(GradSlice{e.name, e.grad, e.split_dim < 0});
+  return oslo::clip_grad_norm(ctx_, grads, max_norm, norm_type);
+}
+
+double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double max_norm,
+                      double norm_type) {
   OSLO_CHECK(std::isinf(norm_type) ? norm_type > 0 : norm_type >= 1.0, OSLO_ERR_INVALID_ARGUMENT,
              "clip_grad_norm: norm_type must be >= 1 or INFINITY, got ", norm_type);
   OSLO_CHECK(!std::isnan(max_norm), OSLO_ERR_INVALID_ARGUMENT, "clip_grad_norm: max_norm is NaN");
   const bool inf = std::isinf(norm_type);
-  const bool tp_first = ctx_.topology().tp_rank() == 0;
-  Backend& be = ctx_.backend();
-  auto bk = ctx_.backend_ptr();
-  be.set_num_threads(ctx_.num_threads());
+  const bool tp_first = ctx.topology().tp_rank() == 0;
+  Backend& be = ctx.backend();
+  auto bk = ctx.backend_ptr();
+  be.set_num_threads(ctx.num_threads());
   // One slot per gradient: sum |g|^p (or max |g|) accumulated in f64 by the
   // backend and rounded once to f32; the slots are then added on the host in
   // f64 after one copy (a wait point).
-  std::vector<const ParamEntry*> counted;
-  for (const auto& e : entries_) {
-    if (!e.grad.defined()) continue;
+  std::vector<const GradSlice*> counted;
+  for (const auto& e : grads) {
     OSLO_CHECK(e.grad.dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '",
                e.name, "' must be f32");
     // Replicated gradients are the same on every tensor rank: count them once.
-    if (e.split_dim < 0 && !tp_first && !inf) continue;
+    if (e.replicated && !tp_first && !inf) continue;
+    if (e.count == 0) continue;
     counted.push_back(&e);
   }
   double local = 0;
@@ -106,12 +114,16 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
     Tensor slots = scratch(bk, OSLO_DTYPE_F32, {static_cast<int64_t>(counted.size())});
     for (size_t i = 0; i < counted.size(); ++i) {
       const Tensor& g = counted[i]->grad;
-      View flat = make_view(g.data(), OSLO_DTYPE_F32, {1, g.numel()});
+      const int64_t n = counted[i]->count < 0 ? g.numel() : counted[i]->count;
+      OSLO_CHECK(counted[i]->offset >= 0 && counted[i]->offset + n <= g.numel(), OSLO_ERR_INTERNAL,
+                 "clip_grad_norm: a part of '", counted[i]->name, "' outside the tensor");
+      View flat =
+          make_view(static_cast<float*>(g.data()) + counted[i]->offset, OSLO_DTYPE_F32, {1, n});
       View slot = make_view(static_cast<float*>(slots.data()) + i, OSLO_DTYPE_F32, {1});
       if (inf) {
         be.reduce(OSLO_BK_REDUCE_MAX_ABS, slot, flat);
       } else {
-        Tensor pw = scratch(bk, OSLO_DTYPE_F32, {1, g.numel()});
+        Tensor pw = scratch(bk, OSLO_DTYPE_F32, {1, n});
         be.unary(OSLO_BK_ABS_POW, view(pw), flat, static_cast<float>(norm_type));
         be.reduce(OSLO_BK_REDUCE_SUM, slot, view(pw));
       }
@@ -126,7 +138,7 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
   // is combined in rank order: identical on every rank.
   double total = local;
   for (oslo_group g : {OSLO_GROUP_TENSOR, OSLO_GROUP_PIPELINE}) {
-    const int n = ctx_.comm(g).size();
+    const int n = ctx.comm(g).size();
     if (n == 1) continue;
     float pair[2];
     pair[0] = static_cast<float>(total);
@@ -134,7 +146,7 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
     Tensor mine = scratch(bk, OSLO_DTYPE_F32, {2});
     Tensor all = scratch(bk, OSLO_DTYPE_F32, {n, 2});
     be.copy(mine.data(), pair, sizeof pair, CopyKind::HostToDevice);
-    gather_first_dim(ctx_, g, view(mine), view(all));
+    gather_first_dim(ctx, g, view(mine), view(all));
     std::vector<float> host(static_cast<size_t>(2 * n));
     be.copy(host.data(), all.data(), host.size() * 4, CopyKind::DeviceToHost);
     total = 0.0;
@@ -146,8 +158,8 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
   double norm = inf ? total : std::pow(total, 1.0 / norm_type);
   if (max_norm > 0 && norm > max_norm) {
     float coef = static_cast<float>(max_norm / (norm + 1e-6));
-    for (const auto& e : entries_)
-      if (e.grad.defined()) be.unary(OSLO_BK_SCALE, view(e.grad), view(e.grad), coef);
+    for (const auto& e : grads)
+      if (e.scale) be.unary(OSLO_BK_SCALE, view(e.grad), view(e.grad), coef);
   }
   return norm;
 }

@@ -23,6 +23,28 @@ struct ParamEntry {
   int64_t offset = 0;  // global index along split_dim of local row 0
 };
 
+// A gradient for clip_grad_norm: f32, replicated over the tensor group (the
+// same on every rank: counted once) or a slice of its own. The norm counts
+// `count` elements from element `offset` (count < 0: all of them; a part
+// another rank also holds is left to its owner); the clipping scales the
+// whole tensor once, for the entry with `scale` set.
+struct GradSlice {
+  std::string name;
+  Tensor grad;
+  bool replicated = false;
+  int64_t offset = 0;
+  int64_t count = -1;
+  bool scale = true;
+};
+
+// torch.nn.utils.clip_grad_norm_ over the slices of every rank: the global
+// p-norm (or max, norm_type INFINITY) over the tensor and pipeline groups,
+// then every gradient scaled by max_norm / (norm + 1e-6) when that is below
+// 1 (max_norm <= 0: only the norm). Returns the norm, identical on every
+// rank. Collective over the tensor and pipeline groups.
+double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double max_norm,
+                      double norm_type);
+
 class ParamSet {
  public:
   explicit ParamSet(Context& ctx) : ctx_(ctx) {}

@@ -169,7 +169,10 @@ void Model::bind() {
       Tensor c = Tensor::empty_like_shape(ctx_.backend_ptr(), OSLO_DTYPE_F32, w.shape());
       ctx_.backend().copy(c.data(), host.data(), c.nbytes(), CopyKind::HostToDevice);
       auto it = param_of_.find(w.data());
-      if (it != param_of_.end()) param_of_[c.data()] = it->second;
+      if (it != param_of_.end()) {
+        param_of_[c.data()] = it->second;
+        derived_.emplace_back(c, it->second);
+      }
       w = c;
     };
     for (auto& L : layers_) {

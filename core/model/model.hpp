@@ -86,7 +86,9 @@ class Model : public CausalLM {
   // grad_scale * d loss / d parameter into grads() (made, zero, on first
   // use) and returns the loss, the same on every rank. Decoder families
   // with pre-norm blocks (every causal family of the registry), f32
-  // weights, a tensor-parallel size that divides the key/value heads.
+  // weights, every tensor-parallel size the model loads at (key/value heads
+  // split or replicated: a replicated head's gradient is summed over the
+  // ranks holding it).
   // Collective over the tensor group; one thread at a time per model.
   float loss_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
                       const std::vector<int64_t>& mask, int64_t batch, int64_t seq,
@@ -96,6 +98,16 @@ class Model : public CausalLM {
   const std::vector<Tensor>& grads() const { return grads_; }
   // Sets every gradient to zero (making them on first use).
   void zero_grad();
+  // Activation checkpointing: keep only each block's input between the
+  // forward and the backward of loss_backward and recompute the rest block
+  // by block (gradients bitwise equal; one more forward of compute).
+  void set_activation_checkpointing(bool on) { checkpoint_activations_ = on; }
+  // Bytes of block activations the last loss_backward kept from its forward
+  // for its backward (with checkpointing: the blocks' inputs only).
+  size_t saved_activation_bytes() const { return saved_activation_bytes_; }
+  // Call after changing parameters in place (an optimizer step): refreshes
+  // what the model derives from them (Gemma's 1 + w norm weights).
+  void parameters_changed();
 
  private:
   struct Layer;
@@ -140,6 +152,11 @@ class Model : public CausalLM {
   // tensor's memory belongs to.
   std::vector<Tensor> grads_;
   std::map<const void*, size_t> param_of_;
+  // Compute copies derived from a parameter (unit-offset norm weights: the
+  // stored weight + 1) and the params_ index they come from.
+  std::vector<std::pair<Tensor, size_t>> derived_;
+  bool checkpoint_activations_ = false;
+  size_t saved_activation_bytes_ = 0;
   // Generation state.
   int64_t rows_ = 0, max_len_ = 0, past_ = 0;
 };

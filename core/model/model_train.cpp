@@ -10,9 +10,14 @@
 // row-parallel product's input gradient is complete (its output was
 // all-reduced in the forward); replicated parameters (norms, row-parallel
 // biases, position embeddings) get the same gradient on every rank.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <exception>
+#include <initializer_list>
+#include <utility>
 
+#include "core/common/crc32c.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/layers/embedding.hpp"
@@ -33,6 +38,19 @@ void Model::zero_grad() {
     for (const PlacedTensor& p : params_)
       grads_.push_back(scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, p.tensor.shape()));
   for (Tensor& g : grads_) be.fill(view(g), 0.0);
+}
+
+void Model::parameters_changed() {
+  if (derived_.empty()) return;
+  Backend& be = ctx_.backend();
+  Tensor one = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {1});
+  be.fill(view(one), 1.0);
+  for (auto& d : derived_) {
+    const Tensor& src = params_[d.second].tensor;
+    View o = make_view(one.data(), OSLO_DTYPE_F32, {src.numel()});
+    o.strides[0] = 0;
+    be.binary(OSLO_BK_ADD, view(d.first), view(src), o);
+  }
 }
 
 Tensor& Model::grad_of(const Tensor& w) {
@@ -63,23 +81,58 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     OSLO_CHECK(p.tensor.dtype() == OSLO_DTYPE_F32, OSLO_ERR_NOT_SUPPORTED,
                "model: training needs f32 weights (", p.placement.name, " is ",
                dtype_name(p.tensor.dtype()), "): load the model with dtype f32");
-  OSLO_CHECK(cfg_.num_kv_heads % tp_ == 0, OSLO_ERR_NOT_SUPPORTED, "model: training at tensor ",
-             "parallel size ", tp_, " needs it to divide the key/value heads (", cfg_.num_kv_heads,
-             ")");
-  OSLO_CHECK(B > 0 && S > 0, OSLO_ERR_INVALID_ARGUMENT, "loss: batch (", B, ") and sequence (", S,
-             ") must be positive");
-  const size_t n = static_cast<size_t>(B * S);
-  OSLO_CHECK(ids.size() == n && labels.size() == n, OSLO_ERR_SHAPE, "loss: ", ids.size(),
-             " ids and ", labels.size(), " labels for [", B, ", ", S, "]");
-  std::vector<int64_t> mask = mask0.empty() ? std::vector<int64_t>(n, 1) : mask0;
-  OSLO_CHECK(mask.size() == n, OSLO_ERR_SHAPE, "loss: attention mask has ", mask.size(),
-             " entries for [", B, ", ", S, "]");
-  OSLO_CHECK(cfg_.sliding_window == 0 || S <= cfg_.sliding_window, OSLO_ERR_NOT_SUPPORTED,
-             cfg_.model_type, ": sequences longer than the sliding window (", cfg_.sliding_window,
-             ") are not supported");
-  for (size_t i = 0; i < n; ++i)
-    OSLO_CHECK(ids[i] >= 0 && ids[i] < cfg_.vocab_size, OSLO_ERR_INVALID_ARGUMENT, "loss: token ",
-               ids[i], " at position ", i, " is outside [0, ", cfg_.vocab_size, ")");
+  // This rank's checks, then one exchange over the tensor group: every rank
+  // learns whether any rank refused its batch and whether all hold the same
+  // one, before the first collective of the step (no rank is left waiting).
+  std::exception_ptr local_error;
+  std::vector<int64_t> mask;
+  const size_t n = static_cast<size_t>(std::max<int64_t>(B, 0) * std::max<int64_t>(S, 0));
+  try {
+    OSLO_CHECK(B > 0 && S > 0, OSLO_ERR_INVALID_ARGUMENT, "loss: batch (", B, ") and sequence (", S,
+               ") must be positive");
+    OSLO_CHECK(ids.size() == n && labels.size() == n, OSLO_ERR_SHAPE, "loss: ", ids.size(),
+               " ids and ", labels.size(), " labels for [", B, ", ", S, "]");
+    mask = mask0.empty() ? std::vector<int64_t>(n, 1) : mask0;
+    OSLO_CHECK(mask.size() == n, OSLO_ERR_SHAPE, "loss: attention mask has ", mask.size(),
+               " entries for [", B, ", ", S, "]");
+    OSLO_CHECK(cfg_.sliding_window == 0 || S <= cfg_.sliding_window, OSLO_ERR_NOT_SUPPORTED,
+               cfg_.model_type, ": sequences longer than the sliding window (", cfg_.sliding_window,
+               ") are not supported");
+    for (size_t i = 0; i < n; ++i)
+      OSLO_CHECK(ids[i] >= 0 && ids[i] < cfg_.vocab_size, OSLO_ERR_INVALID_ARGUMENT, "loss: token ",
+                 ids[i], " at position ", i, " is outside [0, ", cfg_.vocab_size, ")");
+  } catch (...) {
+    local_error = std::current_exception();
+  }
+  if (tp_ > 1) {
+    uint32_t h = crc32c(0, &B, sizeof B);
+    h = crc32c(h, &S, sizeof S);
+    h = crc32c(h, &grad_scale, sizeof grad_scale);
+    const std::vector<int64_t>* parts[] = {&ids, &labels, &mask};
+    for (const std::vector<int64_t>* v : parts)
+      if (!v->empty()) h = crc32c(h, v->data(), v->size() * sizeof(int64_t));
+    const int64_t mine[4] = {local_error ? 1 : 0, B, S, static_cast<int64_t>(h)};
+    Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {4});
+    Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {tp_, 4});
+    ctx_.backend().copy(t.data(), mine, sizeof mine, CopyKind::HostToDevice);
+    gather_first_dim(ctx_, OSLO_GROUP_TENSOR, view(t), view(all));
+    std::vector<int64_t> got(static_cast<size_t>(4 * tp_));
+    ctx_.backend().copy(got.data(), all.data(), got.size() * sizeof(int64_t),
+                        CopyKind::DeviceToHost);
+    if (local_error) std::rethrow_exception(local_error);
+    for (int q = 0; q < tp_; ++q) {
+      const int64_t* g = &got[static_cast<size_t>(4 * q)];
+      OSLO_CHECK(g[0] == 0, OSLO_ERR_INVALID_ARGUMENT, "loss: tensor-parallel rank ", q,
+                 " refused its batch (its error says why)");
+      OSLO_CHECK(g[1] == got[1] && g[2] == got[2] && g[3] == got[3], OSLO_ERR_INVALID_ARGUMENT,
+                 "loss: the batch differs between tensor-parallel ranks: rank ", q, " has [", g[1],
+                 ", ", g[2], "], rank 0 [", got[1], ", ", got[2],
+                 "] (every rank of a tensor group must pass the same ids, labels, mask and "
+                 "grad_scale)");
+    }
+  } else if (local_error) {
+    std::rethrow_exception(local_error);
+  }
   if (grads_.empty()) zero_grad();
 
   Backend& be = ctx_.backend();
@@ -161,9 +214,12 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
   }
   const View mv = view(mask_t);
   std::vector<Saved> saved(layers_.size());
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  // One block's forward from its input, keeping what its backward needs in
+  // sv; returns the block's output. Run again in the backward when
+  // activations are checkpointed (the same ops on the same input: the same
+  // bits).
+  auto block_forward = [&](size_t l, const Tensor& x, Saved& sv) -> Tensor {
     Layer& L = *layers_[l];
-    Saved& sv = saved[l];
     sv.x_in = x;
     sv.h1 = f32({BS, H});
     norm(view(sv.h1), view(x), L.ln1_w, L.ln1_b);
@@ -244,8 +300,27 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
       add_bias(view(d), L.down_b);
       be.binary(OSLO_BK_ADD, view(out), view(sv.x_mid), view(d));
     }
+    return out;
+  };
+  auto block_bytes = [](const Saved& sv) {
+    size_t b = 0;
+    for (const Tensor* t : {&sv.x_in, &sv.h1, &sv.qkv, &sv.q, &sv.k, &sv.v, &sv.att, &sv.x_mid,
+                            &sv.h2, &sv.gu, &sv.up, &sv.gate, &sv.m})
+      if (t->defined()) b += t->nbytes();
+    return b;
+  };
+  size_t kept = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Tensor out = block_forward(l, x, saved[l]);
+    if (checkpoint_activations_) {  // only the block's input
+      Saved keep;
+      keep.x_in = x;
+      saved[l] = keep;
+    }
+    kept += block_bytes(saved[l]);
     x = out;
   }
+  saved_activation_bytes_ = kept;
   Tensor hf = f32({BS, H});
   if (norm_w_.defined())
     norm(view(hf), view(x), norm_w_, norm_b_);
@@ -267,6 +342,48 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
                        const View* dx, bool accumulate) {
     be.matmul(view(grad_of(W)), transposed(dy), xin, nullptr, 1.f, 1.f);
     if (b && b->defined()) be.sum_rows(view(grad_of(*b)), dy, true);
+    if (dx) be.matmul(*dx, dy, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
+  };
+  // With fewer key/value heads than ranks, each head is held by `copies`
+  // ranks (sharding.cpp), each of which sees only its own query heads'
+  // share of the head's gradient: this call's share is summed over the
+  // group (a [nkv, rows, cols] buffer, each rank writing its head's slot)
+  // before it is added to the accumulated gradient.
+  const bool kv_replicated = cfg_.num_kv_heads < tp_;
+  auto sum_over_head_copies = [&](const View& part) {  // [rows, cols]
+    const int64_t nkv = cfg_.num_kv_heads, head = rank_ / (tp_ / nkv);
+    const int64_t rows = part.shape[0], cols = part.shape[1];
+    Tensor buf = f32({nkv, rows, cols});
+    be.fill(view(buf), 0.0);
+    const View slot = strided(model_detail::at(view(buf), head * rows * cols), OSLO_DTYPE_F32,
+                              {rows, cols}, {cols, 1});
+    be.convert(slot, part);
+    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(buf));
+    be.convert(part, slot);
+  };
+  // linear_bw for a product whose output rows [r0, r0 + n) for each range
+  // belong to a replicated key/value head.
+  auto kv_linear_bw = [&](const View& dy, const View& xin, const Tensor& W, const Tensor* b,
+                          const View* dx, bool accumulate,
+                          std::initializer_list<std::pair<int64_t, int64_t>> ranges) {
+    if (!kv_replicated) return linear_bw(dy, xin, W, b, dx, accumulate);
+    const int64_t out = W.dim(0), in = W.dim(1);
+    Tensor gw = f32({out, in});
+    be.matmul(view(gw), transposed(dy), xin);
+    for (const auto& r : ranges)
+      sum_over_head_copies(strided(model_detail::at(view(gw), r.first * in), OSLO_DTYPE_F32,
+                                   {r.second, in}, {in, 1}));
+    be.binary(OSLO_BK_ADD, view(grad_of(W)), view(grad_of(W)), view(gw));
+    if (b && b->defined()) {
+      Tensor gb = f32({1, out});
+      be.fill(view(gb), 0.0);
+      be.sum_rows(make_view(gb.data(), OSLO_DTYPE_F32, {out}), dy, true);
+      for (const auto& r : ranges)
+        sum_over_head_copies(strided(model_detail::at(view(gb), r.first), OSLO_DTYPE_F32,
+                                     {1, r.second}, {r.second, 1}));
+      be.binary(OSLO_BK_ADD, view(grad_of(*b)), view(grad_of(*b)),
+                make_view(gb.data(), OSLO_DTYPE_F32, {out}));
+    }
     if (dx) be.matmul(*dx, dy, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
   };
   // dx (+)= the norm's input gradient; its parameters' gradients accumulated.
@@ -297,6 +414,10 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
   for (size_t li = layers_.size(); li-- > 0;) {
     Layer& L = *layers_[li];
     Saved& sv = saved[li];
+    if (checkpoint_activations_) {
+      const Tensor x_in = sv.x_in;
+      block_forward(li, x_in, sv);  // recompute what the forward dropped
+    }
     // MLP branch: out = min + down(m) + down_b (dd = dx, complete on every rank).
     const int64_t il = sv.m.dim(1);
     if (L.down_b.defined()) be.sum_rows(view(grad_of(L.down_b)), view(dx), true);
@@ -423,11 +544,12 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     {
       const View dh = view(dh1);
       if (L.qkv_w.defined()) {
-        linear_bw(view(dqkv), view(sv.h1), L.qkv_w, &L.qkv_b, &dh, false);
+        kv_linear_bw(view(dqkv), view(sv.h1), L.qkv_w, &L.qkv_b, &dh, false,
+                     {{qw, kw}, {qw + kw, kw}});
       } else {
         linear_bw(dqv, view(sv.h1), L.q_w, &L.q_b, &dh, false);
-        linear_bw(dkv, view(sv.h1), L.k_w, &L.k_b, &dh, true);
-        linear_bw(dvv, view(sv.h1), L.v_w, &L.v_b, &dh, true);
+        kv_linear_bw(dkv, view(sv.h1), L.k_w, &L.k_b, &dh, true, {{0, kw}});
+        kv_linear_bw(dvv, view(sv.h1), L.v_w, &L.v_b, &dh, true, {{0, kw}});
       }
     }
     if (parallel) {
@@ -447,6 +569,7 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
       be.convert(view(dx), view(dmid));
       norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, view(dh1), true);
     }
+    sv = Saved{};  // this block's activations are no longer needed
   }
   // Embeddings: the token table's local rows and the position table.
   if (tr.embed_scale != 1.0) {

@@ -16,6 +16,14 @@ parameter (`loss.backward()`), into <name>/train_ref.safetensors:
 
     build/venv-hf/bin/python tests/models/make_train_refs.py [--only NAME ...]
 
+and, for a few fixtures, a training loop into <name>/train_loop_ref.safetensors:
+40 micro-batches (input_ids, attention_mask, labels [40, 2, 9]) and, per
+optimizer, the loss of each of 20 steps and the gradient norm before
+clipping: AdamW (lr 2e-3, weight decay 0.01 except 1-D parameters, cosine
+schedule with 3 warmup steps) and SGD (lr 0.05, Nesterov momentum 0.9, the
+same decay, linear schedule with 2 warmup steps), each with gradient
+accumulation over 2 micro-batches and clip_grad_norm_(1.0).
+
 Deterministic: a fixed generator for the ids, one torch thread, f32 on the
 CPU, eager attention, model.eval() (no dropout: the fixtures have none, and
 training equality is about the arithmetic). Labels are shifted inside the
@@ -94,6 +102,72 @@ def make(name):
     print(f"{name}: loss {out.loss.item():.6f}, {len(tensors) - 4} gradients -> {path}")
 
 
+LOOP_FIXTURES = ["gpt2-tiny", "llama-tiny-gqa", "gemma-tiny", "gpt-neox-tiny"]
+LOOP_STEPS, LOOP_ACCUM, LOOP_B, LOOP_S = 20, 2, 2, 9
+
+
+def loop_data(vocab, pad_id):
+    g = torch.Generator().manual_seed(4321)
+    n = LOOP_STEPS * LOOP_ACCUM
+    ids = torch.randint(0, vocab, (n, LOOP_B, LOOP_S), generator=g)
+    mask = torch.ones(n, LOOP_B, LOOP_S, dtype=torch.long)
+    mask[:, 1, 6:] = 0  # row 1: 6 tokens, right padding
+    ids[mask == 0] = pad_id
+    labels = ids.clone()
+    labels[mask == 0] = -100
+    return ids, mask, labels
+
+
+def run_loop(folder, opt_name, ids, mask, labels):
+    """A plain PyTorch training loop: micro-batch losses / accumulation
+    backward, clip_grad_norm_(1.0), optimizer and scheduler step."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, torch_dtype=torch.float32, attn_implementation="eager")
+    model.eval()  # no dropout: equality is about the arithmetic
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+    if opt_name == "adamw":
+        opt = torch.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.999), eps=1e-8)
+        sched = transformers.get_scheduler("cosine", opt, num_warmup_steps=3,
+                                           num_training_steps=LOOP_STEPS)
+    else:
+        opt = torch.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True)
+        sched = transformers.get_scheduler("linear", opt, num_warmup_steps=2,
+                                           num_training_steps=LOOP_STEPS)
+    losses, norms = [], []
+    for step in range(LOOP_STEPS):
+        total = 0.0
+        for k in range(LOOP_ACCUM):
+            i = step * LOOP_ACCUM + k
+            out = model(input_ids=ids[i], attention_mask=mask[i], labels=labels[i])
+            (out.loss / LOOP_ACCUM).backward()
+            total += out.loss.item() / LOOP_ACCUM
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+    return losses, norms
+
+
+def make_loop(name):
+    folder = os.path.join(FIXTURES, name)
+    cfg = transformers.AutoConfig.from_pretrained(folder)
+    pad = cfg.pad_token_id if cfg.pad_token_id is not None else 0
+    ids, mask, labels = loop_data(cfg.vocab_size, pad)
+    tensors = {"input_ids": ids.contiguous(), "attention_mask": mask.contiguous(),
+               "labels": labels.contiguous()}
+    for opt_name in ("adamw", "sgd"):
+        losses, norms = run_loop(folder, opt_name, ids, mask, labels)
+        tensors[f"losses_{opt_name}"] = torch.tensor(losses, dtype=torch.float64)
+        tensors[f"grad_norms_{opt_name}"] = torch.tensor(norms, dtype=torch.float64)
+        print(f"{name} {opt_name}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    save_file(tensors, os.path.join(folder, "train_loop_ref.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*")
@@ -102,6 +176,9 @@ def main():
     names = a.only or [n for n in CAUSAL if os.path.isdir(os.path.join(FIXTURES, n))]
     for n in names:
         make(n)
+    for n in LOOP_FIXTURES:
+        if n in names:
+            make_loop(n)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,20 @@
 // of every gradient (cut from the full reference by the tensor's placement),
 // so tensor parallelism is checked piece by piece.
 //
-//   model_train_test FIXTURE_DIR --tp N     ranks as threads
-//   oslo-run --nproc-per-node N model_train_test FIXTURE_DIR --procs
-//                                           ranks as processes
+//   model_train_test FIXTURE_DIR --tp N [--loop adamw|sgd]   ranks as threads
+//   oslo-run --nproc-per-node N model_train_test FIXTURE_DIR --procs [--loop ...]
+//                                                            ranks as processes
 //
 // Passes when |loss - ref| <= 1e-5 |ref| and, for every parameter,
 // max |grad - ref| <= 1e-4 max |ref| (f32), on every rank; then checks that
 // a second call accumulates (gradients double) and that bad input fails
 // with a named error on every rank.
+//
+// --loop: 20 optimizer steps (gradient accumulation over 2 micro-batches,
+// clip_grad_norm 1.0, AdamW with a cosine schedule or Nesterov SGD with a
+// linear one) against a plain PyTorch loop on the same data
+// (train_loop_ref.safetensors): every step's loss and gradient norm within
+// 1e-4 relative.
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +32,7 @@
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
+#include "core/train/optimizer.hpp"
 #include "tests/common/temp_dir.hpp"
 
 using namespace oslo;
@@ -171,6 +178,27 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
     std::printf("[rank %d tp %d] a second call with grad_scale 0.5 accumulates: %s\n", r, tp,
                 acc ? "ok" : "FAIL");
   if (!acc) ++g_fail;
+  // Activation checkpointing: the same loss and gradients, bit for bit,
+  // with at most a third of the activations kept.
+  {
+    m->zero_grad();
+    const size_t full_bytes = m->saved_activation_bytes();
+    m->set_activation_checkpointing(true);
+    const float loss2 = m->loss_backward(ids, labels, mask, shape[0], shape[1]);
+    const size_t ckpt_bytes = m->saved_activation_bytes();
+    m->set_activation_checkpointing(false);
+    bool same = loss2 == loss;
+    for (size_t i = 0; i < params.size() && same; ++i)
+      if (!first[i].empty()) same = download(ctx, grads[i]) == first[i];
+    const bool smaller = ckpt_bytes * 3 <= full_bytes;
+    if (r == 0 || !same || !smaller)
+      std::printf(
+          "[rank %d tp %d] activation checkpointing: loss and gradients %s, activations "
+          "kept %zu of %zu bytes %s\n",
+          r, tp, same ? "bitwise equal" : "DIFFER", ckpt_bytes, full_bytes,
+          same && smaller ? "ok" : "FAIL");
+    if (!same || !smaller) ++g_fail;
+  }
   m->zero_grad();
   bool zero = true;
   for (const Tensor& g : grads)
@@ -195,18 +223,92 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
   };
   std::vector<int64_t> bad = labels;
   bad[3] = m->config().vocab_size + 7;
-  refused("a label outside the vocabulary", OSLO_ERR_INVALID_ARGUMENT, "label", [&] {
-    m->loss_backward(ids, bad, mask, shape[0], shape[1]);
-  });
+  refused("a label outside the vocabulary", OSLO_ERR_INVALID_ARGUMENT, "label",
+          [&] { m->loss_backward(ids, bad, mask, shape[0], shape[1]); });
   std::vector<int64_t> bad_ids = ids;
   bad_ids[2] = -1;
-  refused("a token outside the vocabulary", OSLO_ERR_INVALID_ARGUMENT, "token", [&] {
-    m->loss_backward(bad_ids, labels, mask, shape[0], shape[1]);
-  });
+  refused("a token outside the vocabulary", OSLO_ERR_INVALID_ARGUMENT, "token",
+          [&] { m->loss_backward(bad_ids, labels, mask, shape[0], shape[1]); });
+  if (tp > 1) {
+    // Ranks that disagree: another label on the last rank, then a bad token
+    // on the last rank only. Every rank fails, none waits.
+    std::vector<int64_t> other = labels;
+    if (r == tp - 1) other[5] = (other[5] + 1) % m->config().vocab_size;
+    refused("a batch that differs between ranks", OSLO_ERR_INVALID_ARGUMENT, "differs between",
+            [&] { m->loss_backward(ids, other, mask, shape[0], shape[1]); });
+    std::vector<int64_t> one_bad = ids;
+    if (r == tp - 1) one_bad[1] = m->config().vocab_size;
+    refused("a bad token on one rank", OSLO_ERR_INVALID_ARGUMENT,
+            r == tp - 1 ? "outside" : "refused its batch",
+            [&] { m->loss_backward(one_bad, labels, mask, shape[0], shape[1]); });
+  }
   refused("labels of another shape", OSLO_ERR_SHAPE, "labels", [&] {
     m->loss_backward(ids, std::vector<int64_t>(labels.begin() + 1, labels.end()), mask, shape[0],
                      shape[1]);
   });
+}
+
+// The training loop of make_train_refs.py's run_loop, step by step.
+void run_loop(Context& ctx, const std::string& dir, int tp, const std::string& opt_name) {
+  const int r = ctx.topology().tp_rank();
+  Ref ref(dir + "/train_loop_ref.safetensors");
+  ModelLoadOptions lo;
+  lo.dtype = OSLO_DTYPE_F32;
+  auto m = Model::load(ctx, dir, lo);
+  std::vector<int64_t> shape;
+  const auto ids = ref.get<int64_t>("input_ids", &shape);
+  const auto mask = ref.get<int64_t>("attention_mask");
+  const auto labels = ref.get<int64_t>("labels");
+  const auto want_loss = ref.get<double>("losses_" + opt_name);
+  const auto want_norm = ref.get<double>("grad_norms_" + opt_name);
+  const int64_t B = shape[1], S = shape[2], per = B * S, accum = 2;
+  const int64_t steps = static_cast<int64_t>(want_loss.size());
+  OptimizerOptions o;
+  o.weight_decay = 0.01;
+  ScheduleKind sched;
+  int64_t warmup;
+  if (opt_name == "adamw") {
+    o.kind = OptimizerKind::ADAMW;
+    o.lr = 2e-3;
+    sched = ScheduleKind::COSINE;
+    warmup = 3;
+  } else {
+    o.kind = OptimizerKind::SGD;
+    o.lr = 0.05;
+    o.momentum = 0.9;
+    o.nesterov = true;
+    sched = ScheduleKind::LINEAR;
+    warmup = 2;
+  }
+  Optimizer opt(*m, o);
+  double worst_loss = 0, worst_norm = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    m->zero_grad();
+    double total = 0;
+    for (int64_t k = 0; k < accum; ++k) {
+      const int64_t i = step * accum + k;
+      auto part = [&](const std::vector<int64_t>& v) {
+        return std::vector<int64_t>(v.begin() + i * per, v.begin() + (i + 1) * per);
+      };
+      total += m->loss_backward(part(ids), part(labels), part(mask), B, S, 1.f / accum) /
+               static_cast<double>(accum);
+    }
+    const double norm = clip_grad_norm(*m, 1.0);
+    opt.step(o.lr * schedule_factor(sched, step, warmup, steps));
+    const double el = std::fabs(total - want_loss[step]) / std::fabs(want_loss[step]);
+    const double en = std::fabs(norm - want_norm[step]) / std::fabs(want_norm[step]);
+    worst_loss = std::max(worst_loss, el);
+    worst_norm = std::max(worst_norm, en);
+    const bool ok = el <= 1e-4 && en <= 1e-4;
+    if (!ok || (r == 0 && (step == 0 || step + 1 == steps)))
+      std::printf("[rank %d tp %d %s] step %lld: loss %.6f vs %.6f, grad norm %.5f vs %.5f %s\n", r,
+                  tp, opt_name.c_str(), static_cast<long long>(step), total, want_loss[step], norm,
+                  want_norm[step], ok ? "ok" : "FAIL");
+    if (!ok) ++g_fail;
+  }
+  if (r == 0)
+    std::printf("[rank %d tp %d %s] %lld steps: worst relative error loss %.3g, grad norm %.3g\n",
+                r, tp, opt_name.c_str(), static_cast<long long>(steps), worst_loss, worst_norm);
 }
 
 }  // namespace
@@ -221,13 +323,22 @@ int main(int argc, char** argv) {
   const bool procs = !std::strcmp(argv[2], "--procs");
   const int tp = procs ? (std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1)
                        : (argc > 3 ? std::atoi(argv[3]) : 1);
+  std::string loop;
+  for (int i = 2; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], "--loop")) loop = argv[i + 1];
   Ref ref(dir + "/train_ref.safetensors");
+  auto body = [&](Context& ctx) {
+    if (loop.empty())
+      run_rank(ctx, dir, tp, ref);
+    else
+      run_loop(ctx, dir, tp, loop);
+  };
   if (procs) {
     try {
       const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp) +
                               ", \"timeout_seconds\": 120, \"num_threads\": 1}";
       Context ctx(Config::parse(cfg.c_str()));
-      run_rank(ctx, dir, tp, ref);
+      body(ctx);
     } catch (const Error& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       ++g_fail;
@@ -239,13 +350,12 @@ int main(int argc, char** argv) {
   for (int r = 0; r < tp; ++r)
     th.emplace_back([&, r] {
       try {
-        const std::string cfg = "{\"rank\": " + std::to_string(r) +
-                                ", \"world_size\": " + std::to_string(tp) +
-                                ", \"tensor_parallel_size\": " + std::to_string(tp) +
-                                ", \"init_method\": \"file://" + store +
-                                "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1}";
+        const std::string cfg =
+            "{\"rank\": " + std::to_string(r) + ", \"world_size\": " + std::to_string(tp) +
+            ", \"tensor_parallel_size\": " + std::to_string(tp) + ", \"init_method\": \"file://" +
+            store + "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1}";
         Context ctx(Config::parse(cfg.c_str()));
-        run_rank(ctx, dir, tp, ref);
+        body(ctx);
       } catch (const Error& e) {
         std::fprintf(stderr, "[rank %d] error: %s\n", r, e.what());
         ++g_fail;

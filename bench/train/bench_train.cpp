@@ -1,0 +1,100 @@
+// One training step of a causal LM (the causal-LM loss over a random batch,
+// its backward, clip_grad_norm 1.0 and an AdamW step), timed: the oslo side
+// of bench/train/run.sh. Prints one JSON line.
+//
+//   bench_train MODEL_DIR [--seq 256] [--batch 4] [--steps 1] [--warmup 1]
+//                         [--threads N]
+// Under oslo-run the ranks form one tensor-parallel group of WORLD_SIZE.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/common/error.hpp"
+#include "core/context/context.hpp"
+#include "core/model/model.hpp"
+#include "core/train/optimizer.hpp"
+
+using namespace oslo;
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s MODEL_DIR [--seq N] [--batch N] [--steps N] [--warmup N] "
+                         "[--threads N]\n", argv[0]);
+    return 2;
+  }
+  int64_t seq = 256, batch = 4, steps = 1, warmup = 1;
+  int threads = 2;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const long v = std::atol(argv[i + 1]);
+    if (a == "--seq") seq = v;
+    else if (a == "--batch") batch = v;
+    else if (a == "--steps") steps = v;
+    else if (a == "--warmup") warmup = v;
+    else if (a == "--threads") threads = static_cast<int>(v);
+  }
+  const char* ws = std::getenv("WORLD_SIZE");
+  const int tp = ws ? std::atoi(ws) : 1;
+  try {
+    const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp) +
+                            ", \"num_threads\": " + std::to_string(threads) +
+                            ", \"timeout_seconds\": 600}";
+    Context ctx(Config::parse(cfg.c_str()));
+    ModelLoadOptions lo;
+    lo.dtype = OSLO_DTYPE_F32;
+    auto m = Model::load(ctx, argv[1], lo);
+    const int64_t V = m->config().vocab_size, n = batch * seq;
+    std::mt19937_64 rng(7);
+    std::vector<int64_t> ids(static_cast<size_t>(n)), mask(static_cast<size_t>(n), 1);
+    for (auto& t : ids) t = static_cast<int64_t>(rng() % static_cast<uint64_t>(V));
+    OptimizerOptions o;
+    o.lr = 1e-4;
+    o.weight_decay = 0.01;
+    Optimizer opt(*m, o);
+    auto step = [&] {
+      m->zero_grad();
+      const float loss = m->loss_backward(ids, ids, mask, batch, seq);
+      clip_grad_norm(*m, 1.0);
+      opt.step(o.lr);
+      return loss;
+    };
+    for (int64_t i = 0; i < warmup; ++i) step();
+    double best = 1e30, total = 0;
+    float loss = 0;
+    for (int64_t i = 0; i < steps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      loss = step();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::min(best, s);
+      total += s;
+    }
+    // Memory: parameters + gradients + AdamW's two moments (all f32) + the
+    // block activations kept for the backward, against the peak RSS.
+    size_t pbytes = 0;
+    for (const auto& p : m->tensors()) pbytes += p.tensor.nbytes();
+    const double expected = (4.0 * static_cast<double>(pbytes) +
+                             static_cast<double>(m->saved_activation_bytes())) /
+                            (1 << 20);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double peak = static_cast<double>(ru.ru_maxrss) / 1024.0;
+    if (ctx.topology().tp_rank() == 0)
+      std::printf("{\"engine\": \"oslo\", \"tp\": %d, \"threads\": %d, \"seq\": %lld, \"batch\": "
+                  "%lld, \"step_s\": %.3f, \"tokens_per_s\": %.1f, \"loss\": %.4f, "
+                  "\"params_mib\": %.1f, \"activations_mib\": %.1f, \"peak_rss_mib\": %.1f, "
+                  "\"peak_over_expected\": %.3f}\n",
+                  tp, threads, static_cast<long long>(seq), static_cast<long long>(batch), best,
+                  static_cast<double>(n) / best, loss, pbytes / 1048576.0,
+                  m->saved_activation_bytes() / 1048576.0, peak, peak / expected);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_train: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 16's training benchmark: a GPT-2-small-shaped model (124M, random
+# weights: bench/model/make_gpt2_small.py), f32, batch 4 x 256 tokens, one
+# training step (loss, backward, clip_grad_norm 1.0, AdamW), against PyTorch
+# (transformers' GPT2LMHeadModel, eager attention, 2 threads) in the same
+# run. Rows, interleaved in the same order every round:
+#   PyTorch, 2 threads | oslo TP=1, 2 threads | oslo TP=1, 1 thread |
+#   oslo TP=2 (oslo-run, 2 processes x 1 thread)
+# each a fresh process: WARMUP untimed steps, then STEPS timed (best kept).
+#
+#   bash bench/train/run.sh [ROUNDS]      (ROUNDS defaults to 5)
+#
+# Needs build/ configured with OSLO_BUILD_BENCH=ON and the HF venv
+# (tools/test-venv.sh build --hf). Prints each JSON line, then best and
+# median per row (bench/model/summarize.py's format is not reused: the
+# columns differ).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${1:-5}
+steps=${STEPS:-1}
+warmup=${WARMUP:-1}
+py=$(bash tools/test-venv.sh build --hf)
+cmake --build build -j2 --target bench_train oslo-run >/dev/null
+out=build/bench-train
+mkdir -p "$out"
+: >"$out/log"
+: >"$out/results.jsonl"
+models=$("$py" bench/model/make_gpt2_small.py build/bench-gpt2 2>>"$out/log" | tail -1)
+m=$models/f32
+run=build/tools/oslo-run/oslo-run
+bin=build/bench/train/bench_train
+args=(--seq 256 --batch 4 --steps "$steps" --warmup "$warmup")
+row() {
+  local name=$1
+  shift
+  "$@" 2>>"$out/log" | sed -n "s/^{/{\"row\": \"$name\", /p" | tee -a "$out/results.jsonl"
+}
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(date -u +%F' '%H:%M) UTC"
+for r in $(seq "$rounds"); do
+  echo "== round $r of $rounds"
+  row "PyTorch, 2 threads" "$py" bench/train/torch_reference.py "$m" "${args[@]}" --threads 2
+  row "oslo TP=1, 2 threads" "$bin" "$m" "${args[@]}" --threads 2
+  row "oslo TP=1, 1 thread" "$bin" "$m" "${args[@]}" --threads 1
+  row "oslo TP=2, 2 x 1 thread" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --threads 1
+done
+"$py" - "$out/results.jsonl" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    rows.setdefault(r["row"], []).append(r)
+print("| row | rounds | tokens/s best | tokens/s median | peak RSS MiB | peak / (4 x params + activations) |")
+print("| --- | --: | --: | --: | --: | --: |")
+for name, rs in rows.items():
+    t = [x["tokens_per_s"] for x in rs]
+    poe = [x["peak_over_expected"] for x in rs if "peak_over_expected" in x]
+    print(f"| {name} | {len(rs)} | {max(t):.1f} | {statistics.median(t):.1f} | "
+          f"{statistics.median(x['peak_rss_mib'] for x in rs):.0f} | "
+          f"{statistics.median(poe):.3f} |" if poe else
+          f"| {name} | {len(rs)} | {max(t):.1f} | {statistics.median(t):.1f} | "
+          f"{statistics.median(x['peak_rss_mib'] for x in rs):.0f} | |")
+PY

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""The PyTorch side of bench/train/run.sh: one training step (causal-LM loss
+over a random batch, backward, clip_grad_norm_(1.0), AdamW) of the same HF
+folder with transformers, timed; prints one JSON line.
+
+    torch_reference.py MODEL_DIR [--seq 256] [--batch 4] [--steps 1] [--warmup 1] [--threads 2]
+"""
+import argparse
+import json
+import resource
+import time
+
+import torch
+import transformers
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        a.model, torch_dtype=torch.float32, attn_implementation="eager")
+    model.train()
+    for mod in model.modules():  # no dropout: the same arithmetic as oslo's step
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, model.config.vocab_size, (a.batch, a.seq), generator=g)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": rest, "weight_decay": 0.0}], lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.item()
+
+    for _ in range(a.warmup):
+        step()
+    best, loss = 1e30, 0.0
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        best = min(best, time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(json.dumps({"engine": "pytorch", "torch": torch.__version__, "threads": a.threads,
+                      "seq": a.seq, "batch": a.batch, "step_s": round(best, 3),
+                      "tokens_per_s": round(a.batch * a.seq / best, 1), "loss": round(loss, 4),
+                      "peak_rss_mib": round(peak, 1)}))
+
+
+if __name__ == "__main__":
+    main()

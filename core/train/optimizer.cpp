@@ -1,0 +1,193 @@
+#include "core/train/optimizer.hpp"
+
+#include <cmath>
+
+#include "core/common/error.hpp"
+#include "core/layers/param_set.hpp"
+#include "core/tensor/view.hpp"
+
+namespace oslo {
+
+double schedule_factor(ScheduleKind kind, int64_t step, int64_t warmup, int64_t total) {
+  OSLO_CHECK(step >= 0 && warmup >= 0 && total >= 0, OSLO_ERR_INVALID_ARGUMENT, "schedule: step (",
+             step, "), warmup (", warmup, ") and total (", total, ") must be non-negative");
+  const double s = static_cast<double>(step), w = static_cast<double>(warmup);
+  if (kind != ScheduleKind::CONSTANT && step < warmup) return s / std::max(1.0, w);
+  switch (kind) {
+    case ScheduleKind::CONSTANT:
+    case ScheduleKind::CONSTANT_WITH_WARMUP: return 1.0;
+    case ScheduleKind::LINEAR:
+      return std::max(0.0, static_cast<double>(total - step) /
+                               std::max(1.0, static_cast<double>(total - warmup)));
+    case ScheduleKind::COSINE: {
+      // transformers' num_cycles = 0.5: half a cosine from 1 to 0.
+      const double progress =
+          static_cast<double>(step - warmup) / std::max(1.0, static_cast<double>(total - warmup));
+      return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * 0.5 * 2.0 * progress)));
+    }
+  }
+  return 1.0;
+}
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "constant") return ScheduleKind::CONSTANT;
+  if (name == "constant_with_warmup") return ScheduleKind::CONSTANT_WITH_WARMUP;
+  if (name == "linear") return ScheduleKind::LINEAR;
+  if (name == "cosine") return ScheduleKind::COSINE;
+  fail(OSLO_ERR_INVALID_ARGUMENT, "schedule \"", name,
+       "\" is not one of constant, constant_with_warmup, linear, cosine");
+}
+
+Optimizer::Optimizer(Model& model, const OptimizerOptions& o) : model_(model), o_(o) {
+  auto finite_nonneg = [](double v) { return std::isfinite(v) && v >= 0; };
+  OSLO_CHECK(finite_nonneg(o.lr), OSLO_ERR_INVALID_ARGUMENT, "optimizer: lr ", o.lr,
+             " must be finite and >= 0");
+  OSLO_CHECK(finite_nonneg(o.weight_decay), OSLO_ERR_INVALID_ARGUMENT, "optimizer: weight_decay ",
+             o.weight_decay, " must be finite and >= 0");
+  if (o.kind == OptimizerKind::ADAMW) {
+    OSLO_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+               OSLO_ERR_INVALID_ARGUMENT, "optimizer: betas (", o.beta1, ", ", o.beta2,
+               ") must lie in [0, 1)");
+    OSLO_CHECK(std::isfinite(o.eps) && o.eps >= 0, OSLO_ERR_INVALID_ARGUMENT, "optimizer: eps ",
+               o.eps, " must be finite and >= 0");
+  } else {
+    OSLO_CHECK(finite_nonneg(o.momentum) && finite_nonneg(o.dampening), OSLO_ERR_INVALID_ARGUMENT,
+               "optimizer: momentum (", o.momentum, ") and dampening (", o.dampening,
+               ") must be finite and >= 0");
+    OSLO_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), OSLO_ERR_INVALID_ARGUMENT,
+               "optimizer: Nesterov momentum requires a momentum and zero dampening");
+  }
+  for (const PlacedTensor& p : model.tensors())
+    OSLO_CHECK(p.tensor.dtype() == OSLO_DTYPE_F32, OSLO_ERR_NOT_SUPPORTED,
+               "optimizer: ", p.placement.name, " is ", dtype_name(p.tensor.dtype()),
+               "; the optimizer updates f32 parameters (load the model with dtype f32)");
+  if (model.grads().empty()) model.zero_grad();
+  const auto& bp = model.context().backend_ptr();
+  Backend& be = model.context().backend();
+  state_.resize(model.tensors().size());
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const auto& shape = model.tensors()[i].tensor.shape();
+    if (o.kind == OptimizerKind::ADAMW) {
+      for (int k = 0; k < 2; ++k) {
+        state_[i].push_back(scratch(bp, OSLO_DTYPE_F32, shape));
+        be.fill(view(state_[i].back()), 0.0);
+      }
+    }
+  }
+}
+
+void Optimizer::step(double lr) {
+  OSLO_CHECK(std::isfinite(lr) && lr >= 0, OSLO_ERR_INVALID_ARGUMENT, "optimizer: lr ", lr,
+             " must be finite and >= 0");
+  Context& ctx = model_.context();
+  Backend& be = ctx.backend();
+  const auto& bp = ctx.backend_ptr();
+  be.set_num_threads(ctx.num_threads());
+  const auto& params = model_.tensors();
+  const auto& grads = model_.grads();
+  ++steps_;
+  const double t = static_cast<double>(steps_);
+  Tensor eps = scratch(bp, OSLO_DTYPE_F32, {1});
+  be.fill(view(eps), o_.eps);
+  auto scalar_over = [&](int64_t n) {  // eps broadcast over n elements
+    View v = make_view(eps.data(), OSLO_DTYPE_F32, {n});
+    v.strides[0] = 0;
+    return v;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& pt = params[i].tensor;
+    const int64_t n = pt.numel();
+    if (n == 0) continue;
+    auto flat = [&](const Tensor& x) { return make_view(x.data(), OSLO_DTYPE_F32, {n}); };
+    const View p = flat(pt), g = flat(grads[i]);
+    const bool decay = o_.weight_decay > 0 && (o_.decay_1d || pt.ndim() >= 2);
+    Tensor tmp = scratch(bp, OSLO_DTYPE_F32, {n});
+    const View tv = flat(tmp);
+    if (o_.kind == OptimizerKind::ADAMW) {
+      const View m = flat(state_[i][0]), v = flat(state_[i][1]);
+      if (decay) be.unary(OSLO_BK_SCALE, p, p, static_cast<float>(1.0 - lr * o_.weight_decay));
+      // m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2
+      be.unary(OSLO_BK_SCALE, m, m, static_cast<float>(o_.beta1));
+      be.unary(OSLO_BK_SCALE, tv, g, static_cast<float>(1.0 - o_.beta1));
+      be.binary(OSLO_BK_ADD, m, m, tv);
+      be.unary(OSLO_BK_SCALE, v, v, static_cast<float>(o_.beta2));
+      be.binary(OSLO_BK_MUL, tv, g, g);
+      be.unary(OSLO_BK_SCALE, tv, tv, static_cast<float>(1.0 - o_.beta2));
+      be.binary(OSLO_BK_ADD, v, v, tv);
+      const double bc1 = 1.0 - std::pow(o_.beta1, t), bc2 = 1.0 - std::pow(o_.beta2, t);
+      // denom = sqrt(v) / sqrt(bc2) + eps; p -= lr / bc1 * m / denom
+      be.unary(OSLO_BK_ABS_POW, tv, v, 0.5f);
+      be.unary(OSLO_BK_SCALE, tv, tv, static_cast<float>(1.0 / std::sqrt(bc2)));
+      be.binary(OSLO_BK_ADD, tv, tv, scalar_over(n));
+      be.binary(OSLO_BK_DIV, tv, m, tv);
+      be.unary(OSLO_BK_SCALE, tv, tv, static_cast<float>(-lr / bc1));
+      be.binary(OSLO_BK_ADD, p, p, tv);
+    } else {
+      // d = g (+ wd p); buf = momentum buf + (1 - dampening) d (the first
+      // step: buf = d); d = d + momentum buf (Nesterov) or buf; p -= lr d.
+      View d = g;
+      if (decay) {
+        be.unary(OSLO_BK_SCALE, tv, p, static_cast<float>(o_.weight_decay));
+        be.binary(OSLO_BK_ADD, tv, tv, g);
+        d = tv;
+      }
+      if (o_.momentum > 0) {
+        if (state_[i].empty()) {
+          state_[i].push_back(scratch(bp, OSLO_DTYPE_F32, pt.shape()));
+          be.convert(flat(state_[i][0]), d);
+        } else {
+          const View b = flat(state_[i][0]);
+          Tensor t2 = scratch(bp, OSLO_DTYPE_F32, {n});
+          be.unary(OSLO_BK_SCALE, b, b, static_cast<float>(o_.momentum));
+          be.unary(OSLO_BK_SCALE, flat(t2), d, static_cast<float>(1.0 - o_.dampening));
+          be.binary(OSLO_BK_ADD, b, b, flat(t2));
+        }
+        const View b = flat(state_[i][0]);
+        if (o_.nesterov) {
+          Tensor t2 = scratch(bp, OSLO_DTYPE_F32, {n});
+          be.unary(OSLO_BK_SCALE, flat(t2), b, static_cast<float>(o_.momentum));
+          be.binary(OSLO_BK_ADD, tv, d, flat(t2));
+          d = tv;
+        } else {
+          d = b;
+        }
+      }
+      Tensor t3 = scratch(bp, OSLO_DTYPE_F32, {n});
+      be.unary(OSLO_BK_SCALE, flat(t3), d, static_cast<float>(-lr));
+      be.binary(OSLO_BK_ADD, p, p, flat(t3));
+    }
+  }
+  model_.parameters_changed();
+}
+
+double clip_grad_norm(Model& model, double max_norm, double norm_type) {
+  if (model.grads().empty()) model.zero_grad();
+  std::vector<GradSlice> grads;
+  const auto& params = model.tensors();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Placement& p = params[i].placement;
+    const Tensor& g = model.grads()[i];
+    bool all_owned = true;
+    for (const Segment& s : p.segments) all_owned = all_owned && s.owner;
+    if (p.split_dim < 0 || all_owned) {
+      grads.push_back(GradSlice{p.name, g, p.split_dim < 0});
+      continue;
+    }
+    // Key/value heads replicated over ranks: each head's rows counted by its
+    // owner only.
+    OSLO_CHECK(p.split_dim == 0 && !p.transpose && p.local_extent > 0, OSLO_ERR_INTERNAL,
+               "clip_grad_norm: ", p.name, " shares segments along a dimension other than 0");
+    const int64_t inner = g.numel() / p.local_extent;
+    bool scale = true;
+    for (const Segment& s : p.segments)
+      if (s.owner) {
+        grads.push_back(
+            GradSlice{p.name, g, false, s.local_start * inner, s.length * inner, scale});
+        scale = false;
+      }
+    if (scale) grads.push_back(GradSlice{p.name, g, false, 0, 0, true});  // scaled, not counted
+  }
+  return clip_grad_norm(model.context(), grads, max_norm, norm_type);
+}
+
+}  // namespace oslo

@@ -1,0 +1,85 @@
+// Optimizers over a model's parameters (each rank its local slices),
+// learning-rate schedules, and the gradient clipping that goes with them,
+// with PyTorch's and Hugging Face's semantics:
+//
+//  - AdamW: torch.optim.AdamW (decoupled weight decay p *= 1 - lr wd, bias
+//    correction, eps added outside the square root).
+//  - SGD: torch.optim.SGD (weight decay added to the gradient, momentum with
+//    dampening, Nesterov).
+//  - Parameter groups as Hugging Face's Trainer makes them: no weight decay
+//    for 1-D parameters (norm weights and biases).
+//  - Schedules as transformers' get_scheduler: constant, constant with
+//    warmup, linear and cosine with warmup (lr multiplier at optimizer step
+//    k, counted from 0).
+//
+// Optimizer state (AdamW's two moments, SGD's momentum buffer) is f32 with
+// the local shape of its parameter, so it is sliced exactly like it. Every
+// call is collective over the tensor group only where it says so.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model/model.hpp"
+
+namespace oslo {
+
+enum class OptimizerKind { ADAMW, SGD };
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::ADAMW;
+  double lr = 1e-3;  // base learning rate (schedules scale it)
+  double weight_decay = 0.0;
+  // AdamW
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // SGD
+  double momentum = 0.0, dampening = 0.0;
+  bool nesterov = false;
+  // Weight decay for 1-D parameters too (Hugging Face's Trainer: no).
+  bool decay_1d = false;
+};
+
+enum class ScheduleKind { CONSTANT, CONSTANT_WITH_WARMUP, LINEAR, COSINE };
+
+// transformers' schedules: the multiplier of the base learning rate at
+// optimizer step `step` (0-based) of `total`.
+double schedule_factor(ScheduleKind kind, int64_t step, int64_t warmup, int64_t total);
+// "constant", "constant_with_warmup", "linear", "cosine"; throws
+// OSLO_ERR_INVALID_ARGUMENT naming the choices otherwise.
+ScheduleKind parse_schedule(const std::string& name);
+
+class Optimizer {
+ public:
+  // Over every parameter of `model` (its tensors(), updated in place; their
+  // gradients are model.grads()). Validates the options
+  // (OSLO_ERR_INVALID_ARGUMENT naming the bad one). f32 parameters only.
+  Optimizer(Model& model, const OptimizerOptions& options);
+
+  // One update with learning rate `lr` from the current gradients (call
+  // after loss_backward, and clip_grad_norm if wanted). Local: no
+  // communication (every rank holds the same replicated gradients).
+  void step(double lr);
+  // Steps taken so far (AdamW's bias correction uses it).
+  int64_t steps() const { return steps_; }
+  const OptimizerOptions& options() const { return o_; }
+  Model& model() const { return model_; }
+  // State tensors of parameter i (AdamW: exp_avg, exp_avg_sq; SGD with
+  // momentum: the buffer, once made by the first step).
+  const std::vector<Tensor>& state(size_t i) const { return state_[i]; }
+
+ private:
+  Model& model_;
+  OptimizerOptions o_;
+  int64_t steps_ = 0;
+  std::vector<std::vector<Tensor>> state_;
+};
+
+// torch.nn.utils.clip_grad_norm_ over the model's gradients: the global
+// norm over every rank's slices (replicated gradients counted once),
+// gradients scaled by max_norm / (norm + 1e-6) when that is below 1.
+// Returns the norm before clipping, the same on every rank. Collective over
+// the tensor group.
+double clip_grad_norm(Model& model, double max_norm, double norm_type = 2.0);
+
+}  // namespace oslo
