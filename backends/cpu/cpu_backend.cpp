@@ -292,9 +292,10 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 }
 // Every required op in every dtype the core uses, and every fused op
 // (attention, residual norm, rotary embedding, product + activation,
-// argmax, norm backward) in the float dtypes.
+// argmax, norm backward; AdamW in f32) in the float dtypes.
 int op_supported(void*, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
+  if (op == OSLO_BK_OP_ADAMW) return dtype == OSLO_DTYPE_F32 ? 1 : 0;
   const bool flt = dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
                  op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX ||
@@ -311,6 +312,12 @@ oslo_status matmul_act(void* self, const V* c, const V* a, const V* b, const V* 
 }
 oslo_status argmax(void* self, const V* index, const V* value, const V* x, int64_t valid) {
   return guard(self, [&](Instance& I) { cpu::argmax(I.threads, *index, *value, *x, valid); });
+}
+oslo_status adamw(void* self, const V* p, const V* g, const V* m, const V* v, float decay,
+                  float beta1, float beta2, float step_size, float bc2_sqrt, float eps) {
+  return guard(self, [&](Instance& I) {
+    cpu::adamw(I.threads, *p, *g, *m, *v, decay, beta1, beta2, step_size, bc2_sqrt, eps);
+  });
 }
 oslo_status norm_backward(void* self, const V* gx, const V* ggamma, const V* gbeta, const V* x,
                           const V* gamma, const V* dy, float eps, int rms) {
@@ -399,6 +406,7 @@ oslo_backend_iface make_table() {
   t.matmul_act = matmul_act;
   t.argmax = argmax;
   t.norm_backward = norm_backward;
+  t.adamw = adamw;
   return t;
 }
 

@@ -419,10 +419,25 @@ void elementwise(int threads, const V& out0, const V& a0, const V* b0, F f) {
   if (n == 0) return;
   const int64_t chunk = 4096;
   if (flat(out) && flat(a) && numel(a0) == n && (!b0 || (flat(b) && numel(*b0) == n)) &&
-      n % chunk == 0 && n > chunk) {
-    out = as_chunks(out, n, chunk);
-    a = as_chunks(a, n, chunk);
-    if (b0) b = as_chunks(b, n, chunk);
+      n > chunk) {
+    // One long contiguous run as rows of `chunk` (every thread gets rows,
+    // no row-sized scratch), then the tail.
+    const int64_t body = n / chunk * chunk;
+    if (body < n) {
+      auto tail = [&](const V& v) {
+        V t = v;
+        t.ndim = 1;
+        t.shape[0] = n - body;
+        t.strides[0] = 1;
+        t.data = static_cast<char*>(v.data) + body * static_cast<int64_t>(esize(v.dtype));
+        return t;
+      };
+      const V bt = b0 ? tail(b) : V{};
+      elementwise(threads, tail(out), tail(a), b0 ? &bt : nullptr, f);
+    }
+    out = as_chunks(out, body, chunk);
+    a = as_chunks(a, body, chunk);
+    if (b0) b = as_chunks(b, body, chunk);
   }
   const int64_t rows = rows_of(out), cols = cols_of(out);
   for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
@@ -800,6 +815,33 @@ void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, 
     norm_row(xr, cols, g, b, eps, rms, s.c.data());
     store_row(out, row_offset(out, out, r), cols, inner_stride(out), s.c.data());
   });
+}
+
+void adamw(int threads, const V& p, const V& g, const V& m, const V& v, float decay, float beta1,
+           float beta2, float step_size, float bc2_sqrt, float eps) {
+  const int64_t n = numel(p);
+  for (const V* t : {&p, &g, &m, &v}) {
+    OSLO_CHECK(t->dtype == OSLO_DTYPE_F32 && flat(*t) && numel(*t) == n, OSLO_ERR_SHAPE,
+               "adamw: operands must be contiguous f32 of ", n, " elements, not ", shape_of(*t),
+               " ", dtype_name(t->dtype));
+  }
+  float* pp = static_cast<float*>(p.data);
+  const float* gp = static_cast<const float*>(g.data);
+  float* mp = static_cast<float*>(m.data);
+  float* vp = static_cast<float*>(v.data);
+  const float keep = 1.f - decay, c1 = 1.f - beta1, c2 = 1.f - beta2, inv = 1.f / bc2_sqrt;
+  const int nt = n > 32768 ? std::max(1, threads) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = decay != 0.f ? pp[i] * keep : pp[i];
+    const float gi = gp[i];
+    const float mi = beta1 * mp[i] + c1 * gi;
+    const float vi = beta2 * vp[i] + c2 * (gi * gi);
+    pi -= step_size * (mi / (std::sqrt(vi) * inv + eps));
+    pp[i] = pi;
+    mp[i] = mi;
+    vp[i] = vi;
+  }
 }
 
 void norm_backward(int threads, const V& gx, const V* ggamma, const V* gbeta, const V& x,

@@ -34,6 +34,8 @@ void residual_norm(int threads, const V& out, const V& x, const V* y, const V* b
                    const V* beta, float eps, bool rms);
 void rope(int threads, const V& x, const V& cos, const V& sin);
 void argmax(int threads, const V& index, const V& value, const V& x, int64_t valid);
+void adamw(int threads, const V& p, const V& g, const V& m, const V& v, float decay, float beta1,
+           float beta2, float step_size, float bc2_sqrt, float eps);
 void norm_backward(int threads, const V& grad_x, const V* grad_gamma, const V* grad_beta,
                    const V& x, const V* gamma, const V& dy, float eps, bool rms);
 void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,

@@ -24,8 +24,10 @@ using namespace oslo;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [--seq N] [--batch N] [--steps N] [--warmup N] "
-                         "[--threads N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODEL_DIR [--seq N] [--batch N] [--steps N] [--warmup N] "
+                 "[--threads N]\n",
+                 argv[0]);
     return 2;
   }
   int64_t seq = 256, batch = 4, steps = 1, warmup = 1;
@@ -33,11 +35,16 @@ int main(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const long v = std::atol(argv[i + 1]);
-    if (a == "--seq") seq = v;
-    else if (a == "--batch") batch = v;
-    else if (a == "--steps") steps = v;
-    else if (a == "--warmup") warmup = v;
-    else if (a == "--threads") threads = static_cast<int>(v);
+    if (a == "--seq")
+      seq = v;
+    else if (a == "--batch")
+      batch = v;
+    else if (a == "--steps")
+      steps = v;
+    else if (a == "--warmup")
+      warmup = v;
+    else if (a == "--threads")
+      threads = static_cast<int>(v);
   }
   const char* ws = std::getenv("WORLD_SIZE");
   const int tp = ws ? std::atoi(ws) : 1;
@@ -57,11 +64,21 @@ int main(int argc, char** argv) {
     o.lr = 1e-4;
     o.weight_decay = 0.01;
     Optimizer opt(*m, o);
+    double t_loss = 0, t_clip = 0, t_opt = 0;  // of the last step
+    auto now = [] { return std::chrono::steady_clock::now(); };
+    auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     auto step = [&] {
+      const auto t0 = now();
       m->zero_grad();
       const float loss = m->loss_backward(ids, ids, mask, batch, seq);
+      const auto t1 = now();
       clip_grad_norm(*m, 1.0);
+      const auto t2 = now();
       opt.step(o.lr);
+      const auto t3 = now();
+      t_loss = secs(t0, t1);
+      t_clip = secs(t1, t2);
+      t_opt = secs(t2, t3);
       return loss;
     };
     for (int64_t i = 0; i < warmup; ++i) step();
@@ -78,20 +95,22 @@ int main(int argc, char** argv) {
     // block activations kept for the backward, against the peak RSS.
     size_t pbytes = 0;
     for (const auto& p : m->tensors()) pbytes += p.tensor.nbytes();
-    const double expected = (4.0 * static_cast<double>(pbytes) +
-                             static_cast<double>(m->saved_activation_bytes())) /
-                            (1 << 20);
+    const double expected =
+        (4.0 * static_cast<double>(pbytes) + static_cast<double>(m->saved_activation_bytes())) /
+        (1 << 20);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double peak = static_cast<double>(ru.ru_maxrss) / 1024.0;
     if (ctx.topology().tp_rank() == 0)
-      std::printf("{\"engine\": \"oslo\", \"tp\": %d, \"threads\": %d, \"seq\": %lld, \"batch\": "
-                  "%lld, \"step_s\": %.3f, \"tokens_per_s\": %.1f, \"loss\": %.4f, "
-                  "\"params_mib\": %.1f, \"activations_mib\": %.1f, \"peak_rss_mib\": %.1f, "
-                  "\"peak_over_expected\": %.3f}\n",
-                  tp, threads, static_cast<long long>(seq), static_cast<long long>(batch), best,
-                  static_cast<double>(n) / best, loss, pbytes / 1048576.0,
-                  m->saved_activation_bytes() / 1048576.0, peak, peak / expected);
+      std::printf(
+          "{\"engine\": \"oslo\", \"tp\": %d, \"threads\": %d, \"seq\": %lld, \"batch\": "
+          "%lld, \"step_s\": %.3f, \"tokens_per_s\": %.1f, \"loss\": %.4f, "
+          "\"fwd_bwd_s\": %.3f, \"clip_s\": %.3f, \"optimizer_s\": %.3f, "
+          "\"params_mib\": %.1f, \"activations_mib\": %.1f, \"peak_rss_mib\": %.1f, "
+          "\"peak_over_expected\": %.3f}\n",
+          tp, threads, static_cast<long long>(seq), static_cast<long long>(batch), best,
+          static_cast<double>(n) / best, loss, t_loss, t_clip, t_opt, pbytes / 1048576.0,
+          m->saved_activation_bytes() / 1048576.0, peak, peak / expected);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;

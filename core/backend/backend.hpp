@@ -140,6 +140,9 @@ class Backend {
   // and grad_beta ([H] f32, nullable) accumulated.
   void norm_backward(const View& grad_x, const View* grad_gamma, const View* grad_beta,
                      const View& x, const View* gamma, const View& dy, float eps, bool rms);
+  // One AdamW update in place (oslo_backend.h's adamw: f32, contiguous).
+  void adamw(const View& p, const View& g, const View& m, const View& v, float decay, float beta1,
+             float beta2, float step_size, float bc2_sqrt, float eps);
   // Whether the fused entries may be used (default: yes). Off, every fused op
   // is composed: how tests and benchmarks compare the two paths.
   void set_fused_enabled(bool on) { fused_ = on; }
@@ -168,6 +171,8 @@ class Backend {
   void compose_argmax(const View& index, const View& value, const View& x, int64_t valid);
   void compose_norm_backward(const View& grad_x, const View* grad_gamma, const View* grad_beta,
                              const View& x, const View* gamma, const View& dy, float eps, bool rms);
+  void compose_adamw(const View& p, const View& g, const View& m, const View& v, float decay,
+                     float beta1, float beta2, float step_size, float bc2_sqrt, float eps);
 
   oslo_backend_iface t_;  // the plugin's table, entries past its struct_size NULL
   void* self_;

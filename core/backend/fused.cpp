@@ -1,8 +1,8 @@
 // The fused ops of the backend seam (oslo_backend.h: attention,
-// residual_norm, rope, matmul_act, argmax, norm_backward): the backend's own entry when it offers
-// one for the dtype, else the composition below from the required entries. The compositions are the
-// reference: the conformance suite checks every backend's fused entry against them (and both
-// against f64).
+// residual_norm, rope, matmul_act, argmax, norm_backward, adamw): the backend's own entry when it
+// offers one for the dtype, else the composition below from the required entries. The compositions
+// are the reference: the conformance suite checks every backend's fused entry against them (and
+// both against f64).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -91,7 +91,7 @@ bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
       (op == OSLO_BK_OP_ATTENTION && t_.attention) ||
       (op == OSLO_BK_OP_RESIDUAL_NORM && t_.residual_norm) || (op == OSLO_BK_OP_ROPE && t_.rope) ||
       (op == OSLO_BK_OP_MATMUL_ACT && t_.matmul_act) || (op == OSLO_BK_OP_ARGMAX && t_.argmax) ||
-      (op == OSLO_BK_OP_NORM_BACKWARD && t_.norm_backward);
+      (op == OSLO_BK_OP_NORM_BACKWARD && t_.norm_backward) || (op == OSLO_BK_OP_ADAMW && t_.adamw);
   return entry && op_supported(op, dtype);
 }
 
@@ -393,6 +393,46 @@ void Backend::compose_norm_backward(const View& grad_x, const View* grad_gamma,
     binary(OSLO_BK_SUB, t.view(), t.view(), col(stat.view()));
   }
   binary(OSLO_BK_MUL, two_d(grad_x), t.view(), col(rstd.view()));
+}
+
+void Backend::adamw(const View& p, const View& g, const View& m, const View& v, float decay,
+                    float beta1, float beta2, float step_size, float bc2_sqrt, float eps) {
+  for (const View* t : {&p, &g, &m, &v}) {
+    OSLO_CHECK(t->dtype == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "adamw: operands must be f32, not ",
+               dtype_name(t->dtype));
+    OSLO_CHECK(t->contiguous() && t->numel() == p.numel(), OSLO_ERR_SHAPE, "adamw: operand ",
+               dims(*t), " must be contiguous with the parameter's ", p.numel(), " elements");
+  }
+  if (uses_fused(OSLO_BK_OP_ADAMW, p.dtype))
+    return check(t_.adamw(self_, &p, &g, &m, &v, decay, beta1, beta2, step_size, bc2_sqrt, eps),
+                 "adamw");
+  compose_adamw(p, g, m, v, decay, beta1, beta2, step_size, bc2_sqrt, eps);
+}
+
+void Backend::compose_adamw(const View& p0, const View& g0, const View& m0, const View& v0,
+                            float decay, float beta1, float beta2, float step_size, float bc2_sqrt,
+                            float eps) {
+  const int64_t n = p0.numel();
+  if (n == 0) return;
+  auto flat = [&](const View& t) { return make_view(t.data, OSLO_DTYPE_F32, {n}); };
+  const View p = flat(p0), g = flat(g0), m = flat(m0), v = flat(v0);
+  Scratch t(*this, OSLO_DTYPE_F32, {n}), e(*this, OSLO_DTYPE_F32, {1});
+  const View tv = t.view();
+  fill(e.view(), eps);
+  if (decay != 0.f) unary(OSLO_BK_SCALE, p, p, 1.f - decay);
+  unary(OSLO_BK_SCALE, m, m, beta1);
+  unary(OSLO_BK_SCALE, tv, g, 1.f - beta1);
+  binary(OSLO_BK_ADD, m, m, tv);
+  unary(OSLO_BK_SCALE, v, v, beta2);
+  binary(OSLO_BK_MUL, tv, g, g);
+  unary(OSLO_BK_SCALE, tv, tv, 1.f - beta2);
+  binary(OSLO_BK_ADD, v, v, tv);
+  unary(OSLO_BK_ABS_POW, tv, v, 0.5f);
+  unary(OSLO_BK_SCALE, tv, tv, 1.f / bc2_sqrt);
+  binary(OSLO_BK_ADD, tv, tv, strided(e.view().data, OSLO_DTYPE_F32, {n}, {0}));
+  binary(OSLO_BK_DIV, tv, m, tv);
+  unary(OSLO_BK_SCALE, tv, tv, -step_size);
+  binary(OSLO_BK_ADD, p, p, tv);
 }
 
 }  // namespace oslo

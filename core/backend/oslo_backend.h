@@ -196,6 +196,8 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_ARGMAX = 1028,
   /** norm_backward(): the gradient of norm() (layer or RMS). */
   OSLO_BK_OP_NORM_BACKWARD = 1029,
+  /** adamw(): one AdamW update of a parameter in place. */
+  OSLO_BK_OP_ADAMW = 1030,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -514,13 +516,24 @@ typedef struct oslo_backend_iface {
                                const oslo_bk_view *grad_gamma, const oslo_bk_view *grad_beta,
                                const oslo_bk_view *x, const oslo_bk_view *gamma,
                                const oslo_bk_view *dy, float eps, int rms);
+  /** OSLO_BK_OP_ADAMW (dtype: p's; p, g, m and v f32, contiguous, one
+   * shape). One torch.optim.AdamW update, element-wise and in place:
+   *   p = p * (1 - decay)
+   *   m = beta1 m + (1 - beta1) g
+   *   v = beta2 v + (1 - beta2) g^2
+   *   p = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+   * where the caller passes decay = lr * weight_decay, step_size =
+   * lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t) for step t. f32
+   * arithmetic. */
+  oslo_status (*adamw)(void *self, const oslo_bk_view *p, const oslo_bk_view *g,
+                       const oslo_bk_view *m, const oslo_bk_view *v, float decay, float beta1,
+                       float beta2, float step_size, float bc2_sqrt, float eps);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
 #define OSLO_BACKEND_IFACE_V1_SIZE (offsetof(oslo_backend_iface, copy_async))
 /** The size of an ABI v2 table. */
-#define OSLO_BACKEND_IFACE_V2_SIZE \
-  (offsetof(oslo_backend_iface, norm_backward) + sizeof(void (*)(void)))
+#define OSLO_BACKEND_IFACE_V2_SIZE (offsetof(oslo_backend_iface, adamw) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -601,12 +614,12 @@ OSLO_BK_SLOT_(rope, 53);
 OSLO_BK_SLOT_(matmul_act, 54);
 OSLO_BK_SLOT_(argmax, 55);
 OSLO_BK_SLOT_(norm_backward, 56);
+OSLO_BK_SLOT_(adamw, 57);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(
-    OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
-    "backend ABI: an entry after norm_backward needs OSLO_BACKEND_IFACE_V3_SIZE");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after adamw needs OSLO_BACKEND_IFACE_V3_SIZE");
 #undef OSLO_BK_SLOT_
 #endif
 

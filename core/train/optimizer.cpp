@@ -87,13 +87,6 @@ void Optimizer::step(double lr) {
   const auto& grads = model_.grads();
   ++steps_;
   const double t = static_cast<double>(steps_);
-  Tensor eps = scratch(bp, OSLO_DTYPE_F32, {1});
-  be.fill(view(eps), o_.eps);
-  auto scalar_over = [&](int64_t n) {  // eps broadcast over n elements
-    View v = make_view(eps.data(), OSLO_DTYPE_F32, {n});
-    v.strides[0] = 0;
-    return v;
-  };
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& pt = params[i].tensor;
     const int64_t n = pt.numel();
@@ -101,28 +94,15 @@ void Optimizer::step(double lr) {
     auto flat = [&](const Tensor& x) { return make_view(x.data(), OSLO_DTYPE_F32, {n}); };
     const View p = flat(pt), g = flat(grads[i]);
     const bool decay = o_.weight_decay > 0 && (o_.decay_1d || pt.ndim() >= 2);
-    Tensor tmp = scratch(bp, OSLO_DTYPE_F32, {n});
-    const View tv = flat(tmp);
     if (o_.kind == OptimizerKind::ADAMW) {
-      const View m = flat(state_[i][0]), v = flat(state_[i][1]);
-      if (decay) be.unary(OSLO_BK_SCALE, p, p, static_cast<float>(1.0 - lr * o_.weight_decay));
-      // m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2
-      be.unary(OSLO_BK_SCALE, m, m, static_cast<float>(o_.beta1));
-      be.unary(OSLO_BK_SCALE, tv, g, static_cast<float>(1.0 - o_.beta1));
-      be.binary(OSLO_BK_ADD, m, m, tv);
-      be.unary(OSLO_BK_SCALE, v, v, static_cast<float>(o_.beta2));
-      be.binary(OSLO_BK_MUL, tv, g, g);
-      be.unary(OSLO_BK_SCALE, tv, tv, static_cast<float>(1.0 - o_.beta2));
-      be.binary(OSLO_BK_ADD, v, v, tv);
       const double bc1 = 1.0 - std::pow(o_.beta1, t), bc2 = 1.0 - std::pow(o_.beta2, t);
-      // denom = sqrt(v) / sqrt(bc2) + eps; p -= lr / bc1 * m / denom
-      be.unary(OSLO_BK_ABS_POW, tv, v, 0.5f);
-      be.unary(OSLO_BK_SCALE, tv, tv, static_cast<float>(1.0 / std::sqrt(bc2)));
-      be.binary(OSLO_BK_ADD, tv, tv, scalar_over(n));
-      be.binary(OSLO_BK_DIV, tv, m, tv);
-      be.unary(OSLO_BK_SCALE, tv, tv, static_cast<float>(-lr / bc1));
-      be.binary(OSLO_BK_ADD, p, p, tv);
+      be.adamw(p, g, flat(state_[i][0]), flat(state_[i][1]),
+               decay ? static_cast<float>(lr * o_.weight_decay) : 0.f, static_cast<float>(o_.beta1),
+               static_cast<float>(o_.beta2), static_cast<float>(lr / bc1),
+               static_cast<float>(std::sqrt(bc2)), static_cast<float>(o_.eps));
     } else {
+      Tensor tmp = scratch(bp, OSLO_DTYPE_F32, {n});
+      const View tv = flat(tmp);
       // d = g (+ wd p); buf = momentum buf + (1 - dampening) d (the first
       // step: buf = d); d = d + momentum buf (Nesterov) or buf; p -= lr d.
       View d = g;

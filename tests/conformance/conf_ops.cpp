@@ -853,7 +853,7 @@ void test_abi_v2(const std::shared_ptr<Backend>& be) {
   g_case = "op_supported";
   check(be->op_supported(OSLO_BK_OP_MATMUL, OSLO_DTYPE_F32), "matmul f32 is supported");
   check(be->op_supported(OSLO_BK_OP_SOFTMAX, OSLO_DTYPE_BF16), "softmax bf16 is supported");
-  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_NORM_BACKWARD + 1), OSLO_DTYPE_F32),
+  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_ADAMW + 1), OSLO_DTYPE_F32),
         "an op id no fused op has yet is declined");
   check(!be->op_supported(static_cast<oslo_bk_op>(-7), OSLO_DTYPE_F32), "a bad op id is declined");
 
@@ -1261,9 +1261,79 @@ void test_norm_backward(const std::shared_ptr<Backend>& be) {
   }
 }
 
+// adamw: three steps of torch.optim.AdamW's update against f64, fused and
+// composed, with and without decoupled weight decay; 70001 elements (not a
+// multiple of any vector or chunk width).
+void test_adamw(const std::shared_ptr<Backend>& be) {
+  const int64_t n = 70001;
+  for (int decayed = 0; decayed < 2; ++decayed) {
+    g_case = fmt("adamw decay %d", decayed);
+    auto hp = random_in(static_cast<size_t>(n), OSLO_DTYPE_F32, 2.0);
+    std::vector<double> rp = hp, rm(hp.size(), 0.0), rv(hp.size(), 0.0);
+    std::vector<std::vector<double>> gs;
+    for (int t = 0; t < 3; ++t) gs.push_back(random_in(static_cast<size_t>(n), OSLO_DTYPE_F32));
+    const double lr = 1e-2, wd = decayed ? 0.1 : 0.0, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    for (int t = 1; t <= 3; ++t) {
+      const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+      for (int64_t i = 0; i < n; ++i) {
+        const double g = gs[t - 1][i];
+        rp[i] *= 1 - lr * wd;
+        rm[i] = b1 * rm[i] + (1 - b1) * g;
+        rv[i] = b2 * rv[i] + (1 - b2) * g * g;
+        rp[i] -= lr / bc1 * rm[i] / (std::sqrt(rv[i]) / std::sqrt(bc2) + eps);
+      }
+    }
+    std::vector<std::vector<double>> got;
+    for (bool fused : {true, false}) {
+      FusedToggle f(*be, fused);
+      Dev p(be, OSLO_DTYPE_F32, {n}), g(be, OSLO_DTYPE_F32, {n}), m(be, OSLO_DTYPE_F32, {n}),
+          v(be, OSLO_DTYPE_F32, {n});
+      p.upload(hp);
+      be->fill(m.v, 0.0);
+      be->fill(v.v, 0.0);
+      for (int t = 1; t <= 3; ++t) {
+        g.upload(gs[t - 1]);
+        const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+        be->adamw(p.v, g.v, m.v, v.v, static_cast<float>(lr * wd), static_cast<float>(b1),
+                  static_cast<float>(b2), static_cast<float>(lr / bc1),
+                  static_cast<float>(std::sqrt(bc2)), static_cast<float>(eps));
+      }
+      got.push_back(p.download());
+      double e;
+      const bool ok = close(got.back(), rp, 1e-6, &e);
+      check(ok, fmt("%s parameters err %g", fused ? "fused" : "composed", e));
+      const bool okm = close(m.download(), rm, 1e-6, &e);
+      check(okm, fmt("%s first moment err %g", fused ? "fused" : "composed", e));
+    }
+    double e;
+    const bool same = close(got[0], got[1], 1e-6, &e);
+    check(same, fmt("fused vs composed %g", e));
+  }
+  g_case = "adamw errors";
+  {
+    Dev p(be, OSLO_DTYPE_F32, {8}), p16(be, OSLO_DTYPE_BF16, {8}), g7(be, OSLO_DTYPE_F32, {7});
+    for (bool fused : {true, false}) {
+      FusedToggle f(*be, fused);
+      auto refused = [&](const char* what, oslo_status want, auto fn) {
+        try {
+          fn();
+          check(false, fmt("%s (fused %d): accepted", what, fused));
+        } catch (const Error& e) {
+          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
+        }
+      };
+      refused("a bf16 parameter", OSLO_ERR_DTYPE,
+              [&] { be->adamw(p16.v, p.v, p.v, p.v, 0.f, .9f, .999f, 1e-3f, 1.f, 1e-8f); });
+      refused("7 gradients for 8 parameters", OSLO_ERR_SHAPE,
+              [&] { be->adamw(p.v, g7.v, p.v, p.v, 0.f, .9f, .999f, 1e-3f, 1.f, 1e-8f); });
+    }
+  }
+}
+
 void test_fused(const std::shared_ptr<Backend>& be) {
-  for (oslo_bk_op op : {OSLO_BK_OP_ATTENTION, OSLO_BK_OP_RESIDUAL_NORM, OSLO_BK_OP_ROPE,
-                        OSLO_BK_OP_MATMUL_ACT, OSLO_BK_OP_ARGMAX, OSLO_BK_OP_NORM_BACKWARD})
+  for (oslo_bk_op op :
+       {OSLO_BK_OP_ATTENTION, OSLO_BK_OP_RESIDUAL_NORM, OSLO_BK_OP_ROPE, OSLO_BK_OP_MATMUL_ACT,
+        OSLO_BK_OP_ARGMAX, OSLO_BK_OP_NORM_BACKWARD, OSLO_BK_OP_ADAMW})
     std::printf("  fused op %d on %s: %s\n", static_cast<int>(op), be->name(),
                 be->uses_fused(op, OSLO_DTYPE_F32) ? "the backend's entry" : "composed");
   struct A {
@@ -1445,6 +1515,7 @@ void test_fused(const std::shared_ptr<Backend>& be) {
   test_matmul_act(be);
   test_argmax(be);
   test_norm_backward(be);
+  test_adamw(be);
 }
 
 int main(int argc, char** argv) {
