@@ -26,12 +26,13 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--seq N] [--batch N] [--steps N] [--warmup N] "
-                 "[--threads N]\n",
+                 "[--threads N] [--checkpoint-activations 0|1]\n",
                  argv[0]);
     return 2;
   }
   int64_t seq = 256, batch = 4, steps = 1, warmup = 1;
   int threads = 2;
+  bool ckpt = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const long v = std::atol(argv[i + 1]);
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
       warmup = v;
     else if (a == "--threads")
       threads = static_cast<int>(v);
+    else if (a == "--checkpoint-activations")
+      ckpt = v != 0;
   }
   const char* ws = std::getenv("WORLD_SIZE");
   const int tp = ws ? std::atoi(ws) : 1;
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
     o.lr = 1e-4;
     o.weight_decay = 0.01;
     Optimizer opt(*m, o);
+    m->set_activation_checkpointing(ckpt);
     double t_loss = 0, t_clip = 0, t_opt = 0;  // of the last step
     auto now = [] { return std::chrono::steady_clock::now(); };
     auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
@@ -92,12 +96,14 @@ int main(int argc, char** argv) {
       total += s;
     }
     // Memory: parameters + gradients + AdamW's two moments (all f32) + the
-    // block activations kept for the backward, against the peak RSS.
+    // activations: the blocks' (kept for the backward) and the head's (this
+    // rank's logits and their gradient, f32), against the peak RSS.
     size_t pbytes = 0;
     for (const auto& p : m->tensors()) pbytes += p.tensor.nbytes();
-    const double expected =
-        (4.0 * static_cast<double>(pbytes) + static_cast<double>(m->saved_activation_bytes())) /
-        (1 << 20);
+    const int64_t vocab_local = (V + tp - 1) / tp;
+    const double head = 2.0 * static_cast<double>(n) * static_cast<double>(vocab_local) * 4;
+    const double blocks = static_cast<double>(m->saved_activation_bytes());
+    const double expected = (4.0 * static_cast<double>(pbytes) + blocks + head) / (1 << 20);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double peak = static_cast<double>(ru.ru_maxrss) / 1024.0;
@@ -106,11 +112,12 @@ int main(int argc, char** argv) {
           "{\"engine\": \"oslo\", \"tp\": %d, \"threads\": %d, \"seq\": %lld, \"batch\": "
           "%lld, \"step_s\": %.3f, \"tokens_per_s\": %.1f, \"loss\": %.4f, "
           "\"fwd_bwd_s\": %.3f, \"clip_s\": %.3f, \"optimizer_s\": %.3f, "
-          "\"params_mib\": %.1f, \"activations_mib\": %.1f, \"peak_rss_mib\": %.1f, "
+          "\"checkpointing\": %s, \"params_mib\": %.1f, \"activations_mib\": %.1f, "
+          "\"head_activations_mib\": %.1f, \"peak_rss_mib\": %.1f, "
           "\"peak_over_expected\": %.3f}\n",
           tp, threads, static_cast<long long>(seq), static_cast<long long>(batch), best,
-          static_cast<double>(n) / best, loss, t_loss, t_clip, t_opt, pbytes / 1048576.0,
-          m->saved_activation_bytes() / 1048576.0, peak, peak / expected);
+          static_cast<double>(n) / best, loss, t_loss, t_clip, t_opt, ckpt ? "true" : "false",
+          pbytes / 1048576.0, blocks / 1048576.0, head / 1048576.0, peak, peak / expected);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;

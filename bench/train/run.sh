@@ -5,7 +5,8 @@
 # (transformers' GPT2LMHeadModel, eager attention, 2 threads) in the same
 # run. Rows, interleaved in the same order every round:
 #   PyTorch, 2 threads | oslo TP=1, 2 threads | oslo TP=1, 1 thread |
-#   oslo TP=2 (oslo-run, 2 processes x 1 thread)
+#   oslo TP=2 (oslo-run, 2 processes x 1 thread) |
+#   oslo TP=1, 2 threads, activation checkpointing
 # each a fresh process: WARMUP untimed steps, then STEPS timed (best kept).
 #
 #   bash bench/train/run.sh [ROUNDS]      (ROUNDS defaults to 5)
@@ -42,6 +43,8 @@ for r in $(seq "$rounds"); do
   row "oslo TP=1, 2 threads" "$bin" "$m" "${args[@]}" --threads 2
   row "oslo TP=1, 1 thread" "$bin" "$m" "${args[@]}" --threads 1
   row "oslo TP=2, 2 x 1 thread" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --threads 1
+  row "oslo TP=1, 2 threads, activation checkpointing" "$bin" "$m" "${args[@]}" --threads 2 \
+    --checkpoint-activations 1
 done
 "$py" - "$out/results.jsonl" <<'PY'
 import json, statistics, sys
@@ -49,14 +52,16 @@ rows = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
     rows.setdefault(r["row"], []).append(r)
-print("| row | rounds | tokens/s best | tokens/s median | peak RSS MiB | peak / (4 x params + activations) |")
-print("| --- | --: | --: | --: | --: | --: |")
+print("| row | rounds | tokens/s best | tokens/s median | peak RSS MiB | block activations MiB | peak / (4 x params + activations) |")
+print("| --- | --: | --: | --: | --: | --: | --: |")
 for name, rs in rows.items():
     t = [x["tokens_per_s"] for x in rs]
-    poe = [x["peak_over_expected"] for x in rs if "peak_over_expected" in x]
-    print(f"| {name} | {len(rs)} | {max(t):.1f} | {statistics.median(t):.1f} | "
-          f"{statistics.median(x['peak_rss_mib'] for x in rs):.0f} | "
-          f"{statistics.median(poe):.3f} |" if poe else
-          f"| {name} | {len(rs)} | {max(t):.1f} | {statistics.median(t):.1f} | "
-          f"{statistics.median(x['peak_rss_mib'] for x in rs):.0f} | |")
+    peak = statistics.median(x["peak_rss_mib"] for x in rs)
+    if "peak_over_expected" in rs[0]:
+        act = statistics.median(x["activations_mib"] for x in rs)
+        poe = statistics.median(x["peak_over_expected"] for x in rs)
+        tail = f"{act:.0f} | {poe:.3f} |"
+    else:
+        tail = " | |"
+    print(f"| {name} | {len(rs)} | {max(t):.1f} | {statistics.median(t):.1f} | {peak:.0f} | " + tail)
 PY
