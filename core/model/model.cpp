@@ -325,13 +325,7 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   auto add_bias = [&](const View& y, const Tensor& b) {
     if (b.defined()) be.binary(OSLO_BK_ADD, y, y, rows_bcast(b, y.shape[0]));
   };
-  oslo_bk_unary act_op = OSLO_BK_GELU;
-  switch (cfg_.act) {
-    case Activation::GELU: act_op = OSLO_BK_GELU; break;
-    case Activation::GELU_TANH: act_op = OSLO_BK_GELU_TANH; break;
-    case Activation::SILU: act_op = OSLO_BK_SILU; break;
-    case Activation::RELU: act_op = OSLO_BK_RELU; break;
-  }
+  const oslo_bk_unary act_op = model_detail::act_op(cfg_.act);
   auto act = [&](const View& y) { be.unary(act_op, y, y); };
 
   const bool rms = tr.norm == NormKind::RMS_NORM, post_ln = tr.post_norm,
@@ -466,13 +460,18 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   return x;
 }
 
-std::vector<float> Model::logits_of(const View& hidden, int64_t r) {
+Tensor Model::head_local(const View& hidden, int64_t r) {
   OSLO_CHECK(lm_head_.defined() && causal(), OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
              ": this model has no language-model head");
+  Tensor local = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {r, vocab_local_});
+  linear(ctx_.backend(), ctx_.backend_ptr(), view(local), hidden, lm_head_, nullptr);
+  return local;
+}
+
+std::vector<float> Model::logits_of(const View& hidden, int64_t r) {
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
-  Tensor local = scratch(bp, OSLO_DTYPE_F32, {r, vocab_local_});
-  linear(be, bp, view(local), hidden, lm_head_, nullptr);
+  Tensor local = head_local(hidden, r);
   Tensor full = local;
   if (tp_ > 1) {
     full = scratch(bp, OSLO_DTYPE_F32, {r, vocab_local_ * tp_});
@@ -492,12 +491,9 @@ std::vector<float> Model::logits_of(const View& hidden, int64_t r) {
 }
 
 std::vector<CausalLM::Choice> Model::argmax_of(const View& hidden, int64_t r) {
-  OSLO_CHECK(lm_head_.defined() && causal(), OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
-             ": this model has no language-model head");
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
-  Tensor local = scratch(bp, OSLO_DTYPE_F32, {r, vocab_local_});
-  linear(be, bp, view(local), hidden, lm_head_, nullptr);
+  Tensor local = head_local(hidden, r);
   const int64_t V = cfg_.vocab_size;
   // Each rank's choice over the real rows of its slice (padding excluded).
   Tensor idx = scratch(bp, OSLO_DTYPE_I64, {r}), val = scratch(bp, OSLO_DTYPE_F32, {r});

@@ -123,6 +123,8 @@ class Model : public CausalLM {
   // Logits of the given hidden rows (view [r, hidden]) gathered over the
   // tensor group: [r, vocab] f32 on the host.
   std::vector<float> logits_of(const View& hidden, int64_t r);
+  // This rank's logits of the hidden rows: [r, local vocabulary] f32.
+  Tensor head_local(const View& hidden, int64_t r);
   // The greedy choice of every hidden row: each rank's argmax over its
   // vocabulary slice (backend argmax), then one exchange of [r] pairs.
   std::vector<Choice> argmax_of(const View& hidden, int64_t r);

@@ -64,6 +64,17 @@ inline void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& 
     be.matmul(y, xv, transposed(view(w)), bias);
 }
 
+// The backend's element-wise op for a model's MLP activation.
+inline oslo_bk_unary act_op(Activation a) {
+  switch (a) {
+    case Activation::GELU: return OSLO_BK_GELU;
+    case Activation::GELU_TANH: return OSLO_BK_GELU_TANH;
+    case Activation::SILU: return OSLO_BK_SILU;
+    case Activation::RELU: return OSLO_BK_RELU;
+  }
+  return OSLO_BK_GELU;
+}
+
 }  // namespace model_detail
 
 }  // namespace oslo

@@ -180,13 +180,7 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
   auto rope = [&](const View& t, int64_t heads, const Tensor& sn) {
     be.rope(strided(t.data, t.dtype, {BS, heads, D}, {t.strides[0], D, 1}), view(cos_t), view(sn));
   };
-  oslo_bk_unary act_op = OSLO_BK_GELU;
-  switch (cfg_.act) {
-    case Activation::GELU: act_op = OSLO_BK_GELU; break;
-    case Activation::GELU_TANH: act_op = OSLO_BK_GELU_TANH; break;
-    case Activation::SILU: act_op = OSLO_BK_SILU; break;
-    case Activation::RELU: act_op = OSLO_BK_RELU; break;
-  }
+  const oslo_bk_unary act_op = model_detail::act_op(cfg_.act);
   auto norm = [&](const View& out, const View& in, const Tensor& w, const Tensor& b) {
     View wv = view(w), bv;
     if (b.defined()) bv = view(b);

@@ -876,6 +876,18 @@ void test_abi_v2(const std::shared_ptr<Backend>& be) {
 // the dtype, and composed from the required ops (the core's reference,
 // set_fused_enabled(false)); both against f64 here, and against each other.
 
+// A fused-op error case: fn must throw oslo::Error with status want (on
+// the fused path when fused, else on the composed one).
+template <typename F>
+void expect_refused(bool fused, const char* what, oslo_status want, F fn) {
+  try {
+    fn();
+    check(false, fmt("%s (fused %d): accepted", what, fused));
+  } catch (const Error& e) {
+    check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
+  }
+}
+
 View strided_view(void* data, oslo_dtype dt, std::vector<int64_t> shape,
                   std::vector<int64_t> strides) {
   View v = make_view(data, dt, shape);
@@ -1070,12 +1082,7 @@ void test_matmul_act(const std::shared_ptr<Backend>& be) {
     for (bool fused : {true, false}) {
       FusedToggle f(*be, fused);
       auto refused = [&](const char* what, oslo_status want, auto fn) {
-        try {
-          fn();
-          check(false, fmt("%s (fused %d): accepted", what, fused));
-        } catch (const Error& e) {
-          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
-        }
+        expect_refused(fused, what, want, fn);
       };
       refused("EXP is not an activation", OSLO_ERR_INVALID_ARGUMENT,
               [&] { be->matmul_act(c.v, a.v, b.v, nullptr, OSLO_BK_EXP, nullptr); });
@@ -1146,12 +1153,7 @@ void test_argmax(const std::shared_ptr<Backend>& be) {
     for (bool fused : {true, false}) {
       FusedToggle f(*be, fused);
       auto refused = [&](const char* what, oslo_status want, auto fn) {
-        try {
-          fn();
-          check(false, fmt("%s (fused %d): accepted", what, fused));
-        } catch (const Error& e) {
-          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
-        }
+        expect_refused(fused, what, want, fn);
       };
       refused("i32 indices", OSLO_ERR_SHAPE, [&] { be->argmax(i32.v, v.v, x.v, -1); });
       refused("2 values for 3 rows", OSLO_ERR_SHAPE, [&] { be->argmax(i64.v, v2.v, x.v, -1); });
@@ -1246,12 +1248,7 @@ void test_norm_backward(const std::shared_ptr<Backend>& be) {
     for (bool fused : {true, false}) {
       FusedToggle f(*be, fused);
       auto refused = [&](const char* what, oslo_status want, auto fn) {
-        try {
-          fn();
-          check(false, fmt("%s (fused %d): accepted", what, fused));
-        } catch (const Error& e) {
-          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
-        }
+        expect_refused(fused, what, want, fn);
       };
       refused("dy [3, 7] for x [3, 8]", OSLO_ERR_SHAPE,
               [&] { be->norm_backward(gx.v, nullptr, nullptr, x.v, nullptr, dy.v, 1e-5f, false); });
@@ -1315,12 +1312,7 @@ void test_adamw(const std::shared_ptr<Backend>& be) {
     for (bool fused : {true, false}) {
       FusedToggle f(*be, fused);
       auto refused = [&](const char* what, oslo_status want, auto fn) {
-        try {
-          fn();
-          check(false, fmt("%s (fused %d): accepted", what, fused));
-        } catch (const Error& e) {
-          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
-        }
+        expect_refused(fused, what, want, fn);
       };
       refused("a bf16 parameter", OSLO_ERR_DTYPE,
               [&] { be->adamw(p16.v, p.v, p.v, p.v, 0.f, .9f, .999f, 1e-3f, 1.f, 1e-8f); });
@@ -1371,12 +1363,7 @@ void test_fused(const std::shared_ptr<Backend>& be) {
     for (bool fused : {true, false}) {
       FusedToggle f(*be, fused);
       auto refused = [&](const char* what, oslo_status want, auto fn) {
-        try {
-          fn();
-          check(false, fmt("%s (fused %d): accepted", what, fused));
-        } catch (const Error& e) {
-          check(e.status() == want, fmt("%s (fused %d): %s", what, fused, e.what()));
-        }
+        expect_refused(fused, what, want, fn);
       };
       refused("3 query heads over 2 key heads", OSLO_ERR_SHAPE,
               [&] { be->attention(o.v, q.v, k.v, k.v, nullptr, 1.f, true, 0); });

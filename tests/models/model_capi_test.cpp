@@ -23,6 +23,7 @@
 
 #include "core/checkpoint/safetensors.hpp"
 #include "oslo.h"
+#include "tests/common/safetensors_ref.hpp"
 
 namespace {
 
@@ -50,18 +51,7 @@ std::string slurp(const std::string& p) {
   return ss.str();
 }
 
-struct Ref {
-  oslo::safetensors::Reader r;
-  explicit Ref(const std::string& p) : r(p) {}
-  template <typename T>
-  std::vector<T> get(const std::string& n, std::vector<int64_t>* shape = nullptr) const {
-    const auto& t = r.at(n);
-    std::vector<T> v(t.nbytes() / sizeof(T));
-    r.read(t, 0, t.nbytes(), v.data());
-    if (shape) shape->assign(t.shape.begin(), t.shape.end());
-    return v;
-  }
-};
+using Ref = oslo_test::SafetensorsRef;
 
 oslo_context* make_context() {
   const char* ws = std::getenv("WORLD_SIZE");

@@ -23,6 +23,7 @@
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
+#include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
 
 using namespace oslo;
@@ -31,19 +32,7 @@ using oslo_test::temp_dir;
 
 namespace {
 
-struct Ref {
-  safetensors::Reader r;
-  explicit Ref(const std::string& p) : r(p) {}
-  bool has(const std::string& n) const { return r.find(n) != nullptr; }
-  template <typename T>
-  std::vector<T> get(const std::string& n, std::vector<int64_t>* shape = nullptr) const {
-    const auto& t = r.at(n);
-    std::vector<T> v(t.nbytes() / sizeof(T));
-    r.read(t, 0, t.nbytes(), v.data());
-    if (shape) shape->assign(t.shape.begin(), t.shape.end());
-    return v;
-  }
-};
+using Ref = oslo_test::SafetensorsRef;
 
 std::atomic<int> g_fail{0};
 
@@ -66,7 +55,9 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b,
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X] [--backend NAME]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s FIXTURE_DIR --tp N [--dtype f32|bf16] [--tol X] [--backend NAME]\n",
+                 argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
@@ -91,7 +82,8 @@ int main(int argc, char** argv) {
             str("{\"rank\": ", r, ", \"world_size\": ", tp, ", \"tensor_parallel_size\": ", tp,
                 ", \"init_method\": \"file://", store,
                 "/rdv\", \"timeout_seconds\": 60, "
-                "\"num_threads\": 1, \"backend\": \"", backend, "\"}");
+                "\"num_threads\": 1, \"backend\": \"",
+                backend, "\"}");
         Context ctx(Config::parse(cfg.c_str()));
         ModelLoadOptions o;
         o.dtype = dtype;

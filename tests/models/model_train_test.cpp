@@ -33,25 +33,14 @@
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
 #include "core/train/optimizer.hpp"
+#include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
 
 using namespace oslo;
 
 namespace {
 
-struct Ref {
-  safetensors::Reader r;
-  explicit Ref(const std::string& p) : r(p) {}
-  bool has(const std::string& n) const { return r.find(n) != nullptr; }
-  template <typename T>
-  std::vector<T> get(const std::string& n, std::vector<int64_t>* shape = nullptr) const {
-    const auto& t = r.at(n);
-    std::vector<T> v(t.nbytes() / sizeof(T));
-    r.read(t, 0, t.nbytes(), v.data());
-    if (shape) shape->assign(t.shape.begin(), t.shape.end());
-    return v;
-  }
-};
+using Ref = oslo_test::SafetensorsRef;
 
 std::atomic<int> g_fail{0};
 
