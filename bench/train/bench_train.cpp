@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -60,9 +59,12 @@ int main(int argc, char** argv) {
     lo.dtype = OSLO_DTYPE_F32;
     auto m = Model::load(ctx, argv[1], lo);
     const int64_t V = m->config().vocab_size, n = batch * seq;
-    std::mt19937_64 rng(7);
+    // The batch torch_reference.py builds too: token i of the flattened
+    // batch is (i * 2654435761 + 7) mod vocab.
     std::vector<int64_t> ids(static_cast<size_t>(n)), mask(static_cast<size_t>(n), 1);
-    for (auto& t : ids) t = static_cast<int64_t>(rng() % static_cast<uint64_t>(V));
+    for (int64_t i = 0; i < n; ++i)
+      ids[static_cast<size_t>(i)] = static_cast<int64_t>(
+          (static_cast<uint64_t>(i) * 2654435761ull + 7ull) % static_cast<uint64_t>(V));
     OptimizerOptions o;
     o.lr = 1e-4;
     o.weight_decay = 0.01;
