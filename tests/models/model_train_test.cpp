@@ -235,6 +235,15 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
     m->loss_backward(ids, std::vector<int64_t>(labels.begin() + 1, labels.end()), mask, shape[0],
                      shape[1]);
   });
+  // A non-finite loss (NaN written into every parameter): refused on every
+  // rank, as the loss is the same on all of them.
+  for (const auto& p : params) {
+    const float nan = std::nanf("");
+    ctx.backend().copy(p.tensor.data(), &nan, sizeof nan, CopyKind::HostToDevice);
+  }
+  m->parameters_changed();
+  refused("NaN parameters", OSLO_ERR_INVALID_ARGUMENT, "the loss is",
+          [&] { m->loss_backward(ids, labels, mask, shape[0], shape[1]); });
 }
 
 // The training loop of make_train_refs.py's run_loop, step by step.
