@@ -618,6 +618,14 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
 #pragma omp parallel num_threads(nt)
     {
       std::vector<float> row(static_cast<size_t>(N)), old(static_cast<size_t>(N));
+      // matmul_act's tail of row r, in place: act, then times the gate.
+      auto act_gate = [&](float* x, int64_t r) {
+        if (!activation) return;
+        activate(activation->act, x, x, N);
+        if (!gate) return;
+        const float* g = load_row(*gate, r * gate->strides[0], N, gate->strides[1], old.data());
+        for (int64_t j = 0; j < N; ++j) x[j] *= g[j];
+      };
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < M; ++r) {
         const float* o = out + r * ldo;
@@ -625,14 +633,7 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
           float* d = const_cast<float*>(o);
           if (!bias32.empty())
             for (int64_t j = 0; j < N; ++j) d[j] += bias32[static_cast<size_t>(j)];
-          if (activation) {
-            activate(activation->act, d, d, N);
-            if (gate) {
-              const float* g =
-                  load_row(*gate, r * gate->strides[0], N, gate->strides[1], old.data());
-              for (int64_t j = 0; j < N; ++j) d[j] *= g[j];
-            }
-          }
+          act_gate(d, r);
           continue;
         }
         const float* prev = beta != 0.f ? load_row(cv, r * cm.rs, N, cm.cs, old.data()) : nullptr;
@@ -643,13 +644,7 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
           if (prev) v += beta * prev[j];
           w[j] = v;
         }
-        if (activation) {
-          activate(activation->act, w, w, N);
-          if (gate) {  // read before c's row is stored: the gate may be c
-            const float* g = load_row(*gate, r * gate->strides[0], N, gate->strides[1], old.data());
-            for (int64_t j = 0; j < N; ++j) w[j] *= g[j];
-          }
-        }
+        act_gate(w, r);  // before c's row is stored: the gate may be c
         store_row(cv, r * cm.rs, N, cm.cs, w);
       }
     }

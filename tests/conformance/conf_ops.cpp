@@ -273,6 +273,17 @@ void ref_matmul(int64_t M, int64_t N, int64_t K, const std::vector<double>& a,
     }
 }
 
+// The second operand [K, N] of a product: b itself, or (w_layout) b held
+// as nn.Linear's weight [N, K] and seen transposed.
+View operand_b(const Dev& b, bool w_layout) {
+  View v = b.v;
+  if (w_layout) {
+    std::swap(v.shape[0], v.shape[1]);
+    std::swap(v.strides[0], v.strides[1]);
+  }
+  return v;
+}
+
 void test_matmul(const std::shared_ptr<Backend>& be) {
   struct Shape {
     int64_t M, N, K;
@@ -294,11 +305,7 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
                   w_layout ? std::vector<int64_t>{s.N, s.K} : std::vector<int64_t>{s.K, s.N});
             auto hb = random_in(static_cast<size_t>(s.N * s.K), dt);
             b.upload(hb);
-            View bv = b.v;
-            if (w_layout) {
-              std::swap(bv.shape[0], bv.shape[1]);
-              std::swap(bv.strides[0], bv.strides[1]);
-            }
+            const View bv = operand_b(b, w_layout);
             Dev c(be, cdt, {s.M, s.N});
             auto hc = random_in(static_cast<size_t>(s.M * s.N), cdt);
             if (epi)
@@ -1025,11 +1032,7 @@ void test_matmul_act(const std::shared_ptr<Backend>& be) {
                   w_layout ? std::vector<int64_t>{s.N, s.K} : std::vector<int64_t>{s.K, s.N});
             auto hb = random_in(static_cast<size_t>(s.N * s.K), dt);
             b.upload(hb);
-            View bv = b.v;
-            if (w_layout) {
-              std::swap(bv.shape[0], bv.shape[1]);
-              std::swap(bv.strides[0], bv.strides[1]);
-            }
+            const View bv = operand_b(b, w_layout);
             Dev bias(be, dt, {s.N});
             auto hbias = random_in(static_cast<size_t>(s.N), dt);
             bias.upload(hbias);

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,11 +87,16 @@ std::vector<float> download(Context& ctx, const Tensor& t) {
   return v;
 }
 
-void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
-  const int r = ctx.topology().tp_rank();
+// The fixture with f32 weights (training updates f32 parameters).
+std::unique_ptr<Model> load_f32(Context& ctx, const std::string& dir) {
   ModelLoadOptions o;
   o.dtype = OSLO_DTYPE_F32;
-  auto m = Model::load(ctx, dir, o);
+  return Model::load(ctx, dir, o);
+}
+
+void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
+  const int r = ctx.topology().tp_rank();
+  auto m = load_f32(ctx, dir);
   std::vector<int64_t> shape;
   const auto ids = ref.get<int64_t>("input_ids", &shape);
   const auto mask = ref.get<int64_t>("attention_mask");
@@ -250,9 +256,7 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
 void run_loop(Context& ctx, const std::string& dir, int tp, const std::string& opt_name) {
   const int r = ctx.topology().tp_rank();
   Ref ref(dir + "/train_loop_ref.safetensors");
-  ModelLoadOptions lo;
-  lo.dtype = OSLO_DTYPE_F32;
-  auto m = Model::load(ctx, dir, lo);
+  auto m = load_f32(ctx, dir);
   std::vector<int64_t> shape;
   const auto ids = ref.get<int64_t>("input_ids", &shape);
   const auto mask = ref.get<int64_t>("attention_mask");
