@@ -64,16 +64,24 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o) : model_(model), o
   if (model.grads().empty()) model.zero_grad();
   const auto& bp = model.context().backend_ptr();
   Backend& be = model.context().backend();
+  if (o.kind == OptimizerKind::ADAMW)
+    state_names_ = {"exp_avg", "exp_avg_sq"};
+  else if (o.momentum > 0)
+    state_names_ = {"momentum_buffer"};
   state_.resize(model.tensors().size());
   for (size_t i = 0; i < state_.size(); ++i) {
     const auto& shape = model.tensors()[i].tensor.shape();
-    if (o.kind == OptimizerKind::ADAMW) {
-      for (int k = 0; k < 2; ++k) {
-        state_[i].push_back(scratch(bp, OSLO_DTYPE_F32, shape));
-        be.fill(view(state_[i].back()), 0.0);
-      }
+    for (size_t k = 0; k < state_names_.size(); ++k) {
+      state_[i].push_back(scratch(bp, OSLO_DTYPE_F32, shape));
+      be.fill(view(state_[i].back()), 0.0);
     }
   }
+}
+
+void Optimizer::set_steps(int64_t steps) {
+  OSLO_CHECK(steps >= 0, OSLO_ERR_INVALID_ARGUMENT, "optimizer: step count ", steps,
+             " must be >= 0");
+  steps_ = steps;
 }
 
 void Optimizer::step(double lr) {
@@ -112,8 +120,7 @@ void Optimizer::step(double lr) {
         d = tv;
       }
       if (o_.momentum > 0) {
-        if (state_[i].empty()) {
-          state_[i].push_back(scratch(bp, OSLO_DTYPE_F32, pt.shape()));
+        if (steps_ == 1) {  // PyTorch: the first step's buffer is the update
           be.convert(flat(state_[i][0]), d);
         } else {
           const View b = flat(state_[i][0]);

@@ -64,14 +64,21 @@ class Optimizer {
   int64_t steps() const { return steps_; }
   const OptimizerOptions& options() const { return o_; }
   Model& model() const { return model_; }
-  // State tensors of parameter i (AdamW: exp_avg, exp_avg_sq; SGD with
-  // momentum: the buffer, once made by the first step).
+  // State tensors of parameter i, f32 with the parameter's local shape
+  // (AdamW: exp_avg, exp_avg_sq; SGD with momentum: momentum_buffer, zero
+  // until the first step sets it to the first update as PyTorch's does),
+  // named by state_names() (PyTorch's state keys). A training checkpoint
+  // saves and restores them in place, together with steps().
   const std::vector<Tensor>& state(size_t i) const { return state_[i]; }
+  const std::vector<std::string>& state_names() const { return state_names_; }
+  // Restores the step count (a training checkpoint's resume).
+  void set_steps(int64_t steps);
 
  private:
   Model& model_;
   OptimizerOptions o_;
   int64_t steps_ = 0;
+  std::vector<std::string> state_names_;
   std::vector<std::vector<Tensor>> state_;
 };
 

@@ -1,0 +1,164 @@
+#include "core/train/trainer.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/common/error.hpp"
+#include "core/tensor/view.hpp"
+
+namespace oslo {
+
+namespace {
+
+const char* kind_name(OptimizerKind k) { return k == OptimizerKind::ADAMW ? "adamw" : "sgd"; }
+
+}  // namespace
+
+Trainer::Trainer(Model& model, const TrainerOptions& o)
+    : model_(model), o_(o), opt_(model, o.optimizer) {
+  OSLO_CHECK(o.grad_accum_steps >= 1, OSLO_ERR_INVALID_ARGUMENT, "trainer: grad_accum_steps ",
+             o.grad_accum_steps, " must be >= 1");
+  OSLO_CHECK(o.warmup_steps >= 0 && o.total_steps >= 0, OSLO_ERR_INVALID_ARGUMENT,
+             "trainer: warmup_steps (", o.warmup_steps, ") and total_steps (", o.total_steps,
+             ") must be >= 0");
+  OSLO_CHECK((o.schedule != ScheduleKind::LINEAR && o.schedule != ScheduleKind::COSINE) ||
+                 o.total_steps > 0,
+             OSLO_ERR_INVALID_ARGUMENT,
+             "trainer: a linear or cosine schedule needs total_steps > 0");
+  OSLO_CHECK(std::isfinite(o.max_grad_norm) && o.max_grad_norm >= 0, OSLO_ERR_INVALID_ARGUMENT,
+             "trainer: max_grad_norm ", o.max_grad_norm, " must be finite and >= 0 (0: no clipping)");
+  const LossScalerOptions& s = o.scaler;
+  if (s.enabled) {
+    OSLO_CHECK(std::isfinite(s.init_scale) && s.init_scale > 0, OSLO_ERR_INVALID_ARGUMENT,
+               "trainer: init_scale ", s.init_scale, " must be finite and > 0");
+    OSLO_CHECK(std::isfinite(s.growth_factor) && s.growth_factor > 1, OSLO_ERR_INVALID_ARGUMENT,
+               "trainer: growth_factor ", s.growth_factor, " must be > 1");
+    OSLO_CHECK(s.backoff_factor > 0 && s.backoff_factor < 1, OSLO_ERR_INVALID_ARGUMENT,
+               "trainer: backoff_factor ", s.backoff_factor, " must lie in (0, 1)");
+    OSLO_CHECK(s.growth_interval >= 1, OSLO_ERR_INVALID_ARGUMENT, "trainer: growth_interval ",
+               s.growth_interval, " must be >= 1");
+    scale_ = s.init_scale;
+  }
+}
+
+double Trainer::next_lr() const {
+  return o_.optimizer.lr *
+         schedule_factor(o_.schedule, opt_.steps(), o_.warmup_steps, o_.total_steps);
+}
+
+void Trainer::zero_grad() {
+  model_.zero_grad();
+  micro_ = 0;
+  loss_sum_ = 0.0;
+}
+
+TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
+                                    const std::vector<int64_t>& labels,
+                                    const std::vector<int64_t>& mask, int64_t batch, int64_t seq) {
+  const double g = scale_ / static_cast<double>(o_.grad_accum_steps);
+  const float loss = model_.loss_backward(ids, labels, mask, batch, seq, static_cast<float>(g));
+  ++micro_;
+  loss_sum_ += loss;
+  TrainStepResult r;
+  if (micro_ >= o_.grad_accum_steps) r = step();
+  r.loss = loss;
+  r.loss_scale = scale_;
+  r.step = opt_.steps();
+  return r;
+}
+
+TrainStepResult Trainer::step() {
+  TrainStepResult r;
+  r.stepped = true;
+  r.mean_loss = micro_ > 0 ? loss_sum_ / static_cast<double>(micro_) : 0.0;
+  if (model_.grads().empty()) model_.zero_grad();
+  Context& ctx = model_.context();
+  Backend& be = ctx.backend();
+  be.set_num_threads(ctx.num_threads());
+  if (o_.scaler.enabled) {
+    // GradScaler.unscale_: gradients times the f32 reciprocal of the scale.
+    const float inv = static_cast<float>(1.0 / scale_);
+    for (const Tensor& gr : model_.grads())
+      if (gr.numel() > 0) be.unary(OSLO_BK_SCALE, view(gr), view(gr), inv);
+  }
+  const bool need_norm = o_.scaler.enabled || o_.max_grad_norm > 0;
+  r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  bool finite = true;
+  if (need_norm) {
+    // The norm comes from one exchange over the group, so every rank sees
+    // the same value and takes the same decision.
+    r.grad_norm = clip_grad_norm(model_, o_.max_grad_norm > 0
+                                             ? o_.max_grad_norm
+                                             : std::numeric_limits<double>::infinity());
+    finite = std::isfinite(r.grad_norm);
+  }
+  if (o_.scaler.enabled) {
+    // GradScaler.update.
+    if (!finite) {
+      scale_ *= o_.scaler.backoff_factor;
+      growth_tracker_ = 0;
+    } else if (++growth_tracker_ == o_.scaler.growth_interval) {
+      scale_ *= o_.scaler.growth_factor;
+      growth_tracker_ = 0;
+    }
+  } else {
+    OSLO_CHECK(finite, OSLO_ERR_INVALID_ARGUMENT, "trainer: the gradient norm is ", r.grad_norm,
+               " at update ", opt_.steps() + 1,
+               " (non-finite gradients; loss scaling is off, so nothing can skip the step)");
+  }
+  if (finite) {
+    r.lr = next_lr();
+    opt_.step(r.lr);
+  } else {
+    r.skipped = true;
+  }
+  zero_grad();
+  r.loss_scale = scale_;
+  r.step = opt_.steps();
+  return r;
+}
+
+nlohmann::json Trainer::state() const {
+  OSLO_CHECK(micro_ == 0, OSLO_ERR_INVALID_ARGUMENT, "trainer: ", micro_,
+             " micro-batch(es) accumulated since the last update; save a training checkpoint "
+             "after an optimizer step");
+  nlohmann::json j;
+  j["optimizer"] = kind_name(o_.optimizer.kind);
+  j["updates"] = opt_.steps();
+  j["loss_scaling"] = o_.scaler.enabled;
+  j["loss_scale"] = scale_;
+  j["growth_tracker"] = growth_tracker_;
+  j["grad_accum_steps"] = o_.grad_accum_steps;
+  return j;
+}
+
+void Trainer::set_state(const nlohmann::json& j) {
+  auto get = [&](const char* key) -> const nlohmann::json& {
+    OSLO_CHECK(j.is_object() && j.contains(key), OSLO_ERR_FORMAT,
+               "training state: the key \"", key, "\" is missing");
+    return j.at(key);
+  };
+  const nlohmann::json& kind = get("optimizer");
+  OSLO_CHECK(kind.is_string(), OSLO_ERR_FORMAT, "training state: \"optimizer\" is not a string");
+  OSLO_CHECK(kind.get<std::string>() == kind_name(o_.optimizer.kind), OSLO_ERR_INVALID_ARGUMENT,
+             "training checkpoint: saved with optimizer ", kind.get<std::string>(),
+             ", resumed with ", kind_name(o_.optimizer.kind));
+  const nlohmann::json &updates = get("updates"), &scale = get("loss_scale"),
+                       &tracker = get("growth_tracker");
+  OSLO_CHECK(updates.is_number_integer() && updates.get<int64_t>() >= 0, OSLO_ERR_FORMAT,
+             "training state: \"updates\" is not a non-negative integer");
+  OSLO_CHECK(scale.is_number() && std::isfinite(scale.get<double>()) && scale.get<double>() > 0,
+             OSLO_ERR_FORMAT, "training state: \"loss_scale\" is not a positive number");
+  OSLO_CHECK(tracker.is_number_integer() && tracker.get<int64_t>() >= 0, OSLO_ERR_FORMAT,
+             "training state: \"growth_tracker\" is not a non-negative integer");
+  opt_.set_steps(updates.get<int64_t>());
+  // A run resumed with loss scaling turned on or off starts the scaler anew.
+  const nlohmann::json& was = get("loss_scaling");
+  if (o_.scaler.enabled && was.is_boolean() && was.get<bool>()) {
+    scale_ = scale.get<double>();
+    growth_tracker_ = tracker.get<int64_t>();
+  }
+  zero_grad();
+}
+
+}  // namespace oslo
