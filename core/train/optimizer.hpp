@@ -73,6 +73,13 @@ class Optimizer {
   const std::vector<std::string>& state_names() const { return state_names_; }
   // Restores the step count (a training checkpoint's resume).
   void set_steps(int64_t steps);
+  // The f32 weights the update applies to for parameter i: the parameter
+  // itself (f32 models). A training checkpoint saves these as the model's
+  // weights and, on resume, writes them and then calls masters_loaded().
+  const Tensor& master(size_t i) const { return model_.tensors()[i].tensor; }
+  // After master(i) was overwritten: brings the model's compute tensors up
+  // to date (Model::parameters_changed).
+  void masters_loaded() { model_.parameters_changed(); }
 
  private:
   Model& model_;
