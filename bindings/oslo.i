@@ -131,11 +131,14 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %ignore oslo_vocab_parallel_cross_entropy_options;
 %ignore oslo_model_options;
 %ignore oslo_merge_options;
+%ignore oslo_optimizer_options;
+%ignore oslo_train_step_result;
 %ignore OSLO_PARALLEL_LINEAR_OPTIONS_VERSION;
 %ignore OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION;
 %ignore OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION;
 %ignore OSLO_MODEL_OPTIONS_VERSION;
 %ignore OSLO_MERGE_OPTIONS_VERSION;
+%ignore OSLO_OPTIMIZER_OPTIONS_VERSION;
 %ignore OSLO_GENERATE_OPTIONS_VERSION;
 /* The EOS list is passed to Model.generate, not kept in the struct (a
    pointer into a language's memory must not outlive the call). */

@@ -1433,6 +1433,177 @@ OSLO_API oslo_status oslo_model_reshard(const char *src, const char *dst, int te
 OSLO_API oslo_status oslo_checkpoint_inspect(const char *path, int json, char *out, size_t capacity,
                                              size_t *length);
 
+/* ======================================================================
+ * Training: an optimizer over a model's parameters, the train step, and
+ * training checkpoints.
+ *
+ * oslo_model_train_step runs the forward, the causal-LM loss (as
+ * transformers computes it: labels shifted inside, -100 ignored, the mean
+ * over the labels kept) and the backward on one micro-batch, adding to the
+ * model's gradients. With an optimizer it also takes the optimizer step
+ * after every grad_accum_steps micro-batches: unscale (loss scaling),
+ * global gradient norm, skip on non-finite gradients, clip, learning rate
+ * from the schedule, AdamW or SGD update, zero the gradients. Hugging Face
+ * Trainer's semantics; every rank takes every decision alike. Models train
+ * without dropout. Causal families with pre-norm blocks (GPT-2, LLaMA,
+ * Mistral, Qwen2, Gemma, GPT-NeoX, Phi-3).
+ *
+ * Every call here is collective over the model's tensor group (training
+ * checkpoints: over the world group), like oslo_model_forward.
+ * ====================================================================== */
+
+/** An optimizer with its schedule, clipping and loss scaler (opaque). */
+typedef struct oslo_optimizer oslo_optimizer;
+
+/** The update rule of an optimizer. */
+typedef enum oslo_optimizer_kind {
+  OSLO_OPTIMIZER_ADAMW = 0, /**< torch.optim.AdamW: decoupled weight decay, bias correction */
+  OSLO_OPTIMIZER_SGD = 1,   /**< torch.optim.SGD: momentum, dampening, Nesterov */
+  OSLO_OPTIMIZER_KIND_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_OPTIMIZER_KIND_ENUM_MAX_ = 2147483647
+} oslo_optimizer_kind;
+
+/** Learning-rate schedules, as transformers' get_scheduler. */
+typedef enum oslo_lr_schedule {
+  OSLO_LR_CONSTANT = 0,             /**< lr throughout (warmup ignored) */
+  OSLO_LR_CONSTANT_WITH_WARMUP = 1, /**< linear warmup, then lr */
+  OSLO_LR_LINEAR = 2,               /**< linear warmup, then linear decay to 0 at total_steps */
+  OSLO_LR_COSINE = 3,               /**< linear warmup, then half a cosine to 0 at total_steps */
+  OSLO_LR_SCHEDULE_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_LR_SCHEDULE_ENUM_MAX_ = 2147483647
+} oslo_lr_schedule;
+
+#define OSLO_OPTIMIZER_OPTIONS_VERSION 1
+
+/** Options of oslo_optimizer_create (versioned). Defaults are PyTorch's
+ * (optimizers, GradScaler) and Hugging Face Trainer's (parameter groups). */
+typedef struct oslo_optimizer_options {
+  unsigned int version;     /**< OSLO_OPTIMIZER_OPTIONS_VERSION; set by _init */
+  oslo_optimizer_kind kind; /**< default OSLO_OPTIMIZER_ADAMW */
+  double lr;                /**< base learning rate (default 1e-3) */
+  double weight_decay;      /**< default 0 */
+  double beta1, beta2, eps; /**< AdamW (defaults 0.9, 0.999, 1e-8) */
+  double momentum;          /**< SGD (default 0) */
+  double dampening;         /**< SGD (default 0) */
+  int nesterov;             /**< SGD: nonzero for Nesterov momentum (default 0) */
+  /** Nonzero: weight decay for 1-D parameters (norm weights, biases) too;
+   * 0 (default): none for them, as Hugging Face's Trainer groups them. */
+  int decay_1d;
+  oslo_lr_schedule schedule; /**< default OSLO_LR_CONSTANT */
+  int64_t warmup_steps;      /**< optimizer steps of linear warmup (default 0) */
+  int64_t total_steps;       /**< the schedule's length (linear, cosine need > 0) */
+  double max_grad_norm;      /**< > 0: clip the global gradient norm to it (default 0: off) */
+  int64_t grad_accum_steps;  /**< micro-batches per optimizer step (default 1) */
+  /** Dynamic loss scaling (torch.amp.GradScaler): -1 (default) on for f16
+   * models, off otherwise; 0 off; 1 on. */
+  int loss_scaling;
+  double init_scale;       /**< default 65536 */
+  double growth_factor;    /**< default 2 */
+  double backoff_factor;   /**< default 0.5 */
+  int64_t growth_interval; /**< default 2000 */
+} oslo_optimizer_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass OSLO_OPTIMIZER_OPTIONS_VERSION).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown version).
+ * Thread-safety: thread-safe.
+ * Ownership: writes the caller's struct.
+ */
+OSLO_API oslo_status oslo_optimizer_options_init(oslo_optimizer_options *options,
+                                                 unsigned int version);
+
+/**
+ * Creates an optimizer over every parameter of `model` (this rank's
+ * slices). Optimizer state (AdamW's moments, SGD's momentum, f32 master
+ * weights of a bf16/f16 model) is f32 and sliced like its parameter.
+ * Makes the model's gradients (zero). Not collective.
+ * Ownership: the caller owns *out (oslo_optimizer_destroy), which must not
+ * outlive `model`; options (NULL: defaults) are read during the call.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, a bad option: named),
+ * OSLO_ERR_NOT_SUPPORTED (an encoder model), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: per model.
+ */
+OSLO_API oslo_status oslo_optimizer_create(oslo_model *model,
+                                           const oslo_optimizer_options *options,
+                                           oslo_optimizer **out);
+
+/**
+ * Frees an optimizer (NULL is a no-op); its model keeps its parameters and
+ * gradients. Not collective.
+ * Ownership: `optimizer` is invalid afterwards.
+ * Errors: none.
+ * Thread-safety: per model.
+ */
+OSLO_API void oslo_optimizer_destroy(oslo_optimizer *optimizer);
+
+/** What oslo_model_train_step and oslo_optimizer_step report. */
+typedef struct oslo_train_step_result {
+  double loss;       /**< this micro-batch's loss (train step only) */
+  int stepped;       /**< 1 when an optimizer step ran (applied or skipped) */
+  int skipped;       /**< 1 when that step was skipped: non-finite gradients */
+  double mean_loss;  /**< stepped: mean loss of the accumulated micro-batches */
+  double grad_norm;  /**< stepped: global gradient norm before clipping (NaN if neither
+                          clipping nor loss scaling asked for it) */
+  double lr;         /**< stepped: the learning rate applied (0 when skipped) */
+  double loss_scale; /**< the loss scale in force afterwards (1 without scaling) */
+  int64_t step;      /**< optimizer updates applied so far */
+} oslo_train_step_result;
+
+/**
+ * One micro-batch: forward, causal-LM loss and backward on ids [batch, seq]
+ * with labels [batch, seq] (NULL: the ids, with -100 where the mask is 0)
+ * and an attention mask (NULL: all 1; padding may be on either side).
+ * Gradients accumulate in the model. With `optimizer` (over this model),
+ * the loss is scaled by its loss scale / grad_accum_steps and the optimizer
+ * steps when the micro-batch completes an accumulation window; with NULL,
+ * gradients of the plain loss accumulate and nothing steps. Fills *result
+ * (may be NULL); the loss is the same on every rank.
+ * Collective over the tensor group (same arguments on every rank; the
+ * group first checks that every rank holds the same batch).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, sizes, a token or label outside
+ * the vocabulary, a batch that differs between ranks, a non-finite loss,
+ * non-finite gradients without loss scaling, an optimizer over another
+ * model: named; every rank returns it), OSLO_ERR_NOT_SUPPORTED (an encoder
+ * or post-norm model), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context.
+ * Ownership: arrays are read during the call; writes *result.
+ */
+OSLO_API oslo_status oslo_model_train_step(oslo_model *model, oslo_optimizer *optimizer,
+                                           const int64_t *ids, const int64_t *labels,
+                                           const int64_t *mask, int64_t batch, int64_t seq,
+                                           oslo_train_step_result *result);
+
+/**
+ * The optimizer step now, from the gradients accumulated so far (however
+ * many micro-batches), then zeroes them. Fills *result (may be NULL).
+ * Collective over the tensor group.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL; non-finite gradients without
+ * loss scaling), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context.
+ * Ownership: writes *result.
+ */
+OSLO_API oslo_status oslo_optimizer_step(oslo_optimizer *optimizer,
+                                         oslo_train_step_result *result);
+
+/**
+ * Zeroes the model's gradients and restarts the accumulation window.
+ * Not collective.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: per model.
+ * Ownership: none.
+ */
+OSLO_API oslo_status oslo_optimizer_zero_grad(oslo_optimizer *optimizer);
+
+/**
+ * Activation checkpointing for the model's train steps: keep only each
+ * block's input from the forward and recompute the block in the backward
+ * (gradients bitwise equal, activation memory about 1/layers).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL). Not collective.
+ * Thread-safety: per model.
+ * Ownership: none.
+ */
+OSLO_API oslo_status oslo_model_set_activation_checkpointing(oslo_model *model, int enabled);
+
 #ifdef __cplusplus
 }
 #endif

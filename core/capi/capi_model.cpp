@@ -9,12 +9,9 @@
 #include "core/model/model.hpp"
 #include "core/model/sharding.hpp"
 
+using oslo::capi::check_batch;
 using oslo::capi::guard;
 using oslo::capi::need;
-
-struct oslo_model {
-  std::unique_ptr<oslo::Model> impl;
-};
 
 namespace {
 
@@ -40,14 +37,6 @@ OSLO_OPTIONS(
 OSLO_OPTIONS(
     kMergeOptions, oslo_merge_options, OSLO_MERGE_OPTIONS_VERSION,
     [](oslo_merge_options& o) { o.dtype = -1; }, OSLO_OPTIONS_END(oslo_merge_options, overwrite));
-
-// ids/mask arrays of batch*seq entries, validated.
-void check_batch(const char* fn, const int64_t* ids, int64_t batch, int64_t seq) {
-  need(ids, fn, "ids");
-  if (batch <= 0 || seq <= 0 || batch > (int64_t{1} << 31) / seq)
-    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": batch (", batch, ") and seq (", seq,
-               ") must be positive and batch * seq at most 2^31");
-}
 
 std::vector<int64_t> copy_of(const int64_t* p, size_t n) {
   return p ? std::vector<int64_t>(p, p + n) : std::vector<int64_t>();

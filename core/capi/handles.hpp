@@ -13,7 +13,9 @@
 #include "core/layers/embedding.hpp"
 #include "core/layers/linear.hpp"
 #include "core/layers/param_set.hpp"
+#include "core/model/model.hpp"
 #include "core/tensor/tensor.hpp"
+#include "core/train/trainer.hpp"
 #include "oslo.h"
 
 struct oslo_context {
@@ -37,6 +39,15 @@ struct oslo_parallel_embedding {
 
 struct oslo_param_set {
   std::unique_ptr<oslo::ParamSet> impl;
+};
+
+struct oslo_model {
+  std::unique_ptr<oslo::Model> impl;
+};
+
+struct oslo_optimizer {
+  std::unique_ptr<oslo::Trainer> impl;
+  oslo_model* model = nullptr;  // borrowed: the model it was created over
 };
 
 namespace oslo {
@@ -68,6 +79,14 @@ oslo_status guard(F&& body) noexcept {
 // Argument checks that name the function and the argument.
 inline void need(const void* p, const char* fn, const char* arg) {
   if (!p) fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", arg, " is NULL");
+}
+// ids (and mask, labels) arrays of batch * seq entries: ids present, sizes
+// positive and at most 2^31 entries.
+inline void check_batch(const char* fn, const int64_t* ids, int64_t batch, int64_t seq) {
+  need(ids, fn, "ids");
+  if (batch <= 0 || seq <= 0 || batch > (int64_t{1} << 31) / seq)
+    fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": batch (", batch, ") and seq (", seq,
+         ") must be positive and batch * seq at most 2^31");
 }
 inline const Tensor& tensor_of(const oslo_tensor* t, const char* fn, const char* arg) {
   need(t, fn, arg);

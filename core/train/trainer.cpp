@@ -10,7 +10,9 @@ namespace oslo {
 
 namespace {
 
-const char* kind_name(OptimizerKind k) { return k == OptimizerKind::ADAMW ? "adamw" : "sgd"; }
+const char* kind_name(OptimizerKind k) {
+  return k == OptimizerKind::ADAMW ? "adamw" : "sgd";
+}
 
 }  // namespace
 
@@ -26,7 +28,8 @@ Trainer::Trainer(Model& model, const TrainerOptions& o)
              OSLO_ERR_INVALID_ARGUMENT,
              "trainer: a linear or cosine schedule needs total_steps > 0");
   OSLO_CHECK(std::isfinite(o.max_grad_norm) && o.max_grad_norm >= 0, OSLO_ERR_INVALID_ARGUMENT,
-             "trainer: max_grad_norm ", o.max_grad_norm, " must be finite and >= 0 (0: no clipping)");
+             "trainer: max_grad_norm ", o.max_grad_norm,
+             " must be finite and >= 0 (0: no clipping)");
   const LossScalerOptions& s = o.scaler;
   if (s.enabled) {
     OSLO_CHECK(std::isfinite(s.init_scale) && s.init_scale > 0, OSLO_ERR_INVALID_ARGUMENT,
@@ -87,9 +90,8 @@ TrainStepResult Trainer::step() {
   if (need_norm) {
     // The norm comes from one exchange over the group, so every rank sees
     // the same value and takes the same decision.
-    r.grad_norm = clip_grad_norm(model_, o_.max_grad_norm > 0
-                                             ? o_.max_grad_norm
-                                             : std::numeric_limits<double>::infinity());
+    r.grad_norm = clip_grad_norm(
+        model_, o_.max_grad_norm > 0 ? o_.max_grad_norm : std::numeric_limits<double>::infinity());
     finite = std::isfinite(r.grad_norm);
   }
   if (o_.scaler.enabled) {
@@ -134,8 +136,8 @@ nlohmann::json Trainer::state() const {
 
 void Trainer::set_state(const nlohmann::json& j) {
   auto get = [&](const char* key) -> const nlohmann::json& {
-    OSLO_CHECK(j.is_object() && j.contains(key), OSLO_ERR_FORMAT,
-               "training state: the key \"", key, "\" is missing");
+    OSLO_CHECK(j.is_object() && j.contains(key), OSLO_ERR_FORMAT, "training state: the key \"", key,
+               "\" is missing");
     return j.at(key);
   };
   const nlohmann::json& kind = get("optimizer");

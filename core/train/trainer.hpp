@@ -45,14 +45,14 @@ struct TrainerOptions {
 
 // What a micro-batch or an update did.
 struct TrainStepResult {
-  float loss = 0.f;        // this micro-batch's loss (unscaled)
-  bool stepped = false;    // an optimizer step ran (or was skipped) after it
-  bool skipped = false;    // the step was skipped: non-finite gradients
-  double mean_loss = 0.0;  // stepped: mean loss over the accumulated micro-batches
-  double grad_norm = 0.0;  // stepped: global norm before clipping (NaN when not computed)
-  double lr = 0.0;         // stepped: the learning rate used (0 when skipped)
-  double loss_scale = 1.0; // the scale in force after this call
-  int64_t step = 0;        // optimizer updates applied so far
+  float loss = 0.f;         // this micro-batch's loss (unscaled)
+  bool stepped = false;     // an optimizer step ran (or was skipped) after it
+  bool skipped = false;     // the step was skipped: non-finite gradients
+  double mean_loss = 0.0;   // stepped: mean loss over the accumulated micro-batches
+  double grad_norm = 0.0;   // stepped: global norm before clipping (NaN when not computed)
+  double lr = 0.0;          // stepped: the learning rate used (0 when skipped)
+  double loss_scale = 1.0;  // the scale in force after this call
+  int64_t step = 0;         // optimizer updates applied so far
 };
 
 class Trainer {

@@ -1,0 +1,172 @@
+// C shims: training (optimizer handle, train step, activation checkpointing).
+#include <cmath>
+#include <limits>
+
+#include "core/capi/handles.hpp"
+#include "core/capi/options.hpp"
+
+using oslo::capi::check_batch;
+using oslo::capi::guard;
+using oslo::capi::need;
+
+namespace {
+
+OSLO_OPTIONS(
+    kOptimizerOptions, oslo_optimizer_options, OSLO_OPTIMIZER_OPTIONS_VERSION,
+    [](oslo_optimizer_options& o) {
+      o.kind = OSLO_OPTIMIZER_ADAMW;
+      o.lr = 1e-3;
+      o.beta1 = 0.9;
+      o.beta2 = 0.999;
+      o.eps = 1e-8;
+      o.schedule = OSLO_LR_CONSTANT;
+      o.grad_accum_steps = 1;
+      o.loss_scaling = -1;
+      o.init_scale = 65536.0;
+      o.growth_factor = 2.0;
+      o.backoff_factor = 0.5;
+      o.growth_interval = 2000;
+    },
+    OSLO_OPTIONS_END(oslo_optimizer_options, growth_interval));
+
+oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo::Model& model,
+                                     const char* fn) {
+  oslo::TrainerOptions t;
+  oslo::OptimizerOptions& p = t.optimizer;
+  switch (o.kind) {
+    case OSLO_OPTIMIZER_ADAMW: p.kind = oslo::OptimizerKind::ADAMW; break;
+    case OSLO_OPTIMIZER_SGD: p.kind = oslo::OptimizerKind::SGD; break;
+    default:
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": options.kind ", static_cast<int>(o.kind),
+                 " is not OSLO_OPTIMIZER_ADAMW (0) or OSLO_OPTIMIZER_SGD (1)");
+  }
+  p.lr = o.lr;
+  p.weight_decay = o.weight_decay;
+  p.beta1 = o.beta1;
+  p.beta2 = o.beta2;
+  p.eps = o.eps;
+  p.momentum = o.momentum;
+  p.dampening = o.dampening;
+  p.nesterov = o.nesterov != 0;
+  p.decay_1d = o.decay_1d != 0;
+  switch (o.schedule) {
+    case OSLO_LR_CONSTANT: t.schedule = oslo::ScheduleKind::CONSTANT; break;
+    case OSLO_LR_CONSTANT_WITH_WARMUP: t.schedule = oslo::ScheduleKind::CONSTANT_WITH_WARMUP; break;
+    case OSLO_LR_LINEAR: t.schedule = oslo::ScheduleKind::LINEAR; break;
+    case OSLO_LR_COSINE: t.schedule = oslo::ScheduleKind::COSINE; break;
+    default:
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": options.schedule ", static_cast<int>(o.schedule),
+                 " is not an oslo_lr_schedule (0 to 3)");
+  }
+  t.warmup_steps = o.warmup_steps;
+  t.total_steps = o.total_steps;
+  t.max_grad_norm = o.max_grad_norm;
+  t.grad_accum_steps = o.grad_accum_steps;
+  if (o.loss_scaling < -1 || o.loss_scaling > 1)
+    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": options.loss_scaling ", o.loss_scaling,
+               " is not -1 (on for f16 models), 0 or 1");
+  t.scaler.enabled =
+      o.loss_scaling == 1 || (o.loss_scaling == -1 && model.dtype() == OSLO_DTYPE_F16);
+  t.scaler.init_scale = o.init_scale;
+  t.scaler.growth_factor = o.growth_factor;
+  t.scaler.backoff_factor = o.backoff_factor;
+  t.scaler.growth_interval = o.growth_interval;
+  return t;
+}
+
+void fill(oslo_train_step_result* out, const oslo::TrainStepResult& r) {
+  if (!out) return;
+  out->loss = r.loss;
+  out->stepped = r.stepped ? 1 : 0;
+  out->skipped = r.skipped ? 1 : 0;
+  out->mean_loss = r.mean_loss;
+  out->grad_norm = r.grad_norm;
+  out->lr = r.lr;
+  out->loss_scale = r.loss_scale;
+  out->step = r.step;
+}
+
+oslo::Trainer& trainer_of(oslo_optimizer* o, const char* fn) {
+  need(o, fn, "optimizer");
+  return *o->impl;
+}
+
+}  // namespace
+
+extern "C" {
+
+oslo_status oslo_optimizer_options_init(oslo_optimizer_options* options, unsigned int version) {
+  return kOptimizerOptions.init(options, version);
+}
+
+oslo_status oslo_optimizer_create(oslo_model* model, const oslo_optimizer_options* options,
+                                  oslo_optimizer** out) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    const char* fn = "oslo_optimizer_create";
+    need(out, fn, "out");
+    need(model, fn, "model");
+    const oslo_optimizer_options o = kOptimizerOptions.read_or_defaults(options, fn, "options");
+    oslo::Model& m = *model->impl;
+    if (!m.causal())
+      oslo::fail(OSLO_ERR_NOT_SUPPORTED, fn, ": ", m.config().model_type,
+                 " is an encoder; training needs a causal language model");
+    auto h = std::make_unique<oslo_optimizer>();
+    h->impl = std::make_unique<oslo::Trainer>(m, trainer_options(o, m, fn));
+    h->model = model;
+    *out = h.release();
+  });
+}
+
+void oslo_optimizer_destroy(oslo_optimizer* optimizer) {
+  delete optimizer;
+}
+
+oslo_status oslo_model_train_step(oslo_model* model, oslo_optimizer* optimizer, const int64_t* ids,
+                                  const int64_t* labels, const int64_t* mask, int64_t batch,
+                                  int64_t seq, oslo_train_step_result* result) {
+  return guard([&] {
+    const char* fn = "oslo_model_train_step";
+    need(model, fn, "model");
+    check_batch(fn, ids, batch, seq);
+    if (optimizer && optimizer->model != model)
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn,
+                 ": the optimizer was created over another model (oslo_optimizer_create)");
+    const size_t n = static_cast<size_t>(batch * seq);
+    std::vector<int64_t> id(ids, ids + n), m, lab;
+    if (mask) m.assign(mask, mask + n);
+    if (labels) {
+      lab.assign(labels, labels + n);
+    } else {
+      lab = id;
+      if (mask)
+        for (size_t i = 0; i < n; ++i)
+          if (mask[i] == 0) lab[i] = -100;
+    }
+    oslo::TrainStepResult r;
+    if (optimizer) {
+      r = optimizer->impl->train_step(id, lab, m, batch, seq);
+    } else {
+      r.loss = model->impl->loss_backward(id, lab, m, batch, seq, 1.f);
+      r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    }
+    fill(result, r);
+  });
+}
+
+oslo_status oslo_optimizer_step(oslo_optimizer* optimizer, oslo_train_step_result* result) {
+  return guard([&] { fill(result, trainer_of(optimizer, "oslo_optimizer_step").step()); });
+}
+
+oslo_status oslo_optimizer_zero_grad(oslo_optimizer* optimizer) {
+  return guard([&] { trainer_of(optimizer, "oslo_optimizer_zero_grad").zero_grad(); });
+}
+
+oslo_status oslo_model_set_activation_checkpointing(oslo_model* model, int enabled) {
+  return guard([&] {
+    need(model, "oslo_model_set_activation_checkpointing", "model");
+    model->impl->set_activation_checkpointing(enabled != 0);
+  });
+}
+
+}  // extern "C"
