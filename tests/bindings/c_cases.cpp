@@ -84,7 +84,11 @@ using Context = std::unique_ptr<oslo_context, ContextDel>;
 using Tensor = std::unique_ptr<oslo_tensor, TensorDel>;
 using Linear = std::unique_ptr<oslo_parallel_linear, LinearDel>;
 using ParamSet = std::unique_ptr<oslo_param_set, SetDel>;
+struct OptDel {
+  void operator()(oslo_optimizer* o) const { oslo_optimizer_destroy(o); }
+};
 using Model = std::unique_ptr<oslo_model, ModelDel>;
+using Optimizer = std::unique_ptr<oslo_optimizer, OptDel>;
 using Tokenizer = std::unique_ptr<oslo_tokenizer, TokDel>;
 
 Context make_context(const std::string& config) {
@@ -637,6 +641,91 @@ void model_gpt2_generate(int threads, const std::string& fixture) {
       threads);
 }
 
+// The data of train_gpt2_tiny_tp2_w2 (tests/bindings/make_train_case.py).
+struct TrainCase {
+  int64_t batch = 0, seq = 0, accum = 0;
+  std::vector<std::vector<int64_t>> ids, mask;
+  std::vector<double> losses;
+};
+
+TrainCase read_train_case(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Failure("cannot read " + path);
+  TrainCase c;
+  std::string line, key;
+  int64_t n = 0, steps = 0;
+  std::getline(f, line);
+  std::istringstream head(line);
+  std::string k1, k2, k3, k4, k5;
+  head >> k1 >> n >> k2 >> c.batch >> k3 >> c.seq >> k4 >> steps >> k5 >> c.accum;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    in >> key;
+    if (key == "loss") {
+      double v = 0;
+      in >> v;
+      c.losses.push_back(v);
+      continue;
+    }
+    std::vector<int64_t> row;
+    for (int64_t v; in >> v;) row.push_back(v);
+    (key == "ids" ? c.ids : c.mask).push_back(row);
+  }
+  check(static_cast<int64_t>(c.ids.size()) == n && static_cast<int64_t>(c.mask.size()) == n &&
+            static_cast<int64_t>(c.losses.size()) == steps && n == steps * c.accum,
+        "train case file " + path + " is malformed");
+  return c;
+}
+
+void train_gpt2_tiny(int threads, const std::string& fixture, const std::string& data) {
+  const TrainCase c = read_train_case(data);
+  run_ranks(
+      [&](const std::string& cfg) {
+        Context ctx = make_context(cfg);
+        check(size_of(ctx.get(), OSLO_GROUP_TENSOR) == 2, "TP=2");
+        Model m = load_model(ctx.get(), fixture);
+        oslo_optimizer_options o;
+        OK(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION));
+        o.kind = OSLO_OPTIMIZER_ADAMW;
+        o.lr = 2e-3;
+        o.weight_decay = 0.01;
+        o.schedule = OSLO_LR_COSINE;
+        o.warmup_steps = 3;
+        o.total_steps = static_cast<int64_t>(c.losses.size());
+        o.grad_accum_steps = c.accum;
+        o.max_grad_norm = 1.0;
+        oslo_optimizer* raw = nullptr;
+        OK(oslo_optimizer_create(m.get(), &o, &raw));
+        Optimizer opt(raw);
+        // A token outside the vocabulary: a named error on every rank.
+        std::vector<int64_t> bad = c.ids[0];
+        bad[3] = 1 << 30;
+        oslo_train_step_result r;
+        expect_error(oslo_model_train_step(m.get(), opt.get(), bad.data(), nullptr,
+                                           c.mask[0].data(), c.batch, c.seq, &r),
+                     OSLO_ERR_INVALID_ARGUMENT, "outside", "token outside the vocabulary");
+        double worst = 0;
+        for (size_t i = 0; i < c.ids.size(); ++i) {
+          OK(oslo_model_train_step(m.get(), opt.get(), c.ids[i].data(), nullptr, c.mask[i].data(),
+                                   c.batch, c.seq, &r));
+          const bool last = (static_cast<int64_t>(i) + 1) % c.accum == 0;
+          check(r.stepped == (last ? 1 : 0), "micro-batch " + std::to_string(i) + ": stepped");
+          if (!last) continue;
+          const size_t step = i / static_cast<size_t>(c.accum);
+          const double want = c.losses[step];
+          const double rel = std::fabs(r.mean_loss - want) / std::fabs(want);
+          worst = std::max(worst, rel);
+          check(rel <= 1e-4, "step " + std::to_string(step + 1) + ": loss " +
+                                 std::to_string(r.mean_loss) + ", PyTorch " + std::to_string(want));
+          check(r.skipped == 0 && r.step == static_cast<int64_t>(step) + 1, "step count");
+        }
+        if (rank_of(ctx.get()) == 0)
+          std::printf("GPT-2 at TP=2: %zu steps, losses within %.2e of PyTorch's loop\n",
+                      c.losses.size(), worst);
+      },
+      threads);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -665,6 +754,7 @@ int main(int argc, char** argv) {
       {"model_bert_minilm_embed_tp2_w2",
        [&](auto& a) { model_bert_minilm_embed(threads, arg(a, 1), arg(a, 2)); }},
       {"model_gpt2_generate_tp2_w2", [&](auto& a) { model_gpt2_generate(threads, arg(a, 1)); }},
+      {"train_gpt2_tiny_tp2_w2", [&](auto& a) { train_gpt2_tiny(threads, arg(a, 1), arg(a, 2)); }},
   };
   if (args.empty() || !cases.count(args[0])) {
     std::fprintf(stderr, "usage: c_cases CASE [--threads N] [ARGS...]; cases:");
