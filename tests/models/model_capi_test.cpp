@@ -398,6 +398,152 @@ int run_errors(const std::string& fix, const std::string& tmp) {
   return g_fail ? 1 : 0;
 }
 
+// The training C ABI's argument checks and its paths without an optimizer,
+// with loss scaling and with activation checkpointing (one rank).
+int run_train_errors(const std::string& fix, const std::string& encoder) {
+  oslo_context* ctx = make_context();
+  auto named = [&](oslo_status st, oslo_status want, const char* needle, const std::string& what) {
+    const std::string msg = st == OSLO_OK ? "" : oslo_last_error();
+    check(st == want && msg.find(needle) != std::string::npos,
+          what + " -> " + oslo_status_string(st) + ": " + msg.substr(0, 160));
+  };
+  oslo_model* m = load(ctx, fix);
+  oslo_model* other = load(ctx, fix);
+  oslo_optimizer* opt = nullptr;
+  oslo_optimizer_options o;
+  named(oslo_optimizer_options_init(nullptr, OSLO_OPTIMIZER_OPTIONS_VERSION),
+        OSLO_ERR_INVALID_ARGUMENT, "NULL", "options_init(NULL)");
+  named(oslo_optimizer_options_init(&o, 99), OSLO_ERR_INVALID_ARGUMENT, "99", "unknown version");
+  ok_or_die(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION), "options_init");
+  check(o.kind == OSLO_OPTIMIZER_ADAMW && o.lr == 1e-3 && o.beta2 == 0.999 &&
+            o.grad_accum_steps == 1 && o.loss_scaling == -1 && o.init_scale == 65536.0 &&
+            o.growth_interval == 2000,
+        "defaults are PyTorch's");
+  auto bad = [&](void (*edit)(oslo_optimizer_options&), const char* needle, const char* what) {
+    oslo_optimizer_options b;
+    ok_or_die(oslo_optimizer_options_init(&b, OSLO_OPTIMIZER_OPTIONS_VERSION), "init");
+    edit(b);
+    oslo_optimizer* x = nullptr;
+    named(oslo_optimizer_create(m, &b, &x), OSLO_ERR_INVALID_ARGUMENT, needle, what);
+    check(x == nullptr, std::string(what) + ": no optimizer made");
+  };
+  bad([](oslo_optimizer_options& b) { b.version = 0; }, "version", "version 0");
+  bad([](oslo_optimizer_options& b) { b.kind = static_cast<oslo_optimizer_kind>(7); }, "kind",
+      "unknown kind");
+  bad([](oslo_optimizer_options& b) { b.schedule = static_cast<oslo_lr_schedule>(9); }, "schedule",
+      "unknown schedule");
+  bad([](oslo_optimizer_options& b) { b.lr = std::nan(""); }, "lr", "NaN lr");
+  bad([](oslo_optimizer_options& b) { b.beta1 = 1.0; }, "betas", "beta1 = 1");
+  bad([](oslo_optimizer_options& b) { b.grad_accum_steps = 0; }, "grad_accum_steps",
+      "no micro-batches per step");
+  bad([](oslo_optimizer_options& b) { b.schedule = OSLO_LR_COSINE; }, "total_steps",
+      "cosine without total_steps");
+  bad([](oslo_optimizer_options& b) { b.max_grad_norm = -1; }, "max_grad_norm",
+      "negative max_grad_norm");
+  bad([](oslo_optimizer_options& b) { b.loss_scaling = 3; }, "loss_scaling", "loss_scaling 3");
+  bad(
+      [](oslo_optimizer_options& b) {
+        b.loss_scaling = 1;
+        b.backoff_factor = 1.5;
+      },
+      "backoff_factor", "backoff_factor above 1");
+  bad(
+      [](oslo_optimizer_options& b) {
+        b.kind = OSLO_OPTIMIZER_SGD;
+        b.nesterov = 1;
+      },
+      "Nesterov", "Nesterov without momentum");
+  named(oslo_optimizer_create(nullptr, &o, &opt), OSLO_ERR_INVALID_ARGUMENT, "model", "NULL model");
+  named(oslo_optimizer_create(m, &o, nullptr), OSLO_ERR_INVALID_ARGUMENT, "out", "NULL out");
+  {
+    oslo_model* enc = load(ctx, encoder);
+    named(oslo_optimizer_create(enc, &o, &opt), OSLO_ERR_NOT_SUPPORTED, "encoder",
+          "an encoder model");
+    oslo_model_destroy(enc);
+  }
+  named(oslo_optimizer_step(nullptr, nullptr), OSLO_ERR_INVALID_ARGUMENT, "optimizer",
+        "step(NULL)");
+  named(oslo_optimizer_zero_grad(nullptr), OSLO_ERR_INVALID_ARGUMENT, "optimizer",
+        "zero_grad(NULL)");
+  named(oslo_model_set_activation_checkpointing(nullptr, 1), OSLO_ERR_INVALID_ARGUMENT, "model",
+        "set_activation_checkpointing(NULL)");
+
+  // Without an optimizer: gradients accumulate, nothing steps; then an
+  // explicit step at the constant lr.
+  const std::vector<int64_t> ids = {5, 17, 42, 9, 3, 77, 12, 8}, mask = {1, 1, 1, 1, 1, 1, 0, 0};
+  const std::vector<float> before = logits(m, ids, {1, 1, 1, 1, 1, 1, 1, 1}, 1, 8);
+  oslo_train_step_result r;
+  named(oslo_model_train_step(m, nullptr, nullptr, nullptr, mask.data(), 2, 4, &r),
+        OSLO_ERR_INVALID_ARGUMENT, "ids", "NULL ids");
+  named(oslo_model_train_step(m, nullptr, ids.data(), nullptr, nullptr, 0, 4, &r),
+        OSLO_ERR_INVALID_ARGUMENT, "batch", "batch 0");
+  const std::vector<int64_t> none(8, -100);
+  named(oslo_model_train_step(m, nullptr, ids.data(), none.data(), nullptr, 2, 4, &r),
+        OSLO_ERR_INVALID_ARGUMENT, "no label", "every label ignored");
+  ok_or_die(oslo_model_train_step(m, nullptr, ids.data(), nullptr, mask.data(), 2, 4, &r),
+            "train_step without optimizer");
+  const double loss0 = r.loss;
+  check(r.stepped == 0 && std::isfinite(loss0) && loss0 > 0, "no optimizer: a loss, no step");
+  check(logits(m, ids, {1, 1, 1, 1, 1, 1, 1, 1}, 1, 8) == before, "no optimizer: weights kept");
+  ok_or_die(oslo_optimizer_create(m, &o, &opt), "optimizer_create");
+  named(oslo_model_train_step(other, opt, ids.data(), nullptr, mask.data(), 2, 4, &r),
+        OSLO_ERR_INVALID_ARGUMENT, "another model", "an optimizer over another model");
+  // The explicit labels equal to the default (ids, -100 under the mask).
+  const std::vector<int64_t> labels = {5, 17, 42, 9, 3, 77, -100, -100};
+  ok_or_die(oslo_model_train_step(m, nullptr, ids.data(), labels.data(), mask.data(), 2, 4, &r),
+            "train_step with labels");
+  check(r.loss == loss0, "labels NULL = ids with -100 under the mask");
+  ok_or_die(oslo_optimizer_step(opt, &r), "optimizer_step");
+  check(r.stepped == 1 && r.skipped == 0 && r.step == 1 && r.lr == 1e-3 && std::isnan(r.grad_norm),
+        "explicit step: stepped at lr 1e-3, no norm asked for");
+  check(logits(m, ids, {1, 1, 1, 1, 1, 1, 1, 1}, 1, 8) != before, "the step changed the weights");
+  // Activation checkpointing: the same loss (and, core tests show, the same
+  // gradients bitwise).
+  ok_or_die(oslo_model_train_step(m, nullptr, ids.data(), nullptr, mask.data(), 2, 4, &r), "plain");
+  const double plain = r.loss;
+  ok_or_die(oslo_model_set_activation_checkpointing(m, 1), "checkpointing on");
+  ok_or_die(oslo_model_train_step(m, nullptr, ids.data(), nullptr, mask.data(), 2, 4, &r),
+            "checkpointed");
+  check(r.loss == plain, "activation checkpointing: the same loss");
+  ok_or_die(oslo_optimizer_zero_grad(opt), "zero_grad");
+  oslo_optimizer_destroy(opt);
+
+  // Loss scaling by a power of two changes no bit of the update (scaled
+  // gradients are unscaled exactly), and the scale grows after
+  // growth_interval finite steps.
+  oslo_model* fresh = load(ctx, fix);
+  oslo_optimizer_options s = o;
+  s.max_grad_norm = 1.0;
+  oslo_optimizer* plain_opt = nullptr;
+  ok_or_die(oslo_optimizer_create(other, &s, &plain_opt), "unscaled optimizer");
+  s.loss_scaling = 1;
+  s.init_scale = 1024;
+  s.growth_interval = 2;
+  ok_or_die(oslo_optimizer_create(fresh, &s, &opt), "scaled optimizer");
+  oslo_train_step_result q;
+  for (int i = 0; i < 2; ++i) {
+    ok_or_die(oslo_model_train_step(fresh, opt, ids.data(), nullptr, mask.data(), 2, 4, &r),
+              "scaled step");
+    ok_or_die(oslo_model_train_step(other, plain_opt, ids.data(), nullptr, mask.data(), 2, 4, &q),
+              "unscaled step");
+    check(r.loss == q.loss && r.grad_norm == q.grad_norm && q.loss_scale == 1,
+          "step " + std::to_string(i + 1) + ": scaled loss and norm equal the unscaled ones");
+  }
+  check(r.skipped == 0 && r.step == 2 && r.loss_scale == 2048,
+        "two finite steps at growth_interval 2: the scale doubles");
+  check(logits(fresh, ids, {1, 1, 1, 1, 1, 1, 1, 1}, 1, 8) ==
+            logits(other, ids, {1, 1, 1, 1, 1, 1, 1, 1}, 1, 8),
+        "loss scaling 1024: the weights equal the unscaled run's bitwise");
+  oslo_optimizer_destroy(opt);
+  oslo_optimizer_destroy(plain_opt);
+  oslo_model_destroy(fresh);
+  oslo_optimizer_destroy(nullptr);
+  oslo_model_destroy(other);
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -413,6 +559,7 @@ int main(int argc, char** argv) {
   if (mode == "merge" && argc == 5) return run_merge(argv[2], argv[3], argv[4]);
   if (mode == "reshard" && argc == 5) return run_reshard(argv[2], argv[3], std::atoi(argv[4]));
   if (mode == "errors" && argc == 4) return run_errors(argv[2], argv[3]);
+  if (mode == "train_errors" && argc == 4) return run_train_errors(argv[2], argv[3]);
   std::fprintf(stderr, "bad arguments\n");
   return 2;
 }
