@@ -93,6 +93,18 @@ class Model : public CausalLM {
   float loss_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
                       const std::vector<int64_t>& mask, int64_t batch, int64_t seq,
                       float grad_scale = 1.f);
+  // The backward of any family (encoders included) from a gradient of the
+  // hidden states the caller supplies, as oslo_model_forward's hidden
+  // output [batch, seq, hidden] (after the final norm, if any): for a loss
+  // the caller computes from the hidden states (an embedding model's
+  // contrastive loss), grad_hidden is d loss / d hidden, row-major
+  // [batch, seq, hidden], the same on every rank. Adds grad_scale * the
+  // parameters' gradients into grads(). ids, mask (empty: all ones) and
+  // token_types (empty: zeros; models with token types only) as forward().
+  // f32 weights. Collective over the tensor group.
+  void hidden_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask,
+                       const std::vector<int64_t>& token_types, int64_t batch, int64_t seq,
+                       const std::vector<float>& grad_hidden, float grad_scale = 1.f);
   // One f32 gradient per tensors() entry, of its local shape (empty before
   // the first loss_backward or zero_grad).
   const std::vector<Tensor>& grads() const { return grads_; }
@@ -130,6 +142,15 @@ class Model : public CausalLM {
   std::vector<Choice> argmax_of(const View& hidden, int64_t r);
   // cos and sin [positions, R/2] of the rotary embedding at these positions.
   void rope_tables(const std::vector<int64_t>& positions, Tensor* cos, Tensor* sin);
+  // loss_backward (labels given) and hidden_backward (grad_hidden given):
+  // validation agreed over the tensor group, the forward keeping
+  // activations, the head (the loss, or the supplied gradient) and the
+  // backward through every block and the embeddings. Returns the loss (0
+  // for hidden_backward).
+  float train_pass(const std::vector<int64_t>& ids, const std::vector<int64_t>* labels,
+                   const std::vector<int64_t>& mask, const std::vector<int64_t>& token_types,
+                   const std::vector<float>* grad_hidden, int64_t batch, int64_t seq,
+                   float grad_scale);
   // The gradient of a compute tensor (a parameter, or the shifted copy of a
   // unit-offset norm weight).
   Tensor& grad_of(const Tensor& w);

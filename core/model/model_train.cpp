@@ -63,20 +63,37 @@ Tensor& Model::grad_of(const Tensor& w) {
 namespace {
 
 // What one block's backward needs from its forward.
+// Post-norm blocks (BERT) keep the residual sums r1 = x + attention and
+// r2 = x_mid + MLP that their norms read; x_mid is then LN1(r1).
 struct Saved {
-  Tensor x_in, h1, qkv, q, k, v, att, x_mid, h2, gu, up, gate, m;
+  Tensor x_in, h1, qkv, q, k, v, att, x_mid, h2, gu, up, gate, m, r1, r2;
 };
 
 }  // namespace
 
 float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
-                           const std::vector<int64_t>& mask0, int64_t B, int64_t S,
+                           const std::vector<int64_t>& mask, int64_t B, int64_t S,
                            float grad_scale) {
-  const BlockTraits& tr = cfg_.traits;
   OSLO_CHECK(causal() && lm_head_.defined(), OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
-             ": training needs a causal language model (the loss is the causal-LM loss)");
-  OSLO_CHECK(!tr.post_norm && !emb_ln_w_.defined() && !type_.defined(), OSLO_ERR_NOT_SUPPORTED,
-             cfg_.model_type, ": training supports pre-norm decoder blocks only");
+             ": the causal-LM loss needs a causal language model (an encoder trains from a "
+             "gradient of its hidden states: hidden_backward)");
+  return train_pass(ids, &labels, mask, {}, nullptr, B, S, grad_scale);
+}
+
+void Model::hidden_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask,
+                            const std::vector<int64_t>& token_types, int64_t B, int64_t S,
+                            const std::vector<float>& grad_hidden, float grad_scale) {
+  train_pass(ids, nullptr, mask, token_types, &grad_hidden, B, S, grad_scale);
+}
+
+float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64_t>* labels_in,
+                        const std::vector<int64_t>& mask0, const std::vector<int64_t>& types0,
+                        const std::vector<float>* grad_hidden, int64_t B, int64_t S,
+                        float grad_scale) {
+  const BlockTraits& tr = cfg_.traits;
+  const bool post = tr.post_norm;
+  OSLO_CHECK(!post || !tr.parallel_residual, OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
+             ": post-norm blocks with a parallel residual are not supported in training");
   for (const PlacedTensor& p : params_)
     OSLO_CHECK(p.tensor.dtype() == OSLO_DTYPE_F32, OSLO_ERR_NOT_SUPPORTED,
                "model: training needs f32 weights (", p.placement.name, " is ",
@@ -85,13 +102,32 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
   // learns whether any rank refused its batch and whether all hold the same
   // one, before the first collective of the step (no rank is left waiting).
   std::exception_ptr local_error;
-  std::vector<int64_t> mask;
+  std::vector<int64_t> mask, types;
+  static const std::vector<int64_t> kNone;
+  const std::vector<int64_t>& labels = labels_in ? *labels_in : kNone;
+  const int64_t H0 = cfg_.hidden_size;
   const size_t n = static_cast<size_t>(std::max<int64_t>(B, 0) * std::max<int64_t>(S, 0));
   try {
     OSLO_CHECK(B > 0 && S > 0, OSLO_ERR_INVALID_ARGUMENT, "loss: batch (", B, ") and sequence (", S,
                ") must be positive");
-    OSLO_CHECK(ids.size() == n && labels.size() == n, OSLO_ERR_SHAPE, "loss: ", ids.size(),
-               " ids and ", labels.size(), " labels for [", B, ", ", S, "]");
+    OSLO_CHECK(ids.size() == n && (!labels_in || labels.size() == n), OSLO_ERR_SHAPE,
+               "loss: ", ids.size(), " ids and ", labels.size(), " labels for [", B, ", ", S, "]");
+    OSLO_CHECK(!grad_hidden || grad_hidden->size() == n * static_cast<size_t>(H0), OSLO_ERR_SHAPE,
+               "backward: the hidden states' gradient has ", grad_hidden ? grad_hidden->size() : 0,
+               " values for [", B, ", ", S, ", ", H0, "]");
+    OSLO_CHECK(type_.defined() || types0.empty(), OSLO_ERR_INVALID_ARGUMENT,
+               "backward: ", cfg_.model_type, " has no token types");
+    types = types0.empty() ? std::vector<int64_t>(type_.defined() ? n : 0, 0) : types0;
+    OSLO_CHECK(types.size() == (type_.defined() ? n : 0), OSLO_ERR_SHAPE,
+               "backward: token types have ", types.size(), " entries for [", B, ", ", S, "]");
+    for (size_t i = 0; i < types.size(); ++i)
+      OSLO_CHECK(types[i] >= 0 && types[i] < cfg_.type_vocab_size, OSLO_ERR_INVALID_ARGUMENT,
+                 "backward: token type ", types[i], " at position ", i, " is outside [0, ",
+                 cfg_.type_vocab_size, ")");
+    if (grad_hidden)
+      for (size_t i = 0; i < grad_hidden->size(); ++i)
+        OSLO_CHECK(std::isfinite((*grad_hidden)[i]), OSLO_ERR_INVALID_ARGUMENT,
+                   "backward: the hidden states' gradient is ", (*grad_hidden)[i], " at ", i);
     mask = mask0.empty() ? std::vector<int64_t>(n, 1) : mask0;
     OSLO_CHECK(mask.size() == n, OSLO_ERR_SHAPE, "loss: attention mask has ", mask.size(),
                " entries for [", B, ", ", S, "]");
@@ -108,9 +144,11 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     uint32_t h = crc32c(0, &B, sizeof B);
     h = crc32c(h, &S, sizeof S);
     h = crc32c(h, &grad_scale, sizeof grad_scale);
-    const std::vector<int64_t>* parts[] = {&ids, &labels, &mask};
+    const std::vector<int64_t>* parts[] = {&ids, &labels, &mask, &types};
     for (const std::vector<int64_t>* v : parts)
       if (!v->empty()) h = crc32c(h, v->data(), v->size() * sizeof(int64_t));
+    if (grad_hidden && !grad_hidden->empty())
+      h = crc32c(h, grad_hidden->data(), grad_hidden->size() * sizeof(float));
     const int64_t mine[4] = {local_error ? 1 : 0, B, S, static_cast<int64_t>(h)};
     Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {4});
     Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {tp_, 4});
@@ -127,8 +165,8 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
       OSLO_CHECK(g[1] == got[1] && g[2] == got[2] && g[3] == got[3], OSLO_ERR_INVALID_ARGUMENT,
                  "loss: the batch differs between tensor-parallel ranks: rank ", q, " has [", g[1],
                  ", ", g[2], "], rank 0 [", got[1], ", ", got[2],
-                 "] (every rank of a tensor group must pass the same ids, labels, mask and "
-                 "grad_scale)");
+                 "] (every rank of a tensor group must pass the same ids, labels, mask, token "
+                 "types, hidden-state gradient and grad_scale)");
     }
   } else if (local_error) {
     std::rethrow_exception(local_error);
@@ -163,14 +201,19 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     }
   }
   // Labels shifted inside: position t predicts labels[t + 1].
-  std::vector<int64_t> shifted(n, -100);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t + 1 < S; ++t)
-      shifted[static_cast<size_t>(b * S + t)] = labels[static_cast<size_t>(b * S + t + 1)];
+  Tensor lab_t;
+  if (labels_in) {
+    std::vector<int64_t> shifted(n, -100);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t + 1 < S; ++t)
+        shifted[static_cast<size_t>(b * S + t)] = labels[static_cast<size_t>(b * S + t + 1)];
+    lab_t = upload(shifted.data(), OSLO_DTYPE_I64, {BS});
+  }
   Tensor ids_t = upload(ids.data(), OSLO_DTYPE_I64, {BS});
   Tensor pos_t = upload(pos.data(), OSLO_DTYPE_I64, {BS});
   Tensor mask_t = upload(key_mask.data(), OSLO_DTYPE_F32, {B, S});
-  Tensor lab_t = upload(shifted.data(), OSLO_DTYPE_I64, {BS});
+  Tensor types_t;
+  if (type_.defined()) types_t = upload(types.data(), OSLO_DTYPE_I64, {BS});
   Tensor cos_t, sin_t, nsin_t;
   if (tr.rotary) {
     rope_tables(pos, &cos_t, &sin_t);
@@ -206,6 +249,17 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     be.gather_rows(view(t), view(wpe_), view(pos_t), 0, cfg_.max_positions);
     be.binary(OSLO_BK_ADD, view(x), view(x), view(t));
   }
+  if (type_.defined()) {
+    Tensor t = f32({BS, H});
+    be.gather_rows(view(t), view(type_), view(types_t), 0, cfg_.type_vocab_size);
+    be.binary(OSLO_BK_ADD, view(x), view(x), view(t));
+  }
+  Tensor emb_in;  // the embedding norm's input
+  if (emb_ln_w_.defined()) {
+    emb_in = x;
+    x = f32({BS, H});
+    norm(view(x), view(emb_in), emb_ln_w_, emb_ln_b_);
+  }
   const View mv = view(mask_t);
   std::vector<Saved> saved(layers_.size());
   // One block's forward from its input, keeping what its backward needs in
@@ -215,12 +269,16 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
   auto block_forward = [&](size_t l, const Tensor& x, Saved& sv) -> Tensor {
     Layer& L = *layers_[l];
     sv.x_in = x;
-    sv.h1 = f32({BS, H});
-    norm(view(sv.h1), view(x), L.ln1_w, L.ln1_b);
+    // Attention input: the block's input (post-norm) or its norm.
+    if (!post) {
+      sv.h1 = f32({BS, H});
+      norm(view(sv.h1), view(x), L.ln1_w, L.ln1_b);
+    }
+    const View ain = post ? view(x) : view(sv.h1);
     View q, k, v;
     if (L.qkv_w.defined()) {
       sv.qkv = f32({BS, qw + 2 * kw});
-      linear(be, bp, view(sv.qkv), view(sv.h1), L.qkv_w, &L.qkv_b);
+      linear(be, bp, view(sv.qkv), ain, L.qkv_w, &L.qkv_b);
       q = columns(view(sv.qkv), 0, qw);
       k = columns(view(sv.qkv), qw, kw);
       v = columns(view(sv.qkv), qw + kw, kw);
@@ -228,9 +286,9 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
       sv.q = f32({BS, qw});
       sv.k = f32({BS, kw});
       sv.v = f32({BS, kw});
-      linear(be, bp, view(sv.q), view(sv.h1), L.q_w, &L.q_b);
-      linear(be, bp, view(sv.k), view(sv.h1), L.k_w, &L.k_b);
-      linear(be, bp, view(sv.v), view(sv.h1), L.v_w, &L.v_b);
+      linear(be, bp, view(sv.q), ain, L.q_w, &L.q_b);
+      linear(be, bp, view(sv.k), ain, L.k_w, &L.k_b);
+      linear(be, bp, view(sv.v), ain, L.v_w, &L.v_b);
       q = view(sv.q);
       k = view(sv.k);
       v = view(sv.v);
@@ -241,35 +299,45 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     }
     sv.att = f32({BS, qw});
     be.attention(heads4(view(sv.att), nhl_), heads4(q, nhl_), heads4(k, nkvl_), heads4(v, nkvl_),
-                 &mv, scale, true, 0);
+                 &mv, scale, tr.causal, 0);
     Tensor a = f32({BS, H});
     linear(be, bp, view(a), view(sv.att), L.o_w, nullptr);
-    // MLP input: the block's input (parallel residual) or x + attention.
+    // MLP input: the block's input (parallel residual) or x + attention,
+    // normed (post-norm: LN1 of it, which is also the MLP's residual).
     if (!parallel) {
       reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(a));
       add_bias(view(a), L.o_b);
       sv.x_mid = f32({BS, H});
-      be.binary(OSLO_BK_ADD, view(sv.x_mid), view(x), view(a));
+      if (post) {
+        sv.r1 = f32({BS, H});
+        be.binary(OSLO_BK_ADD, view(sv.r1), view(x), view(a));
+        norm(view(sv.x_mid), view(sv.r1), L.ln1_w, L.ln1_b);
+      } else {
+        be.binary(OSLO_BK_ADD, view(sv.x_mid), view(x), view(a));
+      }
     }
     const Tensor& min = parallel ? x : sv.x_mid;
-    sv.h2 = f32({BS, H});
-    norm(view(sv.h2), view(min), L.ln2_w, L.ln2_b);
+    if (!post) {
+      sv.h2 = f32({BS, H});
+      norm(view(sv.h2), view(min), L.ln2_w, L.ln2_b);
+    }
+    const Tensor& mlp_in = post ? sv.x_mid : sv.h2;
     int64_t il;
     View gv, uv;
     if (L.gate_up_w.defined()) {
       il = L.gate_up_w.dim(0) / 2;
       sv.gu = f32({BS, 2 * il});
-      linear(be, bp, view(sv.gu), view(sv.h2), L.gate_up_w, &L.gate_up_b);
+      linear(be, bp, view(sv.gu), view(mlp_in), L.gate_up_w, &L.gate_up_b);
       gv = columns(view(sv.gu), 0, il);
       uv = columns(view(sv.gu), il, il);
     } else {
       il = L.up_w.dim(0);
       sv.up = f32({BS, il});
-      linear(be, bp, view(sv.up), view(sv.h2), L.up_w, &L.up_b);
+      linear(be, bp, view(sv.up), view(mlp_in), L.up_w, &L.up_b);
       uv = view(sv.up);
       if (tr.gated_mlp) {
         sv.gate = f32({BS, il});
-        linear(be, bp, view(sv.gate), view(sv.h2), L.gate_w, &L.gate_b);
+        linear(be, bp, view(sv.gate), view(mlp_in), L.gate_w, &L.gate_b);
         gv = view(sv.gate);
       }
     }
@@ -289,6 +357,12 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
       add_bias(view(d), L.o_b);
       add_bias(view(d), L.down_b);
       be.binary(OSLO_BK_ADD, view(out), view(x), view(d));
+    } else if (post) {
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(d));
+      add_bias(view(d), L.down_b);
+      sv.r2 = f32({BS, H});
+      be.binary(OSLO_BK_ADD, view(sv.r2), view(sv.x_mid), view(d));
+      norm(view(out), view(sv.r2), L.ln2_w, L.ln2_b);
     } else {
       reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(d));
       add_bias(view(d), L.down_b);
@@ -299,7 +373,7 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
   auto block_bytes = [](const Saved& sv) {
     size_t b = 0;
     for (const Tensor* t : {&sv.x_in, &sv.h1, &sv.qkv, &sv.q, &sv.k, &sv.v, &sv.att, &sv.x_mid,
-                            &sv.h2, &sv.gu, &sv.up, &sv.gate, &sv.m})
+                            &sv.h2, &sv.gu, &sv.up, &sv.gate, &sv.m, &sv.r1, &sv.r2})
       if (t->defined()) b += t->nbytes();
     return b;
   };
@@ -320,15 +394,21 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     norm(view(hf), view(x), norm_w_, norm_b_);
   else
     be.convert(view(hf), view(x));
-  Tensor logits = f32({BS, vocab_local_});
-  linear(be, bp, view(logits), view(hf), lm_head_, nullptr);
-  Tensor dlogits = f32({BS, vocab_local_});
+  Tensor dlogits, dhf;
   float loss = 0.f;
-  vocab_parallel_cross_entropy(ctx_, logits, lab_t, cfg_.vocab_size, -100, nullptr, &loss,
-                               &dlogits);
-  OSLO_CHECK(std::isfinite(loss), OSLO_ERR_INVALID_ARGUMENT, "loss: the loss is ", loss,
-             " (no label kept, or non-finite logits)");
-  if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
+  if (labels_in) {
+    Tensor logits = f32({BS, vocab_local_});
+    linear(be, bp, view(logits), view(hf), lm_head_, nullptr);
+    dlogits = f32({BS, vocab_local_});
+    vocab_parallel_cross_entropy(ctx_, logits, lab_t, cfg_.vocab_size, -100, nullptr, &loss,
+                                 &dlogits);
+    OSLO_CHECK(std::isfinite(loss), OSLO_ERR_INVALID_ARGUMENT, "loss: the loss is ", loss,
+               " (no label kept, or non-finite logits)");
+    if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
+  } else {
+    dhf = upload(grad_hidden->data(), OSLO_DTYPE_F32, {BS, H});
+    if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dhf), view(dhf), grad_scale);
+  }
 
   // ---- backward -----------------------------------------------------------
   // y = x W^T (+ b): dW += dy^T x, db += column sums of dy, dx (+)= dy W.
@@ -395,10 +475,12 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     be.binary(OSLO_BK_ADD, dx, dx, view(t));
   };
 
-  linear_bw(view(dlogits), view(hf), lm_head_, nullptr, nullptr, false);
-  Tensor dhf = f32({BS, H});
-  be.matmul(view(dhf), view(dlogits), view(lm_head_));
-  reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dhf));
+  if (labels_in) {
+    linear_bw(view(dlogits), view(hf), lm_head_, nullptr, nullptr, false);
+    dhf = f32({BS, H});
+    be.matmul(view(dhf), view(dlogits), view(lm_head_));
+    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dhf));
+  }
   Tensor dx = f32({BS, H});  // gradient of the residual stream
   if (norm_w_.defined())
     norm_bw(view(dx), view(x), norm_w_, norm_b_, view(dhf), false);
@@ -412,12 +494,20 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
       const Tensor x_in = sv.x_in;
       block_forward(li, x_in, sv);  // recompute what the forward dropped
     }
-    // MLP branch: out = min + down(m) + down_b (dd = dx, complete on every rank).
+    // Post-norm: out = LN2(r2), r2 = x_mid + down(m) + down_b.
+    Tensor dr2;
+    if (post) {
+      dr2 = f32({BS, H});
+      norm_bw(view(dr2), view(sv.r2), L.ln2_w, L.ln2_b, view(dx), false);
+    }
+    const Tensor& dout = post ? dr2 : dx;
+    const Tensor& mlp_in = post ? sv.x_mid : sv.h2;
+    // MLP branch: out = min + down(m) + down_b (dd = dout, complete on every rank).
     const int64_t il = sv.m.dim(1);
-    if (L.down_b.defined()) be.sum_rows(view(grad_of(L.down_b)), view(dx), true);
+    if (L.down_b.defined()) be.sum_rows(view(grad_of(L.down_b)), view(dout), true);
     Tensor dm = f32({BS, il});
     const View dmv = view(dm);
-    linear_bw(view(dx), view(sv.m), L.down_w, nullptr, &dmv, false);
+    linear_bw(view(dout), view(sv.m), L.down_w, nullptr, &dmv, false);
     View gv, uv;
     Tensor dgu, dup, dgate;
     View dgv, duv;
@@ -450,15 +540,21 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     Tensor dh2 = f32({BS, H});
     if (L.gate_up_w.defined()) {
       const View dh = view(dh2);
-      linear_bw(view(dgu), view(sv.h2), L.gate_up_w, &L.gate_up_b, &dh, false);
+      linear_bw(view(dgu), view(mlp_in), L.gate_up_w, &L.gate_up_b, &dh, false);
     } else {
       const View dh = view(dh2);
-      linear_bw(duv, view(sv.h2), L.up_w, &L.up_b, &dh, false);
-      if (tr.gated_mlp) linear_bw(dgv, view(sv.h2), L.gate_w, &L.gate_b, &dh, true);
+      linear_bw(duv, view(mlp_in), L.up_w, &L.up_b, &dh, false);
+      if (tr.gated_mlp) linear_bw(dgv, view(mlp_in), L.gate_w, &L.gate_b, &dh, true);
     }
-    // Attention branch: da = dx (parallel residual) or d(x_mid).
+    // Attention branch: da = dx (parallel residual) or d(x_mid) (post-norm:
+    // d(r1) = LN1's input gradient of d(x_mid)).
     Tensor dmid;
-    if (!parallel) {
+    if (post) {
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh2));
+      be.binary(OSLO_BK_ADD, view(dh2), view(dh2), view(dr2));  // d(x_mid)
+      dmid = f32({BS, H});
+      norm_bw(view(dmid), view(sv.r1), L.ln1_w, L.ln1_b, view(dh2), false);
+    } else if (!parallel) {
       reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh2));
       dmid = f32({BS, H});
       be.convert(view(dmid), view(dx));
@@ -517,7 +613,7 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
       const View p5 = strided(P.data(), OSLO_DTYPE_F32, {B, nkv, g, S, S},
                               {nkv * g * S * S, g * S * S, S * S, S, 1});
       const View m5 = strided(mask_t.data(), OSLO_DTYPE_F32, {B, 1, 1, 1, S}, {S, 0, 0, 0, 1});
-      be.softmax(p5, p5, &m5, scale, true, 0);
+      be.softmax(p5, p5, &m5, scale, tr.causal, 0);
       Tensor dqc = f32({BH, g * S, D}), dkc = f32({BH, S, D}), dvc = f32({BH, S, D});
       be.matmul(view(dvc), tr3(P), view(doc));  // dV = P^T dO
       be.matmul(view(dP), view(doc), tr3(vc));  // dP = dO V^T
@@ -536,17 +632,20 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     }
     Tensor dh1 = f32({BS, H});
     {
-      const View dh = view(dh1);
+      const View dh = view(dh1), ain = post ? view(sv.x_in) : view(sv.h1);
       if (L.qkv_w.defined()) {
-        kv_linear_bw(view(dqkv), view(sv.h1), L.qkv_w, &L.qkv_b, &dh, false,
-                     {{qw, kw}, {qw + kw, kw}});
+        kv_linear_bw(view(dqkv), ain, L.qkv_w, &L.qkv_b, &dh, false, {{qw, kw}, {qw + kw, kw}});
       } else {
-        linear_bw(dqv, view(sv.h1), L.q_w, &L.q_b, &dh, false);
-        kv_linear_bw(dkv, view(sv.h1), L.k_w, &L.k_b, &dh, true, {{0, kw}});
-        kv_linear_bw(dvv, view(sv.h1), L.v_w, &L.v_b, &dh, true, {{0, kw}});
+        linear_bw(dqv, ain, L.q_w, &L.q_b, &dh, false);
+        kv_linear_bw(dkv, ain, L.k_w, &L.k_b, &dh, true, {{0, kw}});
+        kv_linear_bw(dvv, ain, L.v_w, &L.v_b, &dh, true, {{0, kw}});
       }
     }
-    if (parallel) {
+    if (post) {
+      // x feeds the attention products and the residual into r1.
+      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh1));
+      be.binary(OSLO_BK_ADD, view(dx), view(dmid), view(dh1));
+    } else if (parallel) {
       // Both branches read the block's input: one all-reduce for both.
       Tensor both = f32({2, BS, H});
       be.convert(strided(both.data(), OSLO_DTYPE_F32, {BS, H}, {H, 1}), view(dh1));
@@ -565,7 +664,14 @@ float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<in
     }
     sv = Saved{};  // this block's activations are no longer needed
   }
-  // Embeddings: the token table's local rows and the position table.
+  // Embeddings: the norm over their sum, the token table's local rows, the
+  // position and token-type tables.
+  if (emb_ln_w_.defined()) {
+    Tensor de = f32({BS, H});
+    norm_bw(view(de), view(emb_in), emb_ln_w_, emb_ln_b_, view(dx), false);
+    dx = de;
+  }
+  if (type_.defined()) be.scatter_add_rows(view(grad_of(type_)), view(types_t), view(dx), 0);
   if (tr.embed_scale != 1.0) {
     Tensor t = f32({BS, H});
     be.unary(OSLO_BK_SCALE, view(t), view(dx), emb_scale);

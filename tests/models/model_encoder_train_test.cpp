@@ -1,0 +1,113 @@
+// Backward oracle of the encoder family (BERT, post-norm blocks, token
+// types, the embeddings' norm, bidirectional attention): a gradient of the
+// last hidden states supplied from outside (Model::hidden_backward), and
+// every parameter's gradient against transformers' autograd on the same
+// batch (tests/models/make_encoder_refs.py wrote
+// <fixture>/backward_ref.safetensors). Each rank compares its own slices.
+//
+//   model_encoder_train_test FIXTURE_DIR --tp N          ranks as threads
+//   oslo-run --nproc-per-node N model_encoder_train_test FIXTURE_DIR --procs
+//
+// Passes when every parameter's max |grad - ref| <= 1e-4 max |ref| on every
+// rank, the gradients accumulate on a second call, a supplied gradient of
+// the wrong size, a token type outside the table, a non-finite gradient and
+// a gradient differing between ranks are named errors on every rank, and
+// the causal-LM loss is refused by name.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/common/grad_check.hpp"
+
+using namespace oslo;
+using oslo_test::SafetensorsRef;
+
+namespace {
+
+std::atomic<int> g_fail{0};
+
+template <typename F>
+void expect_error(F&& f, oslo_status want, const char* needle, const std::string& what, int r) {
+  try {
+    f();
+    std::printf("[rank %d] %s: no error FAIL\n", r, what.c_str());
+    ++g_fail;
+  } catch (const Error& e) {
+    const bool ok = e.status() == want && std::string(e.what()).find(needle) != std::string::npos;
+    if (!ok || r == 0)
+      std::printf("[rank %d] %s -> %s %s\n", r, what.c_str(), e.what(), ok ? "ok" : "FAIL");
+    if (!ok) ++g_fail;
+  }
+}
+
+void run_rank(Context& ctx, const std::string& dir, const SafetensorsRef& ref) {
+  const int r = ctx.topology().tp_rank(), tp = ctx.topology().tp_size();
+  ModelLoadOptions o;
+  o.dtype = OSLO_DTYPE_F32;
+  auto m = Model::load(ctx, dir, o);
+  std::vector<int64_t> shape;
+  const auto ids = ref.get<int64_t>("input_ids", &shape);
+  const auto mask = ref.get<int64_t>("attention_mask");
+  const auto types = ref.get<int64_t>("token_type_ids");
+  const auto gh = ref.get<float>("grad_hidden");
+  const int64_t B = shape[0], S = shape[1];
+  m->hidden_backward(ids, mask, types, B, S, gh);
+  const oslo_test::GradCheck c = oslo_test::check_grads(ctx, *m, ref, 1e-4);
+  g_fail += c.failures;
+  if (r == 0)
+    std::printf("[tp %d] %zu gradients, worst %s at %.3g of max |ref| %s\n", tp,
+                m->tensors().size(), c.worst_name.c_str(), c.worst, c.failures ? "FAIL" : "ok");
+  // A second call accumulates: the gradients double.
+  std::vector<float> before = oslo_test::download(ctx, m->grads()[0]);
+  m->hidden_backward(ids, mask, types, B, S, gh);
+  std::vector<float> after = oslo_test::download(ctx, m->grads()[0]);
+  double err = 0, mx = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(after[i]) - 2.0 * before[i]));
+    mx = std::max(mx, std::fabs(static_cast<double>(before[i])));
+  }
+  if (!(err <= 1e-6 * std::max(mx, 1e-12))) {
+    std::printf("[rank %d] accumulation: %.3g off FAIL\n", r, err);
+    ++g_fail;
+  }
+  // Bad input: a named error on every rank.
+  std::vector<float> short_g(gh.begin(), gh.end() - 1);
+  expect_error([&] { m->hidden_backward(ids, mask, types, B, S, short_g); }, OSLO_ERR_SHAPE,
+               "gradient", "a gradient of the wrong size", r);
+  auto bad_types = types;
+  bad_types[2] = 7;
+  expect_error([&] { m->hidden_backward(ids, mask, bad_types, B, S, gh); },
+               OSLO_ERR_INVALID_ARGUMENT, "token type 7", "a token type outside the table", r);
+  auto nan_g = gh;
+  nan_g[5] = std::nanf("");
+  expect_error([&] { m->hidden_backward(ids, mask, types, B, S, nan_g); },
+               OSLO_ERR_INVALID_ARGUMENT, "nan", "a NaN in the supplied gradient", r);
+  if (tp > 1) {
+    auto mine = gh;
+    mine[0] += static_cast<float>(r);  // differs on every rank but 0
+    expect_error([&] { m->hidden_backward(ids, mask, types, B, S, mine); },
+                 OSLO_ERR_INVALID_ARGUMENT, "differs", "a gradient differing between ranks", r);
+  }
+  expect_error([&] { m->loss_backward(ids, ids, mask, B, S); }, OSLO_ERR_NOT_SUPPORTED, "causal",
+               "the causal-LM loss of an encoder", r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N | --procs\n", argv[0]);
+    return 2;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const std::string dir = argv[1];
+  const bool procs = !std::strcmp(argv[2], "--procs");
+  const int tp = procs ? (std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1)
+                       : (argc > 3 ? std::atoi(argv[3]) : 1);
+  SafetensorsRef ref(dir + "/backward_ref.safetensors");
+  g_fail += oslo_test::run_tp(procs, tp, [&](Context& ctx) { run_rank(ctx, dir, ref); });
+  return g_fail ? 1 : 0;
+}
