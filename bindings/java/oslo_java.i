@@ -303,6 +303,10 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
 %typemap(javafinalize) struct oslo_context, struct oslo_tensor, struct oslo_model,
     struct oslo_parallel_linear, struct oslo_parallel_embedding, struct oslo_param_set,
     struct oslo_optimizer ""
+/* A closed Optimizer passed to trainStep would reach C as NULL (no
+   optimizer: nothing steps): refused instead. */
+%typemap(javain, pre="    if ($javainput != null && $javaclassname.getCPtr($javainput) == 0)\n      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(), \"the optimizer is closed\");")
+    struct oslo_optimizer *optimizer "$javaclassname.getCPtr($javainput)"
 /* An Optimizer counts itself in its model the same way (Model.retain): a
    model closed while its optimizer is open is destroyed, and releases its
    context, when the optimizer is closed. */

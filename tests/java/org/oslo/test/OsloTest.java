@@ -615,8 +615,12 @@ public class OsloTest {
       assertTrue(e.getMessage().contains("lr"), e.getMessage());
       o.setLr(0.1);
       o.setKind(OptimizerKind.SGD);
-      Optimizer opt = new Optimizer(m, o);
       long[][] ids = {{5, 9, 14, 3}};
+      Optimizer closed = new Optimizer(m);
+      closed.close();
+      e = assertThrows(OsloException.class, () -> m.trainStep(ids, null, closed));
+      assertTrue(e.getMessage().contains("closed"), e.getMessage());
+      Optimizer opt = new Optimizer(m, o);
       m.setActivationCheckpointing(true);
       try (TrainStepResult r = m.trainStep(ids, null, null)) {
         assertTrue(r.getLoss() > 0 && !r.getStepped(), r.toString());
