@@ -104,6 +104,16 @@ static int oslo_bind_bytes(const char *what, size_t have, unsigned long long wan
   return 0;
 }
 
+/* A zeroed train step result for the caller to own (freed by the class's
+   destructor). */
+static oslo_train_step_result *oslo_bind_train_step_result(void) {
+  oslo_train_step_result *r = (oslo_train_step_result *)calloc(1, sizeof *r);
+  if (!r)
+    oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "train step result: %llu bytes",
+                   (unsigned long long)sizeof *r);
+  return r;
+}
+
 static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_output output) {
   oslo_model_info info;
   if (oslo_model_get_info(m, &info, NULL) != OSLO_OK) return 0;
@@ -125,20 +135,20 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %ignore OSLO_API;
 %ignore OSLO_H;
 /* Options structs the classes fill themselves (the language layers take
-   keyword arguments); oslo_generate_options is exposed (see below). */
+   keyword arguments); oslo_generate_options and oslo_optimizer_options are
+   exposed (see below), and oslo_train_step_result as a result struct. */
 %ignore oslo_parallel_linear_options;
 %ignore oslo_parallel_embedding_options;
 %ignore oslo_vocab_parallel_cross_entropy_options;
 %ignore oslo_model_options;
 %ignore oslo_merge_options;
-%ignore oslo_optimizer_options;
-%ignore oslo_train_step_result;
 %ignore OSLO_PARALLEL_LINEAR_OPTIONS_VERSION;
 %ignore OSLO_PARALLEL_EMBEDDING_OPTIONS_VERSION;
 %ignore OSLO_VOCAB_PARALLEL_CROSS_ENTROPY_OPTIONS_VERSION;
 %ignore OSLO_MODEL_OPTIONS_VERSION;
 %ignore OSLO_MERGE_OPTIONS_VERSION;
 %ignore OSLO_OPTIMIZER_OPTIONS_VERSION;
+%ignore oslo_optimizer_options::version;
 %ignore OSLO_GENERATE_OPTIONS_VERSION;
 /* The EOS list is passed to Model.generate, not kept in the struct (a
    pointer into a language's memory must not outlive the call). */
@@ -158,6 +168,9 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %rename(ParallelEmbedding) oslo_parallel_embedding;
 %rename(ParamSet) oslo_param_set;
 %rename(ModelInfo) oslo_model_info;
+%rename(Optimizer) oslo_optimizer;
+%rename(OptimizerOptions) oslo_optimizer_options;
+%rename(TrainStepResult) oslo_train_step_result;
 %rename(version_string) bind_version_string;
 %rename(status_string) bind_status_string;
 %rename(model_merge) bind_model_merge;
@@ -183,6 +196,7 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %apply (const void *INBUF, size_t INBYTES) {
   (const void *src, size_t src_bytes),
   (const void *ids, size_t ids_bytes),
+  (const void *labels, size_t labels_bytes),
   (const void *mask, size_t mask_bytes),
   (const void *token_type_ids, size_t token_type_ids_bytes),
   (const void *prompt_ids, size_t prompt_ids_bytes),
@@ -212,6 +226,8 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %nodefaultctor oslo_parallel_embedding;
 %nodefaultctor oslo_param_set;
 %nodefaultctor oslo_model_info;
+%nodefaultctor oslo_optimizer;
+%nodefaultctor oslo_train_step_result;
 struct oslo_context {};
 struct oslo_tensor {};
 struct oslo_model {};
@@ -219,6 +235,17 @@ struct oslo_tokenizer {};
 struct oslo_parallel_linear {};
 struct oslo_parallel_embedding {};
 struct oslo_param_set {};
+struct oslo_optimizer {};
+
+/* What a train step or an optimizer step reports: read-only. */
+%immutable oslo_train_step_result::loss;
+%immutable oslo_train_step_result::stepped;
+%immutable oslo_train_step_result::skipped;
+%immutable oslo_train_step_result::mean_loss;
+%immutable oslo_train_step_result::grad_norm;
+%immutable oslo_train_step_result::lr;
+%immutable oslo_train_step_result::loss_scale;
+%immutable oslo_train_step_result::step;
 
 %include "oslo.h"
 
@@ -597,6 +624,7 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
 }
 
 %newobject oslo_model::m_info;
+%newobject oslo_model::m_train_step;
 %extend oslo_model {
   /* oslo_model_load; dtype -1 keeps the checkpoint's. Collective. */
   oslo_model(oslo_context *ctx, const char *path, int dtype) {
@@ -709,6 +737,96 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   }
   /* oslo_model_save: a parallel checkpoint in dir. Collective. */
   void m_save(const char *dir) { oslo_bind_check(oslo_model_save($self, dir)); }
+  /* oslo_model_train_step: ids, labels (None: the ids, -100 under padding),
+     mask (None: all 1): int64 [batch, seq]; optimizer None: only accumulate
+     the gradients. Returns the result (NULL on failure). Collective. */
+  oslo_train_step_result *m_train_step(oslo_optimizer *optimizer, const void *ids,
+                                       size_t ids_bytes, const void *labels, size_t labels_bytes,
+                                       const void *mask, size_t mask_bytes, int64_t batch,
+                                       int64_t seq) {
+    const unsigned long long cells = (unsigned long long)(batch > 0 ? batch : 0) *
+                                     (unsigned long long)(seq > 0 ? seq : 0);
+    oslo_train_step_result *r;
+    if (!oslo_bind_bytes("train_step: ids", ids_bytes, cells * 8)) return NULL;
+    if (labels && !oslo_bind_bytes("train_step: labels", labels_bytes, cells * 8)) return NULL;
+    if (mask && !oslo_bind_bytes("train_step: mask", mask_bytes, cells * 8)) return NULL;
+    r = oslo_bind_train_step_result();
+    if (!r) return NULL;
+    if (!oslo_bind_check(oslo_model_train_step($self, optimizer, (const int64_t *)ids,
+                                               (const int64_t *)labels, (const int64_t *)mask,
+                                               batch, seq, r))) {
+      free(r);
+      return NULL;
+    }
+    return r;
+  }
+  /* oslo_model_set_activation_checkpointing. Not collective. */
+  void m_set_activation_checkpointing(int enabled) {
+    oslo_bind_check(oslo_model_set_activation_checkpointing($self, enabled));
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Training: Optimizer, its options and the train step's result              */
+/* ------------------------------------------------------------------------ */
+
+/* Options of the optimizer with PyTorch's and Hugging Face Trainer's
+   defaults (oslo_optimizer_options_init). */
+%extend oslo_optimizer_options {
+  oslo_optimizer_options() {
+    oslo_optimizer_options *o = (oslo_optimizer_options *)calloc(1, sizeof *o);
+    if (!o) {
+      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "OptimizerOptions: %llu bytes",
+                     (unsigned long long)sizeof *o);
+      return NULL;
+    }
+    if (!oslo_bind_check(oslo_optimizer_options_init(o, OSLO_OPTIMIZER_OPTIONS_VERSION))) {
+      free(o);
+      return NULL;
+    }
+    return o;
+  }
+  ~oslo_optimizer_options() { free($self); }
+}
+
+%extend oslo_train_step_result {
+  ~oslo_train_step_result() { free($self); }
+}
+
+/* An optimizer over a model's parameters. It must not outlive its model:
+   the language layers keep the model open while the optimizer is (Python:
+   _Handle dependency; Java: Model.retain; Go: a child node of the model).
+   Training checkpoints (optimizer state plus the train state) will be
+   methods of this class too. */
+%newobject oslo_optimizer::m_step;
+%extend oslo_optimizer {
+  /* oslo_optimizer_create; options NULL: the defaults. Not collective. */
+  oslo_optimizer(oslo_model *model, const oslo_optimizer_options *options) {
+    oslo_optimizer *o = NULL;
+    oslo_optimizer_options c;
+    if (options) {
+      /* The struct was made by OptimizerOptions(): its version is ours. */
+      c = *options;
+      c.version = OSLO_OPTIMIZER_OPTIONS_VERSION;
+      options = &c;
+    }
+    oslo_bind_check(oslo_optimizer_create(model, options, &o));
+    return o;
+  }
+  ~oslo_optimizer() { oslo_optimizer_destroy($self); }
+  /* oslo_optimizer_step: a step now from the gradients accumulated so far.
+     Collective. */
+  oslo_train_step_result *m_step() {
+    oslo_train_step_result *r = oslo_bind_train_step_result();
+    if (!r) return NULL;
+    if (!oslo_bind_check(oslo_optimizer_step($self, r))) {
+      free(r);
+      return NULL;
+    }
+    return r;
+  }
+  /* oslo_optimizer_zero_grad. Not collective. */
+  void m_zero_grad() { oslo_bind_check(oslo_optimizer_zero_grad($self)); }
 }
 
 /* ------------------------------------------------------------------------ */

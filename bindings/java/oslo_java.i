@@ -44,7 +44,9 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
 %rename(LinearKind) oslo_linear_kind;
 %rename(ModelOutput) oslo_model_output;
 %rename(SpecialToken) oslo_special_token;
-%rename("%(regex:/^OSLO_(ERR_|DTYPE_|REDUCE_|GROUP_|LINEAR_|MODEL_OUTPUT_|SPECIAL_TOKEN_)?(.*)$/\\2/)s",
+%rename(OptimizerKind) oslo_optimizer_kind;
+%rename(LRSchedule) oslo_lr_schedule;
+%rename("%(regex:/^OSLO_(ERR_|DTYPE_|REDUCE_|GROUP_|LINEAR_|MODEL_OUTPUT_|SPECIAL_TOKEN_|OPTIMIZER_|LR_)?(.*)$/\\2/)s",
         %$isenumitem, notregexmatch$name="_ENUM_M(IN|AX)_$") "";
 %rename("%(lowercamelcase)s", %$ismember, %$isvariable) "";
 %rename(allReduce) m_all_reduce;
@@ -69,6 +71,8 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
 %rename(tokenToId) m_token_to_id;
 %rename(idToToken) m_id_to_token;
 %rename(specialId) m_special_id;
+%rename(trainStep) m_train_step;
+%rename(setActivationCheckpointing) m_set_activation_checkpointing;
 /* ModelInfo is a result: getters only. */
 %immutable oslo_model_info::vocab_size;
 %immutable oslo_model_info::hidden_size;
@@ -97,6 +101,11 @@ OSLO_JCLASSDOC(struct oslo_parallel_embedding, "class", "A vocabulary-parallel e
 OSLO_JCLASSDOC(struct oslo_param_set, "class", "Named parameters for gradient clipping and checkpoints; it borrows (and keeps alive) what is added.")
 OSLO_JCLASSDOC(struct oslo_generate_options, "class", "Options of Model.generate with Hugging Face's defaults (greedy, 20 new tokens).")
 OSLO_JCLASSDOC(struct oslo_model_info, "class", "Sizes of a loaded model, as in its config.json.")
+OSLO_JCLASSDOC(struct oslo_optimizer, "class", "An optimizer over every parameter of a Model (this rank's slices) with its learning-rate schedule, gradient clipping, accumulation and loss scaler; Model.trainStep steps it. It keeps its model: closing the model while the optimizer is open destroys the model when the optimizer is closed.")
+OSLO_JCLASSDOC(struct oslo_optimizer_options, "class", "Options of an Optimizer with PyTorch's defaults (AdamW lr 1e-3, betas 0.9 0.999, eps 1e-8, no weight decay, constant schedule, no clipping, no accumulation) and Hugging Face Trainer's (no weight decay for 1-D parameters unless decay1d).")
+OSLO_JCLASSDOC(struct oslo_train_step_result, "class", "What Model.trainStep and Optimizer.step report; meanLoss, gradNorm and lr are meaningful when getStepped() (gradNorm is NaN when neither clipping nor loss scaling asked for it).")
+OSLO_JCLASSDOC(oslo_optimizer_kind, "enum", "Update rules of an Optimizer: ADAMW (torch.optim.AdamW) or SGD (torch.optim.SGD: momentum, dampening, Nesterov).")
+OSLO_JCLASSDOC(oslo_lr_schedule, "enum", "Learning-rate schedules as transformers' get_scheduler: CONSTANT, CONSTANT_WITH_WARMUP, LINEAR and COSINE (linear warmup, then decay to 0 at totalSteps).")
 OSLO_JCLASSDOC(oslo_status, "enum", "The status of a failed call (OsloException.status()).")
 OSLO_JCLASSDOC(oslo_dtype, "enum", "Element types; the CPU backend computes in F32, F16 and BF16 are storage.")
 OSLO_JCLASSDOC(oslo_reduce_op, "enum", "Reductions of collectives, combined in group-rank order.")
@@ -153,6 +162,12 @@ OSLO_JDOC(oslo_model::m_forward, "Runs [batch, seq] I64 ids (mask and token_type
 OSLO_JDOC(oslo_model::m_embed, "Sentence embeddings of [batch, seq] I64 ids and mask (null: all 1) into {@code out} [batch, hidden] F32; direct buffers, no copy. Collective.")
 OSLO_JDOC(oslo_model::m_generate, "Generates from {@code batch} prompts (ids one after another, I64 lengths) into out_tokens [batch, max_new_tokens] and out_lengths [batch] (I64); eos_token_ids and out_scores may be null; direct buffers, no copy. Collective.")
 OSLO_JDOC(oslo_model::m_save, "Saves a parallel checkpoint in {@code dir}. Collective.")
+OSLO_JDOC(oslo_model::m_train_step, "One micro-batch of causal-LM training on [batch, seq] I64 ids: forward, loss (labels shifted inside, -100 ignored; labels null: the ids with -100 where the mask is 0; mask null: all 1) and backward, adding to the gradients; with an optimizer (null: none) over this model it steps after every gradAccumSteps micro-batches. Direct buffers, no copy. Collective.")
+OSLO_JDOC(oslo_model::m_set_activation_checkpointing, "Recomputes each block in the backward of trainStep instead of keeping its activations (equal gradients, less memory).")
+OSLO_JDOC(oslo_optimizer::oslo_optimizer, "An optimizer over every parameter of {@code model} ({@code options} null: the defaults); not collective.")
+OSLO_JDOC(oslo_optimizer::m_step, "The optimizer step now from the gradients accumulated so far (however many micro-batches), then zeroes them. Collective.")
+OSLO_JDOC(oslo_optimizer::m_zero_grad, "Zeroes the model's gradients and restarts the accumulation window.")
+OSLO_JDOC(oslo_optimizer_options::oslo_optimizer_options, "PyTorch's and Hugging Face Trainer's defaults (AdamW, lr 1e-3).")
 OSLO_JDOC(oslo_tokenizer::oslo_tokenizer, "Loads the tokenizer of a model folder.")
 OSLO_JDOC(oslo_tokenizer::m_encode, "Encodes UTF-8 text (a direct buffer) into {@code out} (I64, null: only count); returns the full count.")
 OSLO_JDOC(oslo_tokenizer::m_decode, "Decodes I64 ids into UTF-8 bytes in {@code out} (null: only size); returns the full length in bytes.")
@@ -182,22 +197,29 @@ OSLO_JDOC(oslo_tokenizer::m_special_id, "The id of a special token, or -1.")
 /* C ints that are flags: Java booleans. */
 %typemap(jni) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample "jboolean"
+    int do_sample, int enabled, int nesterov, int decay_1d,
+    int stepped, int skipped "jboolean"
 %typemap(jtype) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample "boolean"
+    int do_sample, int enabled, int nesterov, int decay_1d,
+    int stepped, int skipped "boolean"
 %typemap(jstype) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample "boolean"
+    int do_sample, int enabled, int nesterov, int decay_1d,
+    int stepped, int skipped "boolean"
 %typemap(javain) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample "$javainput"
+    int do_sample, int enabled, int nesterov, int decay_1d,
+    int stepped, int skipped "$javainput"
 %typemap(in) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample "$1 = $input ? 1 : 0;"
-/* GenerateOptions.getDoSample(). */
-%typemap(out) int do_sample "$result = (jboolean)($1 != 0);"
-%typemap(javaout) int do_sample {
+    int do_sample, int enabled, int nesterov, int decay_1d,
+    int stepped, int skipped "$1 = $input ? 1 : 0;"
+/* GenerateOptions.getDoSample(), OptimizerOptions.getNesterov() and
+   getDecay1d(), TrainStepResult.getStepped() and getSkipped(). */
+%typemap(out) int do_sample, int nesterov, int decay_1d, int stepped, int skipped
+    "$result = (jboolean)($1 != 0);"
+%typemap(javaout) int do_sample, int nesterov, int decay_1d, int stepped, int skipped {
     return $jnicall;
   }
 /* A closed handle (SWIG passes its cleared pointer as NULL) fails with
@@ -275,9 +297,50 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
    no context and keep SWIG's finalizer. */
 %typemap(javainterfaces) struct oslo_context, struct oslo_tensor, struct oslo_model,
     struct oslo_tokenizer, struct oslo_parallel_linear, struct oslo_parallel_embedding,
-    struct oslo_param_set, struct oslo_generate_options, struct oslo_model_info "AutoCloseable"
+    struct oslo_param_set, struct oslo_generate_options, struct oslo_model_info,
+    struct oslo_optimizer, struct oslo_optimizer_options, struct oslo_train_step_result
+    "AutoCloseable"
 %typemap(javafinalize) struct oslo_context, struct oslo_tensor, struct oslo_model,
-    struct oslo_parallel_linear, struct oslo_parallel_embedding, struct oslo_param_set ""
+    struct oslo_parallel_linear, struct oslo_parallel_embedding, struct oslo_param_set,
+    struct oslo_optimizer ""
+/* A closed Optimizer passed to trainStep would reach C as NULL (no
+   optimizer: nothing steps): refused instead. */
+%typemap(javain, pre="    if ($javainput != null && $javaclassname.getCPtr($javainput) == 0)\n      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(), \"the optimizer is closed\");")
+    struct oslo_optimizer *optimizer "$javaclassname.getCPtr($javainput)"
+/* An Optimizer counts itself in its model the same way (Model.retain): a
+   model closed while its optimizer is open is destroyed, and releases its
+   context, when the optimizer is closed. */
+%typemap(javaconstruct) struct oslo_optimizer {
+    this($imcall, true);
+    this.model = model;
+    model.retain();
+  }
+%typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized",
+         parameters="") struct oslo_optimizer {
+    if (swigCPtr != 0) {
+      if (swigCMemOwn) {
+        swigCMemOwn = false;
+        $jnicall;
+        if (model != null) ((Model) model).release();
+      }
+      swigCPtr = 0;
+    }
+  }
+%typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized",
+         parameters="") struct oslo_model {
+    if (swigCPtr != 0) {
+      if (swigCMemOwn) {
+        swigCMemOwn = false;
+        if (children > 0) {
+          deferred = swigCPtr;
+        } else {
+          $jnicall;
+          if (context != null) ((Context) context).release();
+        }
+      }
+      swigCPtr = 0;
+    }
+  }
 %typemap(javaconstruct) struct oslo_tensor, struct oslo_model, struct oslo_parallel_linear,
     struct oslo_parallel_embedding, struct oslo_param_set {
     this($imcall, true);
@@ -296,7 +359,7 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     }
   }
 %typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized",
-         parameters="") struct oslo_tensor, struct oslo_model, struct oslo_parallel_linear,
+         parameters="") struct oslo_tensor, struct oslo_parallel_linear,
     struct oslo_parallel_embedding, struct oslo_param_set {
     if (swigCPtr != 0) {
       if (swigCMemOwn) {
@@ -696,6 +759,23 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
 %}
 %typemap(javacode) struct oslo_model %{
   private Object context;
+  /** Open optimizers over this model. */
+  private int children;
+  /** The native model, once closed while optimizers were open. */
+  private long deferred;
+
+  synchronized void retain() {
+    ++children;
+  }
+
+  synchronized void release() {
+    if (--children == 0 && deferred != 0) {
+      long p = deferred;
+      deferred = 0;
+      capiJNI.delete_Model(p);
+      if (context != null) ((Context) context).release();
+    }
+  }
 
   /** The context this model was loaded in. */
   public Context context() {
@@ -813,6 +893,80 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     try (GenerateOptions o = new GenerateOptions(maxNewTokens)) {
       return generate(prompt, o);
     }
+  }
+
+  private static java.nio.LongBuffer rows(String what, long[][] rows, int seq) {
+    if (rows == null) return null;
+    java.nio.LongBuffer b = directLongs(rows.length * seq);
+    for (int r = 0; r < rows.length; ++r) {
+      if (rows[r].length != seq)
+        throw new OsloException(Status.SHAPE.swigValue(), "trainStep: " + what + " row " + r
+            + " has " + rows[r].length + " ids, ids rows " + seq);
+      b.put(rows[r]);
+    }
+    return b;
+  }
+
+  /**
+   * One micro-batch of causal-LM training on token-id rows of equal length
+   * (see the buffer form): {@code labels} null are the ids with -100 where
+   * the mask is 0, {@code mask} null is all 1, {@code optimizer} null only
+   * accumulates the gradients. Collective.
+   */
+  public TrainStepResult trainStep(long[][] ids, long[][] labels, long[][] mask,
+      Optimizer optimizer) {
+    if (ids.length == 0)
+      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(), "trainStep: no rows");
+    int seq = ids[0].length;
+    if ((labels != null && labels.length != ids.length) || (mask != null && mask.length != ids.length))
+      throw new OsloException(Status.SHAPE.swigValue(), "trainStep: labels or mask rows differ from ids rows");
+    return trainStep(optimizer, rows("ids", ids, seq), rows("labels", labels, seq),
+        rows("mask", mask, seq), ids.length, seq);
+  }
+
+  /** One micro-batch with the labels made from the ids and mask. Collective. */
+  public TrainStepResult trainStep(long[][] ids, long[][] mask, Optimizer optimizer) {
+    return trainStep(ids, null, mask, optimizer);
+  }
+%}
+%typemap(javacode) struct oslo_optimizer %{
+  private Object model;
+
+  /** The model this optimizer updates. */
+  public Model model() {
+    return (Model) model;
+  }
+
+  /** An optimizer with the default options (AdamW, lr 1e-3). */
+  public Optimizer(Model model) {
+    this(model, null);
+  }
+
+  /** Frees the optimizer (the model keeps its parameters); safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+%}
+%typemap(javacode) struct oslo_optimizer_options %{
+  /** Frees the options; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+%}
+%typemap(javacode) struct oslo_train_step_result %{
+  /** Frees the result; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+
+  @Override
+  public String toString() {
+    return "TrainStepResult(loss=" + getLoss() + ", stepped=" + getStepped() + ", skipped="
+        + getSkipped() + ", meanLoss=" + getMeanLoss() + ", gradNorm=" + getGradNorm()
+        + ", lr=" + getLr() + ", lossScale=" + getLossScale() + ", step=" + getStep() + ")";
   }
 %}
 %typemap(javacode) struct oslo_tokenizer %{

@@ -348,10 +348,59 @@ def cross_entropy_bad_args():
                np.array([0], np.int64), 0)
 
 
+def train_options(fixture):
+    """oslo.Optimizer's keyword defaults are the C ABI's
+    (oslo_optimizer_options_init); kinds and schedules by name; bad options
+    refused with InvalidArgumentError naming them; one train step without an
+    optimizer, then a step; activation checkpointing; closing the model
+    closes its optimizer first."""
+    import inspect
+    d = {k: p.default for k, p in inspect.signature(oslo.Optimizer).parameters.items()
+         if p.default is not inspect.Parameter.empty}
+    c = oslo.capi.OptimizerOptions()
+    for k, v in d.items():
+        if k == "betas":
+            got = (c.beta1, c.beta2)
+        elif k == "kind":
+            got, v = oslo.OptimizerKind(c.kind), oslo.OptimizerKind[v.upper()]
+        elif k == "schedule":
+            got, v = oslo.LRSchedule(c.schedule), oslo.LRSchedule[v.upper()]
+        elif k == "loss_scaling":
+            got, v = c.loss_scaling, -1
+        else:
+            got = getattr(c, k)
+        check(got == v, f"default {k}: Python {v!r}, C {got!r}")
+    check(len(d) == 19, sorted(d))
+    with oslo.Context() as ctx, oslo.Model(ctx, fixture) as m:
+        e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, schedule="cosin")
+        check("'cosine'" in e.message, e.message)
+        e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, lr=-1.0)
+        check("lr" in e.message, e.message)
+        e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, schedule=oslo.LRSchedule.LINEAR)
+        check("total_steps" in e.message, e.message)
+        raises(oslo.InvalidArgumentError, oslo.Optimizer, ctx)
+        ids = np.array([[5, 9, 14, 3]], np.int64)
+        m.set_activation_checkpointing(True)
+        r = m.train_step(ids)
+        check(r.loss > 0 and not r.stepped and r.step == 0, repr(r))
+        m.set_activation_checkpointing(False)
+        check(m.train_step(ids[0]).loss == r.loss, "checkpointing: the same loss")
+        raises(oslo.ShapeError, m.train_step, ids, labels=ids[:, :3])
+        opt = oslo.Optimizer(m, kind="sgd", lr=0.1, momentum=0.9, max_grad_norm=1.0)
+        s = opt.step()
+        check(s.stepped and s.step == 1 and abs(s.lr - 0.1) < 1e-12 and s.grad_norm > 0, repr(s))
+        check(m.train_step(ids, labels=ids, optimizer=opt).loss < r.loss, "SGD lowered the loss")
+        opt.zero_grad()
+        check(opt.model is m, "the optimizer's model")
+        m.close()
+        check(opt.closed, "closing the model closes its optimizer")
+        raises(oslo.InvalidArgumentError, opt.step)
+
+
 if __name__ == "__main__":
     main({f.__name__: f for f in (version, status_strings, context_defaults, context_from_config,
                                   context_from_json_file, context_bad_config, context_abort, tensor_create_and_query,
                                   tensor_bad_args, tensor_wrap_no_copy, dlpack,
                                   collectives_single, handles_lifetime, gil_released,
                                   tokenizer_capi, linear_bad_args, embedding_bad_args,
-                                  cross_entropy_bad_args)})
+                                  cross_entropy_bad_args, train_options)})

@@ -4,6 +4,7 @@ the same references as the C tests (tests/models/model_capi_test.cpp).
   oslo-run --nproc-per-node 2 python models.py model_bert_minilm_embed MINILM REFDIR
   oslo-run --nproc-per-node 2 python models.py model_gpt2_generate FIXTURE
   oslo-run --nproc-per-node 2 python models.py model_gpt2_checkpoint_save_load FIXTURE DIR
+  oslo-run --nproc-per-node 2 python models.py train_gpt2_tiny FIXTURE DATA
 (append --threads 2 to run the ranks as threads of one process instead)
 """
 import json
@@ -12,7 +13,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, main, run_ranks  # noqa: E402
+from common import check, main, raises, run_ranks  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -171,7 +172,80 @@ def model_gpt2_checkpoint_save_load(*args):
     print("saved at TP=2, loaded at TP=1 (checkpoint, merged, resharded): equal logits")
 
 
+def _train_case(path):
+    """tests/bindings/train_gpt2_tiny.txt (tests/bindings/make_train_case.py):
+    the micro-batches as (ids, mask) int64 [batch, seq] and the reference
+    loss of every optimizer step."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    head = lines[0].split()
+    n, b, s, steps = (int(head[head.index(k) + 1]) for k in ("micro_batches", "batch", "seq",
+                                                              "steps"))
+    batches, losses = [], []
+    rows = {"ids": None}
+    for line in lines[1:]:
+        if not line:
+            continue
+        key, *vals = line.split()
+        if key == "ids":
+            rows["ids"] = np.array(vals, dtype=np.int64).reshape(b, s)
+        elif key == "mask":
+            batches.append((rows["ids"], np.array(vals, dtype=np.int64).reshape(b, s)))
+        elif key == "loss":
+            losses.append(float(vals[0]))
+    check(len(batches) == n and len(losses) == steps, f"{path}: {len(batches)} batches, "
+          f"{len(losses)} losses")
+    return batches, losses
+
+
+def train_gpt2_tiny(*args):
+    """GPT-2 tiny at TP=2 trained 20 AdamW steps (cosine schedule, warmup 3,
+    accumulation 2, clipping 1.0): every step's mean loss within 1e-4
+    (relative) of PyTorch's loop, on every rank; a token outside the
+    vocabulary is refused with InvalidArgumentError naming it."""
+    (fixture, data), threads = _split(args)
+    batches, losses = _train_case(data)
+    accum = len(batches) // len(losses)
+
+    def body(cfg):
+        with oslo.Context(cfg) as ctx, oslo.Model(ctx, fixture, dtype="f32") as m:
+            check(ctx.size(oslo.Group.TENSOR) == 2, "TP=2")
+            opt = oslo.Optimizer(m, lr=2e-3, weight_decay=0.01, schedule="cosine",
+                                 warmup_steps=3, total_steps=len(losses), grad_accum_steps=accum,
+                                 max_grad_norm=1.0)
+            worst = 0.0
+            for i, (ids, mask) in enumerate(batches):
+                r = m.train_step(ids, mask=mask, optimizer=opt)
+                check(np.isfinite(r.loss), f"micro-batch {i}: loss {r.loss}")
+                if (i + 1) % accum:
+                    check(not r.stepped, f"micro-batch {i}: stepped inside the window")
+                    continue
+                k = i // accum
+                check(r.stepped and not r.skipped and r.step == k + 1, f"step {k}: {r!r}")
+                err = abs(r.mean_loss - losses[k]) / abs(losses[k])
+                check(err < 1e-4, f"step {k}: loss {r.mean_loss!r} vs PyTorch {losses[k]!r} "
+                      f"(relative error {err:.3g})")
+                check(np.isfinite(r.grad_norm) and r.lr >= 0, f"step {k}: {r!r}")
+                worst = max(worst, err)
+            # A token outside the vocabulary: refused on every rank, named.
+            bad = batches[0][0].copy()
+            bad[0, 1] = m.info.vocab_size + 7
+            e = raises(oslo.InvalidArgumentError, m.train_step, bad, None, batches[0][1], opt)
+            check(e.status == oslo.Status.INVALID_ARGUMENT and str(m.info.vocab_size + 7) in
+                  e.message, f"the error names the token: {e!r}")
+            # The optimizer keeps its model: closing the model closes it first.
+            m.close()
+            check(opt.closed, "closing the model closes its optimizer")
+            raises(oslo.InvalidArgumentError, opt.step)
+            if ctx.rank() == 0:
+                print(f"GPT-2 tiny at TP=2: {len(losses)} AdamW steps, worst relative loss "
+                      f"error to PyTorch {worst:.2e}")
+
+    run_ranks(body, _world(threads), threads > 0)
+
+
 if __name__ == "__main__":
     main({"model_bert_minilm_embed": model_bert_minilm_embed,
           "model_gpt2_generate": model_gpt2_generate,
-          "model_gpt2_checkpoint_save_load": model_gpt2_checkpoint_save_load})
+          "model_gpt2_checkpoint_save_load": model_gpt2_checkpoint_save_load,
+          "train_gpt2_tiny": train_gpt2_tiny})

@@ -14,7 +14,12 @@
 //
 // Lifetimes: every handle has Close (idempotent); a finalizer is only a
 // safety net. Tensors, layers, parameter sets and models keep their
-// Context alive, and Context.Close closes those still open first.
+// Context alive, and Context.Close closes those still open first; an
+// Optimizer keeps its Model alive the same way (Model.Close closes it).
+//
+// Training: NewOptimizer(m, OptimizerOptions{...}) over a model, then
+// Model.TrainStep per micro-batch (it steps the optimizer after every
+// GradAccumSteps of them), or Optimizer.Step and ZeroGrad by hand.
 //
 // Memory: oslo never keeps a pointer to Go memory after a call returns.
 // Go slices are copied into tensors (TensorOf, Write) and out of them

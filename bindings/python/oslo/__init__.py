@@ -22,7 +22,8 @@ from ._errors import (BackendUnavailableError, CommError, ConfigError, DTypeErro
 
 __all__ = [
     "Context", "Tensor", "ParallelLinear", "ColumnParallelLinear", "RowParallelLinear",
-    "ParallelEmbedding", "VocabParallelEmbedding", "ParamSet", "Model", "ModelInfo", "Tokenizer", "Group", "ReduceOp", "DType",
+    "ParallelEmbedding", "VocabParallelEmbedding", "ParamSet", "Model", "ModelInfo", "Tokenizer",
+    "Optimizer", "TrainStepResult", "OptimizerKind", "LRSchedule", "Group", "ReduceOp", "DType",
     "ModelOutput", "SpecialToken", "Status", "Error", "InvalidArgumentError",
     "OutOfMemoryError", "BackendUnavailableError", "CommError", "TimeoutError", "IOError",
     "FormatError", "ShapeError", "DTypeError", "ConfigError", "NotSupportedError",
@@ -82,6 +83,39 @@ class SpecialToken(enum.IntEnum):
     CLS = _c.OSLO_SPECIAL_TOKEN_CLS
     SEP = _c.OSLO_SPECIAL_TOKEN_SEP
     MASK = _c.OSLO_SPECIAL_TOKEN_MASK
+
+
+class OptimizerKind(enum.IntEnum):
+    """Update rules of an Optimizer (oslo_optimizer_kind)."""
+
+    ADAMW = _c.OSLO_OPTIMIZER_ADAMW
+    SGD = _c.OSLO_OPTIMIZER_SGD
+
+
+class LRSchedule(enum.IntEnum):
+    """Learning-rate schedules, as transformers' get_scheduler (oslo_lr_schedule)."""
+
+    CONSTANT = _c.OSLO_LR_CONSTANT
+    CONSTANT_WITH_WARMUP = _c.OSLO_LR_CONSTANT_WITH_WARMUP
+    LINEAR = _c.OSLO_LR_LINEAR
+    COSINE = _c.OSLO_LR_COSINE
+
+
+def _enum(cls, v, what):
+    """A member of the IntEnum cls from a member, its value or its name
+    (any case)."""
+    if isinstance(v, str):
+        try:
+            return cls[v.upper()]
+        except KeyError:
+            names = ", ".join(repr(k.lower()) for k in cls.__members__)
+            raise InvalidArgumentError(f"{what} {v!r} is not one of {names}",
+                                       Status.INVALID_ARGUMENT) from None
+    try:
+        return cls(v)
+    except ValueError:
+        raise InvalidArgumentError(f"{what} {v!r} is not a {cls.__name__}",
+                                   Status.INVALID_ARGUMENT) from None
 
 
 # numpy <-> oslo dtypes. bfloat16 has no numpy type: its host copies are the
@@ -875,6 +909,128 @@ class Model(_Handle):
     def save(self, dir):
         """Saves a parallel checkpoint (oslo_model_save). Collective."""
         self._handle().save(os.fspath(dir))
+
+    def train_step(self, ids, labels=None, mask=None, optimizer=None):
+        """One micro-batch of causal-LM training (oslo_model_train_step):
+        forward, loss (transformers': labels shifted inside, -100 ignored)
+        and backward, adding to the model's gradients. ids, labels, mask:
+        int arrays [batch, seq] (or [seq]); labels None: the ids with -100
+        where the mask is 0; mask None: all 1. With an Optimizer over this
+        model, it steps after every grad_accum_steps micro-batches. Returns
+        a TrainStepResult (the loss is the same on every rank). Collective
+        over the tensor group."""
+        ids = _ids_2d(ids, "ids")
+        labels = None if labels is None else _ids_2d(labels, "labels")
+        mask = None if mask is None else _ids_2d(mask, "mask")
+        for name, a in (("labels", labels), ("mask", mask)):
+            if a is not None and a.shape != ids.shape:
+                raise ShapeError(f"train_step: {name} {a.shape} differ from ids {ids.shape}",
+                                 Status.SHAPE)
+        if optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise InvalidArgumentError(f"optimizer must be an oslo.Optimizer, not "
+                                       f"{type(optimizer).__name__}", Status.INVALID_ARGUMENT)
+        o = None if optimizer is None else optimizer._handle()
+        b, s = ids.shape
+        return TrainStepResult._of(self._handle().train_step(o, ids, labels, mask, b, s))
+
+    def set_activation_checkpointing(self, enabled=True):
+        """Recomputes each block in the backward of train_step instead of
+        keeping its activations (equal gradients, less memory)."""
+        self._handle().set_activation_checkpointing(1 if enabled else 0)
+
+
+# ---------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------
+
+class TrainStepResult:
+    """What Model.train_step and Optimizer.step report
+    (oslo_train_step_result). mean_loss, grad_norm and lr are meaningful
+    when `stepped`; grad_norm is NaN when neither clipping nor loss scaling
+    asked for it; `step` counts the updates applied so far."""
+
+    __slots__ = ("loss", "stepped", "skipped", "mean_loss", "grad_norm", "lr", "loss_scale",
+                 "step")
+
+    @classmethod
+    def _of(cls, r):
+        x = cls.__new__(cls)
+        x.loss = r.loss
+        x.stepped = bool(r.stepped)
+        x.skipped = bool(r.skipped)
+        x.mean_loss = r.mean_loss
+        x.grad_norm = r.grad_norm
+        x.lr = r.lr
+        x.loss_scale = r.loss_scale
+        x.step = r.step
+        return x
+
+    def __repr__(self):
+        return ("TrainStepResult(" +
+                ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")")
+
+
+class Optimizer(_Handle):
+    """An optimizer over every parameter of a Model (this rank's slices),
+    with its learning-rate schedule, gradient clipping, accumulation and
+    loss scaler (oslo_optimizer_create). Defaults are PyTorch's
+    (torch.optim.AdamW / SGD, torch.amp.GradScaler) and Hugging Face
+    Trainer's (no weight decay for 1-D parameters unless decay_1d).
+
+    kind: "adamw" or "sgd" (OptimizerKind); schedule: "constant",
+    "constant_with_warmup", "linear" or "cosine" (LRSchedule; linear and
+    cosine need total_steps > 0); max_grad_norm > 0 clips the global
+    gradient norm; grad_accum_steps: micro-batches per optimizer step;
+    loss_scaling: None (on for f16 models), True or False.
+
+    The optimizer keeps its model open; closing the model closes it first.
+    Not collective to create; step() is collective over the tensor group.
+    """
+
+    def __init__(self, model, *, kind="adamw", lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999),
+                 eps=1e-8, momentum=0.0, dampening=0.0, nesterov=False, decay_1d=False,
+                 schedule="constant", warmup_steps=0, total_steps=0, max_grad_norm=0.0,
+                 grad_accum_steps=1, loss_scaling=None, init_scale=65536.0, growth_factor=2.0,
+                 backoff_factor=0.5, growth_interval=2000):
+        if not isinstance(model, Model):
+            raise InvalidArgumentError(f"Optimizer needs an oslo.Model, not "
+                                       f"{type(model).__name__}", Status.INVALID_ARGUMENT)
+        o = _c.OptimizerOptions()
+        o.kind = int(_enum(OptimizerKind, kind, "kind"))
+        o.lr = float(lr)
+        o.weight_decay = float(weight_decay)
+        o.beta1, o.beta2 = (float(b) for b in betas)
+        o.eps = float(eps)
+        o.momentum = float(momentum)
+        o.dampening = float(dampening)
+        o.nesterov = 1 if nesterov else 0
+        o.decay_1d = 1 if decay_1d else 0
+        o.schedule = int(_enum(LRSchedule, schedule, "schedule"))
+        o.warmup_steps = int(warmup_steps)
+        o.total_steps = int(total_steps)
+        o.max_grad_norm = float(max_grad_norm)
+        o.grad_accum_steps = int(grad_accum_steps)
+        o.loss_scaling = -1 if loss_scaling is None else (1 if loss_scaling else 0)
+        o.init_scale = float(init_scale)
+        o.growth_factor = float(growth_factor)
+        o.backoff_factor = float(backoff_factor)
+        o.growth_interval = int(growth_interval)
+        super().__init__(_c.Optimizer(model._handle(), o), model)
+        self._model = model
+
+    @property
+    def model(self):
+        return self._model
+
+    def step(self):
+        """The optimizer step now, from the gradients accumulated so far
+        (however many micro-batches), then zeroes them; returns a
+        TrainStepResult. Collective over the tensor group."""
+        return TrainStepResult._of(self._handle().step())
+
+    def zero_grad(self):
+        """Zeroes the model's gradients and restarts the accumulation window."""
+        self._handle().zero_grad()
 
 
 def merge(src, dst, dtype=None, max_shard_bytes=0, overwrite=False):

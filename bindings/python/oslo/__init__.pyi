@@ -50,6 +50,16 @@ class SpecialToken(enum.IntEnum):
     SEP: int
     MASK: int
 
+class OptimizerKind(enum.IntEnum):
+    ADAMW: int
+    SGD: int
+
+class LRSchedule(enum.IntEnum):
+    CONSTANT: int
+    CONSTANT_WITH_WARMUP: int
+    LINEAR: int
+    COSINE: int
+
 _DTypeLike = Union[DType, str, np.dtype, type]
 _TensorLike = Union["Tensor", np.ndarray]
 _Path = Union[str, os.PathLike]
@@ -212,6 +222,35 @@ class Model(_Handle):
                  eos_token_id: Union[None, int, Sequence[int]] = ...,
                  pad_token_id: Optional[int] = ..., return_scores: bool = ...) -> Any: ...
     def save(self, dir: _Path) -> None: ...
+    def train_step(self, ids: npt.ArrayLike, labels: Optional[npt.ArrayLike] = ...,
+                   mask: Optional[npt.ArrayLike] = ...,
+                   optimizer: Optional["Optimizer"] = ...) -> "TrainStepResult": ...
+    def set_activation_checkpointing(self, enabled: bool = ...) -> None: ...
+
+class TrainStepResult:
+    loss: float
+    stepped: bool
+    skipped: bool
+    mean_loss: float
+    grad_norm: float
+    lr: float
+    loss_scale: float
+    step: int
+
+class Optimizer(_Handle):
+    def __init__(self, model: Model, *, kind: Union[OptimizerKind, str] = ..., lr: float = ...,
+                 weight_decay: float = ..., betas: Tuple[float, float] = ..., eps: float = ...,
+                 momentum: float = ..., dampening: float = ..., nesterov: bool = ...,
+                 decay_1d: bool = ..., schedule: Union[LRSchedule, str] = ...,
+                 warmup_steps: int = ..., total_steps: int = ..., max_grad_norm: float = ...,
+                 grad_accum_steps: int = ..., loss_scaling: Optional[bool] = ...,
+                 init_scale: float = ..., growth_factor: float = ..., backoff_factor: float = ...,
+                 growth_interval: int = ...) -> None: ...
+    def __enter__(self) -> "Optimizer": ...
+    @property
+    def model(self) -> Model: ...
+    def step(self) -> TrainStepResult: ...
+    def zero_grad(self) -> None: ...
 
 def merge(src: _Path, dst: _Path, dtype: Optional[_DTypeLike] = ..., max_shard_bytes: int = ...,
           overwrite: bool = ...) -> None: ...

@@ -29,7 +29,11 @@ import org.oslo.GenerateOptions;
 import org.oslo.Group;
 import org.oslo.Model;
 import org.oslo.ModelInfo;
+import org.oslo.LRSchedule;
 import org.oslo.ModelOutput;
+import org.oslo.Optimizer;
+import org.oslo.OptimizerKind;
+import org.oslo.OptimizerOptions;
 import org.oslo.Oslo;
 import org.oslo.OsloException;
 import org.oslo.ParallelLinear;
@@ -38,6 +42,7 @@ import org.oslo.ReduceOp;
 import org.oslo.Status;
 import org.oslo.Tensor;
 import org.oslo.Tokenizer;
+import org.oslo.TrainStepResult;
 
 /**
  * The Java binding's tests: one ctest per method. The shared cases of
@@ -514,9 +519,123 @@ public class OsloTest {
     });
   }
 
+  /**
+   * GPT-2 tiny at TP=2 trained 20 AdamW steps (cosine, warmup 3,
+   * accumulation 2, clipping 1.0) on tests/bindings/train_gpt2_tiny.txt:
+   * every step's mean loss within 1e-4 (relative) of PyTorch's loop on every
+   * rank; a token outside the vocabulary is refused, named.
+   */
+  @Test
+  void trainGpt2TinyTp2W2() throws Exception {
+    String fixture = property("oslo.fixture");
+    List<String> lines = Files.readAllLines(Path.of(property("oslo.train")));
+    String[] head = lines.get(0).split(" ");
+    int n = Integer.parseInt(head[1]), batch = Integer.parseInt(head[3]);
+    int seq = Integer.parseInt(head[5]), steps = Integer.parseInt(head[7]);
+    int accum = Integer.parseInt(head[9]);
+    long[][][] ids = new long[n][][], mask = new long[n][][];
+    double[] losses = new double[steps];
+    for (int i = 0, k = 0; i < 2 * n + steps; ++i) {
+      String[] f = lines.get(1 + i).split(" ");
+      if (f[0].equals("loss")) {
+        losses[k++] = Double.parseDouble(f[1]);
+        continue;
+      }
+      long[][] rows = new long[batch][seq];
+      for (int b = 0; b < batch; ++b)
+        for (int t = 0; t < seq; ++t) rows[b][t] = Long.parseLong(f[1 + b * seq + t]);
+      if (f[0].equals("ids")) ids[i / 2] = rows;
+      else mask[i / 2] = rows;
+    }
+    assertEquals(2, Ranks.world(), "runs on 2 ranks");
+    Ranks.run(cfg -> {
+      try (Context ctx = new Context(cfg);
+          Model m = new Model(ctx, fixture, DType.F32);
+          OptimizerOptions o = new OptimizerOptions()) {
+        assertEquals(2, ctx.size(Group.TENSOR));
+        o.setKind(OptimizerKind.ADAMW);
+        o.setLr(2e-3);
+        o.setWeightDecay(0.01);
+        o.setSchedule(LRSchedule.COSINE);
+        o.setWarmupSteps(3);
+        o.setTotalSteps(steps);
+        o.setGradAccumSteps(accum);
+        o.setMaxGradNorm(1.0);
+        assertFalse(o.getDecay1d(), "1-D parameters without weight decay by default");
+        try (Optimizer opt = new Optimizer(m, o)) {
+          assertSame(m, opt.model());
+          for (int i = 0; i < n; ++i) {
+            TrainStepResult r = m.trainStep(ids[i], mask[i], opt);
+            assertTrue(Double.isFinite(r.getLoss()), "micro-batch " + i + ": " + r);
+            if ((i + 1) % accum != 0) {
+              assertFalse(r.getStepped(), "micro-batch " + i + ": " + r);
+              continue;
+            }
+            int k = i / accum;
+            assertTrue(r.getStepped() && !r.getSkipped() && r.getStep() == k + 1, "step " + k + ": " + r);
+            double err = Math.abs(r.getMeanLoss() - losses[k]) / Math.abs(losses[k]);
+            assertTrue(err < 1e-4, "step " + k + ": loss " + r.getMeanLoss() + " vs PyTorch "
+                + losses[k] + " (relative error " + err + ")");
+          }
+          long[][] bad = new long[batch][];
+          for (int b = 0; b < batch; ++b) bad[b] = ids[0][b].clone();
+          long vocab;
+          try (ModelInfo info = m.info()) {
+            vocab = info.getVocabSize();
+          }
+          bad[0][1] = vocab + 7;
+          OsloException e = assertThrows(OsloException.class, () -> m.trainStep(bad, mask[0], opt));
+          assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+          assertTrue(e.getMessage().contains(Long.toString(vocab + 7)), e.getMessage());
+        }
+      }
+    });
+  }
+
   // ----------------------------------------------------------------------
   // Java-specific
   // ----------------------------------------------------------------------
+
+  /**
+   * An optimizer keeps its model: the model closed first is destroyed when
+   * the optimizer is closed. OptimizerOptions has the C defaults; a bad
+   * option is refused, named.
+   */
+  @Test
+  void optimizerKeepsModel() {
+    try (Context ctx = new Context(); OptimizerOptions o = new OptimizerOptions()) {
+      assertEquals(OptimizerKind.ADAMW, o.getKind());
+      assertEquals(1e-3, o.getLr());
+      assertEquals(LRSchedule.CONSTANT, o.getSchedule());
+      assertEquals(1, o.getGradAccumSteps());
+      assertEquals(-1, o.getLossScaling());
+      Model m = new Model(ctx, property("oslo.fixture"));
+      o.setLr(-1);
+      OsloException e = assertThrows(OsloException.class, () -> new Optimizer(m, o));
+      assertTrue(e.getMessage().contains("lr"), e.getMessage());
+      o.setLr(0.1);
+      o.setKind(OptimizerKind.SGD);
+      long[][] ids = {{5, 9, 14, 3}};
+      Optimizer closed = new Optimizer(m);
+      closed.close();
+      e = assertThrows(OsloException.class, () -> m.trainStep(ids, null, closed));
+      assertTrue(e.getMessage().contains("closed"), e.getMessage());
+      Optimizer opt = new Optimizer(m, o);
+      m.setActivationCheckpointing(true);
+      try (TrainStepResult r = m.trainStep(ids, null, null)) {
+        assertTrue(r.getLoss() > 0 && !r.getStepped(), r.toString());
+      }
+      m.close();
+      e = assertThrows(OsloException.class, () -> m.trainStep(ids, null, null));
+      assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+      TrainStepResult s = opt.step(); // the native model lives on
+      assertTrue(s.getStepped() && s.getStep() == 1 && Math.abs(s.getLr() - 0.1) < 1e-12, s.toString());
+      opt.zeroGrad();
+      opt.close(); // the native model is destroyed now
+      e = assertThrows(OsloException.class, opt::step);
+      assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+    }
+  }
 
   /** A direct FloatBuffer wrapped as a tensor is used in place, both ways. */
   @Test

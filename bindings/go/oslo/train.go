@@ -1,0 +1,278 @@
+package oslo
+
+import (
+	"runtime"
+
+	"github.com/oslo/oslo/bindings/go/oslo/internal/capi"
+)
+
+// OptimizerKind is the update rule of an Optimizer.
+type OptimizerKind int
+
+// The update rules.
+const (
+	AdamW OptimizerKind = 0 // torch.optim.AdamW: decoupled weight decay, bias correction
+	SGD   OptimizerKind = 1 // torch.optim.SGD: momentum, dampening, Nesterov
+)
+
+// LRSchedule is a learning-rate schedule, as transformers' get_scheduler.
+type LRSchedule int
+
+// The schedules.
+const (
+	LRConstant           LRSchedule = 0 // lr throughout (warmup ignored)
+	LRConstantWithWarmup LRSchedule = 1 // linear warmup, then lr
+	LRLinear             LRSchedule = 2 // linear warmup, then linear decay to 0 at TotalSteps
+	LRCosine             LRSchedule = 3 // linear warmup, then half a cosine to 0 at TotalSteps
+)
+
+// LossScaling says whether an Optimizer scales the loss dynamically
+// (torch.amp.GradScaler).
+type LossScaling int
+
+// The loss-scaling modes.
+const (
+	LossScalingAuto LossScaling = 0 // on for f16 models, off otherwise
+	LossScalingOff  LossScaling = 1
+	LossScalingOn   LossScaling = 2
+)
+
+// OptimizerOptions configure NewOptimizer. The zero value is AdamW with
+// PyTorch's defaults (lr 1e-3, betas 0.9 and 0.999, eps 1e-8, no weight
+// decay), a constant learning rate, no clipping and one micro-batch per
+// step; every zero field means the C default (oslo_optimizer_options_init),
+// and the pointer fields are those whose zero is a value of its own.
+type OptimizerOptions struct {
+	Kind        OptimizerKind // AdamW (default) or SGD
+	LR          float64       // base learning rate; 0: 1e-3
+	WeightDecay float64       // decoupled (AdamW) or L2 (SGD) weight decay
+	Beta1       *float64      // AdamW; nil: 0.9
+	Beta2       *float64      // AdamW; nil: 0.999
+	Eps         *float64      // AdamW; nil: 1e-8
+	Momentum    float64       // SGD
+	Dampening   float64       // SGD
+	Nesterov    bool          // SGD: Nesterov momentum
+	// Decay1D applies the weight decay to 1-D parameters (norm weights,
+	// biases) too; false: none for them, as Hugging Face's Trainer groups them.
+	Decay1D        bool
+	Schedule       LRSchedule  // LRConstant (default), ...
+	WarmupSteps    int64       // optimizer steps of linear warmup
+	TotalSteps     int64       // the schedule's length (LRLinear, LRCosine need > 0)
+	MaxGradNorm    float64     // > 0: clip the global gradient norm to it; 0: off
+	GradAccumSteps int64       // micro-batches per optimizer step; 0: 1
+	LossScaling    LossScaling // LossScalingAuto (default), LossScalingOff, LossScalingOn
+	InitScale      float64     // initial loss scale; 0: 65536
+	GrowthFactor   float64     // 0: 2
+	BackoffFactor  float64     // 0: 0.5
+	GrowthInterval int64       // 0: 2000
+}
+
+// fill writes the fields set in o over c (made with the C defaults).
+func (o *OptimizerOptions) fill(c capi.OptimizerOptions) {
+	c.SetKind(capi.Enum_SS_oslo_optimizer_kind(o.Kind))
+	if o.LR != 0 {
+		c.SetLr(o.LR)
+	}
+	c.SetWeight_decay(o.WeightDecay)
+	if o.Beta1 != nil {
+		c.SetBeta1(*o.Beta1)
+	}
+	if o.Beta2 != nil {
+		c.SetBeta2(*o.Beta2)
+	}
+	if o.Eps != nil {
+		c.SetEps(*o.Eps)
+	}
+	c.SetMomentum(o.Momentum)
+	c.SetDampening(o.Dampening)
+	c.SetNesterov(b2i(o.Nesterov))
+	c.SetDecay_1d(b2i(o.Decay1D))
+	c.SetSchedule(capi.Enum_SS_oslo_lr_schedule(o.Schedule))
+	c.SetWarmup_steps(o.WarmupSteps)
+	c.SetTotal_steps(o.TotalSteps)
+	c.SetMax_grad_norm(o.MaxGradNorm)
+	if o.GradAccumSteps != 0 {
+		c.SetGrad_accum_steps(o.GradAccumSteps)
+	}
+	c.SetLoss_scaling(map[LossScaling]int{LossScalingAuto: -1, LossScalingOff: 0, LossScalingOn: 1}[o.LossScaling])
+	if o.InitScale != 0 {
+		c.SetInit_scale(o.InitScale)
+	}
+	if o.GrowthFactor != 0 {
+		c.SetGrowth_factor(o.GrowthFactor)
+	}
+	if o.BackoffFactor != 0 {
+		c.SetBackoff_factor(o.BackoffFactor)
+	}
+	if o.GrowthInterval != 0 {
+		c.SetGrowth_interval(o.GrowthInterval)
+	}
+}
+
+// TrainStepResult is what Model.TrainStep and Optimizer.Step report.
+// MeanLoss, GradNorm and LR are meaningful when Stepped.
+type TrainStepResult struct {
+	Loss      float64 // this micro-batch's loss (TrainStep only); the same on every rank
+	Stepped   bool    // an optimizer step ran (applied or skipped)
+	Skipped   bool    // that step was skipped: non-finite gradients
+	MeanLoss  float64 // the mean loss of the accumulated micro-batches
+	GradNorm  float64 // the global gradient norm before clipping (NaN unless clipping or loss scaling asked for it)
+	LR        float64 // the learning rate applied (0 when skipped)
+	LossScale float64 // the loss scale in force afterwards (1 without scaling)
+	Step      int64   // optimizer updates applied so far
+}
+
+// result copies and frees a C result.
+func result(c capi.TrainStepResult) TrainStepResult {
+	defer capi.DeleteTrainStepResult(c)
+	return TrainStepResult{
+		Loss: c.GetLoss(), Stepped: c.GetStepped() != 0, Skipped: c.GetSkipped() != 0,
+		MeanLoss: c.GetMean_loss(), GradNorm: c.GetGrad_norm(), LR: c.GetLr(),
+		LossScale: c.GetLoss_scale(), Step: c.GetStep(),
+	}
+}
+
+// Optimizer updates every parameter of a Model (this rank's slices), with
+// its learning-rate schedule, gradient clipping, accumulation and loss
+// scaler (oslo_optimizer). It depends on its model: the model stays alive
+// while the optimizer is reachable, and Model.Close closes the optimizer
+// first.
+type Optimizer struct {
+	n     *node
+	o     capi.Optimizer
+	model *Model
+}
+
+// NewOptimizer creates an optimizer over the parameters of m and makes the
+// model's gradients (zero). Not collective.
+func NewOptimizer(m *Model, o OptimizerOptions) (*Optimizer, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if o.LossScaling < LossScalingAuto || o.LossScaling > LossScalingOn {
+		return nil, errorf(StatusInvalidArgument,
+			"optimizer: LossScaling %d is not LossScalingAuto, LossScalingOff or LossScalingOn", o.LossScaling)
+	}
+	var c capi.Optimizer
+	err := call(func() {
+		opts := capi.NewOptimizerOptions()
+		defer capi.DeleteOptimizerOptions(opts)
+		o.fill(opts)
+		c = capi.NewOptimizer(m.m, opts)
+	})
+	runtime.KeepAlive(m)
+	if err != nil {
+		return nil, err
+	}
+	x := &Optimizer{o: c, model: m}
+	x.n = newNode(func() { capi.DeleteOptimizer(c) }, m.n)
+	runtime.SetFinalizer(x, (*Optimizer).finalize)
+	return x, nil
+}
+
+func (o *Optimizer) finalize() { o.n.close() }
+
+// Close frees the optimizer; the model keeps its parameters and gradients.
+// Not collective. Idempotent.
+func (o *Optimizer) Close() error {
+	if o == nil {
+		return nil
+	}
+	o.n.close()
+	runtime.SetFinalizer(o, nil)
+	return nil
+}
+
+func (o *Optimizer) check() error {
+	if o == nil || !o.n.ok() {
+		return errClosed("optimizer")
+	}
+	return nil
+}
+
+// Model is the model this optimizer updates.
+func (o *Optimizer) Model() *Model { return o.model }
+
+// Step takes the optimizer step now, from the gradients accumulated so far
+// (however many micro-batches), then zeroes them. Collective over the
+// tensor group.
+func (o *Optimizer) Step() (TrainStepResult, error) {
+	var r TrainStepResult
+	if err := o.check(); err != nil {
+		return r, err
+	}
+	err := call(func() { r = result(o.o.Step()) })
+	runtime.KeepAlive(o)
+	return r, err
+}
+
+// ZeroGrad zeroes the model's gradients and restarts the accumulation
+// window. Not collective.
+func (o *Optimizer) ZeroGrad() error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	err := call(func() { o.o.Zero_grad() })
+	runtime.KeepAlive(o)
+	return err
+}
+
+// TrainStep runs one micro-batch of causal-LM training: forward, the loss
+// as transformers computes it (labels shifted inside, -100 ignored) and
+// backward, adding to the model's gradients. ids, labels and mask are rows
+// of equal length; labels nil are the ids with -100 where the mask is 0,
+// mask nil is all 1. With an optimizer (nil: none) over this model, it
+// steps after every GradAccumSteps micro-batches. Collective over the
+// tensor group: every rank passes the same batch.
+func (m *Model) TrainStep(ids, labels, mask [][]int64, opt *Optimizer) (TrainStepResult, error) {
+	var r TrainStepResult
+	if err := m.check(); err != nil {
+		return r, err
+	}
+	var co capi.Optimizer
+	if opt != nil {
+		if err := opt.check(); err != nil {
+			return r, err
+		}
+		co = opt.o
+	}
+	if len(ids) == 0 {
+		return r, errorf(StatusInvalidArgument, "train_step: no rows")
+	}
+	seq := len(ids[0])
+	if (labels != nil && len(labels) != len(ids)) || (mask != nil && len(mask) != len(ids)) {
+		return r, errorf(StatusShape, "train_step: %d rows of ids, %d of labels, %d of mask",
+			len(ids), len(labels), len(mask))
+	}
+	fi, err := rect("train_step: ids", ids, seq)
+	if err != nil {
+		return r, err
+	}
+	fl, err := rect("train_step: labels", labels, seq)
+	if err != nil {
+		return r, err
+	}
+	fm, err := rect("train_step: mask", mask, seq)
+	if err != nil {
+		return r, err
+	}
+	err = call(func() {
+		r = result(m.m.Train_step(co, bytesOf(fi), bytesOf(fl), bytesOf(fm), int64(len(ids)),
+			int64(seq)))
+	})
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(opt)
+	return r, err
+}
+
+// SetActivationCheckpointing makes TrainStep recompute each block in the
+// backward instead of keeping its activations (equal gradients, less
+// memory). Not collective.
+func (m *Model) SetActivationCheckpointing(enabled bool) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	err := call(func() { m.m.Set_activation_checkpointing(b2i(enabled)) })
+	runtime.KeepAlive(m)
+	return err
+}

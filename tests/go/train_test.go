@@ -1,0 +1,187 @@
+package tests
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/oslo/oslo/bindings/go/oslo"
+)
+
+// trainCase is tests/bindings/train_gpt2_tiny.txt
+// (tests/bindings/make_train_case.py): the micro-batches and the loss of
+// every optimizer step of PyTorch's loop.
+type trainCase struct {
+	ids, mask [][][]int64
+	losses    []float64
+	accum     int
+}
+
+func readTrainCase(path string) (*trainCase, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	if !sc.Scan() {
+		return nil, fmt.Errorf("%s: empty", path)
+	}
+	var n, batch, seq, steps, accum int
+	if _, err := fmt.Sscanf(sc.Text(), "micro_batches %d batch %d seq %d steps %d accum %d",
+		&n, &batch, &seq, &steps, &accum); err != nil {
+		return nil, fmt.Errorf("%s: line 1: %v", path, err)
+	}
+	c := &trainCase{accum: accum}
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "loss" {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return nil, err
+			}
+			c.losses = append(c.losses, v)
+			continue
+		}
+		if len(f) != 1+batch*seq {
+			return nil, fmt.Errorf("%s: %s row of %d values", path, f[0], len(f)-1)
+		}
+		rows := make([][]int64, batch)
+		for b := range rows {
+			rows[b] = make([]int64, seq)
+			for t := range rows[b] {
+				v, err := strconv.ParseInt(f[1+b*seq+t], 10, 64)
+				if err != nil {
+					return nil, err
+				}
+				rows[b][t] = v
+			}
+		}
+		if f[0] == "ids" {
+			c.ids = append(c.ids, rows)
+		} else {
+			c.mask = append(c.mask, rows)
+		}
+	}
+	if len(c.ids) != n || len(c.mask) != n || len(c.losses) != steps {
+		return nil, fmt.Errorf("%s: %d ids, %d masks, %d losses", path, len(c.ids), len(c.mask), len(c.losses))
+	}
+	return c, sc.Err()
+}
+
+// train_gpt2_tiny_tp2_w2: GPT-2 tiny at TP=2 trained 20 AdamW steps
+// (cosine, warmup 3, accumulation 2, clipping 1.0): every step's mean loss
+// within 1e-4 (relative) of PyTorch's loop on every rank; a token outside
+// the vocabulary is an ErrInvalidArgument naming it.
+func TestTrainGpt2TinyTp2W2(t *testing.T) {
+	dir := filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny")
+	c, err := readTrainCase(env(t, "OSLO_TRAIN_CASE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRanksCtx(t, func(r rank, ctx *oslo.Context) error {
+		m, err := oslo.LoadModelAs(ctx, dir, oslo.F32)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{
+			Kind: oslo.AdamW, LR: 2e-3, WeightDecay: 0.01, Schedule: oslo.LRCosine,
+			WarmupSteps: 3, TotalSteps: int64(len(c.losses)), GradAccumSteps: int64(c.accum),
+			MaxGradNorm: 1.0,
+		})
+		if err != nil {
+			return err
+		}
+		defer opt.Close()
+		for i := range c.ids {
+			res, err := m.TrainStep(c.ids[i], nil, c.mask[i], opt)
+			if err != nil {
+				return fmt.Errorf("micro-batch %d: %v", i, err)
+			}
+			if (i+1)%c.accum != 0 {
+				if res.Stepped {
+					return fmt.Errorf("micro-batch %d: stepped inside the window: %+v", i, res)
+				}
+				continue
+			}
+			k := i / c.accum
+			if !res.Stepped || res.Skipped || res.Step != int64(k+1) {
+				return fmt.Errorf("step %d: %+v", k, res)
+			}
+			if e := math.Abs(res.MeanLoss-c.losses[k]) / math.Abs(c.losses[k]); !(e < 1e-4) {
+				return fmt.Errorf("step %d: loss %v vs PyTorch %v (relative error %.3g)", k, res.MeanLoss, c.losses[k], e)
+			}
+		}
+		info, err := m.Info()
+		if err != nil {
+			return err
+		}
+		bad := [][]int64{append([]int64(nil), c.ids[0][0]...), c.ids[0][1]}
+		bad[0][1] = info.VocabSize + 7
+		_, err = m.TrainStep(bad, nil, c.mask[0], opt)
+		if e := wantStatus(err, oslo.ErrInvalidArgument); e != nil {
+			return e
+		}
+		if !strings.Contains(err.Error(), strconv.FormatInt(info.VocabSize+7, 10)) {
+			return fmt.Errorf("the error does not name the token: %v", err)
+		}
+		return nil
+	})
+}
+
+// An optimizer depends on its model: closing the model closes it first. A
+// bad option is an error naming it; TrainStep without an optimizer only
+// accumulates; Step and ZeroGrad; activation checkpointing gives the same
+// loss.
+func TestOptimizerDependsOnModel(t *testing.T) {
+	ctx := soloContext(t)
+	defer ctx.Close()
+	m, err := oslo.LoadModel(ctx, filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny"))
+	must(t, err)
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{Schedule: oslo.LRLinear})
+	wantErr(t, "a linear schedule without TotalSteps", err, oslo.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "total_steps") {
+		t.Fatalf("the error does not name total_steps: %v", err)
+	}
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{LossScaling: 7})
+	wantErr(t, "LossScaling 7", err, oslo.ErrInvalidArgument)
+	opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1, MaxGradNorm: 1})
+	must(t, err)
+	if opt.Model() != m {
+		t.Fatal("Model() is not the model")
+	}
+	ids := [][]int64{{5, 9, 14, 3}}
+	r0, err := m.TrainStep(ids, nil, nil, nil)
+	must(t, err)
+	if r0.Stepped || !(r0.Loss > 0) {
+		t.Fatalf("without an optimizer: %+v", r0)
+	}
+	must(t, m.SetActivationCheckpointing(true))
+	r1, err := m.TrainStep(ids, ids, nil, nil)
+	must(t, err)
+	if r1.Loss != r0.Loss {
+		t.Fatalf("with activation checkpointing: loss %v, without %v", r1.Loss, r0.Loss)
+	}
+	s, err := opt.Step()
+	must(t, err)
+	if !s.Stepped || s.Step != 1 || math.Abs(s.LR-0.1) > 1e-12 || !(s.GradNorm > 0) {
+		t.Fatalf("Step: %+v", s)
+	}
+	must(t, opt.ZeroGrad())
+	_, err = m.TrainStep(ids, [][]int64{{1, 2}}, nil, opt)
+	wantErr(t, "labels of another length", err, oslo.ErrShape)
+	must(t, m.Close())
+	_, err = opt.Step()
+	wantErr(t, "Step after the model closed", err, oslo.ErrInvalidArgument)
+	must(t, opt.Close()) // still idempotent
+}
