@@ -197,6 +197,7 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
   (const void *src, size_t src_bytes),
   (const void *ids, size_t ids_bytes),
   (const void *labels, size_t labels_bytes),
+  (const void *grad_hidden, size_t grad_hidden_bytes),
   (const void *mask, size_t mask_bytes),
   (const void *token_type_ids, size_t token_type_ids_bytes),
   (const void *prompt_ids, size_t prompt_ids_bytes),
@@ -625,6 +626,7 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
 
 %newobject oslo_model::m_info;
 %newobject oslo_model::m_train_step;
+%newobject oslo_model::m_backward;
 %extend oslo_model {
   /* oslo_model_load; dtype -1 keeps the checkpoint's. Collective. */
   oslo_model(oslo_context *ctx, const char *path, int dtype) {
@@ -755,6 +757,35 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
     if (!oslo_bind_check(oslo_model_train_step($self, optimizer, (const int64_t *)ids,
                                                (const int64_t *)labels, (const int64_t *)mask,
                                                batch, seq, r))) {
+      free(r);
+      return NULL;
+    }
+    return r;
+  }
+  /* oslo_model_backward: ids, mask (None: all 1), token_type_ids (None:
+     all 0): int64 [batch, seq]; grad_hidden: float32 [batch, seq, hidden],
+     d loss / d hidden states; optimizer None: only accumulate. Returns the
+     result (NULL on failure). Collective. */
+  oslo_train_step_result *m_backward(oslo_optimizer *optimizer, const void *ids, size_t ids_bytes,
+                                     const void *mask, size_t mask_bytes,
+                                     const void *token_type_ids, size_t token_type_ids_bytes,
+                                     int64_t batch, int64_t seq, const void *grad_hidden,
+                                     size_t grad_hidden_bytes) {
+    const unsigned long long cells = (unsigned long long)(batch > 0 ? batch : 0) *
+                                     (unsigned long long)(seq > 0 ? seq : 0);
+    oslo_train_step_result *r;
+    if (!oslo_bind_bytes("backward: ids", ids_bytes, cells * 8)) return NULL;
+    if (mask && !oslo_bind_bytes("backward: mask", mask_bytes, cells * 8)) return NULL;
+    if (token_type_ids &&
+        !oslo_bind_bytes("backward: token_type_ids", token_type_ids_bytes, cells * 8))
+      return NULL;
+    r = oslo_bind_train_step_result();
+    if (!r) return NULL;
+    if (!oslo_bind_check(oslo_model_backward($self, optimizer, (const int64_t *)ids,
+                                             (const int64_t *)mask,
+                                             (const int64_t *)token_type_ids, batch, seq,
+                                             (const float *)grad_hidden,
+                                             grad_hidden_bytes / sizeof(float), r))) {
       free(r);
       return NULL;
     }

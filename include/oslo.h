@@ -1520,7 +1520,7 @@ OSLO_API oslo_status oslo_optimizer_options_init(oslo_optimizer_options *options
  * Ownership: the caller owns *out (oslo_optimizer_destroy), which must not
  * outlive `model`; options (NULL: defaults) are read during the call.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, a bad option: named),
- * OSLO_ERR_NOT_SUPPORTED (an encoder model), OSLO_ERR_OUT_OF_MEMORY.
+ * OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: per model.
  */
 OSLO_API oslo_status oslo_optimizer_create(oslo_model *model,
@@ -1572,6 +1572,30 @@ OSLO_API oslo_status oslo_model_train_step(oslo_model *model, oslo_optimizer *op
                                            const int64_t *ids, const int64_t *labels,
                                            const int64_t *mask, int64_t batch, int64_t seq,
                                            oslo_train_step_result *result);
+
+/**
+ * One micro-batch of any model (encoders included) trained from a loss the
+ * caller computes from the hidden states: the forward on ids [batch, seq]
+ * (mask NULL: all 1; token_type_ids NULL: all 0, models with token types
+ * only), then the backward from grad_hidden, d loss / d hidden states, as
+ * oslo_model_forward's OSLO_MODEL_OUTPUT_HIDDEN lays them out ([batch, seq,
+ * hidden_size], `count` floats; zeros at padded positions), the same on
+ * every rank. Gradients accumulate in the model; with `optimizer` they are
+ * scaled and the optimizer steps as in oslo_model_train_step (result->loss
+ * is 0). Collective over the tensor group.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, sizes, a token or token type
+ * outside its table, a non-finite gradient, a gradient that differs
+ * between ranks, an optimizer over another model: named, on every rank),
+ * OSLO_ERR_SHAPE (count is not batch * seq * hidden_size), OSLO_ERR_COMM,
+ * OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context.
+ * Ownership: arrays are read during the call; writes *result.
+ */
+OSLO_API oslo_status oslo_model_backward(oslo_model *model, oslo_optimizer *optimizer,
+                                         const int64_t *ids, const int64_t *mask,
+                                         const int64_t *token_type_ids, int64_t batch, int64_t seq,
+                                         const float *grad_hidden, size_t count,
+                                         oslo_train_step_result *result);
 
 /**
  * The optimizer step now, from the gradients accumulated so far (however

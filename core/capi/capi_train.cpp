@@ -108,9 +108,6 @@ oslo_status oslo_optimizer_create(oslo_model* model, const oslo_optimizer_option
     need(model, fn, "model");
     const oslo_optimizer_options o = kOptimizerOptions.read_or_defaults(options, fn, "options");
     oslo::Model& m = *model->impl;
-    if (!m.causal())
-      oslo::fail(OSLO_ERR_NOT_SUPPORTED, fn, ": ", m.config().model_type,
-                 " is an encoder; training needs a causal language model");
     auto h = std::make_unique<oslo_optimizer>();
     h->impl = std::make_unique<oslo::Trainer>(m, trainer_options(o, m, fn));
     h->model = model;
@@ -148,6 +145,39 @@ oslo_status oslo_model_train_step(oslo_model* model, oslo_optimizer* optimizer, 
       r = optimizer->impl->train_step(id, lab, m, batch, seq);
     } else {
       r.loss = model->impl->loss_backward(id, lab, m, batch, seq, 1.f);
+      r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    }
+    fill(result, r);
+  });
+}
+
+oslo_status oslo_model_backward(oslo_model* model, oslo_optimizer* optimizer, const int64_t* ids,
+                                const int64_t* mask, const int64_t* token_type_ids, int64_t batch,
+                                int64_t seq, const float* grad_hidden, size_t count,
+                                oslo_train_step_result* result) {
+  return guard([&] {
+    const char* fn = "oslo_model_backward";
+    need(model, fn, "model");
+    check_batch(fn, ids, batch, seq);
+    need(grad_hidden, fn, "grad_hidden");
+    if (optimizer && optimizer->model != model)
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn,
+                 ": the optimizer was created over another model (oslo_optimizer_create)");
+    oslo::Model& m = *model->impl;
+    const size_t n = static_cast<size_t>(batch * seq);
+    const size_t want = n * static_cast<size_t>(m.config().hidden_size);
+    if (count != want)
+      oslo::fail(OSLO_ERR_SHAPE, fn, ": grad_hidden holds ", count, " floats; [", batch, ", ", seq,
+                 ", ", m.config().hidden_size, "] needs ", want);
+    std::vector<int64_t> id(ids, ids + n), mk, tt;
+    if (mask) mk.assign(mask, mask + n);
+    if (token_type_ids) tt.assign(token_type_ids, token_type_ids + n);
+    const std::vector<float> g(grad_hidden, grad_hidden + count);
+    oslo::TrainStepResult r;
+    if (optimizer) {
+      r = optimizer->impl->backward_step(id, mk, tt, batch, seq, g);
+    } else {
+      m.hidden_backward(id, mk, tt, batch, seq, g, 1.f);
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     }
     fill(result, r);

@@ -59,7 +59,20 @@ TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
                                     const std::vector<int64_t>& labels,
                                     const std::vector<int64_t>& mask, int64_t batch, int64_t seq) {
   const double g = scale_ / static_cast<double>(o_.grad_accum_steps);
-  const float loss = model_.loss_backward(ids, labels, mask, batch, seq, static_cast<float>(g));
+  return after_micro_batch(
+      model_.loss_backward(ids, labels, mask, batch, seq, static_cast<float>(g)));
+}
+
+TrainStepResult Trainer::backward_step(const std::vector<int64_t>& ids,
+                                       const std::vector<int64_t>& mask,
+                                       const std::vector<int64_t>& token_types, int64_t batch,
+                                       int64_t seq, const std::vector<float>& grad_hidden) {
+  const double g = scale_ / static_cast<double>(o_.grad_accum_steps);
+  model_.hidden_backward(ids, mask, token_types, batch, seq, grad_hidden, static_cast<float>(g));
+  return after_micro_batch(0.f);
+}
+
+TrainStepResult Trainer::after_micro_batch(float loss) {
   ++micro_;
   loss_sum_ += loss;
   TrainStepResult r;

@@ -67,6 +67,13 @@ class Trainer {
   // tensor group.
   TrainStepResult train_step(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
                              const std::vector<int64_t>& mask, int64_t batch, int64_t seq);
+  // The same for a gradient of the hidden states the caller supplies
+  // (Model::hidden_backward: encoders, or any loss the caller computes from
+  // the hidden states); the result's loss is 0. Collective over the tensor
+  // group.
+  TrainStepResult backward_step(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask,
+                                const std::vector<int64_t>& token_types, int64_t batch, int64_t seq,
+                                const std::vector<float>& grad_hidden);
   // The optimizer step from the gradients accumulated so far (whatever the
   // window), then zero_grad(). Collective over the tensor group.
   TrainStepResult step();
@@ -97,6 +104,8 @@ class Trainer {
   int64_t growth_tracker_ = 0;
   int64_t micro_ = 0;
   double loss_sum_ = 0.0;
+  // Counts a micro-batch of loss `loss`; steps when the window is complete.
+  TrainStepResult after_micro_batch(float loss);
 };
 
 }  // namespace oslo

@@ -456,9 +456,41 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
   named(oslo_optimizer_create(nullptr, &o, &opt), OSLO_ERR_INVALID_ARGUMENT, "model", "NULL model");
   named(oslo_optimizer_create(m, &o, nullptr), OSLO_ERR_INVALID_ARGUMENT, "out", "NULL out");
   {
+    // An encoder trains from a gradient of its hidden states.
     oslo_model* enc = load(ctx, encoder);
-    named(oslo_optimizer_create(enc, &o, &opt), OSLO_ERR_NOT_SUPPORTED, "encoder",
-          "an encoder model");
+    oslo_model_info info;
+    ok_or_die(oslo_model_get_info(enc, &info, nullptr), "info");
+    ok_or_die(oslo_optimizer_create(enc, &o, &opt), "optimizer over an encoder");
+    const int64_t eids[6] = {2, 40, 41, 7, 99, 3}, etypes[6] = {0, 0, 0, 1, 1, 1};
+    std::vector<float> hid(static_cast<size_t>(6 * info.hidden_size));
+    ok_or_die(oslo_model_forward(enc, eids, nullptr, etypes, 2, 3, OSLO_MODEL_OUTPUT_HIDDEN,
+                                 hid.data(), hid.size()),
+              "encoder forward");
+    oslo_train_step_result er;
+    named(oslo_model_train_step(enc, opt, eids, nullptr, nullptr, 2, 3, &er),
+          OSLO_ERR_NOT_SUPPORTED, "causal", "the causal-LM loss of an encoder");
+    named(
+        oslo_model_backward(enc, opt, eids, nullptr, etypes, 2, 3, hid.data(), hid.size() - 1, &er),
+        OSLO_ERR_SHAPE, "grad_hidden", "a hidden-state gradient of the wrong size");
+    named(oslo_model_backward(enc, opt, eids, nullptr, etypes, 2, 3, nullptr, hid.size(), &er),
+          OSLO_ERR_INVALID_ARGUMENT, "grad_hidden", "NULL grad_hidden");
+    // d/dh of sum(h^2)/2 is h: one step lowers the hidden states' norm.
+    auto sq = [](const std::vector<float>& v) {
+      double a = 0;
+      for (float x : v) a += static_cast<double>(x) * x;
+      return a;
+    };
+    const double before_sq = sq(hid);
+    ok_or_die(
+        oslo_model_backward(enc, opt, eids, nullptr, etypes, 2, 3, hid.data(), hid.size(), &er),
+        "encoder backward");
+    check(er.stepped == 1 && er.step == 1 && er.loss == 0, "encoder: one optimizer step");
+    ok_or_die(oslo_model_forward(enc, eids, nullptr, etypes, 2, 3, OSLO_MODEL_OUTPUT_HIDDEN,
+                                 hid.data(), hid.size()),
+              "encoder forward after");
+    check(sq(hid) < before_sq, "encoder: the step lowered sum(h^2)");
+    oslo_optimizer_destroy(opt);
+    opt = nullptr;
     oslo_model_destroy(enc);
   }
   named(oslo_optimizer_step(nullptr, nullptr), OSLO_ERR_INVALID_ARGUMENT, "optimizer",

@@ -397,10 +397,28 @@ def train_options(fixture):
         raises(oslo.InvalidArgumentError, opt.step)
 
 
+def encoder_backward(fixture):
+    """Model.backward (oslo_model_backward) trains an encoder from a loss on
+    its hidden states: with grad_hidden = h (the gradient of sum(h^2)/2) one
+    SGD step lowers sum(h^2); wrong shapes are refused by name."""
+    with oslo.Context() as ctx, oslo.Model(ctx, fixture) as m:
+        ids = np.array([[2, 40, 41], [7, 99, 3]], np.int64)
+        types = np.array([[0, 0, 1], [0, 1, 1]], np.int64)
+        h = m.forward(ids, token_type_ids=types, output="hidden")
+        opt = oslo.Optimizer(m, kind="sgd", lr=0.05)
+        e = raises(oslo.ShapeError, m.backward, ids, h[:, :2], token_type_ids=types)
+        check("grad_hidden" in e.message, e.message)
+        raises(oslo.NotSupportedError, m.train_step, ids, optimizer=opt)
+        r = m.backward(ids, h, token_type_ids=types, optimizer=opt)
+        check(r.stepped and r.step == 1 and r.loss == 0, repr(r))
+        h2 = m.forward(ids, token_type_ids=types, output="hidden")
+        check(float((h2 ** 2).sum()) < float((h ** 2).sum()), "the step lowered sum(h^2)")
+
+
 if __name__ == "__main__":
     main({f.__name__: f for f in (version, status_strings, context_defaults, context_from_config,
                                   context_from_json_file, context_bad_config, context_abort, tensor_create_and_query,
                                   tensor_bad_args, tensor_wrap_no_copy, dlpack,
                                   collectives_single, handles_lifetime, gil_released,
                                   tokenizer_capi, linear_bad_args, embedding_bad_args,
-                                  cross_entropy_bad_args, train_options)})
+                                  cross_entropy_bad_args, train_options, encoder_backward)})

@@ -933,6 +933,33 @@ class Model(_Handle):
         b, s = ids.shape
         return TrainStepResult._of(self._handle().train_step(o, ids, labels, mask, b, s))
 
+    def backward(self, ids, grad_hidden, mask=None, token_type_ids=None, optimizer=None):
+        """One micro-batch trained from a loss computed from the hidden
+        states (oslo_model_backward; any model, encoders included): the
+        forward on ids [batch, seq], then the backward from grad_hidden,
+        float32 [batch, seq, hidden] (d loss / d hidden states as
+        forward(output="hidden") returns them; zeros at padding), adding to
+        the model's gradients. With an Optimizer over this model, it steps
+        after every grad_accum_steps micro-batches. Returns a
+        TrainStepResult (loss 0). Collective over the tensor group."""
+        ids = _ids_2d(ids, "ids")
+        mask = None if mask is None else _ids_2d(mask, "mask")
+        types = None if token_type_ids is None else _ids_2d(token_type_ids, "token_type_ids")
+        for name, a in (("mask", mask), ("token_type_ids", types)):
+            if a is not None and a.shape != ids.shape:
+                raise ShapeError(f"backward: {name} {a.shape} differ from ids {ids.shape}",
+                                 Status.SHAPE)
+        g = _np.ascontiguousarray(grad_hidden, dtype=_np.float32)
+        b, s = ids.shape
+        if g.ndim != 3 or g.shape[:2] != (b, s):
+            raise ShapeError(f"backward: grad_hidden {g.shape} is not [batch, seq, hidden] for "
+                             f"ids {ids.shape}", Status.SHAPE)
+        if optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise InvalidArgumentError(f"optimizer must be an oslo.Optimizer, not "
+                                       f"{type(optimizer).__name__}", Status.INVALID_ARGUMENT)
+        o = None if optimizer is None else optimizer._handle()
+        return TrainStepResult._of(self._handle().backward(o, ids, mask, types, b, s, g))
+
     def set_activation_checkpointing(self, enabled=True):
         """Recomputes each block in the backward of train_step instead of
         keeping its activations (equal gradients, less memory)."""

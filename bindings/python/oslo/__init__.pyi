@@ -225,6 +225,10 @@ class Model(_Handle):
     def train_step(self, ids: npt.ArrayLike, labels: Optional[npt.ArrayLike] = ...,
                    mask: Optional[npt.ArrayLike] = ...,
                    optimizer: Optional["Optimizer"] = ...) -> "TrainStepResult": ...
+    def backward(self, ids: npt.ArrayLike, grad_hidden: npt.ArrayLike,
+                 mask: Optional[npt.ArrayLike] = ...,
+                 token_type_ids: Optional[npt.ArrayLike] = ...,
+                 optimizer: Optional["Optimizer"] = ...) -> "TrainStepResult": ...
     def set_activation_checkpointing(self, enabled: bool = ...) -> None: ...
 
 class TrainStepResult:
