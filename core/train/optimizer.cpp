@@ -212,7 +212,9 @@ double clip_grad_norm(Model& model, double max_norm, double norm_type) {
             GradSlice{p.name, g, false, s.local_start * inner, s.length * inner, scale});
         scale = false;
       }
-    if (scale) grads.push_back(GradSlice{p.name, g, false, 0, 0, true});  // scaled, not counted
+    // Rows of heads other ranks own: scaled (when no row is this rank's),
+    // not counted, still searched for non-finite values (count 0).
+    grads.push_back(GradSlice{p.name, g, false, 0, 0, scale});
   }
   return clip_grad_norm(model.context(), grads, max_norm, norm_type);
 }
