@@ -25,7 +25,7 @@ same decay, linear schedule with 2 warmup steps), each with gradient
 accumulation over 2 micro-batches and clip_grad_norm_(1.0).
 
 and, for the mixed-precision loop fixtures, <name>/train_amp_ref.safetensors:
-the same data and AdamW loop with the model's matrices (every parameter of
+the same data and loop (AdamW unless named) with the model's matrices (every parameter of
 two or more dimensions but position tables, as oslo's loader holds them)
 rounded to the compute dtype and kept as f32 master weights, the forward
 under torch.autocast(dtype) and the update through torch.amp.GradScaler:
@@ -36,7 +36,8 @@ under torch.autocast(dtype) and the update through torch.amp.GradScaler:
     inject_<run>                    [20] int64    1 = inf written into one
                                                   gradient before unscale_
 
-for runs bf16 (autocast bfloat16, no scaler), f16 (autocast float16,
+for runs bf16 (autocast bfloat16, no scaler; bf16_sgd: the same with
+run_loop's Nesterov SGD and linear schedule), f16 (autocast float16,
 GradScaler's defaults) and f16_overflow (float16, init_scale 2**24,
 backoff_factor 2**-8, growth_interval 5: step 0 overflows and is skipped,
 inf is injected at steps 5 and 12, the scale grows after 5 good steps in a
@@ -179,12 +180,13 @@ def run_loop(folder, opt_name, ids, mask, labels):
 
 
 AMP_RUNS = {
-    # name: (autocast dtype, GradScaler kwargs or None, steps with an injected inf)
-    "bf16": (torch.bfloat16, None, ()),
-    "f16": (torch.float16, {}, ()),
+    # name: (autocast dtype, GradScaler kwargs or None, steps with an injected inf, optimizer)
+    "bf16": (torch.bfloat16, None, (), "adamw"),
+    "bf16_sgd": (torch.bfloat16, None, (), "sgd"),
+    "f16": (torch.float16, {}, (), "adamw"),
     "f16_overflow": (torch.float16,
                      {"init_scale": 2.0 ** 24, "backoff_factor": 2.0 ** -8, "growth_interval": 5},
-                     (5, 12)),
+                     (5, 12), "adamw"),
 }
 
 
@@ -195,10 +197,10 @@ def held_in_compute_dtype(name, p):
 
 
 def run_amp_loop(folder, run, ids, mask, labels):
-    """The AdamW loop of run_loop with mixed precision: f32 master weights
+    """run_loop's loop with mixed precision: f32 master weights
     (the matrices first rounded to the compute dtype, as a model loaded in
     that dtype starts), autocast forward and backward, GradScaler."""
-    dtype, scaler_kw, inject = AMP_RUNS[run]
+    dtype, scaler_kw, inject, opt_name = AMP_RUNS[run]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_pretrained(
         folder, torch_dtype=torch.float32, attn_implementation="eager")
@@ -210,9 +212,14 @@ def run_amp_loop(folder, run, ids, mask, labels):
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.999), eps=1e-8)
-    sched = transformers.get_scheduler("cosine", opt, num_warmup_steps=3,
-                                       num_training_steps=LOOP_STEPS)
+    if opt_name == "adamw":
+        opt = torch.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.999), eps=1e-8)
+        sched = transformers.get_scheduler("cosine", opt, num_warmup_steps=3,
+                                           num_training_steps=LOOP_STEPS)
+    else:
+        opt = torch.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True)
+        sched = transformers.get_scheduler("linear", opt, num_warmup_steps=2,
+                                           num_training_steps=LOOP_STEPS)
     scaler = torch.amp.GradScaler("cpu", enabled=scaler_kw is not None, **(scaler_kw or {}))
     first = next(iter(model.parameters()))
     out = {"losses": [], "grad_norms": [], "scales": [], "skipped": [], "inject": []}

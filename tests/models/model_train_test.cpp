@@ -21,9 +21,10 @@
 // (train_loop_ref.safetensors): every step's loss and gradient norm within
 // 1e-4 relative.
 //
-// --amp bf16|f16|f16_overflow: the AdamW loop through the Trainer (cosine
-// schedule with warmup, accumulation 2, clipping 1.0) on the model loaded in
-// bf16 or f16 with f32 master weights, against PyTorch's loop under
+// --amp bf16|bf16_sgd|f16|f16_overflow: the AdamW loop (cosine schedule with
+// warmup; bf16_sgd: Nesterov SGD, linear schedule) through the Trainer
+// (accumulation 2, clipping 1.0) on the model loaded in bf16 or f16 with f32
+// master weights, against PyTorch's loop under
 // torch.autocast (train_amp_ref.safetensors): every step's mean loss within
 // 2e-2 relative; f16 runs use loss scaling and must give PyTorch
 // GradScaler's scale after every step and skip the same steps. The
@@ -416,7 +417,7 @@ void run_amp(Context& ctx, const std::string& dir, int tp, const std::string& ru
   const int r = ctx.topology().tp_rank();
   Ref data(dir + "/train_loop_ref.safetensors");
   Ref ref(dir + "/train_amp_ref.safetensors");
-  const bool bf16 = run == "bf16", overflow = run == "f16_overflow";
+  const bool sgd = run == "bf16_sgd", bf16 = run == "bf16" || sgd, overflow = run == "f16_overflow";
   ModelLoadOptions lo;
   lo.dtype = bf16 ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F16;
   auto m = Model::load(ctx, dir, lo);
@@ -432,11 +433,20 @@ void run_amp(Context& ctx, const std::string& dir, int tp, const std::string& ru
   const int64_t B = shape[1], S = shape[2], per = B * S, accum = 2;
   const int64_t steps = static_cast<int64_t>(want_loss.size());
   TrainerOptions o;
-  o.optimizer.kind = OptimizerKind::ADAMW;
-  o.optimizer.lr = 2e-3;
   o.optimizer.weight_decay = 0.01;
-  o.schedule = ScheduleKind::COSINE;
-  o.warmup_steps = 3;
+  if (sgd) {  // run_loop's Nesterov SGD with a linear schedule
+    o.optimizer.kind = OptimizerKind::SGD;
+    o.optimizer.lr = 0.05;
+    o.optimizer.momentum = 0.9;
+    o.optimizer.nesterov = true;
+    o.schedule = ScheduleKind::LINEAR;
+    o.warmup_steps = 2;
+  } else {
+    o.optimizer.kind = OptimizerKind::ADAMW;
+    o.optimizer.lr = 2e-3;
+    o.schedule = ScheduleKind::COSINE;
+    o.warmup_steps = 3;
+  }
   o.total_steps = steps;
   o.max_grad_norm = 1.0;
   o.grad_accum_steps = accum;
@@ -568,7 +578,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: %s FIXTURE_DIR --tp N | --procs [--dtype f32|bf16|f16] "
-                 "[--loop adamw|sgd] [--amp bf16|f16|f16_overflow]\n",
+                 "[--loop adamw|sgd] [--amp bf16|bf16_sgd|f16|f16_overflow]\n",
                  argv[0]);
     return 2;
   }
