@@ -101,24 +101,32 @@ double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double 
   // backend and rounded once to f32; the slots are then added on the host in
   // f64 after one copy (a wait point).
   std::vector<const GradSlice*> counted;
+  size_t n_counted = 0;
   for (const auto& e : grads) {
     OSLO_CHECK(e.grad.dtype() == OSLO_DTYPE_F32, OSLO_ERR_DTYPE, "clip_grad_norm: gradient of '",
                e.name, "' must be f32");
     // Replicated gradients are the same on every tensor rank: count them once.
-    if (e.replicated && !tp_first && !inf) continue;
-    if (e.count == 0) continue;
+    if ((e.replicated && !tp_first && !inf) || e.count == 0) continue;
     counted.push_back(&e);
   }
+  n_counted = counted.size();
+  // What this rank does not count is still searched for non-finite values
+  // (its slot joins the sum only when it is inf or NaN), so a gradient gone
+  // bad on one rank only makes the norm non-finite on all of them.
+  for (const auto& e : grads)
+    if (((e.replicated && !tp_first && !inf) || e.count == 0) && e.grad.numel() > 0)
+      counted.push_back(&e);
   double local = 0;
   if (!counted.empty()) {
     Tensor slots = scratch(bk, OSLO_DTYPE_F32, {static_cast<int64_t>(counted.size())});
     for (size_t i = 0; i < counted.size(); ++i) {
       const Tensor& g = counted[i]->grad;
-      const int64_t n = counted[i]->count < 0 ? g.numel() : counted[i]->count;
-      OSLO_CHECK(counted[i]->offset >= 0 && counted[i]->offset + n <= g.numel(), OSLO_ERR_INTERNAL,
+      const bool whole = i >= n_counted;
+      const int64_t n = whole || counted[i]->count < 0 ? g.numel() : counted[i]->count;
+      const int64_t offset = whole ? 0 : counted[i]->offset;
+      OSLO_CHECK(offset >= 0 && offset + n <= g.numel(), OSLO_ERR_INTERNAL,
                  "clip_grad_norm: a part of '", counted[i]->name, "' outside the tensor");
-      View flat =
-          make_view(static_cast<float*>(g.data()) + counted[i]->offset, OSLO_DTYPE_F32, {1, n});
+      View flat = make_view(static_cast<float*>(g.data()) + offset, OSLO_DTYPE_F32, {1, n});
       View slot = make_view(static_cast<float*>(slots.data()) + i, OSLO_DTYPE_F32, {1});
       if (inf) {
         be.reduce(OSLO_BK_REDUCE_MAX_ABS, slot, flat);
@@ -130,7 +138,11 @@ double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double 
     }
     std::vector<float> host(counted.size());
     be.copy(host.data(), slots.data(), host.size() * 4, CopyKind::DeviceToHost);
-    for (float v : host) local = inf ? std::max(local, static_cast<double>(v)) : local + v;
+    for (size_t i = 0; i < host.size(); ++i) {
+      const double v = host[i];
+      if (i >= n_counted && std::isfinite(v)) continue;  // searched, not counted: nothing bad
+      local = inf ? (std::isnan(v) ? v : std::max(local, v)) : local + v;
+    }
   }
   // Sum (or max) over the tensor group, then over pipeline stages, which hold
   // different parameters. Data-parallel replicas hold the same gradients. The

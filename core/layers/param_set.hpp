@@ -27,7 +27,9 @@ struct ParamEntry {
 // same on every rank: counted once) or a slice of its own. The norm counts
 // `count` elements from element `offset` (count < 0: all of them; a part
 // another rank also holds is left to its owner); the clipping scales the
-// whole tensor once, for the entry with `scale` set.
+// whole tensor once, for the entry with `scale` set. An entry this rank does
+// not count (count 0, or replicated on a rank other than the group's first)
+// is still searched whole for non-finite values.
 struct GradSlice {
   std::string name;
   Tensor grad;
@@ -41,7 +43,10 @@ struct GradSlice {
 // p-norm (or max, norm_type INFINITY) over the tensor and pipeline groups,
 // then every gradient scaled by max_norm / (norm + 1e-6) when that is below
 // 1 (max_norm <= 0: only the norm). Returns the norm, identical on every
-// rank. Collective over the tensor and pipeline groups.
+// rank. A non-finite value in any entry of any rank, counted or not, makes
+// the norm non-finite on every rank (a gradient that went bad on one rank
+// only: loss scaling's skip is decided alike everywhere). Collective over
+// the tensor and pipeline groups.
 double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double max_norm,
                       double norm_type);
 

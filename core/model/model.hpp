@@ -85,10 +85,14 @@ class Model : public CausalLM {
   // ignored, and the loss is the mean over the labels kept. Adds
   // grad_scale * d loss / d parameter into grads() (made, zero, on first
   // use) and returns the loss, the same on every rank. Decoder families
-  // with pre-norm blocks (every causal family of the registry), f32
-  // weights, every tensor-parallel size the model loads at (key/value heads
-  // split or replicated: a replicated head's gradient is summed over the
-  // ranks holding it).
+  // with pre-norm blocks (every causal family of the registry), every
+  // tensor-parallel size the model loads at (key/value heads split or
+  // replicated: a replicated head's gradient is summed over the ranks
+  // holding it). Weights f32, bf16 or f16 (mixed precision: activations,
+  // norms, attention, the loss and every gradient stay f32; each product
+  // with a weight, forward and backward, rounds its f32 operands to the
+  // weight's dtype and accumulates in f32, as torch.autocast does).
+  // OSLO_ERR_NOT_SUPPORTED for other weight dtypes.
   // Collective over the tensor group; one thread at a time per model.
   float loss_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
                       const std::vector<int64_t>& mask, int64_t batch, int64_t seq,

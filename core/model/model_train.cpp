@@ -5,6 +5,12 @@
 // output, MLP pre-activations) instead of a KV cache; attention
 // probabilities are recomputed in the backward from q and k.
 //
+// Mixed precision (bf16 or f16 weights): the activations and every gradient
+// are f32; a product with a weight rounds its other operand to the weight's
+// dtype (linear() in the forward, linear_bw in the backward, for dW and dx
+// alike) and accumulates in f32, so the arithmetic is torch.autocast's with
+// f32 results instead of rounded ones.
+//
 // Tensor parallelism follows Megatron: a column-parallel product's input
 // gradient is a partial sum (all-reduced over the tensor group), a
 // row-parallel product's input gradient is complete (its output was
@@ -94,10 +100,12 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   const bool post = tr.post_norm;
   OSLO_CHECK(!post || !tr.parallel_residual, OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
              ": post-norm blocks with a parallel residual are not supported in training");
-  for (const PlacedTensor& p : params_)
-    OSLO_CHECK(p.tensor.dtype() == OSLO_DTYPE_F32, OSLO_ERR_NOT_SUPPORTED,
-               "model: training needs f32 weights (", p.placement.name, " is ",
-               dtype_name(p.tensor.dtype()), "): load the model with dtype f32");
+  for (const PlacedTensor& p : params_) {
+    const oslo_dtype dt = p.tensor.dtype();
+    OSLO_CHECK(dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_BF16 || dt == OSLO_DTYPE_F16,
+               OSLO_ERR_NOT_SUPPORTED, "model: training needs f32, bf16 or f16 weights (",
+               p.placement.name, " is ", dtype_name(dt), ")");
+  }
   // This rank's checks, then one exchange over the tensor group: every rank
   // learns whether any rank refused its batch and whether all hold the same
   // one, before the first collective of the step (no rank is left waiting).
@@ -411,12 +419,23 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   }
 
   // ---- backward -----------------------------------------------------------
+  // Products with a weight run in the weight's dtype as the forward's
+  // linear() does (autocast's rule): the f32 operands are rounded to it,
+  // the product accumulates in f32 and lands in f32 (gradients, dx).
+  auto in_dtype = [&](const View& t, oslo_dtype dt, Tensor* keep) -> View {
+    if (t.dtype == dt) return t;
+    *keep = scratch(bp, dt, {t.shape[0], t.shape[1]});
+    be.convert(view(*keep), t);
+    return view(*keep);
+  };
   // y = x W^T (+ b): dW += dy^T x, db += column sums of dy, dx (+)= dy W.
   auto linear_bw = [&](const View& dy, const View& xin, const Tensor& W, const Tensor* b,
                        const View* dx, bool accumulate) {
-    be.matmul(view(grad_of(W)), transposed(dy), xin, nullptr, 1.f, 1.f);
+    Tensor dy_keep, x_keep;
+    const View dyw = in_dtype(dy, W.dtype(), &dy_keep), xw = in_dtype(xin, W.dtype(), &x_keep);
+    be.matmul(view(grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);
     if (b && b->defined()) be.sum_rows(view(grad_of(*b)), dy, true);
-    if (dx) be.matmul(*dx, dy, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
+    if (dx) be.matmul(*dx, dyw, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
   };
   // With fewer key/value heads than ranks, each head is held by `copies`
   // ranks (sharding.cpp), each of which sees only its own query heads'
@@ -443,7 +462,9 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
     if (!kv_replicated) return linear_bw(dy, xin, W, b, dx, accumulate);
     const int64_t out = W.dim(0), in = W.dim(1);
     Tensor gw = f32({out, in});
-    be.matmul(view(gw), transposed(dy), xin);
+    Tensor dy_keep, x_keep;
+    const View dyw = in_dtype(dy, W.dtype(), &dy_keep), xw = in_dtype(xin, W.dtype(), &x_keep);
+    be.matmul(view(gw), transposed(dyw), xw);
     for (const auto& r : ranges)
       sum_over_head_copies(strided(model_detail::at(view(gw), r.first * in), OSLO_DTYPE_F32,
                                    {r.second, in}, {in, 1}));
@@ -458,7 +479,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
       be.binary(OSLO_BK_ADD, view(grad_of(*b)), view(grad_of(*b)),
                 make_view(gb.data(), OSLO_DTYPE_F32, {out}));
     }
-    if (dx) be.matmul(*dx, dy, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
+    if (dx) be.matmul(*dx, dyw, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
   };
   // dx (+)= the norm's input gradient; its parameters' gradients accumulated.
   auto norm_bw = [&](const View& dx, const View& xin, const Tensor& w, const Tensor& b,
@@ -476,9 +497,9 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   };
 
   if (labels_in) {
-    linear_bw(view(dlogits), view(hf), lm_head_, nullptr, nullptr, false);
     dhf = f32({BS, H});
-    be.matmul(view(dhf), view(dlogits), view(lm_head_));
+    const View dh = view(dhf);
+    linear_bw(view(dlogits), view(hf), lm_head_, nullptr, &dh, false);
     reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dhf));
   }
   Tensor dx = f32({BS, H});  // gradient of the residual stream

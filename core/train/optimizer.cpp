@@ -57,13 +57,24 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o) : model_(model), o
     OSLO_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), OSLO_ERR_INVALID_ARGUMENT,
                "optimizer: Nesterov momentum requires a momentum and zero dampening");
   }
-  for (const PlacedTensor& p : model.tensors())
-    OSLO_CHECK(p.tensor.dtype() == OSLO_DTYPE_F32, OSLO_ERR_NOT_SUPPORTED,
-               "optimizer: ", p.placement.name, " is ", dtype_name(p.tensor.dtype()),
-               "; the optimizer updates f32 parameters (load the model with dtype f32)");
+  for (const PlacedTensor& p : model.tensors()) {
+    const oslo_dtype dt = p.tensor.dtype();
+    OSLO_CHECK(dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_BF16 || dt == OSLO_DTYPE_F16,
+               OSLO_ERR_NOT_SUPPORTED, "optimizer: ", p.placement.name, " is ", dtype_name(dt),
+               "; the optimizer updates f32, bf16 or f16 parameters");
+  }
   if (model.grads().empty()) model.zero_grad();
   const auto& bp = model.context().backend_ptr();
   Backend& be = model.context().backend();
+  // f32 masters of the parameters held in a narrower dtype (the widening is
+  // exact).
+  masters_.resize(model.tensors().size());
+  for (size_t i = 0; i < masters_.size(); ++i) {
+    const Tensor& p = model.tensors()[i].tensor;
+    if (p.dtype() == OSLO_DTYPE_F32) continue;
+    masters_[i] = scratch(bp, OSLO_DTYPE_F32, p.shape());
+    if (p.numel() > 0) be.convert(view(masters_[i]), view(p));
+  }
   if (o.kind == OptimizerKind::ADAMW)
     state_names_ = {"exp_avg", "exp_avg_sq"};
   else if (o.momentum > 0)
@@ -76,6 +87,34 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o) : model_(model), o
       be.fill(view(state_[i].back()), 0.0);
     }
   }
+}
+
+const Tensor& Optimizer::master(size_t i) const {
+  OSLO_CHECK(i < masters_.size(), OSLO_ERR_INVALID_ARGUMENT, "optimizer: parameter index ", i,
+             " is out of range (", masters_.size(), " parameters)");
+  return masters_[i].defined() ? masters_[i] : model_.tensors()[i].tensor;
+}
+
+size_t Optimizer::master_bytes() const {
+  size_t b = 0;
+  for (const Tensor& m : masters_)
+    if (m.defined()) b += m.nbytes();
+  return b;
+}
+
+void Optimizer::round_to_parameters() {
+  Backend& be = model_.context().backend();
+  const auto& params = model_.tensors();
+  for (size_t i = 0; i < masters_.size(); ++i)
+    if (masters_[i].defined() && masters_[i].numel() > 0)
+      be.convert(view(params[i].tensor), view(masters_[i]));
+}
+
+void Optimizer::masters_loaded() {
+  Context& ctx = model_.context();
+  ctx.backend().set_num_threads(ctx.num_threads());
+  round_to_parameters();
+  model_.parameters_changed();
 }
 
 void Optimizer::set_steps(int64_t steps) {
@@ -96,7 +135,7 @@ void Optimizer::step(double lr) {
   ++steps_;
   const double t = static_cast<double>(steps_);
   for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor& pt = params[i].tensor;
+    const Tensor& pt = master(i);  // f32: the parameter itself or its master
     const int64_t n = pt.numel();
     if (n == 0) continue;
     auto flat = [&](const Tensor& x) { return make_view(x.data(), OSLO_DTYPE_F32, {n}); };
@@ -144,6 +183,7 @@ void Optimizer::step(double lr) {
       be.binary(OSLO_BK_ADD, p, p, flat(t3));
     }
   }
+  round_to_parameters();
   model_.parameters_changed();
 }
 
@@ -172,7 +212,9 @@ double clip_grad_norm(Model& model, double max_norm, double norm_type) {
             GradSlice{p.name, g, false, s.local_start * inner, s.length * inner, scale});
         scale = false;
       }
-    if (scale) grads.push_back(GradSlice{p.name, g, false, 0, 0, true});  // scaled, not counted
+    // Rows of heads other ranks own: scaled (when no row is this rank's),
+    // not counted, still searched for non-finite values (count 0).
+    grads.push_back(GradSlice{p.name, g, false, 0, 0, scale});
   }
   return clip_grad_norm(model.context(), grads, max_norm, norm_type);
 }

@@ -15,6 +15,13 @@
 // Optimizer state (AdamW's two moments, SGD's momentum buffer) is f32 with
 // the local shape of its parameter, so it is sliced exactly like it. Every
 // call is collective over the tensor group only where it says so.
+//
+// Mixed precision: a parameter held in bf16 or f16 (a model loaded with that
+// dtype) gets an f32 master copy, sliced like it; the update runs on the
+// master and the parameter becomes the master rounded to its dtype (round to
+// nearest even), as torch.autocast training on f32 weights does. Memory per
+// such parameter element: 4 bytes of master on top of the 8 (AdamW) or 4
+// (SGD with momentum) bytes of state; f32 parameters are their own master.
 #pragma once
 
 #include <cstdint>
@@ -53,12 +60,17 @@ class Optimizer {
  public:
   // Over every parameter of `model` (its tensors(), updated in place; their
   // gradients are model.grads()). Validates the options
-  // (OSLO_ERR_INVALID_ARGUMENT naming the bad one). f32 parameters only.
+  // (OSLO_ERR_INVALID_ARGUMENT naming the bad one). Parameters f32, bf16 or
+  // f16 (OSLO_ERR_NOT_SUPPORTED naming the parameter otherwise); each non-f32
+  // one gets its f32 master, the parameter's values widened (exact). The
+  // model is borrowed and must outlive the optimizer. Not collective.
   Optimizer(Model& model, const OptimizerOptions& options);
 
   // One update with learning rate `lr` from the current gradients (call
-  // after loss_backward, and clip_grad_norm if wanted). Local: no
-  // communication (every rank holds the same replicated gradients).
+  // after loss_backward, and clip_grad_norm if wanted): on the masters, then
+  // every non-f32 parameter set to its master rounded to its dtype, then
+  // Model::parameters_changed(). Local: no communication (every rank holds
+  // the same replicated gradients).
   void step(double lr);
   // Steps taken so far (AdamW's bias correction uses it).
   int64_t steps() const { return steps_; }
@@ -74,12 +86,17 @@ class Optimizer {
   // Restores the step count (a training checkpoint's resume).
   void set_steps(int64_t steps);
   // The f32 weights the update applies to for parameter i: the parameter
-  // itself (f32 models). A training checkpoint saves these as the model's
-  // weights and, on resume, writes them and then calls masters_loaded().
-  const Tensor& master(size_t i) const { return model_.tensors()[i].tensor; }
+  // itself when it is f32, else its f32 master (the local shape of the
+  // parameter, owned by the optimizer, valid while it lives). A training
+  // checkpoint saves these as the model's weights and, on resume, writes
+  // them and then calls masters_loaded().
+  const Tensor& master(size_t i) const;
   // After master(i) was overwritten: brings the model's compute tensors up
-  // to date (Model::parameters_changed).
-  void masters_loaded() { model_.parameters_changed(); }
+  // to date (each non-f32 parameter = its master rounded to its dtype, then
+  // Model::parameters_changed). Local: no communication.
+  void masters_loaded();
+  // Bytes of f32 master copies held (0 for an f32 model).
+  size_t master_bytes() const;
 
  private:
   Model& model_;
@@ -87,6 +104,10 @@ class Optimizer {
   int64_t steps_ = 0;
   std::vector<std::string> state_names_;
   std::vector<std::vector<Tensor>> state_;
+  // Per parameter: its f32 master, undefined when the parameter is f32.
+  std::vector<Tensor> masters_;
+  // Every non-f32 parameter = its master rounded to its dtype.
+  void round_to_parameters();
 };
 
 // torch.nn.utils.clip_grad_norm_ over the model's gradients: the global

@@ -24,6 +24,32 @@ schedule with 3 warmup steps) and SGD (lr 0.05, Nesterov momentum 0.9, the
 same decay, linear schedule with 2 warmup steps), each with gradient
 accumulation over 2 micro-batches and clip_grad_norm_(1.0).
 
+and, for the mixed-precision loop fixtures, <name>/train_amp_ref.safetensors:
+the same data and loop (AdamW unless named) with the model's matrices (every parameter of
+two or more dimensions but position tables, as oslo's loader holds them)
+rounded to the compute dtype and kept as f32 master weights, the forward
+under torch.autocast(dtype) and the update through torch.amp.GradScaler:
+
+    losses_<run>, grad_norms_<run>  [20] float64  as above (norm after unscale)
+    scales_<run>                    [20] float64  the scale after each step
+    skipped_<run>                   [20] int64    1 = GradScaler skipped it
+    inject_<run>                    [20] int64    1 = inf written into one
+                                                  gradient before unscale_
+
+for runs bf16 (autocast bfloat16, no scaler; bf16_sgd: the same with
+run_loop's Nesterov SGD and linear schedule), f16 (autocast float16,
+GradScaler's defaults) and f16_overflow (float16, init_scale 2**24,
+backoff_factor 2**-8, growth_interval 5: step 0 overflows and is skipped,
+inf is injected at steps 5 and 12, the scale grows after 5 good steps in a
+row; it stays at or below the default 2**16 after step 0, where neither
+PyTorch nor oslo overflows on these fixtures, so both skip the same steps).
+The scheduler steps only after a step that was not skipped (Accelerate's
+rule, which oslo's Trainer follows).
+
+    build/venv-hf/bin/python tests/models/make_train_refs.py --amp [--only NAME ...]
+
+writes only the mixed-precision references.
+
 Deterministic: a fixed generator for the ids, one torch thread, f32 on the
 CPU, eager attention, model.eval() (no dropout: the fixtures have none, and
 training equality is about the arithmetic). Labels are shifted inside the
@@ -104,6 +130,7 @@ def make(name):
 
 LOOP_FIXTURES = ["gpt2-tiny", "llama-tiny-gqa", "gemma-tiny", "gpt-neox-tiny"]
 LOOP_STEPS, LOOP_ACCUM, LOOP_B, LOOP_S = 20, 2, 2, 9
+AMP_FIXTURES = ["gpt2-tiny", "llama-tiny-gqa"]
 
 
 def loop_data(vocab, pad_id):
@@ -152,6 +179,97 @@ def run_loop(folder, opt_name, ids, mask, labels):
     return losses, norms
 
 
+AMP_RUNS = {
+    # name: (autocast dtype, GradScaler kwargs or None, steps with an injected inf, optimizer)
+    "bf16": (torch.bfloat16, None, (), "adamw"),
+    "bf16_sgd": (torch.bfloat16, None, (), "sgd"),
+    "f16": (torch.float16, {}, (), "adamw"),
+    "f16_overflow": (torch.float16,
+                     {"init_scale": 2.0 ** 24, "backoff_factor": 2.0 ** -8, "growth_interval": 5},
+                     (5, 12), "adamw"),
+}
+
+
+def held_in_compute_dtype(name, p):
+    """Whether oslo's loader holds this parameter in the model's dtype
+    (matrices and embedding tables; norms, biases, position tables f32)."""
+    return p.ndim >= 2 and "wpe" not in name and "position" not in name
+
+
+def run_amp_loop(folder, run, ids, mask, labels):
+    """run_loop's loop with mixed precision: f32 master weights
+    (the matrices first rounded to the compute dtype, as a model loaded in
+    that dtype starts), autocast forward and backward, GradScaler."""
+    dtype, scaler_kw, inject, opt_name = AMP_RUNS[run]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, torch_dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if held_in_compute_dtype(name, p):
+                p.copy_(p.to(dtype).float())
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+    if opt_name == "adamw":
+        opt = torch.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.999), eps=1e-8)
+        sched = transformers.get_scheduler("cosine", opt, num_warmup_steps=3,
+                                           num_training_steps=LOOP_STEPS)
+    else:
+        opt = torch.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True)
+        sched = transformers.get_scheduler("linear", opt, num_warmup_steps=2,
+                                           num_training_steps=LOOP_STEPS)
+    scaler = torch.amp.GradScaler("cpu", enabled=scaler_kw is not None, **(scaler_kw or {}))
+    first = next(iter(model.parameters()))
+    out = {"losses": [], "grad_norms": [], "scales": [], "skipped": [], "inject": []}
+    for step in range(LOOP_STEPS):
+        total = 0.0
+        for k in range(LOOP_ACCUM):
+            i = step * LOOP_ACCUM + k
+            with torch.autocast("cpu", dtype=dtype):
+                res = model(input_ids=ids[i], attention_mask=mask[i], labels=labels[i])
+            scaler.scale(res.loss / LOOP_ACCUM).backward()
+            total += res.loss.item() / LOOP_ACCUM
+        if step in inject:
+            with torch.no_grad():
+                first.grad.view(-1)[0] = float("inf")
+        before = scaler.get_scale() if scaler.is_enabled() else 1.0
+        scaler.unscale_(opt)
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        scaler.step(opt)
+        scaler.update()
+        after = scaler.get_scale() if scaler.is_enabled() else 1.0
+        skipped = after < before
+        if not skipped:
+            sched.step()
+        opt.zero_grad(set_to_none=True)
+        out["losses"].append(total)
+        out["grad_norms"].append(norm)
+        out["scales"].append(after)
+        out["skipped"].append(int(skipped))
+        out["inject"].append(int(step in inject))
+    return out
+
+
+def make_amp(name):
+    folder = os.path.join(FIXTURES, name)
+    cfg = transformers.AutoConfig.from_pretrained(folder)
+    pad = cfg.pad_token_id if cfg.pad_token_id is not None else 0
+    ids, mask, labels = loop_data(cfg.vocab_size, pad)
+    tensors = {}
+    for run in AMP_RUNS:
+        out = run_amp_loop(folder, run, ids, mask, labels)
+        for key, vals in out.items():
+            dt = torch.int64 if key in ("skipped", "inject") else torch.float64
+            tensors[f"{key}_{run}"] = torch.tensor(vals, dtype=dt)
+        print(f"{name} {run}: loss {out['losses'][0]:.4f} -> {out['losses'][-1]:.4f}, "
+              f"scales {sorted(set(out['scales']))}, skipped steps "
+              f"{[i for i, s in enumerate(out['skipped']) if s]}")
+    save_file(tensors, os.path.join(folder, "train_amp_ref.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__})
+
+
 def make_loop(name):
     folder = os.path.join(FIXTURES, name)
     cfg = transformers.AutoConfig.from_pretrained(folder)
@@ -171,14 +289,20 @@ def make_loop(name):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--amp", action="store_true",
+                    help="only the mixed-precision loop references")
     a = ap.parse_args()
     torch.set_num_threads(1)
     names = a.only or [n for n in CAUSAL if os.path.isdir(os.path.join(FIXTURES, n))]
-    for n in names:
-        make(n)
-    for n in LOOP_FIXTURES:
+    if not a.amp:
+        for n in names:
+            make(n)
+        for n in LOOP_FIXTURES:
+            if n in names:
+                make_loop(n)
+    for n in AMP_FIXTURES:
         if n in names:
-            make_loop(n)
+            make_amp(n)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@
 // so tensor parallelism is checked piece by piece.
 //
 //   model_train_test FIXTURE_DIR --tp N [--loop adamw|sgd]   ranks as threads
-//   oslo-run --nproc-per-node N model_train_test FIXTURE_DIR --procs [--loop ...]
+//   oslo-run --nproc-per-node N model_train_test FIXTURE_DIR --procs [--loop ...|--amp ...]
 //                                                            ranks as processes
 //
 // Passes when |loss - ref| <= 1e-5 |ref| and, for every parameter,
-// max |grad - ref| <= 1e-4 max |ref| (f32), on every rank; then checks that
+// max |grad - ref| <= 1e-4 max |ref| (f32; with --dtype bf16|f16, the model
+// in that dtype: 1e-2 and 5e-2), on every rank; then checks that
 // a second call accumulates (gradients double) and that bad input fails
 // with a named error on every rank.
 //
@@ -19,6 +20,21 @@
 // linear one) against a plain PyTorch loop on the same data
 // (train_loop_ref.safetensors): every step's loss and gradient norm within
 // 1e-4 relative.
+//
+// --amp bf16|bf16_sgd|f16|f16_overflow: the AdamW loop (cosine schedule with
+// warmup; bf16_sgd: Nesterov SGD, linear schedule) through the Trainer
+// (accumulation 2, clipping 1.0) on the model loaded in bf16 or f16 with f32
+// master weights, against PyTorch's loop under
+// torch.autocast (train_amp_ref.safetensors): every step's mean loss within
+// 2e-2 relative; f16 runs use loss scaling and must give PyTorch
+// GradScaler's scale after every step and skip the same steps. The
+// f16_overflow run starts at a scale that overflows (step 0 skipped) and
+// has inf written into one gradient on the last tensor-parallel rank only
+// (a split tensor at one step, a replicated one at another): every rank
+// skips, parameters and masters stay as they were, the scale backs off.
+// After every update each bf16/f16 parameter must be its master rounded to
+// its dtype. bf16 runs end with an inf gradient on one rank and no loss
+// scaling: the Trainer's named error on every rank.
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -30,10 +46,13 @@
 #include <vector>
 
 #include "core/checkpoint/safetensors.hpp"
+#include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
+#include "core/tensor/view.hpp"
 #include "core/train/optimizer.hpp"
+#include "core/train/trainer.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
 
@@ -94,9 +113,21 @@ std::unique_ptr<Model> load_f32(Context& ctx, const std::string& dir) {
   return Model::load(ctx, dir, o);
 }
 
-void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
+// dtype: the model's (f32; bf16 or f16 for mixed precision, compared with
+// the f32 reference at looser tolerances: the weights themselves are rounded).
+void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo_dtype dtype) {
   const int r = ctx.topology().tp_rank();
-  auto m = load_f32(ctx, dir);
+  ModelLoadOptions lo;
+  lo.dtype = dtype;
+  auto m = Model::load(ctx, dir, lo);
+  const bool narrow = dtype != OSLO_DTYPE_F32;
+  // bf16 products keep 8 significant bits: small gradients (a bias whose
+  // terms cancel) move by up to ~20% of their tensor's largest; f16 ones by
+  // ~3%. A wrong slice or a missing reduction moves them by ~100%.
+  const double loss_tol = narrow ? 1e-2 : 1e-5;
+  double grad_tol = 1e-4;
+  if (dtype == OSLO_DTYPE_BF16) grad_tol = 0.25;
+  if (dtype == OSLO_DTYPE_F16) grad_tol = 5e-2;
   std::vector<int64_t> shape;
   const auto ids = ref.get<int64_t>("input_ids", &shape);
   const auto mask = ref.get<int64_t>("attention_mask");
@@ -104,7 +135,7 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
   const double want_loss = ref.get<double>("loss")[0];
   const float loss = m->loss_backward(ids, labels, mask, shape[0], shape[1]);
   const double lerr = std::fabs(loss - want_loss) / std::fabs(want_loss);
-  const bool lok = lerr <= 1e-5;
+  const bool lok = lerr <= loss_tol;
   if (r == 0 || !lok)
     std::printf("[rank %d tp %d] loss %.7f vs transformers %.7f (rel %.2g) %s\n", r, tp, loss,
                 want_loss, lerr, lok ? "ok" : "FAIL");
@@ -147,7 +178,7 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
       if (!(e <= merr)) merr = e;
     }
     const double rel = merr / std::max(mref, 1e-12);
-    if (!(rel <= 1e-4)) {
+    if (!(rel <= grad_tol)) {
       std::printf("[rank %d tp %d] %s: max |grad - ref| %.3g of max |ref| %.3g (rel %.3g) FAIL\n",
                   r, tp, p.name.c_str(), merr, mref, rel);
       ++g_fail;
@@ -162,12 +193,18 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref) {
                 params.size(), worst, worst_name.c_str());
   // A second call adds the same gradients again (accumulation).
   m->loss_backward(ids, labels, mask, shape[0], shape[1], 0.5f);
+  // (f16 without loss scaling: the loss gradient's small entries are f16
+  // subnormals, which do not scale exactly: 1% of the tensor's largest.)
   bool acc = true;
   for (size_t i = 0; i < params.size() && acc; ++i) {
     if (first[i].empty()) continue;  // reported above
     const auto twice = download(ctx, grads[i]);
+    float big = 0.f;
+    for (float v : first[i]) big = std::max(big, std::fabs(v));
+    const float slack = dtype == OSLO_DTYPE_F16 ? 1e-2f * big : 0.f;
     for (size_t k = 0; k < twice.size() && acc; ++k)
-      acc = std::fabs(twice[k] - 1.5f * first[i][k]) <= 1e-5f * (1 + std::fabs(first[i][k]) * 10);
+      acc = std::fabs(twice[k] - 1.5f * first[i][k]) <=
+            1e-5f * (1 + std::fabs(first[i][k]) * 10) + slack;
   }
   if (r == 0 || !acc)
     std::printf("[rank %d tp %d] a second call with grad_scale 0.5 accumulates: %s\n", r, tp,
@@ -313,11 +350,236 @@ void run_loop(Context& ctx, const std::string& dir, int tp, const std::string& o
                 r, tp, opt_name.c_str(), static_cast<long long>(steps), worst_loss, worst_norm);
 }
 
+// A bf16/f16/f32 tensor's values widened to f32 on the host.
+std::vector<float> download_any(Context& ctx, const Tensor& t) {
+  if (t.dtype() == OSLO_DTYPE_F32) return download(ctx, t);
+  std::vector<uint16_t> raw(static_cast<size_t>(t.numel()));
+  ctx.backend().copy(raw.data(), t.data(), t.nbytes(), CopyKind::DeviceToHost);
+  std::vector<float> v(raw.size());
+  for (size_t k = 0; k < raw.size(); ++k)
+    v[k] = t.dtype() == OSLO_DTYPE_BF16 ? bf16_to_f32(raw[k]) : f16_to_f32(raw[k]);
+  return v;
+}
+
+// Whether every non-f32 parameter holds exactly its master rounded to its
+// dtype (f32 parameters must be their own master).
+bool params_are_rounded_masters(Context& ctx, const Optimizer& opt, std::string* bad) {
+  const auto& params = opt.model().tensors();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i].tensor;
+    if (p.dtype() == OSLO_DTYPE_F32) {
+      if (opt.master(i).data() != p.data()) {
+        *bad = params[i].placement.name + " (f32, yet its master is another tensor)";
+        return false;
+      }
+      continue;
+    }
+    const std::vector<float> m = download(ctx, opt.master(i)), got = download_any(ctx, p);
+    for (size_t k = 0; k < m.size(); ++k) {
+      const float want = p.dtype() == OSLO_DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(m[k]))
+                                                      : f16_to_f32(f32_to_f16(m[k]));
+      if (!(got[k] == want)) {
+        *bad = params[i].placement.name + " element " + std::to_string(k) + ": " +
+               std::to_string(got[k]) + ", its master rounds to " + std::to_string(want);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Writes inf into element 0 of gradient i (f32) on this rank.
+void poison_grad(Context& ctx, const Model& m, size_t i) {
+  const float inf = INFINITY;
+  ctx.backend().copy(m.grads()[i].data(), &inf, sizeof inf, CopyKind::HostToDevice);
+}
+
+// The first parameter split over the ranks (every segment its own) and the
+// first replicated one.
+size_t first_split(const Model& m) {
+  const auto& ps = m.tensors();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    bool owned = true;
+    for (const Segment& s : ps[i].placement.segments) owned = owned && s.owner;
+    if (ps[i].placement.split_dim >= 0 && owned) return i;
+  }
+  return 0;
+}
+size_t first_replicated(const Model& m) {
+  const auto& ps = m.tensors();
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].placement.split_dim < 0) return i;
+  return 0;
+}
+
+// make_train_refs.py's run_amp_loop, through the Trainer.
+void run_amp(Context& ctx, const std::string& dir, int tp, const std::string& run) {
+  const int r = ctx.topology().tp_rank();
+  Ref data(dir + "/train_loop_ref.safetensors");
+  Ref ref(dir + "/train_amp_ref.safetensors");
+  const bool sgd = run == "bf16_sgd", bf16 = run == "bf16" || sgd, overflow = run == "f16_overflow";
+  ModelLoadOptions lo;
+  lo.dtype = bf16 ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F16;
+  auto m = Model::load(ctx, dir, lo);
+  std::vector<int64_t> shape;
+  const auto ids = data.get<int64_t>("input_ids", &shape);
+  const auto mask = data.get<int64_t>("attention_mask");
+  const auto labels = data.get<int64_t>("labels");
+  const auto want_loss = ref.get<double>("losses_" + run);
+  const auto want_norm = ref.get<double>("grad_norms_" + run);
+  const auto want_scale = ref.get<double>("scales_" + run);
+  const auto want_skip = ref.get<int64_t>("skipped_" + run);
+  const auto inject = ref.get<int64_t>("inject_" + run);
+  const int64_t B = shape[1], S = shape[2], per = B * S, accum = 2;
+  const int64_t steps = static_cast<int64_t>(want_loss.size());
+  TrainerOptions o;
+  o.optimizer.weight_decay = 0.01;
+  if (sgd) {  // run_loop's Nesterov SGD with a linear schedule
+    o.optimizer.kind = OptimizerKind::SGD;
+    o.optimizer.lr = 0.05;
+    o.optimizer.momentum = 0.9;
+    o.optimizer.nesterov = true;
+    o.schedule = ScheduleKind::LINEAR;
+    o.warmup_steps = 2;
+  } else {
+    o.optimizer.kind = OptimizerKind::ADAMW;
+    o.optimizer.lr = 2e-3;
+    o.schedule = ScheduleKind::COSINE;
+    o.warmup_steps = 3;
+  }
+  o.total_steps = steps;
+  o.max_grad_norm = 1.0;
+  o.grad_accum_steps = accum;
+  if (!bf16) {
+    o.scaler.enabled = true;  // torch.amp.GradScaler's defaults
+    if (overflow) {
+      o.scaler.init_scale = std::ldexp(1.0, 24);
+      o.scaler.backoff_factor = std::ldexp(1.0, -8);
+      o.scaler.growth_interval = 5;
+    }
+  }
+  Trainer t(*m, o);
+  const Optimizer& opt = t.optimizer();
+  const auto& params = m->tensors();
+  // Memory: 4 bytes of master per element of every bf16/f16 parameter.
+  size_t narrow = 0;
+  for (const auto& p : params)
+    if (p.tensor.dtype() != OSLO_DTYPE_F32) narrow += static_cast<size_t>(p.tensor.numel());
+  if (opt.master_bytes() != 4 * narrow || narrow == 0) {
+    std::printf("[rank %d] master bytes %zu for %zu narrow parameter elements FAIL\n", r,
+                opt.master_bytes(), narrow);
+    ++g_fail;
+  }
+  std::string bad;
+  if (!params_are_rounded_masters(ctx, opt, &bad)) {
+    std::printf("[rank %d] before training: %s FAIL\n", r, bad.c_str());
+    ++g_fail;
+  }
+  const size_t split = first_split(*m), repl = first_replicated(*m);
+  int injected = 0;
+  double worst_loss = 0, worst_norm = 0;
+  std::string scales;
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<std::vector<float>> before;
+    TrainStepResult res;
+    for (int64_t k = 0; k < accum; ++k) {
+      const int64_t i = step * accum + k;
+      auto part = [&](const std::vector<int64_t>& v) {
+        return std::vector<int64_t>(v.begin() + i * per, v.begin() + (i + 1) * per);
+      };
+      if (k + 1 == accum) {
+        if (want_skip[step])
+          for (size_t j = 0; j < params.size(); ++j) {
+            before.push_back(download(ctx, opt.master(j)));
+            before.push_back(download_any(ctx, params[j].tensor));
+          }
+        if (inject[step] && r == tp - 1)  // one rank only: the others' gradients are finite
+          poison_grad(ctx, *m, injected % 2 == 0 ? split : repl);
+        if (inject[step]) ++injected;
+      }
+      res = t.train_step(part(ids), part(labels), part(mask), B, S);
+    }
+    scales += (step ? " " : "") + std::to_string(static_cast<long long>(res.loss_scale));
+    const double el = std::fabs(res.mean_loss - want_loss[step]) / std::fabs(want_loss[step]);
+    worst_loss = std::max(worst_loss, el);
+    if (!want_skip[step]) {
+      const double en = std::fabs(res.grad_norm - want_norm[step]) / std::fabs(want_norm[step]);
+      worst_norm = std::max(worst_norm, en);
+    }
+    bool ok = res.stepped && el <= 2e-2 && res.skipped == (want_skip[step] != 0) &&
+              res.loss_scale == want_scale[step];
+    if (res.skipped) {
+      // Nothing moved: masters and parameters as before the step.
+      size_t j = 0;
+      bool same = !before.empty();
+      for (size_t p = 0; p < params.size() && same; ++p) {
+        same = download(ctx, opt.master(p)) == before[j++];
+        same = same && download_any(ctx, params[p].tensor) == before[j++];
+      }
+      if (!same) {
+        std::printf("[rank %d tp %d %s] step %lld skipped, yet a parameter changed FAIL\n", r, tp,
+                    run.c_str(), static_cast<long long>(step));
+        ok = false;
+      }
+    } else if (!params_are_rounded_masters(ctx, opt, &bad)) {
+      std::printf("[rank %d tp %d %s] step %lld: %s FAIL\n", r, tp, run.c_str(),
+                  static_cast<long long>(step), bad.c_str());
+      ok = false;
+    }
+    if (!ok || (r == 0 && (step == 0 || step + 1 == steps || res.skipped)))
+      std::printf(
+          "[rank %d tp %d %s] step %lld: loss %.6f vs %.6f (rel %.2g), grad norm %.5f vs %.5f, "
+          "scale %g vs %g, %s vs %s %s\n",
+          r, tp, run.c_str(), static_cast<long long>(step), res.mean_loss, want_loss[step], el,
+          res.grad_norm, want_norm[step], res.loss_scale, want_scale[step],
+          res.skipped ? "skipped" : "stepped", want_skip[step] ? "skipped" : "stepped",
+          ok ? "ok" : "FAIL");
+    if (!ok) ++g_fail;
+  }
+  if (r == 0)
+    std::printf(
+        "[rank %d tp %d %s] %lld steps: worst relative error loss %.3g, grad norm %.3g; "
+        "scales %s\n",
+        r, tp, run.c_str(), static_cast<long long>(steps), worst_loss, worst_norm, scales.c_str());
+  // masters_loaded(): compute tensors re-derived from the masters.
+  for (const auto& p : params)
+    if (p.tensor.dtype() != OSLO_DTYPE_F32) ctx.backend().fill(view(p.tensor), 0.0);
+  t.optimizer().masters_loaded();
+  if (!params_are_rounded_masters(ctx, opt, &bad)) {
+    std::printf("[rank %d] after masters_loaded: %s FAIL\n", r, bad.c_str());
+    ++g_fail;
+  }
+  if (bf16) {
+    // No loss scaling: a non-finite gradient on one rank is the Trainer's
+    // named error on every rank.
+    t.zero_grad();
+    m->loss_backward(std::vector<int64_t>(ids.begin(), ids.begin() + per),
+                     std::vector<int64_t>(labels.begin(), labels.begin() + per),
+                     std::vector<int64_t>(mask.begin(), mask.begin() + per), B, S);
+    if (r == tp - 1) poison_grad(ctx, *m, repl);
+    try {
+      t.step();
+      std::printf("[rank %d] inf gradient without loss scaling: accepted FAIL\n", r);
+      ++g_fail;
+    } catch (const Error& e) {
+      const bool ok =
+          e.status() == OSLO_ERR_INVALID_ARGUMENT && std::strstr(e.what(), "non-finite gradients");
+      if (r == 0 || !ok)
+        std::printf("[rank %d] inf gradient on rank %d without loss scaling: %s (%s)\n", r, tp - 1,
+                    ok ? "refused ok" : "FAIL", e.what());
+      if (!ok) ++g_fail;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N | --procs\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s FIXTURE_DIR --tp N | --procs [--dtype f32|bf16|f16] "
+                 "[--loop adamw|sgd] [--amp bf16|bf16_sgd|f16|f16_overflow]\n",
+                 argv[0]);
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -325,13 +587,22 @@ int main(int argc, char** argv) {
   const bool procs = !std::strcmp(argv[2], "--procs");
   const int tp = procs ? (std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1)
                        : (argc > 3 ? std::atoi(argv[3]) : 1);
-  std::string loop;
-  for (int i = 2; i + 1 < argc; ++i)
+  std::string loop, amp;
+  oslo_dtype dtype = OSLO_DTYPE_F32;
+  for (int i = 2; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--loop")) loop = argv[i + 1];
+    if (!std::strcmp(argv[i], "--amp")) amp = argv[i + 1];
+    if (!std::strcmp(argv[i], "--dtype"))
+      dtype = !std::strcmp(argv[i + 1], "bf16")  ? OSLO_DTYPE_BF16
+              : !std::strcmp(argv[i + 1], "f16") ? OSLO_DTYPE_F16
+                                                 : OSLO_DTYPE_F32;
+  }
   Ref ref(dir + "/train_ref.safetensors");
   auto body = [&](Context& ctx) {
-    if (loop.empty())
-      run_rank(ctx, dir, tp, ref);
+    if (!amp.empty())
+      run_amp(ctx, dir, tp, amp);
+    else if (loop.empty())
+      run_rank(ctx, dir, tp, ref, dtype);
     else
       run_loop(ctx, dir, tp, loop);
   };
