@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -92,12 +93,16 @@ void run_agreed(Communicator& world, const std::string& what, const std::functio
 // their base names) atomically, writes the manifest last (the commit point,
 // with `model_config_json`, which must be a JSON object or empty), and
 // removes files no longer referenced. Any failure makes every rank throw and
-// leaves the previous checkpoint in `dir` loadable. Errors:
+// leaves the previous checkpoint in `dir` loadable. `sections` (world rank
+// 0's are used) are written into the manifest as extension sections
+// (FORMAT.md "Extending the manifest"; a training section is checked against
+// the saved tensors before the manifest is written). Errors:
 // OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
 void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensors,
                  const std::string& model_config_json, const std::vector<std::string>& extra_files,
                  const CheckpointLayout& layout, Communicator& world,
-                 const ProgressFn& progress = {});
+                 const ProgressFn& progress = {},
+                 const std::map<std::string, nlohmann::json>& sections = {});
 
 struct MergeOptions {
   // Above this many bytes of tensor data, write model-0000i-of-0000n.safetensors
@@ -165,6 +170,10 @@ struct Inspection {
   bool has_config = false;
   std::vector<std::pair<std::string, std::string>> config_summary;  // key, JSON value
   std::vector<std::string> extra_files;
+  // A training checkpoint: its manifest's training section, verbatim
+  // (FORMAT.md "Training checkpoints"); rendered after the summary.
+  bool has_training = false;
+  nlohmann::json training;
   std::vector<std::string> files;  // weight files
   uint64_t total_bytes = 0;
   std::vector<InspectTensor> tensors;  // sorted by name
