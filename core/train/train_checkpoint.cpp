@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "core/checkpoint/fs_util.hpp"
 #include "core/checkpoint/manifest.hpp"
 #include "core/checkpoint/model_checkpoint.hpp"
+#include "core/checkpoint/weight_source.hpp"
 #include "core/common/error.hpp"
 
 namespace oslo {
@@ -82,9 +84,11 @@ nlohmann::json load_training_checkpoint(const std::string& dir, Trainer& trainer
   Context& ctx = model.context();
   Communicator& world = ctx.comm(OSLO_GROUP_WORLD);
   Optimizer& opt = trainer.optimizer();
+  const std::string what = "training checkpoint load from " + quote_path(dir);
+  std::unique_ptr<WeightSource> src;
   TrainingSection t;
-  std::vector<PlacedTensor> tensors;
-  run_agreed(world, "training checkpoint load from " + quote_path(dir), [&] {
+  // First every rank checks what it is given, and all agree, ...
+  run_agreed(world, what, [&] {
     struct stat sb;
     OSLO_CHECK(!dir.empty() && ::stat(dir.c_str(), &sb) == 0, OSLO_ERR_IO, quote_path(dir),
                " does not exist");
@@ -92,26 +96,21 @@ nlohmann::json load_training_checkpoint(const std::string& dir, Trainer& trainer
                OSLO_ERR_FORMAT, quote_path(dir), " is not a training checkpoint (no ",
                kCheckpointManifest,
                ": a Hugging Face folder or no checkpoint; load weights with Model::load)");
-    ManifestReadOptions ro;
-    ro.min_version = 2;
-    ro.newer_version_note = "this build reads training checkpoints of manifest version 2";
-    ro.sections = {kTrainingSection};
-    const Manifest m = read_manifest(dir, ro);
-    auto it = m.sections.find(kTrainingSection);
-    OSLO_CHECK(it != m.sections.end(), OSLO_ERR_FORMAT, quote_path(dir),
+    src = std::make_unique<WeightSource>(dir);  // validates the manifest and the section
+    OSLO_CHECK(src->training(&t), OSLO_ERR_FORMAT, quote_path(dir),
                " is not a training checkpoint (a model checkpoint without a training section: "
                "load it with Model::load and start a new optimizer)");
-    t = parse_training_section(it->second, m.tensors, fsutil::join(dir, kCheckpointManifest));
     OSLO_CHECK(t.state_names == opt.state_names(), OSLO_ERR_INVALID_ARGUMENT,
                "training checkpoint ", quote_path(dir), " was saved by optimizer ",
                t.trainer["optimizer"].get<std::string>(), " with state ", names_str(t.state_names),
                "; this trainer's optimizer keeps ", names_str(opt.state_names()));
   });
-  // Every name, shape and dtype is checked on every rank before a byte is
-  // written; a different tensor-parallel size re-slices on the way.
-  tensors = training_tensors(trainer);
-  load_placed_collective(dir, tensors, ctx.backend(), world);
-  run_agreed(world, "training checkpoint load from " + quote_path(dir), [&] {
+  // ... then loads. load_placed checks every name, global shape and dtype
+  // before it writes a byte, and re-slices to this tensor-parallel size.
+  run_agreed(world, what, [&] {
+    std::vector<PlacedTensor> tensors = training_tensors(trainer);
+    load_placed(*src, tensors, ctx.backend());
+    src->release();
     opt.masters_loaded();
     trainer.set_state(t.trainer);
   });

@@ -48,10 +48,12 @@ void save_training_checkpoint(const std::string& dir, Trainer& trainer,
                               const nlohmann::json& user_state);
 
 // Restores `trainer` from the training checkpoint in `dir`, saved at any
-// tensor-parallel size: the masters (then Optimizer::masters_loaded) and the
-// optimizer state are read through load_placed_collective (re-sliced to
-// this size), then Trainer::set_state restores the scalar state (pending
-// micro-batches are dropped). Returns the saved user_state (the same on
+// tensor-parallel size: after every rank has checked the manifest and its
+// training section (and all agree), the masters (then
+// Optimizer::masters_loaded) and the optimizer state are read with
+// load_placed (re-sliced to this size), then Trainer::set_state restores
+// the scalar state (pending micro-batches are dropped), inside a second
+// agreement. Returns the saved user_state (the same on
 // every rank). Collective over the world group; every rank returns or
 // throws the same status. At the saved layout the resumed run is bitwise
 // the uninterrupted one. Errors, named on every rank:

@@ -273,6 +273,25 @@ void resume(Context& ctx, const std::string& fixture, const std::string& work,
   if (r == 0 && !differ)
     std::printf("[tp %d %s] resumed at step %lld: %lld losses bitwise equal\n", tp, opt.c_str(),
                 static_cast<long long>(start), static_cast<long long>(kSteps));
+  // The usual loop saves into the folder it resumed from: the new save
+  // replaces the old (its shards removed) and loads back as it was saved.
+  const std::vector<std::string> old_files = fsutil::list_dir(ckpt);
+  save_training_checkpoint(ckpt, tr, user_state_at(kSteps));
+  auto m2 = load_f32(ctx, ckpt);
+  Trainer t2(*m2, trainer_options(opt));
+  EXPECT(load_training_checkpoint(ckpt, t2) == user_state_at(kSteps) &&
+             t2.optimizer().steps() == kSteps && bitwise_equal(snapshot(ctx, t2), ref_end),
+         "[rank %d] a second save into the folder resumed from does not load back as saved", r);
+  size_t shards = 0;
+  for (const std::string& f : fsutil::list_dir(ckpt))
+    if (f.rfind("shard-", 0) == 0) ++shards;
+  EXPECT(shards == static_cast<size_t>(tp), "[rank %d] %zu shard files after the second save", r,
+         shards);
+  EXPECT(fsutil::list_dir(ckpt).size() == old_files.size(),
+         "[rank %d] the second save left %zu files, the first %zu", r,
+         fsutil::list_dir(ckpt).size(), old_files.size());
+  // Under oslo-run, rank 0 removes the work folder when it returns.
+  ctx.comm(OSLO_GROUP_WORLD).barrier();
 }
 
 // ---- reslice ---------------------------------------------------------------
