@@ -472,6 +472,16 @@ void errors(const std::string& fixture, const std::string& other, const std::str
           "[rank %d] %s: the checkpoint folder changed", r, after);
     };
 
+    // Offline: reshard to another dtype would round the masters.
+    if (r == 0) {
+      ReshardOptions ro;
+      ro.convert = true;
+      ro.dtype = OSLO_DTYPE_BF16;
+      refused("reshard of a training checkpoint to bf16", OSLO_ERR_INVALID_ARGUMENT,
+              {"training checkpoint", "master weights"},
+              [&] { reshard(good, work + "/bf16", 2, model_planner(good), ro); });
+      EXPECT(!fsutil::exists(work + "/bf16"), "the refused reshard made its destination");
+    }
     // Not training checkpoints.
     {
       auto m2 = load_f32(ctx, fixture);
