@@ -124,7 +124,9 @@ struct MergeOptions {
 // Offline, not collective. Streams tensor by tensor: memory is bounded by
 // the largest tensor. Atomic: everything is written into a temporary folder
 // next to `dst`, fsync'ed, then renamed. Checksums of the source's pieces
-// are verified (each is read whole). Errors: as WeightSource and read_box,
+// are verified (each is read whole). A training checkpoint merges to its
+// weights only (its optimizer tensors are left out). Errors: as WeightSource
+// and read_box,
 // OSLO_ERR_INVALID_ARGUMENT (non-empty dst without overwrite), OSLO_ERR_IO.
 void merge(const std::string& src, const std::string& dst, const MergeOptions& options = {});
 
@@ -144,8 +146,11 @@ struct ReshardOptions {
 // reading only the boxes each rank's owned segments need. Source tensors the
 // planner does not mention are kept, replicated on rank 0. One process
 // writes every rank's file, then the manifest (atomic like save_placed;
-// `dst` may be `src`). Offline, not collective. Errors: as load_placed and
-// save_placed.
+// `dst` may be `src`). A training checkpoint stays one: each optimizer
+// tensor "optimizer/<state>/<P>" gets the placements of P (re-sliced with
+// its weight) and the training section is copied; converting its dtype is
+// OSLO_ERR_INVALID_ARGUMENT (it would round the master weights). Offline,
+// not collective. Errors: as load_placed and save_placed.
 void reshard(const std::string& src, const std::string& dst, int new_tp, const Planner& planner,
              const ReshardOptions& options = {});
 
