@@ -18,6 +18,7 @@
 namespace oslo {
 
 const char* const kCheckpointManifest = "oslo_checkpoint.json";
+const char* const kTrainingSection = "training";
 
 namespace st = safetensors;
 using json = nlohmann::json;
@@ -307,7 +308,99 @@ Manifest parse_manifest(const std::string& text, const std::string& source,
   if (!tensors.is_object()) sc.bad("tensors", "must be an object");
   for (auto it = tensors.begin(); it != tensors.end(); ++it)  // sorted by name
     m.tensors.push_back(read_tensor(sc, it.key(), it.value(), v2, file_set));
+  auto training = m.sections.find(kTrainingSection);
+  if (training != m.sections.end()) {
+    if (!v2) sc.bad(kTrainingSection, "a training section needs manifest version 2");
+    (void)parse_training_section(training->second, m.tensors, source);
+  }
   return m;
+}
+
+// --------------------------------------------------------------------------
+// Training section
+// --------------------------------------------------------------------------
+
+std::string optimizer_tensor_name(const std::string& state, const std::string& param) {
+  return "optimizer/" + state + "/" + param;
+}
+
+std::vector<std::string> TrainingSection::optimizer_tensors() const {
+  std::vector<std::string> out;
+  for (const std::string& s : state_names)
+    for (const std::string& p : parameters) out.push_back(optimizer_tensor_name(s, p));
+  return out;
+}
+
+TrainingSection parse_training_section(const json& j, const std::vector<ManifestTensor>& tensors,
+                                       const std::string& source) {
+  StrictJson sc(clip(source, kQuotedPathMax));
+  const std::string w = kTrainingSection;
+  sc.exact_keys(j, w, {"version", "trainer", "optimizer_state", "parameters", "user_state"});
+  TrainingSection t;
+  const int64_t version = sc.integer(j["version"], w + ".version", 1, INT64_MAX);
+  if (version != kTrainingSectionVersion)
+    sc.bad(w + ".version", "training section version " + std::to_string(version) +
+                               " is not supported (this build reads version " +
+                               std::to_string(kTrainingSectionVersion) + ")");
+  t.version = static_cast<int>(version);
+  t.trainer = j["trainer"];
+  if (!t.trainer.is_object() || !t.trainer.contains("optimizer") ||
+      !t.trainer["optimizer"].is_string())
+    sc.bad(w + ".trainer", "must be an object with a string \"optimizer\"");
+  auto names = [&](const char* key, std::vector<std::string>* out) {
+    const json& a = j[key];
+    if (!a.is_array()) sc.bad(w + "." + key, "must be an array of strings");
+    std::set<std::string> seen;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string wi = w + "." + key + "[" + std::to_string(i) + "]";
+      out->push_back(sc.string(a[i], wi));
+      if (!seen.insert(out->back()).second) sc.bad(wi, quote(out->back()) + " is listed twice");
+    }
+  };
+  names("optimizer_state", &t.state_names);
+  names("parameters", &t.parameters);
+  t.user_state = j["user_state"];
+  for (const std::string& s : t.state_names)
+    if (s.empty() || s.find('/') != std::string::npos)
+      sc.bad(w + ".optimizer_state", quote(s) + " is not a state name (empty, or holds '/')");
+  std::map<std::string, const ManifestTensor*> by_name;
+  for (const ManifestTensor& mt : tensors) by_name[mt.name] = &mt;
+  for (const std::string& p : t.parameters) {
+    if (starts_with(p, "optimizer/"))
+      sc.bad(w + ".parameters", quote(p) + " is an optimizer tensor, not a parameter");
+    auto it = by_name.find(p);
+    if (it == by_name.end())
+      sc.bad(w + ".parameters", "parameter " + quote(p) + " is not in 'tensors'");
+    for (const std::string& s : t.state_names) {
+      const std::string o = optimizer_tensor_name(s, p);
+      auto ot = by_name.find(o);
+      if (ot == by_name.end())
+        sc.bad(w, "optimizer state " + quote(o) + " of parameter " + quote(p) +
+                      " is not in 'tensors'");
+      if (ot->second->dtype != st::Dtype::F32 || ot->second->shape != it->second->shape)
+        sc.bad("tensor " + quote(o), "optimizer state must be F32 of its parameter's shape " +
+                                         shape_str(it->second->shape) + ", is " +
+                                         st::dtype_name(ot->second->dtype) + " " +
+                                         shape_str(ot->second->shape));
+    }
+  }
+  const std::vector<std::string> listed = t.optimizer_tensors();
+  const std::set<std::string> listed_set(listed.begin(), listed.end());
+  for (const ManifestTensor& mt : tensors)
+    if (starts_with(mt.name, "optimizer/") && !listed_set.count(mt.name))
+      sc.bad("tensor " + quote(mt.name),
+             "an optimizer tensor that the training section does not list");
+  return t;
+}
+
+json training_section_json(const TrainingSection& t) {
+  json j = json::object();
+  j["version"] = t.version;
+  j["trainer"] = t.trainer;
+  j["optimizer_state"] = t.state_names;
+  j["parameters"] = t.parameters;
+  j["user_state"] = t.user_state;
+  return j;
 }
 
 Manifest read_manifest(const std::string& dir, const ManifestReadOptions& options) {

@@ -95,6 +95,50 @@ struct Manifest {
   std::map<std::string, nlohmann::json> sections;
 };
 
+// ---- Training section (FORMAT.md "Training checkpoints") ----
+//
+// A training checkpoint is a version-2 model checkpoint whose manifest has a
+// top-level section "training" and which also stores, for every parameter P
+// and every optimizer state S (AdamW: exp_avg, exp_avg_sq; SGD with momentum:
+// momentum_buffer), the tensor "optimizer/S/P": f32, P's global shape, saved
+// with P's placement. Hugging Face names never hold '/', so these names
+// cannot collide with a model tensor.
+
+// The section's key in the manifest: "training".
+extern const char* const kTrainingSection;
+// The version of the section's layout this build writes and reads.
+constexpr int kTrainingSectionVersion = 1;
+// "optimizer/<state>/<param>": the stored name of parameter `param`'s
+// optimizer state `state`.
+std::string optimizer_tensor_name(const std::string& state, const std::string& param);
+
+// The training section, as written by save_training_checkpoint
+// (core/train/train_checkpoint.hpp).
+struct TrainingSection {
+  int version = kTrainingSectionVersion;
+  nlohmann::json trainer = nlohmann::json::object();  // Trainer::state(): an object
+  std::vector<std::string> state_names;               // optimizer state kept per parameter
+  std::vector<std::string> parameters;                // model tensors the optimizer updates
+  nlohmann::json user_state;                          // the caller's JSON value, verbatim
+  // Every optimizer tensor name (state_names x parameters).
+  std::vector<std::string> optimizer_tensors() const;
+};
+
+// Validates a training section against the manifest's tensors and returns
+// it. Errors: OSLO_ERR_FORMAT "<source>: training...: <what>": not exactly the
+// keys version, trainer, optimizer_state, parameters, user_state; a version
+// other than kTrainingSectionVersion; trainer not an object with a string
+// "optimizer"; a state name that is empty, holds '/' or is listed twice; a
+// parameter listed twice, missing from `tensors` or itself an optimizer
+// tensor; an optimizer tensor missing, not F32 or not of its parameter's
+// shape; a tensor named "optimizer/..." that the section does not list.
+TrainingSection parse_training_section(const nlohmann::json& section,
+                                       const std::vector<ManifestTensor>& tensors,
+                                       const std::string& source);
+// The section as the manifest stores it (a JSON object; the writer emits its
+// keys sorted). Pure.
+nlohmann::json training_section_json(const TrainingSection& t);
+
 // What one rank of a save holds of one tensor: a stored piece (`stored`:
 // rows [offset, offset + length) along split_dim under `key` in `file`; the
 // whole tensor when split_dim is -1), or a declaration (the rank holds the
@@ -130,7 +174,8 @@ struct ManifestReadOptions {
   // reads versions 1 to <max>".
   std::string newer_version_note;
   // Extension sections this reader accepts (FORMAT.md); any other unknown
-  // top-level key is OSLO_ERR_FORMAT "unknown field".
+  // top-level key is OSLO_ERR_FORMAT "unknown field". An accepted
+  // kTrainingSection is validated (parse_training_section; version 2 only).
   std::vector<std::string> sections;
 };
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -92,12 +93,16 @@ void run_agreed(Communicator& world, const std::string& what, const std::functio
 // their base names) atomically, writes the manifest last (the commit point,
 // with `model_config_json`, which must be a JSON object or empty), and
 // removes files no longer referenced. Any failure makes every rank throw and
-// leaves the previous checkpoint in `dir` loadable. Errors:
+// leaves the previous checkpoint in `dir` loadable. `sections` (world rank
+// 0's are used) are written into the manifest as extension sections
+// (FORMAT.md "Extending the manifest"; a training section is checked against
+// the saved tensors before the manifest is written). Errors:
 // OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
 void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensors,
                  const std::string& model_config_json, const std::vector<std::string>& extra_files,
                  const CheckpointLayout& layout, Communicator& world,
-                 const ProgressFn& progress = {});
+                 const ProgressFn& progress = {},
+                 const std::map<std::string, nlohmann::json>& sections = {});
 
 struct MergeOptions {
   // Above this many bytes of tensor data, write model-0000i-of-0000n.safetensors
@@ -119,7 +124,9 @@ struct MergeOptions {
 // Offline, not collective. Streams tensor by tensor: memory is bounded by
 // the largest tensor. Atomic: everything is written into a temporary folder
 // next to `dst`, fsync'ed, then renamed. Checksums of the source's pieces
-// are verified (each is read whole). Errors: as WeightSource and read_box,
+// are verified (each is read whole). A training checkpoint merges to its
+// weights only (its optimizer tensors are left out). Errors: as WeightSource
+// and read_box,
 // OSLO_ERR_INVALID_ARGUMENT (non-empty dst without overwrite), OSLO_ERR_IO.
 void merge(const std::string& src, const std::string& dst, const MergeOptions& options = {});
 
@@ -139,8 +146,11 @@ struct ReshardOptions {
 // reading only the boxes each rank's owned segments need. Source tensors the
 // planner does not mention are kept, replicated on rank 0. One process
 // writes every rank's file, then the manifest (atomic like save_placed;
-// `dst` may be `src`). Offline, not collective. Errors: as load_placed and
-// save_placed.
+// `dst` may be `src`). A training checkpoint stays one: each optimizer
+// tensor "optimizer/<state>/<P>" gets the placements of P (re-sliced with
+// its weight) and the training section is copied; converting its dtype is
+// OSLO_ERR_INVALID_ARGUMENT (it would round the master weights). Offline,
+// not collective. Errors: as load_placed and save_placed.
 void reshard(const std::string& src, const std::string& dst, int new_tp, const Planner& planner,
              const ReshardOptions& options = {});
 
@@ -165,6 +175,10 @@ struct Inspection {
   bool has_config = false;
   std::vector<std::pair<std::string, std::string>> config_summary;  // key, JSON value
   std::vector<std::string> extra_files;
+  // A training checkpoint: its manifest's training section, verbatim
+  // (FORMAT.md "Training checkpoints"); rendered after the summary.
+  bool has_training = false;
+  nlohmann::json training;
   std::vector<std::string> files;  // weight files
   uint64_t total_bytes = 0;
   std::vector<InspectTensor> tensors;  // sorted by name

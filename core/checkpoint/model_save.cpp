@@ -300,7 +300,8 @@ std::string new_save_id(const std::string& dir) {
 
 void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensors,
                  const std::string& model_config_json, const std::vector<std::string>& extra_files,
-                 const CheckpointLayout& layout, Communicator& world, const ProgressFn& progress) {
+                 const CheckpointLayout& layout, Communicator& world, const ProgressFn& progress,
+                 const std::map<std::string, nlohmann::json>& sections) {
   LocalOutcome f("model save");
   const std::string what = "model save to " + quote_path(dir);
   std::vector<std::string> extras;
@@ -431,9 +432,10 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
       for (int pp = 0; pp < layout.pp_size; ++pp)
         for (int tp = 0; tp < layout.tp_size; ++tp)
           files.push_back(shard_file_name(save_id, tp, layout.tp_size, pp, layout.pp_size));
-      const Manifest man =
-          model_manifest(dir, save_id, layout.tp_size, layout.pp_size, layout.dp_size,
-                         model_config_json, extras, files, records, true);
+      Manifest man = model_manifest(dir, save_id, layout.tp_size, layout.pp_size, layout.dp_size,
+                                    model_config_json, extras, files, records, true);
+      man.sections = sections;
+      (void)manifest_text(man);  // refuses a bad section before the extra files are copied
       for (size_t i = 0; i < extra_files.size(); ++i)
         copy_file_atomically(extra_files[i], fsutil::join(dir, extras[i]));
       write_manifest(dir, man);

@@ -66,10 +66,28 @@ void reshard(const std::string& src_path, const std::string& dst, int new_tp,
     OSLO_CHECK(dtype_is_float(options.dtype), OSLO_ERR_DTYPE,
                "reshard: the target dtype must be f32, f16 or bf16");
   WeightSource src(src_path);
+  // A training checkpoint: each parameter's optimizer state is placed like
+  // the parameter (re-sliced with it); its master weights keep their dtype.
+  TrainingSection training;
+  const bool is_training = src.training(&training);
+  OSLO_CHECK(!is_training || !options.convert, OSLO_ERR_INVALID_ARGUMENT,
+             "reshard: ", quote_path(src_path),
+             " is a training checkpoint; converting its dtype would round the master weights "
+             "it resumes from (reshard it without a dtype, or merge it for a converted model)");
+  const std::set<std::string> trained(training.parameters.begin(), training.parameters.end());
   std::vector<std::vector<Placement>> plans(new_tp);
   std::set<std::string> planned;
   for (int r = 0; r < new_tp; ++r) {
     plans[r] = planner(new_tp, r);
+    const size_t n_model = plans[r].size();
+    for (size_t i = 0; i < n_model; ++i) {
+      if (!trained.count(plans[r][i].name)) continue;
+      for (const std::string& state : training.state_names) {
+        Placement q = plans[r][i];
+        q.name = optimizer_tensor_name(state, q.name);
+        plans[r].push_back(std::move(q));
+      }
+    }
     std::set<std::string> names;
     for (const Placement& p : plans[r]) {
       const std::string who = "tensor " + quote(p.name) + " (rank " + std::to_string(r) + ")";
@@ -135,8 +153,9 @@ void reshard(const std::string& src_path, const std::string& dst, int new_tp,
       });
       records.insert(records.end(), plan.records.begin(), plan.records.end());
     }
-    const Manifest man = model_manifest(dst, save_id, new_tp, 1, 1, src.config_json(), extras,
-                                        files, records, false);
+    Manifest man = model_manifest(dst, save_id, new_tp, 1, 1, src.config_json(), extras, files,
+                                  records, false);
+    man.sections = src.sections();  // the training section travels unchanged
     for (const std::string& e : extras) {
       const std::string from = fsutil::join(src.folder(), e), to = fsutil::join(dst, e);
       if (from != to) copy_file_atomically(from, to);
@@ -173,6 +192,12 @@ void merge(const std::string& src_path, const std::string& dst_arg, const MergeO
   WeightSource src(src_path);
   OSLO_CHECK(!src.tensors().empty(), OSLO_ERR_FORMAT, "merge: ", quote_path(src_path),
              " holds no tensors");
+  // A training checkpoint merges to its weights only: the optimizer state
+  // is not part of a Hugging Face model.
+  std::set<std::string> skip;
+  TrainingSection training;
+  if (src.training(&training))
+    for (const std::string& n : training.optimizer_tensors()) skip.insert(n);
   auto out_dtype = [&](const SourceTensor& t) {
     oslo_dtype od;
     if (options.convert && st::to_oslo(t.dtype, &od) && dtype_is_float(od))
@@ -185,6 +210,7 @@ void merge(const std::string& src_path, const std::string& dst_arg, const MergeO
   std::vector<uint64_t> group_bytes(1, 0);
   uint64_t total = 0;
   for (const SourceTensor& t : src.tensors()) {
+    if (skip.count(t.name)) continue;
     std::vector<uint64_t> shp(t.shape.begin(), t.shape.end());
     const uint64_t n = st::tensor_nbytes(out_dtype(t), shp);
     if (options.max_shard_bytes > 0 && !groups.back().empty() &&
@@ -293,6 +319,11 @@ Inspection inspect(const std::string& path) {
   in.save_id = src.save_id();
   in.layout = src.layout();
   in.extra_files = src.extra_files();
+  auto training = src.sections().find(kTrainingSection);
+  if (training != src.sections().end()) {
+    in.has_training = true;
+    in.training = training->second;
+  }
   std::set<std::string> files;
   for (const SourceTensor& t : src.tensors()) {
     InspectTensor it;
@@ -392,6 +423,18 @@ std::string render_text(const Inspection& in) {
     for (const std::string& f : in.extra_files) o += " " + f;
     o += "\n";
   }
+  if (in.has_training) {
+    // The section was validated when read: these keys are there.
+    const json& t = in.training;
+    std::string states;
+    for (const json& s : t["optimizer_state"])
+      states += (states.empty() ? "" : ", ") + s.get<std::string>();
+    o += "training: section version " + t["version"].dump() + ", optimizer state [" + states +
+         "] of " + std::to_string(t["parameters"].size()) +
+         " parameters (tensors optimizer/<state>/<parameter>)\n";
+    o += "trainer:  " + clip(t["trainer"].dump(), 400) + "\n";
+    o += "user:     " + clip(t["user_state"].dump(), 400) + "\n";
+  }
   o += "\n";
   size_t wn = 4, wd = 5, ws = 5;
   std::vector<std::string> shapes;
@@ -448,6 +491,7 @@ std::string render_json(const Inspection& in) {
     j["config"] = nullptr;
   }
   j["extra_files"] = in.extra_files;
+  if (in.has_training) j["training"] = ojson::parse(in.training.dump());
   j["files"] = in.files;
   j["total_bytes"] = in.total_bytes;
   ojson ts = ojson::array();

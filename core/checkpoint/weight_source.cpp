@@ -292,8 +292,11 @@ void WeightSource::open_hf_index() {
 
 void WeightSource::open_oslo() {
   kind_ = SourceKind::OsloCheckpoint;
-  Manifest m = read_manifest(folder_);
+  ManifestReadOptions ro;
+  ro.sections = {kTrainingSection};
+  Manifest m = read_manifest(folder_, ro);
   version_ = m.version;
+  sections_ = std::move(m.sections);
   save_id_ = m.save_id;
   layout_.tp_size = m.tp_size;
   layout_.pp_size = m.pp_size;
@@ -306,6 +309,13 @@ void WeightSource::open_oslo() {
 // --------------------------------------------------------------------------
 // Lookup and reading
 // --------------------------------------------------------------------------
+
+bool WeightSource::training(TrainingSection* out) const {
+  auto it = sections_.find(kTrainingSection);
+  if (it == sections_.end()) return false;
+  *out = parse_training_section(it->second, tensors_, fsutil::join(folder_, kCheckpointManifest));
+  return true;
+}
 
 std::vector<std::string> WeightSource::extra_file_paths() const {
   std::vector<std::string> out;

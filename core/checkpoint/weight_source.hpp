@@ -99,6 +99,15 @@ class WeightSource {
   // Like find; a missing tensor is OSLO_ERR_FORMAT naming it and the source.
   const SourceTensor& at(const std::string& name) const;
 
+  // An oslo checkpoint's manifest sections (FORMAT.md "Extending the
+  // manifest"); the only one accepted is kTrainingSection, already validated
+  // against tensors() (a training checkpoint: weights plus optimizer state;
+  // read as weights, its "optimizer/..." tensors are simply not asked for).
+  // Empty for other sources.
+  const std::map<std::string, nlohmann::json>& sections() const { return sections_; }
+  // The training section parsed, or false if the source has none.
+  bool training(TrainingSection* out) const;
+
   // The model config as JSON text: config.json of an HF folder, the
   // manifest's model_config of a version-2 checkpoint; empty if none.
   const std::string& config_json() const { return config_json_; }
@@ -160,6 +169,7 @@ class WeightSource {
   std::map<std::string, size_t> index_;
   std::string config_json_;
   std::vector<std::string> extra_files_;
+  std::map<std::string, nlohmann::json> sections_;
   std::map<std::string, std::unique_ptr<File>> files_;
   struct CrcProgress {
     uint64_t next = 0;

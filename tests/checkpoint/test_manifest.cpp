@@ -3,6 +3,8 @@
 // the reader's version range, section policy and the checks the two former
 // readers did not share; the writer refuses what the reader would reject;
 // and the failure agreement (core/comm/agreement.hpp) with ranks as threads.
+#include <algorithm>
+#include <functional>
 #include <new>
 #include <string>
 #include <vector>
@@ -100,27 +102,130 @@ void test_versions_and_sections(void**) {
                    OSLO_ERR_FORMAT);
   assert_true(contains(msg, "format version 2 is not supported (a test reader)"));
 
-  // An extension section: written, then read only by a reader that names it.
+  // An extension section (a made-up one: "training" has its own checks,
+  // test_training_section): written, then read only by a reader that names it.
   oslo::Manifest m = sample(2);
-  m.sections["training"] = nlohmann::json{{"step", 7}};
+  m.sections["example"] = nlohmann::json{{"step", 7}};
   const std::string text = oslo::manifest_text(m);
   assert_int_equal(status_of([&] { oslo::parse_manifest(text, "mem"); }, &msg), OSLO_ERR_FORMAT);
-  assert_true(contains(msg, "unknown field 'training'"));
+  assert_true(contains(msg, "unknown field 'example'"));
   oslo::ManifestReadOptions with;
-  with.sections = {"training"};
+  with.sections = {"example"};
   const oslo::Manifest back = oslo::parse_manifest(text, "mem", with);
-  assert_int_equal(back.sections.at("training")["step"].get<int>(), 7);
+  assert_int_equal(back.sections.at("example")["step"].get<int>(), 7);
   // A reader naming a section still reads manifests without it.
   assert_int_equal(oslo::parse_manifest(v2, "mem", with).sections.size(), 0);
   // A section must be an object and may not replace a field of the format.
   nlohmann::json j = nlohmann::json::parse(text);
-  j["training"] = 3;
+  j["example"] = 3;
   assert_int_equal(status_of([&] { oslo::parse_manifest(j.dump(), "mem", with); }, &msg),
                    OSLO_ERR_FORMAT);
-  assert_true(contains(msg, "training: must be an object"));
+  assert_true(contains(msg, "example: must be an object"));
   m.sections.clear();
   m.sections["files"] = nlohmann::json::object();
   assert_int_equal(status_of([&] { oslo::manifest_text(m); }, &msg), OSLO_ERR_INVALID_ARGUMENT);
+}
+
+// The training section (FORMAT.md "Training checkpoints"): read back equal,
+// and each of the reader's checks.
+oslo::Manifest training_sample() {
+  oslo::Manifest m = sample(2);
+  const std::vector<oslo::ManifestTensor> params = m.tensors;
+  for (const char* state : {"exp_avg", "exp_avg_sq"})
+    for (oslo::ManifestTensor t : params) {
+      t.name = oslo::optimizer_tensor_name(state, t.name);
+      t.dtype = st::Dtype::F32;
+      for (oslo::ManifestShard& s : t.shards)
+        s.bytes = static_cast<uint64_t>(s.length) * 4 * (t.shape.size() > 1 ? t.shape[1] : 1);
+      m.tensors.push_back(t);
+    }
+  std::sort(
+      m.tensors.begin(), m.tensors.end(),
+      [](const oslo::ManifestTensor& a, const oslo::ManifestTensor& b) { return a.name < b.name; });
+  oslo::TrainingSection t;
+  t.trainer = {{"optimizer", "adamw"}, {"updates", 10}};
+  t.state_names = {"exp_avg", "exp_avg_sq"};
+  t.parameters = {"b", "w"};
+  t.user_state = {{"data_position", 20}, {"seed", 1}};
+  m.sections[oslo::kTrainingSection] = oslo::training_section_json(t);
+  return m;
+}
+
+void test_training_section(void**) {
+  std::string msg;
+  oslo::ManifestReadOptions with;
+  with.sections = {oslo::kTrainingSection};
+  const oslo::Manifest m = training_sample();
+  const std::string text = oslo::manifest_text(m);
+  const oslo::Manifest back = oslo::parse_manifest(text, "mem", with);
+  const oslo::TrainingSection t =
+      oslo::parse_training_section(back.sections.at("training"), back.tensors, "mem");
+  assert_true(t.state_names == std::vector<std::string>({"exp_avg", "exp_avg_sq"}));
+  assert_true(t.parameters == std::vector<std::string>({"b", "w"}));
+  assert_int_equal(t.trainer["updates"].get<int>(), 10);
+  assert_int_equal(t.user_state["data_position"].get<int>(), 20);
+  assert_int_equal(t.optimizer_tensors().size(), 4);
+  assert_true(t.optimizer_tensors()[0] == "optimizer/exp_avg/b");
+  // A reader that does not name the section refuses it.
+  assert_int_equal(status_of([&] { oslo::parse_manifest(text, "mem"); }, &msg), OSLO_ERR_FORMAT);
+  assert_true(contains(msg, "unknown field 'training'"));
+  // Each check: an edit of the manifest's JSON and the words of its error.
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"unknown field 'extra'", [](nlohmann::json& j) { j["training"]["extra"] = 1; }},
+      {"missing field 'user_state'", [](nlohmann::json& j) { j["training"].erase("user_state"); }},
+      {"training section version 2 is not supported",
+       [](nlohmann::json& j) { j["training"]["version"] = 2; }},
+      {"must be an object with a string",
+       [](nlohmann::json& j) { j["training"]["trainer"] = nlohmann::json::array(); }},
+      {"is listed twice",
+       [](nlohmann::json& j) { j["training"]["optimizer_state"].push_back("exp_avg"); }},
+      {"is not a state name",
+       [](nlohmann::json& j) { j["training"]["optimizer_state"][0] = "a/b"; }},
+      {"parameter 'nope' is not in 'tensors'",
+       [](nlohmann::json& j) { j["training"]["parameters"].push_back("nope"); }},
+      {"is an optimizer tensor, not a parameter",
+       [](nlohmann::json& j) { j["training"]["parameters"].push_back("optimizer/exp_avg/b"); }},
+      {"optimizer state 'optimizer/exp_avg/w' of parameter 'w' is not in 'tensors'",
+       [](nlohmann::json& j) { j["tensors"].erase("optimizer/exp_avg/w"); }},
+      {"optimizer state must be F32",
+       [](nlohmann::json& j) {
+         j["tensors"]["optimizer/exp_avg/b"] = j["tensors"]["b"];
+         j["tensors"]["optimizer/exp_avg/b"]["shards"][0]["key"] = "optimizer/exp_avg/b";
+         j["tensors"]["optimizer/exp_avg/b"]["shape"] = {2};
+         j["tensors"]["optimizer/exp_avg/b"]["shards"][0]["bytes"] = 8;
+       }},
+      {"an optimizer tensor that the training section does not list",
+       [](nlohmann::json& j) { j["training"]["optimizer_state"] = {"exp_avg"}; }},
+      {"a training section needs manifest version 2",
+       [](nlohmann::json& j) {
+         j["version"] = 1;
+         j.erase("model_config");
+         j.erase("extra_files");
+         for (auto& t : j["tensors"])
+           for (auto& s : t["shards"]) {
+             s.erase("bytes");
+             s.erase("crc32c");
+           }
+       }},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = nlohmann::json::parse(text);
+    c.edit(j);
+    const oslo_status s = status_of([&] { oslo::parse_manifest(j.dump(), "mem", with); }, &msg);
+    if (s != OSLO_ERR_FORMAT || !contains(msg, c.what))
+      print_error("case '%s': status %d, message %s\n", c.what, s, msg.c_str());
+    assert_int_equal(s, OSLO_ERR_FORMAT);
+    assert_true(contains(msg, c.what));
+  }
+  // The writer refuses a training section the reader would reject.
+  oslo::Manifest bad = training_sample();
+  bad.tensors.erase(bad.tensors.begin());  // "b", a listed parameter
+  assert_int_equal(status_of([&] { oslo::manifest_text(bad); }, &msg), OSLO_ERR_INVALID_ARGUMENT);
+  assert_true(contains(msg, "parameter 'b' is not in 'tensors'"));
 }
 
 // Checks either former reader had and the other lacked hold for both
@@ -243,7 +348,7 @@ int main() {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_versions_and_sections),
       cmocka_unit_test(test_union_of_checks), cmocka_unit_test(test_writer_checks),
-      cmocka_unit_test(test_agreement),
+      cmocka_unit_test(test_agreement),       cmocka_unit_test(test_training_section),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
