@@ -149,6 +149,8 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %ignore OSLO_MERGE_OPTIONS_VERSION;
 %ignore OSLO_OPTIMIZER_OPTIONS_VERSION;
 %ignore oslo_optimizer_options::version;
+/* The train state travels as three integers (Optimizer save/load_checkpoint). */
+%ignore oslo_train_state;
 %ignore OSLO_GENERATE_OPTIONS_VERSION;
 /* The EOS list is passed to Model.generate, not kept in the struct (a
    pointer into a language's memory must not outlive the call). */
@@ -858,6 +860,25 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   }
   /* oslo_optimizer_zero_grad. Not collective. */
   void m_zero_grad() { oslo_bind_check(oslo_optimizer_zero_grad($self)); }
+  /* oslo_checkpoint_save with the train state (seed, epoch, data
+     position). Collective over the world group. */
+  void m_save_checkpoint(const char *dir, int64_t seed, int64_t epoch, int64_t data_position) {
+    oslo_train_state s;
+    s.seed = (uint64_t)seed;
+    s.epoch = epoch;
+    s.data_position = data_position;
+    oslo_bind_check(oslo_checkpoint_save($self, dir, &s));
+  }
+  /* oslo_checkpoint_load; out: int64 [3], the saved seed, epoch and data
+     position. Collective over the world group. */
+  void m_load_checkpoint(const char *dir, void *out, size_t out_bytes) {
+    oslo_train_state s;
+    if (!oslo_bind_bytes("load_checkpoint: out", out_bytes, 3 * 8)) return;
+    if (!oslo_bind_check(oslo_checkpoint_load($self, dir, &s))) return;
+    ((int64_t *)out)[0] = (int64_t)s.seed;
+    ((int64_t *)out)[1] = s.epoch;
+    ((int64_t *)out)[2] = s.data_position;
+  }
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1628,6 +1628,50 @@ OSLO_API oslo_status oslo_optimizer_zero_grad(oslo_optimizer *optimizer);
  */
 OSLO_API oslo_status oslo_model_set_activation_checkpointing(oslo_model *model, int enabled);
 
+/** Where the caller's data loop stands; saved in and restored from a
+ * training checkpoint (oslo itself draws no random numbers in training). */
+typedef struct oslo_train_state {
+  uint64_t seed;         /**< the seed the data order derives from */
+  int64_t epoch;         /**< passes over the data completed */
+  int64_t data_position; /**< samples consumed in the current epoch */
+} oslo_train_state;
+
+/**
+ * Saves a training checkpoint into `dir`: the model's shards as
+ * oslo_model_save writes them (f32 master weights for a bf16/f16 model),
+ * the optimizer state sliced like its parameters, the step count, the
+ * schedule, the loss scaler and `state` (may be NULL: zeros), under one
+ * manifest, atomically (the previous checkpoint in `dir` stays loadable
+ * until the new one is complete), every file CRC-checked. oslo_model_load
+ * and oslo_model_merge read it as a model checkpoint (weights only).
+ * Call after an optimizer step (no micro-batch pending).
+ * Collective over the world group.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, micro-batches pending),
+ * OSLO_ERR_IO, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context.
+ * Ownership: `dir` and `state` are read during the call.
+ */
+OSLO_API oslo_status oslo_checkpoint_save(oslo_optimizer *optimizer, const char *dir,
+                                          const oslo_train_state *state);
+
+/**
+ * Restores a training checkpoint written by oslo_checkpoint_save into the
+ * optimizer's model (weights), the optimizer (state, step count, loss
+ * scaler) and *state (may be NULL). At the tensor-parallel size it was
+ * saved at, training resumes bit-exactly; at another size, weights and
+ * optimizer state are re-sliced. Collective over the world group: if any
+ * rank fails, every rank returns the error and the optimizer must not be
+ * used further (weights may be partly restored).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, another optimizer kind),
+ * OSLO_ERR_IO, OSLO_ERR_FORMAT (not a training checkpoint, corrupt file or
+ * checksum: named), OSLO_ERR_SHAPE (a checkpoint of another model: the
+ * tensor named), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
+ * Thread-safety: per context.
+ * Ownership: `dir` is read during the call; writes *state.
+ */
+OSLO_API oslo_status oslo_checkpoint_load(oslo_optimizer *optimizer, const char *dir,
+                                          oslo_train_state *state);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,11 @@
 // C shims: training (optimizer handle, train step, activation checkpointing).
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/capi/handles.hpp"
 #include "core/capi/options.hpp"
+#include "core/train/train_checkpoint.hpp"
 
 using oslo::capi::check_batch;
 using oslo::capi::guard;
@@ -196,6 +198,46 @@ oslo_status oslo_model_set_activation_checkpointing(oslo_model* model, int enabl
   return guard([&] {
     need(model, "oslo_model_set_activation_checkpointing", "model");
     model->impl->set_activation_checkpointing(enabled != 0);
+  });
+}
+
+oslo_status oslo_checkpoint_save(oslo_optimizer* optimizer, const char* dir,
+                                 const oslo_train_state* state) {
+  return guard([&] {
+    const char* fn = "oslo_checkpoint_save";
+    oslo::Trainer& t = trainer_of(optimizer, fn);
+    need(dir, fn, "dir");
+    const oslo_train_state s = state ? *state : oslo_train_state{0, 0, 0};
+    nlohmann::json u;
+    u["seed"] = s.seed;
+    u["epoch"] = s.epoch;
+    u["data_position"] = s.data_position;
+    oslo::save_training_checkpoint(dir, t, u);
+  });
+}
+
+oslo_status oslo_checkpoint_load(oslo_optimizer* optimizer, const char* dir,
+                                 oslo_train_state* state) {
+  return guard([&] {
+    const char* fn = "oslo_checkpoint_load";
+    oslo::Trainer& t = trainer_of(optimizer, fn);
+    need(dir, fn, "dir");
+    const nlohmann::json u = oslo::load_training_checkpoint(dir, t);
+    // The train state as oslo_checkpoint_save wrote it (keys missing from a
+    // checkpoint saved through the C++ core read as 0).
+    oslo_train_state s{0, 0, 0};
+    auto field = [&](const char* key, auto* out) {
+      if (!u.is_object() || !u.contains(key)) return;
+      const nlohmann::json& v = u.at(key);
+      if (!v.is_number_integer())
+        oslo::fail(OSLO_ERR_FORMAT, fn, ": the checkpoint's train state \"", key,
+                   "\" is not an integer");
+      *out = v.get<std::remove_pointer_t<decltype(out)>>();
+    };
+    field("seed", &s.seed);
+    field("epoch", &s.epoch);
+    field("data_position", &s.data_position);
+    if (state) *state = s;
   });
 }
 

@@ -1059,6 +1059,24 @@ class Optimizer(_Handle):
         """Zeroes the model's gradients and restarts the accumulation window."""
         self._handle().zero_grad()
 
+    def save_checkpoint(self, dir, seed=0, epoch=0, data_position=0):
+        """Saves a training checkpoint (oslo_checkpoint_save): the model's
+        weights (f32 masters), this optimizer's state, step count, schedule
+        and loss scale, and the caller's data position, atomically. Loads as
+        a model checkpoint too; `oslo.merge` writes its weights. Call after
+        an optimizer step. Collective over the world group."""
+        self._handle().save_checkpoint(os.fspath(dir), int(seed), int(epoch), int(data_position))
+
+    def load_checkpoint(self, dir):
+        """Restores a training checkpoint into the model and this optimizer
+        (oslo_checkpoint_load; bit-exact resume at the saved tensor-parallel
+        size, re-sliced at another) and returns the saved
+        {"seed", "epoch", "data_position"}. Collective over the world group."""
+        out = _np.zeros(3, _np.int64)
+        self._handle().load_checkpoint(os.fspath(dir), out)
+        return {"seed": int(out[0]) & 0xFFFFFFFFFFFFFFFF, "epoch": int(out[1]),
+                "data_position": int(out[2])}
+
 
 def merge(src, dst, dtype=None, max_shard_bytes=0, overwrite=False):
     """Merges a parallel checkpoint into one Hugging Face folder."""
