@@ -42,7 +42,7 @@ fi
   ls -l out
   fails=1
 }
-grep -q '^\[0\] This License applies' example.out || {
+grep -q '^\[0\] The GNU General Public License is' example.out || {
   echo "FAIL: generate printed no continuation of the prompt"
   fails=1
 }

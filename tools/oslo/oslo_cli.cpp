@@ -889,10 +889,10 @@ int cmd_train(int argc, char** argv) {
   const char* nranks = std::getenv("WORLD_SIZE");
   if (g_rank == 0)
     std::fprintf(stderr,
-                 "oslo: %lld tokens (%lld documents) in %lld rows of %lld; %lld micro-batches of "
-                 "%lld rows per epoch; %lld steps of %lld tokens on %s rank%s%s\n",
+                 "oslo: %lld tokens (%lld document%s) in %lld rows of %lld; %lld micro-batches "
+                 "of %lld rows per epoch; %lld steps of %lld tokens on %s rank%s%s\n",
                  static_cast<long long>(tokens.size()), static_cast<long long>(docs),
-                 static_cast<long long>(rows), static_cast<long long>(S),
+                 docs == 1 ? "" : "s", static_cast<long long>(rows), static_cast<long long>(S),
                  static_cast<long long>(per_epoch), static_cast<long long>(B),
                  static_cast<long long>(steps), static_cast<long long>(B * S * K),
                  nranks ? nranks : "1", nranks && std::atoi(nranks) > 1 ? "s" : "",
