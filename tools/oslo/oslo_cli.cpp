@@ -710,6 +710,7 @@ struct Progress {
     if (!on) return;
     if (drawn) std::fprintf(stderr, "\r\033[K");
     std::fprintf(stderr, "oslo: %s\n", s.c_str());
+    drawn = false;  // the next step draws the bar on a line of its own
   }
   void end() {
     if (on && drawn) std::fprintf(stderr, "\n");
