@@ -1,20 +1,26 @@
-// The `oslo` command: generate text, embed sentences, merge, reshard and
-// inspect checkpoints. Multi-rank under oslo-run (the tensor-parallel size is
+// The `oslo` command: generate text, embed sentences, fine-tune (train),
+// merge, reshard and inspect checkpoints. Multi-rank under oslo-run (the tensor-parallel size is
 // the world size unless --tp says otherwise); only rank 0 prints. Models,
 // tokenizers and checkpoints go through the public C ABI (include/oslo.h);
 // merge and reshard call the checkpoint tier directly for progress reports.
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -516,6 +522,482 @@ int cmd_inspect(int argc, char** argv) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------
+// oslo train: fine-tune a causal model on a text corpus.
+// ---------------------------------------------------------------------------
+
+// Every rank reads and tokenizes the data itself and checks the options
+// alike, so these errors happen on every rank and print on every rank.
+[[noreturn]] void die_all(const std::string& msg, int code = 1) {
+  const char* w = std::getenv("WORLD_SIZE");
+  const char* r = std::getenv("RANK");
+  std::string who;
+  if (w && std::atoi(w) > 1) who = std::string("[rank ") + (r ? r : "?") + "] ";
+  std::fprintf(stderr, "oslo: %s%s\n", who.c_str(), msg.c_str());
+  throw Fail{code};
+}
+
+// The state a training checkpoint carries besides the model and optimizer:
+// the data order's seed and where in it the run stands (micro-batches of the
+// current epoch consumed). Field for field oslo_train_state.
+struct TrainState {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t data_position = 0;
+};
+
+// The training checkpoint (--save, --save-every). Collective over the world.
+// For now the model weights only (a parallel checkpoint: oslo merge turns it
+// into a Hugging Face folder); with oslo_checkpoint_save it also holds the
+// optimizer state, step, loss scaler and `state`.
+void save_checkpoint(oslo_model* model, oslo_optimizer* opt, const std::string& dir,
+                     const TrainState& state) {
+  (void)opt;
+  (void)state;
+  check(oslo_model_save(model, dir.c_str()), "save checkpoint " + dir);
+}
+
+// --resume DIR: restores weights, optimizer state, step, loss scaler and
+// *state from a checkpoint save_checkpoint wrote. Collective over the world.
+// Needs oslo_checkpoint_load, which this oslo does not have yet.
+void load_checkpoint(oslo_optimizer* opt, const std::string& dir, TrainState* state) {
+  (void)opt;
+  (void)state;
+  die_all("--resume " + dir +
+              ": not supported yet (needs oslo_checkpoint_load; --save writes the weights only)",
+          2);
+}
+
+// SplitMix64 (Steele, Lea, Flood 2014): the generator of the data order,
+// written here so that the order is the same on every rank, platform and
+// version.
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The order of the packed rows in `epoch`: a Fisher-Yates shuffle of
+// 0..rows-1 driven by SplitMix64 seeded from (seed, epoch); indices drawn
+// without modulo bias (rejection).
+std::vector<int64_t> epoch_order(int64_t rows, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) order[static_cast<size_t>(i)] = i;
+  uint64_t s = seed;
+  s = splitmix64(s) ^ static_cast<uint64_t>(epoch);
+  for (int64_t i = rows - 1; i > 0; --i) {
+    const uint64_t bound = static_cast<uint64_t>(i) + 1;
+    const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
+    uint64_t r;
+    do r = splitmix64(s);
+    while (r < threshold);
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(r % bound)]);
+  }
+  return order;
+}
+
+// The token stream of --data: .txt is one document (the whole file), .jsonl
+// one document per line (its "text" string; blank lines skipped). Each
+// document is tokenized with the tokenizer's special tokens (as
+// transformers' run_clm does) and followed by EOS. Sets *docs.
+std::vector<int64_t> read_corpus(oslo_tokenizer* tok, const std::string& path, int64_t* docs) {
+  const auto ends = [&](const char* ext) {
+    const size_t n = std::strlen(ext);
+    return path.size() > n && path.compare(path.size() - n, n, ext) == 0;
+  };
+  const bool jsonl = ends(".jsonl");
+  if (!jsonl && !ends(".txt"))
+    die_all(
+        "--data " + path + ": must be a .txt (one document) or .jsonl (a \"text\" per line) file",
+        2);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) die_all("--data " + path + ": cannot open: " + std::strerror(errno));
+  int64_t eos = -1;
+  check(oslo_tokenizer_special_id(tok, OSLO_SPECIAL_TOKEN_EOS, &eos), "tokenizer");
+  if (eos < 0) die_all("the tokenizer names no EOS token (documents are joined with it)");
+  std::vector<int64_t> out;
+  *docs = 0;
+  const auto add = [&](const std::string& text, const std::string& where) {
+    size_t n = 0;
+    if (oslo_tokenizer_encode(tok, text.data(), text.size(), 1, nullptr, 0, &n) != OSLO_OK)
+      die_all(where + ": cannot tokenize: " + oslo_last_error());
+    const size_t at = out.size();
+    out.resize(at + n);
+    check(oslo_tokenizer_encode(tok, text.data(), text.size(), 1, out.data() + at, n, &n),
+          "encode");
+    out.push_back(eos);
+    ++*docs;
+  };
+  if (!jsonl) {
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (f.bad()) die_all("--data " + path + ": read error");
+    const std::string text = ss.str();
+    if (!text.empty()) add(text, path);
+    return out;
+  }
+  std::string line;
+  for (int64_t no = 1; std::getline(f, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      die_all(where + ": not valid JSON (each line of a .jsonl file is one JSON object)");
+    }
+    if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+      die_all(where +
+              ": no \"text\" string (each line must be an object like {\"text\": \"...\"})");
+    const std::string text = j["text"].get<std::string>();
+    if (!text.empty()) add(text, where);
+  }
+  if (f.bad()) die_all("--data " + path + ": read error");
+  return out;
+}
+
+// FNV-1a over token ids: the fingerprint of a step's data in the log.
+uint64_t fnv1a(uint64_t h, const std::vector<int64_t>& ids) {
+  for (int64_t v : ids)
+    for (int i = 0; i < 8; ++i) {
+      h ^= (static_cast<uint64_t>(v) >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  return h;
+}
+
+std::string clock_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+// Rank 0's progress report on stderr: a bar redrawn in place on a terminal,
+// otherwise plain lines (the first step, about every 2% of the run, the last).
+struct Progress {
+  bool on = false, tty = false, drawn = false;
+  int64_t total = 0;
+  void step(int64_t done, double loss, double tok_s, double elapsed) {
+    if (!on) return;
+    const double eta =
+        done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : NAN;
+    if (tty) {
+      const int width = 24;
+      const int fill = static_cast<int>(width * done / std::max<int64_t>(total, 1));
+      std::fprintf(stderr, "\r\033[K%*lld/%lld [%s%s] loss %.4f | %.0f tok/s | ETA %s",
+                   static_cast<int>(std::to_string(total).size()), static_cast<long long>(done),
+                   static_cast<long long>(total),
+                   std::string(static_cast<size_t>(fill), '#').c_str(),
+                   std::string(static_cast<size_t>(width - fill), '.').c_str(), loss, tok_s,
+                   clock_text(eta).c_str());
+      drawn = true;
+      return;
+    }
+    const int64_t every = std::max<int64_t>(1, total / 50);
+    if (done == 1 || done % every == 0 || done == total)
+      std::fprintf(stderr, "oslo: step %lld/%lld loss %.4f %.0f tok/s elapsed %s ETA %s\n",
+                   static_cast<long long>(done), static_cast<long long>(total), loss, tok_s,
+                   clock_text(elapsed).c_str(), clock_text(eta).c_str());
+  }
+  // A message between bar updates.
+  void say(const std::string& s) {
+    if (!on) return;
+    if (drawn) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr, "oslo: %s\n", s.c_str());
+    drawn = false;  // the next step draws the bar on a line of its own
+  }
+  void end() {
+    if (on && drawn) std::fprintf(stderr, "\n");
+    drawn = false;
+  }
+};
+
+void make_dirs(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); ++i)
+    if (i == dir.size() || dir[i] == '/') {
+      const std::string p = dir.substr(0, i);
+      if (::mkdir(p.c_str(), 0777) != 0 && errno != EEXIST)
+        die_all("cannot create " + p + ": " + std::strerror(errno));
+    }
+}
+
+const char* kTrainHelp =
+    "usage: oslo train --model DIR --data FILE.txt|FILE.jsonl --seq-len N --batch-size B\n"
+    "                  --steps S [--lr X] [--schedule constant|constant_with_warmup|linear|\n"
+    "                  cosine] [--warmup W] [--optimizer adamw|sgd] [--weight-decay X]\n"
+    "                  [--momentum X] [--max-grad-norm X] [--grad-accum K] [--seed N]\n"
+    "                  [--dtype f32|bf16|f16] [--activation-checkpointing]\n"
+    "                  [--save DIR [--save-every K]] [--resume DIR] [--log FILE]\n"
+    "                  [--tokenizer DIR] [--tp N] [--threads N] [--device cpu|cuda[:N]]\n"
+    "                  [--backend NAME] [--backend-options JSON]\n"
+    "Fine-tunes a causal language model (causal-LM loss, labels = inputs) as Hugging\n"
+    "Face's run_clm.py with Trainer does, split over the ranks of oslo-run:\n"
+    "  data     .txt: the whole file is one document; .jsonl: one JSON object with a\n"
+    "           \"text\" string per line, one document each. Documents are tokenized\n"
+    "           with the model folder's tokenizer (or --tokenizer), each followed by\n"
+    "           EOS, concatenated and cut into rows of --seq-len tokens (the remainder\n"
+    "           is dropped). Every rank reads and tokenizes the file itself.\n"
+    "  order    each epoch shuffles the rows with a generator seeded by --seed\n"
+    "           (default 0) and the epoch: the same order on every rank and run.\n"
+    "           A micro-batch is --batch-size rows (the rows left over at the end of\n"
+    "           an epoch are skipped); an optimizer step takes --grad-accum K\n"
+    "           micro-batches (default 1); epochs wrap until --steps steps are done.\n"
+    "  update   AdamW (default) or SGD, --lr (default 5e-5), --weight-decay\n"
+    "           (default 0; not on biases and norm weights), --momentum (SGD),\n"
+    "           --max-grad-norm (default 1.0; 0 = no clipping), --schedule (default\n"
+    "           linear: decay to 0 at --steps) after --warmup W steps of linear warmup\n"
+    "           (default 0). f16 weights get dynamic loss scaling.\n"
+    "  output   a progress bar on rank 0 (plain lines when stderr is not a terminal),\n"
+    "           a JSON line per step in --log FILE (default DIR/train_log.jsonl with\n"
+    "           --save, else none): step, loss, lr, grad_norm, tokens_per_s,\n"
+    "           elapsed_s, epoch, tokens, data_hash. --save DIR writes a checkpoint\n"
+    "           at the end (and every --save-every K steps) that oslo merge turns into\n"
+    "           a Hugging Face folder and oslo generate loads.\n"
+    "  resume   --resume DIR continues from a checkpoint of --save (same --data,\n"
+    "           --seq-len, --batch-size, --grad-accum and tensor-parallel size).\n"
+    "Steps count optimizer steps. Errors (a missing or malformed data file, too few\n"
+    "tokens for one batch, bad numbers) name their cause and print on every rank.\n"
+    "  example: oslo-run --nproc-per-node 2 oslo train --model M --data corpus.txt \\\n"
+    "             --seq-len 64 --batch-size 8 --steps 100 --lr 1e-3 --save ckpt\n";
+
+int cmd_train(int argc, char** argv) {
+  Args a = parse(argc, argv, 2, {"activation-checkpointing", "help"},
+                 {"model",    "data",          "seq-len",    "batch-size", "steps",
+                  "lr",       "schedule",      "warmup",     "optimizer",  "weight-decay",
+                  "momentum", "max-grad-norm", "grad-accum", "seed",       "dtype",
+                  "save",     "save-every",    "resume",     "log",        "tokenizer",
+                  "tp",       "threads",       "backend",    "device",     "backend-options"});
+  if (a.has("help")) return std::printf("%s", kTrainHelp), 0;
+  if (!a.pos.empty()) die_all("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
+  for (const char* req : {"model", "data", "seq-len", "batch-size", "steps"})
+    if (!a.has(req)) die_all(std::string("--") + req + " is required (see --help)", 2);
+  // Numbers: integers in range, finite reals.
+  const auto int_in = [&](const char* k, int64_t lo, int64_t hi, int64_t def) {
+    if (!a.has(k)) return def;
+    const int64_t v = to_int(a.get(k), std::string("--") + k);
+    if (v < lo || v > hi)
+      die_all(std::string("--") + k + " must be in [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "], got " + a.get(k),
+              2);
+    return v;
+  };
+  const auto real_at_least = [&](const char* k, double lo, double def, bool above) {
+    if (!a.has(k)) return def;
+    const double v = to_num(a.get(k), std::string("--") + k);
+    if (above ? !(v > lo) : !(v >= lo))
+      die_all(std::string("--") + k + " must be " + (above ? "> " : ">= ") +
+                  (lo == 0 ? "0" : std::to_string(lo)) + ", got " + a.get(k),
+              2);
+    return v;
+  };
+  const int64_t kMax = int64_t(1) << 40;
+  const int64_t S = int_in("seq-len", 2, 1 << 20, 0);
+  const int64_t B = int_in("batch-size", 1, 1 << 20, 0);
+  const int64_t steps = int_in("steps", 1, kMax, 0);
+  const int64_t K = int_in("grad-accum", 1, 1 << 20, 1);
+  const int64_t warmup = int_in("warmup", 0, kMax, 0);
+  const int64_t save_every = int_in("save-every", 1, kMax, 0);
+  const int64_t seed_arg = int_in("seed", 0, INT64_MAX, 0);
+  if (a.has("save-every") && !a.has("save")) die_all("--save-every needs --save DIR", 2);
+
+  oslo_optimizer_options oo;
+  check(oslo_optimizer_options_init(&oo, OSLO_OPTIMIZER_OPTIONS_VERSION), "options");
+  const std::string kind = a.get("optimizer", "adamw");
+  if (kind == "adamw")
+    oo.kind = OSLO_OPTIMIZER_ADAMW;
+  else if (kind == "sgd")
+    oo.kind = OSLO_OPTIMIZER_SGD;
+  else
+    die_all("--optimizer must be adamw or sgd, got \"" + kind + "\"", 2);
+  if (a.has("momentum") && kind != "sgd") die_all("--momentum is for --optimizer sgd", 2);
+  const std::string sched = a.get("schedule", "linear");
+  if (sched == "constant")
+    oo.schedule = OSLO_LR_CONSTANT;
+  else if (sched == "constant_with_warmup")
+    oo.schedule = OSLO_LR_CONSTANT_WITH_WARMUP;
+  else if (sched == "linear")
+    oo.schedule = OSLO_LR_LINEAR;
+  else if (sched == "cosine")
+    oo.schedule = OSLO_LR_COSINE;
+  else
+    die_all("--schedule must be constant, constant_with_warmup, linear or cosine, got \"" + sched +
+                "\"",
+            2);
+  oo.lr = real_at_least("lr", 0, 5e-5, true);
+  oo.weight_decay = real_at_least("weight-decay", 0, 0.0, false);
+  oo.momentum = real_at_least("momentum", 0, 0.0, false);
+  oo.max_grad_norm = real_at_least("max-grad-norm", 0, 1.0, false);
+  oo.warmup_steps = warmup;
+  oo.total_steps = steps;
+  oo.grad_accum_steps = K;
+  const std::string save_dir = a.get("save");
+  const std::string log_path = a.has("log")       ? a.get("log")
+                               : save_dir.empty() ? ""
+                                                  : save_dir + "/train_log.jsonl";
+
+  // The data: the same tokens on every rank.
+  oslo_tokenizer* tok = load_tokenizer(a, true);
+  int64_t docs = 0;
+  const std::vector<int64_t> tokens = read_corpus(tok, a.get("data"), &docs);
+  oslo_tokenizer_destroy(tok);
+  const int64_t rows = static_cast<int64_t>(tokens.size()) / S;
+  if (rows < B)
+    die_all("--data " + a.get("data") +
+            ": too little data for one batch: " + std::to_string(tokens.size()) + " tokens (" +
+            std::to_string(docs) + " documents) make " + std::to_string(rows) +
+            " rows of --seq-len " + std::to_string(S) + ", and --batch-size " + std::to_string(B) +
+            " needs " + std::to_string(B) + " rows (" + std::to_string(B * S) + " tokens)");
+  const int64_t per_epoch = rows / B;  // micro-batches per epoch
+
+  oslo_context* ctx = context(a);
+  oslo_model* m = load_model(ctx, a);
+  oslo_model_info info;
+  check(oslo_model_get_info(m, &info, nullptr), "info");
+  if (!info.is_causal) die_all("--model " + a.get("model") + " is not a causal language model", 2);
+  if (S > info.max_positions)
+    die_all("--seq-len " + std::to_string(S) + " exceeds the model's " +
+                std::to_string(info.max_positions) + " positions",
+            2);
+  if (a.has("activation-checkpointing"))
+    check(oslo_model_set_activation_checkpointing(m, 1), "activation checkpointing");
+  oslo_optimizer* opt = nullptr;
+  check(oslo_optimizer_create(m, &oo, &opt), "optimizer");
+
+  TrainState state;
+  state.seed = static_cast<uint64_t>(seed_arg);
+  int64_t start = 0;  // optimizer steps already taken
+  if (a.has("resume")) {
+    load_checkpoint(opt, a.get("resume"), &state);
+    const int64_t done = state.epoch * per_epoch + state.data_position;
+    if (state.epoch < 0 || state.data_position < 0 || state.data_position >= per_epoch ||
+        done % K != 0)
+      die_all("--resume " + a.get("resume") + ": its data position (epoch " +
+              std::to_string(state.epoch) + ", micro-batch " + std::to_string(state.data_position) +
+              ") does not fit this data (" + std::to_string(per_epoch) +
+              " micro-batches per epoch, --grad-accum " + std::to_string(K) +
+              "): resume with the same --data, --seq-len, --batch-size and --grad-accum");
+    if (a.has("seed") && state.seed != static_cast<uint64_t>(seed_arg) && g_rank == 0)
+      std::fprintf(stderr, "oslo: --seed %lld ignored: resuming the data order of seed %llu\n",
+                   static_cast<long long>(seed_arg), static_cast<unsigned long long>(state.seed));
+    start = done / K;
+  }
+  const char* nranks = std::getenv("WORLD_SIZE");
+  if (g_rank == 0)
+    std::fprintf(stderr,
+                 "oslo: %lld tokens (%lld document%s) in %lld rows of %lld; %lld micro-batches "
+                 "of %lld rows per epoch; %lld steps of %lld tokens on %s rank%s%s\n",
+                 static_cast<long long>(tokens.size()), static_cast<long long>(docs),
+                 docs == 1 ? "" : "s", static_cast<long long>(rows), static_cast<long long>(S),
+                 static_cast<long long>(per_epoch), static_cast<long long>(B),
+                 static_cast<long long>(steps), static_cast<long long>(B * S * K),
+                 nranks ? nranks : "1", nranks && std::atoi(nranks) > 1 ? "s" : "",
+                 start ? (" (resuming after step " + std::to_string(start) + ")").c_str() : "");
+
+  std::FILE* log = nullptr;
+  if (g_rank == 0 && !log_path.empty()) {
+    const size_t slash = log_path.rfind('/');
+    if (slash != std::string::npos && slash > 0) make_dirs(log_path.substr(0, slash));
+    log = std::fopen(log_path.c_str(), start > 0 ? "a" : "w");
+    if (!log) die("--log " + log_path + ": cannot open: " + std::strerror(errno));
+  }
+  Progress bar;
+  bar.on = g_rank == 0;
+  bar.tty = isatty(2) != 0;
+  bar.total = steps;
+
+  std::vector<int64_t> batch(static_cast<size_t>(B * S));
+  std::vector<int64_t> order;
+  int64_t order_epoch = -1;
+  double first_loss = NAN, last_loss = NAN;
+  int64_t trained_tokens = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  for (int64_t step = start; step < steps; ++step) {
+    const auto ts = std::chrono::steady_clock::now();
+    uint64_t hash = 0xcbf29ce484222325ull;
+    oslo_train_step_result r{};
+    int64_t epoch = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t g = step * K + k;  // micro-batches since the start
+      epoch = g / per_epoch;
+      const int64_t pos = g % per_epoch;
+      if (epoch != order_epoch) {
+        order = epoch_order(rows, state.seed, epoch);
+        order_epoch = epoch;
+      }
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t row = order[static_cast<size_t>(pos * B + b)];
+        std::copy(tokens.begin() + row * S, tokens.begin() + (row + 1) * S, batch.begin() + b * S);
+      }
+      hash = fnv1a(hash, batch);
+      check(oslo_model_train_step(m, opt, batch.data(), nullptr, nullptr, B, S, &r),
+            "train step " + std::to_string(step + 1));
+    }
+    if (!r.stepped) die("internal: no optimizer step after --grad-accum micro-batches");
+    const double dt = since(ts), elapsed = since(t0);
+    trained_tokens += B * S * K;
+    if (std::isnan(first_loss)) first_loss = r.mean_loss;
+    last_loss = r.mean_loss;
+    if (log) {
+      nlohmann::json j;
+      j["step"] = step + 1;
+      j["loss"] = r.mean_loss;
+      j["lr"] = r.lr;
+      j["grad_norm"] = r.grad_norm;  // NaN (no clipping, no scaling): null
+      j["tokens_per_s"] = static_cast<double>(B * S * K) / dt;
+      j["elapsed_s"] = elapsed;
+      j["epoch"] = epoch;
+      j["tokens"] = (step + 1) * B * S * K;
+      j["data_hash"] = [&] {
+        char buf[17];
+        std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash));
+        return std::string(buf);
+      }();
+      if (r.skipped) j["skipped"] = true;
+      if (r.loss_scale != 1.0) j["loss_scale"] = r.loss_scale;
+      std::fprintf(log, "%s\n", j.dump().c_str());
+      std::fflush(log);
+    }
+    bar.step(step + 1, r.mean_loss, static_cast<double>(trained_tokens) / elapsed, elapsed);
+    if (r.skipped) bar.say("step " + std::to_string(step + 1) + ": skipped (non-finite gradients)");
+    const bool last = step + 1 == steps;
+    if (!save_dir.empty() && (last || (save_every > 0 && (step + 1) % save_every == 0))) {
+      const int64_t g = (step + 1) * K;
+      state.epoch = g / per_epoch;
+      state.data_position = g % per_epoch;
+      const auto tsave = std::chrono::steady_clock::now();
+      save_checkpoint(m, opt, save_dir, state);
+      bar.say("step " + std::to_string(step + 1) + ": saved " + save_dir + " (" +
+              std::to_string(since(tsave)).substr(0, 4) + " s)");
+    }
+  }
+  bar.end();
+  const double total_s = since(t0);
+  if (g_rank == 0) {
+    if (start >= steps)
+      std::fprintf(stderr, "oslo: nothing to do: the checkpoint is at step %lld of --steps %lld\n",
+                   static_cast<long long>(start), static_cast<long long>(steps));
+    else
+      std::fprintf(stderr,
+                   "oslo: trained %lld steps in %.2f s (%.0f tokens/s): loss %.4f -> %.4f\n",
+                   static_cast<long long>(steps - start), total_s,
+                   static_cast<double>(trained_tokens) / total_s, first_loss, last_loss);
+  }
+  if (log) std::fclose(log);
+  oslo_optimizer_destroy(opt);
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return 0;
+}
+
 const char* kHelp =
     "usage: oslo COMMAND [ARGS]   (oslo COMMAND --help for each)\n"
     "  generate  generate text with a causal model (docs/MODELS.md lists them)\n"
@@ -523,6 +1005,7 @@ const char* kHelp =
     "  merge     parallel checkpoint -> one ordinary Hugging Face folder\n"
     "  reshard   parallel checkpoint or HF folder -> parallel checkpoint at another TP\n"
     "  inspect   tensors, dtypes, shapes and layout of any checkpoint or HF folder\n"
+    "  train     fine-tune a causal model on a .txt or .jsonl corpus; checkpoints\n"
     "Run multi-rank commands under oslo-run, e.g.\n"
     "  oslo-run --nproc-per-node 2 oslo embed --model DIR --sentence 'a' --sentence 'b'\n";
 
@@ -540,6 +1023,7 @@ int main(int argc, char** argv) {
     if (cmd == "merge") return cmd_merge(argc, argv);
     if (cmd == "reshard") return cmd_reshard(argc, argv);
     if (cmd == "inspect") return cmd_inspect(argc, argv);
+    if (cmd == "train") return cmd_train(argc, argv);
     std::fprintf(stderr, "oslo: unknown command \"%s\"\n%s", cmd.c_str(), kHelp);
     return 2;
   } catch (const Fail& f) {
