@@ -6,8 +6,8 @@
 # --activation-checkpointing give the same losses; .jsonl data; named errors
 # on every rank for bad inputs; the saved checkpoint merges into a folder
 # transformers loads (its greedy tokens equal oslo generate's) and oslo
-# generate runs on it; --resume (bit-exact continuation once
-# oslo_checkpoint_load exists, until then a named "not supported yet").
+# generate runs on it; --resume continues bit-exactly; --dtype bf16 and f16
+# train.
 # Usage: test_cli_train.sh OSLO OSLO_RUN FIXTURE SOURCE_DIR WORKDIR RUN_PY PYTHON PYTHON_HF
 set -u
 oslo=$1 run=$2 fix=$3 src=$4 work=$5 runpy=$6 py=$7 pyhf=$8
@@ -94,18 +94,13 @@ for line in open(sys.argv[1]):
 ok jsonl "$oslo" train --model $fix --data corpus.jsonl --seq-len 32 --batch-size 4 --steps 3 \
   --optimizer sgd --momentum 0.9 --lr 0.05 --schedule cosine --log jsonl.jsonl &&
   pycheck jsonl_log log jsonl.jsonl 3
-# --dtype bf16 reaches the model and optimizer: it trains, or (while the
-# optimizer updates f32 parameters only) fails naming that.
-n=$((n + 1))
-if "$oslo" train $common --steps 2 --dtype bf16 --log bf16.jsonl >bf16.out 2>bf16.err; then
-  echo "bf16: trained"
-elif grep -q "OSLO_ERR_NOT_SUPPORTED.*f32" bf16.err; then
-  echo "bf16: $(grep NOT_SUPPORTED bf16.err)"
-else
-  fails=$((fails + 1))
-  echo "FAIL: --dtype bf16:"
-  sed 's/^/  /' bf16.err
-fi
+# --dtype bf16 and f16 train (f32 master weights; f16 with loss scaling,
+# whose scale the log records).
+ok bf16 "$oslo" train $common --steps 3 --dtype bf16 --log bf16.jsonl &&
+  pycheck bf16_log log bf16.jsonl 3
+ok f16 "$oslo" train $common --steps 3 --dtype f16 --log f16.jsonl &&
+  pycheck f16_log log f16.jsonl 3 &&
+  ok f16_scale grep -q loss_scale f16.jsonl
 
 # Named errors: exit 1 (data) or 2 (usage). Every rank that gets there says
 # it, prefixed [rank N] under a launcher (oslo-run stops the other ranks as
@@ -163,15 +158,11 @@ fi
 # --resume: 5 steps then 5 more equal 10 straight (constant schedule so
 # that --steps does not change the learning rates).
 resume="--model $fix --data corpus.txt --seq-len 32 --batch-size 4 --lr 3e-3 --schedule constant"
-if grep -q "oslo_checkpoint_load" "$src/include/oslo.h"; then
-  ok straight "$run" --nproc-per-node 2 "$oslo" train $resume --steps 10 --log straight.jsonl &&
-    ok first5 "$run" --nproc-per-node 2 "$oslo" train $resume --steps 5 --save rck &&
-    ok next5 "$run" --nproc-per-node 2 "$oslo" train $resume --steps 10 --save rck --resume rck &&
-    pycheck resume_log log rck/train_log.jsonl 10 &&
-    pycheck resume_exact same rck/train_log.jsonl straight.jsonl 10 0
-else
-  expect 2 "not supported yet" "$oslo" train $resume --steps 2 --resume ckpt
-fi
+ok straight "$run" --nproc-per-node 2 "$oslo" train $resume --steps 10 --log straight.jsonl &&
+  ok first5 "$run" --nproc-per-node 2 "$oslo" train $resume --steps 5 --save rck &&
+  ok next5 "$run" --nproc-per-node 2 "$oslo" train $resume --steps 10 --save rck --resume rck &&
+  pycheck resume_log log rck/train_log.jsonl 10 &&
+  pycheck resume_exact same rck/train_log.jsonl straight.jsonl 10 0
 
 echo "cli train: $((n - fails - skips)) passed, $fails failed, $skips skipped"
 [ "$fails" -eq 0 ] || exit 1

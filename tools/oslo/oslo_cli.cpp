@@ -546,26 +546,24 @@ struct TrainState {
   int64_t data_position = 0;
 };
 
-// The training checkpoint (--save, --save-every). Collective over the world.
-// For now the model weights only (a parallel checkpoint: oslo merge turns it
-// into a Hugging Face folder); with oslo_checkpoint_save it also holds the
-// optimizer state, step, loss scaler and `state`.
+// The training checkpoint (--save, --save-every): the model's weights (a
+// parallel checkpoint oslo merge turns into a Hugging Face folder), the
+// optimizer state, step, loss scaler and `state` (oslo_checkpoint_save).
+// Collective over the world.
 void save_checkpoint(oslo_model* model, oslo_optimizer* opt, const std::string& dir,
                      const TrainState& state) {
-  (void)opt;
-  (void)state;
-  check(oslo_model_save(model, dir.c_str()), "save checkpoint " + dir);
+  (void)model;
+  const oslo_train_state s = {state.seed, state.epoch, state.data_position};
+  check(oslo_checkpoint_save(opt, dir.c_str(), &s), "save checkpoint " + dir);
 }
 
 // --resume DIR: restores weights, optimizer state, step, loss scaler and
-// *state from a checkpoint save_checkpoint wrote. Collective over the world.
-// Needs oslo_checkpoint_load, which this oslo does not have yet.
+// *state from a checkpoint save_checkpoint wrote (oslo_checkpoint_load).
+// Collective over the world.
 void load_checkpoint(oslo_optimizer* opt, const std::string& dir, TrainState* state) {
-  (void)opt;
-  (void)state;
-  die_all("--resume " + dir +
-              ": not supported yet (needs oslo_checkpoint_load; --save writes the weights only)",
-          2);
+  oslo_train_state s = {0, 0, 0};
+  check(oslo_checkpoint_load(opt, dir.c_str(), &s), "resume from " + dir);
+  *state = TrainState{s.seed, s.epoch, s.data_position};
 }
 
 // SplitMix64 (Steele, Lea, Flood 2014): the generator of the data order,
