@@ -9,6 +9,8 @@
 //   model_capi_test merge SRC DST ORIGINAL      (1 process) merged == original, tensor by tensor
 //   model_capi_test reshard SRC DST TP          (1 process) offline reshard
 //   model_capi_test errors FIXTURE              hostile folders -> named errors
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -569,6 +571,53 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
   oslo_optimizer_destroy(opt);
   oslo_optimizer_destroy(plain_opt);
   oslo_model_destroy(fresh);
+  // Training checkpoints through the C ABI: refused while a micro-batch is
+  // pending; a resume from the saved folder (a fresh model loaded from it,
+  // a fresh optimizer) continues bitwise; the train state comes back; a
+  // plain model folder is not a training checkpoint.
+  {
+    const std::string dir = "/tmp/oslo-capi-train-ckpt-" + std::to_string(getpid());
+    oslo_model* a = load(ctx, fix);
+    oslo_optimizer_options c = o;
+    c.grad_accum_steps = 2;
+    c.max_grad_norm = 1.0;
+    oslo_optimizer* oa = nullptr;
+    ok_or_die(oslo_optimizer_create(a, &c, &oa), "optimizer a");
+    const oslo_train_state st = {7, 1, 42};
+    ok_or_die(oslo_model_train_step(a, oa, ids.data(), nullptr, mask.data(), 2, 4, &r), "a 1");
+    named(oslo_checkpoint_save(oa, dir.c_str(), &st), OSLO_ERR_INVALID_ARGUMENT, "micro-batch",
+          "save with a micro-batch pending");
+    ok_or_die(oslo_model_train_step(a, oa, ids.data(), nullptr, mask.data(), 2, 4, &r), "a 2");
+    named(oslo_checkpoint_save(nullptr, dir.c_str(), &st), OSLO_ERR_INVALID_ARGUMENT, "optimizer",
+          "save(NULL)");
+    named(oslo_checkpoint_save(oa, nullptr, &st), OSLO_ERR_INVALID_ARGUMENT, "dir",
+          "save to NULL dir");
+    ok_or_die(oslo_checkpoint_save(oa, dir.c_str(), &st), "checkpoint_save");
+    std::vector<double> want;
+    for (int i = 0; i < 4; ++i) {
+      ok_or_die(oslo_model_train_step(a, oa, ids.data(), nullptr, mask.data(), 2, 4, &r), "a");
+      want.push_back(r.loss);
+    }
+    oslo_model* b = load(ctx, dir);
+    oslo_optimizer* ob = nullptr;
+    ok_or_die(oslo_optimizer_create(b, &c, &ob), "optimizer b");
+    oslo_train_state got = {0, 0, 0};
+    named(oslo_checkpoint_load(ob, fix.c_str(), &got), OSLO_ERR_FORMAT, "not a training checkpoint",
+          "load of a plain model folder");
+    ok_or_die(oslo_checkpoint_load(ob, dir.c_str(), &got), "checkpoint_load");
+    check(got.seed == 7 && got.epoch == 1 && got.data_position == 42, "train state restored");
+    bool same = true;
+    for (int i = 0; i < 4; ++i) {
+      ok_or_die(oslo_model_train_step(b, ob, ids.data(), nullptr, mask.data(), 2, 4, &r), "b");
+      same = same && r.loss == want[static_cast<size_t>(i)];
+    }
+    check(same && r.step == 3, "resumed from the C checkpoint: losses bitwise equal");
+    oslo_optimizer_destroy(ob);
+    oslo_optimizer_destroy(oa);
+    oslo_model_destroy(b);
+    oslo_model_destroy(a);
+    if (std::system(("rm -rf '" + dir + "'").c_str()) != 0) check(false, "cleanup");
+  }
   oslo_optimizer_destroy(nullptr);
   oslo_model_destroy(other);
   oslo_model_destroy(m);

@@ -415,10 +415,34 @@ def encoder_backward(fixture):
         check(float((h2 ** 2).sum()) < float((h ** 2).sum()), "the step lowered sum(h^2)")
 
 
+def train_checkpoint(fixture):
+    """Optimizer.save_checkpoint / load_checkpoint (oslo_checkpoint_save /
+    _load): a fresh model loaded from the checkpoint folder with a fresh
+    optimizer continues bitwise and gets the train state back; a plain model
+    folder is not a training checkpoint."""
+    import tempfile
+    ids = np.array([[5, 17, 42, 9], [3, 77, 12, 8]], np.int64)
+    with tempfile.TemporaryDirectory() as d, oslo.Context() as ctx:
+        with oslo.Model(ctx, fixture) as a:
+            oa = oslo.Optimizer(a, lr=2e-3, weight_decay=0.01, max_grad_norm=1.0)
+            a.train_step(ids, optimizer=oa)
+            oa.save_checkpoint(d, seed=2**63 + 5, epoch=1, data_position=42)
+            want = [a.train_step(ids, optimizer=oa).loss for _ in range(3)]
+        with oslo.Model(ctx, d) as b:
+            ob = oslo.Optimizer(b, lr=2e-3, weight_decay=0.01, max_grad_norm=1.0)
+            e = raises(oslo.FormatError, ob.load_checkpoint, fixture)
+            check("not a training checkpoint" in e.message, e.message)
+            st = ob.load_checkpoint(d)
+            check(st == {"seed": 2**63 + 5, "epoch": 1, "data_position": 42}, repr(st))
+            got = [b.train_step(ids, optimizer=ob).loss for _ in range(3)]
+            check(got == want, f"resumed losses {got} != {want}")
+
+
 if __name__ == "__main__":
     main({f.__name__: f for f in (version, status_strings, context_defaults, context_from_config,
                                   context_from_json_file, context_bad_config, context_abort, tensor_create_and_query,
                                   tensor_bad_args, tensor_wrap_no_copy, dlpack,
                                   collectives_single, handles_lifetime, gil_released,
                                   tokenizer_capi, linear_bad_args, embedding_bad_args,
-                                  cross_entropy_bad_args, train_options, encoder_backward)})
+                                  cross_entropy_bad_args, train_options, encoder_backward,
+                                  train_checkpoint)})

@@ -1065,7 +1065,13 @@ class Optimizer(_Handle):
         and loss scale, and the caller's data position, atomically. Loads as
         a model checkpoint too; `oslo.merge` writes its weights. Call after
         an optimizer step. Collective over the world group."""
-        self._handle().save_checkpoint(os.fspath(dir), int(seed), int(epoch), int(data_position))
+        seed = int(seed)
+        if not 0 <= seed < 2**64:
+            raise InvalidArgumentError(f"save_checkpoint: seed {seed} is not a 64-bit unsigned "
+                                       "integer", Status.INVALID_ARGUMENT)
+        # The binding passes the unsigned seed as its two's-complement int64.
+        self._handle().save_checkpoint(os.fspath(dir), seed - 2**64 if seed >= 2**63 else seed,
+                                       int(epoch), int(data_position))
 
     def load_checkpoint(self, dir):
         """Restores a training checkpoint into the model and this optimizer
