@@ -53,6 +53,7 @@
 #include "core/tensor/view.hpp"
 #include "core/train/optimizer.hpp"
 #include "core/train/trainer.hpp"
+#include "tests/common/grad_check.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
 
@@ -64,47 +65,8 @@ using Ref = oslo_test::SafetensorsRef;
 
 std::atomic<int> g_fail{0};
 
-// This rank's local slice of a global tensor (HF layout, row-major), as
-// the placement lays it out: segments along split_dim, padding as zeros,
-// transposed when the placement says so.
-std::vector<float> local_slice(const Placement& p, const std::vector<float>& full) {
-  const std::vector<int64_t>& gs = p.global_shape;
-  const int nd = static_cast<int>(gs.size());
-  std::vector<int64_t> ls = gs;  // HF layout, before the transpose
-  if (p.split_dim >= 0) ls[p.split_dim] = p.local_extent;
-  int64_t ln = 1;
-  for (int64_t s : ls) ln *= s;
-  std::vector<float> out(static_cast<size_t>(ln), 0.f);
-  if (p.split_dim < 0) {
-    out = full;
-  } else {
-    // Index arithmetic over (outer, split, inner).
-    const int d = p.split_dim;
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < d; ++i) outer *= gs[i];
-    for (int i = d + 1; i < nd; ++i) inner *= gs[i];
-    for (const Segment& s : p.segments)
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < s.length; ++j)
-          for (int64_t in = 0; in < inner; ++in)
-            out[static_cast<size_t>((o * ls[d] + s.local_start + j) * inner + in)] =
-                full[static_cast<size_t>((o * gs[d] + s.global_start + j) * inner + in)];
-  }
-  if (p.transpose && nd == 2) {
-    std::vector<float> t(out.size());
-    for (int64_t i = 0; i < ls[0]; ++i)
-      for (int64_t j = 0; j < ls[1]; ++j)
-        t[static_cast<size_t>(j * ls[0] + i)] = out[static_cast<size_t>(i * ls[1] + j)];
-    out.swap(t);
-  }
-  return out;
-}
-
-std::vector<float> download(Context& ctx, const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  ctx.backend().copy(v.data(), t.data(), t.nbytes(), CopyKind::DeviceToHost);
-  return v;
-}
+using oslo_test::download;
+using oslo_test::local_slice;
 
 // The fixture with f32 weights (training updates f32 parameters).
 std::unique_ptr<Model> load_f32(Context& ctx, const std::string& dir) {
@@ -606,35 +568,6 @@ int main(int argc, char** argv) {
     else
       run_loop(ctx, dir, tp, loop);
   };
-  if (procs) {
-    try {
-      const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp) +
-                              ", \"timeout_seconds\": 120, \"num_threads\": 1}";
-      Context ctx(Config::parse(cfg.c_str()));
-      body(ctx);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      ++g_fail;
-    }
-    return g_fail ? 1 : 0;
-  }
-  const std::string store = oslo_test::temp_dir("oslo-train");
-  std::vector<std::thread> th;
-  for (int r = 0; r < tp; ++r)
-    th.emplace_back([&, r] {
-      try {
-        const std::string cfg =
-            "{\"rank\": " + std::to_string(r) + ", \"world_size\": " + std::to_string(tp) +
-            ", \"tensor_parallel_size\": " + std::to_string(tp) + ", \"init_method\": \"file://" +
-            store + "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1}";
-        Context ctx(Config::parse(cfg.c_str()));
-        body(ctx);
-      } catch (const Error& e) {
-        std::fprintf(stderr, "[rank %d] error: %s\n", r, e.what());
-        ++g_fail;
-      }
-    });
-  for (auto& t : th) t.join();
-  oslo_test::remove_tree(store);
+  g_fail += oslo_test::run_tp(procs, tp, body);
   return g_fail ? 1 : 0;
 }
