@@ -29,6 +29,19 @@
 
 namespace oslo {
 
+CheckpointLayout layout_of(const Topology& t) {
+  CheckpointLayout l;
+  l.tp_rank = t.tp_rank();
+  l.tp_size = t.tp_size();
+  l.pp_rank = t.pp_rank();
+  l.pp_size = t.pp_size();
+  l.dp_rank = t.dp_rank();
+  l.dp_size = t.dp_size();
+  l.world_rank = t.world_rank();
+  l.world_size = t.world_size();
+  return l;
+}
+
 namespace {
 
 namespace st = safetensors;

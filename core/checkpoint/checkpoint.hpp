@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/comm/communicator.hpp"
+#include "core/topology/topology.hpp"
 #include "oslo.h"
 
 namespace oslo {
@@ -34,6 +35,9 @@ struct CheckpointLayout {
   int dp_rank = 0, dp_size = 1;
   int world_rank = 0, world_size = 1;
 };
+
+// The layout of this rank's position in `t` (every rank and size).
+CheckpointLayout layout_of(const Topology& t);
 
 // Byte accounting of one load_checkpoint call.
 struct CheckpointLoadStats {

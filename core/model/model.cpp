@@ -607,15 +607,7 @@ void Model::embed(const std::vector<int64_t>& ids, const std::vector<int64_t>& m
 
 void Model::save(const std::string& dir) {
   const Topology& t = ctx_.topology();
-  CheckpointLayout layout;
-  layout.tp_rank = t.tp_rank();
-  layout.tp_size = t.tp_size();
-  layout.pp_rank = t.pp_rank();
-  layout.pp_size = t.pp_size();
-  layout.dp_rank = t.dp_rank();
-  layout.dp_size = t.dp_size();
-  layout.world_rank = t.world_rank();
-  layout.world_size = t.world_size();
+  const CheckpointLayout layout = layout_of(t);
   // Tensors held in f32 for precision (norms, biases) go back in their
   // stored dtype (exact: they were widened from it).
   std::vector<PlacedTensor> out = params_;

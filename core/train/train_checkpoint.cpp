@@ -66,15 +66,7 @@ void save_training_checkpoint(const std::string& dir, Trainer& trainer,
     tensors = training_tensors(trainer);
   });
   const Topology& topo = ctx.topology();
-  CheckpointLayout layout;
-  layout.tp_rank = topo.tp_rank();
-  layout.tp_size = topo.tp_size();
-  layout.pp_rank = topo.pp_rank();
-  layout.pp_size = topo.pp_size();
-  layout.dp_rank = topo.dp_rank();
-  layout.dp_size = topo.dp_size();
-  layout.world_rank = topo.world_rank();
-  layout.world_size = topo.world_size();
+  const CheckpointLayout layout = layout_of(topo);
   save_placed(dir, tensors, model.config().json_text, model.extra_files(), layout, world, {},
               {{kTrainingSection, section}});
 }

@@ -53,6 +53,7 @@
 #include "core/model/sharding.hpp"
 #include "core/train/train_checkpoint.hpp"
 #include "core/train/trainer.hpp"
+#include "tests/common/grad_check.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
 
@@ -96,8 +97,13 @@ struct Data {
   }
 };
 
+// The dtype the fixtures load in (--dtype; bf16/f16: f32 masters in the
+// optimizer, f16 with loss scaling).
+oslo_dtype g_dtype = OSLO_DTYPE_F32;
+
 TrainerOptions trainer_options(const std::string& opt) {
   TrainerOptions t;
+  t.scaler.enabled = g_dtype == OSLO_DTYPE_F16;
   t.optimizer.weight_decay = 0.01;
   t.total_steps = kSteps;
   t.grad_accum_steps = kAccum;
@@ -118,9 +124,9 @@ TrainerOptions trainer_options(const std::string& opt) {
   return t;
 }
 
-std::unique_ptr<Model> load_f32(Context& ctx, const std::string& dir) {
+std::unique_ptr<Model> load_model(Context& ctx, const std::string& dir) {
   ModelLoadOptions o;
-  o.dtype = OSLO_DTYPE_F32;
+  o.dtype = g_dtype;
   return Model::load(ctx, dir, o);
 }
 
@@ -140,11 +146,7 @@ std::vector<StepLog> train(Trainer& tr, const Data& d, int64_t from, int64_t to)
   return out;
 }
 
-std::vector<float> download(Context& ctx, const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  ctx.backend().copy(v.data(), t.data(), t.nbytes(), CopyKind::DeviceToHost);
-  return v;
-}
+using oslo_test::download;
 
 // Every master and state tensor of this rank, on the host.
 std::vector<std::vector<float>> snapshot(Context& ctx, Trainer& tr) {
@@ -173,40 +175,13 @@ bool same_bits(double a, double b) {
 
 // Runs body(ctx) on `tp` ranks as threads (one world, tensor-parallel).
 void run_threads(int tp, const std::function<void(Context&)>& body) {
-  const std::string store = oslo_test::temp_dir("oslo-train-ckpt");
-  std::vector<std::thread> th;
-  for (int r = 0; r < tp; ++r)
-    th.emplace_back([&, r] {
-      try {
-        const std::string cfg =
-            "{\"rank\": " + std::to_string(r) + ", \"world_size\": " + std::to_string(tp) +
-            ", \"tensor_parallel_size\": " + std::to_string(tp) + ", \"init_method\": \"file://" +
-            store + "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1}";
-        Context ctx(Config::parse(cfg.c_str()));
-        body(ctx);
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lk(g_mu);
-        std::fprintf(stderr, "[rank %d] error: %s\n", r, e.what());
-        ++g_fail;
-      }
-    });
-  for (auto& t : th) t.join();
-  oslo_test::remove_tree(store);
+  g_fail += oslo_test::run_tp(false, tp, body);
 }
 
 // Ranks as processes under oslo-run (WORLD_SIZE ranks, all tensor-parallel).
 void run_procs(const std::function<void(Context&)>& body) {
   const char* ws = std::getenv("WORLD_SIZE");
-  const int tp = ws ? std::atoi(ws) : 1;
-  try {
-    const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp) +
-                            ", \"timeout_seconds\": 120, \"num_threads\": 1}";
-    Context ctx(Config::parse(cfg.c_str()));
-    body(ctx);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    ++g_fail;
-  }
+  g_fail += oslo_test::run_tp(true, ws ? std::atoi(ws) : 1, body);
 }
 
 json user_state_at(int64_t step) {
@@ -229,7 +204,7 @@ void resume(Context& ctx, const std::string& fixture, const std::string& work,
   std::vector<StepLog> ref;
   std::vector<std::vector<float>> ref_end;
   {
-    auto m = load_f32(ctx, fixture);
+    auto m = load_model(ctx, fixture);
     Trainer tr(*m, trainer_options(opt));
     ref = train(tr, d, 0, kSteps);
     ref_end = snapshot(ctx, tr);
@@ -237,13 +212,13 @@ void resume(Context& ctx, const std::string& fixture, const std::string& work,
   // Interrupted after step 10.
   std::vector<StepLog> first;
   {
-    auto m = load_f32(ctx, fixture);
+    auto m = load_model(ctx, fixture);
     Trainer tr(*m, trainer_options(opt));
     first = train(tr, d, 0, kSteps / 2);
     save_training_checkpoint(ckpt, tr, user_state_at(kSteps / 2));
   }
   // Resumed: the model from the training checkpoint folder, as a plain checkpoint.
-  auto m = load_f32(ctx, ckpt);
+  auto m = load_model(ctx, ckpt);
   Trainer tr(*m, trainer_options(opt));
   const json user = load_training_checkpoint(ckpt, tr);
   EXPECT(user == user_state_at(kSteps / 2), "[rank %d] user_state came back as %s", r,
@@ -277,7 +252,7 @@ void resume(Context& ctx, const std::string& fixture, const std::string& work,
   // replaces the old (its shards removed) and loads back as it was saved.
   const std::vector<std::string> old_files = fsutil::list_dir(ckpt);
   save_training_checkpoint(ckpt, tr, user_state_at(kSteps));
-  auto m2 = load_f32(ctx, ckpt);
+  auto m2 = load_model(ctx, ckpt);
   Trainer t2(*m2, trainer_options(opt));
   EXPECT(load_training_checkpoint(ckpt, t2) == user_state_at(kSteps) &&
              t2.optimizer().steps() == kSteps && bitwise_equal(snapshot(ctx, t2), ref_end),
@@ -308,11 +283,11 @@ void reslice(const std::string& fixture, const std::string& work, const std::str
   run_threads(2, [&](Context& ctx) {
     std::vector<StepLog> full;
     {
-      auto m = load_f32(ctx, fixture);
+      auto m = load_model(ctx, fixture);
       Trainer tr(*m, trainer_options(opt));
       full = train(tr, d, 0, kSteps);
     }
-    auto m = load_f32(ctx, fixture);
+    auto m = load_model(ctx, fixture);
     Trainer tr(*m, trainer_options(opt));
     train(tr, d, 0, kSteps / 2);
     save_training_checkpoint(ckpt, tr, user_state_at(kSteps / 2));
@@ -333,7 +308,7 @@ void reslice(const std::string& fixture, const std::string& work, const std::str
   auto resume_at = [&](int tp, const std::string& from) {
     Curve c;
     run_threads(tp, [&](Context& ctx) {
-      auto m = load_f32(ctx, from);
+      auto m = load_model(ctx, from);
       Trainer tr(*m, trainer_options(opt));
       const json user = load_training_checkpoint(from, tr);
       EXPECT(user == user_state_at(kSteps / 2), "user_state came back as %s", user.dump().c_str());
@@ -379,7 +354,7 @@ void reslice(const std::string& fixture, const std::string& work, const std::str
 void merge_mode(const std::string& fixture, const std::string& work) {
   const Data d(fixture);
   run_threads(2, [&](Context& ctx) {
-    auto m = load_f32(ctx, fixture);
+    auto m = load_model(ctx, fixture);
     Trainer tr(*m, trainer_options("adamw"));
     train(tr, d, 0, kSteps);
     save_training_checkpoint(work + "/ckpt", tr, user_state_at(kSteps));
@@ -458,7 +433,7 @@ void errors(const std::string& fixture, const std::string& other, const std::str
         if (ok && r == 0) std::printf("%s: refused on every rank (%s)\n", what, e.what());
       }
     };
-    auto m = load_f32(ctx, fixture);
+    auto m = load_model(ctx, fixture);
     Trainer tr(*m, trainer_options("adamw"));
     train(tr, d, 0, 2);
     save_training_checkpoint(good, tr, user_state_at(2));
@@ -484,7 +459,7 @@ void errors(const std::string& fixture, const std::string& other, const std::str
     }
     // Not training checkpoints.
     {
-      auto m2 = load_f32(ctx, fixture);
+      auto m2 = load_model(ctx, fixture);
       Trainer t2(*m2, trainer_options("adamw"));
       refused("a model checkpoint", OSLO_ERR_FORMAT, {"not a training checkpoint"},
               [&] { load_training_checkpoint(plain, t2); });
@@ -496,7 +471,7 @@ void errors(const std::string& fixture, const std::string& other, const std::str
     }
     // Another model with the same tensor names (other key/value heads).
     {
-      auto m2 = load_f32(ctx, other);
+      auto m2 = load_model(ctx, other);
       Trainer t2(*m2, trainer_options("adamw"));
       const auto before_w = snapshot(ctx, t2);
       refused("a checkpoint of another model", OSLO_ERR_SHAPE, {"k_proj"},
@@ -506,7 +481,7 @@ void errors(const std::string& fixture, const std::string& other, const std::str
     }
     // Another optimizer.
     {
-      auto m2 = load_f32(ctx, fixture);
+      auto m2 = load_model(ctx, fixture);
       Trainer t2(*m2, trainer_options("sgd"));
       refused("another optimizer kind", OSLO_ERR_INVALID_ARGUMENT, {"adamw", "momentum_buffer"},
               [&] { load_training_checkpoint(good, t2); });
@@ -538,7 +513,7 @@ void errors(const std::string& fixture, const std::string& other, const std::str
       if (r == 0) fsutil::set_fault_hook(nullptr);
       unchanged("the failed save");
       // The previous checkpoint still loads, at update 2.
-      auto m2 = load_f32(ctx, good);
+      auto m2 = load_model(ctx, good);
       Trainer t2(*m2, trainer_options("adamw"));
       const json user = load_training_checkpoint(good, t2);
       EXPECT(user == user_state_at(2) && t2.optimizer().steps() == 2,
@@ -557,7 +532,7 @@ void errors(const std::string& fixture, const std::string& other, const std::str
         std::ofstream(fsutil::join(corrupt, shard), std::ios::binary) << bytes;
       }
       ctx.comm(OSLO_GROUP_WORLD).barrier();
-      auto m2 = load_f32(ctx, fixture);
+      auto m2 = load_model(ctx, fixture);
       Trainer t2(*m2, trainer_options("adamw"));
       refused("a corrupted shard", OSLO_ERR_FORMAT, {"checksum mismatch", shard.c_str()},
               [&] { load_training_checkpoint(corrupt, t2); });
@@ -570,12 +545,13 @@ void errors(const std::string& fixture, const std::string& other, const std::str
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   auto usage = [&] {
-    std::fprintf(stderr,
-                 "usage: %s resume FIXTURE WORK (--tp N | --procs) [--opt adamw|sgd]\n"
-                 "       %s reslice FIXTURE WORK [--opt adamw|sgd]\n"
-                 "       %s merge FIXTURE WORK\n"
-                 "       %s errors FIXTURE OTHER_FIXTURE WORK\n",
-                 argv[0], argv[0], argv[0], argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s resume FIXTURE WORK (--tp N | --procs) [--opt adamw|sgd] [--dtype bf16|f16]\n"
+        "       %s reslice FIXTURE WORK [--opt adamw|sgd]\n"
+        "       %s merge FIXTURE WORK\n"
+        "       %s errors FIXTURE OTHER_FIXTURE WORK\n",
+        argv[0], argv[0], argv[0], argv[0]);
     return 2;
   };
   if (argc < 4) return usage();
@@ -587,6 +563,12 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--opt") && i + 1 < argc) opt = argv[++i];
     if (!std::strcmp(argv[i], "--tp") && i + 1 < argc) tp = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--procs")) procs = true;
+    if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      ++i;
+      g_dtype = !std::strcmp(argv[i], "bf16")  ? OSLO_DTYPE_BF16
+                : !std::strcmp(argv[i], "f16") ? OSLO_DTYPE_F16
+                                               : OSLO_DTYPE_F32;
+    }
   }
   const std::string work = mode == "errors" ? (argc > 4 ? argv[4] : "") : argv[3];
   if (work.empty() || work[0] == '-') return usage();
