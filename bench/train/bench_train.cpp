@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
@@ -25,15 +26,21 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--seq N] [--batch N] [--steps N] [--warmup N] "
-                 "[--threads N] [--checkpoint-activations 0|1]\n",
+                 "[--threads N] [--checkpoint-activations 0|1] [--dtype f32|bf16|f16]\n",
                  argv[0]);
     return 2;
   }
   int64_t seq = 256, batch = 4, steps = 1, warmup = 1;
   int threads = 2;
   bool ckpt = false;
+  oslo_dtype dtype = OSLO_DTYPE_F32;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--dtype") {
+      const std::string d = argv[i + 1];
+      dtype = d == "bf16" ? OSLO_DTYPE_BF16 : d == "f16" ? OSLO_DTYPE_F16 : OSLO_DTYPE_F32;
+      continue;
+    }
     const long v = std::atol(argv[i + 1]);
     if (a == "--seq")
       seq = v;
@@ -56,7 +63,7 @@ int main(int argc, char** argv) {
                             ", \"timeout_seconds\": 600}";
     Context ctx(Config::parse(cfg.c_str()));
     ModelLoadOptions lo;
-    lo.dtype = OSLO_DTYPE_F32;
+    lo.dtype = dtype;
     auto m = Model::load(ctx, argv[1], lo);
     const int64_t V = m->config().vocab_size, n = batch * seq;
     // The batch torch_reference.py builds too: token i of the flattened
@@ -97,29 +104,37 @@ int main(int argc, char** argv) {
       best = std::min(best, s);
       total += s;
     }
-    // Memory: parameters + gradients + AdamW's two moments (all f32) + the
-    // activations: the blocks' (kept for the backward) and the head's (this
-    // rank's logits and their gradient, f32), against the peak RSS.
-    size_t pbytes = 0;
-    for (const auto& p : m->tensors()) pbytes += p.tensor.nbytes();
+    // Memory: parameters + gradients + AdamW's two moments (f32) + f32
+    // masters of bf16/f16 parameters + the activations: the blocks' (kept
+    // for the backward) and the head's (this rank's logits and their
+    // gradient, f32), against the peak RSS.
+    size_t pbytes = 0, numel = 0;
+    for (const auto& p : m->tensors()) {
+      pbytes += p.tensor.nbytes();
+      numel += static_cast<size_t>(p.tensor.numel());
+    }
+    const double state_bytes =
+        12.0 * static_cast<double>(numel) + static_cast<double>(opt.master_bytes());
     const int64_t vocab_local = (V + tp - 1) / tp;
     const double head = 2.0 * static_cast<double>(n) * static_cast<double>(vocab_local) * 4;
     const double blocks = static_cast<double>(m->saved_activation_bytes());
-    const double expected = (4.0 * static_cast<double>(pbytes) + blocks + head) / (1 << 20);
+    const double expected = (static_cast<double>(pbytes) + state_bytes + blocks + head) / (1 << 20);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double peak = static_cast<double>(ru.ru_maxrss) / 1024.0;
     if (ctx.topology().tp_rank() == 0)
       std::printf(
-          "{\"engine\": \"oslo\", \"tp\": %d, \"threads\": %d, \"seq\": %lld, \"batch\": "
+          "{\"engine\": \"oslo\", \"dtype\": \"%s\", \"tp\": %d, \"threads\": %d, \"seq\": %lld, "
+          "\"batch\": "
           "%lld, \"step_s\": %.3f, \"tokens_per_s\": %.1f, \"loss\": %.4f, "
           "\"fwd_bwd_s\": %.3f, \"clip_s\": %.3f, \"optimizer_s\": %.3f, "
           "\"checkpointing\": %s, \"params_mib\": %.1f, \"activations_mib\": %.1f, "
           "\"head_activations_mib\": %.1f, \"peak_rss_mib\": %.1f, "
           "\"peak_over_expected\": %.3f}\n",
-          tp, threads, static_cast<long long>(seq), static_cast<long long>(batch), best,
-          static_cast<double>(n) / best, loss, t_loss, t_clip, t_opt, ckpt ? "true" : "false",
-          pbytes / 1048576.0, blocks / 1048576.0, head / 1048576.0, peak, peak / expected);
+          dtype_name(dtype), tp, threads, static_cast<long long>(seq),
+          static_cast<long long>(batch), best, static_cast<double>(n) / best, loss, t_loss, t_clip,
+          t_opt, ckpt ? "true" : "false", pbytes / 1048576.0, blocks / 1048576.0, head / 1048576.0,
+          peak, peak / expected);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;

@@ -10,6 +10,9 @@
 # each a fresh process: WARMUP untimed steps, then STEPS timed (best kept).
 #
 #   bash bench/train/run.sh [ROUNDS]      (ROUNDS defaults to 5)
+#   DTYPE=bf16 bash bench/train/run.sh    mixed precision instead: PyTorch
+#       under torch.autocast(bfloat16) | oslo TP=1 bf16, 2 threads | oslo
+#       TP=2 bf16 (the model loaded in bf16, f32 masters)
 #
 # Needs build/ configured with OSLO_BUILD_BENCH=ON and the HF venv
 # (tools/test-venv.sh build --hf). Prints each JSON line, then best and
@@ -37,8 +40,17 @@ row() {
   "$@" 2>>"$out/log" | sed -n "s/^{/{\"row\": \"$name\", /p" | tee -a "$out/results.jsonl"
 }
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(date -u +%F' '%H:%M) UTC"
+dtype=${DTYPE:-f32}
 for r in $(seq "$rounds"); do
   echo "== round $r of $rounds"
+  if [ "$dtype" != f32 ]; then
+    row "PyTorch $dtype autocast, 2 threads" "$py" bench/train/torch_reference.py "$m" \
+      "${args[@]}" --threads 2 --dtype "$dtype"
+    row "oslo TP=1 $dtype, 2 threads" "$bin" "$m" "${args[@]}" --threads 2 --dtype "$dtype"
+    row "oslo TP=2 $dtype, 2 x 1 thread" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
+      --threads 1 --dtype "$dtype"
+    continue
+  fi
   row "PyTorch, 2 threads" "$py" bench/train/torch_reference.py "$m" "${args[@]}" --threads 2
   row "oslo TP=1, 2 threads" "$bin" "$m" "${args[@]}" --threads 2
   row "oslo TP=1, 1 thread" "$bin" "$m" "${args[@]}" --threads 1

@@ -22,6 +22,8 @@ def main():
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32",
+                    help="bf16/f16: torch.autocast on the f32 model (f16 with GradScaler)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -39,12 +41,26 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                              {"params": rest, "weight_decay": 0.0}], lr=1e-4)
 
+    amp = {"bf16": torch.bfloat16, "f16": torch.float16}.get(a.dtype)
+    scaler = torch.amp.GradScaler("cpu") if a.dtype == "f16" else None
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if amp is None:
+            loss = model(input_ids=ids, labels=ids).loss
+        else:
+            with torch.autocast(device_type="cpu", dtype=amp):
+                loss = model(input_ids=ids, labels=ids).loss
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
         return loss.item()
 
     for _ in range(a.warmup):
@@ -55,7 +71,8 @@ def main():
         loss = step()
         best = min(best, time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"engine": "pytorch", "torch": torch.__version__, "threads": a.threads,
+    print(json.dumps({"engine": "pytorch", "torch": torch.__version__, "dtype": a.dtype,
+                      "threads": a.threads,
                       "seq": a.seq, "batch": a.batch, "step_s": round(best, 3),
                       "tokens_per_s": round(a.batch * a.seq / best, 1), "loss": round(loss, 4),
                       "peak_rss_mib": round(peak, 1)}))
