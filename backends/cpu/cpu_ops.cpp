@@ -255,9 +255,66 @@ __attribute__((target("avx2,fma"))) void sigmoid_gate_avx2(float* o, const float
   for (; i < n; ++i) o[i] = gelu ? gelu_tanh(a[i]) : a[i] * sigmoid(a[i]);
 }
 
+// The gradients of the same two: with s = sigmoid(z),
+//   silu'(x) = s (1 + x (1 - s)),
+//   gelu_tanh'(x) = s + 2 x s (1 - s) k (1 + 3 c x^2)   (z = 2u, u = k (x + c x^3);
+// 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s)).
+// o[i] = g[i] * that.
+__attribute__((target("avx2,fma"))) void sigmoid_gate_grad_avx2(float* o, const float* a,
+                                                                const float* g, int64_t n,
+                                                                bool gelu);
+
 bool has_avx2_fma() {
   static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return v;
+}
+
+__attribute__((target("avx2,fma"))) void sigmoid_gate_grad_avx2(float* o, const float* a,
+                                                                const float* g, int64_t n,
+                                                                bool gelu) {
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+  const __m256 k = _mm256_set1_ps(0.7978845608028654f), c = _mm256_set1_ps(0.044715f),
+               c3 = _mm256_set1_ps(3.0f * 0.044715f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(a + i);
+    const __m256 x2 = _mm256_mul_ps(x, x);
+    __m256 z = x;
+    if (gelu) z = _mm256_mul_ps(_mm256_mul_ps(two, k), _mm256_fmadd_ps(_mm256_mul_ps(c, x), x2, x));
+    const __m256 s =
+        _mm256_div_ps(one, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), z))));
+    const __m256 s1 = _mm256_mul_ps(s, _mm256_sub_ps(one, s));  // s (1 - s)
+    __m256 d;
+    if (gelu) {
+      // s + 2 x s (1 - s) k (1 + 3 c x^2)
+      const __m256 du = _mm256_mul_ps(k, _mm256_fmadd_ps(c3, x2, one));
+      d = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(two, x), s1), du, s);
+    } else {
+      d = _mm256_fmadd_ps(x, s1, s);  // s (1 + x (1 - s)) = s + x s (1 - s)
+    }
+    __m256 y = _mm256_mul_ps(_mm256_loadu_ps(g + i), d);
+    // NaN in, NaN out; infinities as the scalar forms give them.
+    const __m256 special = _mm256_or_ps(
+        _mm256_cmp_ps(x, x, _CMP_UNORD_Q),
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x),
+                      _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_EQ_OQ));
+    if (_mm256_movemask_ps(special)) {
+      alignas(32) float xs[8], gs[8], ys[8];
+      _mm256_store_ps(xs, x);
+      _mm256_storeu_ps(gs, _mm256_loadu_ps(g + i));
+      _mm256_store_ps(ys, y);
+      for (int l = 0; l < 8; ++l)
+        if (!(std::fabs(xs[l]) < std::numeric_limits<float>::infinity()))
+          ys[l] = gs[l] * (gelu ? gelu_tanh_grad(xs[l])
+                                : sigmoid(xs[l]) * (1.0f + xs[l] * (1.0f - sigmoid(xs[l]))));
+      y = _mm256_load_ps(ys);
+    }
+    _mm256_storeu_ps(o + i, y);
+  }
+  for (; i < n; ++i) {
+    const float x = a[i];
+    o[i] = g[i] * (gelu ? gelu_tanh_grad(x) : sigmoid(x) * (1.0f + x * (1.0f - sigmoid(x))));
+  }
 }
 
 }  // namespace
@@ -566,8 +623,14 @@ void unary_backward(int threads, oslo_bk_unary op, const V& gx, const V& x, cons
   switch (op) {
     case OSLO_BK_SCALE: return run([alpha](float) { return alpha; });
     case OSLO_BK_GELU: return run(gelu_grad);
-    case OSLO_BK_GELU_TANH: return run(gelu_tanh_grad);
+    case OSLO_BK_GELU_TANH:
     case OSLO_BK_SILU:
+      if (has_avx2_fma())
+        return elementwise(threads, gx, x, &gy,
+                           [op](float* o, const float* a, const float* g, int64_t n) {
+                             sigmoid_gate_grad_avx2(o, a, g, n, op == OSLO_BK_GELU_TANH);
+                           });
+      if (op == OSLO_BK_GELU_TANH) return run(gelu_tanh_grad);
       return run([](float v) {
         const float s = sigmoid(v);
         return s * (1.0f + v * (1.0f - s));

@@ -527,6 +527,32 @@ void test_elementwise(const std::shared_ptr<Backend>& be) {
         check(ok_, fmt("err %g", e));
       }
     }
+  // Wide-range inputs of the sigmoid-based gradients (the CPU backend's
+  // vector path: saturated exponentials, both tails) and NaN staying NaN.
+  for (oslo_bk_unary op : {OSLO_BK_GELU_TANH, OSLO_BK_SILU}) {
+    g_case = fmt("unary_backward %d wide range", static_cast<int>(op));
+    std::vector<double> hx;
+    for (double v = -120; v <= 120; v += 0.37) hx.push_back(v);
+    hx.push_back(NAN);
+    const int64_t n = static_cast<int64_t>(hx.size());
+    std::vector<double> hg(hx.size(), 1.0);
+    Dev x(be, OSLO_DTYPE_F32, {n}), gy(be, OSLO_DTYPE_F32, {n}), gx(be, OSLO_DTYPE_F32, {n});
+    x.upload(hx);
+    gy.upload(hg);
+    be->unary_backward(op, gx.v, x.v, gy.v, 0.f);
+    const auto got = gx.download();
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = static_cast<float>(hx[static_cast<size_t>(i)]);
+      const double r = ref_unary_grad(op, xi, 0.0);
+      const bool ok = std::isnan(xi) ? std::isnan(got[static_cast<size_t>(i)])
+                                     : std::fabs(got[static_cast<size_t>(i)] - r) <=
+                                           2e-6 * std::max(1.0, std::fabs(r));
+      if (!ok && bad++ < 5)
+        check(false, fmt("x %g: got %.9g, want %.9g", xi, got[static_cast<size_t>(i)], r));
+    }
+    check(bad == 0, fmt("%d of %lld values off", bad, static_cast<long long>(n)));
+  }
 }
 
 void test_reduce(const std::shared_ptr<Backend>& be) {
