@@ -1523,8 +1523,7 @@ OSLO_API oslo_status oslo_optimizer_options_init(oslo_optimizer_options *options
  * OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: per model.
  */
-OSLO_API oslo_status oslo_optimizer_create(oslo_model *model,
-                                           const oslo_optimizer_options *options,
+OSLO_API oslo_status oslo_optimizer_create(oslo_model *model, const oslo_optimizer_options *options,
                                            oslo_optimizer **out);
 
 /**
@@ -1606,8 +1605,7 @@ OSLO_API oslo_status oslo_model_backward(oslo_model *model, oslo_optimizer *opti
  * Thread-safety: per context.
  * Ownership: writes *result.
  */
-OSLO_API oslo_status oslo_optimizer_step(oslo_optimizer *optimizer,
-                                         oslo_train_step_result *result);
+OSLO_API oslo_status oslo_optimizer_step(oslo_optimizer *optimizer, oslo_train_step_result *result);
 
 /**
  * Zeroes the model's gradients and restarts the accumulation window.
