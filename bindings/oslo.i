@@ -829,8 +829,8 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
 /* An optimizer over a model's parameters. It must not outlive its model:
    the language layers keep the model open while the optimizer is (Python:
    _Handle dependency; Java: Model.retain; Go: a child node of the model).
-   Training checkpoints (optimizer state plus the train state) will be
-   methods of this class too. */
+   Training checkpoints (optimizer state plus the train state) are methods
+   of this class (save_checkpoint / load_checkpoint). */
 %newobject oslo_optimizer::m_step;
 %extend oslo_optimizer {
   /* oslo_optimizer_create; options NULL: the defaults. Not collective. */

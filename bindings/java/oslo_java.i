@@ -163,10 +163,15 @@ OSLO_JDOC(oslo_model::m_embed, "Sentence embeddings of [batch, seq] I64 ids and 
 OSLO_JDOC(oslo_model::m_generate, "Generates from {@code batch} prompts (ids one after another, I64 lengths) into out_tokens [batch, max_new_tokens] and out_lengths [batch] (I64); eos_token_ids and out_scores may be null; direct buffers, no copy. Collective.")
 OSLO_JDOC(oslo_model::m_save, "Saves a parallel checkpoint in {@code dir}. Collective.")
 OSLO_JDOC(oslo_model::m_train_step, "One micro-batch of causal-LM training on [batch, seq] I64 ids: forward, loss (labels shifted inside, -100 ignored; labels null: the ids with -100 where the mask is 0; mask null: all 1) and backward, adding to the gradients; with an optimizer (null: none) over this model it steps after every gradAccumSteps micro-batches. Direct buffers, no copy. Collective.")
+OSLO_JDOC(oslo_model::m_backward, "Backward from a loss on the last hidden states: adds the parameter gradients of [batch, seq] I64 ids (mask null: all 1; token_type_ids null: all 0) for {@code grad_hidden} [batch, seq, hidden] F32 (d loss / d hidden states); with an optimizer (null: only accumulate) over this model it steps after every gradAccumSteps micro-batches. The result's loss is 0. Direct buffers, no copy. Collective.")
 OSLO_JDOC(oslo_model::m_set_activation_checkpointing, "Recomputes each block in the backward of trainStep instead of keeping its activations (equal gradients, less memory).")
 OSLO_JDOC(oslo_optimizer::oslo_optimizer, "An optimizer over every parameter of {@code model} ({@code options} null: the defaults); not collective.")
 OSLO_JDOC(oslo_optimizer::m_step, "The optimizer step now from the gradients accumulated so far (however many micro-batches), then zeroes them. Collective.")
 OSLO_JDOC(oslo_optimizer::m_zero_grad, "Zeroes the model's gradients and restarts the accumulation window.")
+/* The train state travels as TrainState (Optimizer.saveCheckpoint and
+   loadCheckpoint in the javacode below): the raw forms are private. */
+%javamethodmodifiers oslo_optimizer::m_save_checkpoint "private";
+%javamethodmodifiers oslo_optimizer::m_load_checkpoint "private";
 OSLO_JDOC(oslo_optimizer_options::oslo_optimizer_options, "PyTorch's and Hugging Face Trainer's defaults (AdamW, lr 1e-3).")
 OSLO_JDOC(oslo_tokenizer::oslo_tokenizer, "Loads the tokenizer of a model folder.")
 OSLO_JDOC(oslo_tokenizer::m_encode, "Encodes UTF-8 text (a direct buffer) into {@code out} (I64, null: only count); returns the full count.")
@@ -900,7 +905,7 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     java.nio.LongBuffer b = directLongs(rows.length * seq);
     for (int r = 0; r < rows.length; ++r) {
       if (rows[r].length != seq)
-        throw new OsloException(Status.SHAPE.swigValue(), "trainStep: " + what + " row " + r
+        throw new OsloException(Status.SHAPE.swigValue(), what + " row " + r
             + " has " + rows[r].length + " ids, ids rows " + seq);
       b.put(rows[r]);
     }
@@ -920,13 +925,50 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     int seq = ids[0].length;
     if ((labels != null && labels.length != ids.length) || (mask != null && mask.length != ids.length))
       throw new OsloException(Status.SHAPE.swigValue(), "trainStep: labels or mask rows differ from ids rows");
-    return trainStep(optimizer, rows("ids", ids, seq), rows("labels", labels, seq),
-        rows("mask", mask, seq), ids.length, seq);
+    return trainStep(optimizer, rows("trainStep: ids", ids, seq),
+        rows("trainStep: labels", labels, seq), rows("trainStep: mask", mask, seq), ids.length,
+        seq);
   }
 
   /** One micro-batch with the labels made from the ids and mask. Collective. */
   public TrainStepResult trainStep(long[][] ids, long[][] mask, Optimizer optimizer) {
     return trainStep(ids, null, mask, optimizer);
+  }
+
+  /**
+   * Backward from a loss on the last hidden states (an encoder's, or any
+   * model's {@link ModelOutput#HIDDEN} output), on token-id rows of equal
+   * length: {@code gradHidden} is d loss / d hidden states, row-major
+   * [batch, seq, hidden] as {@link #forward(long[], ModelOutput)} returns
+   * them; {@code mask} null is all 1, {@code tokenTypeIds} null all 0, and
+   * {@code optimizer} null only accumulates the gradients (else it steps
+   * after every gradAccumSteps micro-batches). The result's loss is 0.
+   * Collective.
+   */
+  public TrainStepResult backward(long[][] ids, long[][] mask, long[][] tokenTypeIds,
+      float[] gradHidden, Optimizer optimizer) {
+    if (ids.length == 0)
+      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(), "backward: no rows");
+    if (gradHidden == null)
+      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(), "backward: grad_hidden is null");
+    int seq = ids[0].length;
+    if ((mask != null && mask.length != ids.length)
+        || (tokenTypeIds != null && tokenTypeIds.length != ids.length))
+      throw new OsloException(Status.SHAPE.swigValue(),
+          "backward: mask or token_type_ids rows differ from ids rows");
+    java.nio.FloatBuffer grad = gradHidden.length == 0 ? null : directFloats(gradHidden.length);
+    if (grad != null) grad.put(gradHidden);
+    return backward(optimizer, rows("backward: ids", ids, seq), rows("backward: mask", mask, seq),
+        rows("backward: token_type_ids", tokenTypeIds, seq), ids.length, seq, grad);
+  }
+
+  /**
+   * Backward of one sequence of token ids from {@code gradHidden} [seq,
+   * hidden] (row-major, as {@link #forward(long[], ModelOutput)} returns the
+   * hidden states), mask all 1, token types all 0. Collective.
+   */
+  public TrainStepResult backward(long[] ids, float[] gradHidden, Optimizer optimizer) {
+    return backward(new long[][] {ids}, null, null, gradHidden, optimizer);
   }
 %}
 %typemap(javacode) struct oslo_optimizer %{
@@ -946,6 +988,32 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
   @Override
   public void close() {
     delete();
+  }
+
+  /**
+   * Saves a training checkpoint in {@code dir}: the model's weights (as
+   * Model.save writes them, so Model loads it too), this optimizer's state,
+   * step count, schedule and loss scaler, and {@code state} (null: zeros),
+   * atomically. Call it after an optimizer step (no micro-batch pending).
+   * Collective over the world group.
+   */
+  public void saveCheckpoint(String dir, TrainState state) {
+    if (state == null) state = new TrainState(0, 0, 0);
+    saveCheckpoint(dir, state.getSeed(), state.getEpoch(), state.getDataPosition());
+  }
+
+  /**
+   * Restores a training checkpoint of {@code dir} into the model (weights)
+   * and this optimizer (state, step count, loss scaler) and returns the
+   * saved train state; at the tensor-parallel size it was saved at,
+   * training resumes bit-exactly. A folder that is not a training
+   * checkpoint is a FORMAT error. Collective over the world group: if it
+   * fails on any rank, do not use the optimizer further.
+   */
+  public TrainState loadCheckpoint(String dir) {
+    java.nio.LongBuffer out = Model.directLongs(3);
+    loadCheckpoint(dir, out);
+    return new TrainState(out.get(0), out.get(1), out.get(2));
   }
 %}
 %typemap(javacode) struct oslo_optimizer_options %{

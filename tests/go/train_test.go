@@ -185,3 +185,107 @@ func TestOptimizerDependsOnModel(t *testing.T) {
 	wantErr(t, "Step after the model closed", err, oslo.ErrInvalidArgument)
 	must(t, opt.Close()) // still idempotent
 }
+
+// Optimizer.SaveCheckpoint / LoadCheckpoint: resuming from a training
+// checkpoint in a new model and optimizer gives bitwise the losses of the
+// uninterrupted run and the saved TrainState; a model folder is not a
+// training checkpoint (ErrFormat naming it).
+func TestTrainingCheckpointResume(t *testing.T) {
+	ctx := soloContext(t)
+	defer ctx.Close()
+	fixture := filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny")
+	dir := filepath.Join(t.TempDir(), "train-ckpt")
+	opts := oslo.OptimizerOptions{Kind: oslo.AdamW, LR: 2e-3}
+	ids := [][]int64{{5, 9, 14, 3, 77, 2}, {40, 41, 42, 43, 44, 45}}
+	var want [2]float64
+	func() {
+		m, err := oslo.LoadModel(ctx, fixture)
+		must(t, err)
+		defer m.Close()
+		opt, err := oslo.NewOptimizer(m, opts)
+		must(t, err)
+		defer opt.Close()
+		for i := 0; i < 2; i++ {
+			r, err := m.TrainStep(ids, nil, nil, opt)
+			must(t, err)
+			if !r.Stepped {
+				t.Fatalf("step %d: %+v", i, r)
+			}
+		}
+		must(t, opt.SaveCheckpoint(dir, oslo.TrainState{Seed: 7, Epoch: 1, DataPosition: 42}))
+		for i := range want {
+			r, err := m.TrainStep(ids, nil, nil, opt)
+			must(t, err)
+			want[i] = r.Loss
+		}
+	}()
+	m, err := oslo.LoadModel(ctx, dir)
+	must(t, err)
+	defer m.Close()
+	opt, err := oslo.NewOptimizer(m, opts)
+	must(t, err)
+	defer opt.Close()
+	s, err := opt.LoadCheckpoint(dir)
+	must(t, err)
+	if s != (oslo.TrainState{Seed: 7, Epoch: 1, DataPosition: 42}) {
+		t.Fatalf("LoadCheckpoint: %+v", s)
+	}
+	for i := range want {
+		r, err := m.TrainStep(ids, nil, nil, opt)
+		must(t, err)
+		if math.Float64bits(r.Loss) != math.Float64bits(want[i]) || r.Step != int64(3+i) {
+			t.Fatalf("step %d: resumed %+v, uninterrupted loss %v", i, r, want[i])
+		}
+	}
+	m2, err := oslo.LoadModel(ctx, fixture)
+	must(t, err)
+	defer m2.Close()
+	opt2, err := oslo.NewOptimizer(m2, opts)
+	must(t, err)
+	defer opt2.Close()
+	_, err = opt2.LoadCheckpoint(fixture)
+	wantErr(t, "LoadCheckpoint of a model folder", err, oslo.ErrFormat)
+	if !strings.Contains(err.Error(), "training checkpoint") {
+		t.Fatalf("the error does not name a training checkpoint: %v", err)
+	}
+}
+
+// Model.Backward trains an encoder from a loss on its hidden states: with
+// gradHidden = h (the gradient of sum(h^2)/2) one SGD step lowers
+// sum(h^2); a gradient of the wrong size is refused by name.
+func TestEncoderBackward(t *testing.T) {
+	ctx := soloContext(t)
+	defer ctx.Close()
+	m, err := oslo.LoadModel(ctx, filepath.Join(env(t, "OSLO_FIXTURES"), "bert-tiny"))
+	must(t, err)
+	defer m.Close()
+	ids := [][]int64{{2, 40, 41}, {7, 99, 3}}
+	types := [][]int64{{0, 0, 1}, {0, 1, 1}}
+	h, err := m.Forward(ids, nil, types, oslo.Hidden)
+	must(t, err)
+	opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.05})
+	must(t, err)
+	defer opt.Close()
+	_, err = m.Backward(ids, nil, types, h[:len(h)-1], opt)
+	wantErr(t, "a short gradient", err, oslo.ErrShape)
+	if !strings.Contains(err.Error(), "grad_hidden") {
+		t.Fatalf("the error does not name grad_hidden: %v", err)
+	}
+	r, err := m.Backward(ids, nil, types, h, opt)
+	must(t, err)
+	if !r.Stepped || r.Step != 1 || r.Loss != 0 {
+		t.Fatalf("Backward: %+v", r)
+	}
+	h2, err := m.Forward(ids, nil, types, oslo.Hidden)
+	must(t, err)
+	var before, after float64
+	for _, x := range h {
+		before += float64(x) * float64(x)
+	}
+	for _, x := range h2 {
+		after += float64(x) * float64(x)
+	}
+	if !(after < before) {
+		t.Fatalf("sum(h^2) %v -> %v", before, after)
+	}
+}

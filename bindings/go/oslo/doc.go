@@ -19,7 +19,10 @@
 //
 // Training: NewOptimizer(m, OptimizerOptions{...}) over a model, then
 // Model.TrainStep per micro-batch (it steps the optimizer after every
-// GradAccumSteps of them), or Optimizer.Step and ZeroGrad by hand.
+// GradAccumSteps of them), or Optimizer.Step and ZeroGrad by hand;
+// Model.Backward trains from a loss on the hidden states (an encoder's).
+// Optimizer.SaveCheckpoint and LoadCheckpoint save and resume training
+// (weights, optimizer state and a TrainState) bit-exactly.
 //
 // Memory: oslo never keeps a pointer to Go memory after a call returns.
 // Go slices are copied into tensors (TensorOf, Write) and out of them

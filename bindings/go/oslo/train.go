@@ -217,6 +217,104 @@ func (o *Optimizer) ZeroGrad() error {
 	return err
 }
 
+// TrainState is where a training loop's data stands (oslo_train_state):
+// saved in a training checkpoint by Optimizer.SaveCheckpoint and returned
+// by Optimizer.LoadCheckpoint. oslo itself draws no random numbers in
+// training.
+type TrainState struct {
+	Seed         uint64 // the seed the data order derives from
+	Epoch        int64  // passes over the data completed
+	DataPosition int64  // samples consumed in the current epoch
+}
+
+// SaveCheckpoint saves a training checkpoint in dir (oslo_checkpoint_save):
+// the model's weights as Model.Save writes them (so LoadModel reads it as
+// a model checkpoint), the optimizer's state, step count, schedule and loss
+// scaler, and s, atomically: the previous checkpoint in dir stays loadable
+// until the new one is complete. Call it after an optimizer step (no
+// micro-batch pending). Collective over the world group.
+func (o *Optimizer) SaveCheckpoint(dir string, s TrainState) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	err := call(func() { o.o.Save_checkpoint(dir, int64(s.Seed), s.Epoch, s.DataPosition) })
+	runtime.KeepAlive(o)
+	return err
+}
+
+// LoadCheckpoint restores a training checkpoint of dir
+// (oslo_checkpoint_load) into the model (weights) and the optimizer
+// (state, step count, loss scaler) and returns the saved train state. At
+// the tensor-parallel size it was saved at, training resumes bit-exactly;
+// at another size the weights and optimizer state are re-sliced. A folder
+// that is not a training checkpoint is an ErrFormat error. Collective over
+// the world group: if it fails on any rank, every rank gets the error and
+// the optimizer must not be used further.
+func (o *Optimizer) LoadCheckpoint(dir string) (TrainState, error) {
+	var s TrainState
+	if err := o.check(); err != nil {
+		return s, err
+	}
+	out := make([]int64, 3)
+	err := call(func() { o.o.Load_checkpoint(dir, bytesOf(out)) })
+	runtime.KeepAlive(o)
+	if err != nil {
+		return s, err
+	}
+	return TrainState{Seed: uint64(out[0]), Epoch: out[1], DataPosition: out[2]}, nil
+}
+
+// Backward runs the backward pass from a loss on the model's last hidden
+// states (oslo_model_backward), adding to the model's gradients: an
+// encoder (BERT) trained from an embedding loss, or any model's Hidden
+// output. ids, mask and tokenTypeIDs are rows of equal length as for
+// Forward (mask nil is all 1, tokenTypeIDs nil all 0); gradHidden is
+// d loss / d hidden states, row-major [batch, seq, hidden] as Forward
+// returns the Hidden output. With an optimizer (nil: none) over this
+// model, it steps after every GradAccumSteps micro-batches. The result's
+// Loss is 0. Collective over the tensor group: every rank passes the same
+// batch.
+func (m *Model) Backward(ids, mask, tokenTypeIDs [][]int64, gradHidden []float32, opt *Optimizer) (TrainStepResult, error) {
+	var r TrainStepResult
+	if err := m.check(); err != nil {
+		return r, err
+	}
+	var co capi.Optimizer
+	if opt != nil {
+		if err := opt.check(); err != nil {
+			return r, err
+		}
+		co = opt.o
+	}
+	if len(ids) == 0 {
+		return r, errorf(StatusInvalidArgument, "backward: no rows")
+	}
+	seq := len(ids[0])
+	if (mask != nil && len(mask) != len(ids)) || (tokenTypeIDs != nil && len(tokenTypeIDs) != len(ids)) {
+		return r, errorf(StatusShape, "backward: %d rows of ids, %d of mask, %d of token_type_ids",
+			len(ids), len(mask), len(tokenTypeIDs))
+	}
+	fi, err := rect("backward: ids", ids, seq)
+	if err != nil {
+		return r, err
+	}
+	fm, err := rect("backward: mask", mask, seq)
+	if err != nil {
+		return r, err
+	}
+	ft, err := rect("backward: token_type_ids", tokenTypeIDs, seq)
+	if err != nil {
+		return r, err
+	}
+	err = call(func() {
+		r = result(m.m.Backward(co, bytesOf(fi), bytesOf(fm), bytesOf(ft), int64(len(ids)),
+			int64(seq), bytesOf(gradHidden)))
+	})
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(opt)
+	return r, err
+}
+
 // TrainStep runs one micro-batch of causal-LM training: forward, the loss
 // as transformers computes it (labels shifted inside, -100 ignored) and
 // backward, adding to the model's gradients. ids, labels and mask are rows

@@ -42,6 +42,7 @@ import org.oslo.ReduceOp;
 import org.oslo.Status;
 import org.oslo.Tensor;
 import org.oslo.Tokenizer;
+import org.oslo.TrainState;
 import org.oslo.TrainStepResult;
 
 /**
@@ -634,6 +635,99 @@ public class OsloTest {
       opt.close(); // the native model is destroyed now
       e = assertThrows(OsloException.class, opt::step);
       assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+    }
+  }
+
+  static void deleteTree(Path dir) throws IOException {
+    if (!Files.exists(dir)) return;
+    try (Stream<Path> w = Files.walk(dir)) {
+      for (Path p : (Iterable<Path>) w.sorted(Comparator.reverseOrder())::iterator)
+        Files.delete(p);
+    }
+  }
+
+  static OptimizerOptions adamw2e3() {
+    OptimizerOptions o = new OptimizerOptions();
+    o.setKind(OptimizerKind.ADAMW);
+    o.setLr(2e-3);
+    return o;
+  }
+
+  /**
+   * Optimizer.saveCheckpoint / loadCheckpoint: resuming from a training
+   * checkpoint in a new model and optimizer gives bitwise the losses of the
+   * uninterrupted run and the saved TrainState; a model folder is not a
+   * training checkpoint (FORMAT).
+   */
+  @Test
+  void trainingCheckpointResume() throws IOException {
+    String fixture = property("oslo.fixture");
+    Path dir = Files.createTempDirectory("oslo-java-train-ckpt");
+    long[][] ids = {{5, 9, 14, 3, 77, 2}, {40, 41, 42, 43, 44, 45}};
+    double[] want = new double[2];
+    try (Context ctx = new Context(); OptimizerOptions o = adamw2e3()) {
+      try (Model m = new Model(ctx, fixture); Optimizer opt = new Optimizer(m, o)) {
+        for (int i = 0; i < 2; ++i)
+          try (TrainStepResult r = m.trainStep(ids, null, opt)) {
+            assertTrue(r.getStepped(), r.toString());
+          }
+        opt.saveCheckpoint(dir.toString(), new TrainState(7, 1, 42));
+        for (int i = 0; i < 2; ++i)
+          try (TrainStepResult r = m.trainStep(ids, null, opt)) {
+            want[i] = r.getLoss();
+          }
+      }
+      try (Model m = new Model(ctx, dir.toString()); Optimizer opt = new Optimizer(m, o)) {
+        TrainState s = opt.loadCheckpoint(dir.toString());
+        assertEquals(new TrainState(7, 1, 42), s, s.toString());
+        assertEquals(7, s.getSeed());
+        assertEquals(1, s.getEpoch());
+        assertEquals(42, s.getDataPosition());
+        for (int i = 0; i < 2; ++i)
+          try (TrainStepResult r = m.trainStep(ids, null, opt)) {
+            assertEquals(Double.doubleToLongBits(want[i]), Double.doubleToLongBits(r.getLoss()),
+                "step " + i + ": resumed " + r.getLoss() + ", uninterrupted " + want[i]);
+            assertEquals(3 + i, r.getStep(), r.toString());
+          }
+      }
+      try (Model m = new Model(ctx, fixture); Optimizer opt = new Optimizer(m, o)) {
+        OsloException e = assertThrows(OsloException.class, () -> opt.loadCheckpoint(fixture));
+        assertEquals(Status.FORMAT, e.status(), e.toString());
+        assertTrue(e.getMessage().contains("training checkpoint"), e.getMessage());
+      }
+    } finally {
+      deleteTree(dir);
+    }
+  }
+
+  /**
+   * Model.backward trains an encoder from a loss on its hidden states: with
+   * gradHidden = h (the gradient of sum(h^2)/2) one SGD step lowers sum(h^2);
+   * a gradient of the wrong size is refused by name.
+   */
+  @Test
+  void encoderBackward() {
+    String bert = Path.of(property("oslo.fixture")).resolveSibling("bert-tiny").toString();
+    try (Context ctx = new Context(); Model m = new Model(ctx, bert);
+        OptimizerOptions o = new OptimizerOptions()) {
+      o.setKind(OptimizerKind.SGD);
+      o.setLr(0.05);
+      long[] ids = {2, 40, 41, 99, 3};
+      float[] h = m.forward(ids, ModelOutput.HIDDEN);
+      try (Optimizer opt = new Optimizer(m, o)) {
+        OsloException e = assertThrows(OsloException.class,
+            () -> m.backward(ids, Arrays.copyOf(h, h.length - 1), opt));
+        assertEquals(Status.SHAPE, e.status(), e.toString());
+        assertTrue(e.getMessage().contains("grad_hidden"), e.getMessage());
+        try (TrainStepResult r = m.backward(ids, h, opt)) {
+          assertTrue(r.getStepped() && r.getStep() == 1 && r.getLoss() == 0, r.toString());
+        }
+      }
+      float[] h2 = m.forward(ids, ModelOutput.HIDDEN);
+      double before = 0, after = 0;
+      for (float x : h) before += (double) x * x;
+      for (float x : h2) after += (double) x * x;
+      assertTrue(after < before, "sum(h^2) " + before + " -> " + after);
     }
   }
 
