@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <sys/stat.h>
@@ -839,11 +840,17 @@ int cmd_train(int argc, char** argv) {
                                : save_dir.empty() ? ""
                                                   : save_dir + "/train_log.jsonl";
 
-  // The data: the same tokens on every rank.
-  oslo_tokenizer* tok = load_tokenizer(a, true);
+  // The data: the same tokens on every rank. Handles are owned by guards
+  // so that an error (a thrown Fail) frees them too.
+  auto own = [](auto* p, auto destroy) {
+    return std::unique_ptr<std::remove_pointer_t<decltype(p)>, decltype(destroy)>(p, destroy);
+  };
   int64_t docs = 0;
-  const std::vector<int64_t> tokens = read_corpus(tok, a.get("data"), &docs);
-  oslo_tokenizer_destroy(tok);
+  std::vector<int64_t> tokens;
+  {
+    auto tok = own(load_tokenizer(a, true), oslo_tokenizer_destroy);
+    tokens = read_corpus(tok.get(), a.get("data"), &docs);
+  }
   const int64_t rows = static_cast<int64_t>(tokens.size()) / S;
   if (rows < B)
     die_all("--data " + a.get("data") +
@@ -853,8 +860,10 @@ int cmd_train(int argc, char** argv) {
             " needs " + std::to_string(B) + " rows (" + std::to_string(B * S) + " tokens)");
   const int64_t per_epoch = rows / B;  // micro-batches per epoch
 
-  oslo_context* ctx = context(a);
-  oslo_model* m = load_model(ctx, a);
+  auto ctx_guard = own(context(a), oslo_context_destroy);
+  oslo_context* ctx = ctx_guard.get();
+  auto m_guard = own(load_model(ctx, a), oslo_model_destroy);
+  oslo_model* m = m_guard.get();
   oslo_model_info info;
   check(oslo_model_get_info(m, &info, nullptr), "info");
   if (!info.is_causal) die_all("--model " + a.get("model") + " is not a causal language model", 2);
@@ -864,8 +873,10 @@ int cmd_train(int argc, char** argv) {
             2);
   if (a.has("activation-checkpointing"))
     check(oslo_model_set_activation_checkpointing(m, 1), "activation checkpointing");
-  oslo_optimizer* opt = nullptr;
-  check(oslo_optimizer_create(m, &oo, &opt), "optimizer");
+  oslo_optimizer* raw_opt = nullptr;
+  check(oslo_optimizer_create(m, &oo, &raw_opt), "optimizer");
+  auto opt_guard = own(raw_opt, oslo_optimizer_destroy);
+  oslo_optimizer* opt = opt_guard.get();
 
   TrainState state;
   state.seed = static_cast<uint64_t>(seed_arg);
@@ -990,10 +1001,7 @@ int cmd_train(int argc, char** argv) {
                    static_cast<double>(trained_tokens) / total_s, first_loss, last_loss);
   }
   if (log) std::fclose(log);
-  oslo_optimizer_destroy(opt);
-  oslo_model_destroy(m);
-  oslo_context_destroy(ctx);
-  return 0;
+  return 0;  // the guards destroy optimizer, model and context in that order
 }
 
 const char* kHelp =
