@@ -276,36 +276,11 @@ func (o *Optimizer) LoadCheckpoint(dir string) (TrainState, error) {
 // batch.
 func (m *Model) Backward(ids, mask, tokenTypeIDs [][]int64, gradHidden []float32, opt *Optimizer) (TrainStepResult, error) {
 	var r TrainStepResult
-	if err := m.check(); err != nil {
-		return r, err
-	}
-	var co capi.Optimizer
-	if opt != nil {
-		if err := opt.check(); err != nil {
-			return r, err
-		}
-		co = opt.o
-	}
-	if len(ids) == 0 {
-		return r, errorf(StatusInvalidArgument, "backward: no rows")
-	}
-	seq := len(ids[0])
-	if (mask != nil && len(mask) != len(ids)) || (tokenTypeIDs != nil && len(tokenTypeIDs) != len(ids)) {
-		return r, errorf(StatusShape, "backward: %d rows of ids, %d of mask, %d of token_type_ids",
-			len(ids), len(mask), len(tokenTypeIDs))
-	}
-	fi, err := rect("backward: ids", ids, seq)
+	co, flat, err := m.batchArgs("backward", opt, ids, []string{"mask", "token_type_ids"}, mask, tokenTypeIDs)
 	if err != nil {
 		return r, err
 	}
-	fm, err := rect("backward: mask", mask, seq)
-	if err != nil {
-		return r, err
-	}
-	ft, err := rect("backward: token_type_ids", tokenTypeIDs, seq)
-	if err != nil {
-		return r, err
-	}
+	fi, fm, ft, seq := flat[0], flat[1], flat[2], len(ids[0])
 	err = call(func() {
 		r = result(m.m.Backward(co, bytesOf(fi), bytesOf(fm), bytesOf(ft), int64(len(ids)),
 			int64(seq), bytesOf(gradHidden)))
@@ -324,36 +299,11 @@ func (m *Model) Backward(ids, mask, tokenTypeIDs [][]int64, gradHidden []float32
 // tensor group: every rank passes the same batch.
 func (m *Model) TrainStep(ids, labels, mask [][]int64, opt *Optimizer) (TrainStepResult, error) {
 	var r TrainStepResult
-	if err := m.check(); err != nil {
-		return r, err
-	}
-	var co capi.Optimizer
-	if opt != nil {
-		if err := opt.check(); err != nil {
-			return r, err
-		}
-		co = opt.o
-	}
-	if len(ids) == 0 {
-		return r, errorf(StatusInvalidArgument, "train_step: no rows")
-	}
-	seq := len(ids[0])
-	if (labels != nil && len(labels) != len(ids)) || (mask != nil && len(mask) != len(ids)) {
-		return r, errorf(StatusShape, "train_step: %d rows of ids, %d of labels, %d of mask",
-			len(ids), len(labels), len(mask))
-	}
-	fi, err := rect("train_step: ids", ids, seq)
+	co, flat, err := m.batchArgs("train_step", opt, ids, []string{"labels", "mask"}, labels, mask)
 	if err != nil {
 		return r, err
 	}
-	fl, err := rect("train_step: labels", labels, seq)
-	if err != nil {
-		return r, err
-	}
-	fm, err := rect("train_step: mask", mask, seq)
-	if err != nil {
-		return r, err
-	}
+	fi, fl, fm, seq := flat[0], flat[1], flat[2], len(ids[0])
 	err = call(func() {
 		r = result(m.m.Train_step(co, bytesOf(fi), bytesOf(fl), bytesOf(fm), int64(len(ids)),
 			int64(seq)))
@@ -373,4 +323,43 @@ func (m *Model) SetActivationCheckpointing(enabled bool) error {
 	err := call(func() { m.m.Set_activation_checkpointing(b2i(enabled)) })
 	runtime.KeepAlive(m)
 	return err
+}
+
+// batchArgs checks the model and the optimizer (nil: none) of a training
+// call named what, and flattens ids and the optional per-token arrays
+// (each nil, or one row per row of ids, every row as long as ids'):
+// flat[0] is ids, flat[1+i] extra[i] (nil when extra[i] is nil).
+func (m *Model) batchArgs(what string, opt *Optimizer, ids [][]int64, names []string, extra ...[][]int64) (capi.Optimizer, [][]int64, error) {
+	var co capi.Optimizer
+	if err := m.check(); err != nil {
+		return co, nil, err
+	}
+	if opt != nil {
+		if err := opt.check(); err != nil {
+			return co, nil, err
+		}
+		co = opt.o
+	}
+	if len(ids) == 0 {
+		return co, nil, errorf(StatusInvalidArgument, "%s: no rows", what)
+	}
+	seq := len(ids[0])
+	flat := make([][]int64, 0, 1+len(extra))
+	fi, err := rect(what+": ids", ids, seq)
+	if err != nil {
+		return co, nil, err
+	}
+	flat = append(flat, fi)
+	for i, e := range extra {
+		if e != nil && len(e) != len(ids) {
+			return co, nil, errorf(StatusShape, "%s: %d rows of ids, %d of %s", what, len(ids),
+				len(e), names[i])
+		}
+		f, err := rect(what+": "+names[i], e, seq)
+		if err != nil {
+			return co, nil, err
+		}
+		flat = append(flat, f)
+	}
+	return co, flat, nil
 }
