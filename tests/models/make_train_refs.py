@@ -145,13 +145,10 @@ def loop_data(vocab, pad_id):
     return ids, mask, labels
 
 
-def run_loop(folder, opt_name, ids, mask, labels):
-    """A plain PyTorch training loop: micro-batch losses / accumulation
-    backward, clip_grad_norm_(1.0), optimizer and scheduler step."""
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, torch_dtype=torch.float32, attn_implementation="eager")
-    model.eval()  # no dropout: equality is about the arithmetic
+def make_optimizer(model, opt_name):
+    """The loops' optimizer and schedule: AdamW (lr 2e-3, cosine, 3 warmup
+    steps) or Nesterov SGD (lr 0.05, momentum 0.9, linear, 2 warmup steps),
+    weight decay 0.01 except 1-D parameters (Hugging Face Trainer's groups)."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
@@ -163,6 +160,17 @@ def run_loop(folder, opt_name, ids, mask, labels):
         opt = torch.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True)
         sched = transformers.get_scheduler("linear", opt, num_warmup_steps=2,
                                            num_training_steps=LOOP_STEPS)
+    return opt, sched
+
+
+def run_loop(folder, opt_name, ids, mask, labels):
+    """A plain PyTorch training loop: micro-batch losses / accumulation
+    backward, clip_grad_norm_(1.0), optimizer and scheduler step."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, torch_dtype=torch.float32, attn_implementation="eager")
+    model.eval()  # no dropout: equality is about the arithmetic
+    opt, sched = make_optimizer(model, opt_name)
     losses, norms = [], []
     for step in range(LOOP_STEPS):
         total = 0.0
@@ -209,17 +217,7 @@ def run_amp_loop(folder, run, ids, mask, labels):
         for name, p in model.named_parameters():
             if held_in_compute_dtype(name, p):
                 p.copy_(p.to(dtype).float())
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
-    if opt_name == "adamw":
-        opt = torch.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.999), eps=1e-8)
-        sched = transformers.get_scheduler("cosine", opt, num_warmup_steps=3,
-                                           num_training_steps=LOOP_STEPS)
-    else:
-        opt = torch.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True)
-        sched = transformers.get_scheduler("linear", opt, num_warmup_steps=2,
-                                           num_training_steps=LOOP_STEPS)
+    opt, sched = make_optimizer(model, opt_name)
     scaler = torch.amp.GradScaler("cpu", enabled=scaler_kw is not None, **(scaler_kw or {}))
     first = next(iter(model.parameters()))
     out = {"losses": [], "grad_norms": [], "scales": [], "skipped": [], "inject": []}
