@@ -125,6 +125,7 @@ bool Context::host_transport(oslo_group g) const {
 void Context::abort() noexcept {
   for (auto& c : comms_)
     if (c) c->abort();
+  if (grad_comm_) grad_comm_->abort();
 }
 
 void Context::rendezvous_and_connect(const std::string& init_method) {
@@ -135,6 +136,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
   if (world == 1) {
     auto self = std::make_shared<SelfCommunicator>(self_copy(backend_));
     for (auto& c : comms_) c = self;
+    grad_comm_ = self;
     return;
   }
 
@@ -257,6 +259,30 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
   std::map<std::vector<int>, std::shared_ptr<Communicator>> by_members;
   std::set<const Communicator*> host_set;
   host_transport_.assign(4, false);
+  auto connect = [&](const std::string& name, int group_rank, const std::vector<int>& members,
+                     bool* host) -> std::shared_ptr<Communicator> {
+    GroupSpec spec;
+    spec.name = name;
+    spec.rank = group_rank;
+    spec.size = static_cast<int>(members.size());
+    spec.members = members;
+    spec.same_host = std::all_of(members.begin(), members.end(),
+                                 [&](int m) { return hosts[m] == hosts[members[0]]; });
+    spec.timeout_seconds = config_.timeout_seconds;
+    spec.local_address = local_address;
+    std::shared_ptr<Communicator> c = backend_->create_communicator(*store, spec);
+    *host = false;
+    if (!c) {
+      OSLO_CHECK(backend_->host_accessible(), OSLO_ERR_NOT_SUPPORTED, "backend '", backend_->name(),
+                 "' has no communicator for group ", spec.name,
+                 " and its memory is not host memory");
+      c = connect_host_transport(*store, spec);
+      *host = true;
+    }
+    log_.log(LogLevel::Info, "group ", spec.name, " (ranks ", describe_ranks(members), ") uses ",
+             c->transport());
+    return c;
+  };
   for (oslo_group g : {OSLO_GROUP_WORLD, OSLO_GROUP_TENSOR, OSLO_GROUP_DATA, OSLO_GROUP_PIPELINE}) {
     std::vector<int> members = t.members(g);
     auto it = by_members.find(members);
@@ -269,29 +295,24 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
     if (members.size() == 1) {
       c = std::make_shared<SelfCommunicator>(self_copy(backend_));
     } else {
-      GroupSpec spec;
-      spec.name = t.group_name(g);
-      spec.rank = t.rank(g);
-      spec.size = static_cast<int>(members.size());
-      spec.members = members;
-      spec.same_host = std::all_of(members.begin(), members.end(),
-                                   [&](int m) { return hosts[m] == hosts[members[0]]; });
-      spec.timeout_seconds = config_.timeout_seconds;
-      spec.local_address = local_address;
-      c = backend_->create_communicator(*store, spec);
-      if (!c) {
-        OSLO_CHECK(backend_->host_accessible(), OSLO_ERR_NOT_SUPPORTED, "backend '",
-                   backend_->name(), "' has no communicator for group ", spec.name,
-                   " and its memory is not host memory");
-        c = connect_host_transport(*store, spec);
-        host_set.insert(c.get());
-      }
-      log_.log(LogLevel::Info, "group ", spec.name, " (ranks ", describe_ranks(members), ") uses ",
-               c->transport());
+      bool host = false;
+      c = connect(t.group_name(g), t.rank(g), members, &host);
+      if (host) host_set.insert(c.get());
     }
     by_members[members] = c;
     comms_[g] = c;
     host_transport_[g] = host_set.count(c.get()) > 0;
+  }
+  // The data-parallel group's second communicator (gradient reduction on a
+  // background thread), connected after the others in the same order on
+  // every rank.
+  {
+    const std::vector<int> members = t.members(OSLO_GROUP_DATA);
+    if (members.size() == 1)
+      grad_comm_ = std::make_shared<SelfCommunicator>(self_copy(backend_));
+    else
+      grad_comm_ = connect(t.group_name(OSLO_GROUP_DATA) + ".grad", t.rank(OSLO_GROUP_DATA),
+                           members, &grad_host_transport_);
   }
 
   // 4. Nobody needs the store any more once every rank has said so; rank 0

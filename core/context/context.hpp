@@ -25,6 +25,12 @@ class Context {
 
   const Topology& topology() const { return *topo_; }
   Communicator& comm(oslo_group g) const;
+  // A second communicator over the data-parallel group's members, used only
+  // by the gradient reducer's background thread (core/train/data_parallel),
+  // so that it never shares a communicator with the calling thread. A group
+  // of one when the data-parallel size is 1.
+  Communicator& grad_comm() const { return *grad_comm_; }
+  bool grad_comm_host_transport() const { return grad_host_transport_; }
   // Whether the group runs on a host transport (reads tensor memory directly,
   // so the backend's queue must drain first; see core/parallel/mappings.hpp).
   bool host_transport(oslo_group g) const;
@@ -48,6 +54,8 @@ class Context {
   // Groups with identical members share one communicator.
   std::vector<std::shared_ptr<Communicator>> comms_;  // indexed by oslo_group
   std::vector<bool> host_transport_;                  // indexed by oslo_group
+  std::shared_ptr<Communicator> grad_comm_;
+  bool grad_host_transport_ = false;
 };
 
 // Identity of this host for deciding which ranks can share memory:

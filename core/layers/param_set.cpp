@@ -88,7 +88,7 @@ double ParamSet::clip_grad_norm(double max_norm, double norm_type) {
 }
 
 double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double max_norm,
-                      double norm_type) {
+                      double norm_type, bool over_data) {
   OSLO_CHECK(std::isinf(norm_type) ? norm_type > 0 : norm_type >= 1.0, OSLO_ERR_INVALID_ARGUMENT,
              "clip_grad_norm: norm_type must be >= 1 or INFINITY, got ", norm_type);
   OSLO_CHECK(!std::isnan(max_norm), OSLO_ERR_INVALID_ARGUMENT, "clip_grad_norm: max_norm is NaN");
@@ -149,9 +149,9 @@ double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double 
   // f64 partial travels as two f32 (high and low part) in device memory and
   // is combined in rank order: identical on every rank.
   double total = local;
-  for (oslo_group g : {OSLO_GROUP_TENSOR, OSLO_GROUP_PIPELINE}) {
+  for (oslo_group g : {OSLO_GROUP_TENSOR, OSLO_GROUP_PIPELINE, OSLO_GROUP_DATA}) {
     const int n = ctx.comm(g).size();
-    if (n == 1) continue;
+    if (n == 1 || (g == OSLO_GROUP_DATA && !over_data)) continue;
     float pair[2];
     pair[0] = static_cast<float>(total);
     pair[1] = static_cast<float>(total - static_cast<double>(pair[0]));

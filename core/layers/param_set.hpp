@@ -46,9 +46,11 @@ struct GradSlice {
 // rank. A non-finite value in any entry of any rank, counted or not, makes
 // the norm non-finite on every rank (a gradient that went bad on one rank
 // only: loss scaling's skip is decided alike everywhere). Collective over
-// the tensor and pipeline groups.
+// the tensor and pipeline groups, and the data-parallel group too when
+// over_data (ZeRO-2: each data-parallel rank holds a partition of the
+// gradients).
 double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double max_norm,
-                      double norm_type);
+                      double norm_type, bool over_data = false);
 
 class ParamSet {
  public:

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -110,10 +111,33 @@ class Model : public CausalLM {
                        const std::vector<int64_t>& token_types, int64_t batch, int64_t seq,
                        const std::vector<float>& grad_hidden, float grad_scale = 1.f);
   // One f32 gradient per tensors() entry, of its local shape (empty before
-  // the first loss_backward or zero_grad).
+  // the first loss_backward or zero_grad; an entry is undefined after
+  // release_grads until the next backward makes it again).
   const std::vector<Tensor>& grads() const { return grads_; }
-  // Sets every gradient to zero (making them on first use).
+  // Sets every gradient to zero (making them all on first use; released
+  // ones stay released).
   void zero_grad();
+  // Frees the gradients of these tensors() entries (ZeRO-2 keeps only its
+  // partition of them); the next backward makes them again, zero. Local.
+  void release_grads(const std::vector<size_t>& params);
+
+  // Data-parallel gradient reduction (core/train/data_parallel) overlaps
+  // the backward: loss_backward and hidden_backward finish the gradients in
+  // backward_stages() stages, in this order: 0 the LM head and the final
+  // norm (and parameters the backward never reaches, such as a pooler), 1
+  // the last block, ..., L the first block, L + 1 the embeddings.
+  // grad_stages()[i] is the stage after which tensors()[i]'s gradient is
+  // final. The hook (none by default) is called on the calling thread after
+  // each stage of every backward, with the stage's number.
+  int backward_stages() const { return static_cast<int>(layers_.size()) + 2; }
+  std::vector<int> grad_stages() const;
+  void set_backward_hook(std::function<void(int stage)> hook) { backward_hook_ = std::move(hook); }
+  // With data parallelism: loss_backward and hidden_backward also agree
+  // over the data-parallel group on whether every rank accepted its batch
+  // (one more small exchange), so that a batch refused on one data rank
+  // fails every rank at once instead of leaving the others waiting in the
+  // gradient reduction.
+  void set_agree_over_data(bool on) { agree_over_data_ = on; }
   // Activation checkpointing: keep only each block's input between the
   // forward and the backward of loss_backward and recompute the rest block
   // by block (gradients bitwise equal; one more forward of compute).
@@ -184,6 +208,8 @@ class Model : public CausalLM {
   std::vector<std::pair<Tensor, size_t>> derived_;
   bool checkpoint_activations_ = false;
   size_t saved_activation_bytes_ = 0;
+  std::function<void(int)> backward_hook_;
+  bool agree_over_data_ = false;
   // Generation state.
   int64_t rows_ = 0, max_len_ = 0, past_ = 0;
 };

@@ -43,7 +43,39 @@ void Model::zero_grad() {
   if (grads_.empty())
     for (const PlacedTensor& p : params_)
       grads_.push_back(scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, p.tensor.shape()));
-  for (Tensor& g : grads_) be.fill(view(g), 0.0);
+  for (Tensor& g : grads_)
+    if (g.defined()) be.fill(view(g), 0.0);
+}
+
+void Model::release_grads(const std::vector<size_t>& params) {
+  for (size_t i : params) {
+    OSLO_CHECK(i < grads_.size(), OSLO_ERR_INVALID_ARGUMENT, "model: gradient index ", i,
+               " is out of range (", grads_.size(), " gradients)");
+    grads_[i] = Tensor();
+  }
+}
+
+std::vector<int> Model::grad_stages() const {
+  const int L = static_cast<int>(layers_.size());
+  std::vector<int> stage(params_.size(), 0);
+  auto mark = [&](const Tensor& w, int s) {
+    if (!w.defined()) return;
+    auto it = param_of_.find(w.data());
+    if (it != param_of_.end()) stage[it->second] = std::max(stage[it->second], s);
+  };
+  for (int li = 0; li < L; ++li) {
+    const Layer& Ly = *layers_[static_cast<size_t>(li)];
+    for (const Tensor* w :
+         {&Ly.ln1_w,     &Ly.ln1_b,     &Ly.ln2_w,  &Ly.ln2_b, &Ly.qkv_w,  &Ly.qkv_b,
+          &Ly.q_w,       &Ly.q_b,       &Ly.k_w,    &Ly.k_b,   &Ly.v_w,    &Ly.v_b,
+          &Ly.o_w,       &Ly.o_b,       &Ly.up_w,   &Ly.up_b,  &Ly.gate_w, &Ly.gate_b,
+          &Ly.gate_up_w, &Ly.gate_up_b, &Ly.down_w, &Ly.down_b})
+      mark(*w, L - li);
+  }
+  // The token table (also the head when tied) is final after the
+  // embeddings' backward.
+  for (const Tensor* w : {&wte_, &wpe_, &type_, &emb_ln_w_, &emb_ln_b_}) mark(*w, L + 1);
+  return stage;
 }
 
 void Model::parameters_changed() {
@@ -63,7 +95,12 @@ Tensor& Model::grad_of(const Tensor& w) {
   auto it = param_of_.find(w.data());
   OSLO_CHECK(it != param_of_.end() && it->second < grads_.size(), OSLO_ERR_INTERNAL,
              "model: a compute tensor without a parameter entry");
-  return grads_[it->second];
+  Tensor& g = grads_[it->second];
+  if (!g.defined()) {  // released (ZeRO-2): made again, zero
+    g = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, params_[it->second].tensor.shape());
+    ctx_.backend().fill(view(g), 0.0);
+  }
+  return g;
 }
 
 namespace {
@@ -145,40 +182,69 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
     for (size_t i = 0; i < n; ++i)
       OSLO_CHECK(ids[i] >= 0 && ids[i] < cfg_.vocab_size, OSLO_ERR_INVALID_ARGUMENT, "loss: token ",
                  ids[i], " at position ", i, " is outside [0, ", cfg_.vocab_size, ")");
+    if (labels_in)
+      for (size_t i = 0; i < n; ++i)
+        OSLO_CHECK(labels[i] == -100 || (labels[i] >= 0 && labels[i] < cfg_.vocab_size),
+                   OSLO_ERR_INVALID_ARGUMENT, "loss: label ", labels[i], " at position ", i,
+                   " is outside the vocabulary [0, ", cfg_.vocab_size, ") and not -100 (ignored)");
   } catch (...) {
     local_error = std::current_exception();
   }
-  if (tp_ > 1) {
-    uint32_t h = crc32c(0, &B, sizeof B);
-    h = crc32c(h, &S, sizeof S);
-    h = crc32c(h, &grad_scale, sizeof grad_scale);
-    const std::vector<int64_t>* parts[] = {&ids, &labels, &mask, &types};
-    for (const std::vector<int64_t>* v : parts)
-      if (!v->empty()) h = crc32c(h, v->data(), v->size() * sizeof(int64_t));
-    if (grad_hidden && !grad_hidden->empty())
-      h = crc32c(h, grad_hidden->data(), grad_hidden->size() * sizeof(float));
-    const int64_t mine[4] = {local_error ? 1 : 0, B, S, static_cast<int64_t>(h)};
-    Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {4});
-    Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {tp_, 4});
-    ctx_.backend().copy(t.data(), mine, sizeof mine, CopyKind::HostToDevice);
-    gather_first_dim(ctx_, OSLO_GROUP_TENSOR, view(t), view(all));
-    std::vector<int64_t> got(static_cast<size_t>(4 * tp_));
+  std::exception_ptr verdict;
+  try {
+    if (tp_ > 1) {
+      uint32_t h = crc32c(0, &B, sizeof B);
+      h = crc32c(h, &S, sizeof S);
+      h = crc32c(h, &grad_scale, sizeof grad_scale);
+      const std::vector<int64_t>* parts[] = {&ids, &labels, &mask, &types};
+      for (const std::vector<int64_t>* v : parts)
+        if (!v->empty()) h = crc32c(h, v->data(), v->size() * sizeof(int64_t));
+      if (grad_hidden && !grad_hidden->empty())
+        h = crc32c(h, grad_hidden->data(), grad_hidden->size() * sizeof(float));
+      const int64_t mine[4] = {local_error ? 1 : 0, B, S, static_cast<int64_t>(h)};
+      Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {4});
+      Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {tp_, 4});
+      ctx_.backend().copy(t.data(), mine, sizeof mine, CopyKind::HostToDevice);
+      gather_first_dim(ctx_, OSLO_GROUP_TENSOR, view(t), view(all));
+      std::vector<int64_t> got(static_cast<size_t>(4 * tp_));
+      ctx_.backend().copy(got.data(), all.data(), got.size() * sizeof(int64_t),
+                          CopyKind::DeviceToHost);
+      if (local_error) std::rethrow_exception(local_error);
+      for (int q = 0; q < tp_; ++q) {
+        const int64_t* g = &got[static_cast<size_t>(4 * q)];
+        OSLO_CHECK(g[0] == 0, OSLO_ERR_INVALID_ARGUMENT, "loss: tensor-parallel rank ", q,
+                   " refused its batch (its error says why)");
+        OSLO_CHECK(g[1] == got[1] && g[2] == got[2] && g[3] == got[3], OSLO_ERR_INVALID_ARGUMENT,
+                   "loss: the batch differs between tensor-parallel ranks: rank ", q, " has [",
+                   g[1], ", ", g[2], "], rank 0 [", got[1], ", ", got[2],
+                   "] (every rank of a tensor group must pass the same ids, labels, mask, token "
+                   "types, hidden-state gradient and grad_scale)");
+      }
+    } else if (local_error) {
+      std::rethrow_exception(local_error);
+    }
+  } catch (...) {
+    verdict = std::current_exception();
+  }
+  // Data parallelism: the data-parallel ranks hold other batches; they
+  // learn whether any of them refused its batch, so that none is left
+  // waiting in the gradient reduction.
+  if (agree_over_data_ && ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
+    const int nd = ctx_.comm(OSLO_GROUP_DATA).size();
+    const int64_t mine = verdict ? 1 : 0;
+    Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {1});
+    Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {nd});
+    ctx_.backend().copy(t.data(), &mine, sizeof mine, CopyKind::HostToDevice);
+    gather_first_dim(ctx_, OSLO_GROUP_DATA, view(t), view(all));
+    std::vector<int64_t> got(static_cast<size_t>(nd));
     ctx_.backend().copy(got.data(), all.data(), got.size() * sizeof(int64_t),
                         CopyKind::DeviceToHost);
-    if (local_error) std::rethrow_exception(local_error);
-    for (int q = 0; q < tp_; ++q) {
-      const int64_t* g = &got[static_cast<size_t>(4 * q)];
-      OSLO_CHECK(g[0] == 0, OSLO_ERR_INVALID_ARGUMENT, "loss: tensor-parallel rank ", q,
-                 " refused its batch (its error says why)");
-      OSLO_CHECK(g[1] == got[1] && g[2] == got[2] && g[3] == got[3], OSLO_ERR_INVALID_ARGUMENT,
-                 "loss: the batch differs between tensor-parallel ranks: rank ", q, " has [", g[1],
-                 ", ", g[2], "], rank 0 [", got[1], ", ", got[2],
-                 "] (every rank of a tensor group must pass the same ids, labels, mask, token "
-                 "types, hidden-state gradient and grad_scale)");
-    }
-  } else if (local_error) {
-    std::rethrow_exception(local_error);
+    if (verdict) std::rethrow_exception(verdict);
+    for (int q = 0; q < nd; ++q)
+      OSLO_CHECK(got[static_cast<size_t>(q)] == 0, OSLO_ERR_INVALID_ARGUMENT,
+                 "loss: data-parallel rank ", q, " refused its batch (its error says why)");
   }
+  if (verdict) std::rethrow_exception(verdict);
   if (grads_.empty()) zero_grad();
 
   Backend& be = ctx_.backend();
@@ -410,6 +476,20 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
     dlogits = f32({BS, vocab_local_});
     vocab_parallel_cross_entropy(ctx_, logits, lab_t, cfg_.vocab_size, -100, nullptr, &loss,
                                  &dlogits);
+    if (agree_over_data_ && ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
+      // A non-finite loss on one data rank stops them all before the
+      // gradient reduction.
+      const int nd = ctx_.comm(OSLO_GROUP_DATA).size();
+      Tensor t = scratch(bp, OSLO_DTYPE_F32, {1}), all = scratch(bp, OSLO_DTYPE_F32, {nd});
+      be.copy(t.data(), &loss, sizeof loss, CopyKind::HostToDevice);
+      gather_first_dim(ctx_, OSLO_GROUP_DATA, view(t), view(all));
+      std::vector<float> got(static_cast<size_t>(nd));
+      be.copy(got.data(), all.data(), got.size() * sizeof(float), CopyKind::DeviceToHost);
+      for (int q = 0; q < nd; ++q)
+        OSLO_CHECK(std::isfinite(got[static_cast<size_t>(q)]), OSLO_ERR_INVALID_ARGUMENT,
+                   "loss: the loss is ", got[static_cast<size_t>(q)], " on data-parallel rank ", q,
+                   " (no label kept, or non-finite logits)");
+    }
     OSLO_CHECK(std::isfinite(loss), OSLO_ERR_INVALID_ARGUMENT, "loss: the loss is ", loss,
                " (no label kept, or non-finite logits)");
     if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
@@ -507,6 +587,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
     norm_bw(view(dx), view(x), norm_w_, norm_b_, view(dhf), false);
   else
     be.convert(view(dx), view(dhf));
+  if (backward_hook_) backward_hook_(0);
 
   for (size_t li = layers_.size(); li-- > 0;) {
     Layer& L = *layers_[li];
@@ -684,6 +765,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
       norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, view(dh1), true);
     }
     sv = Saved{};  // this block's activations are no longer needed
+    if (backward_hook_) backward_hook_(static_cast<int>(layers_.size() - li));
   }
   // Embeddings: the norm over their sum, the token table's local rows, the
   // position and token-type tables.
@@ -701,6 +783,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
     be.scatter_add_rows(view(grad_of(wte_)), view(ids_t), view(dx), vocab_start_);
   }
   if (wpe_.defined()) be.scatter_add_rows(view(grad_of(wpe_)), view(pos_t), view(dx), 0);
+  if (backward_hook_) backward_hook_(static_cast<int>(layers_.size()) + 1);
   return loss;
 }
 

@@ -38,7 +38,12 @@ ScheduleKind parse_schedule(const std::string& name) {
        "\" is not one of constant, constant_with_warmup, linear, cosine");
 }
 
-Optimizer::Optimizer(Model& model, const OptimizerOptions& o) : model_(model), o_(o) {
+Optimizer::Optimizer(Model& model, const OptimizerOptions& o)
+    : Optimizer(model, o, std::vector<std::pair<int64_t, int64_t>>{}) {}
+
+Optimizer::Optimizer(Model& model, const OptimizerOptions& o,
+                     const std::vector<std::pair<int64_t, int64_t>>& owned)
+    : model_(model), o_(o), owned_(owned) {
   auto finite_nonneg = [](double v) { return std::isfinite(v) && v >= 0; };
   OSLO_CHECK(finite_nonneg(o.lr), OSLO_ERR_INVALID_ARGUMENT, "optimizer: lr ", o.lr,
              " must be finite and >= 0");
@@ -63,6 +68,14 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o) : model_(model), o
                OSLO_ERR_NOT_SUPPORTED, "optimizer: ", p.placement.name, " is ", dtype_name(dt),
                "; the optimizer updates f32, bf16 or f16 parameters");
   }
+  OSLO_CHECK(owned.empty() || owned.size() == model.tensors().size(), OSLO_ERR_INTERNAL,
+             "optimizer: ", owned.size(), " owned ranges for ", model.tensors().size(),
+             " parameters");
+  for (size_t i = 0; i < owned.size(); ++i)
+    OSLO_CHECK(owned[i].first >= 0 && owned[i].first <= owned[i].second &&
+                   owned[i].second <= model.tensors()[i].tensor.numel(),
+               OSLO_ERR_INTERNAL, "optimizer: owned range of ", model.tensors()[i].placement.name,
+               " outside the tensor");
   if (model.grads().empty()) model.zero_grad();
   const auto& bp = model.context().backend_ptr();
   Backend& be = model.context().backend();
@@ -72,6 +85,12 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o) : model_(model), o
   for (size_t i = 0; i < masters_.size(); ++i) {
     const Tensor& p = model.tensors()[i].tensor;
     if (p.dtype() == OSLO_DTYPE_F32) continue;
+    if (partitioned()) {
+      const int64_t n = owned_[i].second - owned_[i].first;
+      masters_[i] = scratch(bp, OSLO_DTYPE_F32, {n});
+      if (n > 0) be.convert(view(masters_[i]), param_range(i));
+      continue;
+    }
     masters_[i] = scratch(bp, OSLO_DTYPE_F32, p.shape());
     if (p.numel() > 0) be.convert(view(masters_[i]), view(p));
   }
@@ -81,12 +100,36 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o) : model_(model), o
     state_names_ = {"momentum_buffer"};
   state_.resize(model.tensors().size());
   for (size_t i = 0; i < state_.size(); ++i) {
-    const auto& shape = model.tensors()[i].tensor.shape();
+    const std::vector<int64_t> shape =
+        partitioned() ? std::vector<int64_t>{owned_[i].second - owned_[i].first}
+                      : model.tensors()[i].tensor.shape();
     for (size_t k = 0; k < state_names_.size(); ++k) {
       state_[i].push_back(scratch(bp, OSLO_DTYPE_F32, shape));
       be.fill(view(state_[i].back()), 0.0);
     }
   }
+}
+
+View Optimizer::param_range(size_t i) const {
+  const Tensor& p = model_.tensors()[i].tensor;
+  const auto r = owned(i);
+  return make_view(
+      static_cast<char*>(p.data()) + r.first * static_cast<int64_t>(dtype_size(p.dtype())),
+      p.dtype(), {r.second - r.first});
+}
+
+std::pair<int64_t, int64_t> Optimizer::owned(size_t i) const {
+  OSLO_CHECK(i < masters_.size(), OSLO_ERR_INVALID_ARGUMENT, "optimizer: parameter index ", i,
+             " is out of range (", masters_.size(), " parameters)");
+  if (owned_.empty()) return {0, model_.tensors()[i].tensor.numel()};
+  return owned_[i];
+}
+
+View Optimizer::master_view(size_t i) const {
+  (void)owned(i);  // the index check
+  if (masters_[i].defined())
+    return make_view(masters_[i].data(), OSLO_DTYPE_F32, {masters_[i].numel()});
+  return param_range(i);
 }
 
 const Tensor& Optimizer::master(size_t i) const {
@@ -105,9 +148,13 @@ size_t Optimizer::master_bytes() const {
 void Optimizer::round_to_parameters() {
   Backend& be = model_.context().backend();
   const auto& params = model_.tensors();
-  for (size_t i = 0; i < masters_.size(); ++i)
-    if (masters_[i].defined() && masters_[i].numel() > 0)
+  for (size_t i = 0; i < masters_.size(); ++i) {
+    if (!masters_[i].defined() || masters_[i].numel() == 0) continue;
+    if (partitioned())
+      be.convert(param_range(i), view(masters_[i]));
+    else
       be.convert(view(params[i].tensor), view(masters_[i]));
+  }
 }
 
 void Optimizer::masters_loaded() {
@@ -124,6 +171,15 @@ void Optimizer::set_steps(int64_t steps) {
 }
 
 void Optimizer::step(double lr) {
+  OSLO_CHECK(!partitioned(), OSLO_ERR_INTERNAL,
+             "optimizer: a partitioned (ZeRO) optimizer steps from its owned gradients");
+  std::vector<View> grads;
+  for (const Tensor& g : model_.grads())
+    grads.push_back(make_view(g.data(), OSLO_DTYPE_F32, {g.numel()}));
+  step(lr, grads);
+}
+
+void Optimizer::step(double lr, const std::vector<View>& grads) {
   OSLO_CHECK(std::isfinite(lr) && lr >= 0, OSLO_ERR_INVALID_ARGUMENT, "optimizer: lr ", lr,
              " must be finite and >= 0");
   Context& ctx = model_.context();
@@ -131,16 +187,20 @@ void Optimizer::step(double lr) {
   const auto& bp = ctx.backend_ptr();
   be.set_num_threads(ctx.num_threads());
   const auto& params = model_.tensors();
-  const auto& grads = model_.grads();
+  OSLO_CHECK(grads.size() == params.size(), OSLO_ERR_INTERNAL, "optimizer: ", grads.size(),
+             " gradients for ", params.size(), " parameters");
   ++steps_;
   const double t = static_cast<double>(steps_);
   for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor& pt = master(i);  // f32: the parameter itself or its master
-    const int64_t n = pt.numel();
+    const View p = master_view(i);  // f32: the parameter itself or its master
+    const int64_t n = p.numel();
     if (n == 0) continue;
+    OSLO_CHECK(grads[i].numel() == n && grads[i].dtype == OSLO_DTYPE_F32, OSLO_ERR_INTERNAL,
+               "optimizer: the gradient of ", params[i].placement.name, " has ", grads[i].numel(),
+               " elements for ", n);
     auto flat = [&](const Tensor& x) { return make_view(x.data(), OSLO_DTYPE_F32, {n}); };
-    const View p = flat(pt), g = flat(grads[i]);
-    const bool decay = o_.weight_decay > 0 && (o_.decay_1d || pt.ndim() >= 2);
+    const View g = grads[i];
+    const bool decay = o_.weight_decay > 0 && (o_.decay_1d || params[i].tensor.ndim() >= 2);
     if (o_.kind == OptimizerKind::ADAMW) {
       const double bc1 = 1.0 - std::pow(o_.beta1, t), bc2 = 1.0 - std::pow(o_.beta2, t);
       be.adamw(p, g, flat(state_[i][0]), flat(state_[i][1]),

@@ -65,6 +65,12 @@ class Optimizer {
   // one gets its f32 master, the parameter's values widened (exact). The
   // model is borrowed and must outlive the optimizer. Not collective.
   Optimizer(Model& model, const OptimizerOptions& options);
+  // ZeRO (core/train/data_parallel): state and f32 masters only for the
+  // elements [owned[i].first, owned[i].second) of each flattened parameter
+  // (an empty range: nothing); state(i) is then 1-D of that length. step()
+  // takes the owned gradients and updates only those elements.
+  Optimizer(Model& model, const OptimizerOptions& options,
+            const std::vector<std::pair<int64_t, int64_t>>& owned);
 
   // One update with learning rate `lr` from the current gradients (call
   // after loss_backward, and clip_grad_norm if wanted): on the masters, then
@@ -72,6 +78,16 @@ class Optimizer {
   // Model::parameters_changed(). Local: no communication (every rank holds
   // the same replicated gradients).
   void step(double lr);
+  // The same with the gradient of each parameter's owned elements given
+  // (grads[i]: f32, flat, hi - lo elements), as ZeRO reads them.
+  void step(double lr, const std::vector<View>& grads);
+  // Whether the optimizer holds only some elements of each parameter
+  // (ZeRO), and which.
+  bool partitioned() const { return !owned_.empty(); }
+  std::pair<int64_t, int64_t> owned(size_t i) const;
+  // The f32 values the update applies to for parameter i's owned elements,
+  // flat (the parameter's memory when it is f32, else its master).
+  View master_view(size_t i) const;
   // Steps taken so far (AdamW's bias correction uses it).
   int64_t steps() const { return steps_; }
   const OptimizerOptions& options() const { return o_; }
@@ -106,8 +122,12 @@ class Optimizer {
   std::vector<std::vector<Tensor>> state_;
   // Per parameter: its f32 master, undefined when the parameter is f32.
   std::vector<Tensor> masters_;
+  // ZeRO: the owned elements per parameter (empty: all of every one).
+  std::vector<std::pair<int64_t, int64_t>> owned_;
   // Every non-f32 parameter = its master rounded to its dtype.
   void round_to_parameters();
+  // The owned elements of parameter i in its own dtype, flat.
+  View param_range(size_t i) const;
 };
 
 // torch.nn.utils.clip_grad_norm_ over the model's gradients: the global

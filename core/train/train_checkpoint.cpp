@@ -11,6 +11,7 @@
 #include "core/checkpoint/model_checkpoint.hpp"
 #include "core/checkpoint/weight_source.hpp"
 #include "core/common/error.hpp"
+#include "core/tensor/view.hpp"
 
 namespace oslo {
 
@@ -25,18 +26,79 @@ std::string names_str(const std::vector<std::string>& v) {
 // The masters of every parameter under the model's placements, then each
 // parameter's optimizer state under "optimizer/<state>/<name>" with the
 // parameter's placement (the state has the parameter's local shape).
-std::vector<PlacedTensor> training_tensors(Trainer& trainer) {
+//
+// A ZeRO optimizer holds only this data rank's part of each: the tensors
+// are then whole local copies (`whole`), which gather_whole fills from
+// every data rank before a save and scatter_whole takes this rank's part
+// of after a load, so that the checkpoint is the same whatever the stage
+// and the data-parallel size (written once: by data rank 0).
+struct TrainingTensors {
+  std::vector<PlacedTensor> list;
+  std::vector<Tensor> whole;  // ZeRO: masters, then state k of every parameter
+};
+
+TrainingTensors training_tensors(Trainer& trainer) {
   Optimizer& opt = trainer.optimizer();
-  const std::vector<PlacedTensor>& params = trainer.model().tensors();
-  std::vector<PlacedTensor> out;
-  for (size_t i = 0; i < params.size(); ++i) out.push_back({params[i].placement, opt.master(i)});
-  for (size_t k = 0; k < opt.state_names().size(); ++k)
-    for (size_t i = 0; i < params.size(); ++i) {
-      PlacedTensor t{params[i].placement, opt.state(i)[k]};
-      t.placement.name = optimizer_tensor_name(opt.state_names()[k], params[i].placement.name);
-      out.push_back(std::move(t));
+  Model& model = trainer.model();
+  const std::vector<PlacedTensor>& params = model.tensors();
+  const size_t np = params.size(), ns = opt.state_names().size();
+  TrainingTensors t;
+  auto tensor = [&](size_t k, size_t i) -> Tensor {  // k 0: master, k > 0: state k - 1
+    if (!opt.partitioned()) return k == 0 ? opt.master(i) : opt.state(i)[k - 1];
+    return t.whole[k * np + i];
+  };
+  if (opt.partitioned())
+    for (size_t k = 0; k <= ns; ++k)
+      for (size_t i = 0; i < np; ++i)
+        t.whole.push_back(
+            scratch(model.context().backend_ptr(), OSLO_DTYPE_F32, params[i].tensor.shape()));
+  for (size_t i = 0; i < np; ++i) t.list.push_back({params[i].placement, tensor(0, i)});
+  for (size_t k = 0; k < ns; ++k)
+    for (size_t i = 0; i < np; ++i) {
+      PlacedTensor p{params[i].placement, tensor(k + 1, i)};
+      p.placement.name = optimizer_tensor_name(opt.state_names()[k], params[i].placement.name);
+      t.list.push_back(std::move(p));
     }
-  return out;
+  return t;
+}
+
+View flat(const Tensor& t) {
+  return make_view(t.data(), t.dtype(), {t.numel()});
+}
+
+void gather_whole(Trainer& trainer, TrainingTensors& t) {
+  Optimizer& opt = trainer.optimizer();
+  const size_t np = trainer.model().tensors().size(), ns = opt.state_names().size();
+  for (size_t k = 0; k <= ns; ++k) {
+    std::vector<View> parts, out;
+    for (size_t i = 0; i < np; ++i) {
+      parts.push_back(k == 0 ? opt.master_view(i) : flat(opt.state(i)[k - 1]));
+      out.push_back(flat(t.whole[k * np + i]));
+    }
+    trainer.data_parallel()->gather(parts, out);
+  }
+}
+
+void scatter_whole(Trainer& trainer, const TrainingTensors& t) {
+  Optimizer& opt = trainer.optimizer();
+  Model& model = trainer.model();
+  Backend& be = model.context().backend();
+  const auto& params = model.tensors();
+  const size_t np = params.size(), ns = opt.state_names().size();
+  for (size_t i = 0; i < np; ++i) {
+    const auto r = opt.owned(i);
+    const int64_t n = r.second - r.first;
+    auto part = [&](const Tensor& whole) {
+      return make_view(static_cast<char*>(whole.data()) + r.first * 4, OSLO_DTYPE_F32, {n});
+    };
+    // Every parameter whole (rounded to its dtype), its master's part, and
+    // the state's part.
+    be.convert(flat(params[i].tensor), flat(t.whole[i]));
+    if (n == 0) continue;
+    be.convert(opt.master_view(i), part(t.whole[i]));
+    for (size_t k = 0; k < ns; ++k)
+      be.convert(flat(opt.state(i)[k]), part(t.whole[(k + 1) * np + i]));
+  }
 }
 
 }  // namespace
@@ -63,8 +125,10 @@ void save_training_checkpoint(const std::string& dir, Trainer& trainer,
     }
     t.user_state = user_state;
     section = training_section_json(t);
-    tensors = training_tensors(trainer);
   });
+  TrainingTensors tt = training_tensors(trainer);
+  if (trainer.optimizer().partitioned()) gather_whole(trainer, tt);
+  tensors = std::move(tt.list);
   const Topology& topo = ctx.topology();
   const CheckpointLayout layout = layout_of(topo);
   save_placed(dir, tensors, model.config().json_text, model.extra_files(), layout, world, {},
@@ -100,10 +164,15 @@ nlohmann::json load_training_checkpoint(const std::string& dir, Trainer& trainer
   // ... then loads. load_placed checks every name, global shape and dtype
   // before it writes a byte, and re-slices to this tensor-parallel size.
   run_agreed(world, what, [&] {
-    std::vector<PlacedTensor> tensors = training_tensors(trainer);
-    load_placed(*src, tensors, ctx.backend());
+    TrainingTensors tt = training_tensors(trainer);
+    load_placed(*src, tt.list, ctx.backend());
     src->release();
-    opt.masters_loaded();
+    if (opt.partitioned()) {
+      scatter_whole(trainer, tt);
+      model.parameters_changed();
+    } else {
+      opt.masters_loaded();
+    }
     trainer.set_state(t.trainer);
   });
   return t.user_state;

@@ -16,8 +16,7 @@ const char* kind_name(OptimizerKind k) {
 
 }  // namespace
 
-Trainer::Trainer(Model& model, const TrainerOptions& o)
-    : model_(model), o_(o), opt_(model, o.optimizer) {
+Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
   OSLO_CHECK(o.grad_accum_steps >= 1, OSLO_ERR_INVALID_ARGUMENT, "trainer: grad_accum_steps ",
              o.grad_accum_steps, " must be >= 1");
   OSLO_CHECK(o.warmup_steps >= 0 && o.total_steps >= 0, OSLO_ERR_INVALID_ARGUMENT,
@@ -42,15 +41,46 @@ Trainer::Trainer(Model& model, const TrainerOptions& o)
                s.growth_interval, " must be >= 1");
     scale_ = s.init_scale;
   }
+  dp_ = std::make_unique<DataParallel>(model, o.data_parallel);
+  if (dp_->zero_stage() >= 1) {
+    std::vector<std::pair<int64_t, int64_t>> owned;
+    for (const OwnedRange& w : dp_->owned()) owned.emplace_back(w.lo, w.hi);
+    opt_ = std::make_unique<Optimizer>(model, o.optimizer, owned);
+  } else {
+    opt_ = std::make_unique<Optimizer>(model, o.optimizer);
+  }
+  model.set_backward_hook([d = dp_.get()](int stage) { d->on_stage(stage); });
+  model.set_agree_over_data(dp_->size() > 1);
+}
+
+Trainer::~Trainer() {
+  model_.set_backward_hook(nullptr);
+  model_.set_agree_over_data(false);
+}
+
+double Trainer::grad_multiplier() const {
+  return scale_ / (static_cast<double>(o_.grad_accum_steps) * dp_->size());
+}
+
+void Trainer::reduced_backward(const std::function<void()>& fn) {
+  dp_->begin_backward(micro_ == 0, micro_ + 1 >= o_.grad_accum_steps);
+  try {
+    fn();
+  } catch (...) {
+    dp_->abandon();
+    throw;
+  }
+  dp_->end_backward();
 }
 
 double Trainer::next_lr() const {
   return o_.optimizer.lr *
-         schedule_factor(o_.schedule, opt_.steps(), o_.warmup_steps, o_.total_steps);
+         schedule_factor(o_.schedule, opt_->steps(), o_.warmup_steps, o_.total_steps);
 }
 
 void Trainer::zero_grad() {
   model_.zero_grad();
+  dp_->reset();
   micro_ = 0;
   loss_sum_ = 0.0;
 }
@@ -58,17 +88,31 @@ void Trainer::zero_grad() {
 TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
                                     const std::vector<int64_t>& labels,
                                     const std::vector<int64_t>& mask, int64_t batch, int64_t seq) {
-  const double g = scale_ / static_cast<double>(o_.grad_accum_steps);
-  return after_micro_batch(
-      model_.loss_backward(ids, labels, mask, batch, seq, static_cast<float>(g)));
+  const float g = static_cast<float>(grad_multiplier());
+  float loss = 0.f;
+  reduced_backward([&] { loss = model_.loss_backward(ids, labels, mask, batch, seq, g); });
+  if (dp_->size() > 1) {
+    // The mean of the data-parallel ranks' losses (DDP averages their
+    // gradients the same way), the same on every rank.
+    Context& ctx = model_.context();
+    Backend& be = ctx.backend();
+    Tensor t = scratch(ctx.backend_ptr(), OSLO_DTYPE_F32, {1});
+    be.copy(t.data(), &loss, sizeof loss, CopyKind::HostToDevice);
+    if (ctx.host_transport(OSLO_GROUP_DATA)) be.synchronize();
+    ctx.comm(OSLO_GROUP_DATA).all_reduce(t.data(), t.data(), 1, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+    be.copy(&loss, t.data(), sizeof loss, CopyKind::DeviceToHost);
+    loss /= static_cast<float>(dp_->size());
+  }
+  return after_micro_batch(loss);
 }
 
 TrainStepResult Trainer::backward_step(const std::vector<int64_t>& ids,
                                        const std::vector<int64_t>& mask,
                                        const std::vector<int64_t>& token_types, int64_t batch,
                                        int64_t seq, const std::vector<float>& grad_hidden) {
-  const double g = scale_ / static_cast<double>(o_.grad_accum_steps);
-  model_.hidden_backward(ids, mask, token_types, batch, seq, grad_hidden, static_cast<float>(g));
+  const float g = static_cast<float>(grad_multiplier());
+  reduced_backward(
+      [&] { model_.hidden_backward(ids, mask, token_types, batch, seq, grad_hidden, g); });
   return after_micro_batch(0.f);
 }
 
@@ -79,7 +123,7 @@ TrainStepResult Trainer::after_micro_batch(float loss) {
   if (micro_ >= o_.grad_accum_steps) r = step();
   r.loss = loss;
   r.loss_scale = scale_;
-  r.step = opt_.steps();
+  r.step = opt_->steps();
   return r;
 }
 
@@ -88,14 +132,17 @@ TrainStepResult Trainer::step() {
   r.stepped = true;
   r.mean_loss = micro_ > 0 ? loss_sum_ / static_cast<double>(micro_) : 0.0;
   if (model_.grads().empty()) model_.zero_grad();
+  // A window that did not end with a reducing backward (a step after fewer
+  // micro-batches than grad_accum_steps) is reduced here.
+  dp_->reduce_now();
   Context& ctx = model_.context();
   Backend& be = ctx.backend();
   be.set_num_threads(ctx.num_threads());
   if (o_.scaler.enabled) {
     // GradScaler.unscale_: gradients times the f32 reciprocal of the scale.
     const float inv = static_cast<float>(1.0 / scale_);
-    for (const Tensor& gr : model_.grads())
-      if (gr.numel() > 0) be.unary(OSLO_BK_SCALE, view(gr), view(gr), inv);
+    for (const Tensor& gr : dp_->grad_tensors())
+      if (gr.defined() && gr.numel() > 0) be.unary(OSLO_BK_SCALE, view(gr), view(gr), inv);
   }
   const bool need_norm = o_.scaler.enabled || o_.max_grad_norm > 0;
   r.grad_norm = std::numeric_limits<double>::quiet_NaN();
@@ -103,8 +150,8 @@ TrainStepResult Trainer::step() {
   if (need_norm) {
     // The norm comes from one exchange over the group, so every rank sees
     // the same value and takes the same decision.
-    r.grad_norm = clip_grad_norm(
-        model_, o_.max_grad_norm > 0 ? o_.max_grad_norm : std::numeric_limits<double>::infinity());
+    r.grad_norm = dp_->clip_grad_norm(
+        o_.max_grad_norm > 0 ? o_.max_grad_norm : std::numeric_limits<double>::infinity());
     finite = std::isfinite(r.grad_norm);
   }
   if (o_.scaler.enabled) {
@@ -118,18 +165,29 @@ TrainStepResult Trainer::step() {
     }
   } else {
     OSLO_CHECK(finite, OSLO_ERR_INVALID_ARGUMENT, "trainer: the gradient norm is ", r.grad_norm,
-               " at update ", opt_.steps() + 1,
+               " at update ", opt_->steps() + 1,
                " (non-finite gradients; loss scaling is off, so nothing can skip the step)");
   }
   if (finite) {
     r.lr = next_lr();
-    opt_.step(r.lr);
+    if (dp_->zero_stage() == 0) {
+      opt_->step(r.lr);
+    } else {
+      // ZeRO: each rank updates what it owns, then the parameters are
+      // gathered.
+      std::vector<View> grads, values;
+      for (size_t i = 0; i < model_.tensors().size(); ++i) grads.push_back(dp_->grad_view(i));
+      opt_->step(r.lr, grads);
+      for (size_t i = 0; i < model_.tensors().size(); ++i) values.push_back(opt_->master_view(i));
+      dp_->gather_parameters(values);
+      model_.parameters_changed();
+    }
   } else {
     r.skipped = true;
   }
   zero_grad();
   r.loss_scale = scale_;
-  r.step = opt_.steps();
+  r.step = opt_->steps();
   return r;
 }
 
@@ -139,7 +197,7 @@ nlohmann::json Trainer::state() const {
              "after an optimizer step");
   nlohmann::json j;
   j["optimizer"] = kind_name(o_.optimizer.kind);
-  j["updates"] = opt_.steps();
+  j["updates"] = opt_->steps();
   j["loss_scaling"] = o_.scaler.enabled;
   j["loss_scale"] = scale_;
   j["growth_tracker"] = growth_tracker_;
@@ -166,7 +224,7 @@ void Trainer::set_state(const nlohmann::json& j) {
              OSLO_ERR_FORMAT, "training state: \"loss_scale\" is not a positive number");
   OSLO_CHECK(tracker.is_number_integer() && tracker.get<int64_t>() >= 0, OSLO_ERR_FORMAT,
              "training state: \"growth_tracker\" is not a non-negative integer");
-  opt_.set_steps(updates.get<int64_t>());
+  opt_->set_steps(updates.get<int64_t>());
   // A run resumed with loss scaling turned on or off starts the scaler anew.
   const nlohmann::json& was = get("loss_scaling");
   if (o_.scaler.enabled && was.is_boolean() && was.get<bool>()) {

@@ -14,12 +14,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/model/model.hpp"
+#include "core/train/data_parallel.hpp"
 #include "core/train/optimizer.hpp"
 
 namespace oslo {
@@ -41,6 +44,10 @@ struct TrainerOptions {
   double max_grad_norm = 0.0;  // > 0: clip the global norm to it
   int64_t grad_accum_steps = 1;
   LossScalerOptions scaler;
+  // Data parallelism over the context's data group (used when its size is
+  // above 1 or zero_stage above 0): bucket size and ZeRO stage
+  // (core/train/data_parallel.hpp).
+  DataParallelOptions data_parallel;
 };
 
 // What a micro-batch or an update did.
@@ -60,6 +67,9 @@ class Trainer {
   // Over `model` (borrowed, must outlive the trainer). Validates the options
   // (OSLO_ERR_INVALID_ARGUMENT naming the bad one). Not collective.
   Trainer(Model& model, const TrainerOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // One micro-batch: loss and backward with gradients scaled by
   // loss_scale / grad_accum_steps, then, if this completes an accumulation
@@ -81,7 +91,9 @@ class Trainer {
   void zero_grad();
 
   Model& model() const { return model_; }
-  Optimizer& optimizer() { return opt_; }
+  Optimizer& optimizer() { return *opt_; }
+  // The data-parallel reducer (null without data parallelism).
+  DataParallel* data_parallel() const { return dp_.get(); }
   const TrainerOptions& options() const { return o_; }
   double loss_scale() const { return scale_; }
   // Micro-batches accumulated since the last step.
@@ -99,13 +111,19 @@ class Trainer {
  private:
   Model& model_;
   TrainerOptions o_;
-  Optimizer opt_;
+  std::unique_ptr<DataParallel> dp_;  // before opt_: ZeRO partitions the optimizer
+  std::unique_ptr<Optimizer> opt_;
   double scale_ = 1.0;
   int64_t growth_tracker_ = 0;
   int64_t micro_ = 0;
   double loss_sum_ = 0.0;
   // Counts a micro-batch of loss `loss`; steps when the window is complete.
   TrainStepResult after_micro_batch(float loss);
+  // Runs a backward (`fn`) with the data-parallel reduction around it.
+  void reduced_backward(const std::function<void()>& fn);
+  // The gradient multiplier of a micro-batch: loss scale / (accumulation
+  // steps x data-parallel size).
+  double grad_multiplier() const;
 };
 
 }  // namespace oslo

@@ -1,0 +1,393 @@
+#include "core/train/data_parallel.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/common/error.hpp"
+#include "core/layers/param_set.hpp"
+#include "core/tensor/view.hpp"
+#include "core/train/optimizer.hpp"
+
+namespace oslo {
+
+namespace {
+
+char* at_f32(void* base, int64_t elements) {
+  return static_cast<char*>(base) + elements * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace
+
+DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
+    : model_(model), ctx_(model.context()), o_(o), t0_(std::chrono::steady_clock::now()) {
+  OSLO_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, OSLO_ERR_INVALID_ARGUMENT,
+             "data parallel: zero_stage ", o.zero_stage, " must be 0, 1, 2 or 3");
+  OSLO_CHECK(o.zero_stage != 3, OSLO_ERR_NOT_SUPPORTED,
+             "data parallel: ZeRO stage 3 (partitioned parameters) is not supported yet; stages "
+             "0, 1 and 2 are");
+  OSLO_CHECK(o.bucket_bytes >= static_cast<int64_t>(sizeof(float)), OSLO_ERR_INVALID_ARGUMENT,
+             "data parallel: bucket_bytes ", o.bucket_bytes, " must be at least 4");
+  Communicator& dc = ctx_.comm(OSLO_GROUP_DATA);
+  n_ = dc.size();
+  r_ = dc.rank();
+  const auto& params = model.tensors();
+  const std::vector<int> stage = model.grad_stages();
+  std::vector<size_t> order(params.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  // Backward order: by the stage that finishes a gradient, then reverse
+  // parameter order (PyTorch DDP's initial bucket order).
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return stage[a] != stage[b] ? stage[a] < stage[b] : a > b;
+  });
+  owned_.assign(params.size(), OwnedRange{});
+  GradBucket cur;
+  auto close = [&] {
+    if (cur.params.empty()) return;
+    cur.chunk = (cur.numel + n_ - 1) / n_;
+    buckets_.push_back(std::move(cur));
+    cur = GradBucket{};
+  };
+  for (size_t i : order) {
+    const int64_t m = params[i].tensor.numel();
+    if (m == 0) continue;
+    cur.params.push_back(i);
+    cur.offsets.push_back(cur.numel);
+    cur.numel += m;
+    cur.ready_stage = std::max(cur.ready_stage, stage[i]);
+    if (cur.numel * static_cast<int64_t>(sizeof(float)) >= o.bucket_bytes) close();
+  }
+  close();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const GradBucket& k = buckets_[b];
+    const int64_t c0 = static_cast<int64_t>(r_) * k.chunk, c1 = c0 + k.chunk;
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const int64_t o0 = k.offsets[j], m = params[k.params[j]].tensor.numel();
+      OwnedRange& w = owned_[k.params[j]];
+      w.bucket = b;
+      if (o.zero_stage == 0) {
+        w.lo = 0;
+        w.hi = m;
+        continue;
+      }
+      const int64_t lo = std::max(o0, c0), hi = std::min(o0 + m, c1);
+      if (lo < hi) {
+        w.lo = lo - o0;
+        w.hi = hi - o0;
+        w.chunk_offset = lo - c0;
+      }
+    }
+  }
+  if (o.zero_stage == 2) {
+    Backend& be = ctx_.backend();
+    for (const GradBucket& k : buckets_) {
+      chunks_.push_back(scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {k.chunk}));
+      be.fill(view(chunks_.back()), 0.0);
+    }
+  }
+  timing_.handed.assign(buckets_.size(), 0);
+  timing_.started.assign(buckets_.size(), 0);
+  timing_.finished.assign(buckets_.size(), 0);
+  background_ = n_ > 1 && ctx_.backend().host_accessible() && ctx_.grad_comm_host_transport();
+  if (background_) thread_ = std::thread([this] { worker(); });
+}
+
+DataParallel::~DataParallel() {
+  if (background_) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+}
+
+double DataParallel::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+void DataParallel::begin_backward(bool first, bool last) {
+  first_ = first;
+  armed_ = (o_.zero_stage == 2 || last) && !(n_ == 1 && o_.zero_stage < 2);
+  next_ = 0;
+  done_ = 0;
+  std::fill(timing_.handed.begin(), timing_.handed.end(), 0.0);
+  std::fill(timing_.started.begin(), timing_.started.end(), 0.0);
+  std::fill(timing_.finished.begin(), timing_.finished.end(), 0.0);
+  timing_.backward_end = timing_.waited_until = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    handed_ = finished_ = 0;
+  }
+  if (n_ == 1 && o_.zero_stage < 2) reduced_ = true;  // nothing to exchange
+}
+
+void DataParallel::on_stage(int stage) {
+  if (!armed_) return;
+  while (next_ < buckets_.size() && buckets_[next_].ready_stage <= stage) hand_over(next_++);
+  release_finished();
+}
+
+void DataParallel::hand_over(size_t b) {
+  timing_.handed[b] = now();
+  if (!background_) {
+    timing_.started[b] = now();
+    reduce_bucket(b, !first_);
+    timing_.finished[b] = now();
+    std::lock_guard<std::mutex> lk(mu_);
+    ++handed_;
+    ++finished_;
+    return;
+  }
+  // The transport reads the gradients' memory directly: what the backward
+  // enqueued must have run.
+  ctx_.backend().synchronize();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(b);
+    ++handed_;
+  }
+  cv_.notify_all();
+}
+
+void DataParallel::worker() {
+  for (;;) {
+    size_t b;
+    bool skip;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and nothing left
+      b = queue_.front();
+      queue_.pop_front();
+      skip = error_ != nullptr;
+    }
+    const double t = now();
+    std::exception_ptr err;
+    if (!skip) {
+      try {
+        reduce_bucket(b, !first_);
+      } catch (...) {
+        err = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      timing_.started[b] = t;
+      timing_.finished[b] = now();
+      if (err && !error_) error_ = err;
+      ++finished_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void DataParallel::reduce_bucket(size_t b, bool accumulate) {
+  const GradBucket& k = buckets_[b];
+  Communicator& c = ctx_.grad_comm();
+  const auto& grads = model_.grads();
+  const auto& params = model_.tensors();
+  if (o_.zero_stage < 2) {
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const Tensor& g = grads[k.params[j]];
+      c.all_reduce(g.data(), g.data(), static_cast<size_t>(g.numel()), OSLO_DTYPE_F32,
+                   OSLO_REDUCE_SUM);
+    }
+    return;
+  }
+  // Stage 2: the bucket flat (padding zero), reduce-scattered into this
+  // rank's chunk (or a copy of it that end_backward adds).
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  Tensor flat = scratch(bp, OSLO_DTYPE_F32, {k.chunk * n_});
+  for (size_t j = 0; j < k.params.size(); ++j) {
+    const size_t i = k.params[j];
+    be.copy(at_f32(flat.data(), k.offsets[j]), grads[i].data(),
+            static_cast<size_t>(params[i].tensor.numel()) * sizeof(float),
+            CopyKind::DeviceToDevice);
+  }
+  const int64_t pad = k.chunk * n_ - k.numel;
+  if (pad > 0) {
+    std::vector<float> zeros(static_cast<size_t>(pad), 0.f);
+    be.copy(at_f32(flat.data(), k.numel), zeros.data(), zeros.size() * sizeof(float),
+            CopyKind::HostToDevice);
+  }
+  if (!accumulate) {
+    c.reduce_scatter(flat.data(), chunks_[b].data(), static_cast<size_t>(k.chunk), OSLO_DTYPE_F32,
+                     OSLO_REDUCE_SUM);
+  } else {
+    // The sum lands at the front of `flat`; end_backward adds it.
+    c.reduce_scatter(flat.data(), flat.data(), static_cast<size_t>(k.chunk), OSLO_DTYPE_F32,
+                     OSLO_REDUCE_SUM);
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.emplace_back(b, flat);
+  }
+}
+
+void DataParallel::release_finished() {
+  if (o_.zero_stage != 2) return;
+  size_t fin;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    fin = finished_;
+  }
+  // The thread finishes buckets in order: the first `fin` are done.
+  for (; done_ < fin; ++done_) model_.release_grads(buckets_[done_].params);
+}
+
+void DataParallel::wait_all() {
+  if (!background_) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return finished_ == handed_; });
+}
+
+void DataParallel::end_backward() {
+  if (!armed_) {
+    reduced_ = false;
+    return;
+  }
+  timing_.backward_end = now();
+  while (next_ < buckets_.size()) hand_over(next_++);
+  wait_all();
+  timing_.waited_until = now();
+  armed_ = false;
+  std::exception_ptr err;
+  std::vector<std::pair<size_t, Tensor>> adds;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    err = error_;
+    adds.swap(pending_);
+  }
+  if (err) std::rethrow_exception(err);
+  Backend& be = ctx_.backend();
+  for (auto& a : adds) {
+    const View part = make_view(a.second.data(), OSLO_DTYPE_F32, {buckets_[a.first].chunk});
+    be.binary(OSLO_BK_ADD, view(chunks_[a.first]), view(chunks_[a.first]), part);
+  }
+  release_finished();
+  reduced_ = true;
+}
+
+void DataParallel::abandon() noexcept {
+  armed_ = false;
+  try {
+    wait_all();
+  } catch (...) {
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  pending_.clear();
+}
+
+void DataParallel::reduce_now() {
+  if (reduced_) return;
+  // Stage 2 reduces after every backward: nothing is left (the chunks are
+  // zero when no backward ran since reset).
+  if (n_ > 1 && o_.zero_stage < 2) {
+    ctx_.backend().synchronize();
+    for (size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(b, !first_);
+  }
+  reduced_ = true;
+}
+
+void DataParallel::reset() {
+  reduced_ = false;
+  first_ = true;
+  if (o_.zero_stage == 2)
+    for (Tensor& c : chunks_) ctx_.backend().fill(view(c), 0.0);
+}
+
+View DataParallel::grad_view(size_t i) const {
+  const OwnedRange& w = owned_.at(i);
+  const int64_t n = w.hi - w.lo;
+  if (n == 0) return make_view(nullptr, OSLO_DTYPE_F32, {0});
+  if (o_.zero_stage == 2)
+    return make_view(at_f32(chunks_[w.bucket].data(), w.chunk_offset), OSLO_DTYPE_F32, {n});
+  return make_view(at_f32(model_.grads().at(i).data(), w.lo), OSLO_DTYPE_F32, {n});
+}
+
+void DataParallel::gather_parameters(const std::vector<View>& values) {
+  std::vector<View> out;
+  for (const PlacedTensor& p : model_.tensors())
+    out.push_back(make_view(p.tensor.data(), p.tensor.dtype(), {p.tensor.numel()}));
+  gather(values, out);
+}
+
+void DataParallel::gather(const std::vector<View>& values, const std::vector<View>& out) {
+  OSLO_CHECK(o_.zero_stage >= 1, OSLO_ERR_INTERNAL, "data parallel: gather without ZeRO");
+  OSLO_CHECK(values.size() == model_.tensors().size() && out.size() == values.size(),
+             OSLO_ERR_INTERNAL, "data parallel: gather of ", values.size(), " parts into ",
+             out.size(), " tensors for ", model_.tensors().size(), " parameters");
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  const auto& params = model_.tensors();
+  Communicator& dc = ctx_.comm(OSLO_GROUP_DATA);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const GradBucket& k = buckets_[b];
+    Tensor send = scratch(bp, OSLO_DTYPE_F32, {k.chunk});
+    be.fill(view(send), 0.0);
+    for (size_t i : k.params) {
+      const OwnedRange& w = owned_[i];
+      if (w.hi > w.lo)
+        be.copy(at_f32(send.data(), w.chunk_offset), values.at(i).data,
+                static_cast<size_t>(w.hi - w.lo) * sizeof(float), CopyKind::DeviceToDevice);
+    }
+    Tensor all = scratch(bp, OSLO_DTYPE_F32, {k.chunk * n_});
+    if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
+    dc.all_gather(send.data(), all.data(), static_cast<size_t>(k.chunk), OSLO_DTYPE_F32);
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const int64_t m = params[k.params[j]].tensor.numel();
+      const View& o = out[k.params[j]];
+      OSLO_CHECK(o.numel() == m, OSLO_ERR_INTERNAL, "data parallel: gather target of ",
+                 params[k.params[j]].placement.name, " has ", o.numel(), " elements for ", m);
+      be.convert(o, make_view(at_f32(all.data(), k.offsets[j]), OSLO_DTYPE_F32, {m}));
+    }
+  }
+}
+
+std::vector<Tensor> DataParallel::grad_tensors() const {
+  if (o_.zero_stage == 2) return chunks_;
+  return model_.grads();
+}
+
+double DataParallel::clip_grad_norm(double max_norm) {
+  if (o_.zero_stage != 2) return oslo::clip_grad_norm(model_, max_norm);
+  // Each chunk once for scaling and the search for non-finite values, then
+  // the elements it counts: those of the rows this tensor rank owns
+  // (replicated parameters: tensor rank 0 counts them), clipped to what
+  // this data rank holds.
+  std::vector<GradSlice> slices;
+  for (const Tensor& c : chunks_) slices.push_back(GradSlice{"gradient partition", c, false, 0, 0});
+  const auto& params = model_.tensors();
+  const bool tp_first = ctx_.topology().tp_rank() == 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const OwnedRange& w = owned_[i];
+    if (w.hi <= w.lo) continue;
+    const Placement& pl = params[i].placement;
+    // Replicated over the tensor group: tensor rank 0 counts it (the chunk
+    // slices above search every rank's copy for non-finite values).
+    if (pl.split_dim < 0 && !tp_first) continue;
+    const Placement& p = params[i].placement;
+    const int64_t numel = params[i].tensor.numel();
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    bool all_owned = true;
+    for (const Segment& s : p.segments) all_owned = all_owned && s.owner;
+    if (p.split_dim < 0 || all_owned) {
+      ranges.emplace_back(0, numel);
+    } else {
+      OSLO_CHECK(p.split_dim == 0 && !p.transpose && p.local_extent > 0, OSLO_ERR_INTERNAL,
+                 "clip_grad_norm: ", p.name, " shares segments along a dimension other than 0");
+      const int64_t inner = numel / p.local_extent;
+      for (const Segment& s : p.segments)
+        if (s.owner) ranges.emplace_back(s.local_start * inner, (s.local_start + s.length) * inner);
+    }
+    for (const auto& rg : ranges) {
+      const int64_t lo = std::max(rg.first, w.lo), hi = std::min(rg.second, w.hi);
+      if (lo >= hi) continue;
+      slices.push_back(GradSlice{p.name, chunks_[w.bucket], false, w.chunk_offset + (lo - w.lo),
+                                 hi - lo, false});
+    }
+  }
+  return oslo::clip_grad_norm(ctx_, slices, max_norm, 2.0, true);
+}
+
+}  // namespace oslo

@@ -1,0 +1,183 @@
+// Data parallelism with PyTorch DDP's semantics and DeepSpeed ZeRO's stages
+// 1 and 2 over the context's data-parallel group (Megatron's order: the
+// ranks holding the same tensor-parallel slice).
+//
+// Buckets. The model's parameters, in the order the backward finishes
+// their gradients (Model::grad_stages; reverse parameter order within a
+// stage), are cut into buckets of about bucket_bytes of f32 gradient. Each
+// bucket's elements are laid out flat in that order and padded to a
+// multiple of the data-parallel size N; rank r owns the r-th of its N equal
+// chunks. The layout depends only on the shapes, so every rank computes the
+// same one.
+//
+// Reduction. During the backward of the last micro-batch of a window
+// (stages 0 and 1: no_sync semantics, nothing is exchanged before it) a
+// bucket whose parameters are all final is handed to a communication
+// thread, in bucket order, at once; the thread reduces it over the
+// context's grad_comm() (a communicator of its own) while the backward goes
+// on: stage 0 and 1 sum each gradient in place (all-reduce), stage 2
+// reduce-scatters the bucket into this rank's chunk and the full gradients
+// of the bucket are freed. Gradients are sums; the trainer scales the loss
+// by 1/N so that they come out as the average (DDP). end_backward waits for
+// what is in flight. Backends whose memory the host cannot address, or
+// whose groups do not run on a host transport, reduce each bucket on the
+// calling thread when it is ready (the same order, no overlap).
+//
+// ZeRO. Stage 1: the optimizer keeps state (and f32 masters) only for the
+// elements of the chunks this rank owns, updates them from the all-reduced
+// gradients, and gather_parameters() all-gathers the updated values. Stage
+// 2: the same from the reduce-scattered chunks, which are all the gradient
+// this rank keeps (reduced after every micro-batch and accumulated there).
+//
+// Every method is called by one thread (the model's); collective over the
+// data-parallel group where it says so.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/model/model.hpp"
+
+namespace oslo {
+
+struct DataParallelOptions {
+  int64_t bucket_bytes = 25 << 20;  // PyTorch DDP's bucket_cap_mb = 25
+  int zero_stage = 0;               // 0, 1 or 2
+};
+
+struct GradBucket {
+  std::vector<size_t> params;    // Model::tensors() indices, in bucket order
+  std::vector<int64_t> offsets;  // element offset of each in the bucket
+  int64_t numel = 0;             // elements of the parameters
+  int64_t chunk = 0;             // elements per rank: ceil(numel / N)
+  int ready_stage = 0;           // the backward stage that completes it
+};
+
+// The elements of one parameter this rank owns (ZeRO): [lo, hi) of the
+// flattened local tensor, at chunk_offset in bucket `bucket`'s chunk.
+struct OwnedRange {
+  int64_t lo = 0, hi = 0;
+  size_t bucket = 0;
+  int64_t chunk_offset = 0;
+};
+
+class DataParallel {
+ public:
+  // Lays out the buckets and starts the communication thread. Validates
+  // the options (OSLO_ERR_INVALID_ARGUMENT naming the bad one). Not
+  // collective.
+  DataParallel(Model& model, const DataParallelOptions& options);
+  // Waits for what is in flight (errors dropped) and stops the thread.
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int size() const { return n_; }
+  int rank() const { return r_; }
+  int zero_stage() const { return o_.zero_stage; }
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  // Per Model::tensors() entry: what this rank owns (everything when the
+  // stage is 0).
+  const std::vector<OwnedRange>& owned() const { return owned_; }
+
+  // Before a micro-batch's backward: `last` when it completes the
+  // accumulation window (stages 0 and 1 reduce only then), `first` when it
+  // starts one (stage 2 overwrites its chunks instead of adding).
+  void begin_backward(bool first, bool last);
+  // The model's backward hook: stage `stage` finished.
+  void on_stage(int stage);
+  // After the backward returned: hands over what is left, waits for every
+  // bucket and rethrows the first error of the communication thread
+  // (OSLO_ERR_COMM / OSLO_ERR_TIMEOUT). Collective over the data group.
+  void end_backward();
+  // After a backward that threw: waits for the buckets in flight (bounded
+  // by the communicator's timeout) and forgets the rest.
+  void abandon() noexcept;
+  // Whether the gradients (stages 0, 1) or chunks (stage 2) hold the
+  // reduction of everything accumulated since the last reset.
+  bool reduced() const { return reduced_; }
+  // Reduces every bucket now on the calling thread (an optimizer step after
+  // a window that did not end with a reducing backward). Collective.
+  void reduce_now();
+  // After the optimizer step: the next backward starts a new window.
+  void reset();
+
+  // Stage 2: this rank's reduced gradient chunk of bucket b, f32 [chunk].
+  const Tensor& grad_chunk(size_t b) const { return chunks_.at(b); }
+  // The f32 gradient the optimizer reads for parameter i: the owned
+  // elements (stage 2: in the chunk; else in the model's gradient), as a
+  // flat view of hi - lo elements (empty when nothing is owned).
+  View grad_view(size_t i) const;
+  // Stages 1, 2: every rank contributes the f32 values of its owned
+  // elements (values(i): a flat view of parameter i's owned elements, f32)
+  // and every parameter gets the gathered values, rounded to its dtype.
+  // Collective over the data group.
+  void gather_parameters(const std::vector<View>& values);
+  // The same into other memory: out[i], a flat view of all of parameter
+  // i's local elements (any float dtype; values rounded to it), gets the
+  // owned parts of every rank (parts[i]: flat f32, hi - lo elements). A
+  // training checkpoint gathers the partitioned optimizer state with it.
+  // Collective over the data group.
+  void gather(const std::vector<View>& parts, const std::vector<View>& out);
+  // The gradient tensors the update reads, for scaling and clipping:
+  // stage 2 the chunks, else the model's gradients.
+  std::vector<Tensor> grad_tensors() const;
+  // torch.nn.utils.clip_grad_norm_ over the gradients as they are held
+  // (stage 2: the partitions, summed over the data group too). Collective
+  // over the tensor and data groups.
+  double clip_grad_norm(double max_norm);
+
+  // Timings of the last reducing backward, for the overlap test and the
+  // benchmark: per bucket, when it was handed over, when the thread began
+  // and finished it, and when the backward returned (end_backward called),
+  // in seconds on one steady clock.
+  struct Timing {
+    std::vector<double> handed, started, finished;
+    double backward_end = 0, waited_until = 0;
+  };
+  const Timing& timing() const { return timing_; }
+  // Whether a communication thread runs the reductions.
+  bool background() const { return background_; }
+
+ private:
+  Model& model_;
+  Context& ctx_;
+  DataParallelOptions o_;
+  int n_ = 1, r_ = 0;
+  std::vector<GradBucket> buckets_;
+  std::vector<OwnedRange> owned_;
+  std::vector<Tensor> chunks_;  // stage 2
+  bool reduced_ = false, armed_ = false, first_ = true;
+  size_t next_ = 0;  // next bucket to hand over in this backward
+  size_t done_ = 0;  // buckets released so far (stage 2)
+  Timing timing_;
+  std::chrono::steady_clock::time_point t0_;
+  double now() const;
+
+  // The communication thread.
+  bool background_ = false;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<size_t> queue_;
+  size_t finished_ = 0, handed_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  // Stage 2, accumulating micro-batches: reduced sums for end_backward to
+  // add into the chunks.
+  std::vector<std::pair<size_t, Tensor>> pending_;
+  void worker();
+  void hand_over(size_t b);
+  void wait_all();
+  // The reduction of bucket b (on whichever thread runs it).
+  void reduce_bucket(size_t b, bool accumulate);
+  void release_finished();
+};
+
+}  // namespace oslo
