@@ -1473,7 +1473,7 @@ typedef enum oslo_lr_schedule {
   OSLO_LR_SCHEDULE_ENUM_MAX_ = 2147483647
 } oslo_lr_schedule;
 
-#define OSLO_OPTIMIZER_OPTIONS_VERSION 1
+#define OSLO_OPTIMIZER_OPTIONS_VERSION 2
 
 /** Options of oslo_optimizer_create (versioned). Defaults are PyTorch's
  * (optimizers, GradScaler) and Hugging Face Trainer's (parameter groups). */
@@ -1501,6 +1501,19 @@ typedef struct oslo_optimizer_options {
   double growth_factor;    /**< default 2 */
   double backoff_factor;   /**< default 0.5 */
   int64_t growth_interval; /**< default 2000 */
+  /* Version 2: data parallelism. When the context's data-parallel size is
+   * above 1, the optimizer averages the gradients over the data-parallel
+   * group as PyTorch's DistributedDataParallel does: in buckets, in the
+   * order the backward finishes them, each reduced on a communication
+   * thread while the backward goes on, only on the last micro-batch of an
+   * accumulation window. */
+  /** ZeRO stage (DeepSpeed's): 0 (default) none; 1 optimizer state and f32
+   * masters partitioned over the data-parallel group; 2 gradients too
+   * (reduce-scattered). Stage 3 is refused (OSLO_ERR_NOT_SUPPORTED). */
+  int zero_stage;
+  /** Bytes of f32 gradient per bucket (default 25 MiB, as DDP's
+   * bucket_cap_mb). */
+  int64_t bucket_bytes;
 } oslo_optimizer_options;
 
 /**
@@ -1515,8 +1528,10 @@ OSLO_API oslo_status oslo_optimizer_options_init(oslo_optimizer_options *options
 /**
  * Creates an optimizer over every parameter of `model` (this rank's
  * slices). Optimizer state (AdamW's moments, SGD's momentum, f32 master
- * weights of a bf16/f16 model) is f32 and sliced like its parameter.
- * Makes the model's gradients (zero). Not collective.
+ * weights of a bf16/f16 model) is f32 and sliced like its parameter (with
+ * ZeRO: only this data-parallel rank's part of it). Makes the model's
+ * gradients (zero); with data parallelism starts the communication thread.
+ * Not collective.
  * Ownership: the caller owns *out (oslo_optimizer_destroy), which must not
  * outlive `model`; options (NULL: defaults) are read during the call.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, a bad option: named),
@@ -1557,8 +1572,13 @@ typedef struct oslo_train_step_result {
  * steps when the micro-batch completes an accumulation window; with NULL,
  * gradients of the plain loss accumulate and nothing steps. Fills *result
  * (may be NULL); the loss is the same on every rank.
+ * With data parallelism (an optimizer, a context whose data-parallel size
+ * is above 1) each data-parallel rank passes its own batch; the gradients
+ * are averaged over them and the loss reported is their mean.
  * Collective over the tensor group (same arguments on every rank; the
- * group first checks that every rank holds the same batch).
+ * group first checks that every rank holds the same batch), and over the
+ * data-parallel group with an optimizer (a batch refused on one data rank
+ * fails them all).
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, sizes, a token or label outside
  * the vocabulary, a batch that differs between ranks, a non-finite loss,
  * non-finite gradients without loss scaling, an optimizer over another

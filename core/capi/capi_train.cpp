@@ -28,8 +28,10 @@ OSLO_OPTIONS(
       o.growth_factor = 2.0;
       o.backoff_factor = 0.5;
       o.growth_interval = 2000;
+      o.bucket_bytes = 25 << 20;
     },
-    OSLO_OPTIONS_END(oslo_optimizer_options, growth_interval));
+    OSLO_OPTIONS_END(oslo_optimizer_options, growth_interval),
+    OSLO_OPTIONS_END(oslo_optimizer_options, bucket_bytes));
 
 oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo::Model& model,
                                      const char* fn) {
@@ -73,6 +75,8 @@ oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo
   t.scaler.growth_factor = o.growth_factor;
   t.scaler.backoff_factor = o.backoff_factor;
   t.scaler.growth_interval = o.growth_interval;
+  t.data_parallel.zero_stage = o.zero_stage;
+  t.data_parallel.bucket_bytes = o.bucket_bytes;
   return t;
 }
 
