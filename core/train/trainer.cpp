@@ -49,6 +49,13 @@ Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
   } else {
     opt_ = std::make_unique<Optimizer>(model, o.optimizer);
   }
+  // ZeRO-2 keeps no full gradient between backwards: each is made when the
+  // backward first writes it and freed once its bucket is reduced.
+  if (dp_->zero_stage() == 2) {
+    std::vector<size_t> all(model.tensors().size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    model.release_grads(all);
+  }
   model.set_backward_hook([d = dp_.get()](int stage) { d->on_stage(stage); });
   model.set_agree_over_data(dp_->size() > 1);
 }
