@@ -43,25 +43,27 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
   GradBucket cur;
   auto close = [&] {
     if (cur.params.empty()) return;
-    cur.chunk = (cur.numel + n_ - 1) / n_;
     buckets_.push_back(std::move(cur));
     cur = GradBucket{};
   };
   for (size_t i : order) {
     const int64_t m = params[i].tensor.numel();
     if (m == 0) continue;
+    const int64_t part = (m + n_ - 1) / n_;
     cur.params.push_back(i);
     cur.offsets.push_back(cur.numel);
+    cur.parts.push_back(part);
+    cur.part_offsets.push_back(cur.chunk);
     cur.numel += m;
+    cur.chunk += part;
     cur.ready_stage = std::max(cur.ready_stage, stage[i]);
     if (cur.numel * static_cast<int64_t>(sizeof(float)) >= o.bucket_bytes) close();
   }
   close();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const GradBucket& k = buckets_[b];
-    const int64_t c0 = static_cast<int64_t>(r_) * k.chunk, c1 = c0 + k.chunk;
     for (size_t j = 0; j < k.params.size(); ++j) {
-      const int64_t o0 = k.offsets[j], m = params[k.params[j]].tensor.numel();
+      const int64_t m = params[k.params[j]].tensor.numel();
       OwnedRange& w = owned_[k.params[j]];
       w.bucket = b;
       if (o.zero_stage == 0) {
@@ -69,11 +71,11 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
         w.hi = m;
         continue;
       }
-      const int64_t lo = std::max(o0, c0), hi = std::min(o0 + m, c1);
+      const int64_t lo = r_ * k.parts[j], hi = std::min(m, lo + k.parts[j]);
       if (lo < hi) {
-        w.lo = lo - o0;
-        w.hi = hi - o0;
-        w.chunk_offset = lo - c0;
+        w.lo = lo;
+        w.hi = hi;
+        w.chunk_offset = k.part_offsets[j];
       }
     }
   }
@@ -195,22 +197,28 @@ void DataParallel::reduce_bucket(size_t b, bool accumulate) {
     }
     return;
   }
-  // Stage 2: the bucket flat (padding zero), reduce-scattered into this
-  // rank's chunk (or a copy of it that end_backward adds).
+  // Stage 2: the bucket rank-major (rank q's parts of every parameter,
+  // padding zero), reduce-scattered into this rank's chunk (or a copy of
+  // it that end_backward adds).
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
   Tensor flat = scratch(bp, OSLO_DTYPE_F32, {k.chunk * n_});
+  std::vector<float> zeros;
   for (size_t j = 0; j < k.params.size(); ++j) {
     const size_t i = k.params[j];
-    be.copy(at_f32(flat.data(), k.offsets[j]), grads[i].data(),
-            static_cast<size_t>(params[i].tensor.numel()) * sizeof(float),
-            CopyKind::DeviceToDevice);
-  }
-  const int64_t pad = k.chunk * n_ - k.numel;
-  if (pad > 0) {
-    std::vector<float> zeros(static_cast<size_t>(pad), 0.f);
-    be.copy(at_f32(flat.data(), k.numel), zeros.data(), zeros.size() * sizeof(float),
-            CopyKind::HostToDevice);
+    const int64_t m = params[i].tensor.numel(), part = k.parts[j];
+    for (int q = 0; q < n_; ++q) {
+      const int64_t lo = q * part, len = std::max<int64_t>(0, std::min(m, lo + part) - lo);
+      char* dst = at_f32(flat.data(), q * k.chunk + k.part_offsets[j]);
+      if (len > 0)
+        be.copy(dst, at_f32(grads[i].data(), lo), static_cast<size_t>(len) * sizeof(float),
+                CopyKind::DeviceToDevice);
+      if (len < part) {
+        zeros.assign(static_cast<size_t>(part - len), 0.f);
+        be.copy(at_f32(dst, len), zeros.data(), zeros.size() * sizeof(float),
+                CopyKind::HostToDevice);
+      }
+    }
   }
   if (!accumulate) {
     c.reduce_scatter(flat.data(), chunks_[b].data(), static_cast<size_t>(k.chunk), OSLO_DTYPE_F32,
@@ -334,12 +342,21 @@ void DataParallel::gather(const std::vector<View>& values, const std::vector<Vie
     Tensor all = scratch(bp, OSLO_DTYPE_F32, {k.chunk * n_});
     if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
     dc.all_gather(send.data(), all.data(), static_cast<size_t>(k.chunk), OSLO_DTYPE_F32);
+    // Rank q's part of parameter j sits at q * chunk + part_offsets[j].
     for (size_t j = 0; j < k.params.size(); ++j) {
-      const int64_t m = params[k.params[j]].tensor.numel();
+      const int64_t m = params[k.params[j]].tensor.numel(), part = k.parts[j];
       const View& o = out[k.params[j]];
       OSLO_CHECK(o.numel() == m, OSLO_ERR_INTERNAL, "data parallel: gather target of ",
                  params[k.params[j]].placement.name, " has ", o.numel(), " elements for ", m);
-      be.convert(o, make_view(at_f32(all.data(), k.offsets[j]), OSLO_DTYPE_F32, {m}));
+      const size_t esize = dtype_size(o.dtype);
+      for (int q = 0; q < n_; ++q) {
+        const int64_t lo = q * part, len = std::max<int64_t>(0, std::min(m, lo + part) - lo);
+        if (len == 0) continue;
+        be.convert(
+            make_view(static_cast<char*>(o.data) + lo * static_cast<int64_t>(esize), o.dtype,
+                      {len}),
+            make_view(at_f32(all.data(), q * k.chunk + k.part_offsets[j]), OSLO_DTYPE_F32, {len}));
+      }
     }
   }
 }

@@ -4,11 +4,13 @@
 //
 // Buckets. The model's parameters, in the order the backward finishes
 // their gradients (Model::grad_stages; reverse parameter order within a
-// stage), are cut into buckets of about bucket_bytes of f32 gradient. Each
-// bucket's elements are laid out flat in that order and padded to a
-// multiple of the data-parallel size N; rank r owns the r-th of its N equal
-// chunks. The layout depends only on the shapes, so every rank computes the
-// same one.
+// stage), are cut into buckets of about bucket_bytes of f32 gradient.
+// ZeRO partitions each parameter as DeepSpeed's stage 3 does: into N equal
+// parts (N the data-parallel size, the last part padded), rank r owning
+// part r; a rank's chunk of a bucket is its parts of the bucket's
+// parameters, in bucket order, so that one reduce-scatter or all-gather of
+// the bucket (laid out rank-major) serves all of them. The layout depends
+// only on the shapes, so every rank computes the same one.
 //
 // Reduction. During the backward of the last micro-batch of a window
 // (stages 0 and 1: no_sync semantics, nothing is exchanged before it) a
@@ -54,9 +56,14 @@ struct DataParallelOptions {
 struct GradBucket {
   std::vector<size_t> params;    // Model::tensors() indices, in bucket order
   std::vector<int64_t> offsets;  // element offset of each in the bucket
-  int64_t numel = 0;             // elements of the parameters
-  int64_t chunk = 0;             // elements per rank: ceil(numel / N)
-  int ready_stage = 0;           // the backward stage that completes it
+  // ZeRO: each parameter is cut into N equal parts (the last padded),
+  // parts[j] elements each; rank r owns part r of every parameter, and its
+  // chunk of the bucket is those parts in bucket order, part j at
+  // part_offsets[j].
+  std::vector<int64_t> parts, part_offsets;
+  int64_t numel = 0;    // elements of the parameters
+  int64_t chunk = 0;    // elements of one rank's chunk: the sum of parts
+  int ready_stage = 0;  // the backward stage that completes it
 };
 
 // The elements of one parameter this rank owns (ZeRO): [lo, hi) of the
