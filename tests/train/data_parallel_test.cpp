@@ -282,6 +282,13 @@ double worst_rel(const std::vector<double>& got, const std::vector<double>& want
 
 // ---- curve -----------------------------------------------------------------
 
+std::string torch_note(double w) {
+  if (w < 0) return "";
+  char b[64];
+  std::snprintf(b, sizeof b, ", PyTorch's loop within %.3g", w);
+  return b;
+}
+
 void curve(const std::string& fixture, const Args& a) {
   const int global = a.accum * a.dp;
   const Reference ref = reference(fixture, a, global);
@@ -296,6 +303,16 @@ void curve(const std::string& fixture, const Args& a) {
     Trainer tr(*m, options(a, a.accum));
     std::vector<double> l = train(ctx, tr, d, global, 0, kSteps, true);
     const double lw = worst_rel(l, ref.losses);
+    // Two micro-batches a step (DP 2, or DP 1 accumulating 2) is also
+    // make_train_refs.py's PyTorch loop: micro-batch losses / 2, summed
+    // gradients, which is what PyTorch's DDP over two ranks computes.
+    double torch_w = -1;
+    if (global == 2 && a.dtype == OSLO_DTYPE_F32) {
+      oslo_test::SafetensorsRef tref(fixture + "/train_loop_ref.safetensors");
+      torch_w = worst_rel(l, tref.get<double>("losses_" + a.opt));
+      EXPECT(torch_w <= 1e-4, "[rank %d] losses differ from PyTorch's loop by %.3g relative",
+             t.world_rank(), torch_w);
+    }
     double outside = 0;
     const double pw = compare_params(
         params_of(ctx, *m), ref.params[static_cast<size_t>(t.tp_rank())], param_tol, &outside);
@@ -330,12 +347,12 @@ void curve(const std::string& fixture, const Args& a) {
       std::printf(
           "[tp %d x dp %d zero %d %s%s, %zu buckets%s] %zu steps: losses within %.3g of DP 1 "
           "(first %.6f, last %.6f), parameters within %.3g (%.4f%% beyond %.0e), state share "
-          "%.4f\n",
+          "%.4f%s\n",
           a.tp, a.dp, a.zero, a.opt.c_str(), a.dtype == OSLO_DTYPE_F32 ? "" : " mixed",
           tr.data_parallel()->buckets().size(),
           tr.data_parallel()->background() ? ", background" : "", l.size(), lw,
           l.empty() ? 0.0 : l.front(), l.empty() ? 0.0 : l.back(), pw, 100 * outside, param_tol,
-          share);
+          share, torch_note(torch_w).c_str());
   });
 }
 
