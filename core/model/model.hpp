@@ -131,7 +131,16 @@ class Model : public CausalLM {
   // each stage of every backward, with the stage's number.
   int backward_stages() const { return static_cast<int>(layers_.size()) + 2; }
   std::vector<int> grad_stages() const;
-  void set_backward_hook(std::function<void(int stage)> hook) { backward_hook_ = std::move(hook); }
+  // `owner` identifies who set it: clear_backward_hook(owner) removes it
+  // only if it is still that owner's (the last trainer made over a model
+  // drives its reduction).
+  void set_backward_hook(std::function<void(int stage)> hook, const void* owner = nullptr) {
+    backward_hook_ = std::move(hook);
+    hook_owner_ = owner;
+  }
+  void clear_backward_hook(const void* owner) {
+    if (hook_owner_ == owner) set_backward_hook(nullptr, nullptr);
+  }
   // With data parallelism: loss_backward and hidden_backward also agree
   // over the data-parallel group on whether every rank accepted its batch
   // (one more small exchange), so that a batch refused on one data rank
@@ -209,6 +218,7 @@ class Model : public CausalLM {
   bool checkpoint_activations_ = false;
   size_t saved_activation_bytes_ = 0;
   std::function<void(int)> backward_hook_;
+  const void* hook_owner_ = nullptr;
   bool agree_over_data_ = false;
   // Generation state.
   int64_t rows_ = 0, max_len_ = 0, past_ = 0;

@@ -56,12 +56,12 @@ Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
     for (size_t i = 0; i < all.size(); ++i) all[i] = i;
     model.release_grads(all);
   }
-  model.set_backward_hook([d = dp_.get()](int stage) { d->on_stage(stage); });
+  model.set_backward_hook([d = dp_.get()](int stage) { d->on_stage(stage); }, this);
   model.set_agree_over_data(dp_->size() > 1);
 }
 
 Trainer::~Trainer() {
-  model_.set_backward_hook(nullptr);
+  model_.clear_backward_hook(this);
   model_.set_agree_over_data(false);
 }
 

@@ -402,6 +402,27 @@ void overlap(const std::string& fixture) {
             step + 1, dp.buckets().size(), early, before_end,
             1e3 * (tm.backward_end - tm.handed[0]), 1e3 * (tm.waited_until - tm.backward_end));
     }
+    {
+      // no_sync: the first micro-batch of a window of 2 exchanges nothing.
+      Trainer acc(*m, options(a, 2));
+      const DataParallel& da = *acc.data_parallel();
+      TrainStepResult r1 =
+          acc.train_step(d.part(d.ids, r), d.part(d.labels, r), d.part(d.mask, r), d.B, d.S);
+      size_t handed = 0;
+      for (double h : da.timing().handed) handed += h > 0;
+      EXPECT(!r1.stepped && handed == 0 && !da.reduced(),
+             "[rank %d] the first micro-batch of 2 handed %zu buckets over", r, handed);
+      TrainStepResult r2 = acc.train_step(d.part(d.ids, 2 + r), d.part(d.labels, 2 + r),
+                                          d.part(d.mask, 2 + r), d.B, d.S);
+      handed = 0;
+      for (double h : da.timing().handed) handed += h > 0;
+      EXPECT(r2.stepped && handed == da.buckets().size(),
+             "[rank %d] the last micro-batch of 2 handed %zu of %zu buckets over", r, handed,
+             da.buckets().size());
+      if (r == 0)
+        std::printf("accumulating 2: micro-batch 1 handed 0 buckets over, micro-batch 2 all %zu\n",
+                    handed);
+    }
     std::vector<size_t> order;
     for (const GradBucket& b : dp.buckets())
       order.insert(order.end(), b.params.begin(), b.params.end());
