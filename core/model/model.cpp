@@ -156,7 +156,7 @@ void Model::bind() {
     OSLO_CHECK(!tr.gated_mlp || L->gate_w.defined() || L->gate_up_w.defined(), OSLO_ERR_INTERNAL,
                cfg_.model_type, ": a gated MLP without a gate projection");
   }
-  for (size_t i = 0; i < params_.size(); ++i) param_of_[params_[i].tensor.data()] = i;
+  for (size_t i = 0; i < params_.size(); ++i) param_of_[params_[i].tensor.storage().get()] = i;
   if (tr.norm_unit_offset) {
     // The norms scale by (1 + weight): hold the shifted copy for compute;
     // params_ keeps the stored weight for saving.
@@ -168,9 +168,9 @@ void Model::bind() {
       for (float& v : host) v += 1.0f;
       Tensor c = Tensor::empty_like_shape(ctx_.backend_ptr(), OSLO_DTYPE_F32, w.shape());
       ctx_.backend().copy(c.data(), host.data(), c.nbytes(), CopyKind::HostToDevice);
-      auto it = param_of_.find(w.data());
+      auto it = param_of_.find(w.storage().get());
       if (it != param_of_.end()) {
-        param_of_[c.data()] = it->second;
+        param_of_[c.storage().get()] = it->second;
         derived_.emplace_back(c, it->second);
       }
       w = c;
@@ -268,6 +268,7 @@ void Model::rope_tables(const std::vector<int64_t>& positions, Tensor* cos_t, Te
 Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                   const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
                   int64_t B, int64_t S, bool use_cache) {
+  check_whole("inference");
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
   be.set_num_threads(ctx_.num_threads());
@@ -605,7 +606,15 @@ void Model::embed(const std::vector<int64_t>& ids, const std::vector<int64_t>& m
   }
 }
 
+void Model::check_whole(const char* what) const {
+  OSLO_CHECK(!partitioned_, OSLO_ERR_NOT_SUPPORTED, "model: ", what,
+             " needs whole parameters, but a ZeRO-3 optimizer holds them partitioned over the "
+             "data-parallel group; save a training checkpoint and load it for ",
+             what);
+}
+
 void Model::save(const std::string& dir) {
+  check_whole("Model::save");
   const Topology& t = ctx_.topology();
   const CheckpointLayout layout = layout_of(t);
   // Tensors held in f32 for precision (norms, biases) go back in their

@@ -147,6 +147,19 @@ class Model : public CausalLM {
   // fails every rank at once instead of leaving the others waiting in the
   // gradient reduction.
   void set_agree_over_data(bool on) { agree_over_data_ = on; }
+  // ZeRO-3 (core/train/data_parallel): the parameters of each unit (0: the
+  // embeddings, final norm and head; 1 + l: block l) are gathered by
+  // `hook(unit, true)` just before loss_backward and hidden_backward use
+  // them (the forward and again the backward of each block) and released
+  // by `hook(unit, false)` after. While `partitioned`, inference and
+  // Model::save refuse (OSLO_ERR_NOT_SUPPORTED): the parameters live in
+  // the optimizer's partitions.
+  void set_param_hook(std::function<void(int unit, bool acquire)> hook, bool partitioned) {
+    param_hook_ = std::move(hook);
+    partitioned_ = partitioned;
+  }
+  // The unit of each tensors() entry (see set_param_hook).
+  std::vector<int> param_units() const;
   // Activation checkpointing: keep only each block's input between the
   // forward and the backward of loss_backward and recompute the rest block
   // by block (gradients bitwise equal; one more forward of compute).
@@ -211,7 +224,7 @@ class Model : public CausalLM {
   // Training: gradients per params_ entry, and which entry a compute
   // tensor's memory belongs to.
   std::vector<Tensor> grads_;
-  std::map<const void*, size_t> param_of_;
+  std::map<const Storage*, size_t> param_of_;
   // Compute copies derived from a parameter (unit-offset norm weights: the
   // stored weight + 1) and the params_ index they come from.
   std::vector<std::pair<Tensor, size_t>> derived_;
@@ -220,6 +233,9 @@ class Model : public CausalLM {
   std::function<void(int)> backward_hook_;
   const void* hook_owner_ = nullptr;
   bool agree_over_data_ = false;
+  std::function<void(int, bool)> param_hook_;
+  bool partitioned_ = false;
+  void check_whole(const char* what) const;
   // Generation state.
   int64_t rows_ = 0, max_len_ = 0, past_ = 0;
 };

@@ -55,12 +55,19 @@ void Model::release_grads(const std::vector<size_t>& params) {
   }
 }
 
+std::vector<int> Model::param_units() const {
+  const int L = static_cast<int>(layers_.size());
+  std::vector<int> unit;
+  for (int st : grad_stages()) unit.push_back(st == 0 || st == L + 1 ? 0 : 1 + (L - st));
+  return unit;
+}
+
 std::vector<int> Model::grad_stages() const {
   const int L = static_cast<int>(layers_.size());
   std::vector<int> stage(params_.size(), 0);
   auto mark = [&](const Tensor& w, int s) {
     if (!w.defined()) return;
-    auto it = param_of_.find(w.data());
+    auto it = param_of_.find(w.storage().get());
     if (it != param_of_.end()) stage[it->second] = std::max(stage[it->second], s);
   };
   for (int li = 0; li < L; ++li) {
@@ -92,7 +99,7 @@ void Model::parameters_changed() {
 }
 
 Tensor& Model::grad_of(const Tensor& w) {
-  auto it = param_of_.find(w.data());
+  auto it = param_of_.find(w.storage().get());
   OSLO_CHECK(it != param_of_.end() && it->second < grads_.size(), OSLO_ERR_INTERNAL,
              "model: a compute tensor without a parameter entry");
   Tensor& g = grads_[it->second];
@@ -245,7 +252,11 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
                  "loss: data-parallel rank ", q, " refused its batch (its error says why)");
   }
   if (verdict) std::rethrow_exception(verdict);
+  if (!param_hook_) check_whole("training without its ZeRO-3 optimizer");
   if (grads_.empty()) zero_grad();
+  // ZeRO-3: the embeddings, final norm and head for the whole pass, each
+  // block while it runs.
+  if (param_hook_) param_hook_(0, true);
 
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
@@ -453,7 +464,9 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   };
   size_t kept = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
+    if (param_hook_) param_hook_(1 + static_cast<int>(l), true);
     Tensor out = block_forward(l, x, saved[l]);
+    if (param_hook_) param_hook_(1 + static_cast<int>(l), false);
     if (checkpoint_activations_) {  // only the block's input
       Saved keep;
       keep.x_in = x;
@@ -592,6 +605,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   for (size_t li = layers_.size(); li-- > 0;) {
     Layer& L = *layers_[li];
     Saved& sv = saved[li];
+    if (param_hook_) param_hook_(1 + static_cast<int>(li), true);
     if (checkpoint_activations_) {
       const Tensor x_in = sv.x_in;
       block_forward(li, x_in, sv);  // recompute what the forward dropped
@@ -765,6 +779,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
       norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, view(dh1), true);
     }
     sv = Saved{};  // this block's activations are no longer needed
+    if (param_hook_) param_hook_(1 + static_cast<int>(li), false);
     if (backward_hook_) backward_hook_(static_cast<int>(layers_.size() - li));
   }
   // Embeddings: the norm over their sum, the token table's local rows, the
@@ -783,6 +798,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
     be.scatter_add_rows(view(grad_of(wte_)), view(ids_t), view(dx), vocab_start_);
   }
   if (wpe_.defined()) be.scatter_add_rows(view(grad_of(wpe_)), view(pos_t), view(dx), 0);
+  if (param_hook_) param_hook_(0, false);
   if (backward_hook_) backward_hook_(static_cast<int>(layers_.size()) + 1);
   return loss;
 }

@@ -9,8 +9,25 @@
 namespace oslo {
 
 Storage::~Storage() {
-  if (owned && backend) backend->deallocate(data, bytes);
+  if (owned && backend && data) backend->deallocate(data, bytes);
   if (release) release(release_ctx);
+}
+
+void storage_discard(Storage& s) noexcept {
+  if (!s.data) return;
+  if (s.owned && s.backend) s.backend->deallocate(s.data, s.bytes);
+  if (s.release) s.release(s.release_ctx);
+  s.release = nullptr;
+  s.release_ctx = nullptr;
+  s.data = nullptr;
+  s.owned = false;
+}
+
+void storage_reallocate(Storage& s) {
+  OSLO_CHECK(s.backend, OSLO_ERR_INTERNAL, "storage without a backend");
+  storage_discard(s);
+  s.data = s.backend->allocate(s.bytes);
+  s.owned = true;
 }
 
 void Tensor::check_shape(const std::vector<int64_t>& shape) {

@@ -67,4 +67,10 @@ class Tensor {
 Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype,
                            std::vector<int64_t> shape);
 
+// ZeRO-3: frees a storage's memory now (every tensor sharing the storage
+// then has no data), and gives it new, uninitialised memory of the same
+// size from its backend. Not thread-safe with users of the storage.
+void storage_discard(Storage& s) noexcept;
+void storage_reallocate(Storage& s);
+
 }  // namespace oslo

@@ -22,9 +22,6 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
     : model_(model), ctx_(model.context()), o_(o), t0_(std::chrono::steady_clock::now()) {
   OSLO_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, OSLO_ERR_INVALID_ARGUMENT,
              "data parallel: zero_stage ", o.zero_stage, " must be 0, 1, 2 or 3");
-  OSLO_CHECK(o.zero_stage != 3, OSLO_ERR_NOT_SUPPORTED,
-             "data parallel: ZeRO stage 3 (partitioned parameters) is not supported yet; stages "
-             "0, 1 and 2 are");
   OSLO_CHECK(o.bucket_bytes >= static_cast<int64_t>(sizeof(float)), OSLO_ERR_INVALID_ARGUMENT,
              "data parallel: bucket_bytes ", o.bucket_bytes, " must be at least 4");
   Communicator& dc = ctx_.comm(OSLO_GROUP_DATA);
@@ -79,13 +76,22 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
       }
     }
   }
-  if (o.zero_stage == 2) {
+  if (o.zero_stage >= 2) {
     Backend& be = ctx_.backend();
     for (const GradBucket& k : buckets_) {
       chunks_.push_back(scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {k.chunk}));
       be.fill(view(chunks_.back()), 0.0);
     }
   }
+  // ZeRO-3 partitions the parameters of two or more dimensions (matrices
+  // and tables: all but a fraction of a percent of the elements); 1-D ones
+  // (norms, biases) stay whole, as DeepSpeed's persistence threshold keeps
+  // small parameters.
+  units_ = model.param_units();
+  partitioned_.assign(params.size(), false);
+  if (o.zero_stage == 3)
+    for (size_t i = 0; i < params.size(); ++i)
+      partitioned_[i] = params[i].tensor.ndim() >= 2 && params[i].tensor.numel() > 0;
   timing_.handed.assign(buckets_.size(), 0);
   timing_.started.assign(buckets_.size(), 0);
   timing_.finished.assign(buckets_.size(), 0);
@@ -110,7 +116,7 @@ double DataParallel::now() const {
 
 void DataParallel::begin_backward(bool first, bool last) {
   first_ = first;
-  armed_ = (o_.zero_stage == 2 || last) && !(n_ == 1 && o_.zero_stage < 2);
+  armed_ = (o_.zero_stage >= 2 || last) && !(n_ == 1 && o_.zero_stage < 2);
   next_ = 0;
   done_ = 0;
   std::fill(timing_.handed.begin(), timing_.handed.end(), 0.0);
@@ -233,7 +239,7 @@ void DataParallel::reduce_bucket(size_t b, bool accumulate) {
 }
 
 void DataParallel::release_finished() {
-  if (o_.zero_stage != 2) return;
+  if (o_.zero_stage < 2) return;
   size_t fin;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -300,7 +306,7 @@ void DataParallel::reduce_now() {
 void DataParallel::reset() {
   reduced_ = false;
   first_ = true;
-  if (o_.zero_stage == 2)
+  if (o_.zero_stage >= 2)
     for (Tensor& c : chunks_) ctx_.backend().fill(view(c), 0.0);
 }
 
@@ -308,12 +314,22 @@ View DataParallel::grad_view(size_t i) const {
   const OwnedRange& w = owned_.at(i);
   const int64_t n = w.hi - w.lo;
   if (n == 0) return make_view(nullptr, OSLO_DTYPE_F32, {0});
-  if (o_.zero_stage == 2)
+  if (o_.zero_stage >= 2)
     return make_view(at_f32(chunks_[w.bucket].data(), w.chunk_offset), OSLO_DTYPE_F32, {n});
   return make_view(at_f32(model_.grads().at(i).data(), w.lo), OSLO_DTYPE_F32, {n});
 }
 
 void DataParallel::gather_parameters(const std::vector<View>& values) {
+  if (o_.zero_stage == 3) {
+    // The partitioned parameters are gathered when next used; the whole
+    // (1-D) ones now.
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (partitioned_[i] || model_.tensors()[i].tensor.numel() == 0) continue;
+      const Tensor& p = model_.tensors()[i].tensor;
+      gather_one(i, values[i], make_view(p.data(), p.dtype(), {p.numel()}));
+    }
+    return;
+  }
   std::vector<View> out;
   for (const PlacedTensor& p : model_.tensors())
     out.push_back(make_view(p.tensor.data(), p.tensor.dtype(), {p.tensor.numel()}));
@@ -361,13 +377,63 @@ void DataParallel::gather(const std::vector<View>& values, const std::vector<Vie
   }
 }
 
+void DataParallel::gather_one(size_t i, const View& part_values, const View& out) {
+  const auto& params = model_.tensors();
+  const OwnedRange& w = owned_[i];
+  const GradBucket& k = buckets_[w.bucket];
+  int64_t part = 0;
+  for (size_t j = 0; j < k.params.size(); ++j)
+    if (k.params[j] == i) part = k.parts[j];
+  const int64_t m = params[i].tensor.numel();
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  Tensor send = scratch(bp, OSLO_DTYPE_F32, {part});
+  if (w.hi - w.lo < part) be.fill(view(send), 0.0);
+  if (w.hi > w.lo)
+    be.copy(send.data(), part_values.data, static_cast<size_t>(w.hi - w.lo) * sizeof(float),
+            CopyKind::DeviceToDevice);
+  Tensor all = scratch(bp, OSLO_DTYPE_F32, {part * n_});
+  if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
+  ctx_.comm(OSLO_GROUP_DATA)
+      .all_gather(send.data(), all.data(), static_cast<size_t>(part), OSLO_DTYPE_F32);
+  // The parts in rank order are the parameter's elements in order.
+  be.convert(out, make_view(all.data(), OSLO_DTYPE_F32, {m}));
+}
+
+void DataParallel::set_sources(const std::vector<View>& sources) {
+  OSLO_CHECK(sources.size() == model_.tensors().size(), OSLO_ERR_INTERNAL,
+             "data parallel: ", sources.size(), " sources for ", model_.tensors().size(),
+             " parameters");
+  sources_ = sources;
+}
+
+void DataParallel::discard_partitioned() {
+  for (size_t i = 0; i < partitioned_.size(); ++i)
+    if (partitioned_[i]) storage_discard(*model_.tensors()[i].tensor.storage());
+}
+
+void DataParallel::acquire(int unit, bool on) {
+  const auto& params = model_.tensors();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!partitioned_[i] || units_[i] != unit) continue;
+    Storage& st = *params[i].tensor.storage();
+    if (!on) {
+      storage_discard(st);
+      continue;
+    }
+    storage_reallocate(st);
+    const Tensor& p = params[i].tensor;
+    gather_one(i, sources_.at(i), make_view(p.data(), p.dtype(), {p.numel()}));
+  }
+}
+
 std::vector<Tensor> DataParallel::grad_tensors() const {
-  if (o_.zero_stage == 2) return chunks_;
+  if (o_.zero_stage >= 2) return chunks_;
   return model_.grads();
 }
 
 double DataParallel::clip_grad_norm(double max_norm) {
-  if (o_.zero_stage != 2) return oslo::clip_grad_norm(model_, max_norm);
+  if (o_.zero_stage < 2) return oslo::clip_grad_norm(model_, max_norm);
   // Each chunk once for scaling and the search for non-finite values, then
   // the elements it counts: those of the rows this tensor rank owns
   // (replicated parameters: tensor rank 0 counts them), clipped to what

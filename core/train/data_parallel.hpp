@@ -30,6 +30,12 @@
 // gradients, and gather_parameters() all-gathers the updated values. Stage
 // 2: the same from the reduce-scattered chunks, which are all the gradient
 // this rank keeps (reduced after every micro-batch and accumulated there).
+// Stage 3: also the parameters of two or more dimensions are kept only as
+// the optimizer's f32 masters of the owned parts; the model gathers a
+// unit's (a block's, or the embeddings' and head's) just before using it,
+// in the forward and again in the backward, and frees it after
+// (Model::set_param_hook). Not yet: prefetching the next block's gather
+// behind the current block's compute.
 //
 // Every method is called by one thread (the model's); collective over the
 // data-parallel group where it says so.
@@ -50,7 +56,7 @@ namespace oslo {
 
 struct DataParallelOptions {
   int64_t bucket_bytes = 25 << 20;  // PyTorch DDP's bucket_cap_mb = 25
-  int zero_stage = 0;               // 0, 1 or 2
+  int zero_stage = 0;               // 0, 1, 2 or 3
 };
 
 struct GradBucket {
@@ -132,6 +138,18 @@ class DataParallel {
   // training checkpoint gathers the partitioned optimizer state with it.
   // Collective over the data group.
   void gather(const std::vector<View>& parts, const std::vector<View>& out);
+  // ZeRO-3: the f32 values of each parameter's owned elements (the
+  // optimizer's masters) that acquire() gathers from; set once.
+  void set_sources(const std::vector<View>& sources);
+  // ZeRO-3: frees every partitioned parameter's memory (after the
+  // optimizer took its masters).
+  void discard_partitioned();
+  // ZeRO-3, the model's parameter hook: gathers the partitioned parameters
+  // of `unit` (Model::param_units) from every data rank's part (`on`), or
+  // frees them. Collective over the data group.
+  void acquire(int unit, bool on);
+  // Whether parameter i is partitioned (ZeRO-3, two or more dimensions).
+  bool partitioned(size_t i) const { return partitioned_.at(i); }
   // The gradient tensors the update reads, for scaling and clipping:
   // stage 2 the chunks, else the model's gradients.
   std::vector<Tensor> grad_tensors() const;
@@ -159,7 +177,12 @@ class DataParallel {
   int n_ = 1, r_ = 0;
   std::vector<GradBucket> buckets_;
   std::vector<OwnedRange> owned_;
-  std::vector<Tensor> chunks_;  // stage 2
+  std::vector<Tensor> chunks_;     // stages 2, 3
+  std::vector<int> units_;         // Model::param_units
+  std::vector<bool> partitioned_;  // stage 3
+  std::vector<View> sources_;      // stage 3
+  // All-gathers parameter i's parts (this rank's from part_values) into out.
+  void gather_one(size_t i, const View& part_values, const View& out);
   bool reduced_ = false, armed_ = false, first_ = true;
   size_t next_ = 0;  // next bucket to hand over in this backward
   size_t done_ = 0;  // buckets released so far (stage 2)

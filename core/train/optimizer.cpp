@@ -42,8 +42,8 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o)
     : Optimizer(model, o, std::vector<std::pair<int64_t, int64_t>>{}) {}
 
 Optimizer::Optimizer(Model& model, const OptimizerOptions& o,
-                     const std::vector<std::pair<int64_t, int64_t>>& owned)
-    : model_(model), o_(o), owned_(owned) {
+                     const std::vector<std::pair<int64_t, int64_t>>& owned, bool own_masters)
+    : model_(model), o_(o), owned_(owned), own_masters_(own_masters) {
   auto finite_nonneg = [](double v) { return std::isfinite(v) && v >= 0; };
   OSLO_CHECK(finite_nonneg(o.lr), OSLO_ERR_INVALID_ARGUMENT, "optimizer: lr ", o.lr,
              " must be finite and >= 0");
@@ -84,7 +84,7 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o,
   masters_.resize(model.tensors().size());
   for (size_t i = 0; i < masters_.size(); ++i) {
     const Tensor& p = model.tensors()[i].tensor;
-    if (p.dtype() == OSLO_DTYPE_F32) continue;
+    if (p.dtype() == OSLO_DTYPE_F32 && !own_masters_) continue;
     if (partitioned()) {
       const int64_t n = owned_[i].second - owned_[i].first;
       masters_[i] = scratch(bp, OSLO_DTYPE_F32, {n});
@@ -146,6 +146,7 @@ size_t Optimizer::master_bytes() const {
 }
 
 void Optimizer::round_to_parameters() {
+  if (own_masters_) return;  // ZeRO-3: the reducer writes the parameters
   Backend& be = model_.context().backend();
   const auto& params = model_.tensors();
   for (size_t i = 0; i < masters_.size(); ++i) {

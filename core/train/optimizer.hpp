@@ -69,8 +69,11 @@ class Optimizer {
   // elements [owned[i].first, owned[i].second) of each flattened parameter
   // (an empty range: nothing); state(i) is then 1-D of that length. step()
   // takes the owned gradients and updates only those elements.
+  // own_masters (ZeRO-3): an f32 master for every parameter, f32 ones too,
+  // and the parameters are not written by step() (the data-parallel
+  // reducer gathers them from the masters).
   Optimizer(Model& model, const OptimizerOptions& options,
-            const std::vector<std::pair<int64_t, int64_t>>& owned);
+            const std::vector<std::pair<int64_t, int64_t>>& owned, bool own_masters = false);
 
   // One update with learning rate `lr` from the current gradients (call
   // after loss_backward, and clip_grad_norm if wanted): on the masters, then
@@ -124,6 +127,7 @@ class Optimizer {
   std::vector<Tensor> masters_;
   // ZeRO: the owned elements per parameter (empty: all of every one).
   std::vector<std::pair<int64_t, int64_t>> owned_;
+  bool own_masters_ = false;
   // Every non-f32 parameter = its master rounded to its dtype.
   void round_to_parameters();
   // The owned elements of parameter i in its own dtype, flat.

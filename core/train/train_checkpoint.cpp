@@ -93,7 +93,8 @@ void scatter_whole(Trainer& trainer, const TrainingTensors& t) {
     };
     // Every parameter whole (rounded to its dtype), its master's part, and
     // the state's part.
-    be.convert(flat(params[i].tensor), flat(t.whole[i]));
+    if (params[i].tensor.data())  // ZeRO-3 partitioned parameters have none
+      be.convert(flat(params[i].tensor), flat(t.whole[i]));
     if (n == 0) continue;
     be.convert(opt.master_view(i), part(t.whole[i]));
     for (size_t k = 0; k < ns; ++k)

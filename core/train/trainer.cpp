@@ -45,23 +45,34 @@ Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
   if (dp_->zero_stage() >= 1) {
     std::vector<std::pair<int64_t, int64_t>> owned;
     for (const OwnedRange& w : dp_->owned()) owned.emplace_back(w.lo, w.hi);
-    opt_ = std::make_unique<Optimizer>(model, o.optimizer, owned);
+    opt_ = std::make_unique<Optimizer>(model, o.optimizer, owned, dp_->zero_stage() == 3);
   } else {
     opt_ = std::make_unique<Optimizer>(model, o.optimizer);
   }
   // ZeRO-2 keeps no full gradient between backwards: each is made when the
   // backward first writes it and freed once its bucket is reduced.
-  if (dp_->zero_stage() == 2) {
+  if (dp_->zero_stage() >= 2) {
     std::vector<size_t> all(model.tensors().size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = i;
     model.release_grads(all);
   }
   model.set_backward_hook([d = dp_.get()](int stage) { d->on_stage(stage); }, this);
+  if (dp_->zero_stage() == 3) {
+    // The parameters now live in the optimizer's masters.
+    std::vector<View> sources;
+    for (size_t i = 0; i < model.tensors().size(); ++i) sources.push_back(opt_->master_view(i));
+    dp_->set_sources(sources);
+    dp_->discard_partitioned();
+    model.set_param_hook([d = dp_.get()](int unit, bool on) { d->acquire(unit, on); }, true);
+  }
   model.set_agree_over_data(dp_->size() > 1);
 }
 
 Trainer::~Trainer() {
   model_.clear_backward_hook(this);
+  // A ZeRO-3 model keeps no whole parameters: it refuses to run without
+  // its optimizer (a training checkpoint carries it on).
+  if (dp_ && dp_->zero_stage() == 3) model_.set_param_hook(nullptr, true);
   model_.set_agree_over_data(false);
 }
 
