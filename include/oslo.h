@@ -1509,7 +1509,11 @@ typedef struct oslo_optimizer_options {
    * accumulation window. */
   /** ZeRO stage (DeepSpeed's): 0 (default) none; 1 optimizer state and f32
    * masters partitioned over the data-parallel group; 2 gradients too
-   * (reduce-scattered). Stage 3 is refused (OSLO_ERR_NOT_SUPPORTED). */
+   * (reduce-scattered); 3 parameters of two or more dimensions too (each
+   * block gathered just before its forward and backward and freed after;
+   * from then on the model refuses inference and oslo_model_save, even
+   * after the optimizer is destroyed: its parameters live in the
+   * optimizer's partitions, so save a training checkpoint and load that). */
   int zero_stage;
   /** Bytes of f32 gradient per bucket (default 25 MiB, as DDP's
    * bucket_cap_mb). */

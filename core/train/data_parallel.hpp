@@ -1,5 +1,5 @@
 // Data parallelism with PyTorch DDP's semantics and DeepSpeed ZeRO's stages
-// 1 and 2 over the context's data-parallel group (Megatron's order: the
+// 1, 2 and 3 over the context's data-parallel group (Megatron's order: the
 // ranks holding the same tensor-parallel slice).
 //
 // Buckets. The model's parameters, in the order the backward finishes
