@@ -203,6 +203,12 @@ ok dp_straight "$oslo" train $rdp --batch-size 4 --steps 6 --log dp_straight.jso
     --save drck --resume drck &&
   pycheck dp_resume_log log drck/train_log.jsonl 6 &&
   pycheck dp_resume_close close drck/train_log.jsonl dp_straight.jsonl 6 1e-5
+# At the same DP size and ZeRO stage the resumed run is bitwise the straight one.
+zdp="$rdp --batch-size 2 --dp 2 --zero 1"
+ok dpz_straight "$run" --nproc-per-node 2 "$oslo" train $zdp --steps 4 --log dpz_straight.jsonl &&
+  ok dpz_first "$run" --nproc-per-node 2 "$oslo" train $zdp --steps 2 --save dpzck &&
+  ok dpz_next "$run" --nproc-per-node 2 "$oslo" train $zdp --steps 4 --save dpzck --resume dpzck &&
+  pycheck dpz_resume_exact same dpzck/train_log.jsonl dpz_straight.jsonl 4 0
 # Another global batch or --grad-accum cannot continue the data: refused,
 # naming what must match (drck/oslo_train.json records it).
 expect 2 "global batch (dp x --batch-size) 4 then, 2 now" "$oslo" train $rdp --batch-size 2 \
