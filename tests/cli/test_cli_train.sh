@@ -234,6 +234,10 @@ expect 1 '"rows" is not a positive integer' "$oslo" train $rdp --batch-size 4 --
   --resume badrows
 echo '{"rows": 1}' >noid/oslo_train.json
 expect 1 'no "save_id" string' "$oslo" train $rdp --batch-size 4 --steps 7 --resume noid
+# oslo_train.json cannot be written (its temporary is a folder): an error.
+rm -rf nowrite && cp -r drck nowrite && mkdir nowrite/oslo_train.json.tmp
+expect 1 "cannot write nowrite/oslo_train.json" "$oslo" train $rdp --batch-size 4 --steps 1 \
+  --save nowrite
 # Rank counts and ZeRO stages: named errors (every rank, before loading).
 expect 2 "--dp 3 does not divide the world size 2" "$run" --nproc-per-node 2 "$oslo" train $common \
   --steps 1 --dp 3
