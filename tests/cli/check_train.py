@@ -8,6 +8,10 @@
                                             90% of the first 5 steps'
     check_train.py same A B N [TOL]         the first N steps of logs A and B have the
                                             same data_hash and losses within TOL (1e-4)
+    check_train.py close A B N RTOL         the first N steps of logs A and B have the
+                                            same data_hash, losses within RTOL relative
+                                            and the same tokens (e.g. --dp 2 --batch-size
+                                            B against --dp 1 --batch-size 2B)
     check_train.py differs A B N            data_hash differs in some of the first N steps
     check_train.py hf MERGED FIXTURE IDS N  transformers loads MERGED (AutoModelForCausalLM,
                                             AutoTokenizer), its weights differ from
@@ -73,6 +77,24 @@ def same(a, b, n, tol):
     print(f"{a} vs {b}: same data in {n} steps, losses within {worst:.2e}")
 
 
+def close(a, b, n, rtol):
+    ra, rb = read(a)[:n], read(b)[:n]
+    if len(ra) != n or len(rb) != n:
+        fail(f"fewer than {n} steps in {a} or {b}")
+    worst = 0.0
+    for x, y in zip(ra, rb):
+        if x["data_hash"] != y["data_hash"]:
+            fail(f"step {x['step']}: data differs: {x['data_hash']} vs {y['data_hash']}")
+        if x["tokens"] != y["tokens"]:
+            fail(f"step {x['step']}: tokens {x['tokens']} vs {y['tokens']}")
+        rel = abs(x["loss"] - y["loss"]) / max(abs(y["loss"]), 1e-30)
+        worst = max(worst, rel)
+        if not rel <= rtol:
+            fail(f"step {x['step']}: loss {x['loss']!r} vs {y['loss']!r} (relative {rel:.2e}, "
+                 f"tolerance {rtol})")
+    print(f"{a} vs {b}: same data in {n} steps, losses within {worst:.2e} relative")
+
+
 def differs(a, b, n):
     ha = [r["data_hash"] for r in read(a)[:n]]
     hb = [r["data_hash"] for r in read(b)[:n]]
@@ -116,6 +138,8 @@ def main():
         decreases(args[0])
     elif cmd == "same":
         same(args[0], args[1], int(args[2]), float(args[3]) if len(args) > 3 else 1e-4)
+    elif cmd == "close":
+        close(args[0], args[1], int(args[2]), float(args[3]))
     elif cmd == "differs":
         differs(args[0], args[1], int(args[2]))
     elif cmd == "hf":

@@ -7,7 +7,13 @@
 # on every rank for bad inputs; the saved checkpoint merges into a folder
 # transformers loads (its greedy tokens equal oslo generate's) and oslo
 # generate runs on it; --resume continues bit-exactly; --dtype bf16 and f16
-# train.
+# train. Data parallelism: --dp 2 --batch-size 2 (also ZeRO 1 and 2, and
+# TP=2 x DP=2 ZeRO 2 on 4 processes) logs the losses, data and tokens of
+# --dp 1 --batch-size 4 (1e-5 relative); its checkpoint merges and
+# generates; a run resumed across DP sizes and ZeRO stages equals the
+# straight one; resuming with another global batch or --grad-accum, bad
+# rank counts, --zero 3 and 7, bad --bucket-mb and a bad oslo_train.json are
+# named errors.
 # Usage: test_cli_train.sh OSLO OSLO_RUN FIXTURE SOURCE_DIR WORKDIR RUN_PY PYTHON PYTHON_HF
 set -u
 oslo=$1 run=$2 fix=$3 src=$4 work=$5 runpy=$6 py=$7 pyhf=$8
@@ -163,6 +169,99 @@ ok straight "$run" --nproc-per-node 2 "$oslo" train $resume --steps 10 --log str
   ok next5 "$run" --nproc-per-node 2 "$oslo" train $resume --steps 10 --save rck --resume rck &&
   pycheck resume_log log rck/train_log.jsonl 10 &&
   pycheck resume_exact same rck/train_log.jsonl straight.jsonl 10 0
+
+# Data parallelism (--batch-size per data rank): the union of the data
+# ranks' micro-batch k is --dp 1's micro-batch k at dp x --batch-size, so
+# the log (the loss averaged over the data ranks, global tokens, the hash of
+# the global micro-batch) equals it. Buckets of 0.05 MiB: several per step.
+dp="--model $fix --data corpus.txt --seq-len 32 --lr 3e-3 --warmup 2 --steps 6"
+if ok dp1 "$oslo" train $dp --batch-size 4 --log dp1.jsonl; then
+  ok dp2 "$run" --nproc-per-node 2 "$oslo" train $dp --batch-size 2 --dp 2 --log dp2.jsonl &&
+    pycheck dp2_vs_dp1 close dp2.jsonl dp1.jsonl 6 1e-5 &&
+    ok dp2_banner grep -qF "(tp 1 x dp 2, --batch-size 2 per data rank, ZeRO 0)" dp2.err
+  ok dp2_zero1 "$run" --nproc-per-node 2 "$oslo" train $dp --batch-size 2 --tp 1 --dp 2 --zero 1 \
+    --bucket-mb 0.05 --log dp2z1.jsonl && pycheck dp2_zero1_vs_dp1 close dp2z1.jsonl dp1.jsonl 6 1e-5
+  ok dp2_zero2 "$run" --nproc-per-node 2 "$oslo" train $dp --batch-size 2 --tp 1 --dp 2 --zero 2 \
+    --bucket-mb 0.05 --log dp2z2.jsonl && pycheck dp2_zero2_vs_dp1 close dp2z2.jsonl dp1.jsonl 6 1e-5
+  # TP=2 x DP=2, ZeRO 2, on 4 processes; its checkpoint merges and generates.
+  ok tp2dp2 "$run" --nproc-per-node 4 "$oslo" train $dp --batch-size 2 --tp 2 --dp 2 --zero 2 \
+    --bucket-mb 0.05 --save dpck &&
+    pycheck tp2dp2_vs_dp1 close dpck/train_log.jsonl dp1.jsonl 6 1e-5 &&
+    ok dp_merge "$oslo" merge dpck dpmerged &&
+    ok dp_gen "$oslo" generate --model dpmerged --prompt-ids 52,441,221 --max-new-tokens 8 --ids &&
+    ok dp_gen_tokens grep -q '^\[0\] [0-9]' dp_gen.out
+fi
+# Resume across data-parallel sizes and ZeRO stages with the same global
+# batch (4 rows): DP=2 ZeRO 2 for 2 steps, DP=1 to 4, DP=2 ZeRO 1 to 6 equal
+# 6 straight steps at DP=1.
+rdp="--model $fix --data corpus.txt --seq-len 32 --lr 3e-3 --schedule constant"
+ok dp_straight "$oslo" train $rdp --batch-size 4 --steps 6 --log dp_straight.jsonl &&
+  ok dp_first "$run" --nproc-per-node 2 "$oslo" train $rdp --batch-size 2 --dp 2 --zero 2 --steps 2 \
+    --save drck &&
+  ok dp_second "$oslo" train $rdp --batch-size 4 --steps 4 --save drck --resume drck &&
+  ok dp_third "$run" --nproc-per-node 2 "$oslo" train $rdp --batch-size 2 --dp 2 --zero 1 --steps 6 \
+    --save drck --resume drck &&
+  pycheck dp_resume_log log drck/train_log.jsonl 6 &&
+  pycheck dp_resume_close close drck/train_log.jsonl dp_straight.jsonl 6 1e-5
+# At the same DP size and ZeRO stage the resumed run is bitwise the straight one.
+zdp="$rdp --batch-size 2 --dp 2 --zero 1"
+ok dpz_straight "$run" --nproc-per-node 2 "$oslo" train $zdp --steps 4 --log dpz_straight.jsonl &&
+  ok dpz_first "$run" --nproc-per-node 2 "$oslo" train $zdp --steps 2 --save dpzck &&
+  ok dpz_next "$run" --nproc-per-node 2 "$oslo" train $zdp --steps 4 --save dpzck --resume dpzck &&
+  pycheck dpz_resume_exact same dpzck/train_log.jsonl dpz_straight.jsonl 4 0
+# Another global batch or --grad-accum cannot continue the data: refused,
+# naming what must match (drck/oslo_train.json records it).
+expect 2 "global batch (dp x --batch-size) 4 then, 2 now" "$oslo" train $rdp --batch-size 2 \
+  --steps 8 --resume drck
+expect 2 "--grad-accum 1 then, 2 now" "$oslo" train $rdp --batch-size 4 --grad-accum 2 --steps 8 \
+  --resume drck
+# Without oslo_train.json the position (row 24 of the epoch) must still fit.
+for d in nometa stale badjson badrows noid; do rm -rf $d && cp -r drck $d; done
+rm nometa/oslo_train.json
+expect 1 "its data position (epoch 0, row 24) does not fit this data" "$oslo" train $rdp \
+  --batch-size 5 --steps 8 --resume nometa
+# One of an earlier save (another save_id) is not checked; malformed ones are
+# errors.
+sed 's/"save_id": "[0-9a-f]*"/"save_id": "0000000000000000"/' drck/oslo_train.json \
+  >stale/oslo_train.json
+ok dp_stale "$oslo" train $rdp --batch-size 4 --steps 7 --resume stale &&
+  ok dp_stale_said grep -q "oslo_train.json belongs to an earlier save: not checked" dp_stale.err
+echo garbage >badjson/oslo_train.json
+expect 1 "badjson/oslo_train.json is not valid JSON" "$oslo" train $rdp --batch-size 4 --steps 7 \
+  --resume badjson
+sed 's/"rows": [0-9]*/"rows": 0/' drck/oslo_train.json >badrows/oslo_train.json
+expect 1 '"rows" is not a positive integer' "$oslo" train $rdp --batch-size 4 --steps 7 \
+  --resume badrows
+echo '{"rows": 1}' >noid/oslo_train.json
+expect 1 'no "save_id" string' "$oslo" train $rdp --batch-size 4 --steps 7 --resume noid
+# oslo_train.json cannot be written (its temporary is a folder): an error.
+rm -rf nowrite && cp -r drck nowrite && mkdir nowrite/oslo_train.json.tmp
+expect 1 "cannot write nowrite/oslo_train.json" "$oslo" train $rdp --batch-size 4 --steps 1 \
+  --save nowrite
+# Rank counts and ZeRO stages: named errors (every rank, before loading).
+expect 2 "--dp 3 does not divide the world size 2" "$run" --nproc-per-node 2 "$oslo" train $common \
+  --steps 1 --dp 3
+expect 2 "--tp 3 does not divide the world size 2" "$run" --nproc-per-node 2 "$oslo" train $common \
+  --steps 1 --tp 3
+expect 2 "--tp 2 x --dp 2 = 4 ranks, but the world size is 2" "$run" --nproc-per-node 2 "$oslo" \
+  train $common --steps 1 --tp 2 --dp 2
+grep -q "oslo: \[rank [01]\] --tp 2 x --dp 2" err.txt || {
+  fails=$((fails + 1))
+  echo "FAIL: no [rank N] prefix:"
+  cat err.txt
+}
+expect 2 "--dp 2 does not divide the world size 1" "$oslo" train $common --steps 1 --dp 2
+expect 2 "--dp must be in [1," "$oslo" train $common --steps 1 --dp 0
+expect 2 "--zero 3 (ZeRO stage 3: parameters partitioned) is not supported yet" "$oslo" train \
+  $common --steps 1 --zero 3
+expect 2 "--zero must be 0, 1 or 2, got 7" "$oslo" train $common --steps 1 --zero 7
+expect 2 "--zero: not an integer" "$oslo" train $common --steps 1 --zero one
+expect 2 "--bucket-mb must be > 0" "$oslo" train $common --steps 1 --bucket-mb 0
+expect 2 "--bucket-mb must be at most 1048576" "$oslo" train $common --steps 1 --bucket-mb 1e9
+expect 2 "--bucket-mb 0.000001 is under 4 bytes" "$oslo" train $common --steps 1 \
+  --bucket-mb 0.000001
+expect 1 "and --batch-size 64 on 4 data-parallel ranks needs 256 rows" "$run" --nproc-per-node 4 \
+  "$oslo" train $common --steps 1 --batch-size 64 --tp 1
 
 echo "cli train: $((n - fails - skips)) passed, $fails failed, $skips skipped"
 [ "$fails" -eq 0 ] || exit 1

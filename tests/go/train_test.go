@@ -186,6 +186,60 @@ func TestOptimizerDependsOnModel(t *testing.T) {
 	must(t, opt.Close()) // still idempotent
 }
 
+// The data-parallel options (C ABI version 2): on a TP=1 context ZeRO
+// stages 1 and 2 with a small BucketBytes train (SGD lowers the loss) with
+// the losses of stage 0; stage 3 is ErrNotSupported, stage 7 and a 2-byte bucket
+// ErrInvalidArgument, each named.
+func TestOptimizerDataParallelOptions(t *testing.T) {
+	ctx := soloContext(t)
+	defer ctx.Close()
+	m, err := oslo.LoadModel(ctx, filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny"))
+	must(t, err)
+	defer m.Close()
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{ZeroStage: 3})
+	wantErr(t, "ZeroStage 3", err, oslo.ErrNotSupported)
+	if !strings.Contains(err.Error(), "stage 3") {
+		t.Fatalf("the error does not name stage 3: %v", err)
+	}
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{ZeroStage: 7})
+	wantErr(t, "ZeroStage 7", err, oslo.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "zero_stage") {
+		t.Fatalf("the error does not name zero_stage: %v", err)
+	}
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{BucketBytes: 2})
+	wantErr(t, "BucketBytes 2", err, oslo.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "bucket_bytes") {
+		t.Fatalf("the error does not name bucket_bytes: %v", err)
+	}
+	ids := [][]int64{{5, 9, 14, 3}}
+	var losses [3][3]float64
+	for stage := 0; stage <= 2; stage++ { // a fresh model each
+		mz, err := oslo.LoadModel(ctx, filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny"))
+		must(t, err)
+		opt, err := oslo.NewOptimizer(mz, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1,
+			ZeroStage: stage, BucketBytes: 4096})
+		must(t, err)
+		for i := 0; i < 3; i++ {
+			r, err := mz.TrainStep(ids, nil, nil, opt)
+			must(t, err)
+			if !r.Stepped || r.Step != int64(i+1) {
+				t.Fatalf("ZeRO-%d step %d: %+v", stage, i+1, r)
+			}
+			losses[stage][i] = r.Loss
+		}
+		must(t, mz.Close())
+		l := losses[stage]
+		if !(l[2] < l[1] && l[1] < l[0]) {
+			t.Fatalf("ZeRO-%d: SGD does not lower the loss: %v", stage, l)
+		}
+		for i := range l { // at DP=1 the stages agree
+			if math.Abs(l[i]-losses[0][i]) > 1e-6*math.Abs(losses[0][i]) {
+				t.Fatalf("ZeRO-%d losses %v, ZeRO-0 %v", stage, l, losses[0])
+			}
+		}
+	}
+}
+
 // Optimizer.SaveCheckpoint / LoadCheckpoint: resuming from a training
 // checkpoint in a new model and optimizer gives bitwise the losses of the
 // uninterrupted run and the saved TrainState; a model folder is not a

@@ -352,8 +352,11 @@ def train_options(fixture):
     """oslo.Optimizer's keyword defaults are the C ABI's
     (oslo_optimizer_options_init); kinds and schedules by name; bad options
     refused with InvalidArgumentError naming them; one train step without an
-    optimizer, then a step; activation checkpointing; closing the model
-    closes its optimizer first."""
+    optimizer, then a step; activation checkpointing; the data-parallel
+    options (zero_stage 1 and 2 with a small bucket_bytes train on a TP=1
+    context, with the losses of stage 0; stage 3 is NotSupportedError,
+    stage 7 and bucket_bytes 2 InvalidArgumentError, each named); closing
+    the model closes its optimizer first."""
     import inspect
     d = {k: p.default for k, p in inspect.signature(oslo.Optimizer).parameters.items()
          if p.default is not inspect.Parameter.empty}
@@ -370,7 +373,8 @@ def train_options(fixture):
         else:
             got = getattr(c, k)
         check(got == v, f"default {k}: Python {v!r}, C {got!r}")
-    check(len(d) == 19, sorted(d))
+    check(len(d) == 21, sorted(d))
+    check(d["zero_stage"] == 0 and d["bucket_bytes"] == 25 << 20, d)
     with oslo.Context() as ctx, oslo.Model(ctx, fixture) as m:
         e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, schedule="cosin")
         check("'cosine'" in e.message, e.message)
@@ -379,7 +383,24 @@ def train_options(fixture):
         e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, schedule=oslo.LRSchedule.LINEAR)
         check("total_steps" in e.message, e.message)
         raises(oslo.InvalidArgumentError, oslo.Optimizer, ctx)
+        e = raises(oslo.NotSupportedError, oslo.Optimizer, m, zero_stage=3)
+        check("stage 3" in e.message and e.status == oslo.Status.NOT_SUPPORTED, e.message)
+        e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, zero_stage=7)
+        check("zero_stage" in e.message, e.message)
+        e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, bucket_bytes=2)
+        check("bucket_bytes" in e.message, e.message)
         ids = np.array([[5, 9, 14, 3]], np.int64)
+        losses = {}
+        for stage in (0, 1, 2):  # a fresh model each: at DP=1 the stages agree
+            with oslo.Model(ctx, fixture) as mz, oslo.Optimizer(
+                    mz, kind="sgd", lr=0.1, zero_stage=stage, bucket_bytes=4096) as z:
+                rs = [mz.train_step(ids, optimizer=z) for _ in range(3)]
+            losses[stage] = [r.loss for r in rs]
+            check(all(r.stepped for r in rs) and rs[-1].step == 3, f"ZeRO-{stage}: {rs!r}")
+            check(losses[stage][2] < losses[stage][1] < losses[stage][0],
+                  f"ZeRO-{stage}: SGD lowers the loss: {losses[stage]}")
+            check(np.allclose(losses[stage], losses[0], rtol=1e-6, atol=0),
+                  f"ZeRO-{stage} {losses[stage]} vs ZeRO-0 {losses[0]}")
         m.set_activation_checkpointing(True)
         r = m.train_step(ids)
         check(r.loss > 0 and not r.stepped and r.step == 0, repr(r))

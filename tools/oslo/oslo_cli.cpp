@@ -197,13 +197,24 @@ BackendChoice backend_choice(const Args& a) {
 
 // A context for this process: the world from the launcher's environment
 // (oslo-run, torchrun, mpirun, srun) or a single rank.
-oslo_context* context(const Args& a) {
+// The world size the launcher announces (1 without one).
+int launcher_world() {
+  const char* ws = std::getenv("WORLD_SIZE");
+  const char* ompi = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* slurm = std::getenv("SLURM_NTASKS");
+  return ws ? std::atoi(ws) : ompi ? std::atoi(ompi) : slurm ? std::atoi(slurm) : 1;
+}
+
+// tp > 0 and dp > 0 (oslo train) set the tensor- and data-parallel sizes;
+// otherwise the tensor-parallel size is --tp or the world size.
+oslo_context* context(const Args& a, int tp = 0, int dp = 0) {
   const char* ws = std::getenv("WORLD_SIZE");
   const char* ompi = std::getenv("OMPI_COMM_WORLD_SIZE");
   const int world = ws ? std::atoi(ws) : ompi ? std::atoi(ompi) : 1;
-  const int tp = a.has("tp") ? static_cast<int>(to_int(a.get("tp"), "--tp")) : world;
+  if (tp <= 0) tp = a.has("tp") ? static_cast<int>(to_int(a.get("tp"), "--tp")) : world;
   nlohmann::json cfg = nlohmann::json::object();
   cfg["tensor_parallel_size"] = tp;
+  if (dp > 0) cfg["data_parallel_size"] = dp;
   if (a.has("threads")) cfg["num_threads"] = to_int(a.get("threads"), "--threads");
   const BackendChoice bc = backend_choice(a);
   if (!bc.backend.empty()) cfg["backend"] = bc.backend;
@@ -539,8 +550,11 @@ int cmd_inspect(int argc, char** argv) {
 }
 
 // The state a training checkpoint carries besides the model and optimizer:
-// the data order's seed and where in it the run stands (micro-batches of the
-// current epoch consumed). Field for field oslo_train_state.
+// the data order's seed, the epochs completed and where in the current
+// epoch's order the run stands: data_position counts rows (samples) of that
+// order consumed by all data-parallel ranks together, so that it means the
+// same global progress at any data-parallel size. Field for field
+// oslo_train_state.
 struct TrainState {
   uint64_t seed = 0;
   int64_t epoch = 0;
@@ -565,6 +579,90 @@ void load_checkpoint(oslo_optimizer* opt, const std::string& dir, TrainState* st
   oslo_train_state s = {0, 0, 0};
   check(oslo_checkpoint_load(opt, dir.c_str(), &s), "resume from " + dir);
   *state = TrainState{s.seed, s.epoch, s.data_position};
+}
+
+// What a resumed run must share with the run that saved a checkpoint for
+// its data to continue exactly: the rows (data and --seq-len), the global
+// micro-batch (data-parallel size x --batch-size rows) and --grad-accum.
+// Rank 0 writes them to DIR/oslo_train.json after each save, with the save
+// id of the manifest they belong to (oslo_checkpoint.json's "save_id": a
+// file left by an earlier save, e.g. when a run stopped between the two
+// writes, is recognized and ignored). Other files in a checkpoint folder
+// are left alone by saves (core/checkpoint/FORMAT.md).
+struct DataShape {
+  int64_t rows = 0, seq_len = 0, global_batch = 0, grad_accum = 0;
+  int64_t dp = 0, batch_size = 0;  // reported, not compared
+};
+
+const char* kTrainMeta = "oslo_train.json";
+
+// The save id of DIR's manifest ("" if unreadable).
+std::string manifest_save_id(const std::string& dir) {
+  std::ifstream f(dir + "/oslo_checkpoint.json", std::ios::binary);
+  if (!f) return "";
+  try {
+    const nlohmann::json j = nlohmann::json::parse(f);
+    if (j.is_object() && j.contains("save_id") && j["save_id"].is_string())
+      return j["save_id"].get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+  }
+  return "";
+}
+
+// Rank 0, after a save: DIR/oslo_train.json, atomically (temporary, rename).
+void write_data_shape(const std::string& dir, const DataShape& d) {
+  if (g_rank != 0) return;
+  nlohmann::json j;
+  j["save_id"] = manifest_save_id(dir);
+  j["rows"] = d.rows;
+  j["seq_len"] = d.seq_len;
+  j["global_batch"] = d.global_batch;
+  j["grad_accum"] = d.grad_accum;
+  j["data_parallel_size"] = d.dp;
+  j["batch_size"] = d.batch_size;
+  const std::string path = dir + "/" + kTrainMeta, tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  const std::string text = j.dump(1) + "\n";
+  const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f && std::fclose(f) != 0) f = nullptr;
+  if (!ok || !f || std::rename(tmp.c_str(), path.c_str()) != 0)
+    die("cannot write " + path + ": " + std::strerror(errno));
+}
+
+// --resume DIR: the DataShape its oslo_train.json records, if it belongs to
+// DIR's checkpoint (false: none; *stale when it is one of an earlier save).
+// Every rank reads it; a malformed file is an error on every rank.
+bool read_data_shape(const std::string& dir, DataShape* d, bool* stale) {
+  const std::string path = dir + "/" + kTrainMeta;
+  *stale = false;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception&) {
+    die_all("--resume " + dir + ": " + path +
+            " is not valid JSON (delete it to resume without "
+            "its checks)");
+  }
+  const auto num = [&](const char* k) {
+    if (!j.is_object() || !j.contains(k) || !j[k].is_number_integer() || j[k].get<int64_t>() < 1)
+      die_all("--resume " + dir + ": " + path + ": \"" + k + "\" is not a positive integer");
+    return j[k].get<int64_t>();
+  };
+  if (!j.is_object() || !j.contains("save_id") || !j["save_id"].is_string())
+    die_all("--resume " + dir + ": " + path + ": no \"save_id\" string");
+  if (j["save_id"].get<std::string>() != manifest_save_id(dir)) {
+    *stale = true;
+    return false;
+  }
+  *d = DataShape{num("rows"),
+                 num("seq_len"),
+                 num("global_batch"),
+                 num("grad_accum"),
+                 num("data_parallel_size"),
+                 num("batch_size")};
+  return true;
 }
 
 // SplitMix64 (Steele, Lea, Flood 2014): the generator of the data order,
@@ -733,10 +831,18 @@ const char* kTrainHelp =
     "                  [--momentum X] [--max-grad-norm X] [--grad-accum K] [--seed N]\n"
     "                  [--dtype f32|bf16|f16] [--activation-checkpointing]\n"
     "                  [--save DIR [--save-every K]] [--resume DIR] [--log FILE]\n"
-    "                  [--tokenizer DIR] [--tp N] [--threads N] [--device cpu|cuda[:N]]\n"
-    "                  [--backend NAME] [--backend-options JSON]\n"
+    "                  [--tokenizer DIR] [--tp N] [--dp N] [--zero 0|1|2] [--bucket-mb M]\n"
+    "                  [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
+    "                  [--backend-options JSON]\n"
     "Fine-tunes a causal language model (causal-LM loss, labels = inputs) as Hugging\n"
     "Face's run_clm.py with Trainer does, split over the ranks of oslo-run:\n"
+    "  ranks    --tp N tensor-parallel x --dp N data-parallel ranks = the world size\n"
+    "           (without --tp: world / --dp; without --dp: world / --tp; neither:\n"
+    "           all ranks tensor-parallel). Each data-parallel rank trains on its own\n"
+    "           rows; gradients are averaged over them (PyTorch DDP) in buckets of\n"
+    "           --bucket-mb MiB (default 25). --zero 1 partitions the optimizer\n"
+    "           state over the data-parallel ranks, --zero 2 the gradients too\n"
+    "           (DeepSpeed ZeRO; default 0: none).\n"
     "  data     .txt: the whole file is one document; .jsonl: one JSON object with a\n"
     "           \"text\" string per line, one document each. Documents are tokenized\n"
     "           with the model folder's tokenizer (or --tokenizer), each followed by\n"
@@ -744,9 +850,13 @@ const char* kTrainHelp =
     "           is dropped). Every rank reads and tokenizes the file itself.\n"
     "  order    each epoch shuffles the rows with a generator seeded by --seed\n"
     "           (default 0) and the epoch: the same order on every rank and run.\n"
-    "           A micro-batch is --batch-size rows (the rows left over at the end of\n"
-    "           an epoch are skipped); an optimizer step takes --grad-accum K\n"
-    "           micro-batches (default 1); epochs wrap until --steps steps are done.\n"
+    "           --batch-size is per data-parallel rank: a global micro-batch is the\n"
+    "           next dp x --batch-size rows of the order, data rank r taking its\n"
+    "           positions r, r+dp, r+2dp, ... (PyTorch's DistributedSampler; the\n"
+    "           rows left over at the end of an epoch are skipped), so --dp 2\n"
+    "           --batch-size 4 trains on the rows of --dp 1 --batch-size 8. An\n"
+    "           optimizer step takes --grad-accum K micro-batches (default 1);\n"
+    "           epochs wrap until --steps steps are done.\n"
     "  update   AdamW (default) or SGD, --lr (default 5e-5), --weight-decay\n"
     "           (default 0; not on biases and norm weights), --momentum (SGD),\n"
     "           --max-grad-norm (default 1.0; 0 = no clipping), --schedule (default\n"
@@ -755,11 +865,13 @@ const char* kTrainHelp =
     "  output   a progress bar on rank 0 (plain lines when stderr is not a terminal),\n"
     "           a JSON line per step in --log FILE (default DIR/train_log.jsonl with\n"
     "           --save, else none): step, loss, lr, grad_norm, tokens_per_s,\n"
-    "           elapsed_s, epoch, tokens, data_hash. --save DIR writes a checkpoint\n"
+    "           elapsed_s, epoch, tokens, data_hash (losses, tokens and hashes\n"
+    "           cover all data-parallel ranks). --save DIR writes a checkpoint\n"
     "           at the end (and every --save-every K steps) that oslo merge turns into\n"
     "           a Hugging Face folder and oslo generate loads.\n"
-    "  resume   --resume DIR continues from a checkpoint of --save (same --data,\n"
-    "           --seq-len, --batch-size, --grad-accum and tensor-parallel size).\n"
+    "  resume   --resume DIR continues from a checkpoint of --save: the same --data,\n"
+    "           --seq-len, --grad-accum and global batch (dp x --batch-size); the\n"
+    "           tensor- and data-parallel sizes and --zero may change.\n"
     "Steps count optimizer steps. Errors (a missing or malformed data file, too few\n"
     "tokens for one batch, bad numbers) name their cause and print on every rank.\n"
     "  example: oslo-run --nproc-per-node 2 oslo train --model M --data corpus.txt \\\n"
@@ -767,11 +879,13 @@ const char* kTrainHelp =
 
 int cmd_train(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"activation-checkpointing", "help"},
-                 {"model",    "data",          "seq-len",    "batch-size", "steps",
-                  "lr",       "schedule",      "warmup",     "optimizer",  "weight-decay",
-                  "momentum", "max-grad-norm", "grad-accum", "seed",       "dtype",
-                  "save",     "save-every",    "resume",     "log",        "tokenizer",
-                  "tp",       "threads",       "backend",    "device",     "backend-options"});
+                 {"model",      "data",         "seq-len",  "batch-size",
+                  "steps",      "lr",           "schedule", "warmup",
+                  "optimizer",  "weight-decay", "momentum", "max-grad-norm",
+                  "grad-accum", "seed",         "dtype",    "save",
+                  "save-every", "resume",       "log",      "tokenizer",
+                  "tp",         "dp",           "zero",     "bucket-mb",
+                  "threads",    "backend",      "device",   "backend-options"});
   if (a.has("help")) return std::printf("%s", kTrainHelp), 0;
   if (!a.pos.empty()) die_all("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   for (const char* req : {"model", "data", "seq-len", "batch-size", "steps"})
@@ -804,6 +918,44 @@ int cmd_train(int argc, char** argv) {
   const int64_t save_every = int_in("save-every", 1, kMax, 0);
   const int64_t seed_arg = int_in("seed", 0, INT64_MAX, 0);
   if (a.has("save-every") && !a.has("save")) die_all("--save-every needs --save DIR", 2);
+  // The ranks: tensor-parallel x data-parallel = the world (checked on every
+  // rank before anything is loaded).
+  const int world = launcher_world();
+  int64_t tp = int_in("tp", 1, 1 << 20, 0), dp = int_in("dp", 1, 1 << 20, 0);
+  const auto must_divide = [&](const char* k, int64_t v) {
+    if (world % v != 0)
+      die_all(std::string("--") + k + " " + std::to_string(v) + " does not divide the world size " +
+                  std::to_string(world) + " (the ranks of oslo-run: --tp x --dp must equal it)",
+              2);
+    return world / v;
+  };
+  if (!a.has("tp") && !a.has("dp"))
+    tp = world, dp = 1;
+  else if (!a.has("dp"))
+    dp = must_divide("tp", tp);
+  else if (!a.has("tp"))
+    tp = must_divide("dp", dp);
+  else if (tp * dp != world)
+    die_all("--tp " + std::to_string(tp) + " x --dp " + std::to_string(dp) + " = " +
+                std::to_string(tp * dp) + " ranks, but the world size is " + std::to_string(world) +
+                " (run under oslo-run --nproc-per-node " + std::to_string(tp * dp) + ")",
+            2);
+  int64_t zero = 0;
+  if (a.has("zero")) {
+    zero = to_int(a.get("zero"), "--zero");
+    if (zero == 3)
+      die_all(
+          "--zero 3 (ZeRO stage 3: parameters partitioned) is not supported yet; use --zero 0, "
+          "1 or 2",
+          2);
+    if (zero < 0 || zero > 2) die_all("--zero must be 0, 1 or 2, got " + a.get("zero"), 2);
+  }
+  const double bucket_mb = real_at_least("bucket-mb", 0, 25.0, true);
+  if (bucket_mb > 1 << 20)
+    die_all("--bucket-mb must be at most 1048576 (1 TiB), got " + a.get("bucket-mb"), 2);
+  const int64_t bucket_bytes = std::llround(bucket_mb * (1 << 20));
+  if (bucket_bytes < 4) die_all("--bucket-mb " + a.get("bucket-mb") + " is under 4 bytes", 2);
+  const int64_t G = dp * B;  // rows per global micro-batch
 
   oslo_optimizer_options oo;
   check(oslo_optimizer_options_init(&oo, OSLO_OPTIMIZER_OPTIONS_VERSION), "options");
@@ -835,6 +987,8 @@ int cmd_train(int argc, char** argv) {
   oo.warmup_steps = warmup;
   oo.total_steps = steps;
   oo.grad_accum_steps = K;
+  oo.zero_stage = static_cast<int>(zero);
+  oo.bucket_bytes = bucket_bytes;
   const std::string save_dir = a.get("save");
   const std::string log_path = a.has("log")       ? a.get("log")
                                : save_dir.empty() ? ""
@@ -852,15 +1006,19 @@ int cmd_train(int argc, char** argv) {
     tokens = read_corpus(tok.get(), a.get("data"), &docs);
   }
   const int64_t rows = static_cast<int64_t>(tokens.size()) / S;
-  if (rows < B)
+  if (rows < G)
     die_all("--data " + a.get("data") +
             ": too little data for one batch: " + std::to_string(tokens.size()) + " tokens (" +
             std::to_string(docs) + " documents) make " + std::to_string(rows) +
             " rows of --seq-len " + std::to_string(S) + ", and --batch-size " + std::to_string(B) +
-            " needs " + std::to_string(B) + " rows (" + std::to_string(B * S) + " tokens)");
-  const int64_t per_epoch = rows / B;  // micro-batches per epoch
+            (dp > 1 ? " on " + std::to_string(dp) + " data-parallel ranks" : "") + " needs " +
+            std::to_string(G) + " rows (" + std::to_string(G * S) + " tokens)");
+  // Global micro-batches per epoch (DistributedSampler with drop_last:
+  // rows / dp per rank, then whole micro-batches of B of them).
+  const int64_t per_epoch = rows / G;
 
-  auto ctx_guard = own(context(a), oslo_context_destroy);
+  auto ctx_guard =
+      own(context(a, static_cast<int>(tp), static_cast<int>(dp)), oslo_context_destroy);
   oslo_context* ctx = ctx_guard.get();
   auto m_guard = own(load_model(ctx, a), oslo_model_destroy);
   oslo_model* m = m_guard.get();
@@ -880,33 +1038,70 @@ int cmd_train(int argc, char** argv) {
 
   TrainState state;
   state.seed = static_cast<uint64_t>(seed_arg);
+  int data_rank = 0;
+  check(oslo_context_rank(ctx, OSLO_GROUP_DATA, &data_rank), "rank");
+  const DataShape shape{rows, S, G, K, dp, B};
   int64_t start = 0;  // optimizer steps already taken
   if (a.has("resume")) {
-    load_checkpoint(opt, a.get("resume"), &state);
-    const int64_t done = state.epoch * per_epoch + state.data_position;
-    if (state.epoch < 0 || state.data_position < 0 || state.data_position >= per_epoch ||
-        done % K != 0)
-      die_all("--resume " + a.get("resume") + ": its data position (epoch " +
-              std::to_string(state.epoch) + ", micro-batch " + std::to_string(state.data_position) +
-              ") does not fit this data (" + std::to_string(per_epoch) +
-              " micro-batches per epoch, --grad-accum " + std::to_string(K) +
-              "): resume with the same --data, --seq-len, --batch-size and --grad-accum");
+    const std::string dir = a.get("resume");
+    // The data must continue where it stopped: the same rows, global
+    // micro-batch and accumulation (oslo_train.json); the position is then
+    // whole global micro-batches into the epoch at any data-parallel size.
+    DataShape saved;
+    bool stale = false;
+    if (read_data_shape(dir, &saved, &stale)) {
+      std::string diff;
+      const auto cmp = [&](const char* what, int64_t was, int64_t now) {
+        if (was != now)
+          diff += std::string(diff.empty() ? "" : "; ") + what + " " + std::to_string(was) +
+                  " then, " + std::to_string(now) + " now";
+      };
+      cmp("rows (--data, --seq-len)", saved.rows, rows);
+      cmp("--seq-len", saved.seq_len, S);
+      cmp("global batch (dp x --batch-size)", saved.global_batch, G);
+      cmp("--grad-accum", saved.grad_accum, K);
+      if (!diff.empty())
+        die_all("--resume " + dir + ": saved by a run whose data does not continue here: " + diff +
+                    ". Resume with the same --data, --seq-len, --grad-accum and global batch (it "
+                    "was dp " +
+                    std::to_string(saved.dp) + " x --batch-size " +
+                    std::to_string(saved.batch_size) + " = " + std::to_string(saved.global_batch) +
+                    " rows; any --dp and --batch-size with that product continue it exactly)",
+                2);
+    } else if (stale && g_rank == 0) {
+      std::fprintf(stderr, "oslo: %s/%s belongs to an earlier save: not checked\n", dir.c_str(),
+                   kTrainMeta);
+    }
+    load_checkpoint(opt, dir, &state);
+    const int64_t mb = state.data_position / G;
+    const int64_t done = state.epoch * per_epoch + mb;
+    if (state.epoch < 0 || state.data_position < 0 || state.data_position % G != 0 ||
+        mb >= per_epoch || done % K != 0)
+      die_all("--resume " + dir + ": its data position (epoch " + std::to_string(state.epoch) +
+              ", row " + std::to_string(state.data_position) + ") does not fit this data (" +
+              std::to_string(per_epoch) + " global micro-batches of " + std::to_string(G) +
+              " rows per epoch, --grad-accum " + std::to_string(K) +
+              "): resume with the same --data, --seq-len, --grad-accum and global batch (dp x "
+              "--batch-size)");
     if (a.has("seed") && state.seed != static_cast<uint64_t>(seed_arg) && g_rank == 0)
       std::fprintf(stderr, "oslo: --seed %lld ignored: resuming the data order of seed %llu\n",
                    static_cast<long long>(seed_arg), static_cast<unsigned long long>(state.seed));
     start = done / K;
   }
-  const char* nranks = std::getenv("WORLD_SIZE");
   if (g_rank == 0)
-    std::fprintf(stderr,
-                 "oslo: %lld tokens (%lld document%s) in %lld rows of %lld; %lld micro-batches "
-                 "of %lld rows per epoch; %lld steps of %lld tokens on %s rank%s%s\n",
-                 static_cast<long long>(tokens.size()), static_cast<long long>(docs),
-                 docs == 1 ? "" : "s", static_cast<long long>(rows), static_cast<long long>(S),
-                 static_cast<long long>(per_epoch), static_cast<long long>(B),
-                 static_cast<long long>(steps), static_cast<long long>(B * S * K),
-                 nranks ? nranks : "1", nranks && std::atoi(nranks) > 1 ? "s" : "",
-                 start ? (" (resuming after step " + std::to_string(start) + ")").c_str() : "");
+    std::fprintf(
+        stderr,
+        "oslo: %lld tokens (%lld document%s) in %lld rows of %lld; %lld micro-batches "
+        "of %lld rows per epoch; %lld steps of %lld tokens on %d rank%s%s%s\n",
+        static_cast<long long>(tokens.size()), static_cast<long long>(docs), docs == 1 ? "" : "s",
+        static_cast<long long>(rows), static_cast<long long>(S), static_cast<long long>(per_epoch),
+        static_cast<long long>(G), static_cast<long long>(steps), static_cast<long long>(G * S * K),
+        world, world > 1 ? "s" : "",
+        dp > 1 ? (" (tp " + std::to_string(tp) + " x dp " + std::to_string(dp) + ", --batch-size " +
+                  std::to_string(B) + " per data rank, ZeRO " + std::to_string(zero) + ")")
+                     .c_str()
+               : "",
+        start ? (" (resuming after step " + std::to_string(start) + ")").c_str() : "");
 
   std::FILE* log = nullptr;
   if (g_rank == 0 && !log_path.empty()) {
@@ -921,6 +1116,9 @@ int cmd_train(int argc, char** argv) {
   bar.total = steps;
 
   std::vector<int64_t> batch(static_cast<size_t>(B * S));
+  // The global micro-batch in order (rank 0's log hashes it: every data
+  // rank holds all the tokens, so the hash is that of --dp 1).
+  std::vector<int64_t> global(log ? static_cast<size_t>(G * S) : 0);
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
   double first_loss = NAN, last_loss = NAN;
@@ -942,17 +1140,28 @@ int cmd_train(int argc, char** argv) {
         order = epoch_order(rows, state.seed, epoch);
         order_epoch = epoch;
       }
+      // DistributedSampler: data rank r takes positions r, r + dp, ... of
+      // the epoch's order; its micro-batch k the k-th B of them, all inside
+      // the global micro-batch k (positions k G .. k G + G - 1).
+      const auto row_at = [&](int64_t p) { return order[static_cast<size_t>(pos * G + p)]; };
       for (int64_t b = 0; b < B; ++b) {
-        const int64_t row = order[static_cast<size_t>(pos * B + b)];
+        const int64_t row = row_at(data_rank + dp * b);
         std::copy(tokens.begin() + row * S, tokens.begin() + (row + 1) * S, batch.begin() + b * S);
       }
-      hash = fnv1a(hash, batch);
+      if (log) {
+        for (int64_t p = 0; p < G; ++p) {
+          const int64_t row = row_at(p);
+          std::copy(tokens.begin() + row * S, tokens.begin() + (row + 1) * S,
+                    global.begin() + p * S);
+        }
+        hash = fnv1a(hash, global);
+      }
       check(oslo_model_train_step(m, opt, batch.data(), nullptr, nullptr, B, S, &r),
             "train step " + std::to_string(step + 1));
     }
     if (!r.stepped) die("internal: no optimizer step after --grad-accum micro-batches");
     const double dt = since(ts), elapsed = since(t0);
-    trained_tokens += B * S * K;
+    trained_tokens += G * S * K;
     if (std::isnan(first_loss)) first_loss = r.mean_loss;
     last_loss = r.mean_loss;
     if (log) {
@@ -961,10 +1170,10 @@ int cmd_train(int argc, char** argv) {
       j["loss"] = r.mean_loss;
       j["lr"] = r.lr;
       j["grad_norm"] = r.grad_norm;  // NaN (no clipping, no scaling): null
-      j["tokens_per_s"] = static_cast<double>(B * S * K) / dt;
+      j["tokens_per_s"] = static_cast<double>(G * S * K) / dt;  // all data ranks
       j["elapsed_s"] = elapsed;
       j["epoch"] = epoch;
-      j["tokens"] = (step + 1) * B * S * K;
+      j["tokens"] = (step + 1) * G * S * K;
       j["data_hash"] = [&] {
         char buf[17];
         std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash));
@@ -981,9 +1190,10 @@ int cmd_train(int argc, char** argv) {
     if (!save_dir.empty() && (last || (save_every > 0 && (step + 1) % save_every == 0))) {
       const int64_t g = (step + 1) * K;
       state.epoch = g / per_epoch;
-      state.data_position = g % per_epoch;
+      state.data_position = g % per_epoch * G;  // rows of all data ranks
       const auto tsave = std::chrono::steady_clock::now();
       save_checkpoint(m, opt, save_dir, state);
+      write_data_shape(save_dir, shape);
       bar.say("step " + std::to_string(step + 1) + ": saved " + save_dir + " (" +
               std::to_string(since(tsave)).substr(0, 4) + " s)");
     }

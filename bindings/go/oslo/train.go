@@ -65,6 +65,14 @@ type OptimizerOptions struct {
 	GrowthFactor   float64     // 0: 2
 	BackoffFactor  float64     // 0: 0.5
 	GrowthInterval int64       // 0: 2000
+	// Data parallelism (a context whose data-parallel size is above 1):
+	// the gradients are averaged over the data group as PyTorch's DDP does,
+	// in buckets of BucketBytes of f32 gradient (0: 25 MiB). ZeroStage
+	// (DeepSpeed ZeRO): 0 none; 1 optimizer state and f32 master weights
+	// partitioned over the data group; 2 the gradients too; 3 fails with
+	// ErrNotSupported.
+	ZeroStage   int
+	BucketBytes int64
 }
 
 // fill writes the fields set in o over c (made with the C defaults).
@@ -106,6 +114,10 @@ func (o *OptimizerOptions) fill(c capi.OptimizerOptions) {
 	}
 	if o.GrowthInterval != 0 {
 		c.SetGrowth_interval(o.GrowthInterval)
+	}
+	c.SetZero_stage(o.ZeroStage)
+	if o.BucketBytes != 0 {
+		c.SetBucket_bytes(o.BucketBytes)
 	}
 }
 

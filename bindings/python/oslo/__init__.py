@@ -1010,15 +1010,27 @@ class Optimizer(_Handle):
     gradient norm; grad_accum_steps: micro-batches per optimizer step;
     loss_scaling: None (on for f16 models), True or False.
 
+    Data parallelism is automatic: when the context's data-parallel size is
+    above 1, the gradients are averaged over the data-parallel group as
+    PyTorch's DistributedDataParallel does (each data rank passes its own
+    batch; train_step's loss is the mean over the data ranks), reduced in
+    buckets of bucket_bytes of f32 gradient (default 25 MiB, DDP's
+    bucket_cap_mb). zero_stage (DeepSpeed ZeRO): 0 (default) none; 1
+    partitions the optimizer state and f32 master weights over the
+    data-parallel group; 2 the gradients too. Stage 3 raises
+    NotSupportedError.
+
     The optimizer keeps its model open; closing the model closes it first.
-    Not collective to create; step() is collective over the tensor group.
+    Not collective to create; step() is collective over the tensor group
+    (and the data-parallel group).
     """
 
     def __init__(self, model, *, kind="adamw", lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999),
                  eps=1e-8, momentum=0.0, dampening=0.0, nesterov=False, decay_1d=False,
                  schedule="constant", warmup_steps=0, total_steps=0, max_grad_norm=0.0,
                  grad_accum_steps=1, loss_scaling=None, init_scale=65536.0, growth_factor=2.0,
-                 backoff_factor=0.5, growth_interval=2000):
+                 backoff_factor=0.5, growth_interval=2000, zero_stage=0,
+                 bucket_bytes=25 << 20):
         if not isinstance(model, Model):
             raise InvalidArgumentError(f"Optimizer needs an oslo.Model, not "
                                        f"{type(model).__name__}", Status.INVALID_ARGUMENT)
@@ -1042,6 +1054,8 @@ class Optimizer(_Handle):
         o.growth_factor = float(growth_factor)
         o.backoff_factor = float(backoff_factor)
         o.growth_interval = int(growth_interval)
+        o.zero_stage = int(zero_stage)
+        o.bucket_bytes = int(bucket_bytes)
         super().__init__(_c.Optimizer(model._handle(), o), model)
         self._model = model
 
