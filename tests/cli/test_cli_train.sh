@@ -12,7 +12,7 @@
 # --dp 1 --batch-size 4 (1e-5 relative); its checkpoint merges and
 # generates; a run resumed across DP sizes and ZeRO stages equals the
 # straight one; resuming with another global batch or --grad-accum, bad
-# rank counts, --zero 3 and 7, bad --bucket-mb and a bad oslo_train.json are
+# rank counts, --zero 7 and -1, bad --bucket-mb and a bad oslo_train.json are
 # named errors.
 # Usage: test_cli_train.sh OSLO OSLO_RUN FIXTURE SOURCE_DIR WORKDIR RUN_PY PYTHON PYTHON_HF
 set -u
@@ -183,6 +183,10 @@ if ok dp1 "$oslo" train $dp --batch-size 4 --log dp1.jsonl; then
     --bucket-mb 0.05 --log dp2z1.jsonl && pycheck dp2_zero1_vs_dp1 close dp2z1.jsonl dp1.jsonl 6 1e-5
   ok dp2_zero2 "$run" --nproc-per-node 2 "$oslo" train $dp --batch-size 2 --tp 1 --dp 2 --zero 2 \
     --bucket-mb 0.05 --log dp2z2.jsonl && pycheck dp2_zero2_vs_dp1 close dp2z2.jsonl dp1.jsonl 6 1e-5
+  ok dp2_zero3 "$run" --nproc-per-node 2 "$oslo" train $dp --batch-size 2 --tp 1 --dp 2 --zero 3 \
+    --bucket-mb 0.05 --save z3ck && pycheck dp2_zero3_vs_dp1 close z3ck/train_log.jsonl dp1.jsonl 6 1e-5 &&
+    ok z3_merge "$oslo" merge z3ck z3merged &&
+    ok z3_gen "$oslo" generate --model z3merged --prompt-ids 52,441,221 --max-new-tokens 8 --ids
   # TP=2 x DP=2, ZeRO 2, on 4 processes; its checkpoint merges and generates.
   ok tp2dp2 "$run" --nproc-per-node 4 "$oslo" train $dp --batch-size 2 --tp 2 --dp 2 --zero 2 \
     --bucket-mb 0.05 --save dpck &&
@@ -252,9 +256,8 @@ grep -q "oslo: \[rank [01]\] --tp 2 x --dp 2" err.txt || {
 }
 expect 2 "--dp 2 does not divide the world size 1" "$oslo" train $common --steps 1 --dp 2
 expect 2 "--dp must be in [1," "$oslo" train $common --steps 1 --dp 0
-expect 2 "--zero 3 (ZeRO stage 3: parameters partitioned) is not supported yet" "$oslo" train \
-  $common --steps 1 --zero 3
-expect 2 "--zero must be 0, 1 or 2, got 7" "$oslo" train $common --steps 1 --zero 7
+expect 2 "--zero must be 0, 1, 2 or 3, got 7" "$oslo" train $common --steps 1 --zero 7
+expect 2 "--zero must be 0, 1, 2 or 3, got -1" "$oslo" train $common --steps 1 --zero -1
 expect 2 "--zero: not an integer" "$oslo" train $common --steps 1 --zero one
 expect 2 "--bucket-mb must be > 0" "$oslo" train $common --steps 1 --bucket-mb 0
 expect 2 "--bucket-mb must be at most 1048576" "$oslo" train $common --steps 1 --bucket-mb 1e9

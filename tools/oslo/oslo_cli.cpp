@@ -831,7 +831,7 @@ const char* kTrainHelp =
     "                  [--momentum X] [--max-grad-norm X] [--grad-accum K] [--seed N]\n"
     "                  [--dtype f32|bf16|f16] [--activation-checkpointing]\n"
     "                  [--save DIR [--save-every K]] [--resume DIR] [--log FILE]\n"
-    "                  [--tokenizer DIR] [--tp N] [--dp N] [--zero 0|1|2] [--bucket-mb M]\n"
+    "                  [--tokenizer DIR] [--tp N] [--dp N] [--zero 0|1|2|3] [--bucket-mb M]\n"
     "                  [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
     "                  [--backend-options JSON]\n"
     "Fine-tunes a causal language model (causal-LM loss, labels = inputs) as Hugging\n"
@@ -841,8 +841,8 @@ const char* kTrainHelp =
     "           all ranks tensor-parallel). Each data-parallel rank trains on its own\n"
     "           rows; gradients are averaged over them (PyTorch DDP) in buckets of\n"
     "           --bucket-mb MiB (default 25). --zero 1 partitions the optimizer\n"
-    "           state over the data-parallel ranks, --zero 2 the gradients too\n"
-    "           (DeepSpeed ZeRO; default 0: none).\n"
+    "           state over the data-parallel ranks, --zero 2 the gradients too,\n"
+    "           --zero 3 the parameters too (DeepSpeed ZeRO; default 0: none).\n"
     "  data     .txt: the whole file is one document; .jsonl: one JSON object with a\n"
     "           \"text\" string per line, one document each. Documents are tokenized\n"
     "           with the model folder's tokenizer (or --tokenizer), each followed by\n"
@@ -943,12 +943,7 @@ int cmd_train(int argc, char** argv) {
   int64_t zero = 0;
   if (a.has("zero")) {
     zero = to_int(a.get("zero"), "--zero");
-    if (zero == 3)
-      die_all(
-          "--zero 3 (ZeRO stage 3: parameters partitioned) is not supported yet; use --zero 0, "
-          "1 or 2",
-          2);
-    if (zero < 0 || zero > 2) die_all("--zero must be 0, 1 or 2, got " + a.get("zero"), 2);
+    if (zero < 0 || zero > 3) die_all("--zero must be 0, 1, 2 or 3, got " + a.get("zero"), 2);
   }
   const double bucket_mb = real_at_least("bucket-mb", 0, 25.0, true);
   if (bucket_mb > 1 << 20)
