@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--tp N] [--seq N] [--batch N] [--steps N] [--warmup N] "
-                 "[--threads N] [--zero 0|1|2] [--bucket-mb M] [--dtype f32|bf16]\n",
+                 "[--threads N] [--zero 0|1|2|3] [--bucket-mb M] [--dtype f32|bf16]\n",
                  argv[0]);
     return 2;
   }
@@ -108,6 +108,9 @@ int main(int argc, char** argv) {
     const double N = dp;
     const double grads = zero >= 2 ? 4 * psi / N : 4 * psi;
     const double state = zero >= 1 ? (8 * psi + master) / N : 8 * psi + master;
+    // ZeRO-3: f32 masters of every parameter's part instead of the
+    // parameters (the gathered block comes and goes with the activations).
+    if (zero == 3) pbytes = 4 * psi / N;
     const int64_t vocab_local = (V + tp - 1) / tp;
     const double head = 2.0 * static_cast<double>(n) * static_cast<double>(vocab_local) * 4;
     const double blocks = static_cast<double>(m->saved_activation_bytes());

@@ -6,7 +6,7 @@
 # order every round, each a fresh process (one untimed step, then one
 # timed):
 #   DP=1, 1 thread | DP=2 (oslo-run, 2 processes x 1 thread) ZeRO-0 with
-#   buckets of 25 MiB, 5 MiB and 100 MiB | DP=2 ZeRO-1 | DP=2 ZeRO-2
+#   buckets of 25 MiB, 5 MiB and 100 MiB | DP=2 ZeRO-1 | ZeRO-2 | ZeRO-3
 # Each line: step time, tokens/s over both ranks, the reduction left
 # exposed after the backward, peak RSS per rank against the ZeRO formula
 # plus activations.
@@ -40,7 +40,7 @@ for r in $(seq "$rounds"); do
     row "DP=2 ZeRO-0, ${mb} MiB buckets" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
       --bucket-mb "$mb"
   done
-  for z in 1 2; do
+  for z in 1 2 3; do
     row "DP=2 ZeRO-$z" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --zero "$z"
   done
 done
