@@ -710,9 +710,9 @@ void unary(int threads, oslo_bk_unary op, const V& out, const V& x, float alpha)
           [](float* o, const float* a, const float*, int64_t n) { exp_f32(o, a, n); });
     case OSLO_BK_SQUARE: return run([](float v) { return v * v; });
     case OSLO_BK_ABS_POW:
-      return run([alpha](float v) {
-        return alpha == 1.f ? std::fabs(v) : alpha == 2.f ? v * v : std::pow(std::fabs(v), alpha);
-      });
+      if (alpha == 2.f) return run([](float v) { return v * v; });
+      if (alpha == 1.f) return run([](float v) { return std::fabs(v); });
+      return run([alpha](float v) { return std::pow(std::fabs(v), alpha); });
     case OSLO_BK_ABS: return run([](float v) { return std::fabs(v); });
     case OSLO_BK_LOG: return run([](float v) { return std::log(v); });
     case OSLO_BK_RSQRT: return run([](float v) { return 1.0f / std::sqrt(v); });
