@@ -118,11 +118,12 @@ double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double 
       counted.push_back(&e);
   double local = 0;
   if (!counted.empty()) {
-    // Pieces of at most kPiece elements (1 MiB, about a core's L2 cache),
-    // each piece's |g|^p written into one reused scratch buffer and summed
-    // from there: no copy of a whole gradient (a fresh 150 MB buffer costs a
-    // page fault per 4 KB on every call).
-    constexpr int64_t kPiece = int64_t(1) << 18;
+    // Pieces of at most kPiece elements (4 MiB: cache-sized, yet few enough
+    // that the backend's per-call costs stay small), each piece's |g|^p
+    // written into one reused scratch buffer and summed from there: no copy
+    // of a whole gradient (a fresh 150 MB buffer costs a page fault per 4 KB
+    // on every call).
+    constexpr int64_t kPiece = int64_t(1) << 20;
     struct Piece {
       size_t entry;  // index into counted
       int64_t offset, n;
