@@ -211,7 +211,10 @@ float sigmoid(float x) {
 // above to a few ulp. NaN inputs give NaN, as the scalar forms do.
 
 __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33f)), _mm256_set1_ps(88.72f));
+  // The clamp keeps n in [-150, 128]; both halves of the 2^n split below stay
+  // normal, so results under 2^-126 round once into the denormals (and to 0
+  // below 2^-150), and above ln(FLT_MAX) the product overflows to inf.
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(88.73f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -223,8 +226,7 @@ __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  // 2^n: n + 127 into the exponent bits (n in [-126, 128] after the clamp;
-  // 128 is split as 2^127 * 2 to stay finite).
+  // 2^n as 2^half * 2^(n - half), each exponent in [-75, 64].
   const __m256i ni = _mm256_cvtps_epi32(n);
   const __m256i half = _mm256_srai_epi32(ni, 1);
   const __m256 s1 =
@@ -232,6 +234,11 @@ __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
   const __m256 s2 = _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), _mm256_set1_epi32(127)), 23));
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+// exp256 with NaN passed through (the clamp above turns NaN into a number).
+__attribute__((target("avx2,fma"))) inline __m256 exp256_nan(__m256 x) {
+  return _mm256_blendv_ps(exp256(x), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 // o[i] = a[i] / (1 + exp(-z(a[i]))), z = x (silu) or 2k(x + 0.044715 x^3) (gelu_tanh).
@@ -267,6 +274,84 @@ __attribute__((target("avx2,fma"))) void sigmoid_gate_grad_avx2(float* o, const 
 bool has_avx2_fma() {
   static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return v;
+}
+
+// ---- exponentials and f64 sums of rows -------------------------------------
+// Sums of f32 values accumulate in f64 over 16 lanes (element i into lane
+// i % 16), combined by one fixed tree: the vector code and the scalar
+// fallback add the same values in the same order, so a sum's bits depend on
+// neither the thread count nor the CPU (the exponentials may: the vector
+// path is within 2 ulp of std::exp).
+constexpr int kLanes = 16;
+
+double combine_lanes(const double* l) {
+  double t[4];
+  for (int j = 0; j < 4; ++j) t[j] = (l[j] + l[j + 4]) + (l[j + 8] + l[j + 12]);
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+__attribute__((target("avx2,fma"))) inline void add_lanes(__m256d* acc, __m256 lo8, __m256 hi8) {
+  acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(lo8)));
+  acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(lo8, 1)));
+  acc[2] = _mm256_add_pd(acc[2], _mm256_cvtps_pd(_mm256_castps256_ps128(hi8)));
+  acc[3] = _mm256_add_pd(acc[3], _mm256_cvtps_pd(_mm256_extractf128_ps(hi8, 1)));
+}
+
+__attribute__((target("avx2,fma"))) double sum_avx2(const float* a, int64_t n) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    add_lanes(acc, _mm256_loadu_ps(a + i), _mm256_loadu_ps(a + i + 8));
+  alignas(32) double l[kLanes];
+  for (int k = 0; k < 4; ++k) _mm256_store_pd(l + 4 * k, acc[k]);
+  for (int k = 0; i + k < n; ++k) l[k] += a[i + k];
+  return combine_lanes(l);
+}
+
+// o[i] = exp(a[i] - shift) (o may be a, or null: not stored); returns the
+// f64 sum of the f32 exponentials when `sum` is set. The tail goes through
+// the vector code too, so every element gets the same exponential.
+__attribute__((target("avx2,fma"))) double sum_exp_avx2(float* o, const float* a, int64_t n,
+                                                        float shift, bool sum) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+  const __m256 sh = _mm256_set1_ps(shift);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256 e0 = exp256_nan(_mm256_sub_ps(_mm256_loadu_ps(a + i), sh));
+    const __m256 e1 = exp256_nan(_mm256_sub_ps(_mm256_loadu_ps(a + i + 8), sh));
+    if (o) {
+      _mm256_storeu_ps(o + i, e0);
+      _mm256_storeu_ps(o + i + 8, e1);
+    }
+    if (sum) add_lanes(acc, e0, e1);
+  }
+  alignas(32) float t[kLanes] = {};
+  const int64_t m = n - i;
+  if (m > 0) {
+    std::copy(a + i, a + n, t);
+    _mm256_store_ps(t, exp256_nan(_mm256_sub_ps(_mm256_load_ps(t), sh)));
+    _mm256_store_ps(t + 8, exp256_nan(_mm256_sub_ps(_mm256_load_ps(t + 8), sh)));
+    if (o) std::copy(t, t + m, o + i);
+  }
+  if (!sum) return 0;
+  alignas(32) double l[kLanes];
+  for (int k = 0; k < 4; ++k) _mm256_store_pd(l + 4 * k, acc[k]);
+  for (int64_t k = 0; k < m; ++k) l[k] += t[k];
+  return combine_lanes(l);
+}
+
+// o[i] = exp(a[i]) (o may be a), eight lanes at a time.
+__attribute__((target("avx2,fma"))) void exp_avx2(float* o, const float* a, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, exp256_nan(_mm256_loadu_ps(a + i)));
+  if (i < n) {
+    alignas(32) float t[8] = {};
+    std::copy(a + i, a + n, t);
+    _mm256_store_ps(t, exp256_nan(_mm256_load_ps(t)));
+    std::copy(t, t + (n - i), o + i);
+  }
 }
 
 __attribute__((target("avx2,fma"))) void sigmoid_gate_grad_avx2(float* o, const float* a,
@@ -318,6 +403,29 @@ __attribute__((target("avx2,fma"))) void sigmoid_gate_grad_avx2(float* o, const 
 }
 
 }  // namespace
+
+double sum_f64(const float* a, int64_t n) {
+  if (has_avx2_fma()) return sum_avx2(a, n);
+  double l[kLanes] = {};
+  for (int64_t i = 0; i < n; ++i) l[i % kLanes] += a[i];
+  return combine_lanes(l);
+}
+
+double exp_sum_f64(float* o, const float* a, int64_t n, float shift, bool sum) {
+  if (has_avx2_fma()) return sum_exp_avx2(o, a, n, shift, sum);
+  double l[kLanes] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = std::exp(a[i] - shift);
+    if (o) o[i] = e;
+    l[i % kLanes] += e;
+  }
+  return sum ? combine_lanes(l) : 0.0;
+}
+
+void exp_f32(float* o, const float* a, int64_t n) {
+  if (has_avx2_fma()) return exp_avx2(o, a, n);
+  for (int64_t i = 0; i < n; ++i) o[i] = std::exp(a[i]);
+}
 
 int64_t numel(const V& v) {
   int64_t n = 1;
@@ -596,12 +704,15 @@ void unary(int threads, oslo_bk_unary op, const V& out, const V& x, float alpha)
           threads, out, x, nullptr,
           [op](float* o, const float* a, const float*, int64_t n) { activate(op, o, a, n); });
     case OSLO_BK_SCALE: return run([alpha](float v) { return v * alpha; });
-    case OSLO_BK_EXP: return run([](float v) { return std::exp(v); });
+    case OSLO_BK_EXP:
+      return elementwise(
+          threads, out, x, nullptr,
+          [](float* o, const float* a, const float*, int64_t n) { exp_f32(o, a, n); });
     case OSLO_BK_SQUARE: return run([](float v) { return v * v; });
     case OSLO_BK_ABS_POW:
-      return run([alpha](float v) {
-        return alpha == 1.f ? std::fabs(v) : alpha == 2.f ? v * v : std::pow(std::fabs(v), alpha);
-      });
+      if (alpha == 2.f) return run([](float v) { return v * v; });
+      if (alpha == 1.f) return run([](float v) { return std::fabs(v); });
+      return run([alpha](float v) { return std::pow(std::fabs(v), alpha); });
     case OSLO_BK_ABS: return run([](float v) { return std::fabs(v); });
     case OSLO_BK_LOG: return run([](float v) { return std::log(v); });
     case OSLO_BK_RSQRT: return run([](float v) { return 1.0f / std::sqrt(v); });
@@ -673,11 +784,9 @@ void reduce(int threads, oslo_bk_reduce op, const V& out, const V& x, const V* s
   // thread count.
   auto reduce_range = [&](const float* p, int64_t m, double sh, double* acc) {
     switch (op) {
-      case OSLO_BK_REDUCE_SUM:
-        for (int64_t i = 0; i < m; ++i) *acc += p[i];
-        break;
+      case OSLO_BK_REDUCE_SUM: *acc += sum_f64(p, m); break;
       case OSLO_BK_REDUCE_SUM_EXP:
-        for (int64_t i = 0; i < m; ++i) *acc += std::exp(static_cast<double>(p[i]) - sh);
+        *acc += exp_sum_f64(nullptr, p, m, static_cast<float>(sh), true);
         break;
       case OSLO_BK_REDUCE_MAX:
         for (int64_t i = 0; i < m; ++i)
@@ -795,10 +904,10 @@ void softmax(int threads, const V& out, const V& x, const V* mask0, float scale,
       mx = std::max(mx, o[i]);
     }
     double sum = 0;
-    for (int64_t i = 0; i < lim; ++i) {
-      o[i] = mx == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(o[i] - mx);
-      sum += o[i];
-    }
+    if (mx == -std::numeric_limits<float>::infinity())
+      std::fill(o, o + lim, 0.f);
+    else
+      sum = exp_sum_f64(o, o, lim, mx, true);
     const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.f;
     for (int64_t i = 0; i < lim; ++i) o[i] *= inv;
     for (int64_t i = lim; i < cols; ++i) o[i] = 0.f;
@@ -880,6 +989,55 @@ void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, 
   });
 }
 
+namespace {
+
+struct AdamW {
+  float decay, keep, beta1, beta2, c1, c2, step_size, inv, eps;
+};
+
+void adamw_range(const AdamW& k, float* pp, const float* gp, float* mp, float* vp, int64_t lo,
+                 int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float pi = k.decay != 0.f ? pp[i] * k.keep : pp[i];
+    const float gi = gp[i];
+    const float mi = k.beta1 * mp[i] + k.c1 * gi;
+    const float vi = k.beta2 * vp[i] + k.c2 * (gi * gi);
+    pi -= k.step_size * (mi / (std::sqrt(vi) * k.inv + k.eps));
+    pp[i] = pi;
+    mp[i] = mi;
+    vp[i] = vi;
+  }
+}
+
+// The same update eight lanes at a time (exact sqrt and division; products
+// may fuse with the adds, within an ulp of the scalar form's steps).
+__attribute__((target("avx2,fma"))) void adamw_avx2(const AdamW& k, float* pp, const float* gp,
+                                                    float* mp, float* vp, int64_t lo, int64_t hi) {
+  const __m256 keep = _mm256_set1_ps(k.keep), b1 = _mm256_set1_ps(k.beta1),
+               b2 = _mm256_set1_ps(k.beta2), c1 = _mm256_set1_ps(k.c1), c2 = _mm256_set1_ps(k.c2),
+               step = _mm256_set1_ps(k.step_size), inv = _mm256_set1_ps(k.inv),
+               eps = _mm256_set1_ps(k.eps);
+  const bool decay = k.decay != 0.f;
+  int64_t i = lo;
+  for (; i + 8 <= hi; i += 8) {
+    __m256 p = _mm256_loadu_ps(pp + i);
+    if (decay) p = _mm256_mul_ps(p, keep);
+    const __m256 g = _mm256_loadu_ps(gp + i);
+    const __m256 m =
+        _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(mp + i)), _mm256_mul_ps(c1, g));
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(vp + i)),
+                                   _mm256_mul_ps(c2, _mm256_mul_ps(g, g)));
+    const __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), inv), eps);
+    p = _mm256_sub_ps(p, _mm256_mul_ps(step, _mm256_div_ps(m, den)));
+    _mm256_storeu_ps(pp + i, p);
+    _mm256_storeu_ps(mp + i, m);
+    _mm256_storeu_ps(vp + i, v);
+  }
+  adamw_range(k, pp, gp, mp, vp, i, hi);
+}
+
+}  // namespace
+
 void adamw(int threads, const V& p, const V& g, const V& m, const V& v, float decay, float beta1,
            float beta2, float step_size, float bc2_sqrt, float eps) {
   const int64_t n = numel(p);
@@ -892,18 +1050,19 @@ void adamw(int threads, const V& p, const V& g, const V& m, const V& v, float de
   const float* gp = static_cast<const float*>(g.data);
   float* mp = static_cast<float*>(m.data);
   float* vp = static_cast<float*>(v.data);
-  const float keep = 1.f - decay, c1 = 1.f - beta1, c2 = 1.f - beta2, inv = 1.f / bc2_sqrt;
+  const AdamW k{decay,       1.f - decay, beta1,          beta2, 1.f - beta1,
+                1.f - beta2, step_size,   1.f / bc2_sqrt, eps};
+  const bool vec = has_avx2_fma();
+  // Pieces of 64 K elements, as many per thread.
+  const int64_t piece = 1 << 16, pieces = (n + piece - 1) / piece;
   const int nt = n > 32768 ? std::max(1, threads) : 1;
 #pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = decay != 0.f ? pp[i] * keep : pp[i];
-    const float gi = gp[i];
-    const float mi = beta1 * mp[i] + c1 * gi;
-    const float vi = beta2 * vp[i] + c2 * (gi * gi);
-    pi -= step_size * (mi / (std::sqrt(vi) * inv + eps));
-    pp[i] = pi;
-    mp[i] = mi;
-    vp[i] = vi;
+  for (int64_t q = 0; q < pieces; ++q) {
+    const int64_t lo = q * piece, hi = std::min(n, lo + piece);
+    if (vec)
+      adamw_avx2(k, pp, gp, mp, vp, lo, hi);
+    else
+      adamw_range(k, pp, gp, mp, vp, lo, hi);
   }
 }
 

@@ -48,6 +48,18 @@ void gather_cols(int threads, const V& out, const V& x, const V& idx, int64_t of
 void scatter_add_cols(int threads, const V& x, const V& idx, int64_t offset, int64_t ignore,
                       float value);
 
+// Row kernels shared by the ops (cpu_ops.cpp): AVX2 + FMA code picked at run
+// time, scalar code elsewhere.
+// f64 sum of a[0..n) over 16 interleaved lanes combined in a fixed order:
+// the same bits on every CPU and thread count.
+double sum_f64(const float* a, int64_t n);
+// o[i] = exp(a[i] - shift) in f32 (o may be a, or null: not stored); returns
+// the f64 sum of those f32 values (as sum_f64 adds them) when `sum` is set.
+double exp_sum_f64(float* o, const float* a, int64_t n, float shift, bool sum);
+// o[i] = exp(a[i]) (o may be a): within 2 ulp of std::exp, inf above
+// ln(FLT_MAX), through the denormals to 0 below, NaN stays NaN.
+void exp_f32(float* o, const float* a, int64_t n);
+
 // Matmul state (cached oneDNN primitives) lives in the instance.
 class Matmul;
 

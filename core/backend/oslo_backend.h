@@ -295,7 +295,8 @@ typedef struct oslo_backend_iface {
    * dimension; valid < 0 means all). shift [rows] is used by SUM_EXP only.
    * If accumulate is nonzero the result is combined with out[r] by the op's
    * own combiner (+ for SUM and SUM_EXP, max for MAX and MAX_ABS). Rows reduce
-   * in element order with an f32 or wider (the CPU: f64) accumulator.
+   * with an f32 or wider accumulator (the CPU: f64, over 16 interleaved lanes
+   * combined in a fixed order, whatever the thread count).
    */
   oslo_status (*reduce)(void *self, oslo_bk_reduce op, const oslo_bk_view *out,
                         const oslo_bk_view *x, const oslo_bk_view *shift, int64_t valid,

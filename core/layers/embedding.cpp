@@ -207,10 +207,16 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
     if (p.valid > 0) {
       Tensor c = scratch(bk, OSLO_DTYPE_F32, {tokens});
       be.copy(c.data(), coef.data(), coef.size() * 4, CopyKind::HostToDevice);
-      Tensor tmp = scratch(bk, OSLO_DTYPE_F32, {tokens, p.valid});
-      be.binary(OSLO_BK_SUB, view(tmp), columns(x, 0, p.valid), as_column(gm));
-      be.unary(OSLO_BK_EXP, view(tmp), view(tmp));
-      be.binary(OSLO_BK_MUL, columns(g, 0, p.valid), view(tmp), as_column(view(c)));
+      // An f32 gradient holds the intermediate itself; another dtype gets an
+      // f32 scratch (rounding once, at the end). No fresh [tokens, vocab]
+      // buffer for f32: that is hundreds of MB of page faults per step.
+      const View gv = columns(g, 0, p.valid);
+      Tensor tmp;
+      if (g.dtype != OSLO_DTYPE_F32) tmp = scratch(bk, OSLO_DTYPE_F32, {tokens, p.valid});
+      const View t = tmp.defined() ? view(tmp) : gv;
+      be.binary(OSLO_BK_SUB, t, columns(x, 0, p.valid), as_column(gm));
+      be.unary(OSLO_BK_EXP, t, t);
+      be.binary(OSLO_BK_MUL, gv, t, as_column(view(c)));
     }
     be.scatter_add_cols(g, lab, p.start, ignore_index, -scale);
   }

@@ -97,9 +97,9 @@ double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double 
   Backend& be = ctx.backend();
   auto bk = ctx.backend_ptr();
   be.set_num_threads(ctx.num_threads());
-  // One slot per gradient: sum |g|^p (or max |g|) accumulated in f64 by the
-  // backend and rounded once to f32; the slots are then added on the host in
-  // f64 after one copy (a wait point).
+  // One slot per piece of a gradient: sum |g|^p (or max |g|) accumulated in
+  // f64 by the backend and rounded once to f32; the slots are then added on
+  // the host in f64 after one copy (a wait point).
   std::vector<const GradSlice*> counted;
   size_t n_counted = 0;
   for (const auto& e : grads) {
@@ -118,7 +118,18 @@ double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double 
       counted.push_back(&e);
   double local = 0;
   if (!counted.empty()) {
-    Tensor slots = scratch(bk, OSLO_DTYPE_F32, {static_cast<int64_t>(counted.size())});
+    // Pieces of at most kPiece elements (4 MiB: cache-sized, yet few enough
+    // that the backend's per-call costs stay small), each piece's |g|^p
+    // written into one reused scratch buffer and summed from there: no copy
+    // of a whole gradient (a fresh 150 MB buffer costs a page fault per 4 KB
+    // on every call).
+    constexpr int64_t kPiece = int64_t(1) << 20;
+    struct Piece {
+      size_t entry;  // index into counted
+      int64_t offset, n;
+    };
+    std::vector<Piece> pieces;
+    int64_t widest = 0;
     for (size_t i = 0; i < counted.size(); ++i) {
       const Tensor& g = counted[i]->grad;
       const bool whole = i >= n_counted;
@@ -126,21 +137,38 @@ double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double 
       const int64_t offset = whole ? 0 : counted[i]->offset;
       OSLO_CHECK(offset >= 0 && offset + n <= g.numel(), OSLO_ERR_INTERNAL,
                  "clip_grad_norm: a part of '", counted[i]->name, "' outside the tensor");
-      View flat = make_view(static_cast<float*>(g.data()) + offset, OSLO_DTYPE_F32, {1, n});
-      View slot = make_view(static_cast<float*>(slots.data()) + i, OSLO_DTYPE_F32, {1});
+      if (inf) {  // no copy needed: one piece per gradient
+        pieces.push_back(Piece{i, offset, n});
+        continue;
+      }
+      for (int64_t o = 0; o < n || (n == 0 && o == 0); o += kPiece) {
+        const int64_t m = std::min(kPiece, n - o);
+        pieces.push_back(Piece{i, offset + o, m});
+        widest = std::max(widest, m);
+      }
+    }
+    Tensor slots = scratch(bk, OSLO_DTYPE_F32, {static_cast<int64_t>(pieces.size())});
+    Tensor pw;
+    if (!inf) pw = scratch(bk, OSLO_DTYPE_F32, {std::max<int64_t>(widest, 1)});
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const Piece& pc = pieces[k];
+      const Tensor& g = counted[pc.entry]->grad;
+      View flat = make_view(static_cast<float*>(g.data()) + pc.offset, OSLO_DTYPE_F32, {1, pc.n});
+      View slot = make_view(static_cast<float*>(slots.data()) + k, OSLO_DTYPE_F32, {1});
       if (inf) {
         be.reduce(OSLO_BK_REDUCE_MAX_ABS, slot, flat);
       } else {
-        Tensor pw = scratch(bk, OSLO_DTYPE_F32, {1, n});
-        be.unary(OSLO_BK_ABS_POW, view(pw), flat, static_cast<float>(norm_type));
-        be.reduce(OSLO_BK_REDUCE_SUM, slot, view(pw));
+        View pv = make_view(pw.data(), OSLO_DTYPE_F32, {1, pc.n});
+        be.unary(OSLO_BK_ABS_POW, pv, flat, static_cast<float>(norm_type));
+        be.reduce(OSLO_BK_REDUCE_SUM, slot, pv);
       }
     }
-    std::vector<float> host(counted.size());
+    std::vector<float> host(pieces.size());
     be.copy(host.data(), slots.data(), host.size() * 4, CopyKind::DeviceToHost);
-    for (size_t i = 0; i < host.size(); ++i) {
-      const double v = host[i];
-      if (i >= n_counted && std::isfinite(v)) continue;  // searched, not counted: nothing bad
+    for (size_t k = 0; k < host.size(); ++k) {
+      const double v = host[k];
+      // searched, not counted: nothing bad
+      if (pieces[k].entry >= n_counted && std::isfinite(v)) continue;
       local = inf ? (std::isnan(v) ? v : std::max(local, v)) : local + v;
     }
   }

@@ -507,6 +507,34 @@ void test_elementwise(const std::shared_ptr<Backend>& be) {
     }
     check(bad == 0, fmt("%d of %lld values off", bad, static_cast<long long>(n)));
   }
+  // exp over f32's whole range, element by element: overflow to inf above
+  // ln(FLT_MAX), the denormals below -87.3 and 0 below -103.97, the
+  // specials. A value may be off by 1e-6 of itself (a few ulp) or 1e-44 (a
+  // denormal's last place). The length (2020 + 12) is no multiple of 8 or
+  // 16: the tail of a vector path is covered.
+  {
+    g_case = "unary exp f32 wide range";
+    std::vector<double> hx = {0.0,       -0.0,   1e-30, -1e-30, 1.0,  -1.0,  88.5,
+                              88.7,      88.8,   1e4,   -1e4,   NAN,  -87.5, INFINITY,
+                              -INFINITY, -103.9, -104,  -105,   -150, -1e30, 1e30};
+    for (int i = 0; i < 2011; ++i) hx.push_back(quant(-110.0 + 0.0995 * i, OSLO_DTYPE_F32));
+    const int64_t n = static_cast<int64_t>(hx.size());
+    Dev x(be, OSLO_DTYPE_F32, {n}), o(be, OSLO_DTYPE_F32, {n});
+    x.upload(hx);
+    be->unary(OSLO_BK_EXP, o.v, x.v, 0.f);
+    const auto got = o.download();
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = static_cast<float>(hx[static_cast<size_t>(i)]);
+      const double r = static_cast<float>(std::exp(xi));  // inf where f32 overflows
+      const double g = got[static_cast<size_t>(i)];
+      const bool ok = std::isnan(r)   ? std::isnan(g)
+                      : std::isinf(r) ? g == r
+                                      : std::fabs(g - r) <= 1e-6 * r + 1e-44;
+      if (!ok && bad++ < 5) check(false, fmt("x %g: got %.9g, want %.9g", xi, g, r));
+    }
+    check(bad == 0, fmt("%d of %lld values off", bad, static_cast<long long>(n)));
+  }
   const oslo_bk_unary grads[] = {OSLO_BK_SCALE, OSLO_BK_GELU, OSLO_BK_GELU_TANH,
                                  OSLO_BK_SILU,  OSLO_BK_RELU, OSLO_BK_TANH};
   for (oslo_dtype dt : kFloats)
@@ -610,6 +638,39 @@ void test_reduce(const std::shared_ptr<Backend>& be) {
     check(std::fabs(out.download()[0] - s) <= 1e-6 * std::max(1.0, std::fabs(s)),
           fmt("sum %g vs %g", out.download()[0], s));
   }
+  // SUM_EXP over rows whose terms span f32's range (exp(x - shift) from
+  // e^-140, which underflows to 0, up to e^80), with -inf elements (masked
+  // logits: 0), rows of 37 and 1000 elements (vector tails) and one longer
+  // than a 64 K piece.
+  for (int64_t cols : {int64_t(37), int64_t(1000), int64_t(200003)}) {
+    g_case = fmt("reduce sum_exp wide range cols %lld", static_cast<long long>(cols));
+    const int64_t R = cols > 100000 ? 1 : 3;
+    std::vector<double> hx(static_cast<size_t>(R * cols)), hs(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) {
+      double mx = -INFINITY;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double v = c % 7 == 3 ? -INFINITY : quant(70.0 * rnd() + 20.0, OSLO_DTYPE_F32);
+        hx[r * cols + c] = v;
+        mx = std::max(mx, v);
+      }
+      hs[r] = quant(r == 2 ? mx - 80.0 : mx, OSLO_DTYPE_F32);
+    }
+    Dev x(be, OSLO_DTYPE_F32, {R, cols}), shift(be, OSLO_DTYPE_F32, {R}),
+        out(be, OSLO_DTYPE_F32, {R});
+    x.upload(hx);
+    shift.upload(hs);
+    be->reduce(OSLO_BK_REDUCE_SUM_EXP, out.v, x.v, &shift.v, -1, false);
+    std::vector<double> ref(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) {
+      double v = 0;
+      for (int64_t c = 0; c < cols; ++c) v += std::exp(hx[r * cols + c] - hs[r]);
+      ref[r] = v;
+    }
+    const auto got = out.download();
+    for (int64_t r = 0; r < R; ++r)
+      check(std::fabs(got[r] - ref[r]) <= 2e-6 * ref[r],
+            fmt("row %lld: %.9g vs %.9g", static_cast<long long>(r), got[r], ref[r]));
+  }
   g_case = "reduce max NaN";
   {
     Dev x(be, OSLO_DTYPE_F32, {1, 4});
@@ -688,6 +749,31 @@ void test_softmax_norm(const std::shared_ptr<Backend>& be) {
           check(ok_, fmt("backward err %g", e));
         }
       }
+  // Long rows with a wide range of scores (probabilities from 1 down to
+  // underflow), -inf mask entries and causal limits that are no multiple of
+  // a vector's width.
+  {
+    g_case = "softmax f32 long rows";
+    const int64_t Q = 5, K = 300, off = 150;
+    Dev x(be, OSLO_DTYPE_F32, {Q, K}), y(be, OSLO_DTYPE_F32, {Q, K}), mask(be, OSLO_DTYPE_F32, {K});
+    auto hx = random_in(static_cast<size_t>(Q * K), OSLO_DTYPE_F32, 60.0);
+    x.upload(hx);
+    std::vector<double> hm(static_cast<size_t>(K), 0.0);
+    for (int64_t k = 0; k < K; k += 11) hm[k] = -INFINITY;
+    mask.upload(hm);
+    be->softmax(y.v, x.v, &mask.v, 1.0f, true, off);
+    std::vector<double> ref(hx.size(), 0.0);
+    for (int64_t q = 0; q < Q; ++q) {
+      const int64_t lim = std::min<int64_t>(K, q + off + 1);
+      double mx = -INFINITY, sum = 0;
+      for (int64_t k = 0; k < lim; ++k) mx = std::max(mx, hx[q * K + k] + hm[k]);
+      for (int64_t k = 0; k < lim; ++k) sum += std::exp(hx[q * K + k] + hm[k] - mx);
+      for (int64_t k = 0; k < lim; ++k) ref[q * K + k] = std::exp(hx[q * K + k] + hm[k] - mx) / sum;
+    }
+    double e;
+    const bool ok_ = close(y.download(), ref, 1e-5, &e);
+    check(ok_, fmt("err %g", e));
+  }
   for (oslo_dtype dt : kFloats)
     for (int rms = 0; rms < 2; ++rms) {
       g_case = fmt("norm %s rms %d", dtype_name(dt), rms);
