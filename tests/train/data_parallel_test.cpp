@@ -56,6 +56,7 @@
 #include "tests/common/grad_check.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
+#include "tests/common/train_loop.hpp"
 
 using namespace oslo;
 
@@ -107,27 +108,9 @@ struct Args {
 };
 
 TrainerOptions options(const Args& a, int accum) {
-  TrainerOptions t;
-  t.scaler.enabled = a.dtype == OSLO_DTYPE_F16;
-  t.optimizer.weight_decay = 0.01;
-  t.total_steps = kSteps;
-  t.grad_accum_steps = accum;
-  t.max_grad_norm = 1.0;
+  TrainerOptions t = oslo_test::loop_trainer_options(a.opt, a.dtype, accum, kSteps);
   t.data_parallel.zero_stage = a.zero;
   t.data_parallel.bucket_bytes = a.bucket;
-  if (a.opt == "adamw") {
-    t.optimizer.kind = OptimizerKind::ADAMW;
-    t.optimizer.lr = 2e-3;
-    t.schedule = ScheduleKind::COSINE;
-    t.warmup_steps = 3;
-  } else {
-    t.optimizer.kind = OptimizerKind::SGD;
-    t.optimizer.lr = 0.05;
-    t.optimizer.momentum = 0.9;
-    t.optimizer.nesterov = true;
-    t.schedule = ScheduleKind::LINEAR;
-    t.warmup_steps = 2;
-  }
   return t;
 }
 

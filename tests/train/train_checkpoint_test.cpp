@@ -56,6 +56,7 @@
 #include "tests/common/grad_check.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
+#include "tests/common/train_loop.hpp"
 
 using namespace oslo;
 using json = nlohmann::json;
@@ -102,26 +103,7 @@ struct Data {
 oslo_dtype g_dtype = OSLO_DTYPE_F32;
 
 TrainerOptions trainer_options(const std::string& opt) {
-  TrainerOptions t;
-  t.scaler.enabled = g_dtype == OSLO_DTYPE_F16;
-  t.optimizer.weight_decay = 0.01;
-  t.total_steps = kSteps;
-  t.grad_accum_steps = kAccum;
-  t.max_grad_norm = 1.0;
-  if (opt == "adamw") {
-    t.optimizer.kind = OptimizerKind::ADAMW;
-    t.optimizer.lr = 2e-3;
-    t.schedule = ScheduleKind::COSINE;
-    t.warmup_steps = 3;
-  } else {
-    t.optimizer.kind = OptimizerKind::SGD;
-    t.optimizer.lr = 0.05;
-    t.optimizer.momentum = 0.9;
-    t.optimizer.nesterov = true;
-    t.schedule = ScheduleKind::LINEAR;
-    t.warmup_steps = 2;
-  }
-  return t;
+  return oslo_test::loop_trainer_options(opt, g_dtype, kAccum, kSteps);
 }
 
 std::unique_ptr<Model> load_model(Context& ctx, const std::string& dir) {
