@@ -97,8 +97,11 @@ int main(int argc, char** argv) {
     // Memory per rank against the ZeRO formula for this dtype (f32
     // gradients): parameters P bytes, gradients 4 psi (stage 2: 4 psi / N),
     // AdamW's moments 8 psi and f32 masters of narrower parameters (stages
-    // 1, 2: / N), plus the activations (the blocks' and the head's logits
-    // and their gradient).
+    // 1, 2: / N), plus the activations (the blocks' and the head's logits,
+    // whose buffer their gradient reuses). ZeRO-3 also holds one unit whole
+    // with its full gradient while it runs: DeepSpeed's memory estimator
+    // (estimate_zero3_model_states_mem_needs) adds this largest layer's
+    // parameters and gradients; reported as a separate term.
     double psi = 0, pbytes = 0, master = 0;
     for (const auto& p : m->tensors()) {
       psi += static_cast<double>(p.tensor.numel());
@@ -111,10 +114,24 @@ int main(int argc, char** argv) {
     // ZeRO-3: f32 masters of every parameter's part instead of the
     // parameters (the gathered block comes and goes with the activations).
     if (zero == 3) pbytes = 4 * psi / N;
+    double largest_unit = 0;
+    if (zero == 3) {
+      std::vector<double> unit_bytes;
+      const std::vector<int> units = m->param_units();
+      for (size_t i = 0; i < units.size(); ++i) {
+        const auto& t = m->tensors()[i].tensor;
+        if (static_cast<size_t>(units[i]) >= unit_bytes.size())
+          unit_bytes.resize(static_cast<size_t>(units[i]) + 1, 0);
+        unit_bytes[static_cast<size_t>(units[i])] +=
+            static_cast<double>(t.nbytes()) + 4.0 * static_cast<double>(t.numel());
+      }
+      for (double b : unit_bytes) largest_unit = std::max(largest_unit, b);
+    }
     const int64_t vocab_local = (V + tp - 1) / tp;
-    const double head = 2.0 * static_cast<double>(n) * static_cast<double>(vocab_local) * 4;
+    const double head = static_cast<double>(n) * static_cast<double>(vocab_local) * 4;
     const double blocks = static_cast<double>(m->saved_activation_bytes());
     const double expected = pbytes + grads + state + blocks + head;
+    const double with_unit = expected + largest_unit;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;
@@ -124,11 +141,13 @@ int main(int argc, char** argv) {
           "\"bucket_mb\": %g, \"buckets\": %zu, \"threads\": %d, \"seq\": %lld, \"batch\": %lld, "
           "\"step_s\": %.3f, \"tokens_per_s\": %.1f, \"exposed_after_backward_s\": %.4f, "
           "\"loss\": %.4f, \"peak_rss_mib\": %.1f, \"expected_mib\": %.1f, "
-          "\"formula_mib\": %.1f, \"activations_mib\": %.1f, \"peak_over_expected\": %.3f}\n",
+          "\"formula_mib\": %.1f, \"activations_mib\": %.1f, \"peak_over_expected\": %.3f, "
+          "\"largest_unit_mib\": %.1f, \"peak_over_expected_with_unit\": %.3f}\n",
           dtype_name(dtype), tp, dp, zero, bucket_mb, d.buckets().size(), threads,
           static_cast<long long>(seq), static_cast<long long>(batch), best,
           static_cast<double>(n) * dp / best, exposed, loss, peak / 1048576.0, expected / 1048576.0,
-          (pbytes + grads + state) / 1048576.0, (blocks + head) / 1048576.0, peak / expected);
+          (pbytes + grads + state) / 1048576.0, (blocks + head) / 1048576.0, peak / expected,
+          largest_unit / 1048576.0, peak / with_unit);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_dp: %s\n", e.what());
     return 1;

@@ -5,7 +5,9 @@
 # the bucketed reduction, clipping, AdamW). Rows, interleaved in the same
 # order every round, each a fresh process (one untimed step, then one
 # timed):
-#   DP=1, 1 thread | DP=2 (oslo-run, 2 processes x 1 thread) ZeRO-0 with
+#   DP=1, 1 thread | two DP=1 processes at once (the control: what
+#   sharing the two cores and the memory costs with no reduction at all) |
+#   DP=2 (oslo-run, 2 processes x 1 thread) ZeRO-0 with
 #   buckets of 25 MiB, 5 MiB and 100 MiB | DP=2 ZeRO-1 | ZeRO-2 | ZeRO-3
 # Each line: step time, tokens/s over both ranks, the reduction left
 # exposed after the backward, peak RSS per rank against the ZeRO formula
@@ -36,6 +38,18 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(date 
 for r in $(seq "$rounds"); do
   echo "== round $r of $rounds"
   row "DP=1, 1 thread" "$bin" "$m" "${args[@]}"
+  # The control: two independent DP=1 processes sharing the machine; the
+  # slower one's step.
+  "$bin" "$m" "${args[@]}" >"$out/dp-pair-a" 2>>"$out/dp-log" &
+  "$bin" "$m" "${args[@]}" >"$out/dp-pair-b" 2>>"$out/dp-log"
+  wait
+  "$py" - "$out/dp-pair-a" "$out/dp-pair-b" <<'PY' | tee -a "$out/dp-results.jsonl"
+import json, sys
+js = [json.loads(l) for f in sys.argv[1:] for l in open(f) if l.startswith("{")]
+j = max(js, key=lambda j: j["step_s"])
+j = {"row": "2 x DP=1 at once (no reduction)", **j}
+print(json.dumps(j))
+PY
   for mb in 25 5 100; do
     row "DP=2 ZeRO-0, ${mb} MiB buckets" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
       --bucket-mb "$mb"
@@ -51,8 +65,8 @@ for line in open(sys.argv[1]):
     j = json.loads(line)
     rows.setdefault(j["row"], []).append(j)
 base = [j["step_s"] for j in rows.get("DP=1, 1 thread", [])]
-print("| row | rounds | step s best | median | step / DP=1 step (median) | exposed after backward s (median) | peak RSS MiB | expected MiB | peak / expected |")
-print("| --- | --: | --: | --: | --: | --: | --: | --: | --: |")
+print("| row | rounds | step s best | median | step / DP=1 step (median) | exposed after backward s (median) | peak RSS MiB | expected MiB | peak / expected | largest unit MiB | peak / (expected + unit) |")
+print("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
 for name, js in rows.items():
     s = sorted(j["step_s"] for j in js)
     med = statistics.median(s)
@@ -60,5 +74,6 @@ for name, js in rows.items():
     ex = statistics.median(j["exposed_after_backward_s"] for j in js)
     last = js[-1]
     print(f"| {name} | {len(js)} | {s[0]:.2f} | {med:.2f} | {ratio:.3f} | {ex:.3f} | "
-          f"{last['peak_rss_mib']:.0f} | {last['expected_mib']:.0f} | {last['peak_over_expected']:.3f} |")
+          f"{last['peak_rss_mib']:.0f} | {last['expected_mib']:.0f} | {last['peak_over_expected']:.3f} | "
+          f"{last['largest_unit_mib']:.0f} | {last['peak_over_expected_with_unit']:.3f} |")
 PY

@@ -149,12 +149,17 @@ class Model : public CausalLM {
   void set_agree_over_data(bool on) { agree_over_data_ = on; }
   // ZeRO-3 (core/train/data_parallel): the parameters of each unit (0: the
   // embeddings, final norm and head; 1 + l: block l) are gathered by
-  // `hook(unit, true)` just before loss_backward and hidden_backward use
-  // them (the forward and again the backward of each block) and released
-  // by `hook(unit, false)` after. While `partitioned`, inference and
-  // Model::save refuse (OSLO_ERR_NOT_SUPPORTED): the parameters live in
-  // the optimizer's partitions.
-  void set_param_hook(std::function<void(int unit, bool acquire)> hook, bool partitioned) {
+  // `hook(unit, true, next)` just before loss_backward and hidden_backward
+  // use them and released by `hook(unit, false, -1)` after: unit 0 from the
+  // embedding to the head's backward, each block for its forward and again
+  // for its backward (the last block once, for both). An acquisition of a
+  // unit already held is allowed; `next` is the unit the pass acquires
+  // after this one (-1: none), for the hook to start gathering it early.
+  // While `partitioned`, inference and Model::save refuse
+  // (OSLO_ERR_NOT_SUPPORTED): the parameters live in the optimizer's
+  // partitions.
+  void set_param_hook(std::function<void(int unit, bool acquire, int next)> hook,
+                      bool partitioned) {
     param_hook_ = std::move(hook);
     partitioned_ = partitioned;
   }
@@ -233,7 +238,7 @@ class Model : public CausalLM {
   std::function<void(int)> backward_hook_;
   const void* hook_owner_ = nullptr;
   bool agree_over_data_ = false;
-  std::function<void(int, bool)> param_hook_;
+  std::function<void(int, bool, int)> param_hook_;
   bool partitioned_ = false;
   void check_whole(const char* what) const;
   // Generation state.

@@ -48,6 +48,8 @@ void Model::zero_grad() {
 }
 
 void Model::release_grads(const std::vector<size_t>& params) {
+  // Before any gradient exists: one slot per parameter, none allocated.
+  if (grads_.empty()) grads_.resize(params_.size());
   for (size_t i : params) {
     OSLO_CHECK(i < grads_.size(), OSLO_ERR_INVALID_ARGUMENT, "model: gradient index ", i,
                " is out of range (", grads_.size(), " gradients)");
@@ -254,9 +256,12 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   if (verdict) std::rethrow_exception(verdict);
   if (!param_hook_) check_whole("training without its ZeRO-3 optimizer");
   if (grads_.empty()) zero_grad();
-  // ZeRO-3: the embeddings, final norm and head for the whole pass, each
-  // block while it runs.
-  if (param_hook_) param_hook_(0, true);
+  // ZeRO-3: the embeddings, final norm and head from the embedding to the
+  // head's backward, each block while it runs (the last one from its
+  // forward through its backward). Each acquisition names the unit the pass
+  // needs next, which the hook may start gathering now.
+  const int nl = static_cast<int>(layers_.size());
+  if (param_hook_) param_hook_(0, true, nl > 0 ? 1 : -1);
 
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
@@ -464,9 +469,10 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   };
   size_t kept = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (param_hook_) param_hook_(1 + static_cast<int>(l), true);
+    const int unit = 1 + static_cast<int>(l);
+    if (param_hook_) param_hook_(unit, true, unit < nl ? unit + 1 : -1);
     Tensor out = block_forward(l, x, saved[l]);
-    if (param_hook_) param_hook_(1 + static_cast<int>(l), false);
+    if (param_hook_ && unit < nl) param_hook_(unit, false, -1);
     if (checkpoint_activations_) {  // only the block's input
       Saved keep;
       keep.x_in = x;
@@ -486,9 +492,10 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   if (labels_in) {
     Tensor logits = f32({BS, vocab_local_});
     linear(be, bp, view(logits), view(hf), lm_head_, nullptr);
-    dlogits = f32({BS, vocab_local_});
+    // The gradient overwrites the logits: no second [tokens, vocab] buffer.
     vocab_parallel_cross_entropy(ctx_, logits, lab_t, cfg_.vocab_size, -100, nullptr, &loss,
-                                 &dlogits);
+                                 &logits);
+    dlogits = logits;
     if (agree_over_data_ && ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
       // A non-finite loss on one data rank stops them all before the
       // gradient reduction.
@@ -593,8 +600,12 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
     dhf = f32({BS, H});
     const View dh = view(dhf);
     linear_bw(view(dlogits), view(hf), lm_head_, nullptr, &dh, false);
+    dlogits = Tensor();
     reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dhf));
   }
+  // The embedding's backward reads no weight of unit 0 that ZeRO-3
+  // partitions (only its 1-D norm).
+  if (param_hook_) param_hook_(0, false, -1);
   Tensor dx = f32({BS, H});  // gradient of the residual stream
   if (norm_w_.defined())
     norm_bw(view(dx), view(x), norm_w_, norm_b_, view(dhf), false);
@@ -605,7 +616,10 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   for (size_t li = layers_.size(); li-- > 0;) {
     Layer& L = *layers_[li];
     Saved& sv = saved[li];
-    if (param_hook_) param_hook_(1 + static_cast<int>(li), true);
+    if (param_hook_) {  // the last block is still held from its forward
+      const int unit = 1 + static_cast<int>(li);
+      param_hook_(unit, true, unit > 1 ? unit - 1 : -1);
+    }
     if (checkpoint_activations_) {
       const Tensor x_in = sv.x_in;
       block_forward(li, x_in, sv);  // recompute what the forward dropped
@@ -779,7 +793,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
       norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, view(dh1), true);
     }
     sv = Saved{};  // this block's activations are no longer needed
-    if (param_hook_) param_hook_(1 + static_cast<int>(li), false);
+    if (param_hook_) param_hook_(1 + static_cast<int>(li), false, -1);
     if (backward_hook_) backward_hook_(static_cast<int>(layers_.size() - li));
   }
   // Embeddings: the norm over their sum, the token table's local rows, the
@@ -798,7 +812,6 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
     be.scatter_add_rows(view(grad_of(wte_)), view(ids_t), view(dx), vocab_start_);
   }
   if (wpe_.defined()) be.scatter_add_rows(view(grad_of(wpe_)), view(pos_t), view(dx), 0);
-  if (param_hook_) param_hook_(0, false);
   if (backward_hook_) backward_hook_(static_cast<int>(layers_.size()) + 1);
   return loss;
 }

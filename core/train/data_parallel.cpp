@@ -88,6 +88,11 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
   // (norms, biases) stay whole, as DeepSpeed's persistence threshold keeps
   // small parameters.
   units_ = model.param_units();
+  const int n_units = units_.empty() ? 0 : 1 + *std::max_element(units_.begin(), units_.end());
+  unit_state_.assign(static_cast<size_t>(n_units), UnitState::kReleased);
+  unit_handed_.assign(static_cast<size_t>(n_units), 0);
+  unit_finished_.assign(static_cast<size_t>(n_units), 0);
+  unit_done_.assign(static_cast<size_t>(n_units), false);
   partitioned_.assign(params.size(), false);
   if (o.zero_stage == 3)
     for (size_t i = 0; i < params.size(); ++i)
@@ -123,6 +128,7 @@ void DataParallel::begin_backward(bool first, bool last) {
   std::fill(timing_.started.begin(), timing_.started.end(), 0.0);
   std::fill(timing_.finished.begin(), timing_.finished.end(), 0.0);
   timing_.backward_end = timing_.waited_until = 0;
+  timing_.acquires.clear();
   {
     std::lock_guard<std::mutex> lk(mu_);
     handed_ = finished_ = 0;
@@ -152,21 +158,22 @@ void DataParallel::hand_over(size_t b) {
   ctx_.backend().synchronize();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back(b);
+    queue_.push_back(Task{false, b});
     ++handed_;
+    ++busy_;
   }
   cv_.notify_all();
 }
 
 void DataParallel::worker() {
   for (;;) {
-    size_t b;
+    Task task;
     bool skip;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop_ and nothing left
-      b = queue_.front();
+      task = queue_.front();
       queue_.pop_front();
       skip = error_ != nullptr;
     }
@@ -174,17 +181,26 @@ void DataParallel::worker() {
     std::exception_ptr err;
     if (!skip) {
       try {
-        reduce_bucket(b, !first_);
+        if (task.prefetch)
+          gather_unit(static_cast<int>(task.index), ctx_.grad_comm());
+        else
+          reduce_bucket(task.index, !first_);
       } catch (...) {
         err = std::current_exception();
       }
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
-      timing_.started[b] = t;
-      timing_.finished[b] = now();
+      if (task.prefetch) {
+        unit_finished_[task.index] = now();
+        unit_done_[task.index] = true;
+      } else {
+        timing_.started[task.index] = t;
+        timing_.finished[task.index] = now();
+        ++finished_;
+      }
       if (err && !error_) error_ = err;
-      ++finished_;
+      --busy_;
     }
     cv_.notify_all();
   }
@@ -252,7 +268,7 @@ void DataParallel::release_finished() {
 void DataParallel::wait_all() {
   if (!background_) return;
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return finished_ == handed_; });
+  cv_.wait(lk, [&] { return busy_ == 0; });
 }
 
 void DataParallel::end_backward() {
@@ -288,8 +304,11 @@ void DataParallel::abandon() noexcept {
     wait_all();
   } catch (...) {
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  pending_.clear();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.clear();
+  }
+  release_units();
 }
 
 void DataParallel::reduce_now() {
@@ -321,12 +340,14 @@ View DataParallel::grad_view(size_t i) const {
 
 void DataParallel::gather_parameters(const std::vector<View>& values) {
   if (o_.zero_stage == 3) {
-    // The partitioned parameters are gathered when next used; the whole
-    // (1-D) ones now.
+    // The partitioned parameters are gathered when next used (a unit still
+    // held has the old values: freed); the whole (1-D) ones now.
+    release_units();
     for (size_t i = 0; i < values.size(); ++i) {
       if (partitioned_[i] || model_.tensors()[i].tensor.numel() == 0) continue;
       const Tensor& p = model_.tensors()[i].tensor;
-      gather_one(i, values[i], make_view(p.data(), p.dtype(), {p.numel()}));
+      gather_one(i, values[i], make_view(p.data(), p.dtype(), {p.numel()}),
+                 ctx_.comm(OSLO_GROUP_DATA));
     }
     return;
   }
@@ -377,7 +398,7 @@ void DataParallel::gather(const std::vector<View>& values, const std::vector<Vie
   }
 }
 
-void DataParallel::gather_one(size_t i, const View& part_values, const View& out) {
+void DataParallel::gather_one(size_t i, const View& part_values, const View& out, Communicator& c) {
   const auto& params = model_.tensors();
   const OwnedRange& w = owned_[i];
   const GradBucket& k = buckets_[w.bucket];
@@ -394,8 +415,7 @@ void DataParallel::gather_one(size_t i, const View& part_values, const View& out
             CopyKind::DeviceToDevice);
   Tensor all = scratch(bp, OSLO_DTYPE_F32, {part * n_});
   if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
-  ctx_.comm(OSLO_GROUP_DATA)
-      .all_gather(send.data(), all.data(), static_cast<size_t>(part), OSLO_DTYPE_F32);
+  c.all_gather(send.data(), all.data(), static_cast<size_t>(part), OSLO_DTYPE_F32);
   // The parts in rank order are the parameter's elements in order.
   be.convert(out, make_view(all.data(), OSLO_DTYPE_F32, {m}));
 }
@@ -412,18 +432,87 @@ void DataParallel::discard_partitioned() {
     if (partitioned_[i]) storage_discard(*model_.tensors()[i].tensor.storage());
 }
 
-void DataParallel::acquire(int unit, bool on) {
+void DataParallel::set_unit_memory(int u, bool on) {
   const auto& params = model_.tensors();
   for (size_t i = 0; i < params.size(); ++i) {
-    if (!partitioned_[i] || units_[i] != unit) continue;
+    if (!partitioned_[i] || units_[i] != u) continue;
     Storage& st = *params[i].tensor.storage();
-    if (!on) {
+    if (on)
+      storage_reallocate(st);
+    else
       storage_discard(st);
-      continue;
-    }
-    storage_reallocate(st);
+  }
+}
+
+void DataParallel::gather_unit(int u, Communicator& c) {
+  const auto& params = model_.tensors();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!partitioned_[i] || units_[i] != u) continue;
     const Tensor& p = params[i].tensor;
-    gather_one(i, sources_.at(i), make_view(p.data(), p.dtype(), {p.numel()}));
+    gather_one(i, sources_.at(i), make_view(p.data(), p.dtype(), {p.numel()}), c);
+  }
+}
+
+void DataParallel::acquire(int unit, bool on, int next) {
+  const int n_units = static_cast<int>(unit_state_.size());
+  OSLO_CHECK(unit >= 0 && unit < n_units && next < n_units, OSLO_ERR_INTERNAL,
+             "data parallel: unit ", unit, " (next ", next, ") of ", n_units);
+  const size_t u = static_cast<size_t>(unit);
+  if (!on) {
+    if (unit_state_[u] == UnitState::kHeld) {
+      set_unit_memory(unit, false);
+      unit_state_[u] = UnitState::kReleased;
+    }
+    return;
+  }
+  if (unit_state_[u] != UnitState::kHeld) {
+    Timing::Acquire ev;
+    ev.unit = unit;
+    ev.needed = now();
+    if (unit_state_[u] == UnitState::kQueued) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return bool(unit_done_[u]); });
+      ev.handed = unit_handed_[u];
+      ev.finished = unit_finished_[u];
+      if (error_) {
+        // The memory stays allocated and unused until the next release.
+        unit_state_[u] = UnitState::kHeld;
+        std::rethrow_exception(error_);
+      }
+    } else {
+      set_unit_memory(unit, true);
+      unit_state_[u] = UnitState::kHeld;  // released by release_units if this throws
+      gather_unit(unit, ctx_.comm(OSLO_GROUP_DATA));
+      ev.finished = now();
+    }
+    unit_state_[u] = UnitState::kHeld;
+    timing_.acquires.push_back(ev);
+  }
+  if (next < 0 || !background_ || unit_state_[static_cast<size_t>(next)] != UnitState::kReleased)
+    return;
+  const size_t v = static_cast<size_t>(next);
+  set_unit_memory(next, true);
+  unit_state_[v] = UnitState::kQueued;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    unit_done_[v] = false;
+    unit_handed_[v] = now();
+    queue_.push_back(Task{true, v});
+    ++busy_;
+  }
+  cv_.notify_all();
+}
+
+void DataParallel::release_units() {
+  if (o_.zero_stage != 3) return;
+  try {
+    wait_all();  // a prefetch in flight writes into its unit
+  } catch (...) {
+  }
+  for (size_t u = 0; u < unit_state_.size(); ++u) {
+    if (unit_state_[u] == UnitState::kReleased) continue;
+    set_unit_memory(static_cast<int>(u), false);
+    unit_state_[u] = UnitState::kReleased;
   }
 }
 

@@ -34,8 +34,11 @@
 // the optimizer's f32 masters of the owned parts; the model gathers a
 // unit's (a block's, or the embeddings' and head's) just before using it,
 // in the forward and again in the backward, and frees it after
-// (Model::set_param_hook). Not yet: prefetching the next block's gather
-// behind the current block's compute.
+// (Model::set_param_hook). When it gathers a unit it hands the gather of
+// the unit the model names as next to the communication thread, so that
+// the next block's parameters arrive while this one computes (DeepSpeed's
+// prefetch, one unit ahead); only the first unit of a pass is gathered on
+// the calling thread.
 //
 // Every method is called by one thread (the model's); collective over the
 // data-parallel group where it says so.
@@ -145,9 +148,15 @@ class DataParallel {
   // optimizer took its masters).
   void discard_partitioned();
   // ZeRO-3, the model's parameter hook: gathers the partitioned parameters
-  // of `unit` (Model::param_units) from every data rank's part (`on`), or
-  // frees them. Collective over the data group.
-  void acquire(int unit, bool on);
+  // of `unit` (Model::param_units) from every data rank's part (`on`; at
+  // once when a prefetch holds them or is bringing them, else now), or
+  // frees them; with `on`, starts gathering unit `next` (>= 0) on the
+  // communication thread. Collective over the data group (the same calls
+  // in the same order on every data rank).
+  void acquire(int unit, bool on, int next = -1);
+  // ZeRO-3: frees every gathered unit (after waiting for a prefetch in
+  // flight); the next use gathers the current values again.
+  void release_units();
   // Whether parameter i is partitioned (ZeRO-3, two or more dimensions).
   bool partitioned(size_t i) const { return partitioned_.at(i); }
   // The gradient tensors the update reads, for scaling and clipping:
@@ -165,6 +174,15 @@ class DataParallel {
   struct Timing {
     std::vector<double> handed, started, finished;
     double backward_end = 0, waited_until = 0;
+    // ZeRO-3, per acquisition of a unit the pass did not hold: the unit,
+    // when the model asked for it, when its gather was handed to the
+    // communication thread (0: gathered then, on the calling thread) and
+    // when that gather finished.
+    struct Acquire {
+      int unit = 0;
+      double needed = 0, handed = 0, finished = 0;
+    };
+    std::vector<Acquire> acquires;
   };
   const Timing& timing() const { return timing_; }
   // Whether a communication thread runs the reductions.
@@ -181,8 +199,17 @@ class DataParallel {
   std::vector<int> units_;         // Model::param_units
   std::vector<bool> partitioned_;  // stage 3
   std::vector<View> sources_;      // stage 3
-  // All-gathers parameter i's parts (this rank's from part_values) into out.
-  void gather_one(size_t i, const View& part_values, const View& out);
+  // Stage 3, per unit: released, being gathered by the thread, or held.
+  enum class UnitState { kReleased, kQueued, kHeld };
+  std::vector<UnitState> unit_state_;
+  std::vector<double> unit_handed_, unit_finished_;  // of the last prefetch
+  std::vector<bool> unit_done_;                      // its gather finished
+  // All-gathers parameter i's parts (this rank's from part_values) into
+  // out over communicator c.
+  void gather_one(size_t i, const View& part_values, const View& out, Communicator& c);
+  // Gathers unit u's partitioned parameters (allocated) over c.
+  void gather_unit(int u, Communicator& c);
+  void set_unit_memory(int u, bool on);
   bool reduced_ = false, armed_ = false, first_ = true;
   size_t next_ = 0;  // next bucket to hand over in this backward
   size_t done_ = 0;  // buckets released so far (stage 2)
@@ -195,8 +222,14 @@ class DataParallel {
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<size_t> queue_;
-  size_t finished_ = 0, handed_ = 0;
+  // Tasks in order: a bucket's reduction, or (prefetch) a unit's gather.
+  struct Task {
+    bool prefetch = false;
+    size_t index = 0;
+  };
+  std::deque<Task> queue_;
+  size_t finished_ = 0, handed_ = 0;  // buckets
+  size_t busy_ = 0;                   // tasks queued or running
   bool stop_ = false;
   std::exception_ptr error_;
   // Stage 2, accumulating micro-batches: reduced sums for end_backward to

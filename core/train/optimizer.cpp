@@ -76,7 +76,9 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o,
                    owned[i].second <= model.tensors()[i].tensor.numel(),
                OSLO_ERR_INTERNAL, "optimizer: owned range of ", model.tensors()[i].placement.name,
                " outside the tensor");
-  if (model.grads().empty()) model.zero_grad();
+  // Partitioned (ZeRO), the optimizer reads the gradients it is handed; the
+  // full ones are made by the backward when needed (ZeRO-2 never holds all).
+  if (model.grads().empty() && !partitioned()) model.zero_grad();
   const auto& bp = model.context().backend_ptr();
   Backend& be = model.context().backend();
   // f32 masters of the parameters held in a narrower dtype (the widening is

@@ -63,7 +63,8 @@ Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
     for (size_t i = 0; i < model.tensors().size(); ++i) sources.push_back(opt_->master_view(i));
     dp_->set_sources(sources);
     dp_->discard_partitioned();
-    model.set_param_hook([d = dp_.get()](int unit, bool on) { d->acquire(unit, on); }, true);
+    model.set_param_hook(
+        [d = dp_.get()](int unit, bool on, int next) { d->acquire(unit, on, next); }, true);
   }
   model.set_agree_over_data(dp_->size() > 1);
 }

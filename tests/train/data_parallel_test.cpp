@@ -142,8 +142,7 @@ std::vector<std::vector<float>> params_of(Context& ctx, Trainer& tr) {
   if (dp->zero_stage() == 3)
     for (int u = 0; u < units; ++u) dp->acquire(u, true);
   std::vector<std::vector<float>> out = params_of(ctx, tr.model());
-  if (dp->zero_stage() == 3)
-    for (int u = 0; u < units; ++u) dp->acquire(u, false);
+  if (dp->zero_stage() == 3) dp->release_units();
   return out;
 }
 
@@ -452,6 +451,48 @@ void overlap(const std::string& fixture) {
     for (const GradBucket& b : dp.buckets())
       order.insert(order.end(), b.params.begin(), b.params.end());
     orders[static_cast<size_t>(r)] = order;
+    {
+      // ZeRO-3 prefetch: a pass gathers only its first unit (the
+      // embeddings) on the calling thread; each block's gather is handed to
+      // the communication thread when the unit before it is acquired, before
+      // the model needs the block (the last block is held from its forward
+      // through its backward).
+      Args z = a;
+      z.zero = 3;
+      Trainer z3(*m, options(z, 1));
+      const DataParallel& dz = *z3.data_parallel();
+      const int blocks = m->backward_stages() - 2;
+      for (int step = 0; step < 3; ++step) {
+        const int64_t i = step * 2 + r;
+        z3.train_step(d.part(d.ids, i), d.part(d.labels, i), d.part(d.mask, i), d.B, d.S);
+        const auto& acq = dz.timing().acquires;
+        std::string seq;
+        size_t sync = 0;
+        double ahead = 0;
+        for (const auto& e : acq) {
+          seq += " " + std::to_string(e.unit) + (e.handed > 0 ? "p" : "s");
+          if (e.handed == 0) {
+            ++sync;
+            continue;
+          }
+          EXPECT(e.handed < e.needed && e.finished >= e.handed,
+                 "[rank %d] step %d: unit %d handed %.6f needed %.6f finished %.6f", r, step,
+                 e.unit, e.handed, e.needed, e.finished);
+          ahead += e.needed - e.handed;
+        }
+        // Forward: 0, 1 .. L; backward: L - 1 .. 1.
+        EXPECT(acq.size() == static_cast<size_t>(2 * blocks) && sync == 1 && acq[0].unit == 0 &&
+                   acq[0].handed == 0,
+               "[rank %d] step %d: acquisitions (p: prefetched, s: on the calling thread):%s; "
+               "expected %d, only the first on the calling thread",
+               r, step, seq.c_str(), 2 * blocks);
+        if (r == 0)
+          std::printf(
+              "[zero-3 step %d] acquisitions%s; prefetches handed %.3f ms ahead of use "
+              "in all\n",
+              step + 1, seq.c_str(), 1e3 * ahead);
+      }
+    }
   });
   EXPECT(orders[0] == orders[1] && !orders[0].empty(), "the ranks' bucket orders differ");
 }
