@@ -197,6 +197,8 @@ class Model : public CausalLM {
   std::vector<Choice> argmax_of(const View& hidden, int64_t r);
   // cos and sin [positions, R/2] of the rotary embedding at these positions.
   void rope_tables(const std::vector<int64_t>& positions, Tensor* cos, Tensor* sin);
+  // One micro-batch's pass, phase by phase (model_train.cpp).
+  struct Pass;
   // loss_backward (labels given) and hidden_backward (grad_hidden given):
   // validation agreed over the tensor group, the forward keeping
   // activations, the head (the loss, or the supplied gradient) and the

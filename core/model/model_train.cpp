@@ -123,6 +123,623 @@ struct Saved {
 
 }  // namespace
 
+// One micro-batch's training pass (Model::train_pass): the batch on the
+// device, what the backward needs from the forward, and the phases in the
+// order they run: embed, forward_blocks, head_forward, head_backward,
+// backward_blocks, embed_backward. Each phase is collective over the tensor
+// group.
+struct Model::Pass {
+  Model& m;
+  Backend& be;
+  const std::shared_ptr<Backend>& bp;
+  const BlockTraits& tr;
+  const bool post, rms, parallel, labels_in, kv_replicated;
+  const int64_t B, S, BS, H, D, qw, kw, g;
+  const int nl;  // blocks
+  const float eps, scale, emb_scale, grad_scale;
+  const oslo_bk_unary act_op;
+  const std::vector<float>* grad_hidden;
+  Tensor lab_t, ids_t, pos_t, mask_t, types_t, cos_t, sin_t, nsin_t;
+  View mv;
+  Tensor x;       // the residual stream: the embeddings', then each block's output
+  Tensor emb_in;  // the embedding norm's input
+  Tensor hf, dlogits, dhf;
+  Tensor dx;  // gradient of the residual stream
+  std::vector<Saved> saved;
+  float loss = 0.f;
+
+  // Uploads ids, positions (following the mask, as the inference forward),
+  // the shifted labels and the additive key mask; the inputs were checked
+  // by train_pass.
+  Pass(Model& model, const std::vector<int64_t>& ids, const std::vector<int64_t>* labels,
+       const std::vector<int64_t>& mask, const std::vector<int64_t>& types,
+       const std::vector<float>* grad_hidden_in, int64_t batch, int64_t seq, float gscale)
+      : m(model),
+        be(model.ctx_.backend()),
+        bp(model.ctx_.backend_ptr()),
+        tr(model.cfg_.traits),
+        post(tr.post_norm),
+        rms(tr.norm == NormKind::RMS_NORM),
+        parallel(tr.parallel_residual),
+        labels_in(labels != nullptr),
+        kv_replicated(model.cfg_.num_kv_heads < model.tp_),
+        B(batch),
+        S(seq),
+        BS(batch * seq),
+        H(model.cfg_.hidden_size),
+        D(model.cfg_.head_dim),
+        qw(model.nhl_ * D),
+        kw(model.nkvl_ * D),
+        g(model.nhl_ / model.nkvl_),
+        nl(static_cast<int>(model.layers_.size())),
+        eps(static_cast<float>(model.cfg_.norm_eps)),
+        scale(1.0f / std::sqrt(static_cast<float>(D))),
+        emb_scale(static_cast<float>(tr.embed_scale)),
+        grad_scale(gscale),
+        act_op(model_detail::act_op(model.cfg_.act)),
+        grad_hidden(grad_hidden_in),
+        saved(model.layers_.size()) {
+    be.set_num_threads(m.ctx_.num_threads());
+    const size_t n = static_cast<size_t>(BS);
+
+    // Positions follow the mask (as the inference forward); additive key mask.
+    std::vector<int64_t> pos(n);
+    std::vector<float> key_mask(n);
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t count = 0;
+      for (int64_t t = 0; t < S; ++t) {
+        const size_t i = static_cast<size_t>(b * S + t);
+        count += mask[i] != 0;
+        pos[i] = std::max<int64_t>(0, count - 1);
+        key_mask[i] = mask[i] ? 0.f : -FLT_MAX;
+      }
+    }
+    // Labels shifted inside: position t predicts labels[t + 1].
+    if (labels_in) {
+      std::vector<int64_t> shifted(n, -100);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t + 1 < S; ++t)
+          shifted[static_cast<size_t>(b * S + t)] = (*labels)[static_cast<size_t>(b * S + t + 1)];
+      lab_t = upload(shifted.data(), OSLO_DTYPE_I64, {BS});
+    }
+    ids_t = upload(ids.data(), OSLO_DTYPE_I64, {BS});
+    pos_t = upload(pos.data(), OSLO_DTYPE_I64, {BS});
+    mask_t = upload(key_mask.data(), OSLO_DTYPE_F32, {B, S});
+    if (m.type_.defined()) types_t = upload(types.data(), OSLO_DTYPE_I64, {BS});
+    if (tr.rotary) {
+      m.rope_tables(pos, &cos_t, &sin_t);
+      nsin_t = scratch(bp, OSLO_DTYPE_F32, sin_t.shape());
+      be.unary(OSLO_BK_SCALE, view(nsin_t), view(sin_t), -1.f);  // the inverse rotation
+    }
+    mv = view(mask_t);
+  }
+
+  Tensor f32(std::vector<int64_t> shape) { return scratch(bp, OSLO_DTYPE_F32, shape); }
+  Tensor upload(const void* src, oslo_dtype dt, std::vector<int64_t> shape) {
+    Tensor t = scratch(bp, dt, shape);
+    be.copy(t.data(), src, t.nbytes(), CopyKind::HostToDevice);
+    return t;
+  }
+  void rope(const View& t, int64_t heads, const Tensor& sn) {
+    be.rope(strided(t.data, t.dtype, {BS, heads, D}, {t.strides[0], D, 1}), view(cos_t), view(sn));
+  }
+  void norm(const View& out, const View& in, const Tensor& w, const Tensor& b) {
+    View wv = view(w), bv;
+    if (b.defined()) bv = view(b);
+    be.norm(out, in, &wv, rms || !b.defined() ? nullptr : &bv, eps, rms);
+  }
+  void add_bias(const View& y, const Tensor& b) {
+    if (b.defined()) be.binary(OSLO_BK_ADD, y, y, rows_bcast(b, y.shape[0]));
+  }
+  // [BS, heads * D] columns as [B, heads, S, D].
+  View heads4(const View& t, int64_t heads) {
+    const int64_t rs = t.strides[0];
+    return strided(t.data, t.dtype, {B, heads, S, D}, {S * rs, D, rs, 1});
+  }
+  // One block's forward from its input, keeping what its backward needs in
+  // sv; returns the block's output. Run again in the backward when
+  // activations are checkpointed (the same ops on the same input: the same
+  // bits).
+  Tensor block_forward(size_t l, const Tensor& x, Saved& sv) {
+    Layer& L = *m.layers_[l];
+    sv.x_in = x;
+    // Attention input: the block's input (post-norm) or its norm.
+    if (!post) {
+      sv.h1 = f32({BS, H});
+      norm(view(sv.h1), view(x), L.ln1_w, L.ln1_b);
+    }
+    const View ain = post ? view(x) : view(sv.h1);
+    View q, k, v;
+    if (L.qkv_w.defined()) {
+      sv.qkv = f32({BS, qw + 2 * kw});
+      linear(be, bp, view(sv.qkv), ain, L.qkv_w, &L.qkv_b);
+      q = columns(view(sv.qkv), 0, qw);
+      k = columns(view(sv.qkv), qw, kw);
+      v = columns(view(sv.qkv), qw + kw, kw);
+    } else {
+      sv.q = f32({BS, qw});
+      sv.k = f32({BS, kw});
+      sv.v = f32({BS, kw});
+      linear(be, bp, view(sv.q), ain, L.q_w, &L.q_b);
+      linear(be, bp, view(sv.k), ain, L.k_w, &L.k_b);
+      linear(be, bp, view(sv.v), ain, L.v_w, &L.v_b);
+      q = view(sv.q);
+      k = view(sv.k);
+      v = view(sv.v);
+    }
+    if (tr.rotary) {
+      rope(q, m.nhl_, sin_t);
+      rope(k, m.nkvl_, sin_t);
+    }
+    sv.att = f32({BS, qw});
+    be.attention(heads4(view(sv.att), m.nhl_), heads4(q, m.nhl_), heads4(k, m.nkvl_),
+                 heads4(v, m.nkvl_), &mv, scale, tr.causal, 0);
+    Tensor a = f32({BS, H});
+    linear(be, bp, view(a), view(sv.att), L.o_w, nullptr);
+    // MLP input: the block's input (parallel residual) or x + attention,
+    // normed (post-norm: LN1 of it, which is also the MLP's residual).
+    if (!parallel) {
+      reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(a));
+      add_bias(view(a), L.o_b);
+      sv.x_mid = f32({BS, H});
+      if (post) {
+        sv.r1 = f32({BS, H});
+        be.binary(OSLO_BK_ADD, view(sv.r1), view(x), view(a));
+        norm(view(sv.x_mid), view(sv.r1), L.ln1_w, L.ln1_b);
+      } else {
+        be.binary(OSLO_BK_ADD, view(sv.x_mid), view(x), view(a));
+      }
+    }
+    const Tensor& min = parallel ? x : sv.x_mid;
+    if (!post) {
+      sv.h2 = f32({BS, H});
+      norm(view(sv.h2), view(min), L.ln2_w, L.ln2_b);
+    }
+    const Tensor& mlp_in = post ? sv.x_mid : sv.h2;
+    int64_t il;
+    View gv, uv;
+    if (L.gate_up_w.defined()) {
+      il = L.gate_up_w.dim(0) / 2;
+      sv.gu = f32({BS, 2 * il});
+      linear(be, bp, view(sv.gu), view(mlp_in), L.gate_up_w, &L.gate_up_b);
+      gv = columns(view(sv.gu), 0, il);
+      uv = columns(view(sv.gu), il, il);
+    } else {
+      il = L.up_w.dim(0);
+      sv.up = f32({BS, il});
+      linear(be, bp, view(sv.up), view(mlp_in), L.up_w, &L.up_b);
+      uv = view(sv.up);
+      if (tr.gated_mlp) {
+        sv.gate = f32({BS, il});
+        linear(be, bp, view(sv.gate), view(mlp_in), L.gate_w, &L.gate_b);
+        gv = view(sv.gate);
+      }
+    }
+    sv.m = f32({BS, il});
+    if (tr.gated_mlp) {
+      be.unary(act_op, view(sv.m), gv);
+      be.binary(OSLO_BK_MUL, view(sv.m), view(sv.m), uv);
+    } else {
+      be.unary(act_op, view(sv.m), uv);
+    }
+    Tensor d = f32({BS, H});
+    linear(be, bp, view(d), view(sv.m), L.down_w, nullptr);
+    Tensor out = f32({BS, H});
+    if (parallel) {
+      be.binary(OSLO_BK_ADD, view(d), view(d), view(a));  // one all-reduce for both branches
+      reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(d));
+      add_bias(view(d), L.o_b);
+      add_bias(view(d), L.down_b);
+      be.binary(OSLO_BK_ADD, view(out), view(x), view(d));
+    } else if (post) {
+      reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(d));
+      add_bias(view(d), L.down_b);
+      sv.r2 = f32({BS, H});
+      be.binary(OSLO_BK_ADD, view(sv.r2), view(sv.x_mid), view(d));
+      norm(view(out), view(sv.r2), L.ln2_w, L.ln2_b);
+    } else {
+      reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(d));
+      add_bias(view(d), L.down_b);
+      be.binary(OSLO_BK_ADD, view(out), view(sv.x_mid), view(d));
+    }
+    return out;
+  }
+  static size_t block_bytes(const Saved& sv) {
+    size_t b = 0;
+    for (const Tensor* t : {&sv.x_in, &sv.h1, &sv.qkv, &sv.q, &sv.k, &sv.v, &sv.att, &sv.x_mid,
+                            &sv.h2, &sv.gu, &sv.up, &sv.gate, &sv.m, &sv.r1, &sv.r2})
+      if (t->defined()) b += t->nbytes();
+    return b;
+  }
+  // Products with a weight run in the weight's dtype as the forward's
+  // linear() does (autocast's rule): the f32 operands are rounded to it,
+  // the product accumulates in f32 and lands in f32 (gradients, dx).
+  View in_dtype(const View& t, oslo_dtype dt, Tensor* keep) {
+    if (t.dtype == dt) return t;
+    *keep = scratch(bp, dt, {t.shape[0], t.shape[1]});
+    be.convert(view(*keep), t);
+    return view(*keep);
+  }
+  // y = x W^T (+ b): dW += dy^T x, db += column sums of dy, dx (+)= dy W.
+  void linear_bw(const View& dy, const View& xin, const Tensor& W, const Tensor* b, const View* dx,
+                 bool accumulate) {
+    Tensor dy_keep, x_keep;
+    const View dyw = in_dtype(dy, W.dtype(), &dy_keep), xw = in_dtype(xin, W.dtype(), &x_keep);
+    be.matmul(view(m.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);
+    if (b && b->defined()) be.sum_rows(view(m.grad_of(*b)), dy, true);
+    if (dx) be.matmul(*dx, dyw, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
+  }
+  // With fewer key/value heads than ranks, each head is held by `copies`
+  // ranks (sharding.cpp), each of which sees only its own query heads'
+  // share of the head's gradient: this call's share is summed over the
+  // group (a [nkv, rows, cols] buffer, each rank writing its head's slot)
+  // before it is added to the accumulated gradient.
+
+  void sum_over_head_copies(const View& part) {  // [rows, cols]
+    const int64_t nkv = m.cfg_.num_kv_heads, head = m.rank_ / (m.tp_ / nkv);
+    const int64_t rows = part.shape[0], cols = part.shape[1];
+    Tensor buf = f32({nkv, rows, cols});
+    be.fill(view(buf), 0.0);
+    const View slot = strided(model_detail::at(view(buf), head * rows * cols), OSLO_DTYPE_F32,
+                              {rows, cols}, {cols, 1});
+    be.convert(slot, part);
+    reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(buf));
+    be.convert(part, slot);
+  }
+  // linear_bw for a product whose output rows [r0, r0 + n) for each range
+  // belong to a replicated key/value head.
+  void kv_linear_bw(const View& dy, const View& xin, const Tensor& W, const Tensor* b,
+                    const View* dx, bool accumulate,
+                    std::initializer_list<std::pair<int64_t, int64_t>> ranges) {
+    if (!kv_replicated) return linear_bw(dy, xin, W, b, dx, accumulate);
+    const int64_t out = W.dim(0), in = W.dim(1);
+    Tensor gw = f32({out, in});
+    Tensor dy_keep, x_keep;
+    const View dyw = in_dtype(dy, W.dtype(), &dy_keep), xw = in_dtype(xin, W.dtype(), &x_keep);
+    be.matmul(view(gw), transposed(dyw), xw);
+    for (const auto& r : ranges)
+      sum_over_head_copies(strided(model_detail::at(view(gw), r.first * in), OSLO_DTYPE_F32,
+                                   {r.second, in}, {in, 1}));
+    be.binary(OSLO_BK_ADD, view(m.grad_of(W)), view(m.grad_of(W)), view(gw));
+    if (b && b->defined()) {
+      Tensor gb = f32({1, out});
+      be.fill(view(gb), 0.0);
+      be.sum_rows(make_view(gb.data(), OSLO_DTYPE_F32, {out}), dy, true);
+      for (const auto& r : ranges)
+        sum_over_head_copies(strided(model_detail::at(view(gb), r.first), OSLO_DTYPE_F32,
+                                     {1, r.second}, {r.second, 1}));
+      be.binary(OSLO_BK_ADD, view(m.grad_of(*b)), view(m.grad_of(*b)),
+                make_view(gb.data(), OSLO_DTYPE_F32, {out}));
+    }
+    if (dx) be.matmul(*dx, dyw, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
+  }
+  // dx (+)= the norm's input gradient; its parameters' gradients accumulated.
+  void norm_bw(const View& dx, const View& xin, const Tensor& w, const Tensor& b, const View& dy,
+               bool accumulate) {
+    View wv = view(w), gw = view(m.grad_of(w)), gb;
+    const bool has_b = !rms && b.defined();
+    if (has_b) gb = view(m.grad_of(b));
+    if (!accumulate) {
+      be.norm_backward(dx, &gw, has_b ? &gb : nullptr, xin, &wv, dy, eps, rms);
+      return;
+    }
+    Tensor t = f32({BS, H});
+    be.norm_backward(view(t), &gw, has_b ? &gb : nullptr, xin, &wv, dy, eps, rms);
+    be.binary(OSLO_BK_ADD, dx, dx, view(t));
+  }
+
+  // The embeddings of the ids (and positions, token types) into x.
+  void embed() {
+    x = f32({BS, H});
+    be.gather_rows(view(x), view(m.wte_), view(ids_t), m.vocab_start_, m.cfg_.vocab_size);
+    reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(x));
+    if (tr.embed_scale != 1.0) be.unary(OSLO_BK_SCALE, view(x), view(x), emb_scale);
+    if (m.wpe_.defined()) {
+      Tensor t = f32({BS, H});
+      be.gather_rows(view(t), view(m.wpe_), view(pos_t), 0, m.cfg_.max_positions);
+      be.binary(OSLO_BK_ADD, view(x), view(x), view(t));
+    }
+    if (m.type_.defined()) {
+      Tensor t = f32({BS, H});
+      be.gather_rows(view(t), view(m.type_), view(types_t), 0, m.cfg_.type_vocab_size);
+      be.binary(OSLO_BK_ADD, view(x), view(x), view(t));
+    }
+    if (m.emb_ln_w_.defined()) {
+      emb_in = x;
+      x = f32({BS, H});
+      norm(view(x), view(emb_in), m.emb_ln_w_, m.emb_ln_b_);
+    }
+  }
+
+  // Blocks [l0, l1) forward from x, keeping what their backward needs.
+  void forward_blocks(size_t l0, size_t l1) {
+    size_t kept = 0;
+    for (size_t l = l0; l < l1; ++l) {
+      const int unit = 1 + static_cast<int>(l);
+      if (m.param_hook_) m.param_hook_(unit, true, unit < nl ? unit + 1 : -1);
+      Tensor out = block_forward(l, x, saved[l]);
+      if (m.param_hook_ && unit < nl) m.param_hook_(unit, false, -1);
+      if (m.checkpoint_activations_) {  // only the block's input
+        Saved keep;
+        keep.x_in = x;
+        saved[l] = keep;
+      }
+      kept += block_bytes(saved[l]);
+      x = out;
+    }
+    m.saved_activation_bytes_ = kept;
+  }
+
+  // The final norm, the logits and the loss (its gradient in dlogits), or
+  // the caller's gradient of the hidden states (dhf).
+  void head_forward() {
+    hf = f32({BS, H});
+    if (m.norm_w_.defined())
+      norm(view(hf), view(x), m.norm_w_, m.norm_b_);
+    else
+      be.convert(view(hf), view(x));
+    if (labels_in) {
+      Tensor logits = f32({BS, m.vocab_local_});
+      linear(be, bp, view(logits), view(hf), m.lm_head_, nullptr);
+      // The gradient overwrites the logits: no second [tokens, vocab] buffer.
+      vocab_parallel_cross_entropy(m.ctx_, logits, lab_t, m.cfg_.vocab_size, -100, nullptr, &loss,
+                                   &logits);
+      dlogits = logits;
+      if (m.agree_over_data_ && m.ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
+        // A non-finite loss on one data rank stops them all before the
+        // gradient reduction.
+        const int nd = m.ctx_.comm(OSLO_GROUP_DATA).size();
+        Tensor t = scratch(bp, OSLO_DTYPE_F32, {1}), all = scratch(bp, OSLO_DTYPE_F32, {nd});
+        be.copy(t.data(), &loss, sizeof loss, CopyKind::HostToDevice);
+        gather_first_dim(m.ctx_, OSLO_GROUP_DATA, view(t), view(all));
+        std::vector<float> got(static_cast<size_t>(nd));
+        be.copy(got.data(), all.data(), got.size() * sizeof(float), CopyKind::DeviceToHost);
+        for (int q = 0; q < nd; ++q)
+          OSLO_CHECK(std::isfinite(got[static_cast<size_t>(q)]), OSLO_ERR_INVALID_ARGUMENT,
+                     "loss: the loss is ", got[static_cast<size_t>(q)], " on data-parallel rank ",
+                     q, " (no label kept, or non-finite logits)");
+      }
+      OSLO_CHECK(std::isfinite(loss), OSLO_ERR_INVALID_ARGUMENT, "loss: the loss is ", loss,
+                 " (no label kept, or non-finite logits)");
+      if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
+    } else {
+      dhf = upload(grad_hidden->data(), OSLO_DTYPE_F32, {BS, H});
+      if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dhf), view(dhf), grad_scale);
+    }
+  }
+
+  // The head's and the final norm's backward: dx, the gradient of the
+  // last block's output.
+  void head_backward() {
+    if (labels_in) {
+      dhf = f32({BS, H});
+      const View dh = view(dhf);
+      linear_bw(view(dlogits), view(hf), m.lm_head_, nullptr, &dh, false);
+      dlogits = Tensor();
+      reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(dhf));
+    }
+    // The embedding's backward reads no weight of unit 0 that ZeRO-3
+    // partitions (only its 1-D norm).
+    if (m.param_hook_) m.param_hook_(0, false, -1);
+    dx = f32({BS, H});
+    if (m.norm_w_.defined())
+      norm_bw(view(dx), view(x), m.norm_w_, m.norm_b_, view(dhf), false);
+    else
+      be.convert(view(dx), view(dhf));
+    if (m.backward_hook_) m.backward_hook_(0);
+  }
+
+  // Blocks [l0, l1) backward, from the last: dx becomes the gradient of
+  // block l0's input; each block's activations are freed after it.
+  void backward_blocks(size_t l0, size_t l1) {
+    for (size_t li = l1; li-- > l0;) {
+      Layer& L = *m.layers_[li];
+      Saved& sv = saved[li];
+      if (m.param_hook_) {  // the last block is still held from its forward
+        const int unit = 1 + static_cast<int>(li);
+        m.param_hook_(unit, true, unit > 1 ? unit - 1 : -1);
+      }
+      if (m.checkpoint_activations_) {
+        const Tensor x_in = sv.x_in;
+        block_forward(li, x_in, sv);  // recompute what the forward dropped
+      }
+      // Post-norm: out = LN2(r2), r2 = x_mid + down(m) + down_b.
+      Tensor dr2;
+      if (post) {
+        dr2 = f32({BS, H});
+        norm_bw(view(dr2), view(sv.r2), L.ln2_w, L.ln2_b, view(dx), false);
+      }
+      const Tensor& dout = post ? dr2 : dx;
+      const Tensor& mlp_in = post ? sv.x_mid : sv.h2;
+      // MLP branch: out = min + down(m) + down_b (dd = dout, complete on every rank).
+      const int64_t il = sv.m.dim(1);
+      if (L.down_b.defined()) be.sum_rows(view(m.grad_of(L.down_b)), view(dout), true);
+      Tensor dm = f32({BS, il});
+      const View dmv = view(dm);
+      linear_bw(view(dout), view(sv.m), L.down_w, nullptr, &dmv, false);
+      View gv, uv;
+      Tensor dgu, dup, dgate;
+      View dgv, duv;
+      if (L.gate_up_w.defined()) {
+        gv = columns(view(sv.gu), 0, il);
+        uv = columns(view(sv.gu), il, il);
+        dgu = f32({BS, 2 * il});
+        dgv = columns(view(dgu), 0, il);
+        duv = columns(view(dgu), il, il);
+      } else {
+        uv = view(sv.up);
+        dup = f32({BS, il});
+        duv = view(dup);
+        if (tr.gated_mlp) {
+          gv = view(sv.gate);
+          dgate = f32({BS, il});
+          dgv = view(dgate);
+        }
+      }
+      if (tr.gated_mlp) {
+        // m = act(g) * u: du = dm * act(g), dg = act'(g) * (dm * u).
+        Tensor t = f32({BS, il});
+        be.unary(act_op, view(t), gv);
+        be.binary(OSLO_BK_MUL, duv, view(dm), view(t));
+        be.binary(OSLO_BK_MUL, view(t), view(dm), uv);
+        be.unary_backward(act_op, dgv, gv, view(t));
+      } else {
+        be.unary_backward(act_op, duv, uv, view(dm));
+      }
+      Tensor dh2 = f32({BS, H});
+      if (L.gate_up_w.defined()) {
+        const View dh = view(dh2);
+        linear_bw(view(dgu), view(mlp_in), L.gate_up_w, &L.gate_up_b, &dh, false);
+      } else {
+        const View dh = view(dh2);
+        linear_bw(duv, view(mlp_in), L.up_w, &L.up_b, &dh, false);
+        if (tr.gated_mlp) linear_bw(dgv, view(mlp_in), L.gate_w, &L.gate_b, &dh, true);
+      }
+      // Attention branch: da = dx (parallel residual) or d(x_mid) (post-norm:
+      // d(r1) = LN1's input gradient of d(x_mid)).
+      Tensor dmid;
+      if (post) {
+        reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(dh2));
+        be.binary(OSLO_BK_ADD, view(dh2), view(dh2), view(dr2));  // d(x_mid)
+        dmid = f32({BS, H});
+        norm_bw(view(dmid), view(sv.r1), L.ln1_w, L.ln1_b, view(dh2), false);
+      } else if (!parallel) {
+        reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(dh2));
+        dmid = f32({BS, H});
+        be.convert(view(dmid), view(dx));
+        norm_bw(view(dmid), view(sv.x_mid), L.ln2_w, L.ln2_b, view(dh2), true);
+      }
+      const Tensor& da = parallel ? dx : dmid;
+      if (L.o_b.defined()) be.sum_rows(view(m.grad_of(L.o_b)), view(da), true);
+      Tensor datt = f32({BS, qw});
+      const View dattv = view(datt);
+      linear_bw(view(da), view(sv.att), L.o_w, nullptr, &dattv, false);
+      // Attention backward, composed: P recomputed from q and k.
+      View q, k, v;
+      Tensor dqkv, dq, dk, dv;
+      View dqv, dkv, dvv;
+      if (L.qkv_w.defined()) {
+        q = columns(view(sv.qkv), 0, qw);
+        k = columns(view(sv.qkv), qw, kw);
+        v = columns(view(sv.qkv), qw + kw, kw);
+        dqkv = f32({BS, qw + 2 * kw});
+        dqv = columns(view(dqkv), 0, qw);
+        dkv = columns(view(dqkv), qw, kw);
+        dvv = columns(view(dqkv), qw + kw, kw);
+      } else {
+        q = view(sv.q);
+        k = view(sv.k);
+        v = view(sv.v);
+        dq = f32({BS, qw});
+        dk = f32({BS, kw});
+        dv = f32({BS, kw});
+        dqv = view(dq);
+        dkv = view(dk);
+        dvv = view(dv);
+      }
+      {
+        const int64_t nkv = m.nkvl_, BH = B * nkv;
+        // Queries grouped by key/value head: [B, nkv, g, S, D] <-> [B*nkv, g*S, D].
+        auto grouped = [&](const View& t) {
+          const int64_t rs = t.strides[0];
+          return strided(t.data, t.dtype, {B, nkv, g, S, D}, {S * rs, g * D, D, rs, 1});
+        };
+        auto packed5 = [&](const Tensor& t) {
+          return strided(t.data(), OSLO_DTYPE_F32, {B, nkv, g, S, D},
+                         {nkv * g * S * D, g * S * D, S * D, D, 1});
+        };
+        Tensor qc = f32({BH, g * S, D}), doc = f32({BH, g * S, D});
+        Tensor kc = f32({BH, S, D}), vc = f32({BH, S, D});
+        be.convert(packed5(qc), grouped(q));
+        be.convert(packed5(doc), grouped(view(datt)));
+        be.convert(strided(kc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}),
+                   heads4(k, nkv));
+        be.convert(strided(vc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}),
+                   heads4(v, nkv));
+        auto tr3 = [&](const Tensor& t) { return transposed(view(t)); };
+        Tensor P = f32({BH, g * S, S}), dP = f32({BH, g * S, S}), dS = f32({BH, g * S, S});
+        be.matmul(view(P), view(qc), tr3(kc));
+        const View p5 = strided(P.data(), OSLO_DTYPE_F32, {B, nkv, g, S, S},
+                                {nkv * g * S * S, g * S * S, S * S, S, 1});
+        const View m5 = strided(mask_t.data(), OSLO_DTYPE_F32, {B, 1, 1, 1, S}, {S, 0, 0, 0, 1});
+        be.softmax(p5, p5, &m5, scale, tr.causal, 0);
+        Tensor dqc = f32({BH, g * S, D}), dkc = f32({BH, S, D}), dvc = f32({BH, S, D});
+        be.matmul(view(dvc), tr3(P), view(doc));  // dV = P^T dO
+        be.matmul(view(dP), view(doc), tr3(vc));  // dP = dO V^T
+        be.softmax_backward(view(dS), view(P), view(dP), scale);
+        be.matmul(view(dqc), view(dS), view(kc));  // dQ = dS K
+        be.matmul(view(dkc), tr3(dS), view(qc));   // dK = dS^T Q
+        be.convert(grouped(dqv), packed5(dqc));
+        be.convert(heads4(dkv, nkv),
+                   strided(dkc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}));
+        be.convert(heads4(dvv, nkv),
+                   strided(dvc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}));
+      }
+      if (tr.rotary) {  // the transpose of a rotation is the rotation back
+        rope(dqv, m.nhl_, nsin_t);
+        rope(dkv, m.nkvl_, nsin_t);
+      }
+      Tensor dh1 = f32({BS, H});
+      {
+        const View dh = view(dh1), ain = post ? view(sv.x_in) : view(sv.h1);
+        if (L.qkv_w.defined()) {
+          kv_linear_bw(view(dqkv), ain, L.qkv_w, &L.qkv_b, &dh, false, {{qw, kw}, {qw + kw, kw}});
+        } else {
+          linear_bw(dqv, ain, L.q_w, &L.q_b, &dh, false);
+          kv_linear_bw(dkv, ain, L.k_w, &L.k_b, &dh, true, {{0, kw}});
+          kv_linear_bw(dvv, ain, L.v_w, &L.v_b, &dh, true, {{0, kw}});
+        }
+      }
+      if (post) {
+        // x feeds the attention products and the residual into r1.
+        reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(dh1));
+        be.binary(OSLO_BK_ADD, view(dx), view(dmid), view(dh1));
+      } else if (parallel) {
+        // Both branches read the block's input: one all-reduce for both.
+        Tensor both = f32({2, BS, H});
+        be.convert(strided(both.data(), OSLO_DTYPE_F32, {BS, H}, {H, 1}), view(dh1));
+        be.convert(strided(model_detail::at(view(both), BS * H), OSLO_DTYPE_F32, {BS, H}, {H, 1}),
+                   view(dh2));
+        reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(both));
+        const View d1 = strided(both.data(), OSLO_DTYPE_F32, {BS, H}, {H, 1});
+        const View d2 =
+            strided(model_detail::at(view(both), BS * H), OSLO_DTYPE_F32, {BS, H}, {H, 1});
+        norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, d1, true);
+        norm_bw(view(dx), view(sv.x_in), L.ln2_w, L.ln2_b, d2, true);
+      } else {
+        reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(dh1));
+        be.convert(view(dx), view(dmid));
+        norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, view(dh1), true);
+      }
+      sv = Saved{};  // this block's activations are no longer needed
+      if (m.param_hook_) m.param_hook_(1 + static_cast<int>(li), false, -1);
+      if (m.backward_hook_) m.backward_hook_(static_cast<int>(m.layers_.size() - li));
+    }
+  }
+
+  // The embeddings' backward from dx.
+  void embed_backward() {
+    // Embeddings: the norm over their sum, the token table's local rows, the
+    // position and token-type tables.
+    if (m.emb_ln_w_.defined()) {
+      Tensor de = f32({BS, H});
+      norm_bw(view(de), view(emb_in), m.emb_ln_w_, m.emb_ln_b_, view(dx), false);
+      dx = de;
+    }
+    if (m.type_.defined())
+      be.scatter_add_rows(view(m.grad_of(m.type_)), view(types_t), view(dx), 0);
+    if (tr.embed_scale != 1.0) {
+      Tensor t = f32({BS, H});
+      be.unary(OSLO_BK_SCALE, view(t), view(dx), emb_scale);
+      be.scatter_add_rows(view(m.grad_of(m.wte_)), view(ids_t), view(t), m.vocab_start_);
+    } else {
+      be.scatter_add_rows(view(m.grad_of(m.wte_)), view(ids_t), view(dx), m.vocab_start_);
+    }
+    if (m.wpe_.defined()) be.scatter_add_rows(view(m.grad_of(m.wpe_)), view(pos_t), view(dx), 0);
+    if (m.backward_hook_) m.backward_hook_(static_cast<int>(m.layers_.size()) + 1);
+  }
+};
+
 float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
                            const std::vector<int64_t>& mask, int64_t B, int64_t S,
                            float grad_scale) {
@@ -256,564 +873,20 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   if (verdict) std::rethrow_exception(verdict);
   if (!param_hook_) check_whole("training without its ZeRO-3 optimizer");
   if (grads_.empty()) zero_grad();
+  Pass p(*this, ids, labels_in, mask, types, grad_hidden, B, S, grad_scale);
   // ZeRO-3: the embeddings, final norm and head from the embedding to the
   // head's backward, each block while it runs (the last one from its
   // forward through its backward). Each acquisition names the unit the pass
   // needs next, which the hook may start gathering now.
   const int nl = static_cast<int>(layers_.size());
   if (param_hook_) param_hook_(0, true, nl > 0 ? 1 : -1);
-
-  Backend& be = ctx_.backend();
-  const auto& bp = ctx_.backend_ptr();
-  be.set_num_threads(ctx_.num_threads());
-  const int64_t BS = B * S, H = cfg_.hidden_size, D = cfg_.head_dim;
-  const int64_t qw = nhl_ * D, kw = nkvl_ * D, g = nhl_ / nkvl_;
-  const float eps = static_cast<float>(cfg_.norm_eps);
-  const bool rms = tr.norm == NormKind::RMS_NORM, parallel = tr.parallel_residual;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  auto f32 = [&](std::vector<int64_t> shape) { return scratch(bp, OSLO_DTYPE_F32, shape); };
-  auto upload = [&](const void* src, oslo_dtype dt, std::vector<int64_t> shape) {
-    Tensor t = scratch(bp, dt, shape);
-    be.copy(t.data(), src, t.nbytes(), CopyKind::HostToDevice);
-    return t;
-  };
-
-  // Positions follow the mask (as the inference forward); additive key mask.
-  std::vector<int64_t> pos(n);
-  std::vector<float> key_mask(n);
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t count = 0;
-    for (int64_t t = 0; t < S; ++t) {
-      const size_t i = static_cast<size_t>(b * S + t);
-      count += mask[i] != 0;
-      pos[i] = std::max<int64_t>(0, count - 1);
-      key_mask[i] = mask[i] ? 0.f : -FLT_MAX;
-    }
-  }
-  // Labels shifted inside: position t predicts labels[t + 1].
-  Tensor lab_t;
-  if (labels_in) {
-    std::vector<int64_t> shifted(n, -100);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t + 1 < S; ++t)
-        shifted[static_cast<size_t>(b * S + t)] = labels[static_cast<size_t>(b * S + t + 1)];
-    lab_t = upload(shifted.data(), OSLO_DTYPE_I64, {BS});
-  }
-  Tensor ids_t = upload(ids.data(), OSLO_DTYPE_I64, {BS});
-  Tensor pos_t = upload(pos.data(), OSLO_DTYPE_I64, {BS});
-  Tensor mask_t = upload(key_mask.data(), OSLO_DTYPE_F32, {B, S});
-  Tensor types_t;
-  if (type_.defined()) types_t = upload(types.data(), OSLO_DTYPE_I64, {BS});
-  Tensor cos_t, sin_t, nsin_t;
-  if (tr.rotary) {
-    rope_tables(pos, &cos_t, &sin_t);
-    nsin_t = scratch(bp, OSLO_DTYPE_F32, sin_t.shape());
-    be.unary(OSLO_BK_SCALE, view(nsin_t), view(sin_t), -1.f);  // the inverse rotation
-  }
-  auto rope = [&](const View& t, int64_t heads, const Tensor& sn) {
-    be.rope(strided(t.data, t.dtype, {BS, heads, D}, {t.strides[0], D, 1}), view(cos_t), view(sn));
-  };
-  const oslo_bk_unary act_op = model_detail::act_op(cfg_.act);
-  auto norm = [&](const View& out, const View& in, const Tensor& w, const Tensor& b) {
-    View wv = view(w), bv;
-    if (b.defined()) bv = view(b);
-    be.norm(out, in, &wv, rms || !b.defined() ? nullptr : &bv, eps, rms);
-  };
-  auto add_bias = [&](const View& y, const Tensor& b) {
-    if (b.defined()) be.binary(OSLO_BK_ADD, y, y, rows_bcast(b, y.shape[0]));
-  };
-  // [BS, heads * D] columns as [B, heads, S, D].
-  auto heads4 = [&](const View& t, int64_t heads) {
-    const int64_t rs = t.strides[0];
-    return strided(t.data, t.dtype, {B, heads, S, D}, {S * rs, D, rs, 1});
-  };
-
-  // ---- forward ------------------------------------------------------------
-  Tensor x = f32({BS, H});
-  be.gather_rows(view(x), view(wte_), view(ids_t), vocab_start_, cfg_.vocab_size);
-  reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(x));
-  const float emb_scale = static_cast<float>(tr.embed_scale);
-  if (tr.embed_scale != 1.0) be.unary(OSLO_BK_SCALE, view(x), view(x), emb_scale);
-  if (wpe_.defined()) {
-    Tensor t = f32({BS, H});
-    be.gather_rows(view(t), view(wpe_), view(pos_t), 0, cfg_.max_positions);
-    be.binary(OSLO_BK_ADD, view(x), view(x), view(t));
-  }
-  if (type_.defined()) {
-    Tensor t = f32({BS, H});
-    be.gather_rows(view(t), view(type_), view(types_t), 0, cfg_.type_vocab_size);
-    be.binary(OSLO_BK_ADD, view(x), view(x), view(t));
-  }
-  Tensor emb_in;  // the embedding norm's input
-  if (emb_ln_w_.defined()) {
-    emb_in = x;
-    x = f32({BS, H});
-    norm(view(x), view(emb_in), emb_ln_w_, emb_ln_b_);
-  }
-  const View mv = view(mask_t);
-  std::vector<Saved> saved(layers_.size());
-  // One block's forward from its input, keeping what its backward needs in
-  // sv; returns the block's output. Run again in the backward when
-  // activations are checkpointed (the same ops on the same input: the same
-  // bits).
-  auto block_forward = [&](size_t l, const Tensor& x, Saved& sv) -> Tensor {
-    Layer& L = *layers_[l];
-    sv.x_in = x;
-    // Attention input: the block's input (post-norm) or its norm.
-    if (!post) {
-      sv.h1 = f32({BS, H});
-      norm(view(sv.h1), view(x), L.ln1_w, L.ln1_b);
-    }
-    const View ain = post ? view(x) : view(sv.h1);
-    View q, k, v;
-    if (L.qkv_w.defined()) {
-      sv.qkv = f32({BS, qw + 2 * kw});
-      linear(be, bp, view(sv.qkv), ain, L.qkv_w, &L.qkv_b);
-      q = columns(view(sv.qkv), 0, qw);
-      k = columns(view(sv.qkv), qw, kw);
-      v = columns(view(sv.qkv), qw + kw, kw);
-    } else {
-      sv.q = f32({BS, qw});
-      sv.k = f32({BS, kw});
-      sv.v = f32({BS, kw});
-      linear(be, bp, view(sv.q), ain, L.q_w, &L.q_b);
-      linear(be, bp, view(sv.k), ain, L.k_w, &L.k_b);
-      linear(be, bp, view(sv.v), ain, L.v_w, &L.v_b);
-      q = view(sv.q);
-      k = view(sv.k);
-      v = view(sv.v);
-    }
-    if (tr.rotary) {
-      rope(q, nhl_, sin_t);
-      rope(k, nkvl_, sin_t);
-    }
-    sv.att = f32({BS, qw});
-    be.attention(heads4(view(sv.att), nhl_), heads4(q, nhl_), heads4(k, nkvl_), heads4(v, nkvl_),
-                 &mv, scale, tr.causal, 0);
-    Tensor a = f32({BS, H});
-    linear(be, bp, view(a), view(sv.att), L.o_w, nullptr);
-    // MLP input: the block's input (parallel residual) or x + attention,
-    // normed (post-norm: LN1 of it, which is also the MLP's residual).
-    if (!parallel) {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(a));
-      add_bias(view(a), L.o_b);
-      sv.x_mid = f32({BS, H});
-      if (post) {
-        sv.r1 = f32({BS, H});
-        be.binary(OSLO_BK_ADD, view(sv.r1), view(x), view(a));
-        norm(view(sv.x_mid), view(sv.r1), L.ln1_w, L.ln1_b);
-      } else {
-        be.binary(OSLO_BK_ADD, view(sv.x_mid), view(x), view(a));
-      }
-    }
-    const Tensor& min = parallel ? x : sv.x_mid;
-    if (!post) {
-      sv.h2 = f32({BS, H});
-      norm(view(sv.h2), view(min), L.ln2_w, L.ln2_b);
-    }
-    const Tensor& mlp_in = post ? sv.x_mid : sv.h2;
-    int64_t il;
-    View gv, uv;
-    if (L.gate_up_w.defined()) {
-      il = L.gate_up_w.dim(0) / 2;
-      sv.gu = f32({BS, 2 * il});
-      linear(be, bp, view(sv.gu), view(mlp_in), L.gate_up_w, &L.gate_up_b);
-      gv = columns(view(sv.gu), 0, il);
-      uv = columns(view(sv.gu), il, il);
-    } else {
-      il = L.up_w.dim(0);
-      sv.up = f32({BS, il});
-      linear(be, bp, view(sv.up), view(mlp_in), L.up_w, &L.up_b);
-      uv = view(sv.up);
-      if (tr.gated_mlp) {
-        sv.gate = f32({BS, il});
-        linear(be, bp, view(sv.gate), view(mlp_in), L.gate_w, &L.gate_b);
-        gv = view(sv.gate);
-      }
-    }
-    sv.m = f32({BS, il});
-    if (tr.gated_mlp) {
-      be.unary(act_op, view(sv.m), gv);
-      be.binary(OSLO_BK_MUL, view(sv.m), view(sv.m), uv);
-    } else {
-      be.unary(act_op, view(sv.m), uv);
-    }
-    Tensor d = f32({BS, H});
-    linear(be, bp, view(d), view(sv.m), L.down_w, nullptr);
-    Tensor out = f32({BS, H});
-    if (parallel) {
-      be.binary(OSLO_BK_ADD, view(d), view(d), view(a));  // one all-reduce for both branches
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(d));
-      add_bias(view(d), L.o_b);
-      add_bias(view(d), L.down_b);
-      be.binary(OSLO_BK_ADD, view(out), view(x), view(d));
-    } else if (post) {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(d));
-      add_bias(view(d), L.down_b);
-      sv.r2 = f32({BS, H});
-      be.binary(OSLO_BK_ADD, view(sv.r2), view(sv.x_mid), view(d));
-      norm(view(out), view(sv.r2), L.ln2_w, L.ln2_b);
-    } else {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(d));
-      add_bias(view(d), L.down_b);
-      be.binary(OSLO_BK_ADD, view(out), view(sv.x_mid), view(d));
-    }
-    return out;
-  };
-  auto block_bytes = [](const Saved& sv) {
-    size_t b = 0;
-    for (const Tensor* t : {&sv.x_in, &sv.h1, &sv.qkv, &sv.q, &sv.k, &sv.v, &sv.att, &sv.x_mid,
-                            &sv.h2, &sv.gu, &sv.up, &sv.gate, &sv.m, &sv.r1, &sv.r2})
-      if (t->defined()) b += t->nbytes();
-    return b;
-  };
-  size_t kept = 0;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const int unit = 1 + static_cast<int>(l);
-    if (param_hook_) param_hook_(unit, true, unit < nl ? unit + 1 : -1);
-    Tensor out = block_forward(l, x, saved[l]);
-    if (param_hook_ && unit < nl) param_hook_(unit, false, -1);
-    if (checkpoint_activations_) {  // only the block's input
-      Saved keep;
-      keep.x_in = x;
-      saved[l] = keep;
-    }
-    kept += block_bytes(saved[l]);
-    x = out;
-  }
-  saved_activation_bytes_ = kept;
-  Tensor hf = f32({BS, H});
-  if (norm_w_.defined())
-    norm(view(hf), view(x), norm_w_, norm_b_);
-  else
-    be.convert(view(hf), view(x));
-  Tensor dlogits, dhf;
-  float loss = 0.f;
-  if (labels_in) {
-    Tensor logits = f32({BS, vocab_local_});
-    linear(be, bp, view(logits), view(hf), lm_head_, nullptr);
-    // The gradient overwrites the logits: no second [tokens, vocab] buffer.
-    vocab_parallel_cross_entropy(ctx_, logits, lab_t, cfg_.vocab_size, -100, nullptr, &loss,
-                                 &logits);
-    dlogits = logits;
-    if (agree_over_data_ && ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
-      // A non-finite loss on one data rank stops them all before the
-      // gradient reduction.
-      const int nd = ctx_.comm(OSLO_GROUP_DATA).size();
-      Tensor t = scratch(bp, OSLO_DTYPE_F32, {1}), all = scratch(bp, OSLO_DTYPE_F32, {nd});
-      be.copy(t.data(), &loss, sizeof loss, CopyKind::HostToDevice);
-      gather_first_dim(ctx_, OSLO_GROUP_DATA, view(t), view(all));
-      std::vector<float> got(static_cast<size_t>(nd));
-      be.copy(got.data(), all.data(), got.size() * sizeof(float), CopyKind::DeviceToHost);
-      for (int q = 0; q < nd; ++q)
-        OSLO_CHECK(std::isfinite(got[static_cast<size_t>(q)]), OSLO_ERR_INVALID_ARGUMENT,
-                   "loss: the loss is ", got[static_cast<size_t>(q)], " on data-parallel rank ", q,
-                   " (no label kept, or non-finite logits)");
-    }
-    OSLO_CHECK(std::isfinite(loss), OSLO_ERR_INVALID_ARGUMENT, "loss: the loss is ", loss,
-               " (no label kept, or non-finite logits)");
-    if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
-  } else {
-    dhf = upload(grad_hidden->data(), OSLO_DTYPE_F32, {BS, H});
-    if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dhf), view(dhf), grad_scale);
-  }
-
-  // ---- backward -----------------------------------------------------------
-  // Products with a weight run in the weight's dtype as the forward's
-  // linear() does (autocast's rule): the f32 operands are rounded to it,
-  // the product accumulates in f32 and lands in f32 (gradients, dx).
-  auto in_dtype = [&](const View& t, oslo_dtype dt, Tensor* keep) -> View {
-    if (t.dtype == dt) return t;
-    *keep = scratch(bp, dt, {t.shape[0], t.shape[1]});
-    be.convert(view(*keep), t);
-    return view(*keep);
-  };
-  // y = x W^T (+ b): dW += dy^T x, db += column sums of dy, dx (+)= dy W.
-  auto linear_bw = [&](const View& dy, const View& xin, const Tensor& W, const Tensor* b,
-                       const View* dx, bool accumulate) {
-    Tensor dy_keep, x_keep;
-    const View dyw = in_dtype(dy, W.dtype(), &dy_keep), xw = in_dtype(xin, W.dtype(), &x_keep);
-    be.matmul(view(grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);
-    if (b && b->defined()) be.sum_rows(view(grad_of(*b)), dy, true);
-    if (dx) be.matmul(*dx, dyw, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
-  };
-  // With fewer key/value heads than ranks, each head is held by `copies`
-  // ranks (sharding.cpp), each of which sees only its own query heads'
-  // share of the head's gradient: this call's share is summed over the
-  // group (a [nkv, rows, cols] buffer, each rank writing its head's slot)
-  // before it is added to the accumulated gradient.
-  const bool kv_replicated = cfg_.num_kv_heads < tp_;
-  auto sum_over_head_copies = [&](const View& part) {  // [rows, cols]
-    const int64_t nkv = cfg_.num_kv_heads, head = rank_ / (tp_ / nkv);
-    const int64_t rows = part.shape[0], cols = part.shape[1];
-    Tensor buf = f32({nkv, rows, cols});
-    be.fill(view(buf), 0.0);
-    const View slot = strided(model_detail::at(view(buf), head * rows * cols), OSLO_DTYPE_F32,
-                              {rows, cols}, {cols, 1});
-    be.convert(slot, part);
-    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(buf));
-    be.convert(part, slot);
-  };
-  // linear_bw for a product whose output rows [r0, r0 + n) for each range
-  // belong to a replicated key/value head.
-  auto kv_linear_bw = [&](const View& dy, const View& xin, const Tensor& W, const Tensor* b,
-                          const View* dx, bool accumulate,
-                          std::initializer_list<std::pair<int64_t, int64_t>> ranges) {
-    if (!kv_replicated) return linear_bw(dy, xin, W, b, dx, accumulate);
-    const int64_t out = W.dim(0), in = W.dim(1);
-    Tensor gw = f32({out, in});
-    Tensor dy_keep, x_keep;
-    const View dyw = in_dtype(dy, W.dtype(), &dy_keep), xw = in_dtype(xin, W.dtype(), &x_keep);
-    be.matmul(view(gw), transposed(dyw), xw);
-    for (const auto& r : ranges)
-      sum_over_head_copies(strided(model_detail::at(view(gw), r.first * in), OSLO_DTYPE_F32,
-                                   {r.second, in}, {in, 1}));
-    be.binary(OSLO_BK_ADD, view(grad_of(W)), view(grad_of(W)), view(gw));
-    if (b && b->defined()) {
-      Tensor gb = f32({1, out});
-      be.fill(view(gb), 0.0);
-      be.sum_rows(make_view(gb.data(), OSLO_DTYPE_F32, {out}), dy, true);
-      for (const auto& r : ranges)
-        sum_over_head_copies(strided(model_detail::at(view(gb), r.first), OSLO_DTYPE_F32,
-                                     {1, r.second}, {r.second, 1}));
-      be.binary(OSLO_BK_ADD, view(grad_of(*b)), view(grad_of(*b)),
-                make_view(gb.data(), OSLO_DTYPE_F32, {out}));
-    }
-    if (dx) be.matmul(*dx, dyw, view(W), nullptr, 1.f, accumulate ? 1.f : 0.f);
-  };
-  // dx (+)= the norm's input gradient; its parameters' gradients accumulated.
-  auto norm_bw = [&](const View& dx, const View& xin, const Tensor& w, const Tensor& b,
-                     const View& dy, bool accumulate) {
-    View wv = view(w), gw = view(grad_of(w)), gb;
-    const bool has_b = !rms && b.defined();
-    if (has_b) gb = view(grad_of(b));
-    if (!accumulate) {
-      be.norm_backward(dx, &gw, has_b ? &gb : nullptr, xin, &wv, dy, eps, rms);
-      return;
-    }
-    Tensor t = f32({BS, H});
-    be.norm_backward(view(t), &gw, has_b ? &gb : nullptr, xin, &wv, dy, eps, rms);
-    be.binary(OSLO_BK_ADD, dx, dx, view(t));
-  };
-
-  if (labels_in) {
-    dhf = f32({BS, H});
-    const View dh = view(dhf);
-    linear_bw(view(dlogits), view(hf), lm_head_, nullptr, &dh, false);
-    dlogits = Tensor();
-    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dhf));
-  }
-  // The embedding's backward reads no weight of unit 0 that ZeRO-3
-  // partitions (only its 1-D norm).
-  if (param_hook_) param_hook_(0, false, -1);
-  Tensor dx = f32({BS, H});  // gradient of the residual stream
-  if (norm_w_.defined())
-    norm_bw(view(dx), view(x), norm_w_, norm_b_, view(dhf), false);
-  else
-    be.convert(view(dx), view(dhf));
-  if (backward_hook_) backward_hook_(0);
-
-  for (size_t li = layers_.size(); li-- > 0;) {
-    Layer& L = *layers_[li];
-    Saved& sv = saved[li];
-    if (param_hook_) {  // the last block is still held from its forward
-      const int unit = 1 + static_cast<int>(li);
-      param_hook_(unit, true, unit > 1 ? unit - 1 : -1);
-    }
-    if (checkpoint_activations_) {
-      const Tensor x_in = sv.x_in;
-      block_forward(li, x_in, sv);  // recompute what the forward dropped
-    }
-    // Post-norm: out = LN2(r2), r2 = x_mid + down(m) + down_b.
-    Tensor dr2;
-    if (post) {
-      dr2 = f32({BS, H});
-      norm_bw(view(dr2), view(sv.r2), L.ln2_w, L.ln2_b, view(dx), false);
-    }
-    const Tensor& dout = post ? dr2 : dx;
-    const Tensor& mlp_in = post ? sv.x_mid : sv.h2;
-    // MLP branch: out = min + down(m) + down_b (dd = dout, complete on every rank).
-    const int64_t il = sv.m.dim(1);
-    if (L.down_b.defined()) be.sum_rows(view(grad_of(L.down_b)), view(dout), true);
-    Tensor dm = f32({BS, il});
-    const View dmv = view(dm);
-    linear_bw(view(dout), view(sv.m), L.down_w, nullptr, &dmv, false);
-    View gv, uv;
-    Tensor dgu, dup, dgate;
-    View dgv, duv;
-    if (L.gate_up_w.defined()) {
-      gv = columns(view(sv.gu), 0, il);
-      uv = columns(view(sv.gu), il, il);
-      dgu = f32({BS, 2 * il});
-      dgv = columns(view(dgu), 0, il);
-      duv = columns(view(dgu), il, il);
-    } else {
-      uv = view(sv.up);
-      dup = f32({BS, il});
-      duv = view(dup);
-      if (tr.gated_mlp) {
-        gv = view(sv.gate);
-        dgate = f32({BS, il});
-        dgv = view(dgate);
-      }
-    }
-    if (tr.gated_mlp) {
-      // m = act(g) * u: du = dm * act(g), dg = act'(g) * (dm * u).
-      Tensor t = f32({BS, il});
-      be.unary(act_op, view(t), gv);
-      be.binary(OSLO_BK_MUL, duv, view(dm), view(t));
-      be.binary(OSLO_BK_MUL, view(t), view(dm), uv);
-      be.unary_backward(act_op, dgv, gv, view(t));
-    } else {
-      be.unary_backward(act_op, duv, uv, view(dm));
-    }
-    Tensor dh2 = f32({BS, H});
-    if (L.gate_up_w.defined()) {
-      const View dh = view(dh2);
-      linear_bw(view(dgu), view(mlp_in), L.gate_up_w, &L.gate_up_b, &dh, false);
-    } else {
-      const View dh = view(dh2);
-      linear_bw(duv, view(mlp_in), L.up_w, &L.up_b, &dh, false);
-      if (tr.gated_mlp) linear_bw(dgv, view(mlp_in), L.gate_w, &L.gate_b, &dh, true);
-    }
-    // Attention branch: da = dx (parallel residual) or d(x_mid) (post-norm:
-    // d(r1) = LN1's input gradient of d(x_mid)).
-    Tensor dmid;
-    if (post) {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh2));
-      be.binary(OSLO_BK_ADD, view(dh2), view(dh2), view(dr2));  // d(x_mid)
-      dmid = f32({BS, H});
-      norm_bw(view(dmid), view(sv.r1), L.ln1_w, L.ln1_b, view(dh2), false);
-    } else if (!parallel) {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh2));
-      dmid = f32({BS, H});
-      be.convert(view(dmid), view(dx));
-      norm_bw(view(dmid), view(sv.x_mid), L.ln2_w, L.ln2_b, view(dh2), true);
-    }
-    const Tensor& da = parallel ? dx : dmid;
-    if (L.o_b.defined()) be.sum_rows(view(grad_of(L.o_b)), view(da), true);
-    Tensor datt = f32({BS, qw});
-    const View dattv = view(datt);
-    linear_bw(view(da), view(sv.att), L.o_w, nullptr, &dattv, false);
-    // Attention backward, composed: P recomputed from q and k.
-    View q, k, v;
-    Tensor dqkv, dq, dk, dv;
-    View dqv, dkv, dvv;
-    if (L.qkv_w.defined()) {
-      q = columns(view(sv.qkv), 0, qw);
-      k = columns(view(sv.qkv), qw, kw);
-      v = columns(view(sv.qkv), qw + kw, kw);
-      dqkv = f32({BS, qw + 2 * kw});
-      dqv = columns(view(dqkv), 0, qw);
-      dkv = columns(view(dqkv), qw, kw);
-      dvv = columns(view(dqkv), qw + kw, kw);
-    } else {
-      q = view(sv.q);
-      k = view(sv.k);
-      v = view(sv.v);
-      dq = f32({BS, qw});
-      dk = f32({BS, kw});
-      dv = f32({BS, kw});
-      dqv = view(dq);
-      dkv = view(dk);
-      dvv = view(dv);
-    }
-    {
-      const int64_t nkv = nkvl_, BH = B * nkv;
-      // Queries grouped by key/value head: [B, nkv, g, S, D] <-> [B*nkv, g*S, D].
-      auto grouped = [&](const View& t) {
-        const int64_t rs = t.strides[0];
-        return strided(t.data, t.dtype, {B, nkv, g, S, D}, {S * rs, g * D, D, rs, 1});
-      };
-      auto packed5 = [&](const Tensor& t) {
-        return strided(t.data(), OSLO_DTYPE_F32, {B, nkv, g, S, D},
-                       {nkv * g * S * D, g * S * D, S * D, D, 1});
-      };
-      Tensor qc = f32({BH, g * S, D}), doc = f32({BH, g * S, D});
-      Tensor kc = f32({BH, S, D}), vc = f32({BH, S, D});
-      be.convert(packed5(qc), grouped(q));
-      be.convert(packed5(doc), grouped(view(datt)));
-      be.convert(strided(kc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}),
-                 heads4(k, nkv));
-      be.convert(strided(vc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}),
-                 heads4(v, nkv));
-      auto tr3 = [&](const Tensor& t) { return transposed(view(t)); };
-      Tensor P = f32({BH, g * S, S}), dP = f32({BH, g * S, S}), dS = f32({BH, g * S, S});
-      be.matmul(view(P), view(qc), tr3(kc));
-      const View p5 = strided(P.data(), OSLO_DTYPE_F32, {B, nkv, g, S, S},
-                              {nkv * g * S * S, g * S * S, S * S, S, 1});
-      const View m5 = strided(mask_t.data(), OSLO_DTYPE_F32, {B, 1, 1, 1, S}, {S, 0, 0, 0, 1});
-      be.softmax(p5, p5, &m5, scale, tr.causal, 0);
-      Tensor dqc = f32({BH, g * S, D}), dkc = f32({BH, S, D}), dvc = f32({BH, S, D});
-      be.matmul(view(dvc), tr3(P), view(doc));  // dV = P^T dO
-      be.matmul(view(dP), view(doc), tr3(vc));  // dP = dO V^T
-      be.softmax_backward(view(dS), view(P), view(dP), scale);
-      be.matmul(view(dqc), view(dS), view(kc));  // dQ = dS K
-      be.matmul(view(dkc), tr3(dS), view(qc));   // dK = dS^T Q
-      be.convert(grouped(dqv), packed5(dqc));
-      be.convert(heads4(dkv, nkv),
-                 strided(dkc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}));
-      be.convert(heads4(dvv, nkv),
-                 strided(dvc.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1}));
-    }
-    if (tr.rotary) {  // the transpose of a rotation is the rotation back
-      rope(dqv, nhl_, nsin_t);
-      rope(dkv, nkvl_, nsin_t);
-    }
-    Tensor dh1 = f32({BS, H});
-    {
-      const View dh = view(dh1), ain = post ? view(sv.x_in) : view(sv.h1);
-      if (L.qkv_w.defined()) {
-        kv_linear_bw(view(dqkv), ain, L.qkv_w, &L.qkv_b, &dh, false, {{qw, kw}, {qw + kw, kw}});
-      } else {
-        linear_bw(dqv, ain, L.q_w, &L.q_b, &dh, false);
-        kv_linear_bw(dkv, ain, L.k_w, &L.k_b, &dh, true, {{0, kw}});
-        kv_linear_bw(dvv, ain, L.v_w, &L.v_b, &dh, true, {{0, kw}});
-      }
-    }
-    if (post) {
-      // x feeds the attention products and the residual into r1.
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh1));
-      be.binary(OSLO_BK_ADD, view(dx), view(dmid), view(dh1));
-    } else if (parallel) {
-      // Both branches read the block's input: one all-reduce for both.
-      Tensor both = f32({2, BS, H});
-      be.convert(strided(both.data(), OSLO_DTYPE_F32, {BS, H}, {H, 1}), view(dh1));
-      be.convert(strided(model_detail::at(view(both), BS * H), OSLO_DTYPE_F32, {BS, H}, {H, 1}),
-                 view(dh2));
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(both));
-      const View d1 = strided(both.data(), OSLO_DTYPE_F32, {BS, H}, {H, 1});
-      const View d2 =
-          strided(model_detail::at(view(both), BS * H), OSLO_DTYPE_F32, {BS, H}, {H, 1});
-      norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, d1, true);
-      norm_bw(view(dx), view(sv.x_in), L.ln2_w, L.ln2_b, d2, true);
-    } else {
-      reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(dh1));
-      be.convert(view(dx), view(dmid));
-      norm_bw(view(dx), view(sv.x_in), L.ln1_w, L.ln1_b, view(dh1), true);
-    }
-    sv = Saved{};  // this block's activations are no longer needed
-    if (param_hook_) param_hook_(1 + static_cast<int>(li), false, -1);
-    if (backward_hook_) backward_hook_(static_cast<int>(layers_.size() - li));
-  }
-  // Embeddings: the norm over their sum, the token table's local rows, the
-  // position and token-type tables.
-  if (emb_ln_w_.defined()) {
-    Tensor de = f32({BS, H});
-    norm_bw(view(de), view(emb_in), emb_ln_w_, emb_ln_b_, view(dx), false);
-    dx = de;
-  }
-  if (type_.defined()) be.scatter_add_rows(view(grad_of(type_)), view(types_t), view(dx), 0);
-  if (tr.embed_scale != 1.0) {
-    Tensor t = f32({BS, H});
-    be.unary(OSLO_BK_SCALE, view(t), view(dx), emb_scale);
-    be.scatter_add_rows(view(grad_of(wte_)), view(ids_t), view(t), vocab_start_);
-  } else {
-    be.scatter_add_rows(view(grad_of(wte_)), view(ids_t), view(dx), vocab_start_);
-  }
-  if (wpe_.defined()) be.scatter_add_rows(view(grad_of(wpe_)), view(pos_t), view(dx), 0);
-  if (backward_hook_) backward_hook_(static_cast<int>(layers_.size()) + 1);
-  return loss;
+  p.embed();
+  p.forward_blocks(0, layers_.size());
+  p.head_forward();
+  p.head_backward();
+  p.backward_blocks(0, layers_.size());
+  p.embed_backward();
+  return p.loss;
 }
 
 }  // namespace oslo
