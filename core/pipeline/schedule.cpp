@@ -20,6 +20,12 @@ void check_shape(int pipeline_size, int chunks, const char* what) {
   OSLO_CHECK(chunks >= 1, OSLO_ERR_INVALID_ARGUMENT, what, ": chunks per rank ", chunks, " < 1");
 }
 
+// The schedules index steps, stages and (stage, micro-batch) cells with int.
+void check_size(long long a, long long b, const char* what, const char* name) {
+  OSLO_CHECK(a * b <= std::numeric_limits<int>::max() / 2, OSLO_ERR_INVALID_ARGUMENT, what, ": ", a,
+             " x ", b, " ", name, " is too many");
+}
+
 void check_rank(int rank, int pipeline_size, const char* what) {
   OSLO_CHECK(rank >= 0 && rank < pipeline_size, OSLO_ERR_INVALID_ARGUMENT, what, ": rank ", rank,
              " outside [0, ", pipeline_size, ")");
@@ -102,6 +108,7 @@ std::vector<PipeOp> pipeline_schedule(int pipeline_size, int rank, int microbatc
   check_rank(rank, pipeline_size, "pipeline schedule");
   OSLO_CHECK(microbatches >= 1, OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: ", microbatches,
              " micro-batches < 1");
+  check_size(microbatches, chunks, "pipeline schedule", "micro-batch steps");
   const int p = pipeline_size, m = microbatches, v = chunks;
   std::vector<PipeOp> ops;
   ops.reserve(2 * static_cast<size_t>(m) * static_cast<size_t>(v));
@@ -191,8 +198,9 @@ PipePeers pipe_op_peers(const PipeOp& op, int rank, int pipeline_size, int chunk
   check_rank(rank, pipeline_size, "pipeline peers");
   OSLO_CHECK(op.chunk >= 0 && op.chunk < chunks, OSLO_ERR_INVALID_ARGUMENT,
              "pipeline peers: chunk ", op.chunk, " outside [0, ", chunks, ")");
-  const int p = pipeline_size, s = virtual_stage(rank, op.chunk, p), last = p * chunks - 1;
-  const int prev = s > 0 ? (s - 1) % p : -1, next = s < last ? (s + 1) % p : -1;
+  const long long p = pipeline_size, s = op.chunk * p + rank, last = p * chunks - 1;
+  const int prev = s > 0 ? static_cast<int>((s - 1) % p) : -1;
+  const int next = s < last ? static_cast<int>((s + 1) % p) : -1;
   if (op.kind == PipeOp::FORWARD) return {prev, next};
   return {next, prev};
 }
@@ -220,6 +228,8 @@ PipeSimResult simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int
   const int p = static_cast<int>(ops.size()), m = microbatches, v = chunks;
   check_shape(p, v, "pipeline simulation");
   OSLO_CHECK(m >= 1, OSLO_ERR_INVALID_ARGUMENT, "pipeline simulation: ", m, " micro-batches < 1");
+  check_size(static_cast<long long>(p) * v, m, "pipeline simulation",
+             "(virtual stage, micro-batch) cells");
   const int stages = p * v;
   auto cost_ok = [](double t) { return std::isfinite(t) && t >= 0; };
   OSLO_CHECK(cost_ok(o.t_forward), OSLO_ERR_INVALID_ARGUMENT, "pipeline simulation: t_forward ",

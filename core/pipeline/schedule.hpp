@@ -184,7 +184,10 @@ struct PipeSimResult {
 // costs (negative or not finite, stage_scale of the wrong size); and a
 // deadlock, when the lists' orders contradict each other so that no rank
 // can go on: the error names each stuck rank's next op and the op it waits
-// for.
+// for. With equal stages and t_comm 0, Megatron's schedules come out with a
+// bubble fraction of exactly (p - 1) / (v m + p - 1) (1F1B: (p - 1) / (m +
+// p - 1)), the Megatron paper's bubble (p - 1) / v per m micro-batches of
+// work; tests/pipeline checks it for p <= 4, t_b / t_f in {1, 2, 3}.
 PipeSimResult simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int microbatches,
                                 int chunks, const PipeSimOptions& options = {});
 

@@ -465,6 +465,8 @@ void test_errors() {
   expect_error("schedule rank p", [] { pipeline_schedule(2, 2, 4, 1); }, {"rank 2", "[0, 2)"});
   expect_error("schedule m 0", [] { pipeline_schedule(2, 0, 0, 1); }, {"0 micro-batches"});
   expect_error("schedule v 0", [] { pipeline_schedule(2, 0, 4, 0); }, {"chunks per rank 0"});
+  expect_error("schedule too many steps", [] { pipeline_schedule(2, 0, 1 << 30, 3); },
+               {"1073741824 x 3 micro-batch steps", "too many"});
   expect_error("schedule m % p", [] { pipeline_schedule(4, 1, 6, 2); },
                {"6 micro-batches", "pipeline size 4", "multiple"});
 
