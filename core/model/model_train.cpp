@@ -511,16 +511,24 @@ struct Model::Pass {
   // The head's and the final norm's backward: dx, the gradient of the
   // last block's output.
   void head_backward() {
+    // The embedding's backward reads no weight of unit 0 that ZeRO-3
+    // partitions (only its 1-D norm): unit 0 goes as soon as the head's
+    // input gradient is made, before its weight gradient, so that a whole
+    // head and its whole gradient never coexist.
     if (labels_in) {
       dhf = f32({BS, H});
-      const View dh = view(dhf);
-      linear_bw(view(dlogits), view(hf), m.lm_head_, nullptr, &dh, false);
+      const Tensor& W = m.lm_head_;
+      Tensor dy_keep, x_keep;
+      const View dyw = in_dtype(view(dlogits), W.dtype(), &dy_keep),
+                 xw = in_dtype(view(hf), W.dtype(), &x_keep);
+      be.matmul(view(dhf), dyw, view(W));  // dh = dlogits W
+      if (m.param_hook_) m.param_hook_(0, false, -1);
+      be.matmul(view(m.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);  // dW += dy^T h
       dlogits = Tensor();
       reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(dhf));
+    } else if (m.param_hook_) {
+      m.param_hook_(0, false, -1);
     }
-    // The embedding's backward reads no weight of unit 0 that ZeRO-3
-    // partitions (only its 1-D norm).
-    if (m.param_hook_) m.param_hook_(0, false, -1);
     dx = f32({BS, H});
     if (m.norm_w_.defined())
       norm_bw(view(dx), view(x), m.norm_w_, m.norm_b_, view(dhf), false);
