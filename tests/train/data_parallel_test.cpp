@@ -78,25 +78,7 @@ std::mutex g_mu;
 
 constexpr int64_t kSteps = 20;
 
-struct Data {
-  std::vector<int64_t> ids, mask, labels;
-  int64_t B = 0, S = 0, count = 0;
-  explicit Data(const std::string& fixture) {
-    oslo_test::SafetensorsRef ref(fixture + "/train_loop_ref.safetensors");
-    std::vector<int64_t> shape;
-    ids = ref.get<int64_t>("input_ids", &shape);
-    mask = ref.get<int64_t>("attention_mask");
-    labels = ref.get<int64_t>("labels");
-    count = shape[0];
-    B = shape[1];
-    S = shape[2];
-  }
-  std::vector<int64_t> part(const std::vector<int64_t>& v, int64_t i) const {
-    const int64_t per = B * S;
-    i %= count;
-    return std::vector<int64_t>(v.begin() + i * per, v.begin() + (i + 1) * per);
-  }
-};
+using Data = oslo_test::LoopData;
 
 struct Args {
   int tp = 1, dp = 2, zero = 0, accum = 1;

@@ -79,24 +79,7 @@ constexpr int64_t kSteps = 20, kAccum = 2;
     }                                                  \
   } while (0)
 
-// The loop's data: micro-batch i is rows [i*B, (i+1)*B) of the reference.
-struct Data {
-  std::vector<int64_t> ids, mask, labels;
-  int64_t B = 0, S = 0;
-  explicit Data(const std::string& fixture) {
-    oslo_test::SafetensorsRef ref(fixture + "/train_loop_ref.safetensors");
-    std::vector<int64_t> shape;
-    ids = ref.get<int64_t>("input_ids", &shape);
-    mask = ref.get<int64_t>("attention_mask");
-    labels = ref.get<int64_t>("labels");
-    B = shape[1];
-    S = shape[2];
-  }
-  std::vector<int64_t> part(const std::vector<int64_t>& v, int64_t i) const {
-    const int64_t per = B * S;
-    return std::vector<int64_t>(v.begin() + i * per, v.begin() + (i + 1) * per);
-  }
-};
+using Data = oslo_test::LoopData;
 
 // The dtype the fixtures load in (--dtype; bf16/f16: f32 masters in the
 // optimizer, f16 with loss scaling).
