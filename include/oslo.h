@@ -1216,7 +1216,16 @@ OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsign
 /**
  * Loads the model at `path` (a Hugging Face folder or an oslo parallel
  * checkpoint directory) into this rank's share of the tensor group. Each rank
- * reads only the byte ranges of its own slices. Collective over the world
+ * reads only the byte ranges of its own slices. With a pipeline-parallel
+ * size P > 1 the blocks are split over the P stages as evenly as possible
+ * (Colossal-AI's partition_uniform; later stages take the remainder), the
+ * first stage also holding the embeddings and the last the final norm and
+ * head (a tied head: a copy of the token table, saved by the first stage
+ * only); each rank loads only its stage's weights. Forward, embed and
+ * generate then run stage by stage and return the same results on every
+ * rank; training across stages fails with OSLO_ERR_NOT_SUPPORTED (not yet),
+ * and a model with fewer blocks than stages fails to load
+ * (OSLO_ERR_INVALID_ARGUMENT). Collective over the world
  * group: if any rank fails, every rank returns the status of the lowest
  * failing rank with a message naming it.
  * Ownership: `path` and `options` (may be NULL: defaults) are read during the

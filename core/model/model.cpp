@@ -13,6 +13,7 @@
 #include "core/common/error.hpp"
 #include "core/layers/embedding.hpp"
 #include "core/parallel/mappings.hpp"
+#include "core/pipeline/schedule.hpp"
 #include "core/tensor/view.hpp"
 
 namespace oslo {
@@ -63,9 +64,25 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
     m->source_ = path;
     m->tp_ = ctx.topology().tp_size();
     m->rank_ = ctx.topology().tp_rank();
+    m->pp_ = ctx.topology().pp_size();
+    m->pp_rank_ = ctx.topology().pp_rank();
     for (const std::string& f : src.extra_files())
       m->extra_files_.push_back(join_path(src.folder(), f));
     plan = plan_model(m->cfg_, m->tp_, m->rank_);
+    if (m->pp_ > 1) {
+      // This stage's blocks (Colossal-AI's uniform partition) and, on the
+      // first and last stage, the embeddings and the head: no rank reads or
+      // holds another stage's weights.
+      const PipelinePartition part =
+          partition_uniform(static_cast<int>(m->cfg_.num_layers), m->pp_, 1);
+      const LayerRange range = part.at(m->pp_rank_, 0);
+      m->layer0_ = range.begin;
+      m->layer_end_ = range.end;
+      plan = plan_stage(plan, m->cfg_, range.begin, range.end, m->pp_rank_ == 0,
+                        m->pp_rank_ == m->pp_ - 1);
+    } else {
+      m->layer_end_ = m->cfg_.num_layers;
+    }
     auto be = ctx.backend_ptr();
     resolve_names(src, plan);
     for (auto& pt : plan) {
@@ -91,8 +108,8 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
     layers.push_back(pt.layer);
   }
   // Slots.
-  const ModelConfig& c = m->cfg_;
-  for (int64_t i = 0; i < c.num_layers; ++i) m->layers_.push_back(std::make_unique<Layer>());
+  for (int64_t i = m->layer0_; i < m->layer_end_; ++i)
+    m->layers_.push_back(std::make_unique<Layer>());
   for (size_t i = 0; i < plan.size(); ++i) {
     const std::string& r = roles[i];
     const Tensor& t = m->params_[i].tensor;
@@ -131,7 +148,7 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
                                                                  {"down_b", &Layer::down_b}};
       auto it = per.find(r);
       OSLO_CHECK(it != per.end(), OSLO_ERR_INTERNAL, "model: unknown role ", r);
-      (*m->layers_[static_cast<size_t>(layers[i])]).*(it->second) = t;
+      (*m->layers_[static_cast<size_t>(layers[i] - m->layer0_)]).*(it->second) = t;
     }
   }
   m->bind();
@@ -146,7 +163,8 @@ void Model::bind() {
   vocab_start_ = vp.start;
   vocab_local_ = vp.local;
   vocab_valid_ = vp.valid;
-  if (cfg_.tie_word_embeddings || !lm_head_.defined()) lm_head_ = wte_;
+  // The head (the last stage's, under pipeline parallelism).
+  if (last_stage() && (cfg_.tie_word_embeddings || !lm_head_.defined())) lm_head_ = wte_;
   const BlockTraits& tr = cfg_.traits;
   for (const auto& L : layers_) {
     OSLO_CHECK((L->q_w.defined() && L->k_w.defined() && L->v_w.defined()) || L->qkv_w.defined(),
@@ -287,30 +305,35 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   Tensor mask_t = upload(key_mask.data(), OSLO_DTYPE_F32, {B, T});
   const float eps = static_cast<float>(cfg_.norm_eps);
 
-  // Embeddings.
+  // Embeddings (first stage), or the previous stage's output.
   Tensor x = scratch(bp, OSLO_DTYPE_F32, {BS, H});
-  be.gather_rows(view(x), view(wte_), view(ids_t), vocab_start_, cfg_.vocab_size);
-  reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(x));
-  if (cfg_.traits.embed_scale != 1.0) {
-    // As transformers: an f32 scalar cast to the embedding table's dtype.
-    float s = static_cast<float>(cfg_.traits.embed_scale);
-    if (wte_.dtype() == OSLO_DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
-    if (wte_.dtype() == OSLO_DTYPE_F16) s = f16_to_f32(f32_to_f16(s));
-    be.unary(OSLO_BK_SCALE, view(x), view(x), s);
-  }
   Tensor tmp = scratch(bp, OSLO_DTYPE_F32, {BS, H});
-  if (wpe_.defined()) {
-    be.gather_rows(view(tmp), view(wpe_), view(pos_t), 0, cfg_.max_positions);
-    be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
-  }
-  if (type_.defined()) {
-    Tensor tt = upload(token_types.data(), OSLO_DTYPE_I64, {BS});
-    be.gather_rows(view(tmp), view(type_), view(tt), 0, cfg_.type_vocab_size);
-    be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
-  }
-  if (emb_ln_w_.defined()) {
-    View gw = view(emb_ln_w_), gb = view(emb_ln_b_);
-    be.norm(view(x), view(x), &gw, &gb, eps, false);
+  if (!first_stage()) {
+    if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
+    ctx_.comm(OSLO_GROUP_PIPELINE).recv(x.data(), x.nbytes(), pp_rank_ - 1);
+  } else {
+    be.gather_rows(view(x), view(wte_), view(ids_t), vocab_start_, cfg_.vocab_size);
+    reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(x));
+    if (cfg_.traits.embed_scale != 1.0) {
+      // As transformers: an f32 scalar cast to the embedding table's dtype.
+      float s = static_cast<float>(cfg_.traits.embed_scale);
+      if (wte_.dtype() == OSLO_DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
+      if (wte_.dtype() == OSLO_DTYPE_F16) s = f16_to_f32(f32_to_f16(s));
+      be.unary(OSLO_BK_SCALE, view(x), view(x), s);
+    }
+    if (wpe_.defined()) {
+      be.gather_rows(view(tmp), view(wpe_), view(pos_t), 0, cfg_.max_positions);
+      be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+    }
+    if (type_.defined()) {
+      Tensor tt = upload(token_types.data(), OSLO_DTYPE_I64, {BS});
+      be.gather_rows(view(tmp), view(type_), view(tt), 0, cfg_.type_vocab_size);
+      be.binary(OSLO_BK_ADD, view(x), view(x), view(tmp));
+    }
+    if (emb_ln_w_.defined()) {
+      View gw = view(emb_ln_w_), gb = view(emb_ln_b_);
+      be.norm(view(x), view(x), &gw, &gb, eps, false);
+    }
   }
 
   // Rotary tables [BS, R/2] (R: the rotated dimensions of a head).
@@ -452,13 +475,31 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
       }
     }
   }
-  if (norm_w_.defined() && !post_ln) {
-    norm_x(view(h), norm_w_, norm_b_);
+  if (!last_stage()) {
+    // The residual stream goes on to the next stage; the final hidden
+    // states come back from the last.
+    flush();
+    if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
+    ctx_.comm(OSLO_GROUP_PIPELINE).send(x.data(), x.nbytes(), pp_rank_ + 1);
+    from_last_stage(h);
     return h;
   }
-  flush();
-  if (norm_w_.defined()) norm(view(x), view(x), norm_w_, norm_b_);
-  return x;
+  if (norm_w_.defined() && !post_ln) {
+    norm_x(view(h), norm_w_, norm_b_);
+  } else {
+    flush();
+    if (norm_w_.defined()) norm(view(x), view(x), norm_w_, norm_b_);
+    h = x;
+  }
+  if (pp_ > 1) from_last_stage(h);
+  return h;
+}
+
+void Model::from_last_stage(const Tensor& t) {
+  if (pp_ == 1) return;
+  if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) ctx_.backend().synchronize();
+  ctx_.comm(OSLO_GROUP_PIPELINE)
+      .broadcast(t.data(), static_cast<size_t>(t.numel()), t.dtype(), pp_ - 1);
 }
 
 Tensor Model::head_local(const View& hidden, int64_t r) {
@@ -470,6 +511,23 @@ Tensor Model::head_local(const View& hidden, int64_t r) {
 }
 
 std::vector<float> Model::logits_of(const View& hidden, int64_t r) {
+  if (pp_ > 1) {
+    // The head is the last stage's: its logits to every stage.
+    Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {r, cfg_.vocab_size});
+    std::vector<float> out;
+    if (last_stage()) {
+      out = head_logits(hidden, r);
+      ctx_.backend().copy(all.data(), out.data(), all.nbytes(), CopyKind::HostToDevice);
+    }
+    from_last_stage(all);
+    out.resize(static_cast<size_t>(all.numel()));
+    ctx_.backend().copy(out.data(), all.data(), all.nbytes(), CopyKind::DeviceToHost);
+    return out;
+  }
+  return head_logits(hidden, r);
+}
+
+std::vector<float> Model::head_logits(const View& hidden, int64_t r) {
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
   Tensor local = head_local(hidden, r);
@@ -492,6 +550,33 @@ std::vector<float> Model::logits_of(const View& hidden, int64_t r) {
 }
 
 std::vector<CausalLM::Choice> Model::argmax_of(const View& hidden, int64_t r) {
+  if (pp_ > 1) {
+    // The last stage's choices (token, logit) to every stage.
+    Tensor tok = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {r});
+    Tensor val = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {r});
+    std::vector<int64_t> ht(static_cast<size_t>(r));
+    std::vector<float> hv(static_cast<size_t>(r));
+    if (last_stage()) {
+      const std::vector<Choice> c = head_argmax(hidden, r);
+      for (size_t i = 0; i < c.size(); ++i) {
+        ht[i] = c[i].token;
+        hv[i] = c[i].logit;
+      }
+      ctx_.backend().copy(tok.data(), ht.data(), tok.nbytes(), CopyKind::HostToDevice);
+      ctx_.backend().copy(val.data(), hv.data(), val.nbytes(), CopyKind::HostToDevice);
+    }
+    from_last_stage(tok);
+    from_last_stage(val);
+    ctx_.backend().copy(ht.data(), tok.data(), tok.nbytes(), CopyKind::DeviceToHost);
+    ctx_.backend().copy(hv.data(), val.data(), val.nbytes(), CopyKind::DeviceToHost);
+    std::vector<Choice> out(static_cast<size_t>(r));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = Choice{ht[i], hv[i]};
+    return out;
+  }
+  return head_argmax(hidden, r);
+}
+
+std::vector<CausalLM::Choice> Model::head_argmax(const View& hidden, int64_t r) {
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
   Tensor local = head_local(hidden, r);

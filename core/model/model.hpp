@@ -190,11 +190,13 @@ class Model : public CausalLM {
   // Logits of the given hidden rows (view [r, hidden]) gathered over the
   // tensor group: [r, vocab] f32 on the host.
   std::vector<float> logits_of(const View& hidden, int64_t r);
+  std::vector<float> head_logits(const View& hidden, int64_t r);  // this stage's head
   // This rank's logits of the hidden rows: [r, local vocabulary] f32.
   Tensor head_local(const View& hidden, int64_t r);
   // The greedy choice of every hidden row: each rank's argmax over its
   // vocabulary slice (backend argmax), then one exchange of [r] pairs.
   std::vector<Choice> argmax_of(const View& hidden, int64_t r);
+  std::vector<Choice> head_argmax(const View& hidden, int64_t r);  // this stage's head
   // cos and sin [positions, R/2] of the rotary embedding at these positions.
   void rope_tables(const std::vector<int64_t>& positions, Tensor* cos, Tensor* sin);
   // One micro-batch's pass, phase by phase (model_train.cpp).
@@ -221,6 +223,17 @@ class Model : public CausalLM {
   std::string source_;
   std::vector<std::string> extra_files_;
   int tp_ = 1, rank_ = 0;
+  // Pipeline parallelism: this stage's blocks are [layer0_, layer_end_) of
+  // the model's; layers_ holds only those.
+  int pp_ = 1, pp_rank_ = 0;
+  int64_t layer0_ = 0, layer_end_ = 0;
+  bool first_stage() const { return pp_rank_ == 0; }
+  bool last_stage() const { return pp_rank_ == pp_ - 1; }
+  // OSLO_ERR_NOT_SUPPORTED, naming it, when pipeline stages would train.
+  void check_single_stage() const;
+  // Pipeline parallelism: the last stage's `t` to every stage (a tensor of
+  // the same shape and dtype on each). Collective over the pipeline group.
+  void from_last_stage(const Tensor& t);
   int64_t nhl_ = 0, nkvl_ = 0;  // local attention / key-value heads
   std::vector<PlacedTensor> params_;
   std::vector<oslo_dtype> stored_dtype_;  // per params_ entry: dtype in the source

@@ -751,6 +751,7 @@ struct Model::Pass {
 float Model::loss_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
                            const std::vector<int64_t>& mask, int64_t B, int64_t S,
                            float grad_scale) {
+  check_single_stage();
   OSLO_CHECK(causal() && lm_head_.defined(), OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
              ": the causal-LM loss needs a causal language model (an encoder trains from a "
              "gradient of its hidden states: hidden_backward)");
@@ -763,10 +764,16 @@ void Model::hidden_backward(const std::vector<int64_t>& ids, const std::vector<i
   train_pass(ids, nullptr, mask, token_types, &grad_hidden, B, S, grad_scale);
 }
 
+void Model::check_single_stage() const {
+  OSLO_CHECK(pp_ == 1, OSLO_ERR_NOT_SUPPORTED, "model: training with pipeline_parallel_size ", pp_,
+             " (> 1) is not supported yet: pipeline stages run inference only");
+}
+
 float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64_t>* labels_in,
                         const std::vector<int64_t>& mask0, const std::vector<int64_t>& types0,
                         const std::vector<float>* grad_hidden, int64_t B, int64_t S,
                         float grad_scale) {
+  check_single_stage();
   const BlockTraits& tr = cfg_.traits;
   const bool post = tr.post_norm;
   OSLO_CHECK(!post || !tr.parallel_residual, OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,

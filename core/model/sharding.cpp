@@ -205,4 +205,34 @@ std::function<std::vector<Placement>(int, int)> model_planner(const std::string&
   };
 }
 
+std::vector<PlannedTensor> plan_stage(const std::vector<PlannedTensor>& plan, const ModelConfig& c,
+                                      int64_t layer_begin, int64_t layer_end, bool first,
+                                      bool last) {
+  static const char* const kEmbeddings[] = {"wte", "wpe", "type", "emb_ln_w", "emb_ln_b"};
+  static const char* const kHead[] = {"norm_w", "norm_b", "lm_head", "pool_w", "pool_b"};
+  auto in = [](const std::string& role, const char* const* roles, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      if (role == roles[i]) return true;
+    return false;
+  };
+  std::vector<PlannedTensor> out;
+  for (const PlannedTensor& pt : plan) {
+    if (pt.layer >= 0) {
+      if (pt.layer >= layer_begin && pt.layer < layer_end) out.push_back(pt);
+      continue;
+    }
+    const bool emb = in(pt.role, kEmbeddings, 5), head = in(pt.role, kHead, 5);
+    OSLO_CHECK(emb || head, OSLO_ERR_INTERNAL, "pipeline: no stage for role ", pt.role);
+    if ((emb && first) || (head && last)) {
+      out.push_back(pt);
+    } else if (last && pt.role == "wte" && c.tie_word_embeddings) {
+      PlannedTensor copy = pt;  // the tied head's weight; saved by the first stage
+      copy.placement.replica_owner = false;
+      for (Segment& s : copy.placement.segments) s.owner = false;
+      out.push_back(std::move(copy));
+    }
+  }
+  return out;
+}
+
 }  // namespace oslo

@@ -82,6 +82,15 @@ struct PlannedTensor {
 // names the count and the size).
 std::vector<PlannedTensor> plan_model(const ModelConfig& c, int tp, int rank);
 
+// Pipeline parallelism: of a whole plan, what one stage holds: the blocks
+// [layer_begin, layer_end), the embeddings on the first stage, the final
+// norm, the head and the pooler on the last. With tied word embeddings the
+// last stage (when it is not also the first) holds the token table for its
+// head too, as a copy it does not save (the first stage owns it).
+std::vector<PlannedTensor> plan_stage(const std::vector<PlannedTensor>& plan, const ModelConfig& c,
+                                      int64_t layer_begin, int64_t layer_end, bool first,
+                                      bool last);
+
 // The global shape of the tensor filling `role`, as nn.Linear holds it
 // (before a rule's `transpose`), from the rule's Dim pair.
 std::vector<int64_t> global_shape_of(const ModelConfig& c, const std::string& role);

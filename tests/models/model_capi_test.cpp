@@ -58,8 +58,14 @@ using Ref = oslo_test::SafetensorsRef;
 oslo_context* make_context() {
   const char* ws = std::getenv("WORLD_SIZE");
   const int world = ws ? std::atoi(ws) : 1;
+  // OSLO_TEST_PP: that many pipeline stages, the rest tensor parallel.
+  const char* pps = std::getenv("OSLO_TEST_PP");
+  const int pp = pps ? std::atoi(pps) : 1;
   char cfg[256];
-  std::snprintf(cfg, sizeof cfg, "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 120}", world);
+  std::snprintf(cfg, sizeof cfg,
+                "{\"tensor_parallel_size\": %d, \"pipeline_parallel_size\": %d, "
+                "\"timeout_seconds\": 120}",
+                world / pp, pp);
   oslo_context* ctx = nullptr;
   ok_or_die(oslo_context_create(world > 1 || ws ? cfg : nullptr, &ctx), "context");
   ok_or_die(oslo_context_rank(ctx, OSLO_GROUP_WORLD, &g_rank), "rank");

@@ -206,14 +206,25 @@ int launcher_world() {
 }
 
 // tp > 0 and dp > 0 (oslo train) set the tensor- and data-parallel sizes;
-// otherwise the tensor-parallel size is --tp or the world size.
+// otherwise --pp N (generate, embed) cuts the blocks into N pipeline stages
+// and the tensor-parallel size is --tp or what is left of the world.
 oslo_context* context(const Args& a, int tp = 0, int dp = 0) {
   const char* ws = std::getenv("WORLD_SIZE");
   const char* ompi = std::getenv("OMPI_COMM_WORLD_SIZE");
   const int world = ws ? std::atoi(ws) : ompi ? std::atoi(ompi) : 1;
-  if (tp <= 0) tp = a.has("tp") ? static_cast<int>(to_int(a.get("tp"), "--tp")) : world;
+  int pp = 1;
+  if (a.has("pp")) {
+    const int64_t v = to_int(a.get("pp"), "--pp");
+    if (v < 1 || v > world || world % v != 0)
+      die("--pp " + std::to_string(v) + " must divide the world size " + std::to_string(world) +
+              " (the ranks of oslo-run)",
+          2);
+    pp = static_cast<int>(v);
+  }
+  if (tp <= 0) tp = a.has("tp") ? static_cast<int>(to_int(a.get("tp"), "--tp")) : world / pp;
   nlohmann::json cfg = nlohmann::json::object();
   cfg["tensor_parallel_size"] = tp;
+  if (pp > 1) cfg["pipeline_parallel_size"] = pp;
   if (dp > 0) cfg["data_parallel_size"] = dp;
   if (a.has("threads")) cfg["num_threads"] = to_int(a.get("threads"), "--threads");
   const BackendChoice bc = backend_choice(a);
@@ -288,13 +299,14 @@ const char* kGenerateHelp =
     "                     [--max-new-tokens N] [--sample] [--temperature T] [--top-k K]\n"
     "                     [--top-p P] [--seed S] [--num-beams N] [--length-penalty X]\n"
     "                     [--dtype f32|bf16|f16] [--tokenizer DIR] [--ids] [--tp N]\n"
-    "                     [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
+    "                     [--pp N] [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
     "                     [--backend-options JSON]\n"
     "Generates continuations of the prompts (batched, left-padded) with the KV cache:\n"
     "greedy by default, sampling with --sample, beam search with --num-beams N > 1.\n"
     "Text prompts are tokenized with the model folder's tokenizer (or --tokenizer);\n"
     "--ids prints token ids instead of text. Under oslo-run every rank computes its\n"
-    "share of each layer; rank 0 prints.\n"
+    "share of each layer; rank 0 prints. --pp N cuts the blocks into N pipeline\n"
+    "stages (each rank loads only its stage's weights; --tp x --pp = the world).\n"
     "--device cuda[:N] runs on the CUDA backend (device N, else each rank's local\n"
     "rank); --backend-options passes a JSON object to the backend.\n"
     "  example: oslo-run --nproc-per-node 2 oslo generate --model M --prompt 'Hello'\n";
@@ -302,7 +314,7 @@ const char* kGenerateHelp =
 int cmd_generate(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"sample", "ids", "help"},
                  {"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "top-k",
-                  "top-p", "seed", "num-beams", "length-penalty", "dtype", "tokenizer", "tp",
+                  "top-p", "seed", "num-beams", "length-penalty", "dtype", "tokenizer", "tp", "pp",
                   "threads", "backend", "device", "backend-options"});
   if (a.has("help")) return std::printf("%s", kGenerateHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
@@ -367,8 +379,9 @@ int cmd_generate(int argc, char** argv) {
 
 const char* kEmbedHelp =
     "usage: oslo embed --model DIR [--sentence TEXT]... [--file F] [--json] [--no-normalize]\n"
-    "                  [--dtype f32|bf16|f16] [--tokenizer DIR] [--tp N] [--threads N]\n"
-    "                  [--device cpu|cuda[:N]] [--backend NAME] [--backend-options JSON]\n"
+    "                  [--dtype f32|bf16|f16] [--tokenizer DIR] [--tp N] [--pp N]\n"
+    "                  [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
+    "                  [--backend-options JSON]\n"
     "Sentence embeddings of an encoder model (mean pooling over the attention mask,\n"
     "then L2 normalisation, as sentence-transformers computes them). Sentences come\n"
     "from --sentence and from --file (one per line). Prints the cosine similarity\n"
@@ -376,8 +389,8 @@ const char* kEmbedHelp =
 
 int cmd_embed(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"json", "no-normalize", "help"},
-                 {"model", "sentence", "file", "dtype", "tokenizer", "tp", "threads", "backend",
-                  "device", "backend-options"});
+                 {"model", "sentence", "file", "dtype", "tokenizer", "tp", "pp", "threads",
+                  "backend", "device", "backend-options"});
   if (a.has("help")) return std::printf("%s", kEmbedHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   std::vector<std::string> sents = a.all("sentence");
