@@ -40,22 +40,13 @@
 
 #include "core/common/error.hpp"
 #include "core/pipeline/schedule.hpp"
+#include "tests/common/expect.hpp"
 
 using namespace oslo;
 
 namespace {
 
-int g_fail = 0;
-
-#define EXPECT(cond, ...)                              \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                        \
-      std::printf("\n");                               \
-      ++g_fail;                                        \
-    }                                                  \
-  } while (0)
+using oslo_test::g_fail;
 
 std::vector<std::vector<PipeOp>> all_ranks(int p, int m, int v) {
   std::vector<std::vector<PipeOp>> ops;
@@ -619,7 +610,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (g_fail) {
-    std::printf("%d failure(s)\n", g_fail);
+    std::printf("%d failure(s)\n", g_fail.load());
     return 1;
   }
   std::printf("OK\n");

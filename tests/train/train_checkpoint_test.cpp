@@ -53,6 +53,7 @@
 #include "core/model/sharding.hpp"
 #include "core/train/train_checkpoint.hpp"
 #include "core/train/trainer.hpp"
+#include "tests/common/expect.hpp"
 #include "tests/common/grad_check.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
@@ -63,21 +64,9 @@ using json = nlohmann::json;
 
 namespace {
 
-std::atomic<int> g_fail{0};
-std::mutex g_mu;
+using oslo_test::g_fail;
 
 constexpr int64_t kSteps = 20, kAccum = 2;
-
-#define EXPECT(cond, ...)                              \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::lock_guard<std::mutex> lk(g_mu);            \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                        \
-      std::printf("\n");                               \
-      ++g_fail;                                        \
-    }                                                  \
-  } while (0)
 
 using Data = oslo_test::LoopData;
 
