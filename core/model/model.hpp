@@ -165,6 +165,30 @@ class Model : public CausalLM {
   }
   // The unit of each tensors() entry (see set_param_hook).
   std::vector<int> param_units() const;
+  // ZeRO-3: the head's weight W (local [rows, hidden], tensors() entry
+  // head_param()) handed to the loss in row chunks instead of whole, so
+  // that neither W nor its gradient is ever whole while the activations
+  // are. Each of the `parts` data ranks owns part_rows rows of W (rank q
+  // rows [q * part_rows, (q + 1) * part_rows), the last fewer); chunk k
+  // (0 <= k < chunks) is `parts` blocks of chunk_rows rows, block q rows
+  // q * part_rows + k * chunk_rows + j of W (rows past its part or past W
+  // are padding). gather(k, out) fills out [parts * chunk_rows, hidden]
+  // (W's dtype) with chunk k; reduce(k, grad) takes this rank's f32
+  // gradient of chunk k in the same layout (padding rows zero) and adds
+  // the sum over the data ranks into each owner's gradient partition. Both
+  // are collective over the data group. With rows set (parts > 0) and
+  // labels given, the pass releases unit 0 after the embeddings and runs
+  // the head chunk by chunk; parts == 0 turns it off.
+  struct HeadRows {
+    int parts = 0;
+    int64_t part_rows = 0, chunk_rows = 0, chunks = 0;
+    std::function<void(int64_t, const View&)> gather;
+    std::function<void(int64_t, const View&)> reduce;
+  };
+  void set_head_rows(HeadRows rows) { head_rows_ = std::move(rows); }
+  // The tensors() entry of the head's weight (the tied embedding's when
+  // tied); -1 when this stage has no head.
+  int64_t head_param() const;
   // Activation checkpointing: keep only each block's input between the
   // forward and the backward of loss_backward and recompute the rest block
   // by block (gradients bitwise equal; one more forward of compute).
@@ -254,6 +278,7 @@ class Model : public CausalLM {
   const void* hook_owner_ = nullptr;
   bool agree_over_data_ = false;
   std::function<void(int, bool, int)> param_hook_;
+  HeadRows head_rows_;
   bool partitioned_ = false;
   void check_whole(const char* what) const;
   // Generation state.

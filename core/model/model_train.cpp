@@ -64,6 +64,12 @@ std::vector<int> Model::param_units() const {
   return unit;
 }
 
+int64_t Model::head_param() const {
+  if (!lm_head_.defined()) return -1;
+  auto it = param_of_.find(lm_head_.storage().get());
+  return it == param_of_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
 std::vector<int> Model::grad_stages() const {
   const int L = static_cast<int>(layers_.size());
   std::vector<int> stage(params_.size(), 0);
@@ -480,7 +486,10 @@ struct Model::Pass {
       be.convert(view(hf), view(x));
     if (labels_in) {
       Tensor logits = f32({BS, m.vocab_local_});
-      linear(be, bp, view(logits), view(hf), m.lm_head_, nullptr);
+      if (chunked())
+        head_chunks(&logits);
+      else
+        linear(be, bp, view(logits), view(hf), m.lm_head_, nullptr);
       // The gradient overwrites the logits: no second [tokens, vocab] buffer.
       vocab_parallel_cross_entropy(m.ctx_, logits, lab_t, m.cfg_.vocab_size, -100, nullptr, &loss,
                                    &logits);
@@ -508,6 +517,55 @@ struct Model::Pass {
     }
   }
 
+  // Whether the head's weight comes in row chunks (Model::HeadRows).
+  bool chunked() const { return labels_in && m.head_rows_.parts > 0; }
+
+  // The head chunk by chunk (Model::HeadRows): with `logits` its forward
+  // (each chunk's blocks of logit columns from hf), else its backward from
+  // dlogits: dhf, and each chunk's weight gradient handed to reduce. Only
+  // one chunk of W (and of its gradient) exists at a time.
+  void head_chunks(Tensor* logits) {
+    const Model::HeadRows& hr = m.head_rows_;
+    const Tensor& W = m.lm_head_;
+    const int64_t V = W.dim(0), c = hr.chunk_rows, n = hr.parts;
+    Tensor h_keep, dy_keep;
+    const View hw = in_dtype(view(hf), W.dtype(), &h_keep);
+    View dyw;
+    if (!logits) {
+      dyw = in_dtype(view(dlogits), W.dtype(), &dy_keep);
+      dhf = f32({BS, H});
+      be.fill(view(dhf), 0.0);
+    }
+    auto rows = [](View v, int64_t r0, int64_t count) {
+      v.data = static_cast<char*>(v.data) +
+               r0 * v.strides[0] * static_cast<int64_t>(dtype_size(v.dtype));
+      v.shape[0] = count;
+      return v;
+    };
+    Tensor wc = scratch(bp, W.dtype(), {n * c, H});
+    Tensor gc;
+    if (!logits) gc = f32({n * c, H});
+    for (int64_t k = 0; k < hr.chunks; ++k) {
+      hr.gather(k, view(wc));
+      if (!logits) be.fill(view(gc), 0.0);
+      for (int64_t q = 0; q < n; ++q) {
+        const int64_t r0 = q * hr.part_rows + k * c;
+        const int64_t count = std::min({c, hr.part_rows - k * c, std::max<int64_t>(0, V - r0)});
+        if (count <= 0) continue;
+        const View wq = rows(view(wc), q * c, count);
+        if (logits) {  // logits[:, r0 : r0 + count] = h Wq^T
+          be.matmul(columns(view(*logits), r0, count), hw, transposed(wq));
+        } else {
+          const View dy = columns(dyw, r0, count);
+          be.matmul(view(dhf), dy, wq, nullptr, 1.f, 1.f);              // dh += dy Wq
+          be.matmul(rows(view(gc), q * c, count), transposed(dy), hw);  // dWq = dy^T h
+        }
+      }
+      if (!logits) hr.reduce(k, view(gc));
+    }
+    if (!logits) dlogits = Tensor();
+  }
+
   // The head's and the final norm's backward: dx, the gradient of the
   // last block's output.
   void head_backward() {
@@ -515,7 +573,10 @@ struct Model::Pass {
     // partitions (only its 1-D norm): unit 0 goes as soon as the head's
     // input gradient is made, before its weight gradient, so that a whole
     // head and its whole gradient never coexist.
-    if (labels_in) {
+    if (labels_in && chunked()) {
+      head_chunks(nullptr);
+      reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(dhf));
+    } else if (labels_in) {
       dhf = f32({BS, H});
       const Tensor& W = m.lm_head_;
       Tensor dy_keep, x_keep;
@@ -896,6 +957,10 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   const int nl = static_cast<int>(layers_.size());
   if (param_hook_) param_hook_(0, true, nl > 0 ? 1 : -1);
   p.embed();
+  // The head needs nothing of unit 0 that is partitioned when its weight
+  // comes in row chunks or no loss is computed (only the final norm, kept
+  // whole): unit 0 goes now, not after the head.
+  if (param_hook_ && (p.chunked() || !labels_in)) param_hook_(0, false, -1);
   p.forward_blocks(0, layers_.size());
   p.head_forward();
   p.head_backward();

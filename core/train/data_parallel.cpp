@@ -46,7 +46,11 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
   for (size_t i : order) {
     const int64_t m = params[i].tensor.numel();
     if (m == 0) continue;
-    const int64_t part = (m + n_ - 1) / n_;
+    // Parts of whole rows (a matrix's first dimension), so that a rank's
+    // part of a table is a range of its rows (the head in row chunks).
+    const Tensor& t = params[i].tensor;
+    const int64_t cols = t.ndim() >= 2 ? m / t.dim(0) : 1;
+    const int64_t part = (m / cols + n_ - 1) / n_ * cols;
     cur.params.push_back(i);
     cur.offsets.push_back(cur.numel);
     cur.parts.push_back(part);
@@ -97,6 +101,7 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
   if (o.zero_stage == 3)
     for (size_t i = 0; i < params.size(); ++i)
       partitioned_[i] = params[i].tensor.ndim() >= 2 && params[i].tensor.numel() > 0;
+  row_added_.assign(buckets_.size(), 0);
   timing_.handed.assign(buckets_.size(), 0);
   timing_.started.assign(buckets_.size(), 0);
   timing_.finished.assign(buckets_.size(), 0);
@@ -129,6 +134,8 @@ void DataParallel::begin_backward(bool first, bool last) {
   std::fill(timing_.finished.begin(), timing_.finished.end(), 0.0);
   timing_.backward_end = timing_.waited_until = 0;
   timing_.acquires.clear();
+  timing_.row_chunks = 0;
+  std::fill(row_added_.begin(), row_added_.end(), 0);
   {
     std::lock_guard<std::mutex> lk(mu_);
     handed_ = finished_ = 0;
@@ -146,7 +153,7 @@ void DataParallel::hand_over(size_t b) {
   timing_.handed[b] = now();
   if (!background_) {
     timing_.started[b] = now();
-    reduce_bucket(b, !first_);
+    reduce_bucket(b, accumulate(b));
     timing_.finished[b] = now();
     std::lock_guard<std::mutex> lk(mu_);
     ++handed_;
@@ -184,7 +191,7 @@ void DataParallel::worker() {
         if (task.prefetch)
           gather_unit(static_cast<int>(task.index), ctx_.grad_comm());
         else
-          reduce_bucket(task.index, !first_);
+          reduce_bucket(task.index, accumulate(task.index));
       } catch (...) {
         err = std::current_exception();
       }
@@ -232,12 +239,15 @@ void DataParallel::reduce_bucket(size_t b, bool accumulate) {
     for (int q = 0; q < n_; ++q) {
       const int64_t lo = q * part, len = std::max<int64_t>(0, std::min(m, lo + part) - lo);
       char* dst = at_f32(flat.data(), q * k.chunk + k.part_offsets[j]);
-      if (len > 0)
-        be.copy(dst, at_f32(grads[i].data(), lo), static_cast<size_t>(len) * sizeof(float),
+      // No gradient: the backward did not write one (a head whose weight
+      // came in row chunks reduced it already).
+      const int64_t have = grads[i].defined() ? len : 0;
+      if (have > 0)
+        be.copy(dst, at_f32(grads[i].data(), lo), static_cast<size_t>(have) * sizeof(float),
                 CopyKind::DeviceToDevice);
-      if (len < part) {
-        zeros.assign(static_cast<size_t>(part - len), 0.f);
-        be.copy(at_f32(dst, len), zeros.data(), zeros.size() * sizeof(float),
+      if (have < part) {
+        zeros.assign(static_cast<size_t>(part - have), 0.f);
+        be.copy(at_f32(dst, have), zeros.data(), zeros.size() * sizeof(float),
                 CopyKind::HostToDevice);
       }
     }
@@ -317,7 +327,7 @@ void DataParallel::reduce_now() {
   // zero when no backward ran since reset).
   if (n_ > 1 && o_.zero_stage < 2) {
     ctx_.backend().synchronize();
-    for (size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(b, !first_);
+    for (size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(b, accumulate(b));
   }
   reduced_ = true;
 }
@@ -501,6 +511,79 @@ void DataParallel::acquire(int unit, bool on, int next) {
     ++busy_;
   }
   cv_.notify_all();
+}
+
+Model::HeadRows DataParallel::head_rows() {
+  Model::HeadRows hr;
+  const int64_t hp = model_.head_param();
+  if (o_.zero_stage != 3 || hp < 0 || !partitioned_[static_cast<size_t>(hp)]) return hr;
+  const size_t i = static_cast<size_t>(hp);
+  const Tensor& w = model_.tensors()[i].tensor;
+  const int64_t cols = w.numel() / w.dim(0);
+  hr.parts = n_;
+  hr.part_rows = (w.dim(0) + n_ - 1) / n_;
+  // A chunk of about one bucket of f32 rows over all the ranks.
+  hr.chunk_rows = std::max<int64_t>(
+      1, std::min<int64_t>(hr.part_rows,
+                           o_.bucket_bytes / (static_cast<int64_t>(sizeof(float)) * cols * n_)));
+  hr.chunks = (hr.part_rows + hr.chunk_rows - 1) / hr.chunk_rows;
+  hr.gather = [this, i, cols, hr](int64_t k, const View& out) {
+    gather_rows(i, cols, hr.chunk_rows, k, out);
+  };
+  hr.reduce = [this, i, cols, hr](int64_t k, const View& grad) {
+    reduce_rows(i, cols, hr.chunk_rows, k, grad);
+  };
+  return hr;
+}
+
+void DataParallel::gather_rows(size_t i, int64_t cols, int64_t chunk_rows, int64_t k,
+                               const View& out) {
+  Backend& be = ctx_.backend();
+  const auto& bp = ctx_.backend_ptr();
+  const OwnedRange& w = owned_[i];
+  // This rank's rows of chunk k: its part's rows [k c, k c + c), clipped.
+  const int64_t own_rows = (w.hi - w.lo) / cols;
+  const int64_t r0 = k * chunk_rows,
+                count = std::max<int64_t>(0, std::min(chunk_rows, own_rows - r0));
+  const int64_t len = chunk_rows * cols;
+  Tensor send = scratch(bp, OSLO_DTYPE_F32, {len});
+  if (count < chunk_rows) be.fill(view(send), 0.0);
+  if (count > 0)
+    be.copy(send.data(), at_f32(sources_.at(i).data, r0 * cols),
+            static_cast<size_t>(count * cols) * sizeof(float), CopyKind::DeviceToDevice);
+  const bool direct = out.dtype == OSLO_DTYPE_F32;
+  Tensor all;
+  if (!direct) all = scratch(bp, OSLO_DTYPE_F32, {len * n_});
+  void* dst = direct ? out.data : all.data();
+  if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
+  ctx_.comm(OSLO_GROUP_DATA).all_gather(send.data(), dst, static_cast<size_t>(len), OSLO_DTYPE_F32);
+  if (!direct) be.convert(out, make_view(all.data(), OSLO_DTYPE_F32, {n_ * chunk_rows, cols}));
+}
+
+void DataParallel::reduce_rows(size_t i, int64_t cols, int64_t chunk_rows, int64_t k,
+                               const View& grad) {
+  OSLO_CHECK(armed_, OSLO_ERR_INTERNAL, "data parallel: the head's gradient outside a backward");
+  Backend& be = ctx_.backend();
+  const OwnedRange& w = owned_[i];
+  const int64_t len = chunk_rows * cols;
+  // The sum of this rank's block lands at the front of `grad`.
+  if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
+  ctx_.comm(OSLO_GROUP_DATA)
+      .reduce_scatter(grad.data, grad.data, static_cast<size_t>(len), OSLO_DTYPE_F32,
+                      OSLO_REDUCE_SUM);
+  const int64_t own_rows = (w.hi - w.lo) / cols;
+  const int64_t r0 = k * chunk_rows,
+                count = std::max<int64_t>(0, std::min(chunk_rows, own_rows - r0));
+  // The first contribution of a window to the bucket's chunk: the chunk
+  // starts from zero and the bucket's own reduction adds to it.
+  const size_t b = w.bucket;
+  if (first_ && !row_added_[b]) be.fill(view(chunks_[b]), 0.0);
+  row_added_[b] = 1;
+  ++timing_.row_chunks;
+  if (count == 0) return;
+  const View dst = make_view(at_f32(chunks_[b].data(), w.chunk_offset + r0 * cols), OSLO_DTYPE_F32,
+                             {count * cols});
+  be.binary(OSLO_BK_ADD, dst, dst, make_view(grad.data, OSLO_DTYPE_F32, {count * cols}));
 }
 
 void DataParallel::release_units() {

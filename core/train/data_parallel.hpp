@@ -6,7 +6,7 @@
 // their gradients (Model::grad_stages; reverse parameter order within a
 // stage), are cut into buckets of about bucket_bytes of f32 gradient.
 // ZeRO partitions each parameter as DeepSpeed's stage 3 does: into N equal
-// parts (N the data-parallel size, the last part padded), rank r owning
+// parts of whole rows (N the data-parallel size, the last part padded), rank r owning
 // part r; a rank's chunk of a bucket is its parts of the bucket's
 // parameters, in bucket order, so that one reduce-scatter or all-gather of
 // the bucket (laid out rank-major) serves all of them. The layout depends
@@ -154,6 +154,13 @@ class DataParallel {
   // communication thread. Collective over the data group (the same calls
   // in the same order on every data rank).
   void acquire(int unit, bool on, int next = -1);
+  // ZeRO-3: the head's weight in row chunks for the model's loss
+  // (Model::set_head_rows), gathered from and reduced into the ranks' row
+  // parts on the calling thread over the context's data group; parts == 0
+  // when the stage is not 3 or the model has no partitioned head. The
+  // returned functions call into this object: clear them from the model
+  // before it is destroyed.
+  Model::HeadRows head_rows();
   // ZeRO-3: frees every gathered unit (after waiting for a prefetch in
   // flight); the next use gathers the current values again.
   void release_units();
@@ -183,6 +190,8 @@ class DataParallel {
       double needed = 0, handed = 0, finished = 0;
     };
     std::vector<Acquire> acquires;
+    // ZeRO-3: the head's row chunks reduced (head_rows()).
+    int64_t row_chunks = 0;
   };
   const Timing& timing() const { return timing_; }
   // Whether a communication thread runs the reductions.
@@ -209,6 +218,13 @@ class DataParallel {
   void gather_one(size_t i, const View& part_values, const View& out, Communicator& c);
   // Gathers unit u's partitioned parameters (allocated) over c.
   void gather_unit(int u, Communicator& c);
+  // head_rows()'s gather and reduce of chunk k of parameter i.
+  void gather_rows(size_t i, int64_t cols, int64_t chunk_rows, int64_t k, const View& out);
+  void reduce_rows(size_t i, int64_t cols, int64_t chunk_rows, int64_t k, const View& grad);
+  // Per bucket: the head's rows were added into its chunk in this
+  // backward, so that the bucket's own reduction adds to the chunk.
+  std::vector<char> row_added_;
+  bool accumulate(size_t b) const { return !first_ || row_added_[b]; }
   void set_unit_memory(int u, bool on);
   bool reduced_ = false, armed_ = false, first_ = true;
   size_t next_ = 0;  // next bucket to hand over in this backward

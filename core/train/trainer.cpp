@@ -65,6 +65,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
     dp_->discard_partitioned();
     model.set_param_hook(
         [d = dp_.get()](int unit, bool on, int next) { d->acquire(unit, on, next); }, true);
+    model.set_head_rows(dp_->head_rows());
   }
   model.set_agree_over_data(dp_->size() > 1);
 }
@@ -73,7 +74,10 @@ Trainer::~Trainer() {
   model_.clear_backward_hook(this);
   // A ZeRO-3 model keeps no whole parameters: it refuses to run without
   // its optimizer (a training checkpoint carries it on).
-  if (dp_ && dp_->zero_stage() == 3) model_.set_param_hook(nullptr, true);
+  if (dp_ && dp_->zero_stage() == 3) {
+    model_.set_param_hook(nullptr, true);
+    model_.set_head_rows(Model::HeadRows{});
+  }
   model_.set_agree_over_data(false);
 }
 

@@ -325,6 +325,16 @@ void curve(const std::string& fixture, const Args& a) {
     EXPECT(share <= want_share * 1.15 && share >= want_share * 0.85,
            "[rank %d] optimizer state %.4f of the full state, want %.4f", t.world_rank(), share,
            want_share);
+    // ZeRO-3 runs the head's weight in row chunks (never whole): every
+    // chunk's gradient was reduced in the last backward.
+    if (a.zero == 3) {
+      DataParallel& dp = *tr.data_parallel();
+      const int64_t chunks = dp.head_rows().chunks;
+      EXPECT(chunks > 1 && dp.timing().row_chunks == chunks,
+             "[rank %d] the head came in %lld row chunks, %lld reduced in the last backward",
+             t.world_rank(), static_cast<long long>(chunks),
+             static_cast<long long>(dp.timing().row_chunks));
+    }
     EXPECT(lw <= loss_tol, "[rank %d] losses differ from DP 1 by %.3g relative (limit %.0e)",
            t.world_rank(), lw, loss_tol);
     // SGD: every element within param_tol. AdamW divides each gradient by
