@@ -860,6 +860,14 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   }
   /* oslo_optimizer_zero_grad. Not collective. */
   void m_zero_grad() { oslo_bind_check(oslo_optimizer_zero_grad($self)); }
+  /* oslo_optimizer_pipeline_stats; out: float64 [3], this rank's compute
+     and wall seconds of the last train step's pipeline schedule and the
+     bubble over all stages. Not collective. */
+  void m_pipeline_stats(void *out, size_t out_bytes) {
+    if (!oslo_bind_bytes("pipeline_stats: out", out_bytes, 3 * 8)) return;
+    double *d = (double *)out;
+    oslo_bind_check(oslo_optimizer_pipeline_stats($self, &d[0], &d[1], &d[2]));
+  }
   /* oslo_checkpoint_save with the train state (seed, epoch, data
      position). Collective over the world group. */
   void m_save_checkpoint(const char *dir, int64_t seed, int64_t epoch, int64_t data_position) {

@@ -1223,8 +1223,8 @@ OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsign
  * head (a tied head: a copy of the token table, saved by the first stage
  * only); each rank loads only its stage's weights. Forward, embed and
  * generate then run stage by stage and return the same results on every
- * rank; training across stages fails with OSLO_ERR_NOT_SUPPORTED (not yet),
- * and a model with fewer blocks than stages fails to load
+ * rank; training runs the stages as a pipeline (oslo_model_train_step with
+ * an optimizer's micro_batches), and a model with fewer blocks than stages fails to load
  * (OSLO_ERR_INVALID_ARGUMENT). Collective over the world
  * group: if any rank fails, every rank returns the status of the lowest
  * failing rank with a message naming it.
@@ -1482,7 +1482,7 @@ typedef enum oslo_lr_schedule {
   OSLO_LR_SCHEDULE_ENUM_MAX_ = 2147483647
 } oslo_lr_schedule;
 
-#define OSLO_OPTIMIZER_OPTIONS_VERSION 2
+#define OSLO_OPTIMIZER_OPTIONS_VERSION 3
 
 /** Options of oslo_optimizer_create (versioned). Defaults are PyTorch's
  * (optimizers, GradScaler) and Hugging Face Trainer's (parameter groups). */
@@ -1527,6 +1527,18 @@ typedef struct oslo_optimizer_options {
   /** Bytes of f32 gradient per bucket (default 25 MiB, as DDP's
    * bucket_cap_mb). */
   int64_t bucket_bytes;
+  /* Version 3: pipeline parallelism. */
+  /** Micro-batches each oslo_model_train_step's batch is cut into (it must
+   * divide the batch; default 1). With pipeline stages (the context's
+   * pipeline-parallel size above 1) they run through the stages in
+   * Megatron-LM's 1F1B order (at most P micro-batches' activations alive
+   * on a stage; the bubble is (P - 1) / (micro_batches + P - 1) of the
+   * step); on one stage one after the other. Each micro-batch's loss is its
+   * mean over its labels; the step's loss and gradient are the mean over
+   * the micro-batches (as Megatron and DDP). One call is still one
+   * micro-batch of grad_accum_steps. Needs zero_stage 0 or 1 when above 1
+   * or with pipeline stages (OSLO_ERR_NOT_SUPPORTED otherwise). */
+  int64_t micro_batches;
 } oslo_optimizer_options;
 
 /**
@@ -1592,6 +1604,15 @@ typedef struct oslo_train_step_result {
  * group first checks that every rank holds the same batch), and over the
  * data-parallel group with an optimizer (a batch refused on one data rank
  * fails them all).
+ * With pipeline stages (pipeline-parallel size above 1) every stage passes
+ * the same batch (checked over the pipeline group too); it runs as the
+ * optimizer's micro_batches micro-batches through the stages (one without
+ * an optimizer), the loss comes from the last stage to every rank, and a
+ * tied embedding's two copies (first and last stage) get the sum of their
+ * gradients before each update, so they stay equal. A schedule that fails
+ * part-way (a stage dies: OSLO_ERR_COMM or OSLO_ERR_TIMEOUT on every
+ * stage within the communicator's timeout; a non-finite loss) drops the
+ * accumulation window's gradients.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, sizes, a token or label outside
  * the vocabulary, a batch that differs between ranks, a non-finite loss,
  * non-finite gradients without loss scaling, an optimizer over another
@@ -1604,6 +1625,21 @@ OSLO_API oslo_status oslo_model_train_step(oslo_model *model, oslo_optimizer *op
                                            const int64_t *ids, const int64_t *labels,
                                            const int64_t *mask, int64_t batch, int64_t seq,
                                            oslo_train_step_result *result);
+
+/**
+ * The pipeline schedule of `optimizer`'s last oslo_model_train_step: this
+ * rank's seconds of compute (its forwards and backwards) and of wall time
+ * (also its waits for other stages and the transfers), and the bubble over
+ * all stages, 1 - (the stages' compute seconds summed) / (stages x the
+ * longest stage's wall time): (P - 1) / (M + P - 1) in theory for P equal
+ * stages and M micro-batches. Any output pointer may be NULL; zeros before
+ * a step ran.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL optimizer).
+ * Thread-safety: per context. Ownership: writes the non-NULL outputs.
+ */
+OSLO_API oslo_status oslo_optimizer_pipeline_stats(const oslo_optimizer *optimizer,
+                                                   double *compute_s, double *wall_s,
+                                                   double *bubble);
 
 /**
  * One micro-batch of any model (encoders included) trained from a loss the

@@ -66,6 +66,7 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
 %rename(clipGradNorm) m_clip_grad_norm;
 %rename(saveCheckpoint) m_save_checkpoint;
 %rename(loadCheckpoint) m_load_checkpoint;
+%rename(pipelineStats) m_pipeline_stats;
 %rename(modelType) m_model_type;
 %rename(vocabSize) m_vocab_size;
 %rename(tokenToId) m_token_to_id;
@@ -172,6 +173,7 @@ OSLO_JDOC(oslo_optimizer::m_zero_grad, "Zeroes the model's gradients and restart
    loadCheckpoint in the javacode below): the raw forms are private. */
 %javamethodmodifiers oslo_optimizer::m_save_checkpoint "private";
 %javamethodmodifiers oslo_optimizer::m_load_checkpoint "private";
+%javamethodmodifiers oslo_optimizer::m_pipeline_stats "private";
 OSLO_JDOC(oslo_optimizer_options::oslo_optimizer_options, "PyTorch's and Hugging Face Trainer's defaults (AdamW, lr 1e-3).")
 OSLO_JDOC(oslo_tokenizer::oslo_tokenizer, "Loads the tokenizer of a model folder.")
 OSLO_JDOC(oslo_tokenizer::m_encode, "Encodes UTF-8 text (a direct buffer) into {@code out} (I64, null: only count); returns the full count.")
@@ -1014,6 +1016,19 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     java.nio.LongBuffer out = Model.directLongs(3);
     loadCheckpoint(dir, out);
     return new TrainState(out.get(0), out.get(1), out.get(2));
+  }
+
+  /**
+   * The pipeline schedule of the last trainStep: {this rank's compute
+   * seconds, its wall seconds, the bubble over all stages} (1 - the
+   * stages' compute summed / (stages x the longest wall time)); zeros
+   * before a step. Not collective.
+   */
+  public double[] pipelineStats() {
+    java.nio.DoubleBuffer out =
+        java.nio.ByteBuffer.allocateDirect(24).order(java.nio.ByteOrder.nativeOrder()).asDoubleBuffer();
+    pipelineStats(out);
+    return new double[] {out.get(0), out.get(1), out.get(2)};
   }
 %}
 %typemap(javacode) struct oslo_optimizer_options %{

@@ -29,9 +29,11 @@ OSLO_OPTIONS(
       o.backoff_factor = 0.5;
       o.growth_interval = 2000;
       o.bucket_bytes = 25 << 20;
+      o.micro_batches = 1;
     },
     OSLO_OPTIONS_END(oslo_optimizer_options, growth_interval),
-    OSLO_OPTIONS_END(oslo_optimizer_options, bucket_bytes));
+    OSLO_OPTIONS_END(oslo_optimizer_options, bucket_bytes),
+    OSLO_OPTIONS_END(oslo_optimizer_options, micro_batches));
 
 oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo::Model& model,
                                      const char* fn) {
@@ -77,6 +79,7 @@ oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo
   t.scaler.growth_interval = o.growth_interval;
   t.data_parallel.zero_stage = o.zero_stage;
   t.data_parallel.bucket_bytes = o.bucket_bytes;
+  t.micro_batches = o.micro_batches;
   return t;
 }
 
@@ -149,11 +152,28 @@ oslo_status oslo_model_train_step(oslo_model* model, oslo_optimizer* optimizer, 
     oslo::TrainStepResult r;
     if (optimizer) {
       r = optimizer->impl->train_step(id, lab, m, batch, seq);
+    } else if (model->impl->pipeline_size() > 1) {
+      r.loss = model->impl->pipeline_loss_backward(id, lab, m, batch, seq, 1, 1.f).loss;
+      if (!std::isfinite(r.loss))
+        oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": the loss is ", r.loss,
+                   " (no label kept, or non-finite logits)");
+      r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     } else {
       r.loss = model->impl->loss_backward(id, lab, m, batch, seq, 1.f);
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     }
     fill(result, r);
+  });
+}
+
+oslo_status oslo_optimizer_pipeline_stats(const oslo_optimizer* optimizer, double* compute_s,
+                                          double* wall_s, double* bubble) {
+  return guard([&] {
+    need(optimizer, "oslo_optimizer_pipeline_stats", "optimizer");
+    const oslo::Model::PipelineStats& st = optimizer->impl->pipeline_stats();
+    if (compute_s) *compute_s = st.compute_s;
+    if (wall_s) *wall_s = st.wall_s;
+    if (bubble) *bubble = st.bubble;
   });
 }
 

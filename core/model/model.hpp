@@ -110,6 +110,58 @@ class Model : public CausalLM {
   void hidden_backward(const std::vector<int64_t>& ids, const std::vector<int64_t>& mask,
                        const std::vector<int64_t>& token_types, int64_t batch, int64_t seq,
                        const std::vector<float>& grad_hidden, float grad_scale = 1.f);
+  // Pipeline parallelism (the context's pipeline size p > 1; any p works):
+  // the causal-LM loss and backward of `batch` rows cut into
+  // `micro_batches` micro-batches of batch / micro_batches rows, run
+  // through the stages in Megatron-LM's 1F1B order (core/pipeline/
+  // schedule.hpp: p - r - 1 warm-up forwards on stage r, then one forward
+  // and one backward, then the cool-down backwards; at most p micro-
+  // batches' activations alive). Each stage receives the residual stream
+  // from the previous stage and sends its output to the next (the
+  // gradients the other way) over the pipeline group with blocking
+  // send/recv, each exchange between two neighbours activation first, so
+  // that no order of arrival can deadlock. Every stage passes the same ids,
+  // labels and mask (checked over the pipeline group, with the tensor
+  // group as loss_backward); each micro-batch's loss is its mean over its
+  // kept labels, scaled by grad_scale / micro_batches into the gradients
+  // (Megatron and DDP's mean of micro-batch means). The backward hook
+  // (data parallelism) runs only in the last micro-batch's backward
+  // (no_sync). Returns, on every stage, the mean of the micro-batches'
+  // losses, this stage's compute and wall seconds and the bubble over all
+  // stages. A non-finite loss (no label kept in a micro-batch, non-finite
+  // logits) is returned, not thrown, after the whole schedule, with the
+  // gradients spoiled: the caller fails (the trainer after its data-
+  // parallel reduction, on every rank alike) and zeroes them. Errors: as
+  // loss_backward; OSLO_ERR_INVALID_ARGUMENT when micro_batches < 1 or
+  // does not divide batch; OSLO_ERR_NOT_SUPPORTED with ZeRO-3;
+  // OSLO_ERR_COMM / OSLO_ERR_TIMEOUT when a stage fails or dies mid-
+  // schedule (the communicator's timeout bounds every recv). Collective
+  // over the tensor and pipeline groups.
+  struct PipelineStats {
+    float loss = 0.f;
+    int micro_batches = 0;
+    int peak_live = 0;  // the most micro-batches whose activations were alive at once
+    double compute_s = 0, wall_s = 0;
+    // The pipeline's measured bubble: 1 - (the stages' compute seconds
+    // summed) / (stages x the longest stage's wall seconds).
+    double bubble = 0;
+  };
+  PipelineStats pipeline_loss_backward(const std::vector<int64_t>& ids,
+                                       const std::vector<int64_t>& labels,
+                                       const std::vector<int64_t>& mask, int64_t batch, int64_t seq,
+                                       int micro_batches, float grad_scale = 1.f);
+  // The pipeline stages of this model (the context's pipeline size) and
+  // this model's stage.
+  int pipeline_size() const { return pp_; }
+  int pipeline_rank() const { return pp_rank_; }
+  // Tied word embeddings across stages (Megatron's embedding group): the
+  // first stage's token table and the last stage's copy of it for the head
+  // are one parameter; this adds the two gradients so that both hold their
+  // sum (bitwise alike) and the same update keeps them equal. A no-op
+  // unless p > 1 and the embeddings are tied; stages in between do
+  // nothing. Call after the backwards of an accumulation window, before
+  // the update. Collective over the pipeline group's first and last stage.
+  void sync_tied_grads();
   // One f32 gradient per tensors() entry, of its local shape (empty before
   // the first loss_backward or zero_grad; an entry is undefined after
   // release_grads until the next backward makes it again).
@@ -189,6 +241,8 @@ class Model : public CausalLM {
   // The tensors() entry of the head's weight (the tied embedding's when
   // tied); -1 when this stage has no head.
   int64_t head_param() const;
+  // The tensors() entry of the token table; -1 when this stage has none.
+  int64_t embed_param() const;
   // Activation checkpointing: keep only each block's input between the
   // forward and the backward of loss_backward and recompute the rest block
   // by block (gradients bitwise equal; one more forward of compute).
@@ -230,10 +284,20 @@ class Model : public CausalLM {
   // activations, the head (the loss, or the supplied gradient) and the
   // backward through every block and the embeddings. Returns the loss (0
   // for hidden_backward).
+  // With `pipe`, the batch runs as pipe->micro_batches micro-batches
+  // through the stages (pipeline_loss_backward), which fills pipe.
+  struct PipeRun {
+    int micro_batches = 1;
+    PipelineStats stats;
+  };
   float train_pass(const std::vector<int64_t>& ids, const std::vector<int64_t>* labels,
                    const std::vector<int64_t>& mask, const std::vector<int64_t>& token_types,
                    const std::vector<float>* grad_hidden, int64_t batch, int64_t seq,
-                   float grad_scale);
+                   float grad_scale, PipeRun* pipe = nullptr);
+  // pipeline_loss_backward's schedule, after train_pass's checks.
+  void run_pipeline(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
+                    const std::vector<int64_t>& mask, int64_t batch, int64_t seq, float grad_scale,
+                    PipeRun& pipe);
   // The gradient of a compute tensor (a parameter, or the shifted copy of a
   // unit-offset norm weight).
   Tensor& grad_of(const Tensor& w);

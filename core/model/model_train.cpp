@@ -18,6 +18,7 @@
 // biases, position embeddings) get the same gradient on every rank.
 #include <algorithm>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <initializer_list>
@@ -30,6 +31,7 @@
 #include "core/model/model.hpp"
 #include "core/model/model_internal.hpp"
 #include "core/parallel/mappings.hpp"
+#include "core/pipeline/schedule.hpp"
 #include "core/tensor/view.hpp"
 
 namespace oslo {
@@ -67,6 +69,12 @@ std::vector<int> Model::param_units() const {
 int64_t Model::head_param() const {
   if (!lm_head_.defined()) return -1;
   auto it = param_of_.find(lm_head_.storage().get());
+  return it == param_of_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+int64_t Model::embed_param() const {
+  if (!wte_.defined()) return -1;
+  auto it = param_of_.find(wte_.storage().get());
   return it == param_of_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
@@ -153,6 +161,7 @@ struct Model::Pass {
   Tensor dx;  // gradient of the residual stream
   std::vector<Saved> saved;
   float loss = 0.f;
+  bool defer_loss_check = false;  // the pipeline's: checked after the schedule
 
   // Uploads ids, positions (following the mask, as the inference forward),
   // the shifted labels and the additive key mask; the inputs were checked
@@ -494,7 +503,11 @@ struct Model::Pass {
       vocab_parallel_cross_entropy(m.ctx_, logits, lab_t, m.cfg_.vocab_size, -100, nullptr, &loss,
                                    &logits);
       dlogits = logits;
-      if (m.agree_over_data_ && m.ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
+      if (defer_loss_check) {
+        // The pipeline checks the mean loss after its schedule, on every
+        // stage at once (a stage that stopped here would leave the others
+        // waiting for its gradients).
+      } else if (m.agree_over_data_ && m.ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
         // A non-finite loss on one data rank stops them all before the
         // gradient reduction.
         const int nd = m.ctx_.comm(OSLO_GROUP_DATA).size();
@@ -508,8 +521,8 @@ struct Model::Pass {
                      "loss: the loss is ", got[static_cast<size_t>(q)], " on data-parallel rank ",
                      q, " (no label kept, or non-finite logits)");
       }
-      OSLO_CHECK(std::isfinite(loss), OSLO_ERR_INVALID_ARGUMENT, "loss: the loss is ", loss,
-                 " (no label kept, or non-finite logits)");
+      OSLO_CHECK(defer_loss_check || std::isfinite(loss), OSLO_ERR_INVALID_ARGUMENT,
+                 "loss: the loss is ", loss, " (no label kept, or non-finite logits)");
       if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
     } else {
       dhf = upload(grad_hidden->data(), OSLO_DTYPE_F32, {BS, H});
@@ -833,8 +846,8 @@ void Model::check_single_stage() const {
 float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64_t>* labels_in,
                         const std::vector<int64_t>& mask0, const std::vector<int64_t>& types0,
                         const std::vector<float>* grad_hidden, int64_t B, int64_t S,
-                        float grad_scale) {
-  check_single_stage();
+                        float grad_scale, PipeRun* pipe) {
+  if (!pipe) check_single_stage();
   const BlockTraits& tr = cfg_.traits;
   const bool post = tr.post_norm;
   OSLO_CHECK(!post || !tr.parallel_residual, OSLO_ERR_NOT_SUPPORTED, cfg_.model_type,
@@ -857,6 +870,14 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   try {
     OSLO_CHECK(B > 0 && S > 0, OSLO_ERR_INVALID_ARGUMENT, "loss: batch (", B, ") and sequence (", S,
                ") must be positive");
+    if (pipe) {
+      OSLO_CHECK(pipe->micro_batches >= 1 && B % pipe->micro_batches == 0,
+                 OSLO_ERR_INVALID_ARGUMENT, "pipeline: ", pipe->micro_batches,
+                 " micro-batches must be at least 1 and divide the batch of ", B, " rows");
+      OSLO_CHECK(!param_hook_, OSLO_ERR_NOT_SUPPORTED,
+                 "pipeline: ZeRO-3 with pipeline_parallel_size ", pp_,
+                 " (ZeRO 0 or 1 with pipeline parallelism)");
+    }
     OSLO_CHECK(ids.size() == n && (!labels_in || labels.size() == n), OSLO_ERR_SHAPE,
                "loss: ", ids.size(), " ids and ", labels.size(), " labels for [", B, ", ", S, "]");
     OSLO_CHECK(!grad_hidden || grad_hidden->size() == n * static_cast<size_t>(H0), OSLO_ERR_SHAPE,
@@ -892,63 +913,68 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   } catch (...) {
     local_error = std::current_exception();
   }
-  std::exception_ptr verdict;
-  try {
-    if (tp_ > 1) {
-      uint32_t h = crc32c(0, &B, sizeof B);
-      h = crc32c(h, &S, sizeof S);
-      h = crc32c(h, &grad_scale, sizeof grad_scale);
-      const std::vector<int64_t>* parts[] = {&ids, &labels, &mask, &types};
-      for (const std::vector<int64_t>* v : parts)
-        if (!v->empty()) h = crc32c(h, v->data(), v->size() * sizeof(int64_t));
-      if (grad_hidden && !grad_hidden->empty())
-        h = crc32c(h, grad_hidden->data(), grad_hidden->size() * sizeof(float));
-      const int64_t mine[4] = {local_error ? 1 : 0, B, S, static_cast<int64_t>(h)};
-      Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {4});
-      Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {tp_, 4});
-      ctx_.backend().copy(t.data(), mine, sizeof mine, CopyKind::HostToDevice);
-      gather_first_dim(ctx_, OSLO_GROUP_TENSOR, view(t), view(all));
-      std::vector<int64_t> got(static_cast<size_t>(4 * tp_));
-      ctx_.backend().copy(got.data(), all.data(), got.size() * sizeof(int64_t),
-                          CopyKind::DeviceToHost);
-      if (local_error) std::rethrow_exception(local_error);
-      for (int q = 0; q < tp_; ++q) {
-        const int64_t* g = &got[static_cast<size_t>(4 * q)];
-        OSLO_CHECK(g[0] == 0, OSLO_ERR_INVALID_ARGUMENT, "loss: tensor-parallel rank ", q,
-                   " refused its batch (its error says why)");
-        OSLO_CHECK(g[1] == got[1] && g[2] == got[2] && g[3] == got[3], OSLO_ERR_INVALID_ARGUMENT,
-                   "loss: the batch differs between tensor-parallel ranks: rank ", q, " has [",
-                   g[1], ", ", g[2], "], rank 0 [", got[1], ", ", got[2],
-                   "] (every rank of a tensor group must pass the same ids, labels, mask, token "
-                   "types, hidden-state gradient and grad_scale)");
-      }
-    } else if (local_error) {
-      std::rethrow_exception(local_error);
-    }
-  } catch (...) {
-    verdict = std::current_exception();
+  // One exchange per group (the tensor group; the pipeline group when the
+  // stages run the batch together; the data group with data parallelism):
+  // every rank learns whether any rank refused its batch and whether the
+  // ranks that must hold the same batch do. Every rank runs every exchange,
+  // refused or not, so that none is left waiting in one.
+  uint32_t h = crc32c(0, &B, sizeof B);
+  h = crc32c(h, &S, sizeof S);
+  h = crc32c(h, &grad_scale, sizeof grad_scale);
+  {
+    const std::vector<int64_t>* parts[] = {&ids, &labels, &mask, &types};
+    for (const std::vector<int64_t>* v : parts)
+      if (!v->empty()) h = crc32c(h, v->data(), v->size() * sizeof(int64_t));
+    if (grad_hidden && !grad_hidden->empty())
+      h = crc32c(h, grad_hidden->data(), grad_hidden->size() * sizeof(float));
+    if (pipe) h = crc32c(h, &pipe->micro_batches, sizeof pipe->micro_batches);
   }
+  std::exception_ptr verdict = local_error;
+  auto agree = [&](oslo_group grp, const char* who, bool same_batch, const char* what) {
+    const int np = ctx_.comm(grp).size();
+    const int64_t mine[4] = {verdict ? 1 : 0, B, S, static_cast<int64_t>(h)};
+    Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {4});
+    Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {np, 4});
+    ctx_.backend().copy(t.data(), mine, sizeof mine, CopyKind::HostToDevice);
+    gather_first_dim(ctx_, grp, view(t), view(all));
+    std::vector<int64_t> got(static_cast<size_t>(4 * np));
+    ctx_.backend().copy(got.data(), all.data(), got.size() * sizeof(int64_t),
+                        CopyKind::DeviceToHost);
+    if (verdict) return;
+    try {
+      for (int q = 0; q < np; ++q) {
+        const int64_t* g = &got[static_cast<size_t>(4 * q)];
+        OSLO_CHECK(g[0] == 0, OSLO_ERR_INVALID_ARGUMENT, "loss: ", who, " rank ", q,
+                   " refused its batch (its error says why)");
+        if (same_batch)
+          OSLO_CHECK(g[1] == got[1] && g[2] == got[2] && g[3] == got[3], OSLO_ERR_INVALID_ARGUMENT,
+                     "loss: the batch differs between ", who, " ranks: rank ", q, " has [", g[1],
+                     ", ", g[2], "], rank 0 [", got[1], ", ", got[2], "] (", what, ")");
+      }
+    } catch (...) {
+      verdict = std::current_exception();
+    }
+  };
+  if (tp_ > 1)
+    agree(OSLO_GROUP_TENSOR, "tensor-parallel", true,
+          "every rank of a tensor group must pass the same ids, labels, mask, token types, "
+          "hidden-state gradient and grad_scale");
+  if (pipe && pp_ > 1)
+    agree(OSLO_GROUP_PIPELINE, "pipeline", true,
+          "every stage of a pipeline must pass the same ids, labels, mask, grad_scale and "
+          "number of micro-batches");
   // Data parallelism: the data-parallel ranks hold other batches; they
   // learn whether any of them refused its batch, so that none is left
   // waiting in the gradient reduction.
-  if (agree_over_data_ && ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
-    const int nd = ctx_.comm(OSLO_GROUP_DATA).size();
-    const int64_t mine = verdict ? 1 : 0;
-    Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {1});
-    Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {nd});
-    ctx_.backend().copy(t.data(), &mine, sizeof mine, CopyKind::HostToDevice);
-    gather_first_dim(ctx_, OSLO_GROUP_DATA, view(t), view(all));
-    std::vector<int64_t> got(static_cast<size_t>(nd));
-    ctx_.backend().copy(got.data(), all.data(), got.size() * sizeof(int64_t),
-                        CopyKind::DeviceToHost);
-    if (verdict) std::rethrow_exception(verdict);
-    for (int q = 0; q < nd; ++q)
-      OSLO_CHECK(got[static_cast<size_t>(q)] == 0, OSLO_ERR_INVALID_ARGUMENT,
-                 "loss: data-parallel rank ", q, " refused its batch (its error says why)");
-  }
+  if (agree_over_data_ && ctx_.comm(OSLO_GROUP_DATA).size() > 1)
+    agree(OSLO_GROUP_DATA, "data-parallel", false, "");
   if (verdict) std::rethrow_exception(verdict);
   if (!param_hook_) check_whole("training without its ZeRO-3 optimizer");
   if (grads_.empty()) zero_grad();
+  if (pipe) {
+    run_pipeline(ids, labels, mask, B, S, grad_scale, *pipe);
+    return pipe->stats.loss;
+  }
   Pass p(*this, ids, labels_in, mask, types, grad_hidden, B, S, grad_scale);
   // ZeRO-3: the embeddings, final norm and head from the embedding to the
   // head's backward, each block while it runs (the last one from its
@@ -967,6 +993,174 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   p.backward_blocks(0, layers_.size());
   p.embed_backward();
   return p.loss;
+}
+
+Model::PipelineStats Model::pipeline_loss_backward(const std::vector<int64_t>& ids,
+                                                   const std::vector<int64_t>& labels,
+                                                   const std::vector<int64_t>& mask, int64_t B,
+                                                   int64_t S, int micro_batches, float grad_scale) {
+  OSLO_CHECK(causal() && (lm_head_.defined() || !last_stage()), OSLO_ERR_NOT_SUPPORTED,
+             cfg_.model_type,
+             ": the causal-LM loss needs a causal language model (an encoder trains from a "
+             "gradient of its hidden states: hidden_backward)");
+  PipeRun run;
+  run.micro_batches = micro_batches;
+  train_pass(ids, &labels, mask, {}, nullptr, B, S, grad_scale, &run);
+  return run.stats;  // the loss may be non-finite (see run_pipeline)
+}
+
+void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
+                         const std::vector<int64_t>& mask, int64_t B, int64_t S, float grad_scale,
+                         PipeRun& pipe) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const int mb = pipe.micro_batches;
+  const int64_t rows = B / mb, H = cfg_.hidden_size;
+  const size_t per = static_cast<size_t>(rows * S);
+  auto slice = [per](const std::vector<int64_t>& v, int i) {
+    return std::vector<int64_t>(v.begin() + static_cast<std::ptrdiff_t>(i * per),
+                                v.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
+  };
+  const std::vector<PipeOp> ops = pipeline_schedule(pp_, pp_rank_, mb, 1);
+  Backend& be = ctx_.backend();
+  Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
+  const bool host = ctx_.host_transport(OSLO_GROUP_PIPELINE);
+  const bool first = first_stage(), last = last_stage();
+  auto recv = [&](const Tensor& t, int peer) {
+    if (host) be.synchronize();
+    pc.recv(t.data(), t.nbytes(), peer);
+  };
+  auto send = [&](const Tensor& t, int peer) {
+    if (host) be.synchronize();
+    pc.send(t.data(), t.nbytes(), peer);
+  };
+  auto stream = [&] { return scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {rows * S, H}); };
+  // The backward hook (data parallelism) sees only the last micro-batch's
+  // backward; it is restored whatever happens.
+  struct HookGuard {
+    std::function<void(int)>& slot;
+    std::function<void(int)> saved;
+    ~HookGuard() { slot = std::move(saved); }
+  } guard{backward_hook_, backward_hook_};
+  const float g = grad_scale / static_cast<float>(mb);
+  std::vector<std::unique_ptr<Pass>> live(static_cast<size_t>(mb));
+  Tensor next_x;  // an activation received early (see below)
+  double loss_sum = 0, compute = 0;
+  int alive = 0, peak = 0;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const PipeOp& op = ops[k];
+    const int i = op.microbatch;
+    std::unique_ptr<Pass>& slot = live[static_cast<size_t>(i)];
+    if (op.kind == PipeOp::FORWARD) {
+      const std::vector<int64_t> id = slice(ids, i), lab = slice(labels, i), mk = slice(mask, i);
+      slot =
+          std::make_unique<Pass>(*this, id, &lab, mk, std::vector<int64_t>{}, nullptr, rows, S, g);
+      peak = std::max(peak, ++alive);
+      Pass& p = *slot;
+      p.defer_loss_check = true;
+      if (!first) {
+        if (next_x.defined()) {
+          p.x = std::move(next_x);
+          next_x = Tensor();
+        } else {
+          p.x = stream();
+          recv(p.x, pp_rank_ - 1);
+        }
+      }
+      const auto c0 = Clock::now();
+      if (first) p.embed();
+      p.forward_blocks(0, layers_.size());
+      if (last) {
+        p.head_forward();
+        loss_sum += p.loss;
+      }
+      compute += seconds(c0, Clock::now());
+      if (!last) {
+        send(p.x, pp_rank_ + 1);
+        p.x = Tensor();  // the blocks kept what their backward needs
+      }
+    } else {
+      OSLO_CHECK(slot, OSLO_ERR_INTERNAL, "pipeline: backward of micro-batch ", i,
+                 " before its forward");
+      Pass& p = *slot;
+      backward_hook_ = i == mb - 1 ? guard.saved : nullptr;
+      if (!last) {
+        p.dx = stream();
+        recv(p.dx, pp_rank_ + 1);
+      }
+      const auto c0 = Clock::now();
+      if (last) p.head_backward();
+      p.backward_blocks(0, layers_.size());
+      if (first) p.embed_backward();
+      compute += seconds(c0, Clock::now());
+      if (!first) {
+        // Between two neighbours the activation goes first: when the next
+        // op is a forward taking its input from the same previous stage,
+        // that input is received before this gradient is sent (the previous
+        // stage sends the activation, then waits for this gradient). With
+        // sends that block until the peer receives, any other order can
+        // deadlock.
+        if (k + 1 < ops.size() && ops[k + 1].kind == PipeOp::FORWARD) {
+          next_x = stream();
+          recv(next_x, pp_rank_ - 1);
+        }
+        send(p.dx, pp_rank_ - 1);
+      }
+      slot.reset();
+      --alive;
+    }
+  }
+  // Every stage learns the last stage's mean loss and every stage's times.
+  const double wall = seconds(t0, Clock::now());
+  const float mine[3] = {static_cast<float>(loss_sum / mb), static_cast<float>(compute),
+                         static_cast<float>(wall)};
+  Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {3});
+  Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {pp_, 3});
+  be.copy(t.data(), mine, sizeof mine, CopyKind::HostToDevice);
+  gather_first_dim(ctx_, OSLO_GROUP_PIPELINE, view(t), view(all));
+  std::vector<float> got(static_cast<size_t>(3 * pp_));
+  be.copy(got.data(), all.data(), got.size() * sizeof(float), CopyKind::DeviceToHost);
+  // A non-finite loss is returned, not thrown: with data parallelism the
+  // caller first finishes the gradient reduction every data rank takes
+  // part in (Trainer::train_step), then fails on every rank.
+  const float loss = got[static_cast<size_t>(3 * (pp_ - 1))];
+  double busy = 0, longest = 0;
+  for (int q = 0; q < pp_; ++q) {
+    busy += got[static_cast<size_t>(3 * q + 1)];
+    longest = std::max<double>(longest, got[static_cast<size_t>(3 * q + 2)]);
+  }
+  pipe.stats.loss = loss;
+  pipe.stats.micro_batches = mb;
+  pipe.stats.peak_live = peak;
+  pipe.stats.compute_s = compute;
+  pipe.stats.wall_s = wall;
+  pipe.stats.bubble = longest > 0 ? std::max(0.0, 1.0 - busy / (pp_ * longest)) : 0.0;
+}
+
+void Model::sync_tied_grads() {
+  if (pp_ == 1 || !cfg_.tie_word_embeddings || !causal()) return;
+  if (!first_stage() && !last_stage()) return;
+  const Tensor& w = first_stage() ? wte_ : lm_head_;
+  if (!w.defined()) return;
+  if (grads_.empty()) zero_grad();
+  Tensor& gr = grad_of(w);
+  Backend& be = ctx_.backend();
+  Tensor other = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, gr.shape());
+  Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
+  if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
+  // The first stage sends first, the last receives first.
+  if (first_stage()) {
+    pc.send(gr.data(), gr.nbytes(), pp_ - 1);
+    pc.recv(other.data(), other.nbytes(), pp_ - 1);
+  } else {
+    pc.recv(other.data(), other.nbytes(), 0);
+    pc.send(gr.data(), gr.nbytes(), 0);
+  }
+  // a + b == b + a in floating point: both stages hold the same bits.
+  be.binary(OSLO_BK_ADD, view(gr), view(gr), view(other));
 }
 
 }  // namespace oslo

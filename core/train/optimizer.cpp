@@ -259,6 +259,12 @@ double clip_grad_norm(Model& model, double max_norm, double norm_type) {
     const Tensor& g = model.grads()[i];
     bool all_owned = true;
     for (const Segment& s : p.segments) all_owned = all_owned && s.owner;
+    if (p.split_dim < 0 && !p.replica_owner) {
+      // Another rank's to count (a tied head's copy of the first stage's
+      // table; a replicated tensor on tensor ranks above 0).
+      grads.push_back(GradSlice{p.name, g, true, 0, 0});
+      continue;
+    }
     if (p.split_dim < 0 || all_owned) {
       grads.push_back(GradSlice{p.name, g, p.split_dim < 0});
       continue;

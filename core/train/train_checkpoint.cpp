@@ -2,8 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "core/checkpoint/fs_util.hpp"
@@ -102,6 +105,42 @@ void scatter_whole(Trainer& trainer, const TrainingTensors& t) {
   }
 }
 
+// Every parameter name of the model, over all pipeline stages (each stage
+// holds only its own; a tied head's copy on the last stage is named once),
+// in stage order. Collective over the pipeline group.
+std::vector<std::string> all_parameter_names(Model& model) {
+  std::string mine;
+  for (const PlacedTensor& p : model.tensors()) mine += p.placement.name + '\n';
+  Context& ctx = model.context();
+  Communicator& pc = ctx.comm(OSLO_GROUP_PIPELINE);
+  const int n = pc.size();
+  std::vector<std::string> texts{mine};
+  if (n > 1) {
+    // Lengths, then the texts padded to the longest (in int64 words).
+    int64_t len = static_cast<int64_t>(mine.size());
+    std::vector<int64_t> lens(static_cast<size_t>(n));
+    pc.all_gather(&len, lens.data(), 1, OSLO_DTYPE_I64);
+    const int64_t words = (*std::max_element(lens.begin(), lens.end()) + 7) / 8;
+    std::vector<int64_t> buf(static_cast<size_t>(words), 0), all(static_cast<size_t>(words * n), 0);
+    std::memcpy(buf.data(), mine.data(), mine.size());
+    pc.all_gather(buf.data(), all.data(), static_cast<size_t>(words), OSLO_DTYPE_I64);
+    texts.clear();
+    for (int q = 0; q < n; ++q)
+      texts.emplace_back(reinterpret_cast<const char*>(all.data() + q * words),
+                         static_cast<size_t>(lens[static_cast<size_t>(q)]));
+  }
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const std::string& t : texts) {
+    size_t at = 0;
+    for (size_t nl; (nl = t.find('\n', at)) != std::string::npos; at = nl + 1) {
+      std::string name = t.substr(at, nl - at);
+      if (seen.insert(name).second) names.push_back(std::move(name));
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 void save_training_checkpoint(const std::string& dir, Trainer& trainer,
@@ -111,13 +150,14 @@ void save_training_checkpoint(const std::string& dir, Trainer& trainer,
   Communicator& world = ctx.comm(OSLO_GROUP_WORLD);
   nlohmann::json section;
   std::vector<PlacedTensor> tensors;
+  const std::vector<std::string> names = all_parameter_names(model);
   // Everything a rank can refuse is agreed on before a byte is written.
   run_agreed(world, "training checkpoint save to " + quote_path(dir), [&] {
     OSLO_CHECK(!dir.empty(), OSLO_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
     TrainingSection t;
     t.trainer = trainer.state();  // refuses micro-batches accumulated since the last update
     t.state_names = trainer.optimizer().state_names();
-    for (const PlacedTensor& p : model.tensors()) t.parameters.push_back(p.placement.name);
+    t.parameters = names;
     try {
       (void)user_state.dump();
     } catch (const nlohmann::json::exception& e) {

@@ -29,6 +29,14 @@ Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
   OSLO_CHECK(std::isfinite(o.max_grad_norm) && o.max_grad_norm >= 0, OSLO_ERR_INVALID_ARGUMENT,
              "trainer: max_grad_norm ", o.max_grad_norm,
              " must be finite and >= 0 (0: no clipping)");
+  OSLO_CHECK(o.micro_batches >= 1 && o.micro_batches <= (1 << 20), OSLO_ERR_INVALID_ARGUMENT,
+             "trainer: micro_batches ", o.micro_batches, " must lie in [1, 2^20]");
+  OSLO_CHECK(
+      (model.pipeline_size() == 1 && o.micro_batches == 1) || o.data_parallel.zero_stage <= 1,
+      OSLO_ERR_NOT_SUPPORTED, "trainer: ZeRO stage ", o.data_parallel.zero_stage,
+      " with pipeline_parallel_size ", model.pipeline_size(), " and ", o.micro_batches,
+      " micro-batches (ZeRO 0 or 1 with pipeline parallelism or micro-batches, as "
+      "Colossal-AI)");
   const LossScalerOptions& s = o.scaler;
   if (s.enabled) {
     OSLO_CHECK(std::isfinite(s.init_scale) && s.init_scale > 0, OSLO_ERR_INVALID_ARGUMENT,
@@ -113,7 +121,22 @@ TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
                                     const std::vector<int64_t>& mask, int64_t batch, int64_t seq) {
   const float g = static_cast<float>(grad_multiplier());
   float loss = 0.f;
-  reduced_backward([&] { loss = model_.loss_backward(ids, labels, mask, batch, seq, g); });
+  if (model_.pipeline_size() > 1 || o_.micro_batches > 1) {
+    try {
+      reduced_backward([&] {
+        pipe_ = model_.pipeline_loss_backward(ids, labels, mask, batch, seq,
+                                              static_cast<int>(o_.micro_batches), g);
+      });
+    } catch (...) {
+      // A schedule that failed part-way has added some micro-batches'
+      // gradients: the window is dropped.
+      zero_grad();
+      throw;
+    }
+    loss = pipe_.loss;  // checked below, after the data ranks' mean
+  } else {
+    reduced_backward([&] { loss = model_.loss_backward(ids, labels, mask, batch, seq, g); });
+  }
   if (dp_->size() > 1) {
     // The mean of the data-parallel ranks' losses (DDP averages their
     // gradients the same way), the same on every rank.
@@ -125,6 +148,14 @@ TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
     ctx.comm(OSLO_GROUP_DATA).all_reduce(t.data(), t.data(), 1, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
     be.copy(&loss, t.data(), sizeof loss, CopyKind::DeviceToHost);
     loss /= static_cast<float>(dp_->size());
+  }
+  if (!std::isfinite(loss) && (model_.pipeline_size() > 1 || o_.micro_batches > 1)) {
+    // The pipeline reports a non-finite loss after its schedule (the mean
+    // over the data ranks carries it to all of them): the window's
+    // gradients are spoiled.
+    zero_grad();
+    fail(OSLO_ERR_INVALID_ARGUMENT, "loss: the loss is ", loss,
+         " (no label kept in a micro-batch, or non-finite logits, on some data-parallel rank)");
   }
   return after_micro_batch(loss);
 }
@@ -158,6 +189,8 @@ TrainStepResult Trainer::step() {
   // A window that did not end with a reducing backward (a step after fewer
   // micro-batches than grad_accum_steps) is reduced here.
   dp_->reduce_now();
+  // Tied embeddings split between the first and the last stage: one sum.
+  model_.sync_tied_grads();
   Context& ctx = model_.context();
   Backend& be = ctx.backend();
   be.set_num_threads(ctx.num_threads());

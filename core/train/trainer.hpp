@@ -48,6 +48,12 @@ struct TrainerOptions {
   // above 1 or zero_stage above 0): bucket size and ZeRO stage
   // (core/train/data_parallel.hpp).
   DataParallelOptions data_parallel;
+  // Micro-batches each train_step's batch is cut into (it must divide the
+  // batch): with pipeline stages (the context's pipeline size above 1) they
+  // run through the stages in 1F1B order (Model::pipeline_loss_backward);
+  // on one stage one after the other. Either way one train_step is one
+  // micro-batch of the grad_accum_steps window.
+  int64_t micro_batches = 1;
 };
 
 // What a micro-batch or an update did.
@@ -96,6 +102,9 @@ class Trainer {
   DataParallel* data_parallel() const { return dp_.get(); }
   const TrainerOptions& options() const { return o_; }
   double loss_scale() const { return scale_; }
+  // This rank's compute and wall seconds of the last train_step's
+  // pipeline schedule (zeros before one ran).
+  const Model::PipelineStats& pipeline_stats() const { return pipe_; }
   // Micro-batches accumulated since the last step.
   int64_t pending_micro_batches() const { return micro_; }
   // The learning rate the next update will use.
@@ -117,6 +126,7 @@ class Trainer {
   int64_t growth_tracker_ = 0;
   int64_t micro_ = 0;
   double loss_sum_ = 0.0;
+  Model::PipelineStats pipe_;
   // Counts a micro-batch of loss `loss`; steps when the window is complete.
   TrainStepResult after_micro_batch(float loss);
   // Runs a backward (`fn`) with the data-parallel reduction around it.

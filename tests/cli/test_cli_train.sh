@@ -13,7 +13,9 @@
 # generates; a run resumed across DP sizes and ZeRO stages equals the
 # straight one; resuming with another global batch or --grad-accum, bad
 # rank counts, --zero 7 and -1, bad --bucket-mb and a bad oslo_train.json are
-# named errors.
+# named errors. Pipeline stages: --pp 2 (and TP 2 x PP 2) with micro-batches
+# log --dp 1's losses and a bubble; bad --pp, --micro-batches and ZeRO 2
+# with --pp are named errors.
 # Usage: test_cli_train.sh OSLO OSLO_RUN FIXTURE SOURCE_DIR WORKDIR RUN_PY PYTHON PYTHON_HF
 set -u
 oslo=$1 run=$2 fix=$3 src=$4 work=$5 runpy=$6 py=$7 pyhf=$8
@@ -194,7 +196,23 @@ if ok dp1 "$oslo" train $dp --batch-size 4 --log dp1.jsonl; then
     ok dp_merge "$oslo" merge dpck dpmerged &&
     ok dp_gen "$oslo" generate --model dpmerged --prompt-ids 52,441,221 --max-new-tokens 8 --ids &&
     ok dp_gen_tokens grep -q '^\[0\] [0-9]' dp_gen.out
+  # Pipeline stages: --pp 2 with 4 micro-batches of one row, and TP 2 x PP 2
+  # on 4 processes with 2 micro-batches, log --dp 1's data and losses (the
+  # rows keep equally many labels, so the mean of the micro-batches' means
+  # is the batch's mean); the log carries the measured bubble.
+  ok pp2 "$run" --nproc-per-node 2 "$oslo" train $dp --batch-size 4 --pp 2 --micro-batches 4 \
+    --log pp2.jsonl && pycheck pp2_vs_dp1 close pp2.jsonl dp1.jsonl 6 1e-5 &&
+    ok pp2_bubble grep -q '"bubble":0\.[0-9]' pp2.jsonl &&
+    ok pp2_banner grep -qF "(tp 1 x pp 2 x dp 1, --batch-size 4 per data rank in 4 micro-batches" pp2.err
+  ok tp2pp2 "$run" --nproc-per-node 4 "$oslo" train $dp --batch-size 4 --tp 2 --pp 2 \
+    --micro-batches 2 --log tp2pp2.jsonl && pycheck tp2pp2_vs_dp1 close tp2pp2.jsonl dp1.jsonl 6 1e-5
 fi
+expect 2 "--micro-batches 3 does not divide --batch-size 4" \
+  "$run" --nproc-per-node 2 "$oslo" train $common --steps 1 --pp 2 --micro-batches 3
+expect 2 "--pp 3 does not divide the world size 2" \
+  "$run" --nproc-per-node 2 "$oslo" train $common --steps 1 --pp 3
+expect 1 "ZeRO stage 2 with pipeline_parallel_size 2" \
+  "$run" --nproc-per-node 2 "$oslo" train $common --steps 1 --pp 2 --zero 2
 # Resume across data-parallel sizes and ZeRO stages with the same global
 # batch (4 rows): DP=2 ZeRO 2 for 2 steps, DP=1 to 4, DP=2 ZeRO 1 to 6 equal
 # 6 straight steps at DP=1.

@@ -6,12 +6,23 @@
 // its data (train_loop_ref.safetensors), with the data itself.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/common/error.hpp"
+#include "core/context/context.hpp"
+#include "core/model/model.hpp"
+#include "core/tensor/view.hpp"
 #include "core/train/trainer.hpp"
+#include "tests/common/expect.hpp"
+#include "tests/common/grad_check.hpp"
 #include "tests/common/safetensors_ref.hpp"
+#include "tests/common/temp_dir.hpp"
 
 namespace oslo_test {
 
@@ -60,5 +71,91 @@ struct LoopData {
     return std::vector<int64_t>(v.begin() + i * per, v.begin() + (i + 1) * per);
   }
 };
+
+// Runs body on `world` ranks as threads (a file:// rendezvous), or once as
+// this process's rank under oslo-run (procs). `layout` is the rest of the
+// context's JSON: "\"tensor_parallel_size\": 2, ..." (timeout 60 s and one
+// thread per rank are added). An oslo::Error escaping body fails the test.
+inline void run_ranks(bool procs, int world, const std::string& layout,
+                      const std::function<void(oslo::Context&)>& body) {
+  const std::string common = layout + ", \"timeout_seconds\": 60, \"num_threads\": 1";
+  if (procs) {
+    try {
+      oslo::Context ctx(oslo::Config::parse(("{" + common + "}").c_str()));
+      body(ctx);
+    } catch (const oslo::Error& e) {
+      std::printf("FAIL error: %s\n", e.what());
+      ++g_fail;
+    }
+    return;
+  }
+  const std::string store = temp_dir("oslo-ranks");
+  std::vector<std::thread> th;
+  for (int r = 0; r < world; ++r)
+    th.emplace_back([&, r] {
+      try {
+        const std::string cfg = "{\"rank\": " + std::to_string(r) +
+                                ", \"world_size\": " + std::to_string(world) +
+                                ", \"init_method\": \"file://" + store + "/rdv\", " + common + "}";
+        oslo::Context ctx(oslo::Config::parse(cfg.c_str()));
+        body(ctx);
+      } catch (const oslo::Error& e) {
+        std::printf("FAIL [rank %d] error: %s\n", r, e.what());
+        ++g_fail;
+      }
+    });
+  for (auto& t : th) t.join();
+  remove_tree(store);
+}
+
+// Every parameter of this rank, widened to f32 on the host.
+inline std::vector<std::vector<float>> params_of(oslo::Context& ctx, const oslo::Model& m) {
+  std::vector<std::vector<float>> out;
+  oslo::Backend& be = ctx.backend();
+  for (const oslo::PlacedTensor& p : m.tensors()) {
+    oslo::Tensor f = oslo::scratch(ctx.backend_ptr(), OSLO_DTYPE_F32, p.tensor.shape());
+    be.convert(oslo::view(f), oslo::view(p.tensor));
+    out.push_back(download(ctx, f));
+  }
+  return out;
+}
+
+// The largest parameter difference relative to the largest parameter, and
+// the fraction of elements that differ by more than `tol` of it.
+inline double compare_params(const std::vector<std::vector<float>>& got,
+                             const std::vector<std::vector<float>>& want, double tol,
+                             double* outside = nullptr) {
+  double big = 0, err = 0;
+  if (got.size() != want.size()) return INFINITY;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i].size() != want[i].size()) return INFINITY;
+    for (size_t k = 0; k < want[i].size(); ++k) {
+      big = std::max(big, static_cast<double>(std::fabs(want[i][k])));
+      const double e = std::fabs(static_cast<double>(got[i][k]) - want[i][k]);
+      if (!(e <= err)) err = e;
+    }
+  }
+  big = std::max(big, 1e-30);
+  size_t n = 0, over = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    for (size_t k = 0; k < want[i].size(); ++k) {
+      ++n;
+      over += !(std::fabs(static_cast<double>(got[i][k]) - want[i][k]) <= tol * big);
+    }
+  if (outside) *outside = n ? static_cast<double>(over) / static_cast<double>(n) : 0.0;
+  return err / big;
+}
+
+// The largest relative difference between two loss curves (INFINITY when
+// their lengths differ).
+inline double worst_rel(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double w = 0;
+  for (size_t s = 0; s < got.size(); ++s) {
+    const double e = std::fabs(got[s] - want[s]) / std::max(std::fabs(want[s]), 1e-30);
+    if (!(e <= w)) w = e;
+  }
+  return w;
+}
 
 }  // namespace oslo_test

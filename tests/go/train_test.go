@@ -235,6 +235,55 @@ func TestOptimizerDataParallelOptions(t *testing.T) {
 	}
 }
 
+// The pipeline options (C ABI version 3): MicroBatches 2 over 2 rows on
+// one stage trains with the loss of one 2-row batch and reports its
+// schedule's times (PipelineStats zeros before); 3 micro-batches of 2 rows
+// and ZeroStage 2 with micro-batches are errors naming the cause.
+func TestOptimizerPipelineOptions(t *testing.T) {
+	ctx := soloContext(t)
+	defer ctx.Close()
+	fixture := filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny")
+	ids := [][]int64{{5, 9, 14, 3}, {7, 8, 21, 40}}
+	var losses [2]float64
+	for k, micro := range []int64{1, 2} {
+		m, err := oslo.LoadModel(ctx, fixture)
+		must(t, err)
+		opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1,
+			MicroBatches: micro})
+		must(t, err)
+		c, w, b, err := opt.PipelineStats()
+		must(t, err)
+		if c != 0 || w != 0 || b != 0 {
+			t.Fatalf("PipelineStats before a step: %v %v %v", c, w, b)
+		}
+		r, err := m.TrainStep(ids, nil, nil, opt)
+		must(t, err)
+		losses[k] = r.Loss
+		c, w, b, err = opt.PipelineStats()
+		must(t, err)
+		if micro == 2 && !(c > 0 && c <= w && b >= 0 && b < 1) {
+			t.Fatalf("PipelineStats after a 2-micro-batch step: %v %v %v", c, w, b)
+		}
+		if micro == 2 {
+			bad, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{MicroBatches: 3})
+			must(t, err)
+			_, err = m.TrainStep(ids, nil, nil, bad)
+			wantErr(t, "3 micro-batches of 2 rows", err, oslo.ErrInvalidArgument)
+			if !strings.Contains(err.Error(), "micro-batches") {
+				t.Fatalf("the error does not name the micro-batches: %v", err)
+			}
+			must(t, bad.Close())
+			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{MicroBatches: 2, ZeroStage: 2})
+			wantErr(t, "ZeroStage 2 with micro-batches", err, oslo.ErrNotSupported)
+		}
+		must(t, opt.Close())
+		must(t, m.Close())
+	}
+	if math.Abs(losses[1]-losses[0]) > 1e-5*math.Abs(losses[0]) {
+		t.Fatalf("2 micro-batches: loss %v, one batch %v", losses[1], losses[0])
+	}
+}
+
 // Optimizer.SaveCheckpoint / LoadCheckpoint: resuming from a training
 // checkpoint in a new model and optimizer gives bitwise the losses of the
 // uninterrupted run and the saved TrainState; a model folder is not a

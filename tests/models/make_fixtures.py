@@ -351,6 +351,8 @@ def self_check(d, spec, refs, prompts, tinfo):
 
 CAUSAL = {
     "gpt2-tiny": dict(arch="GPT2LMHeadModel", tokenizer="bpe", seed=1),
+    # Four blocks: pipeline stages of one block each at PP 4 (issue 18).
+    "gpt2-tiny-4l": dict(arch="GPT2LMHeadModel", tokenizer="bpe", seed=6, layers=4),
     "llama-tiny-gqa": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=2, kv=2, shards=3),
     "llama-tiny-mqa": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=3, kv=1, tied=True),
     "llama-tiny-bf16": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=2, kv=2, dtype="bfloat16"),
@@ -446,7 +448,8 @@ def make_config(spec, tok_info):
     if "make_config" in spec:  # families defined in their own block below
         return spec["make_config"](spec, common)
     if arch == "GPT2LMHeadModel":
-        return transformers.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=INTER,
+        return transformers.GPT2Config(n_embd=HIDDEN, n_layer=spec.get("layers", LAYERS),
+                                       n_head=HEADS, n_inner=INTER,
                                        n_positions=MAXPOS, tie_word_embeddings=True, **common)
     llama_like = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
                       num_key_value_heads=spec["kv"], intermediate_size=INTER,

@@ -26,6 +26,7 @@
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
+#include "core/pipeline/schedule.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
 
@@ -94,14 +95,15 @@ int main(int argc, char** argv) {
         auto m = Model::load(ctx, dir, o);
         const int64_t H = m->config().hidden_size, V = m->config().vocab_size;
         if (pp > 1) {
-          // Each stage holds only its blocks (the fixtures' blocks split one
-          // per stage at pp 2: block b's names carry ".b.").
+          // Each stage holds only its blocks, Colossal-AI's partition_uniform
+          // (block b's names carry ".b.").
           const int stage = ctx.topology().pp_rank(), L = static_cast<int>(m->config().num_layers);
+          const LayerRange own = partition_uniform(L, pp, 1).at(stage, 0);
           size_t mine = 0, others = 0;
           for (const PlacedTensor& p : m->tensors())
             for (int b = 0; b < L; ++b)
               if (p.placement.name.find(str(".", b, ".")) != std::string::npos)
-                ++(b * pp / L == stage ? mine : others);
+                ++(b >= own.begin && b < own.end ? mine : others);
           const bool ok = mine > 0 && others == 0;
           if (!ok || ctx.topology().tp_rank() == 0)
             std::printf("[rank %d pp stage %d] %zu tensors, %zu of its blocks, %zu of others %s\n",

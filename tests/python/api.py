@@ -374,8 +374,8 @@ def train_options(fixture):
         else:
             got = getattr(c, k)
         check(got == v, f"default {k}: Python {v!r}, C {got!r}")
-    check(len(d) == 21, sorted(d))
-    check(d["zero_stage"] == 0 and d["bucket_bytes"] == 25 << 20, d)
+    check(len(d) == 22, sorted(d))
+    check(d["zero_stage"] == 0 and d["bucket_bytes"] == 25 << 20 and d["micro_batches"] == 1, d)
     with oslo.Context() as ctx, oslo.Model(ctx, fixture) as m:
         e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, schedule="cosin")
         check("'cosine'" in e.message, e.message)

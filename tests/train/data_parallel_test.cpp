@@ -91,18 +91,15 @@ std::unique_ptr<Model> load(Context& ctx, const std::string& dir, oslo_dtype dt)
   return Model::load(ctx, dir, o);
 }
 
+using oslo_test::compare_params;
 using oslo_test::download;
+using oslo_test::params_of;
+using oslo_test::worst_rel;
 
-// Every parameter of this rank, widened to f32 on the host.
-std::vector<std::vector<float>> params_of(Context& ctx, const Model& m) {
-  std::vector<std::vector<float>> out;
-  Backend& be = ctx.backend();
-  for (const PlacedTensor& p : m.tensors()) {
-    Tensor f = scratch(ctx.backend_ptr(), OSLO_DTYPE_F32, p.tensor.shape());
-    be.convert(view(f), view(p.tensor));
-    out.push_back(download(ctx, f));
-  }
-  return out;
+// Runs body on `world` ranks as threads (tensor size tp), or once as this
+// process's rank under oslo-run.
+void run(bool procs, int world, int tp, const std::function<void(Context&)>& body) {
+  oslo_test::run_ranks(procs, world, "\"tensor_parallel_size\": " + std::to_string(tp), body);
 }
 
 // The same through a trainer: ZeRO-3 gathers the partitioned parameters
@@ -129,41 +126,6 @@ bool dp_bitwise_equal(Context& ctx, Trainer& tr) {
   for (int64_t v : all)
     if (v != all[0]) return false;
   return true;
-}
-
-// Runs body on `world` ranks as threads (tensor size tp), or once as this
-// process's rank under oslo-run.
-void run(bool procs, int world, int tp, const std::function<void(Context&)>& body) {
-  if (procs) {
-    try {
-      const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp) +
-                              ", \"timeout_seconds\": 60, \"num_threads\": 1}";
-      Context ctx(Config::parse(cfg.c_str()));
-      body(ctx);
-    } catch (const Error& e) {
-      std::printf("FAIL error: %s\n", e.what());
-      ++g_fail;
-    }
-    return;
-  }
-  const std::string store = oslo_test::temp_dir("oslo-dp");
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r)
-    th.emplace_back([&, r] {
-      try {
-        const std::string cfg =
-            "{\"rank\": " + std::to_string(r) + ", \"world_size\": " + std::to_string(world) +
-            ", \"tensor_parallel_size\": " + std::to_string(tp) + ", \"init_method\": \"file://" +
-            store + "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1}";
-        Context ctx(Config::parse(cfg.c_str()));
-        body(ctx);
-      } catch (const Error& e) {
-        std::printf("FAIL [rank %d] error: %s\n", r, e.what());
-        ++g_fail;
-      }
-    });
-  for (auto& t : th) t.join();
-  oslo_test::remove_tree(store);
 }
 
 // Steps [from, to) with `global` micro-batches per step over the data
@@ -208,42 +170,6 @@ Reference reference(const std::string& fixture, const Args& a, int global) {
     ref.params[static_cast<size_t>(ctx.topology().tp_rank())] = params_of(ctx, *m);
   });
   return ref;
-}
-
-// The largest parameter difference relative to the largest parameter, and
-// the fraction of elements that differ by more than `tol` of it.
-double compare_params(const std::vector<std::vector<float>>& got,
-                      const std::vector<std::vector<float>>& want, double tol,
-                      double* outside = nullptr) {
-  double big = 0, err = 0;
-  if (got.size() != want.size()) return INFINITY;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (got[i].size() != want[i].size()) return INFINITY;
-    for (size_t k = 0; k < want[i].size(); ++k) {
-      big = std::max(big, static_cast<double>(std::fabs(want[i][k])));
-      const double e = std::fabs(static_cast<double>(got[i][k]) - want[i][k]);
-      if (!(e <= err)) err = e;
-    }
-  }
-  big = std::max(big, 1e-30);
-  size_t n = 0, over = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    for (size_t k = 0; k < want[i].size(); ++k) {
-      ++n;
-      over += !(std::fabs(static_cast<double>(got[i][k]) - want[i][k]) <= tol * big);
-    }
-  if (outside) *outside = n ? static_cast<double>(over) / static_cast<double>(n) : 0.0;
-  return err / big;
-}
-
-double worst_rel(const std::vector<double>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return INFINITY;
-  double w = 0;
-  for (size_t s = 0; s < got.size(); ++s) {
-    const double e = std::fabs(got[s] - want[s]) / std::max(std::fabs(want[s]), 1e-30);
-    if (!(e <= w)) w = e;
-  }
-  return w;
 }
 
 // ---- curve -----------------------------------------------------------------

@@ -793,26 +793,29 @@ std::string clock_text(double s) {
 struct Progress {
   bool on = false, tty = false, drawn = false;
   int64_t total = 0;
-  void step(int64_t done, double loss, double tok_s, double elapsed) {
+  // bubble >= 0: the pipeline's measured bubble, shown too.
+  void step(int64_t done, double loss, double tok_s, double elapsed, double bubble = -1) {
     if (!on) return;
     const double eta =
         done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : NAN;
+    char bub[32] = "";
+    if (bubble >= 0) std::snprintf(bub, sizeof bub, " bubble %.1f%%", 100 * bubble);
     if (tty) {
       const int width = 24;
       const int fill = static_cast<int>(width * done / std::max<int64_t>(total, 1));
-      std::fprintf(stderr, "\r\033[K%*lld/%lld [%s%s] loss %.4f | %.0f tok/s | ETA %s",
+      std::fprintf(stderr, "\r\033[K%*lld/%lld [%s%s] loss %.4f | %.0f tok/s%s | ETA %s",
                    static_cast<int>(std::to_string(total).size()), static_cast<long long>(done),
                    static_cast<long long>(total),
                    std::string(static_cast<size_t>(fill), '#').c_str(),
-                   std::string(static_cast<size_t>(width - fill), '.').c_str(), loss, tok_s,
+                   std::string(static_cast<size_t>(width - fill), '.').c_str(), loss, tok_s, bub,
                    clock_text(eta).c_str());
       drawn = true;
       return;
     }
     const int64_t every = std::max<int64_t>(1, total / 50);
     if (done == 1 || done % every == 0 || done == total)
-      std::fprintf(stderr, "oslo: step %lld/%lld loss %.4f %.0f tok/s elapsed %s ETA %s\n",
-                   static_cast<long long>(done), static_cast<long long>(total), loss, tok_s,
+      std::fprintf(stderr, "oslo: step %lld/%lld loss %.4f %.0f tok/s%s elapsed %s ETA %s\n",
+                   static_cast<long long>(done), static_cast<long long>(total), loss, tok_s, bub,
                    clock_text(elapsed).c_str(), clock_text(eta).c_str());
   }
   // A message between bar updates.
@@ -845,8 +848,8 @@ const char* kTrainHelp =
     "                  [--dtype f32|bf16|f16] [--activation-checkpointing]\n"
     "                  [--save DIR [--save-every K]] [--resume DIR] [--log FILE]\n"
     "                  [--tokenizer DIR] [--tp N] [--dp N] [--zero 0|1|2|3] [--bucket-mb M]\n"
-    "                  [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
-    "                  [--backend-options JSON]\n"
+    "                  [--pp N [--micro-batches M]] [--threads N] [--device cpu|cuda[:N]]\n"
+    "                  [--backend NAME] [--backend-options JSON]\n"
     "Fine-tunes a causal language model (causal-LM loss, labels = inputs) as Hugging\n"
     "Face's run_clm.py with Trainer does, split over the ranks of oslo-run:\n"
     "  ranks    --tp N tensor-parallel x --dp N data-parallel ranks = the world size\n"
@@ -856,6 +859,13 @@ const char* kTrainHelp =
     "           --bucket-mb MiB (default 25). --zero 1 partitions the optimizer\n"
     "           state over the data-parallel ranks, --zero 2 the gradients too,\n"
     "           --zero 3 the parameters too (DeepSpeed ZeRO; default 0: none).\n"
+    "           --pp N splits the blocks over N pipeline stages (tp x pp x dp = the\n"
+    "           world size; the first stage embeds, the last norms and projects):\n"
+    "           each --batch-size batch runs as --micro-batches M micro-batches (M\n"
+    "           divides --batch-size; default: one row each) through the stages in\n"
+    "           1F1B order, and the progress shows the measured bubble (the stages'\n"
+    "           idle share of the step; (pp - 1) / (M + pp - 1) in theory).\n"
+    "           --zero 0 or 1 with --pp.\n"
     "  data     .txt: the whole file is one document; .jsonl: one JSON object with a\n"
     "           \"text\" string per line, one document each. Documents are tokenized\n"
     "           with the model folder's tokenizer (or --tokenizer), each followed by\n"
@@ -898,7 +908,8 @@ int cmd_train(int argc, char** argv) {
                   "grad-accum", "seed",         "dtype",    "save",
                   "save-every", "resume",       "log",      "tokenizer",
                   "tp",         "dp",           "zero",     "bucket-mb",
-                  "threads",    "backend",      "device",   "backend-options"});
+                  "threads",    "backend",      "device",   "backend-options",
+                  "pp",         "micro-batches"});
   if (a.has("help")) return std::printf("%s", kTrainHelp), 0;
   if (!a.pos.empty()) die_all("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   for (const char* req : {"model", "data", "seq-len", "batch-size", "steps"})
@@ -931,14 +942,25 @@ int cmd_train(int argc, char** argv) {
   const int64_t save_every = int_in("save-every", 1, kMax, 0);
   const int64_t seed_arg = int_in("seed", 0, INT64_MAX, 0);
   if (a.has("save-every") && !a.has("save")) die_all("--save-every needs --save DIR", 2);
-  // The ranks: tensor-parallel x data-parallel = the world (checked on every
-  // rank before anything is loaded).
-  const int world = launcher_world();
+  // The ranks: tensor-parallel x pipeline x data-parallel = the world
+  // (checked on every rank before anything is loaded).
+  const int all_ranks = launcher_world();
+  const int64_t pp = int_in("pp", 1, 1 << 20, 1);
+  if (all_ranks % pp != 0)
+    die_all("--pp " + std::to_string(pp) + " does not divide the world size " +
+                std::to_string(all_ranks) +
+                " (the ranks of oslo-run: --tp x --pp x --dp must equal it)",
+            2);
+  const int world = static_cast<int>(all_ranks / pp);  // ranks per stage
   int64_t tp = int_in("tp", 1, 1 << 20, 0), dp = int_in("dp", 1, 1 << 20, 0);
   const auto must_divide = [&](const char* k, int64_t v) {
     if (world % v != 0)
-      die_all(std::string("--") + k + " " + std::to_string(v) + " does not divide the world size " +
-                  std::to_string(world) + " (the ranks of oslo-run: --tp x --dp must equal it)",
+      die_all(std::string("--") + k + " " + std::to_string(v) +
+                  (pp == 1 ? " does not divide the world size " + std::to_string(world) +
+                                 " (the ranks of oslo-run: --tp x --dp must equal it)"
+                           : " does not divide the " + std::to_string(world) +
+                                 " ranks of a stage (world size " + std::to_string(all_ranks) +
+                                 " / --pp " + std::to_string(pp) + ")"),
               2);
     return world / v;
   };
@@ -949,10 +971,17 @@ int cmd_train(int argc, char** argv) {
   else if (!a.has("tp"))
     tp = must_divide("dp", dp);
   else if (tp * dp != world)
-    die_all("--tp " + std::to_string(tp) + " x --dp " + std::to_string(dp) + " = " +
-                std::to_string(tp * dp) + " ranks, but the world size is " + std::to_string(world) +
-                " (run under oslo-run --nproc-per-node " + std::to_string(tp * dp) + ")",
+    die_all("--tp " + std::to_string(tp) + (pp > 1 ? " x --pp " + std::to_string(pp) : "") +
+                " x --dp " + std::to_string(dp) + " = " + std::to_string(tp * pp * dp) +
+                " ranks, but the world size is " + std::to_string(all_ranks) +
+                " (run under oslo-run --nproc-per-node " + std::to_string(tp * pp * dp) + ")",
             2);
+  const int64_t M = int_in("micro-batches", 1, 1 << 20, pp > 1 ? B : 1);
+  if (B % M != 0)
+    die_all("--micro-batches " + std::to_string(M) + " does not divide --batch-size " +
+                std::to_string(B),
+            2);
+
   int64_t zero = 0;
   if (a.has("zero")) {
     zero = to_int(a.get("zero"), "--zero");
@@ -997,6 +1026,7 @@ int cmd_train(int argc, char** argv) {
   oo.grad_accum_steps = K;
   oo.zero_stage = static_cast<int>(zero);
   oo.bucket_bytes = bucket_bytes;
+  oo.micro_batches = M;
   const std::string save_dir = a.get("save");
   const std::string log_path = a.has("log")       ? a.get("log")
                                : save_dir.empty() ? ""
@@ -1104,11 +1134,14 @@ int cmd_train(int argc, char** argv) {
         static_cast<long long>(tokens.size()), static_cast<long long>(docs), docs == 1 ? "" : "s",
         static_cast<long long>(rows), static_cast<long long>(S), static_cast<long long>(per_epoch),
         static_cast<long long>(G), static_cast<long long>(steps), static_cast<long long>(G * S * K),
-        world, world > 1 ? "s" : "",
-        dp > 1 ? (" (tp " + std::to_string(tp) + " x dp " + std::to_string(dp) + ", --batch-size " +
-                  std::to_string(B) + " per data rank, ZeRO " + std::to_string(zero) + ")")
-                     .c_str()
-               : "",
+        all_ranks, all_ranks > 1 ? "s" : "",
+        dp > 1 || pp > 1
+            ? (" (tp " + std::to_string(tp) + (pp > 1 ? " x pp " + std::to_string(pp) : "") +
+               " x dp " + std::to_string(dp) + ", --batch-size " + std::to_string(B) +
+               " per data rank" + (pp > 1 ? " in " + std::to_string(M) + " micro-batches" : "") +
+               ", ZeRO " + std::to_string(zero) + ")")
+                  .c_str()
+            : "",
         start ? (" (resuming after step " + std::to_string(start) + ")").c_str() : "");
 
   std::FILE* log = nullptr;
@@ -1168,6 +1201,8 @@ int cmd_train(int argc, char** argv) {
             "train step " + std::to_string(step + 1));
     }
     if (!r.stepped) die("internal: no optimizer step after --grad-accum micro-batches");
+    double bubble = 0;
+    if (pp > 1) check(oslo_optimizer_pipeline_stats(opt, nullptr, nullptr, &bubble), "pipeline");
     const double dt = since(ts), elapsed = since(t0);
     trained_tokens += G * S * K;
     if (std::isnan(first_loss)) first_loss = r.mean_loss;
@@ -1187,12 +1222,14 @@ int cmd_train(int argc, char** argv) {
         std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash));
         return std::string(buf);
       }();
+      if (pp > 1) j["bubble"] = bubble;  // the last micro-batch window's
       if (r.skipped) j["skipped"] = true;
       if (r.loss_scale != 1.0) j["loss_scale"] = r.loss_scale;
       std::fprintf(log, "%s\n", j.dump().c_str());
       std::fflush(log);
     }
-    bar.step(step + 1, r.mean_loss, static_cast<double>(trained_tokens) / elapsed, elapsed);
+    bar.step(step + 1, r.mean_loss, static_cast<double>(trained_tokens) / elapsed, elapsed,
+             pp > 1 ? bubble : -1);
     if (r.skipped) bar.say("step " + std::to_string(step + 1) + ": skipped (non-finite gradients)");
     const bool last = step + 1 == steps;
     if (!save_dir.empty() && (last || (save_every > 0 && (step + 1) % save_every == 0))) {

@@ -1,6 +1,7 @@
 package oslo
 
 import (
+	"math"
 	"runtime"
 
 	"github.com/oslo/oslo/bindings/go/oslo/internal/capi"
@@ -69,10 +70,15 @@ type OptimizerOptions struct {
 	// the gradients are averaged over the data group as PyTorch's DDP does,
 	// in buckets of BucketBytes of f32 gradient (0: 25 MiB). ZeroStage
 	// (DeepSpeed ZeRO): 0 none; 1 optimizer state and f32 master weights
-	// partitioned over the data group; 2 the gradients too; 3 fails with
-	// ErrNotSupported.
+	// partitioned over the data group; 2 the gradients too; 3 the
+	// parameters too.
 	ZeroStage   int
 	BucketBytes int64
+	// Pipeline parallelism (C ABI version 3): each TrainStep's rows are cut
+	// into MicroBatches micro-batches (0: 1; it must divide the rows), run
+	// through the pipeline stages in 1F1B order (one after the other on
+	// one stage); ZeroStage 0 or 1 when above 1 or with stages.
+	MicroBatches int64
 }
 
 // fill writes the fields set in o over c (made with the C defaults).
@@ -118,6 +124,9 @@ func (o *OptimizerOptions) fill(c capi.OptimizerOptions) {
 	c.SetZero_stage(o.ZeroStage)
 	if o.BucketBytes != 0 {
 		c.SetBucket_bytes(o.BucketBytes)
+	}
+	if o.MicroBatches != 0 {
+		c.SetMicro_batches(o.MicroBatches)
 	}
 }
 
@@ -227,6 +236,21 @@ func (o *Optimizer) ZeroGrad() error {
 	err := call(func() { o.o.Zero_grad() })
 	runtime.KeepAlive(o)
 	return err
+}
+
+// PipelineStats returns the pipeline schedule of the last train step
+// (oslo_optimizer_pipeline_stats): this rank's compute and wall seconds
+// and the bubble over all stages, 1 - (the stages' compute summed) /
+// (stages x the longest wall time); zeros before a step. Not collective.
+func (o *Optimizer) PipelineStats() (computeS, wallS, bubble float64, err error) {
+	if err = o.check(); err != nil {
+		return
+	}
+	out := make([]int64, 3) // three float64, as their bits
+	err = call(func() { o.o.Pipeline_stats(bytesOf(out)) })
+	runtime.KeepAlive(o)
+	f := func(i int) float64 { return math.Float64frombits(uint64(out[i])) }
+	return f(0), f(1), f(2), err
 }
 
 // TrainState is where a training loop's data stands (oslo_train_state):

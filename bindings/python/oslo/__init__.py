@@ -1017,8 +1017,13 @@ class Optimizer(_Handle):
     buckets of bucket_bytes of f32 gradient (default 25 MiB, DDP's
     bucket_cap_mb). zero_stage (DeepSpeed ZeRO): 0 (default) none; 1
     partitions the optimizer state and f32 master weights over the
-    data-parallel group; 2 the gradients too. Stage 3 raises
-    NotSupportedError.
+    data-parallel group; 2 the gradients too; 3 the parameters too.
+
+    Pipeline parallelism: micro_batches (default 1) cuts each train_step's
+    batch into that many micro-batches; with pipeline stages (the
+    context's pipeline-parallel size above 1) they run through the stages
+    in 1F1B order, every stage passing the same batch, the loss coming
+    from the last stage (zero_stage 0 or 1 only).
 
     The optimizer keeps its model open; closing the model closes it first.
     Not collective to create; step() is collective over the tensor group
@@ -1030,7 +1035,7 @@ class Optimizer(_Handle):
                  schedule="constant", warmup_steps=0, total_steps=0, max_grad_norm=0.0,
                  grad_accum_steps=1, loss_scaling=None, init_scale=65536.0, growth_factor=2.0,
                  backoff_factor=0.5, growth_interval=2000, zero_stage=0,
-                 bucket_bytes=25 << 20):
+                 bucket_bytes=25 << 20, micro_batches=1):
         if not isinstance(model, Model):
             raise InvalidArgumentError(f"Optimizer needs an oslo.Model, not "
                                        f"{type(model).__name__}", Status.INVALID_ARGUMENT)
@@ -1056,6 +1061,7 @@ class Optimizer(_Handle):
         o.growth_interval = int(growth_interval)
         o.zero_stage = int(zero_stage)
         o.bucket_bytes = int(bucket_bytes)
+        o.micro_batches = int(micro_batches)
         super().__init__(_c.Optimizer(model._handle(), o), model)
         self._model = model
 
@@ -1072,6 +1078,15 @@ class Optimizer(_Handle):
     def zero_grad(self):
         """Zeroes the model's gradients and restarts the accumulation window."""
         self._handle().zero_grad()
+
+    def pipeline_stats(self):
+        """The pipeline schedule of the last train_step: (this rank's compute
+        seconds, its wall seconds, the bubble over all stages: 1 - the
+        stages' compute summed / (stages x the longest wall time)); zeros
+        before a step. Not collective."""
+        out = _np.zeros(3, _np.float64)
+        self._handle().pipeline_stats(out)
+        return float(out[0]), float(out[1]), float(out[2])
 
     def save_checkpoint(self, dir, seed=0, epoch=0, data_position=0):
         """Saves a training checkpoint (oslo_checkpoint_save): the model's

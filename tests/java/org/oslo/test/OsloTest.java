@@ -684,6 +684,47 @@ public class OsloTest {
     }
   }
 
+  /**
+   * The pipeline options (C ABI version 3): microBatches 1 by default; 2
+   * micro-batches of one row on one stage give the loss of the 2-row batch
+   * and pipelineStats reports the schedule (zeros before a step); 3 of 2
+   * rows is INVALID_ARGUMENT naming the micro-batches.
+   */
+  @Test
+  void optimizerPipelineOptions() {
+    try (Context ctx = new Context();
+        OptimizerOptions o = new OptimizerOptions()) {
+      assertEquals(1L, o.getMicroBatches());
+      o.setKind(OptimizerKind.SGD);
+      o.setLr(0.1);
+      long[][] ids = {{5, 9, 14, 3}, {7, 8, 21, 40}};
+      double[] losses = new double[2];
+      for (int k = 0; k < 2; ++k) {
+        o.setMicroBatches(k + 1);
+        try (Model m = new Model(ctx, property("oslo.fixture"));
+            Optimizer opt = new Optimizer(m, o)) {
+          double[] st = opt.pipelineStats();
+          assertTrue(st[0] == 0 && st[1] == 0 && st[2] == 0, "zeros before a step");
+          try (TrainStepResult r = m.trainStep(ids, null, opt)) {
+            losses[k] = r.getLoss();
+          }
+          st = opt.pipelineStats();
+          if (k == 1) {
+            assertTrue(st[0] > 0 && st[0] <= st[1] && st[2] >= 0 && st[2] < 1,
+                java.util.Arrays.toString(st));
+            o.setMicroBatches(3);
+            try (Optimizer bad = new Optimizer(m, o)) {
+              OsloException e = assertThrows(OsloException.class, () -> m.trainStep(ids, null, bad));
+              assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+              assertTrue(e.getMessage().contains("micro-batches"), e.getMessage());
+            }
+          }
+        }
+      }
+      assertEquals(losses[0], losses[1], 1e-5 * Math.abs(losses[0]));
+    }
+  }
+
   static void deleteTree(Path dir) throws IOException {
     if (!Files.exists(dir)) return;
     try (Stream<Path> w = Files.walk(dir)) {
