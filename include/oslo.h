@@ -1193,7 +1193,7 @@ OSLO_API oslo_status oslo_tokenizer_special_id(const oslo_tokenizer *tok, oslo_s
 /** A loaded model (opaque). */
 typedef struct oslo_model oslo_model;
 
-#define OSLO_MODEL_OPTIONS_VERSION 1
+#define OSLO_MODEL_OPTIONS_VERSION 2
 
 /** Options of oslo_model_load (versioned; see "Options structs"). */
 typedef struct oslo_model_options {
@@ -1203,6 +1203,24 @@ typedef struct oslo_model_options {
    * OSLO_DTYPE_F16 or OSLO_DTYPE_BF16. Norms and biases are always f32;
    * activations are f32, products accumulate in f32. */
   int dtype;
+  /* Version 2: pipeline stages. */
+  /** Model chunks per pipeline rank (Megatron-LM's virtual pipeline size;
+   * default 1): the blocks are cut into P x V virtual stages, virtual stage
+   * c P + r on rank r, so rank r holds stages r, r + P, ...; the
+   * activations go round the ranks V times. Training then runs the
+   * interleaved 1F1B schedule (micro_batches must be a multiple of P), with
+   * a bubble of about (P - 1) / (V x micro_batches). */
+  int32_t pipeline_virtual_stages;
+  /** Blocks per virtual stage, in virtual-stage order (NULL, the default:
+   * split as evenly as possible, Colossal-AI's partition_uniform, which
+   * needs the blocks to be a multiple of V): exactly P x V counts, each at
+   * least 1, summing to the model's blocks (OSLO_ERR_INVALID_ARGUMENT
+   * naming the bad count). Balances stages whose ends differ (the last
+   * stage's head costs about vocab / (12 hidden) blocks). Read during the
+   * call. */
+  const int32_t *pipeline_layers;
+  /** Entries of pipeline_layers (0 with NULL). */
+  int32_t pipeline_layers_count;
 } oslo_model_options;
 
 /**
@@ -1218,7 +1236,8 @@ OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsign
  * checkpoint directory) into this rank's share of the tensor group. Each rank
  * reads only the byte ranges of its own slices. With a pipeline-parallel
  * size P > 1 the blocks are split over the P stages as evenly as possible
- * (Colossal-AI's partition_uniform; later stages take the remainder), the
+ * (Colossal-AI's partition_uniform; later stages take the remainder) or by
+ * the options' pipeline_layers, the
  * first stage also holding the embeddings and the last the final norm and
  * head (a tied head: a copy of the token table, saved by the first stage
  * only); each rank loads only its stage's weights. Forward, embed and

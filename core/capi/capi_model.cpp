@@ -18,7 +18,12 @@ namespace {
 // The options structs (core/capi/options.hpp): history, defaults, _init.
 OSLO_OPTIONS(
     kModelOptions, oslo_model_options, OSLO_MODEL_OPTIONS_VERSION,
-    [](oslo_model_options& o) { o.dtype = -1; }, OSLO_OPTIONS_END(oslo_model_options, dtype));
+    [](oslo_model_options& o) {
+      o.dtype = -1;
+      o.pipeline_virtual_stages = 1;
+    },
+    OSLO_OPTIONS_END(oslo_model_options, dtype),
+    OSLO_OPTIONS_END(oslo_model_options, pipeline_layers_count));
 
 OSLO_OPTIONS(
     kGenerateOptions, oslo_generate_options, OSLO_GENERATE_OPTIONS_VERSION,
@@ -201,6 +206,13 @@ oslo_status oslo_model_load(oslo_context* ctx, const char* path, const oslo_mode
     oslo_model_options o = kModelOptions.read_or_defaults(options, fn, "options");
     oslo::ModelLoadOptions lo;
     lo.dtype = o.dtype;
+    if (o.pipeline_layers_count < 0 || (o.pipeline_layers_count > 0 && !o.pipeline_layers) ||
+        o.pipeline_layers_count > (1 << 20))
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": options.pipeline_layers_count ",
+                 o.pipeline_layers_count, " with pipeline_layers ",
+                 o.pipeline_layers ? "set" : "NULL");
+    lo.pipeline_layers.assign(o.pipeline_layers, o.pipeline_layers + o.pipeline_layers_count);
+    lo.virtual_stages = o.pipeline_virtual_stages;
     auto h = std::make_unique<oslo_model>();
     h->impl = oslo::Model::load(*ctx->impl, path, lo);
     *out = h.release();

@@ -69,19 +69,33 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
     for (const std::string& f : src.extra_files())
       m->extra_files_.push_back(join_path(src.folder(), f));
     plan = plan_model(m->cfg_, m->tp_, m->rank_);
-    if (m->pp_ > 1) {
-      // This stage's blocks (Colossal-AI's uniform partition) and, on the
-      // first and last stage, the embeddings and the head: no rank reads or
-      // holds another stage's weights.
+    // This stage's blocks, chunk by chunk (the caller's counts, or
+    // Colossal-AI's uniform partition over pp x virtual stages) and, on the
+    // first and last stage, the embeddings and the head: no rank reads or
+    // holds another stage's weights.
+    const int L = static_cast<int>(m->cfg_.num_layers);
+    OSLO_CHECK(o.virtual_stages >= 1 && o.virtual_stages <= L, OSLO_ERR_INVALID_ARGUMENT,
+               "model: virtual_stages ", o.virtual_stages, " must lie in [1, ", L,
+               "] (the model's blocks)");
+    m->vstages_ = o.virtual_stages;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    if (m->pp_ > 1 || m->vstages_ > 1 || !o.pipeline_layers.empty()) {
       const PipelinePartition part =
-          partition_uniform(static_cast<int>(m->cfg_.num_layers), m->pp_, 1);
-      const LayerRange range = part.at(m->pp_rank_, 0);
-      m->layer0_ = range.begin;
-      m->layer_end_ = range.end;
-      plan = plan_stage(plan, m->cfg_, range.begin, range.end, m->pp_rank_ == 0,
-                        m->pp_rank_ == m->pp_ - 1);
+          o.pipeline_layers.empty() ? partition_uniform(L, m->pp_, m->vstages_)
+                                    : partition_counts(L, m->pp_, m->vstages_, o.pipeline_layers);
+      for (int c = 0; c < m->vstages_; ++c) {
+        const LayerRange r = part.at(m->pp_rank_, c);
+        ranges.emplace_back(r.begin, r.end);
+      }
     } else {
-      m->layer_end_ = m->cfg_.num_layers;
+      ranges.emplace_back(0, L);
+    }
+    if (m->pp_ > 1)
+      plan = plan_stage(plan, m->cfg_, ranges, m->pp_rank_ == 0, m->pp_rank_ == m->pp_ - 1);
+    for (const auto& r : ranges) {
+      m->chunks_.emplace_back(m->global_layer_.size(),
+                              m->global_layer_.size() + (r.second - r.first));
+      for (int64_t l = r.first; l < r.second; ++l) m->global_layer_.push_back(l);
     }
     auto be = ctx.backend_ptr();
     resolve_names(src, plan);
@@ -108,8 +122,11 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
     layers.push_back(pt.layer);
   }
   // Slots.
-  for (int64_t i = m->layer0_; i < m->layer_end_; ++i)
+  std::vector<int64_t> local_of(static_cast<size_t>(m->cfg_.num_layers), -1);
+  for (size_t i = 0; i < m->global_layer_.size(); ++i) {
+    local_of[static_cast<size_t>(m->global_layer_[i])] = static_cast<int64_t>(i);
     m->layers_.push_back(std::make_unique<Layer>());
+  }
   for (size_t i = 0; i < plan.size(); ++i) {
     const std::string& r = roles[i];
     const Tensor& t = m->params_[i].tensor;
@@ -148,7 +165,9 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
                                                                  {"down_b", &Layer::down_b}};
       auto it = per.find(r);
       OSLO_CHECK(it != per.end(), OSLO_ERR_INTERNAL, "model: unknown role ", r);
-      (*m->layers_[static_cast<size_t>(layers[i] - m->layer0_)]).*(it->second) = t;
+      const int64_t local = local_of[static_cast<size_t>(layers[i])];
+      OSLO_CHECK(local >= 0, OSLO_ERR_INTERNAL, "model: block ", layers[i], " is not this stage's");
+      (*m->layers_[static_cast<size_t>(local)]).*(it->second) = t;
     }
   }
   m->bind();
@@ -393,8 +412,21 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
   // tmp holds the attention branch's output, mlp_out the MLP's; each stays
   // pending (unadded to x) until the next norm reads x.
   Tensor mlp_out = scratch(bp, OSLO_DTYPE_F32, {BS, H});
-  for (auto& Lp : layers_) {
-    Layer& L = *Lp;
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    // Virtual stages: between two of this rank's chunks the residual stream
+    // goes round the other ranks (to the next rank, back from the previous).
+    if (pp_ > 1 && li > 0) {
+      bool boundary = false;
+      for (const auto& ch : chunks_) boundary = boundary || ch.first == li;
+      if (boundary) {
+        flush();
+        if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
+        Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
+        pc.send(x.data(), x.nbytes(), (pp_rank_ + 1) % pp_);
+        pc.recv(x.data(), x.nbytes(), (pp_rank_ + pp_ - 1) % pp_);
+      }
+    }
+    Layer& L = *layers_[li];
     // Attention.
     const View ain = post_ln ? view(x) : view(h);
     if (!post_ln) norm_x(view(h), L.ln1_w, L.ln1_b);

@@ -28,6 +28,13 @@ struct ModelLoadOptions {
   // Dtype of the matrices (weights of products and embedding tables):
   // -1 keeps each checkpoint's stored float dtype; else F32, F16 or BF16.
   int dtype = -1;
+  // Pipeline stages: model chunks per pipeline rank (Megatron's virtual
+  // stages: virtual stage c P + r on rank r), and the blocks of each
+  // virtual stage in order (empty: Colossal-AI's partition_uniform). One
+  // count per virtual stage, each >= 1, summing to the model's blocks
+  // (partition_counts; OSLO_ERR_INVALID_ARGUMENT naming the bad one).
+  int virtual_stages = 1;
+  std::vector<int> pipeline_layers;
 };
 
 class Model : public CausalLM {
@@ -311,10 +318,13 @@ class Model : public CausalLM {
   std::string source_;
   std::vector<std::string> extra_files_;
   int tp_ = 1, rank_ = 0;
-  // Pipeline parallelism: this stage's blocks are [layer0_, layer_end_) of
-  // the model's; layers_ holds only those.
-  int pp_ = 1, pp_rank_ = 0;
-  int64_t layer0_ = 0, layer_end_ = 0;
+  // Pipeline parallelism: layers_ holds only this stage's blocks, one model
+  // chunk after the other (one chunk without virtual stages): local block
+  // i is the model's block global_layer_[i]; chunk c is local blocks
+  // [chunks_[c].first, chunks_[c].second) and virtual stage c pp_ + pp_rank_.
+  int pp_ = 1, pp_rank_ = 0, vstages_ = 1;
+  std::vector<int64_t> global_layer_;
+  std::vector<std::pair<size_t, size_t>> chunks_;
   bool first_stage() const { return pp_rank_ == 0; }
   bool last_stage() const { return pp_rank_ == pp_ - 1; }
   // OSLO_ERR_NOT_SUPPORTED, naming it, when pipeline stages would train.

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <exception>
 #include <initializer_list>
+#include <map>
 #include <utility>
 
 #include "core/common/crc32c.hpp"
@@ -1017,69 +1018,87 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
-  const int mb = pipe.micro_batches;
+  const int mb = pipe.micro_batches, v = vstages_;
   const int64_t rows = B / mb, H = cfg_.hidden_size;
   const size_t per = static_cast<size_t>(rows * S);
-  auto slice = [per](const std::vector<int64_t>& v, int i) {
-    return std::vector<int64_t>(v.begin() + static_cast<std::ptrdiff_t>(i * per),
-                                v.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
+  auto slice = [per](const std::vector<int64_t>& vec, int i) {
+    return std::vector<int64_t>(vec.begin() + static_cast<std::ptrdiff_t>(i * per),
+                                vec.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
   };
-  const std::vector<PipeOp> ops = pipeline_schedule(pp_, pp_rank_, mb, 1);
+  // Megatron's order for this rank, with the transfers placed so that
+  // blocking sends cannot deadlock (pipeline_plan).
+  const std::vector<PipeStep> plan = pipeline_plan(pp_, pp_rank_, mb, v);
   Backend& be = ctx_.backend();
   Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
   const bool host = ctx_.host_transport(OSLO_GROUP_PIPELINE);
-  const bool first = first_stage(), last = last_stage();
-  auto recv = [&](const Tensor& t, int peer) {
-    if (host) be.synchronize();
-    pc.recv(t.data(), t.nbytes(), peer);
-  };
-  auto send = [&](const Tensor& t, int peer) {
-    if (host) be.synchronize();
-    pc.send(t.data(), t.nbytes(), peer);
-  };
-  auto stream = [&] { return scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {rows * S, H}); };
+  const int last_vs = pp_ * v - 1;
   // The backward hook (data parallelism) sees only the last micro-batch's
-  // backward; it is restored whatever happens.
+  // backward of each chunk; it is restored whatever happens.
   struct HookGuard {
     std::function<void(int)>& slot;
     std::function<void(int)> saved;
     ~HookGuard() { slot = std::move(saved); }
   } guard{backward_hook_, backward_hook_};
   const float g = grad_scale / static_cast<float>(mb);
+  // One pass per micro-batch, alive from its first forward to its last
+  // backward; the messages received and the outputs waiting to be sent.
   std::vector<std::unique_ptr<Pass>> live(static_cast<size_t>(mb));
-  Tensor next_x;  // an activation received early (see below)
+  std::map<PipeMessage, Tensor> inbox, outbox;
   double loss_sum = 0, compute = 0;
   int alive = 0, peak = 0;
-  for (size_t k = 0; k < ops.size(); ++k) {
-    const PipeOp& op = ops[k];
-    const int i = op.microbatch;
-    std::unique_ptr<Pass>& slot = live[static_cast<size_t>(i)];
-    if (op.kind == PipeOp::FORWARD) {
-      const std::vector<int64_t> id = slice(ids, i), lab = slice(labels, i), mk = slice(mask, i);
-      slot =
-          std::make_unique<Pass>(*this, id, &lab, mk, std::vector<int64_t>{}, nullptr, rows, S, g);
-      peak = std::max(peak, ++alive);
-      Pass& p = *slot;
-      p.defer_loss_check = true;
-      if (!first) {
-        if (next_x.defined()) {
-          p.x = std::move(next_x);
-          next_x = Tensor();
-        } else {
-          p.x = stream();
-          recv(p.x, pp_rank_ - 1);
-        }
+  for (const PipeStep& st : plan) {
+    if (st.kind == PipeStep::RECV) {
+      if (st.peer == pp_rank_) continue;  // handed over in memory by the send
+      Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {rows * S, H});
+      if (host) be.synchronize();
+      pc.recv(t.data(), t.nbytes(), st.peer);
+      inbox[st.message] = t;
+      continue;
+    }
+    if (st.kind == PipeStep::SEND) {
+      auto it = outbox.find(st.message);
+      OSLO_CHECK(it != outbox.end(), OSLO_ERR_INTERNAL, "pipeline: a send before its output");
+      if (st.peer == pp_rank_) {
+        inbox[st.message] = it->second;
+      } else {
+        if (host) be.synchronize();
+        pc.send(it->second.data(), it->second.nbytes(), st.peer);
       }
+      outbox.erase(it);
+      continue;
+    }
+    const PipeOp& op = st.op;
+    const int i = op.microbatch, c = op.chunk, vs = c * pp_ + pp_rank_;
+    const size_t l0 = chunks_[static_cast<size_t>(c)].first,
+                 l1 = chunks_[static_cast<size_t>(c)].second;
+    std::unique_ptr<Pass>& slot = live[static_cast<size_t>(i)];
+    auto take = [&](bool gradient, int from) {
+      auto it = inbox.find(PipeMessage{gradient, i, from});
+      OSLO_CHECK(it != inbox.end(), OSLO_ERR_INTERNAL, "pipeline: an op before its input");
+      Tensor t = it->second;
+      inbox.erase(it);
+      return t;
+    };
+    if (op.kind == PipeOp::FORWARD) {
+      if (!slot) {
+        const std::vector<int64_t> id = slice(ids, i), lab = slice(labels, i), mk = slice(mask, i);
+        slot = std::make_unique<Pass>(*this, id, &lab, mk, std::vector<int64_t>{}, nullptr, rows, S,
+                                      g);
+        slot->defer_loss_check = true;
+        peak = std::max(peak, ++alive);
+      }
+      Pass& p = *slot;
+      if (vs > 0) p.x = take(false, vs - 1);
       const auto c0 = Clock::now();
-      if (first) p.embed();
-      p.forward_blocks(0, layers_.size());
-      if (last) {
+      if (vs == 0) p.embed();
+      p.forward_blocks(l0, l1);
+      if (vs == last_vs) {
         p.head_forward();
         loss_sum += p.loss;
       }
       compute += seconds(c0, Clock::now());
-      if (!last) {
-        send(p.x, pp_rank_ + 1);
+      if (vs < last_vs) {
+        outbox[PipeMessage{false, i, vs}] = p.x;
         p.x = Tensor();  // the blocks kept what their backward needs
       }
     } else {
@@ -1087,30 +1106,20 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
                  " before its forward");
       Pass& p = *slot;
       backward_hook_ = i == mb - 1 ? guard.saved : nullptr;
-      if (!last) {
-        p.dx = stream();
-        recv(p.dx, pp_rank_ + 1);
-      }
+      if (vs < last_vs) p.dx = take(true, vs + 1);
       const auto c0 = Clock::now();
-      if (last) p.head_backward();
-      p.backward_blocks(0, layers_.size());
-      if (first) p.embed_backward();
+      if (vs == last_vs) p.head_backward();
+      p.backward_blocks(l0, l1);
+      if (vs == 0) p.embed_backward();
       compute += seconds(c0, Clock::now());
-      if (!first) {
-        // Between two neighbours the activation goes first: when the next
-        // op is a forward taking its input from the same previous stage,
-        // that input is received before this gradient is sent (the previous
-        // stage sends the activation, then waits for this gradient). With
-        // sends that block until the peer receives, any other order can
-        // deadlock.
-        if (k + 1 < ops.size() && ops[k + 1].kind == PipeOp::FORWARD) {
-          next_x = stream();
-          recv(next_x, pp_rank_ - 1);
-        }
-        send(p.dx, pp_rank_ - 1);
+      if (vs > 0) {
+        outbox[PipeMessage{true, i, vs}] = p.dx;
+        p.dx = Tensor();
       }
-      slot.reset();
-      --alive;
+      if (c == 0) {  // the micro-batch's last op on this rank
+        slot.reset();
+        --alive;
+      }
     }
   }
   // Every stage learns the last stage's mean loss and every stage's times.

@@ -206,8 +206,8 @@ std::function<std::vector<Placement>(int, int)> model_planner(const std::string&
 }
 
 std::vector<PlannedTensor> plan_stage(const std::vector<PlannedTensor>& plan, const ModelConfig& c,
-                                      int64_t layer_begin, int64_t layer_end, bool first,
-                                      bool last) {
+                                      const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                      bool first, bool last) {
   static const char* const kEmbeddings[] = {"wte", "wpe", "type", "emb_ln_w", "emb_ln_b"};
   static const char* const kHead[] = {"norm_w", "norm_b", "lm_head", "pool_w", "pool_b"};
   auto in = [](const std::string& role, const char* const* roles, size_t n) {
@@ -218,7 +218,8 @@ std::vector<PlannedTensor> plan_stage(const std::vector<PlannedTensor>& plan, co
   std::vector<PlannedTensor> out;
   for (const PlannedTensor& pt : plan) {
     if (pt.layer >= 0) {
-      if (pt.layer >= layer_begin && pt.layer < layer_end) out.push_back(pt);
+      for (const auto& r : ranges)
+        if (pt.layer >= r.first && pt.layer < r.second) out.push_back(pt);
       continue;
     }
     const bool emb = in(pt.role, kEmbeddings, 5), head = in(pt.role, kHead, 5);

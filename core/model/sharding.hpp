@@ -83,13 +83,14 @@ struct PlannedTensor {
 std::vector<PlannedTensor> plan_model(const ModelConfig& c, int tp, int rank);
 
 // Pipeline parallelism: of a whole plan, what one stage holds: the blocks
-// [layer_begin, layer_end), the embeddings on the first stage, the final
-// norm, the head and the pooler on the last. With tied word embeddings the
-// last stage (when it is not also the first) holds the token table for its
-// head too, as a copy it does not save (the first stage owns it).
+// of `ranges` (each [begin, end); several with virtual stages), the
+// embeddings on the first stage, the final norm, the head and the pooler
+// on the last. With tied word embeddings the last stage (when it is not
+// also the first) holds the token table for its head too, as a copy it
+// does not save (the first stage owns it).
 std::vector<PlannedTensor> plan_stage(const std::vector<PlannedTensor>& plan, const ModelConfig& c,
-                                      int64_t layer_begin, int64_t layer_end, bool first,
-                                      bool last);
+                                      const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                      bool first, bool last);
 
 // The global shape of the tensor filling `role`, as nn.Linear holds it
 // (before a rule's `transpose`), from the rule's Dim pair.

@@ -205,6 +205,73 @@ PipePeers pipe_op_peers(const PipeOp& op, int rank, int pipeline_size, int chunk
   return {next, prev};
 }
 
+std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks) {
+  const int p = pipeline_size, v = chunks, m = microbatches;
+  check_rank(rank, p, "pipeline plan");  // the shape is checked by pipeline_schedule
+  std::vector<std::vector<PipeOp>> all;
+  for (int q = 0; q < p; ++q) all.push_back(pipeline_schedule(p, q, m, v));
+  PipeSimOptions so;
+  so.t_forward = 1;
+  so.t_backward = 2;
+  const PipeSimResult sim = simulate_pipeline(all, m, v, so);
+  // When each (kind, micro-batch, virtual stage) op starts.
+  const int stages = p * v;
+  std::vector<double> start_of(static_cast<size_t>(2 * m * stages), 0);
+  auto slot = [&](bool backward, int mb, int s) {
+    return static_cast<size_t>((backward ? m * stages : 0) + mb * stages + s);
+  };
+  for (int q = 0; q < p; ++q)
+    for (size_t k = 0; k < all[static_cast<size_t>(q)].size(); ++k) {
+      const PipeOp& op = all[static_cast<size_t>(q)][k];
+      start_of[slot(op.kind == PipeOp::BACKWARD, op.microbatch, op.chunk * p + q)] =
+          sim.start[static_cast<size_t>(q)][k];
+    }
+  struct Item {
+    double time;
+    int cls;  // 0 transfer, 1 compute
+    PipeMessage msg;
+    int send_first;  // 0 send, 1 receive (a send to itself precedes its receive)
+    PipeStep step;
+  };
+  std::vector<Item> items;
+  const std::vector<PipeOp>& mine = all[static_cast<size_t>(rank)];
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const PipeOp& op = mine[k];
+    const bool bwd = op.kind == PipeOp::BACKWARD;
+    const int s = op.chunk * p + rank;
+    const PipePeers peers = pipe_op_peers(op, rank, p, v);
+    const double t = sim.start[static_cast<size_t>(rank)][k];
+    if (peers.recv_from >= 0) {
+      PipeStep st;
+      st.kind = PipeStep::RECV;
+      st.peer = peers.recv_from;
+      st.message = PipeMessage{bwd, op.microbatch, bwd ? s + 1 : s - 1};
+      items.push_back({t, 0, st.message, 1, st});
+    }
+    PipeStep c;
+    c.op = op;
+    items.push_back({t, 1, PipeMessage{}, 0, c});
+    if (peers.send_to >= 0) {
+      PipeStep st;
+      st.kind = PipeStep::SEND;
+      st.peer = peers.send_to;
+      st.message = PipeMessage{bwd, op.microbatch, s};
+      // Timed at the start of the op that consumes it.
+      const double tc = start_of[slot(bwd, op.microbatch, bwd ? s - 1 : s + 1)];
+      items.push_back({tc, 0, st.message, 0, st});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.time != b.time) return a.time < b.time;
+    if (a.cls != b.cls) return a.cls < b.cls;
+    if (a.cls == 0 && !(a.msg == b.msg)) return a.msg < b.msg;
+    return a.send_first < b.send_first;
+  });
+  std::vector<PipeStep> out;
+  for (const Item& it : items) out.push_back(it.step);
+  return out;
+}
+
 int peak_live_microbatches(const std::vector<PipeOp>& ops) {
   std::set<std::pair<int, int>> live;  // (chunk, micro-batch)
   size_t peak = 0;

@@ -146,6 +146,52 @@ struct PipePeers {
 };
 PipePeers pipe_op_peers(const PipeOp& op, int rank, int pipeline_size, int chunks);
 
+// ------------------------------------------------------- transfer plan
+
+// A micro-batch's activation (made by a forward) or gradient (made by a
+// backward) leaving virtual stage from_stage.
+struct PipeMessage {
+  bool gradient = false;
+  int microbatch = 0;
+  int from_stage = 0;
+  bool operator==(const PipeMessage& o) const {
+    return gradient == o.gradient && microbatch == o.microbatch && from_stage == o.from_stage;
+  }
+  bool operator<(const PipeMessage& o) const {
+    if (gradient != o.gradient) return gradient < o.gradient;
+    if (microbatch != o.microbatch) return microbatch < o.microbatch;
+    return from_stage < o.from_stage;
+  }
+};
+
+// One step of a rank's plan: receive a message from `peer`, run `op`, or
+// send a message to `peer` (peer == the rank itself when both virtual
+// stages are on it: p == 1 with v > 1).
+struct PipeStep {
+  enum Kind { RECV, COMPUTE, SEND };
+  Kind kind = COMPUTE;
+  PipeOp op;            // COMPUTE
+  PipeMessage message;  // RECV, SEND
+  int peer = -1;        // RECV, SEND
+};
+
+// Rank `rank`'s plan: its pipeline_schedule compute steps in that order,
+// each input received just before its op and each output sent, in an
+// order that cannot deadlock even when every send blocks until the peer
+// receives it (and so with any mix of eager and rendezvous transfers).
+// The transfers are placed by one global order: a simulation of the whole
+// pipeline (simulate_pipeline, forward 1, backward 2, no transfer time)
+// times every transfer at the start of the op that consumes it, and every
+// rank runs its transfers in (time, message) order, a transfer before a
+// compute step of the same time and a send to itself before its receive.
+// The transfer that comes first in that order always finds both ranks at
+// it, so the plans complete (tests/pipeline checks it with a rendezvous
+// simulation for p <= 5, v <= 3, m <= 12). For v == 1 this is the order
+// of Megatron-LM's send_forward_recv_backward / send_backward_recv_forward
+// pairs (an activation before the gradient it meets). Errors: as
+// pipeline_schedule.
+std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks);
+
 // -------------------------------------------------------------- analysis
 
 // The most (micro-batch, chunk) forwards of `ops` whose backward has not

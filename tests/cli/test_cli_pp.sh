@@ -48,6 +48,17 @@ if [ "$st" -ne 2 ] || ! grep -q -- "--pp 3 must divide the world size 2" "$tmp/e
   echo "FAIL: --pp 3 at world 2 exited $st:"
   sed 's/^/  /' "$tmp/err"
 fi
+# Explicit blocks per stage: 1 + 1 gives the same tokens; counts that do
+# not add up to the model's 2 blocks are named.
+"$oslo" $gen >"$tmp/one" 2>"$tmp/one.err"
+same "pp2-layers-1-1" "$run" --nproc-per-node 2 "$oslo" $gen --pp 2 --pp-layers 1,1
+"$run" --nproc-per-node 2 "$oslo" $gen --pp 2 --pp-layers 2,1 >"$tmp/out" 2>"$tmp/err"
+st=$?
+if [ "$st" -eq 0 ] || ! grep -q "sum" "$tmp/err"; then
+  fails=$((fails + 1))
+  echo "FAIL: --pp-layers 2,1 for 2 blocks exited $st:"
+  sed 's/^/  /' "$tmp/err"
+fi
 [ "$fails" -eq 0 ] && echo "oslo generate --pp: passed" && exit 0
 echo "$fails failures"
 exit 1

@@ -207,6 +207,13 @@ if ok dp1 "$oslo" train $dp --batch-size 4 --log dp1.jsonl; then
   ok tp2pp2 "$run" --nproc-per-node 4 "$oslo" train $dp --batch-size 4 --tp 2 --pp 2 \
     --micro-batches 2 --log tp2pp2.jsonl && pycheck tp2pp2_vs_dp1 close tp2pp2.jsonl dp1.jsonl 6 1e-5
 fi
+# Interleaved stages on the four-block fixture: --pp 2 --virtual-stages 2
+# (each rank two chunks of one block) logs one rank's losses.
+v4="--model ${fix}-4l --data corpus.txt --seq-len 32 --lr 3e-3 --warmup 2 --steps 4 --batch-size 4"
+ok v4_one "$oslo" train $v4 --log v4one.jsonl &&
+  ok v4_pp2v2 "$run" --nproc-per-node 2 "$oslo" train $v4 --pp 2 --virtual-stages 2 \
+    --micro-batches 4 --pp-layers 1,1,1,1 --log v4pp.jsonl &&
+  pycheck v4_pp2v2_vs_one close v4pp.jsonl v4one.jsonl 4 1e-5
 expect 2 "--micro-batches 3 does not divide --batch-size 4" \
   "$run" --nproc-per-node 2 "$oslo" train $common --steps 1 --pp 2 --micro-batches 3
 expect 2 "--pp 3 does not divide the world size 2" \

@@ -3,7 +3,7 @@
 // tensor-parallel size with ranks as threads; logits and hidden states must
 // equal transformers' reference within the tolerance.
 //
-//   model_ref_test FIXTURE_DIR --tp N [--pp P] [--dtype f32|bf16] [--tol X]
+//   model_ref_test FIXTURE_DIR --tp N [--pp P [--layers A,B,...]] [--dtype f32|bf16] [--tol X]
 //                  [--backend NAME]
 //
 // --pp splits the blocks over P pipeline stages (tp x pp ranks as threads):
@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   int tp = 1, pp = 1;
   int dtype = -1;
+  std::vector<int> layers;  // --layers A,B,...: explicit blocks per stage
   double tol = 1e-4;
   std::string backend = "cpu";
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -76,6 +78,12 @@ int main(int argc, char** argv) {
       dtype = !std::strcmp(argv[i + 1], "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
     if (!std::strcmp(argv[i], "--tol")) tol = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
+    if (!std::strcmp(argv[i], "--layers"))
+      for (const char* c = argv[i + 1]; *c;) {
+        char* end = nullptr;
+        layers.push_back(static_cast<int>(std::strtol(c, &end, 10)));
+        c = *end == ',' ? end + 1 : end;
+      }
   }
   Ref ref(dir + "/reference.safetensors");
   const std::string store = temp_dir("oslo-model");
@@ -92,13 +100,16 @@ int main(int argc, char** argv) {
         Context ctx(Config::parse(cfg.c_str()));
         ModelLoadOptions o;
         o.dtype = dtype;
+        o.pipeline_layers = layers;
         auto m = Model::load(ctx, dir, o);
         const int64_t H = m->config().hidden_size, V = m->config().vocab_size;
         if (pp > 1) {
           // Each stage holds only its blocks, Colossal-AI's partition_uniform
           // (block b's names carry ".b.").
           const int stage = ctx.topology().pp_rank(), L = static_cast<int>(m->config().num_layers);
-          const LayerRange own = partition_uniform(L, pp, 1).at(stage, 0);
+          const LayerRange own =
+              (layers.empty() ? partition_uniform(L, pp, 1) : partition_counts(L, pp, 1, layers))
+                  .at(stage, 0);
           size_t mine = 0, others = 0;
           for (const PlacedTensor& p : m->tensors())
             for (int b = 0; b < L; ++b)

@@ -35,7 +35,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/common/error.hpp"
@@ -399,6 +401,130 @@ void test_peers() {
       }
 }
 
+// ----------------------------------------------------------------- plan
+
+// Runs every rank's plan with sends that block until the peer is at the
+// matching receive (a send to itself is buffered): true when every plan
+// completes; each rank's compute steps must be its schedule, and every
+// transfer must match one on the peer.
+bool plans_complete(int p, int m, int v, std::string* why) {
+  std::vector<std::vector<PipeStep>> plans;
+  for (int r = 0; r < p; ++r) {
+    plans.push_back(pipeline_plan(p, r, m, v));
+    std::vector<PipeOp> ops;
+    for (const PipeStep& st : plans.back())
+      if (st.kind == PipeStep::COMPUTE) ops.push_back(st.op);
+    if (ops != pipeline_schedule(p, r, m, v)) {
+      *why = "rank " + std::to_string(r) + "'s compute steps are not its schedule";
+      return false;
+    }
+  }
+  std::vector<size_t> pc(static_cast<size_t>(p), 0);
+  std::vector<std::vector<PipeMessage>> self(static_cast<size_t>(p));
+  // A step that consumed an input before it was received, or sent an output
+  // before it was made, is caught by tracking what each rank holds.
+  std::vector<std::set<std::tuple<bool, int, int>>> made(static_cast<size_t>(p)),
+      held(static_cast<size_t>(p));
+  auto key = [](const PipeMessage& msg) {
+    return std::make_tuple(msg.gradient, msg.microbatch, msg.from_stage);
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      auto& plan = plans[static_cast<size_t>(r)];
+      size_t& i = pc[static_cast<size_t>(r)];
+      while (i < plan.size()) {
+        const PipeStep& st = plan[i];
+        if (st.kind == PipeStep::COMPUTE) {
+          const PipeOp& op = st.op;
+          const bool bwd = op.kind == PipeOp::BACKWARD;
+          const int s = op.chunk * p + r, last = p * v - 1;
+          if ((!bwd && s > 0) || (bwd && s < last)) {
+            const auto in = std::make_tuple(bwd, op.microbatch, bwd ? s + 1 : s - 1);
+            if (!held[static_cast<size_t>(r)].count(in)) {
+              *why = "rank " + std::to_string(r) + " computes before receiving its input";
+              return false;
+            }
+          }
+          made[static_cast<size_t>(r)].insert(std::make_tuple(bwd, op.microbatch, s));
+          ++i;
+          progress = true;
+          continue;
+        }
+        if (st.kind == PipeStep::SEND) {
+          if (!made[static_cast<size_t>(r)].count(key(st.message))) {
+            *why = "rank " + std::to_string(r) + " sends before making the message";
+            return false;
+          }
+          if (st.peer == r) {
+            self[static_cast<size_t>(r)].push_back(st.message);
+            ++i;
+            progress = true;
+            continue;
+          }
+          auto& other = plans[static_cast<size_t>(st.peer)];
+          size_t& j = pc[static_cast<size_t>(st.peer)];
+          if (j < other.size() && other[j].kind == PipeStep::RECV && other[j].peer == r &&
+              other[j].message == st.message) {
+            held[static_cast<size_t>(st.peer)].insert(key(st.message));
+            ++i;
+            ++j;
+            progress = true;
+            continue;
+          }
+          break;
+        }
+        // RECV: only from itself here (others complete in their sender's turn).
+        auto& q = self[static_cast<size_t>(r)];
+        if (st.peer == r && !q.empty() && q.front() == st.message) {
+          q.erase(q.begin());
+          held[static_cast<size_t>(r)].insert(key(st.message));
+          ++i;
+          progress = true;
+          continue;
+        }
+        break;
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r)
+    if (pc[static_cast<size_t>(r)] != plans[static_cast<size_t>(r)].size()) {
+      *why = "deadlock: rank " + std::to_string(r) + " stuck at step " +
+             std::to_string(pc[static_cast<size_t>(r)]);
+      return false;
+    }
+  return true;
+}
+
+void test_plan() {
+  int cases = 0;
+  for (int v = 1; v <= 3; ++v)
+    for (int p = 1; p <= 5; ++p)
+      for (int m = 1; m <= 12; ++m) {
+        if (v > 1 && m % p != 0) continue;
+        std::string why;
+        EXPECT(plans_complete(p, m, v, &why), "p %d m %d v %d: %s", p, m, v, why.c_str());
+        ++cases;
+      }
+  // v == 1: Megatron's pairs, an activation before the gradient it meets:
+  // in the steady state a middle rank receives its next input before it
+  // sends the gradient of the backward it just ran.
+  const std::vector<PipeStep> plan = pipeline_plan(3, 1, 4, 1);
+  std::string seq;
+  for (const PipeStep& st : plan) {
+    if (!seq.empty()) seq += ' ';
+    if (st.kind == PipeStep::COMPUTE)
+      seq += (st.op.kind == PipeOp::FORWARD ? "F" : "B") + std::to_string(st.op.microbatch);
+    else
+      seq += std::string(st.kind == PipeStep::SEND ? "s" : "r") +
+             (st.message.gradient ? "g" : "a") + std::to_string(st.message.microbatch);
+  }
+  const std::string want =
+      "ra0 F0 sa0 ra1 F1 sa1 rg0 B0 ra2 sg0 F2 sa2 rg1 B1 ra3 sg1 F3 sa3 rg2 B2 sg2 rg3 B3 sg3";
+  EXPECT(seq == want, "plan(3, 1, 4, 1): %s\n  want %s", seq.c_str(), want.c_str());
+  std::printf("pipeline plans: %d (p, m, v) cases complete with blocking sends\n", cases);
+}
+
 // --------------------------------------------------------------- errors
 
 // Expects `fn` to throw OSLO_ERR_INVALID_ARGUMENT with every one of `parts`
@@ -599,10 +725,13 @@ int main(int argc, char** argv) {
       test_peers();
     } else if (mode == "errors") {
       test_errors();
+    } else if (mode == "plan") {
+      test_plan();
     } else {
-      std::fprintf(stderr,
-                   "usage: pipeline_schedule_test megatron|invariants|bubble|partition|peers|errors"
-                   "\n       pipeline_schedule_test order P R M V\n");
+      std::fprintf(
+          stderr,
+          "usage: pipeline_schedule_test megatron|invariants|bubble|partition|peers|errors|plan"
+          "\n       pipeline_schedule_test order P R M V\n");
       return 2;
     }
   } catch (const Error& e) {

@@ -247,6 +247,30 @@ oslo_model* load_model(oslo_context* ctx, const Args& a) {
   oslo_model_options o;
   check(oslo_model_options_init(&o, OSLO_MODEL_OPTIONS_VERSION), "options");
   o.dtype = dtype_of(a.get("dtype"));
+  // --virtual-stages V: model chunks per pipeline rank (interleaved).
+  if (a.has("virtual-stages")) {
+    const int64_t v = to_int(a.get("virtual-stages"), "--virtual-stages");
+    if (v < 1 || v > (1 << 20))
+      die("--virtual-stages must be at least 1, got " + a.get("virtual-stages"), 2);
+    o.pipeline_virtual_stages = static_cast<int32_t>(v);
+  }
+  // --pp-layers A,B,...: the blocks of each (virtual) pipeline stage.
+  std::vector<int32_t> layers;
+  if (a.has("pp-layers")) {
+    const std::string list = a.get("pp-layers");
+    size_t at = 0;
+    for (;;) {
+      const size_t comma = list.find(',', at);
+      const std::string item = list.substr(at, comma == std::string::npos ? comma : comma - at);
+      const int64_t v = to_int(item, "--pp-layers");
+      if (v < 1 || v > (1 << 20)) die("--pp-layers: a count must be at least 1, got " + item, 2);
+      layers.push_back(static_cast<int32_t>(v));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    o.pipeline_layers = layers.data();
+    o.pipeline_layers_count = static_cast<int32_t>(layers.size());
+  }
   const auto t0 = std::chrono::steady_clock::now();
   if (g_rank == 0) std::fprintf(stderr, "oslo: loading %s ...\n", path.c_str());
   oslo_model* m = nullptr;
@@ -299,7 +323,8 @@ const char* kGenerateHelp =
     "                     [--max-new-tokens N] [--sample] [--temperature T] [--top-k K]\n"
     "                     [--top-p P] [--seed S] [--num-beams N] [--length-penalty X]\n"
     "                     [--dtype f32|bf16|f16] [--tokenizer DIR] [--ids] [--tp N]\n"
-    "                     [--pp N] [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
+    "                     [--pp N [--pp-layers A,B]] [--threads N] [--device cpu|cuda[:N]] "
+    "[--backend NAME]\n"
     "                     [--backend-options JSON]\n"
     "Generates continuations of the prompts (batched, left-padded) with the KV cache:\n"
     "greedy by default, sampling with --sample, beam search with --num-beams N > 1.\n"
@@ -312,10 +337,16 @@ const char* kGenerateHelp =
     "  example: oslo-run --nproc-per-node 2 oslo generate --model M --prompt 'Hello'\n";
 
 int cmd_generate(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"sample", "ids", "help"},
-                 {"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "top-k",
-                  "top-p", "seed", "num-beams", "length-penalty", "dtype", "tokenizer", "tp", "pp",
-                  "threads", "backend", "device", "backend-options"});
+  Args a = parse(argc, argv, 2, {"sample", "ids", "help"}, {"model",       "prompt",
+                                                            "prompt-ids",  "max-new-tokens",
+                                                            "temperature", "top-k",
+                                                            "top-p",       "seed",
+                                                            "num-beams",   "length-penalty",
+                                                            "dtype",       "tokenizer",
+                                                            "tp",          "pp",
+                                                            "pp-layers",   "virtual-stages",
+                                                            "threads",     "backend",
+                                                            "device",      "backend-options"});
   if (a.has("help")) return std::printf("%s", kGenerateHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   oslo_context* ctx = context(a);
@@ -389,8 +420,8 @@ const char* kEmbedHelp =
 
 int cmd_embed(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"json", "no-normalize", "help"},
-                 {"model", "sentence", "file", "dtype", "tokenizer", "tp", "pp", "threads",
-                  "backend", "device", "backend-options"});
+                 {"model", "sentence", "file", "dtype", "tokenizer", "tp", "pp", "pp-layers",
+                  "threads", "backend", "device", "backend-options"});
   if (a.has("help")) return std::printf("%s", kEmbedHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   std::vector<std::string> sents = a.all("sentence");
@@ -848,8 +879,9 @@ const char* kTrainHelp =
     "                  [--dtype f32|bf16|f16] [--activation-checkpointing]\n"
     "                  [--save DIR [--save-every K]] [--resume DIR] [--log FILE]\n"
     "                  [--tokenizer DIR] [--tp N] [--dp N] [--zero 0|1|2|3] [--bucket-mb M]\n"
-    "                  [--pp N [--micro-batches M]] [--threads N] [--device cpu|cuda[:N]]\n"
-    "                  [--backend NAME] [--backend-options JSON]\n"
+    "                  [--pp N [--micro-batches M] [--virtual-stages V] [--pp-layers A,B]]\n"
+    "                  [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
+    "                  [--backend-options JSON]\n"
     "Fine-tunes a causal language model (causal-LM loss, labels = inputs) as Hugging\n"
     "Face's run_clm.py with Trainer does, split over the ranks of oslo-run:\n"
     "  ranks    --tp N tensor-parallel x --dp N data-parallel ranks = the world size\n"
@@ -865,7 +897,13 @@ const char* kTrainHelp =
     "           divides --batch-size; default: one row each) through the stages in\n"
     "           1F1B order, and the progress shows the measured bubble (the stages'\n"
     "           idle share of the step; (pp - 1) / (M + pp - 1) in theory).\n"
-    "           --zero 0 or 1 with --pp.\n"
+    "           --virtual-stages V gives each rank V model chunks (Megatron's\n"
+    "           interleaved 1F1B: the stream goes round the ranks V times, the\n"
+    "           bubble shrinks about V-fold; M must be a multiple of --pp).\n"
+    "           --pp-layers A,B,... gives each stage's blocks (default: as even as\n"
+    "           possible; the last stage's head costs about vocab / (12 hidden)\n"
+    "           blocks, so fewer blocks there balance the stages). --zero 0 or 1\n"
+    "           with --pp.\n"
     "  data     .txt: the whole file is one document; .jsonl: one JSON object with a\n"
     "           \"text\" string per line, one document each. Documents are tokenized\n"
     "           with the model folder's tokenizer (or --tokenizer), each followed by\n"
@@ -901,15 +939,23 @@ const char* kTrainHelp =
     "             --seq-len 64 --batch-size 8 --steps 100 --lr 1e-3 --save ckpt\n";
 
 int cmd_train(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"activation-checkpointing", "help"},
-                 {"model",      "data",         "seq-len",  "batch-size",
-                  "steps",      "lr",           "schedule", "warmup",
-                  "optimizer",  "weight-decay", "momentum", "max-grad-norm",
-                  "grad-accum", "seed",         "dtype",    "save",
-                  "save-every", "resume",       "log",      "tokenizer",
-                  "tp",         "dp",           "zero",     "bucket-mb",
-                  "threads",    "backend",      "device",   "backend-options",
-                  "pp",         "micro-batches"});
+  Args a =
+      parse(argc, argv, 2, {"activation-checkpointing", "help"}, {"model",      "data",
+                                                                  "seq-len",    "batch-size",
+                                                                  "steps",      "lr",
+                                                                  "schedule",   "warmup",
+                                                                  "optimizer",  "weight-decay",
+                                                                  "momentum",   "max-grad-norm",
+                                                                  "grad-accum", "seed",
+                                                                  "dtype",      "save",
+                                                                  "save-every", "resume",
+                                                                  "log",        "tokenizer",
+                                                                  "tp",         "dp",
+                                                                  "zero",       "bucket-mb",
+                                                                  "threads",    "backend",
+                                                                  "device",     "backend-options",
+                                                                  "pp",         "micro-batches",
+                                                                  "pp-layers",  "virtual-stages"});
   if (a.has("help")) return std::printf("%s", kTrainHelp), 0;
   if (!a.pos.empty()) die_all("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   for (const char* req : {"model", "data", "seq-len", "batch-size", "steps"})

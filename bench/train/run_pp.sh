@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 18's pipeline benchmark: the GPT-2-small-shaped model of
+# bench/train/run.sh (random weights, f32), global batch BATCH (default 8)
+# rows of SEQ (default 128) tokens, one training step through the Trainer
+# (loss, backward, clipping, AdamW). Rows, interleaved in the same order
+# every round, each a fresh process (one untimed step, then one timed):
+#   PP=1, 1 thread (the whole batch at once) | PP=1, 8 micro-batches one
+#   after the other | PP=2 (oslo-run, 2 processes x 1 thread), 4 and 8
+#   micro-batches, blocks 9 + 3 (the last stage also runs the 50257-word
+#   head, about 5.5 blocks of work) | PP=2, 8 micro-batches, blocks 6 + 6
+# Each line: step time, tokens/s, the measured bubble (1 - the stages'
+# compute / (2 x the longest stage's wall time)) and 1F1B's (p - 1) /
+# (m + p - 1).
+#
+#   bash bench/train/run_pp.sh [ROUNDS]      (ROUNDS defaults to 5)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${1:-5}
+batch=${BATCH:-8}
+seq=${SEQ:-128}
+py=$(bash tools/test-venv.sh build --hf)
+cmake --build build -j2 --target bench_pp oslo-run >/dev/null
+out=build/bench-train
+mkdir -p "$out"
+: >"$out/pp-log"
+: >"$out/pp-results.jsonl"
+models=$("$py" bench/model/make_gpt2_small.py build/bench-gpt2 2>>"$out/pp-log" | tail -1)
+m=$models/f32
+run=build/tools/oslo-run/oslo-run
+bin=build/bench/train/bench_pp
+args=(--seq "$seq" --batch "$batch" --steps 1 --warmup 1 --threads 1)
+row() {
+  local name=$1
+  shift
+  "$@" 2>>"$out/pp-log" | sed -n "s/^{/{\"row\": \"$name\", /p" | tee -a "$out/pp-results.jsonl"
+}
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(date -u +%F' '%H:%M) UTC"
+for r in $(seq "$rounds"); do
+  echo "== round $r of $rounds"
+  row "PP=1, 1 thread" "$bin" "$m" "${args[@]}"
+  row "PP=1, 8 micro-batches" "$bin" "$m" "${args[@]}" --micro 8
+  row "PP=2, m=4, blocks 9+3" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 4 \
+    --layers 9,3
+  row "PP=2, m=8, blocks 9+3" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 8 \
+    --layers 9,3
+  row "PP=2, m=8, blocks 6+6" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 8
+done
+"$py" - "$out/pp-results.jsonl" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    rows.setdefault(j["row"], []).append(j)
+base = [j["tokens_per_s"] for j in rows.get("PP=1, 1 thread", [])]
+print("| row | rounds | step s best | median | tokens/s median | tokens/s / PP=1 (median) | bubble median | theory | bubble / theory |")
+print("| --- | --: | --: | --: | --: | --: | --: | --: | --: |")
+for name, js in rows.items():
+    s = sorted(j["step_s"] for j in js)
+    tps = statistics.median(j["tokens_per_s"] for j in js)
+    ratio = tps / statistics.median(base) if base else float("nan")
+    bub = statistics.median(j["bubble"] for j in js)
+    th = js[-1]["bubble_theory"]
+    rel = bub / th if th > 0 else float("nan")
+    print(f"| {name} | {len(js)} | {s[0]:.2f} | {statistics.median(s):.2f} | {tps:.1f} | "
+          f"{ratio:.3f} | {bub:.3f} | {th:.3f} | {rel:.3f} |")
+PY
