@@ -21,6 +21,7 @@
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
+#include "core/pipeline/schedule.hpp"
 #include "core/train/trainer.hpp"
 
 using namespace oslo;
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
     o.micro_batches = micro;
     Trainer tr(*m, o);
     auto now = [] { return std::chrono::steady_clock::now(); };
-    double best = 1e30, loss = 0, bubble = 0;
+    double best = 1e30, loss = 0, bubble = 0, compute = 0;
     for (int64_t i = 0; i < warmup + steps; ++i) {
       const auto t0 = now();
       TrainStepResult r = tr.train_step(ids, ids, mask, batch, seq);
@@ -97,17 +98,35 @@ int main(int argc, char** argv) {
         best = s;
         loss = r.mean_loss;
         bubble = tr.pipeline_stats().bubble;
+        compute = tr.pipeline_stats().compute_s;
       }
     }
     const int p = m->pipeline_size();
+    // Each stage's compute seconds, to every rank: the bubble 1F1B gives
+    // these unequal stages (simulate_pipeline, backward twice the forward,
+    // no transfer time) next to the equal-stage theory.
+    const float mine = static_cast<float>(compute);
+    std::vector<float> per(static_cast<size_t>(p), 0.f);
+    ctx.comm(OSLO_GROUP_PIPELINE).all_gather(&mine, per.data(), 1, OSLO_DTYPE_F32);
     const double theory = micro > 1 || p > 1 ? (p - 1.0) / (micro + p - 1.0) : 0.0;
+    double mean = 0;
+    for (float c : per) mean += c / p;
+    PipeSimOptions so;
+    for (float c : per) so.stage_scale.push_back(mean > 0 ? c / mean : 1.0);
+    std::vector<std::vector<PipeOp>> ops;
+    for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, 1));
+    const double staged = simulate_pipeline(ops, micro, 1, so).bubble_fraction;
+    std::string stages;
+    for (float c : per) stages += (stages.empty() ? "" : ", ") + std::to_string(c).substr(0, 6);
     if (ctx.topology().world_rank() == 0)
       std::printf(
           "{\"engine\": \"oslo\", \"pp\": %d, \"micro_batches\": %d, \"layers\": \"%s\", "
           "\"threads\": %d, \"seq\": %lld, \"batch\": %lld, \"step_s\": %.3f, "
-          "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"bubble_theory\": %.4f, \"loss\": %.4f}\n",
+          "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"bubble_theory\": %.4f, "
+          "\"bubble_these_stages\": %.4f, \"stage_compute_s\": [%s], \"loss\": %.4f}\n",
           p, micro, layers_text.c_str(), threads, static_cast<long long>(seq),
-          static_cast<long long>(batch), best, static_cast<double>(n) / best, bubble, theory, loss);
+          static_cast<long long>(batch), best, static_cast<double>(n) / best, bubble, theory,
+          staged, stages.c_str(), loss);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_pp: %s\n", e.what());
     return 1;

@@ -4,13 +4,14 @@
 # rows of SEQ (default 128) tokens, one training step through the Trainer
 # (loss, backward, clipping, AdamW). Rows, interleaved in the same order
 # every round, each a fresh process (one untimed step, then one timed):
-#   PP=1, 1 thread (the whole batch at once) | PP=1, 8 micro-batches one
-#   after the other | PP=2 (oslo-run, 2 processes x 1 thread), 4 and 8
+#   PP=1, 1 thread (the whole batch at once) | PP=2 (oslo-run, 2
+#   processes x 1 thread), 4 and 8
 #   micro-batches, blocks 9 + 3 (the last stage also runs the 50257-word
 #   head, about 5.5 blocks of work) | PP=2, 8 micro-batches, blocks 6 + 6
 # Each line: step time, tokens/s, the measured bubble (1 - the stages'
-# compute / (2 x the longest stage's wall time)) and 1F1B's (p - 1) /
-# (m + p - 1).
+# compute / (2 x the longest stage's wall time)), 1F1B's (p - 1) /
+# (m + p - 1) for equal stages, and the bubble 1F1B gives stages of the
+# measured compute times (simulate_pipeline).
 #
 #   bash bench/train/run_pp.sh [ROUNDS]      (ROUNDS defaults to 5)
 set -euo pipefail
@@ -38,7 +39,6 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(date 
 for r in $(seq "$rounds"); do
   echo "== round $r of $rounds"
   row "PP=1, 1 thread" "$bin" "$m" "${args[@]}"
-  row "PP=1, 8 micro-batches" "$bin" "$m" "${args[@]}" --micro 8
   row "PP=2, m=4, blocks 9+3" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 4 \
     --layers 9,3
   row "PP=2, m=8, blocks 9+3" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 8 \
@@ -52,8 +52,8 @@ for line in open(sys.argv[1]):
     j = json.loads(line)
     rows.setdefault(j["row"], []).append(j)
 base = [j["tokens_per_s"] for j in rows.get("PP=1, 1 thread", [])]
-print("| row | rounds | step s best | median | tokens/s median | tokens/s / PP=1 (median) | bubble median | theory | bubble / theory |")
-print("| --- | --: | --: | --: | --: | --: | --: | --: | --: |")
+print("| row | rounds | step s best | median | tokens/s median | tokens/s / PP=1 (median) | bubble median | theory (equal stages) | measured / theory | 1F1B for these stages | measured / that | stage compute s |")
+print("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --- |")
 for name, js in rows.items():
     s = sorted(j["step_s"] for j in js)
     tps = statistics.median(j["tokens_per_s"] for j in js)
@@ -61,6 +61,9 @@ for name, js in rows.items():
     bub = statistics.median(j["bubble"] for j in js)
     th = js[-1]["bubble_theory"]
     rel = bub / th if th > 0 else float("nan")
+    st = statistics.median(j["bubble_these_stages"] for j in js)
+    rel_st = bub / st if st > 0 else float("nan")
+    comp = " / ".join(f"{c:.2f}" for c in js[-1]["stage_compute_s"])
     print(f"| {name} | {len(js)} | {s[0]:.2f} | {statistics.median(s):.2f} | {tps:.1f} | "
-          f"{ratio:.3f} | {bub:.3f} | {th:.3f} | {rel:.3f} |")
+          f"{ratio:.3f} | {bub:.3f} | {th:.3f} | {rel:.3f} | {st:.3f} | {rel_st:.3f} | {comp} |")
 PY

@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <map>
+#include <type_traits>
 
 #include "core/checkpoint/fs_util.hpp"
 #include "core/checkpoint/model_checkpoint.hpp"
@@ -267,8 +268,10 @@ void Model::attention(Layer& L, const View& q, const View& k, const View& v, con
   }
   // New keys and values into the cache at positions [P, P + S).
   const int64_t rk = k.strides[0], rv = v.strides[0], rq = q.strides[0];
+  // With the cache: rows [row0_, row0_ + B) of it (a micro-batch of rows).
+  const int64_t r0 = use_cache ? row0_ * nkvl * Tmax * D : 0;
   auto cache_at = [&](const Tensor& c) {
-    return strided(at(view(c), P * D), OSLO_DTYPE_F32, {B, nkvl, S, D},
+    return strided(at(view(c), r0 + P * D), OSLO_DTYPE_F32, {B, nkvl, S, D},
                    {nkvl * Tmax * D, Tmax * D, D, 1});
   };
   be.convert(cache_at(kc), strided(k.data, k.dtype, {B, nkvl, S, D}, {S * rk, D, rk, 1}));
@@ -277,9 +280,9 @@ void Model::attention(Layer& L, const View& q, const View& k, const View& v, con
   // attention, or its composition from products and a softmax).
   const View qv = strided(q.data, q.dtype, {B, nhl, S, D}, {S * rq, D, rq, 1});
   const View kv =
-      strided(kc.data(), OSLO_DTYPE_F32, {B, nkvl, T, D}, {nkvl * Tmax * D, Tmax * D, D, 1});
+      strided(at(view(kc), r0), OSLO_DTYPE_F32, {B, nkvl, T, D}, {nkvl * Tmax * D, Tmax * D, D, 1});
   const View vv =
-      strided(vc.data(), OSLO_DTYPE_F32, {B, nkvl, T, D}, {nkvl * Tmax * D, Tmax * D, D, 1});
+      strided(at(view(vc), r0), OSLO_DTYPE_F32, {B, nkvl, T, D}, {nkvl * Tmax * D, Tmax * D, D, 1});
   const View ov = strided(out.data(), out.dtype(), {B, nhl, S, D}, {S * nhl * D, D, nhl * D, 1});
   const View mv = strided(mask.data(), OSLO_DTYPE_F32, {B, T}, {T, 1});
   be.attention(ov, qv, kv, vv, &mv, 1.0f / std::sqrt(static_cast<float>(D)), causal(), P);
@@ -305,7 +308,44 @@ void Model::rope_tables(const std::vector<int64_t>& positions, Tensor* cos_t, Te
 Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                   const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
                   int64_t B, int64_t S, bool use_cache) {
+  // Micro-batches of rows through the stages: up to 2 x stages, each of at
+  // least pipeline_micro_tokens_ tokens.
+  int64_t M = 1;
+  if (pp_ > 1 && B > 1)
+    M = std::max<int64_t>(
+        1, std::min<int64_t>({B, 2 * static_cast<int64_t>(pp_),
+                              B * S / std::max<int64_t>(1, pipeline_micro_tokens_)}));
+  if (M == 1) return run_rows(ids, positions, token_types, key_mask, B, S, use_cache, 0, true);
   check_whole("inference");
+  const int64_t H = cfg_.hidden_size, T = (use_cache ? past_ : 0) + S;
+  Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {B * S, H});
+  for (int64_t j = 0, r0 = 0; j < M; ++j) {
+    const int64_t b = B / M + (j < B % M ? 1 : 0);
+    auto rows_of = [&](const auto& v, int64_t per) {
+      using V = std::decay_t<decltype(v)>;
+      if (v.empty()) return V();
+      return V(v.begin() + r0 * per, v.begin() + (r0 + b) * per);
+    };
+    const Tensor h = run_rows(rows_of(ids, S), rows_of(positions, S), rows_of(token_types, S),
+                              rows_of(key_mask, T), b, S, use_cache, r0, false);
+    if (last_stage())
+      ctx_.backend().copy(static_cast<char*>(all.data()) + r0 * S * H * sizeof(float), h.data(),
+                          h.nbytes(), CopyKind::DeviceToDevice);
+    r0 += b;
+  }
+  from_last_stage(all);
+  return all;
+}
+
+Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+                       const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
+                       int64_t B, int64_t S, bool use_cache, int64_t row0, bool broadcast) {
+  check_whole("inference");
+  struct RowGuard {
+    int64_t& slot;
+    ~RowGuard() { slot = 0; }
+  } row_guard{row0_};
+  row0_ = row0;
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
   be.set_num_threads(ctx_.num_threads());
@@ -513,7 +553,7 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     flush();
     if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
     ctx_.comm(OSLO_GROUP_PIPELINE).send(x.data(), x.nbytes(), pp_rank_ + 1);
-    from_last_stage(h);
+    if (broadcast) from_last_stage(h);
     return h;
   }
   if (norm_w_.defined() && !post_ln) {
@@ -523,7 +563,7 @@ Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& p
     if (norm_w_.defined()) norm(view(x), view(x), norm_w_, norm_b_);
     h = x;
   }
-  if (pp_ > 1) from_last_stage(h);
+  if (pp_ > 1 && broadcast) from_last_stage(h);
   return h;
 }
 

@@ -257,6 +257,12 @@ class Model : public CausalLM {
   // Bytes of block activations the last loss_backward kept from its forward
   // for its backward (with checkpointing: the blocks' inputs only).
   size_t saved_activation_bytes() const { return saved_activation_bytes_; }
+  // Pipeline stages at inference: a forward's rows go through the stages in
+  // micro-batches (up to 2 x stages of them, one row or more each) when
+  // every micro-batch keeps at least `tokens` tokens (default 64: smaller
+  // products are bound by reading the weights, which every micro-batch
+  // reads again). Results are the same either way.
+  void set_pipeline_micro_tokens(int64_t tokens) { pipeline_micro_tokens_ = tokens; }
   // Call after changing parameters in place (an optimizer step): refreshes
   // what the model derives from them (Gemma's 1 + w norm weights).
   void parameters_changed();
@@ -267,9 +273,18 @@ class Model : public CausalLM {
   void bind();
   // Runs the stack on tokens [rows, n] at cache offset past_ (cache used when
   // use_cache), returning the final hidden states [rows * n, hidden] f32.
+  // With pipeline stages the rows go through in micro-batches when each
+  // keeps at least pipeline_micro_tokens_ tokens (a stage runs one while
+  // the next runs the one before: micro-batched prefill).
   Tensor run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
              const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
              int64_t rows, int64_t n, bool use_cache);
+  // run() on the rows [row0, row0 + rows) of the cache; with `broadcast`
+  // the last stage's hidden states go to every stage.
+  Tensor run_rows(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+                  const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
+                  int64_t rows, int64_t n, bool use_cache, int64_t row0, bool broadcast);
+  int64_t row0_ = 0;  // the first cache row run_rows works on
   void attention(Layer& L, const View& q, const View& k, const View& v, const Tensor& out,
                  const Tensor& mask, int64_t rows, int64_t n, bool use_cache);
   // Logits of the given hidden rows (view [r, hidden]) gathered over the
@@ -357,6 +372,7 @@ class Model : public CausalLM {
   void check_whole(const char* what) const;
   // Generation state.
   int64_t rows_ = 0, max_len_ = 0, past_ = 0;
+  int64_t pipeline_micro_tokens_ = 64;
 };
 
 }  // namespace oslo

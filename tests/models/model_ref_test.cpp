@@ -102,6 +102,9 @@ int main(int argc, char** argv) {
         o.dtype = dtype;
         o.pipeline_layers = layers;
         auto m = Model::load(ctx, dir, o);
+        // Stages: every forward's rows go through in micro-batches (one row
+        // each here), so that the micro-batched path meets the oracle.
+        m->set_pipeline_micro_tokens(1);
         const int64_t H = m->config().hidden_size, V = m->config().vocab_size;
         if (pp > 1) {
           // Each stage holds only its blocks, Colossal-AI's partition_uniform

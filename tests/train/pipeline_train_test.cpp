@@ -2,7 +2,8 @@
 // Trainer) against the same global batch trained without stages.
 //
 //   pipeline_train_test curve FIXTURE --tp T --pp P --dp D [--micro M] [--zero Z]
-//                       [--dtype bf16|f16] [--virtual V] [--layers A,B,...] [--procs]
+//                       [--dtype bf16|f16] [--virtual V] [--layers A,B,...]
+//                       [--checkpointing] [--procs]
 //       The reference: T threads (tensor size T, no stages, no data
 //       parallelism), one micro-batch per train_step, accumulating D x M
 //       micro-batches per optimizer step. Then T x P x D ranks (threads, or
@@ -66,8 +67,9 @@ constexpr int64_t kSteps = 20;
 
 struct Args {
   int tp = 1, pp = 2, dp = 1, micro = 4, zero = 0;
-  int virtual_stages = 1;   // model chunks per rank (interleaved 1F1B)
-  std::vector<int> layers;  // explicit blocks per virtual stage (empty: uniform)
+  int virtual_stages = 1;      // model chunks per rank (interleaved 1F1B)
+  bool checkpointing = false;  // activation checkpointing
+  std::vector<int> layers;     // explicit blocks per virtual stage (empty: uniform)
   bool procs = false;
   oslo_dtype dtype = OSLO_DTYPE_F32;
 };
@@ -208,6 +210,7 @@ void curve(const std::string& fixture, const Args& a) {
            "layout tp %d pp %d dp %d, want %d x %d x %d", t.tp_size(), t.pp_size(), t.dp_size(),
            a.tp, a.pp, a.dp);
     auto m = load(ctx, fixture, a.dtype, a.layers, a.virtual_stages);
+    m->set_activation_checkpointing(a.checkpointing);
     Trainer tr(*m, options(a));
     const int r = t.world_rank(), stage = t.pp_rank();
     std::vector<double> l;
@@ -471,6 +474,8 @@ int main(int argc, char** argv) {
     else if (s == "--dtype") {
       const std::string dt = next();
       a.dtype = dt == "bf16" ? OSLO_DTYPE_BF16 : dt == "f16" ? OSLO_DTYPE_F16 : OSLO_DTYPE_F32;
+    } else if (s == "--checkpointing") {
+      a.checkpointing = true;
     } else if (s == "--virtual") {
       a.virtual_stages = std::atoi(next().c_str());
     } else if (s == "--layers") {

@@ -44,6 +44,17 @@ void die(const std::string& msg, int code = 1) {
   throw Fail{code};
 }
 
+// Every rank reads and tokenizes the data itself and checks the options
+// alike, so these errors happen on every rank and print on every rank.
+[[noreturn]] void die_all(const std::string& msg, int code = 1) {
+  const char* w = std::getenv("WORLD_SIZE");
+  const char* r = std::getenv("RANK");
+  std::string who;
+  if (w && std::atoi(w) > 1) who = std::string("[rank ") + (r ? r : "?") + "] ";
+  std::fprintf(stderr, "oslo: %s%s\n", who.c_str(), msg.c_str());
+  throw Fail{code};
+}
+
 void check(oslo_status st, const std::string& what) {
   if (st != OSLO_OK) die(what + ": " + oslo_status_string(st) + ": " + oslo_last_error());
 }
@@ -274,7 +285,10 @@ oslo_model* load_model(oslo_context* ctx, const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   if (g_rank == 0) std::fprintf(stderr, "oslo: loading %s ...\n", path.c_str());
   oslo_model* m = nullptr;
-  check(oslo_model_load(ctx, path.c_str(), &o, &m), "load " + path);
+  // Every rank fails a load alike; each says why, so that the message is
+  // there whichever rank the launcher sees exit first.
+  if (const oslo_status st = oslo_model_load(ctx, path.c_str(), &o, &m); st != OSLO_OK)
+    die_all("load " + path + ": " + oslo_status_string(st) + ": " + oslo_last_error());
   if (g_rank == 0)
     std::fprintf(stderr, "oslo: loaded in %.2f s\n",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -581,17 +595,6 @@ int cmd_inspect(int argc, char** argv) {
 // ---------------------------------------------------------------------------
 // oslo train: fine-tune a causal model on a text corpus.
 // ---------------------------------------------------------------------------
-
-// Every rank reads and tokenizes the data itself and checks the options
-// alike, so these errors happen on every rank and print on every rank.
-[[noreturn]] void die_all(const std::string& msg, int code = 1) {
-  const char* w = std::getenv("WORLD_SIZE");
-  const char* r = std::getenv("RANK");
-  std::string who;
-  if (w && std::atoi(w) > 1) who = std::string("[rank ") + (r ? r : "?") + "] ";
-  std::fprintf(stderr, "oslo: %s%s\n", who.c_str(), msg.c_str());
-  throw Fail{code};
-}
 
 // The state a training checkpoint carries besides the model and optimizer:
 // the data order's seed, the epochs completed and where in the current
