@@ -353,6 +353,8 @@ CAUSAL = {
     "gpt2-tiny": dict(arch="GPT2LMHeadModel", tokenizer="bpe", seed=1),
     # Four blocks: pipeline stages of one block each at PP 4 (issue 18).
     "gpt2-tiny-4l": dict(arch="GPT2LMHeadModel", tokenizer="bpe", seed=6, layers=4),
+    # Eight blocks: two model chunks per stage at PP 4 (interleaved).
+    "gpt2-tiny-8l": dict(arch="GPT2LMHeadModel", tokenizer="bpe", seed=7, layers=8),
     "llama-tiny-gqa": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=2, kv=2, shards=3),
     "llama-tiny-mqa": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=3, kv=1, tied=True),
     "llama-tiny-bf16": dict(legacy_config=True, arch="LlamaForCausalLM", tokenizer="spm", seed=2, kv=2, dtype="bfloat16"),

@@ -68,7 +68,7 @@ from safetensors.torch import load_file, save_file
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
 # Causal fixtures with a language-model head (bert-tiny is an encoder).
-CAUSAL = ["gpt2-tiny", "gpt2-tiny-4l", "llama-tiny-gqa", "llama-tiny-mqa", "gpt-neox-tiny", "gpt-neox-tiny-seq",
+CAUSAL = ["gpt2-tiny", "gpt2-tiny-4l", "gpt2-tiny-8l", "llama-tiny-gqa", "llama-tiny-mqa", "gpt-neox-tiny", "gpt-neox-tiny-seq",
           "phi3-tiny", "gemma-tiny", "mistral-tiny", "qwen2-tiny"]
 B, S = 3, 11
 LENGTHS = (11, 8, 5)  # real tokens per row (right padding after them)
@@ -128,7 +128,7 @@ def make(name):
     print(f"{name}: loss {out.loss.item():.6f}, {len(tensors) - 4} gradients -> {path}")
 
 
-LOOP_FIXTURES = ["gpt2-tiny", "gpt2-tiny-4l", "llama-tiny-gqa", "gemma-tiny", "gpt-neox-tiny"]
+LOOP_FIXTURES = ["gpt2-tiny", "gpt2-tiny-4l", "gpt2-tiny-8l", "llama-tiny-gqa", "gemma-tiny", "gpt-neox-tiny"]
 LOOP_STEPS, LOOP_ACCUM, LOOP_B, LOOP_S = 20, 2, 2, 9
 AMP_FIXTURES = ["gpt2-tiny", "llama-tiny-gqa"]
 

@@ -3,7 +3,8 @@
 // tensor-parallel size with ranks as threads; logits and hidden states must
 // equal transformers' reference within the tolerance.
 //
-//   model_ref_test FIXTURE_DIR --tp N [--pp P [--layers A,B,...]] [--dtype f32|bf16] [--tol X]
+//   model_ref_test FIXTURE_DIR --tp N [--pp P [--virtual V] [--layers A,B,...]]
+//                  [--dtype f32|bf16] [--tol X]
 //                  [--backend NAME]
 //
 // --pp splits the blocks over P pipeline stages (tp x pp ranks as threads):
@@ -68,7 +69,8 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   int tp = 1, pp = 1;
   int dtype = -1;
-  std::vector<int> layers;  // --layers A,B,...: explicit blocks per stage
+  std::vector<int> layers;  // --layers A,B,...: explicit blocks per (virtual) stage
+  int virtual_stages = 1;   // --virtual V: model chunks per stage
   double tol = 1e-4;
   std::string backend = "cpu";
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
       dtype = !std::strcmp(argv[i + 1], "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
     if (!std::strcmp(argv[i], "--tol")) tol = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
+    if (!std::strcmp(argv[i], "--virtual")) virtual_stages = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--layers"))
       for (const char* c = argv[i + 1]; *c;) {
         char* end = nullptr;
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
         ModelLoadOptions o;
         o.dtype = dtype;
         o.pipeline_layers = layers;
+        o.virtual_stages = virtual_stages;
         auto m = Model::load(ctx, dir, o);
         // Stages: every forward's rows go through in micro-batches (one row
         // each here), so that the micro-batched path meets the oracle.
@@ -110,14 +114,19 @@ int main(int argc, char** argv) {
           // Each stage holds only its blocks, Colossal-AI's partition_uniform
           // (block b's names carry ".b.").
           const int stage = ctx.topology().pp_rank(), L = static_cast<int>(m->config().num_layers);
-          const LayerRange own =
-              (layers.empty() ? partition_uniform(L, pp, 1) : partition_counts(L, pp, 1, layers))
-                  .at(stage, 0);
+          const PipelinePartition part = layers.empty()
+                                             ? partition_uniform(L, pp, virtual_stages)
+                                             : partition_counts(L, pp, virtual_stages, layers);
+          auto own = [&](int b) {
+            for (int c = 0; c < virtual_stages; ++c)
+              if (b >= part.at(stage, c).begin && b < part.at(stage, c).end) return true;
+            return false;
+          };
           size_t mine = 0, others = 0;
           for (const PlacedTensor& p : m->tensors())
             for (int b = 0; b < L; ++b)
               if (p.placement.name.find(str(".", b, ".")) != std::string::npos)
-                ++(b >= own.begin && b < own.end ? mine : others);
+                ++(own(b) ? mine : others);
           const bool ok = mine > 0 && others == 0;
           if (!ok || ctx.topology().tp_rank() == 0)
             std::printf("[rank %d pp stage %d] %zu tensors, %zu of its blocks, %zu of others %s\n",
