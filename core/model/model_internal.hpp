@@ -38,6 +38,14 @@ inline char* at(const View& v, int64_t elements) {
   return static_cast<char*>(v.data) + elements * static_cast<int64_t>(dtype_size(v.dtype));
 }
 
+// Rows [r0, r0 + count) of a view.
+inline View row_range(View v, int64_t r0, int64_t count) {
+  v.data =
+      static_cast<char*>(v.data) + r0 * v.strides[0] * static_cast<int64_t>(dtype_size(v.dtype));
+  v.shape[0] = count;
+  return v;
+}
+
 // A 1-D tensor broadcast over `rows` rows.
 inline View rows_bcast(const Tensor& t, int64_t rows) {
   return strided(t.data(), t.dtype(), {rows, t.numel()}, {0, 1});

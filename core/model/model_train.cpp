@@ -38,6 +38,7 @@
 namespace oslo {
 
 using model_detail::linear;
+using model_detail::row_range;
 using model_detail::rows_bcast;
 using model_detail::strided;
 
@@ -67,16 +68,23 @@ std::vector<int> Model::param_units() const {
   return unit;
 }
 
+namespace {
+
+// The tensors() entry a compute tensor's memory belongs to (-1: none).
+int64_t param_index(const std::map<const Storage*, size_t>& param_of, const Tensor& t) {
+  if (!t.defined()) return -1;
+  auto it = param_of.find(t.storage().get());
+  return it == param_of.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+}  // namespace
+
 int64_t Model::head_param() const {
-  if (!lm_head_.defined()) return -1;
-  auto it = param_of_.find(lm_head_.storage().get());
-  return it == param_of_.end() ? -1 : static_cast<int64_t>(it->second);
+  return param_index(param_of_, lm_head_);
 }
 
 int64_t Model::embed_param() const {
-  if (!wte_.defined()) return -1;
-  auto it = param_of_.find(wte_.storage().get());
-  return it == param_of_.end() ? -1 : static_cast<int64_t>(it->second);
+  return param_index(param_of_, wte_);
 }
 
 std::vector<int> Model::grad_stages() const {
@@ -550,12 +558,6 @@ struct Model::Pass {
       dhf = f32({BS, H});
       be.fill(view(dhf), 0.0);
     }
-    auto rows = [](View v, int64_t r0, int64_t count) {
-      v.data = static_cast<char*>(v.data) +
-               r0 * v.strides[0] * static_cast<int64_t>(dtype_size(v.dtype));
-      v.shape[0] = count;
-      return v;
-    };
     Tensor wc = scratch(bp, W.dtype(), {n * c, H});
     Tensor gc;
     if (!logits) gc = f32({n * c, H});
@@ -566,13 +568,13 @@ struct Model::Pass {
         const int64_t r0 = q * hr.part_rows + k * c;
         const int64_t count = std::min({c, hr.part_rows - k * c, std::max<int64_t>(0, V - r0)});
         if (count <= 0) continue;
-        const View wq = rows(view(wc), q * c, count);
+        const View wq = row_range(view(wc), q * c, count);
         if (logits) {  // logits[:, r0 : r0 + count] = h Wq^T
           be.matmul(columns(view(*logits), r0, count), hw, transposed(wq));
         } else {
           const View dy = columns(dyw, r0, count);
-          be.matmul(view(dhf), dy, wq, nullptr, 1.f, 1.f);              // dh += dy Wq
-          be.matmul(rows(view(gc), q * c, count), transposed(dy), hw);  // dWq = dy^T h
+          be.matmul(view(dhf), dy, wq, nullptr, 1.f, 1.f);                   // dh += dy Wq
+          be.matmul(row_range(view(gc), q * c, count), transposed(dy), hw);  // dWq = dy^T h
         }
       }
       if (!logits) hr.reduce(k, view(gc));
@@ -919,10 +921,11 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   // every rank learns whether any rank refused its batch and whether the
   // ranks that must hold the same batch do. Every rank runs every exchange,
   // refused or not, so that none is left waiting in one.
-  uint32_t h = crc32c(0, &B, sizeof B);
-  h = crc32c(h, &S, sizeof S);
-  h = crc32c(h, &grad_scale, sizeof grad_scale);
-  {
+  uint32_t h = 0;
+  if (tp_ > 1 || (pipe && pp_ > 1)) {  // the exchanges that compare batches
+    h = crc32c(h, &B, sizeof B);
+    h = crc32c(h, &S, sizeof S);
+    h = crc32c(h, &grad_scale, sizeof grad_scale);
     const std::vector<int64_t>* parts[] = {&ids, &labels, &mask, &types};
     for (const std::vector<int64_t>* v : parts)
       if (!v->empty()) h = crc32c(h, v->data(), v->size() * sizeof(int64_t));

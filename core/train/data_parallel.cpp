@@ -527,12 +527,9 @@ Model::HeadRows DataParallel::head_rows() {
       1, std::min<int64_t>(hr.part_rows,
                            o_.bucket_bytes / (static_cast<int64_t>(sizeof(float)) * cols * n_)));
   hr.chunks = (hr.part_rows + hr.chunk_rows - 1) / hr.chunk_rows;
-  hr.gather = [this, i, cols, hr](int64_t k, const View& out) {
-    gather_rows(i, cols, hr.chunk_rows, k, out);
-  };
-  hr.reduce = [this, i, cols, hr](int64_t k, const View& grad) {
-    reduce_rows(i, cols, hr.chunk_rows, k, grad);
-  };
+  const int64_t c = hr.chunk_rows;
+  hr.gather = [this, i, cols, c](int64_t k, const View& out) { gather_rows(i, cols, c, k, out); };
+  hr.reduce = [this, i, cols, c](int64_t k, const View& grad) { reduce_rows(i, cols, c, k, grad); };
   return hr;
 }
 
