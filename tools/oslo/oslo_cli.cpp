@@ -1119,7 +1119,10 @@ int cmd_train(int argc, char** argv) {
   if (a.has("activation-checkpointing"))
     check(oslo_model_set_activation_checkpointing(m, 1), "activation checkpointing");
   oslo_optimizer* raw_opt = nullptr;
-  check(oslo_optimizer_create(m, &oo, &raw_opt), "optimizer");
+  // Every rank refuses the options alike: each says why (the launcher may
+  // stop rank 0 before it prints when another rank exits first).
+  if (const oslo_status st = oslo_optimizer_create(m, &oo, &raw_opt); st != OSLO_OK)
+    die_all(std::string("optimizer: ") + oslo_status_string(st) + ": " + oslo_last_error());
   auto opt_guard = own(raw_opt, oslo_optimizer_destroy);
   oslo_optimizer* opt = opt_guard.get();
 
