@@ -160,6 +160,15 @@ if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
       bench="${bench}hf $m: $h"$'\n'
     fi
   done
+  # The same LLaMA-shaped model with the core's compositions and cuBLASLt for
+  # every product (what the plugin did before its fused entries and skinny
+  # products), same run.
+  if [ -f /tmp/oslo-bench/llama1b/config.json ]; then
+    o=$(OSLO_FUSED_OPS=0 OSLO_CUDA_SKINNY=0 timeout 100 "$bm" /tmp/oslo-bench/llama1b \
+        --backend cuda --reps 2 2>&1 | tail -1)
+    echo "oslo llama1b composed: $o"
+    bench="${bench}oslo llama1b composed (OSLO_FUSED_OPS=0 OSLO_CUDA_SKINNY=0): $o"$'\n'
+  fi
   # Where a decode step's time goes: per-entry counts and host time, then
   # with a wait after each call (host + device).
   if [ -f /tmp/oslo-bench/llama1b/config.json ]; then

@@ -321,6 +321,9 @@ void start(Instance& in, int device) {
   in.device = device;
   in.device_name = prop.name;
   if (const char* p = std::getenv("OSLO_CUDA_PROFILE")) in.profile = std::atoi(p);
+  // OSLO_CUDA_SKINNY=0: decode's products through cuBLASLt instead of the
+  // skinny kernel (for benchmarks that compare the two).
+  if (const char* p = std::getenv("OSLO_CUDA_SKINNY")) in.skinny = std::atoi(p) != 0;
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&in.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   in.mem = std::make_unique<Allocator>(device);
@@ -503,6 +506,13 @@ oslo_backend_iface make_table() {
   t.op_supported = op_supported;
   t.native_stream = native_stream;
   t.stream_wait_event = stream_wait_event;
+  t.attention = fused_attention;
+  t.residual_norm = fused_residual_norm;
+  t.rope = fused_rope;
+  t.matmul_act = fused_matmul_act;
+  t.argmax = fused_argmax;
+  t.norm_backward = fused_norm_backward;
+  t.adamw = fused_adamw;
   return t;
 }
 

@@ -102,6 +102,7 @@ struct ProfileEntry {
 // One backend instance: a device, its stream, its memory and its last error.
 struct Instance {
   int device = 0;
+  int sms = 0;  // multiprocessors, read when a kernel first sizes its grid by them
   bool tf32 = false;
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -121,6 +122,7 @@ struct Instance {
   std::unique_ptr<Allocator> mem;
   std::unordered_map<PlanKey, std::unique_ptr<GemmPlan>, PlanKeyHash> plans;
   int profile = 0;
+  bool skinny = true;  // skinny_matmul for products of <= 8 rows
   std::map<std::string, ProfileEntry> prof;
   std::string device_name;
   std::string error = "no error";
@@ -242,9 +244,39 @@ void epilogue(Instance& in, const oslo_bk_view& c, const float* acc, const oslo_
 void naive_gemm(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a, const oslo_bk_view& b,
                 const oslo_bk_view* bias, float alpha, float beta);
 
+// cuda_fused.cu: products with at most 8 rows of a against b = W^T of a
+// row-major W (decode's linears), one warp per output column reading W's
+// row once; false (nothing launched) when the operands do not have that
+// layout.
+bool skinny_matmul(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a,
+                   const oslo_bk_view& b, const oslo_bk_view* bias, float alpha, float beta);
+
 // cuda_matmul.cpp
 oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
                       const oslo_bk_view* b, const oslo_bk_view* bias, float alpha, float beta);
+
+// cuda_fused.cu: the fused entries of ABI v2 (oslo_backend.h)
+oslo_status fused_attention(void* self, const oslo_bk_view* out, const oslo_bk_view* q,
+                            const oslo_bk_view* k, const oslo_bk_view* v, const oslo_bk_view* mask,
+                            float scale, int causal, int64_t causal_offset);
+oslo_status fused_residual_norm(void* self, const oslo_bk_view* out, const oslo_bk_view* x,
+                                const oslo_bk_view* y, const oslo_bk_view* bias,
+                                const oslo_bk_view* gamma, const oslo_bk_view* beta, float eps,
+                                int rms);
+oslo_status fused_rope(void* self, const oslo_bk_view* x, const oslo_bk_view* cos,
+                       const oslo_bk_view* sin);
+oslo_status fused_matmul_act(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
+                             const oslo_bk_view* b, const oslo_bk_view* bias, oslo_bk_unary act,
+                             const oslo_bk_view* gate);
+oslo_status fused_argmax(void* self, const oslo_bk_view* index, const oslo_bk_view* value,
+                         const oslo_bk_view* x, int64_t valid);
+oslo_status fused_norm_backward(void* self, const oslo_bk_view* grad_x,
+                                const oslo_bk_view* grad_gamma, const oslo_bk_view* grad_beta,
+                                const oslo_bk_view* x, const oslo_bk_view* gamma,
+                                const oslo_bk_view* dy, float eps, int rms);
+oslo_status fused_adamw(void* self, const oslo_bk_view* p, const oslo_bk_view* g,
+                        const oslo_bk_view* m, const oslo_bk_view* v, float decay, float beta1,
+                        float beta2, float step_size, float bc2_sqrt, float eps);
 
 // cuda_v2.cpp: the ABI v2 entries
 oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,

@@ -232,6 +232,10 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
       naive_gemm(in, *c, *a, *b, bias, alpha, beta);
       return;
     }
+    // Up to 8 rows against a weight (decode): oslo's own kernel, which reads
+    // the weight once at memory speed and costs one launch, where cuBLASLt's
+    // call costs several times a launch of host time.
+    if (batch == 1 && in.skinny && skinny_matmul(in, *c, *a, *b, bias, alpha, beta)) return;
     // Operands: cuBLASLt's A is b^T (N x K), its B is a^T (K x M).
     oslo_bk_view av = *a, bv = *b;
     Instance::Temp ta, tb;

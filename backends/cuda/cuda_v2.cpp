@@ -100,8 +100,18 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 int op_supported(void*, oslo_bk_op op_arg, oslo_dtype dtype) {
   const int op = enum_value(op_arg);
   if (!is_float(dtype) && !is_int(dtype)) return 0;
-  // Every required op; no fused op yet (the core composes those).
-  return op >= OSLO_BK_OP_CONVERT && op <= OSLO_BK_OP_SCATTER_ADD_COLS ? 1 : 0;
+  if (op >= OSLO_BK_OP_CONVERT && op <= OSLO_BK_OP_SCATTER_ADD_COLS) return 1;
+  // The fused entries (cuda_fused.cu): float dtypes; AdamW in f32 only.
+  switch (op) {
+    case OSLO_BK_OP_ATTENTION:
+    case OSLO_BK_OP_RESIDUAL_NORM:
+    case OSLO_BK_OP_ROPE:
+    case OSLO_BK_OP_MATMUL_ACT:
+    case OSLO_BK_OP_ARGMAX:
+    case OSLO_BK_OP_NORM_BACKWARD: return is_float(dtype) ? 1 : 0;
+    case OSLO_BK_OP_ADAMW: return dtype == OSLO_DTYPE_F32 ? 1 : 0;
+    default: return 0;
+  }
 }
 
 int64_t native_stream(void* self) {

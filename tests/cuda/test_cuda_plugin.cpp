@@ -477,8 +477,15 @@ int test_v2() {
   EXPECT(T->memory_info(a, &fr, &tot) == OSLO_OK && tot > 0 && fr <= tot, "memory %zu of %zu", fr,
          tot);
   EXPECT(T->op_supported(a, OSLO_BK_OP_MATMUL, OSLO_DTYPE_BF16) == 1, "matmul bf16 supported");
-  EXPECT(T->op_supported(a, static_cast<oslo_bk_op>(OSLO_BK_OP_FUSED_FIRST), OSLO_DTYPE_F32) == 0,
-         "no fused ops claimed");
+  EXPECT(T->op_supported(a, OSLO_BK_OP_ATTENTION, OSLO_DTYPE_BF16) == 1 &&
+             T->op_supported(a, OSLO_BK_OP_ROPE, OSLO_DTYPE_F32) == 1 &&
+             T->op_supported(a, OSLO_BK_OP_ADAMW, OSLO_DTYPE_F32) == 1,
+         "the fused ops are claimed");
+  EXPECT(
+      T->op_supported(a, OSLO_BK_OP_ADAMW, OSLO_DTYPE_BF16) == 0 &&
+          T->op_supported(a, static_cast<oslo_bk_op>(OSLO_BK_OP_ADAMW + 1), OSLO_DTYPE_F32) == 0 &&
+          T->op_supported(a, OSLO_BK_OP_ATTENTION, OSLO_DTYPE_I64) == 0,
+      "AdamW outside f32, unknown ops and integer attention are declined");
   EXPECT(T->native_stream(a) != 0 && T->native_stream(a) != T->native_stream(b),
          "one stream per instance");
   const size_t n = size_t{1} << 22;  // 16 MiB of f32
