@@ -34,7 +34,9 @@ if [ "$mode" = pack ]; then
   bins=""
   for t in liboslo_backend_cuda.so test_cuda_plugin conf_ops rank_test oslo-run model_ref_test \
            bench_model bench_cuda_linear; do
-    f=$(find "$build" -name "$t" -type f -not -path '*/CMakeFiles/*' | head -1)
+    # (Not the copies a pip-install test leaves under tests/python.)
+    f=$(find "$build" -name "$t" -type f -not -path '*/CMakeFiles/*' -not -path '*/tests/python/*' |
+        head -1)
     [ -n "$f" ] || { echo "missing $t"; exit 1; }
     bins="$bins $f"
   done
@@ -101,7 +103,7 @@ summary_tests=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
 failed=$(grep -E "\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception" "$out/ctest.log" || true)
 skipped=$(grep -E "\*\*\*Skipped|Not Run" "$out/ctest.log" || true)
 # Op counts of the conformance suite on cuda.
-ops=$(grep -hoE "(conformance ops on cuda|rank_test [a-z-]+ tp=1 [a-z]+ backend=cuda|checkpoint [a-z]+ -> [a-z]+|\[rank 0 tp 1\] [a-z_0-9]+( through the KV cache)?|^[a-z_0-9]+: passed).*" "$out/ctest-full.log" | sed 's/^[0-9]*: //' | sort | uniq -c || true)
+ops=$(grep -hoE "(conformance ops on cuda|rank_test [a-z-]+ tp=1 [a-z]+ backend=cuda|checkpoint [a-z]+ -> [a-z]+|\[rank 0 tp 1\] [a-z_0-9]+( (through the KV cache|by append_argmax))?|^[a-z_0-9]+: passed).*" "$out/ctest-full.log" | sed 's/^[0-9]*: //' | sort | uniq -c || true)
 grep -E "^FAIL" "$out/ctest-full.log" | head -40
 
 # The group of one on device memory (core/comm/self_communicator.hpp): rank_test
@@ -160,21 +162,22 @@ if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
       bench="${bench}hf $m: $h"$'\n'
     fi
   done
-  # The same LLaMA-shaped model with the core's compositions and cuBLASLt for
-  # every product (what the plugin did before its fused entries and skinny
-  # products), same run.
+  # The same LLaMA-shaped model with decode steps recorded as graphs, and
+  # with nothing of this plugin's own fast paths (the core's compositions,
+  # cuBLASLt for every product), same run.
   if [ -f /tmp/oslo-bench/llama1b/config.json ]; then
-    o=$(OSLO_FUSED_OPS=0 OSLO_CUDA_SKINNY=0 timeout 100 "$bm" /tmp/oslo-bench/llama1b \
-        --backend cuda --reps 2 2>&1 | tail -1)
-    echo "oslo llama1b composed: $o"
-    bench="${bench}oslo llama1b composed (OSLO_FUSED_OPS=0 OSLO_CUDA_SKINNY=0): $o"$'\n'
-  fi
-  # Where a decode step's time goes: per-entry counts and host time, then
-  # with a wait after each call (host + device).
-  if [ -f /tmp/oslo-bench/llama1b/config.json ]; then
+    for v in "OSLO_CUDA_GRAPHS=1" "OSLO_FUSED_OPS=0 OSLO_CUDA_SKINNY=0"; do
+      o=$(env $v timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 2 2>&1 | tail -1)
+      echo "oslo llama1b $v: $o"
+      bench="${bench}oslo llama1b ($v): $o"$'\n'
+    done
+    # Where the time goes: per-entry host time over prefill and decode, then
+    # host + device per entry of the 512-token prefill alone.
+    OSLO_CUDA_PROFILE=1 timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 1 \
+      >"$out/profile1.txt" 2>&1
+    OSLO_CUDA_PROFILE=2 timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 1 \
+      --prefill-only >"$out/profile2.txt" 2>&1
     for p in 1 2; do
-      OSLO_CUDA_PROFILE=$p timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 1 \
-        >"$out/profile$p.txt" 2>&1
       echo "profile $p:"; grep -A25 "cuda plugin profile" "$out/profile$p.txt" | head -26
     done
   fi

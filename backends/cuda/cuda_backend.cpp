@@ -237,6 +237,14 @@ Instance::~Instance() {
   for (cudaEvent_t e : stage_done)
     if (e) (void)cudaEventDestroy(e);
   if (stage) (void)cudaFreeHost(stage);
+  if (capturing) {
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(stream, &g);
+    if (g) (void)cudaGraphDestroy(g);
+  }
+  if (graph_exec) (void)cudaGraphExecDestroy(graph_exec);
+  if (graph_done) (void)cudaEventDestroy(graph_done);
+  if (graph_stage) (void)cudaFreeHost(graph_stage);
   mem.reset();
   if (stream) (void)cudaStreamDestroy(stream);
 }
@@ -324,6 +332,10 @@ void start(Instance& in, int device) {
   // OSLO_CUDA_SKINNY=0: decode's products through cuBLASLt instead of the
   // skinny kernel (for benchmarks that compare the two).
   if (const char* p = std::getenv("OSLO_CUDA_SKINNY")) in.skinny = std::atoi(p) != 0;
+  // OSLO_CUDA_GRAPHS=1: decode steps recorded and run as one graph (off by
+  // default: on the H200 measured, updating the executable every step cost
+  // more host time than launching the step's kernels one by one).
+  if (const char* p = std::getenv("OSLO_CUDA_GRAPHS")) in.graphs = std::atoi(p) != 0;
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&in.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   in.mem = std::make_unique<Allocator>(device);
@@ -411,6 +423,27 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
     if (bytes == 0) return;
     if (dst == nullptr || src == nullptr)
       fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
+    if (in.capturing) {
+      // Recording: an upload's bytes go to the recording's staging now (the
+      // captured copy reads them when the graph runs); nothing may wait.
+      if (kind == OSLO_BK_DEVICE_TO_HOST)
+        refuse_while_capturing(in, "a copy to the host (it waits for the device)");
+      const cudaMemcpyKind k =
+          kind == OSLO_BK_HOST_TO_DEVICE ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
+      const void* from = src;
+      if (kind == OSLO_BK_HOST_TO_DEVICE) {
+        const size_t at = (in.graph_stage_used + 255) & ~size_t{255};
+        if (at + bytes > Instance::kGraphStageBytes)
+          fail(OSLO_ERR_NOT_SUPPORTED,
+               "uploads of over " + std::to_string(Instance::kGraphStageBytes) +
+                   " bytes in one recorded step (unset OSLO_CUDA_GRAPHS)");
+        std::memcpy(in.graph_stage + at, src, bytes);
+        in.graph_stage_used = at + bytes;
+        from = in.graph_stage + at;
+      }
+      check_cuda(cudaMemcpyAsync(dst, from, bytes, k, in.stream), "cudaMemcpyAsync");
+      return;
+    }
     if (kind == OSLO_BK_HOST_TO_DEVICE && bytes <= Instance::kStageBytes) {
       // Small uploads (token ids, positions, masks) through pinned staging:
       // src may be reused as soon as it is copied there.
@@ -437,6 +470,7 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
 
 oslo_status synchronize(void* self) {
   return guard(self, "synchronize", [&](Instance& in) {
+    refuse_while_capturing(in, "synchronize");
     check_cuda(cudaStreamSynchronize(in.stream), "cudaStreamSynchronize");
   });
 }
@@ -513,6 +547,8 @@ oslo_backend_iface make_table() {
   t.argmax = fused_argmax;
   t.norm_backward = fused_norm_backward;
   t.adamw = fused_adamw;
+  t.graph_begin = graph_begin;
+  t.graph_end = graph_end;
   return t;
 }
 

@@ -102,7 +102,9 @@ struct ProfileEntry {
 // One backend instance: a device, its stream, its memory and its last error.
 struct Instance {
   int device = 0;
-  int sms = 0;  // multiprocessors, read when a kernel first sizes its grid by them
+  int sms = 0;
+  bool tile_smem_set = false;  // the tiled attention kernel may use > 48 KiB of shared memory  //
+                               // multiprocessors, read when a kernel first sizes its grid by them
   bool tf32 = false;
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -123,6 +125,18 @@ struct Instance {
   std::unordered_map<PlanKey, std::unique_ptr<GemmPlan>, PlanKeyHash> plans;
   int profile = 0;
   bool skinny = true;  // skinny_matmul for products of <= 8 rows
+  // Recorded work (graph_begin/graph_end): stream capture into a graph,
+  // replayed through one executable updated in place while only arguments
+  // change. While capturing, uploads go through graph_stage (pinned, bump
+  // allocated, reset at each graph_begin), which the captured copies read
+  // when the graph runs; graph_done marks the last launch's end.
+  bool graphs = false;  // OSLO_CUDA_GRAPHS=1 switches recording on
+  bool capturing = false;
+  cudaGraphExec_t graph_exec = nullptr;
+  cudaEvent_t graph_done = nullptr;
+  static constexpr size_t kGraphStageBytes = size_t{8} << 20;
+  char* graph_stage = nullptr;
+  size_t graph_stage_used = 0;
   std::map<std::string, ProfileEntry> prof;
   std::string device_name;
   std::string error = "no error";
@@ -174,7 +188,8 @@ oslo_status guard(void* self, const char* entry, F&& body) {
     } else {
       const auto t0 = std::chrono::steady_clock::now();
       body(in);
-      if (in.profile > 1 && in.stream) check_cuda(cudaStreamSynchronize(in.stream), entry);
+      if (in.profile > 1 && in.stream && !in.capturing)
+        check_cuda(cudaStreamSynchronize(in.stream), entry);
       ProfileEntry& e = in.prof[entry];
       ++e.calls;
       e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -293,6 +308,11 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes);
 int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype);
 int64_t native_stream(void* self);
 oslo_status stream_wait_event(void* self, int64_t stream, void* event);
+oslo_status graph_begin(void* self);
+oslo_status graph_end(void* self, int launch);
+// Fails naming `what` when the instance is recording (it would wait for work
+// that has not run).
+void refuse_while_capturing(const Instance& in, const char* what);
 
 // cuda_comm.cpp
 oslo_status comm_create(void* self, void** comm, const oslo_bk_group* group,

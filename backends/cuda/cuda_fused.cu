@@ -170,6 +170,150 @@ __global__ void attention_kernel(AttnArgs a) {
   }
 }
 
+// Prefill: one block per (batch, head, tile of kBQ queries), key/value tiles
+// of kBK keys staged through shared memory and shared by the tile's queries
+// (flash-attention's blocking on CUDA cores, f32 throughout): scores as 2 x 4
+// register tiles per thread, an online softmax per query row, and the output
+// [kBQ, D] (D <= kTileMaxD) in registers, 4 rows x D/16 columns per thread.
+// Key tiles past the causal limit of the tile's last query are skipped.
+constexpr int kBQ = 32, kBK = 32, kTileThreads = 128, kTileMaxD = 128;
+
+__global__ void __launch_bounds__(kTileThreads) attention_tile_kernel(AttnArgs a) {
+  extern __shared__ float smem[];
+  const int64_t D = a.D, dp = D + 1;     // padded pitch: no bank conflicts across rows
+  float* Qs = smem;                      // [kBQ][dp]
+  float* Ks = Qs + kBQ * dp;             // [kBK][dp]
+  float* Vs = Ks + kBK * dp;             // [kBK][D]
+  float* Ps = Vs + kBK * D;              // [kBQ][kBK + 1]
+  float* corr_s = Ps + kBQ * (kBK + 1);  // [kBQ]
+  float* l_s = corr_s + kBQ;             // [kBQ]
+  const int t = threadIdx.x;
+  const int64_t tiles = (a.S + kBQ - 1) / kBQ;
+  const int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % a.Hq,
+                b = blockIdx.x / (tiles * a.Hq), kh = h / a.g;
+  const int64_t i0 = qt * kBQ;
+  // Queries of the tile (zeros past S).
+  for (int64_t e = t; e < kBQ * D; e += kTileThreads) {
+    const int64_t r = e / D, d = e % D, i = i0 + r;
+    Qs[r * dp + d] =
+        i < a.S ? ld(a.q, a.dt, b * a.qs[0] + h * a.qs[1] + i * a.qs[2] + d * a.qs[3]) : 0.f;
+  }
+  // Keys any query of the tile may see.
+  int64_t jend = a.T;
+  if (a.causal) jend = max(int64_t(0), min(a.T, min(i0 + kBQ, a.S) - 1 + a.off + 1));
+  // Score mapping: rows sr, sr + 1; keys sk + 8u (u < 4). Output mapping:
+  // rows orow + 0..3; columns oc + 16v (v < D/16 rounded up).
+  const int sr = (t >> 3) * 2, sk = t & 7;
+  const int orow = (t >> 4) * 4, oc = t & 15;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float acc[4][kTileMaxD / 16];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int v = 0; v < kTileMaxD / 16; ++v) acc[r][v] = 0.f;
+  const int64_t ko = b * a.ks[0] + kh * a.ks[1], vo = b * a.vs[0] + kh * a.vs[1];
+  for (int64_t j0 = 0; j0 < jend; j0 += kBK) {
+    __syncthreads();  // the previous tile's Ks, Vs and Ps are no longer read
+    for (int64_t e = t; e < kBK * D; e += kTileThreads) {
+      const int64_t r = e / D, d = e % D, j = j0 + r;
+      const bool in = j < jend;
+      Ks[r * dp + d] = in ? ld(a.k, a.dt, ko + j * a.ks[2] + d * a.ks[3]) : 0.f;
+      Vs[r * D + d] = in ? ld(a.v, a.dt, vo + j * a.vs[2] + d * a.vs[3]) : 0.f;
+    }
+    __syncthreads();
+    float s[2][4];
+#pragma unroll
+    for (int x = 0; x < 2; ++x)
+#pragma unroll
+      for (int u = 0; u < 4; ++u) s[x][u] = 0.f;
+    for (int64_t d = 0; d < D; ++d) {
+      const float q0 = Qs[sr * dp + d], q1 = Qs[(sr + 1) * dp + d];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float kv = Ks[(sk + 8 * u) * dp + d];
+        s[0][u] += q0 * kv;
+        s[1][u] += q1 * kv;
+      }
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int64_t i = i0 + sr + x;
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int64_t j = j0 + sk + 8 * u;
+        float z = -INFINITY;
+        if (j < jend && i < a.S && (!a.causal || j <= i + a.off)) {
+          const float mv = a.mask ? ld(a.mask, a.mdt, b * a.ms[0] + j * a.ms[1]) : 0.f;
+          if (mv != -INFINITY) z = a.scale * s[x][u] + mv;
+        }
+        s[x][u] = z;
+        tmax = fmaxf(tmax, z);
+      }
+      // The row's 32 scores live in 8 consecutive lanes.
+      for (int o = 1; o < 8; o <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+      const float mnew = fmaxf(m_run[x], tmax);
+      const float c = m_run[x] == -INFINITY ? 0.f : expf(m_run[x] - mnew);
+      float psum = 0.f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float p = s[x][u] == -INFINITY ? 0.f : expf(s[x][u] - mnew);
+        Ps[(sr + x) * (kBK + 1) + sk + 8 * u] = p;
+        psum += p;
+      }
+      for (int o = 1; o < 8; o <<= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
+      l_run[x] = l_run[x] * c + psum;
+      m_run[x] = mnew;
+      if (sk == 0) corr_s[sr + x] = c;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float c = corr_s[orow + r];
+#pragma unroll
+      for (int v = 0; v < kTileMaxD / 16; ++v) acc[r][v] *= c;
+    }
+    const int64_t kn = min(int64_t(kBK), jend - j0);
+    for (int64_t kk = 0; kk < kn; ++kk) {
+      float p[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[r] = Ps[(orow + r) * (kBK + 1) + kk];
+#pragma unroll
+      for (int v = 0; v < kTileMaxD / 16; ++v) {
+        const int64_t d = oc + 16 * v;
+        if (d < D) {
+          const float vv = Vs[kk * D + d];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[r][v] += p[r] * vv;
+        }
+      }
+    }
+  }
+  if (sk == 0) {
+    l_s[sr] = l_run[0];
+    l_s[sr + 1] = l_run[1];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t i = i0 + orow + r;
+    if (i >= a.S) continue;
+    const float l = l_s[orow + r];
+#pragma unroll
+    for (int v = 0; v < kTileMaxD / 16; ++v) {
+      const int64_t d = oc + 16 * v;
+      if (d < D)
+        st(a.out, a.odt, b * a.os[0] + h * a.os[1] + i * a.os[2] + d * a.os[3],
+           l > 0.f ? acc[r][v] / l : 0.f);
+    }
+  }
+}
+
+size_t tile_smem_bytes(int64_t D) {
+  return static_cast<size_t>(kBQ * (D + 1) + kBK * (D + 1) + kBK * D + kBQ * (kBK + 1) + 2 * kBQ) *
+         sizeof(float);
+}
+
 // Merges the splits of each query row (one block per row).
 __global__ void attention_combine_kernel(AttnArgs a) {
   const int64_t row = blockIdx.x;
@@ -654,6 +798,23 @@ oslo_status fused_attention(void* self, const oslo_bk_view* out, const oslo_bk_v
     a.scale = scale;
     a.causal = causal ? 1 : 0;
     a.off = causal_offset;
+    if (rows > 0x7fffffffLL) fail(OSLO_ERR_NOT_SUPPORTED, "attention: too many query rows");
+    // Prefill (16+ queries a head): the tiled kernel.
+    if (S >= 16 && D <= kTileMaxD) {
+      const size_t bytes = tile_smem_bytes(D);
+      if (!in.tile_smem_set) {
+        check_cuda(
+            cudaFuncSetAttribute(attention_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(tile_smem_bytes(kTileMaxD))),
+            "cudaFuncSetAttribute");
+        in.tile_smem_set = true;
+      }
+      const int64_t blocks = B * Hq * ((S + kBQ - 1) / kBQ);
+      a.nsplit = 1;
+      attention_tile_kernel<<<static_cast<unsigned>(blocks), kTileThreads, bytes, in.stream>>>(a);
+      launched("attention tile kernel");
+      return;
+    }
     // Split the keys over blocks (flash-decoding) when the query rows alone
     // do not fill the device: about four blocks per SM, 32+ keys a split.
     const int64_t want = 4 * static_cast<int64_t>(sm_count(in));
@@ -662,7 +823,6 @@ oslo_status fused_attention(void* self, const oslo_bk_view* out, const oslo_bk_v
     a.chunk = std::max<int64_t>(1, (T + nsplit - 1) / nsplit);
     nsplit = std::max<int64_t>(1, (T + a.chunk - 1) / a.chunk);
     a.nsplit = static_cast<int>(nsplit);
-    if (rows > 0x7fffffffLL) fail(OSLO_ERR_NOT_SUPPORTED, "attention: too many query rows");
     Instance::Temp part;
     if (nsplit > 1) {
       part = Instance::Temp(&in, static_cast<size_t>(rows * nsplit * (D + 2)) * sizeof(float));

@@ -181,6 +181,7 @@ void flag_reset(Instance& in) {
   check_cuda(cudaMemsetAsync(in.flag, 0x7f, sizeof(int), in.stream), "cudaMemsetAsync");
 }
 int64_t flag_read(Instance& in) {
+  refuse_while_capturing(in, "a check that reads its result back");
   check_cuda(cudaMemcpyAsync(in.host_flag, in.flag, sizeof(int), cudaMemcpyDeviceToHost, in.stream),
              "cudaMemcpyAsync");
   check_cuda(cudaStreamSynchronize(in.stream), "cudaStreamSynchronize");
@@ -344,7 +345,10 @@ __global__ void check_ids_kernel(Ids ids, int64_t limit, int64_t ignore, int use
 // Fails naming the first id outside [0, limit) (a wait point).
 void check_ids(Instance& in, const Ids& ids, int64_t limit, int64_t ignore, bool use_ignore,
                const char* noun) {
-  if (ids.n == 0) return;
+  // While a step is recorded the check cannot read its result back: the
+  // caller checked the ids on the host (Model::append_argmax), and the
+  // gather kernels read an out-of-range id as zeros, never out of bounds.
+  if (ids.n == 0 || in.capturing) return;
   if (ids.n >= INT_MAX) fail(OSLO_ERR_NOT_SUPPORTED, "more than 2^31 ids");
   flag_reset(in);
   check_ids_kernel<<<blocks_for(ids.n, 256), 256, 0, in.stream>>>(ids, limit, ignore,

@@ -131,4 +131,71 @@ oslo_status stream_wait_event(void* self, int64_t stream, void* event) {
   });
 }
 
+void refuse_while_capturing(const Instance& in, const char* what) {
+  if (in.capturing)
+    fail(OSLO_ERR_NOT_SUPPORTED,
+         std::string(what) + " while a graph is being recorded (graph_begin .. graph_end)");
+}
+
+oslo_status graph_begin(void* self) {
+  if (self != nullptr && !static_cast<Instance*>(self)->graphs) return OSLO_ERR_NOT_SUPPORTED;
+  return guard(self, "graph_begin", [&](Instance& in) {
+    if (in.capturing) fail(OSLO_ERR_INVALID_ARGUMENT, "a graph is already being recorded");
+    if (in.graph_stage == nullptr) {
+      check_cuda(
+          cudaMallocHost(reinterpret_cast<void**>(&in.graph_stage), Instance::kGraphStageBytes),
+          "cudaMallocHost (graph staging)");
+      check_cuda(cudaEventCreateWithFlags(&in.graph_done, cudaEventDisableTiming),
+                 "cudaEventCreate");
+    } else {
+      // The previous graph may still read the staging this one overwrites.
+      check_cuda(cudaEventSynchronize(in.graph_done), "cudaEventSynchronize");
+    }
+    in.graph_stage_used = 0;
+    // Relaxed: the caching allocator may still call cudaMalloc while recording.
+    check_cuda(cudaStreamBeginCapture(in.stream, cudaStreamCaptureModeRelaxed),
+               "cudaStreamBeginCapture");
+    in.capturing = true;
+  });
+}
+
+oslo_status graph_end(void* self, int launch) {
+  return guard(self, "graph_end", [&](Instance& in) {
+    if (!in.capturing) fail(OSLO_ERR_INVALID_ARGUMENT, "no graph is being recorded");
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(in.stream, &g);
+    in.capturing = false;
+    struct Drop {
+      cudaGraph_t g;
+      ~Drop() {
+        if (g) (void)cudaGraphDestroy(g);
+      }
+    } drop{g};
+    if (e != cudaSuccess || g == nullptr) {
+      (void)cudaGetLastError();
+      if (!launch) return;
+      fail(OSLO_ERR_INTERNAL, std::string("recording the step failed: ") + cudaGetErrorString(e));
+    }
+    if (!launch) return;
+    if (in.graph_exec) {
+      // Same topology, other arguments (a longer cache, other buffers): the
+      // executable is updated in place, far cheaper than a new one.
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(in.graph_exec, g, &info) != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cudaGraphExecDestroy(in.graph_exec);
+        in.graph_exec = nullptr;
+      } else if (in.profile) {
+        ++in.prof["(graph updated)"].calls;
+      }
+    }
+    if (!in.graph_exec) {
+      check_cuda(cudaGraphInstantiate(&in.graph_exec, g, 0), "cudaGraphInstantiate");
+      if (in.profile) ++in.prof["(graph instantiated)"].calls;
+    }
+    check_cuda(cudaGraphLaunch(in.graph_exec, in.stream), "cudaGraphLaunch");
+    check_cuda(cudaEventRecord(in.graph_done, in.stream), "cudaEventRecord");
+  });
+}
+
 }  // namespace oslo_cuda

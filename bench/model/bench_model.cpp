@@ -12,6 +12,7 @@
 // Hugging Face transformers as the reference in the same run.
 //
 //   bench_model MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME]
+//               [--prefill-only]
 //
 // With --backend other than cpu (e.g. cuda) the host bandwidth probe and the
 // bound derived from it are left out (bound_ms 0): the GPU's bound comes
@@ -114,18 +115,27 @@ long current_rss_kib() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME]\n",
+    std::fprintf(stderr,
+                 "usage: %s MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME] "
+                 "[--prefill-only]\n",
                  argv[0]);
     return 2;
   }
   int threads = 1, reps = 3, dtype = -1;
   std::string backend = "cpu";
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
-    if (!std::strcmp(argv[i], "--dtype"))
-      dtype = !std::strcmp(argv[i + 1], "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
+  bool prefill_only = false;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--prefill-only")) {
+      prefill_only = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const char* v = argv[++i];  // every other option takes a value
+    if (!std::strcmp(argv[i - 1], "--threads")) threads = std::atoi(v);
+    if (!std::strcmp(argv[i - 1], "--reps")) reps = std::atoi(v);
+    if (!std::strcmp(argv[i - 1], "--backend")) backend = v;
+    if (!std::strcmp(argv[i - 1], "--dtype"))
+      dtype = !std::strcmp(v, "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
   }
   const char* ws = std::getenv("WORLD_SIZE");
   const int world = ws ? std::atoi(ws) : 1;
@@ -161,6 +171,7 @@ int main(int argc, char** argv) {
   double prefill = 1e30, decode = 1e30;
   for (int r = 0; r < reps; ++r) {
     prefill = std::min(prefill, generate(m, 512, 1, info.vocab_size));
+    if (prefill_only) continue;  // (a profile of the prefill alone)
     const double a = generate(m, 32, 1, info.vocab_size);
     const double b = generate(m, 32, 129, info.vocab_size);
     decode = std::min(decode, (b - a) / 128.0);
@@ -187,16 +198,17 @@ int main(int argc, char** argv) {
   const double act = 513 * 17 * H / world * 4 + 2 * heads * 513 * 513 * 4 + V * 4 * 2;
   if (g_rank == 0)
     std::printf(
-        "{\"backend\": \"%s\", \"tp\": %d, \"threads\": %d, \"dtype\": \"%s\", \"load_s\": %.3f, \"prefill_tok_s\": "
+        "{\"backend\": \"%s\", \"tp\": %d, \"threads\": %d, \"dtype\": \"%s\", \"load_s\": %.3f, "
+        "\"prefill_tok_s\": "
         "%.1f, "
         "\"decode_tok_s\": %.2f, \"decode_ms\": %.3f, \"stream_gb_s\": %.2f, "
         "\"bound_ms\": %.3f, \"decode_over_bound\": %.3f, \"rss_baseline_mib\": %.1f, "
         "\"rss_context_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_mib\": %.1f, "
         "\"expected_mib\": %.1f, \"peak_over_expected\": %.3f}\n",
-        backend.c_str(), world, threads, info.dtype == OSLO_DTYPE_BF16 ? "bf16" : "f32", load_s, 512.0 / prefill,
-        1.0 / decode, decode * 1e3, bw, bound * 1e3, bound > 0 ? decode / bound : 0.0, rss0 / 1024.0,
-        rss_ctx / 1024.0, rss_loaded / 1024.0, peak / 1024.0,
-        (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
+        backend.c_str(), world, threads, info.dtype == OSLO_DTYPE_BF16 ? "bf16" : "f32", load_s,
+        512.0 / prefill, 1.0 / decode, decode * 1e3, bw, bound * 1e3,
+        bound > 0 ? decode / bound : 0.0, rss0 / 1024.0, rss_ctx / 1024.0, rss_loaded / 1024.0,
+        peak / 1024.0, (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
         peak / 1024.0 / ((all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0));
   oslo_model_destroy(m);
   oslo_context_destroy(ctx);

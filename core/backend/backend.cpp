@@ -124,6 +124,16 @@ bool Backend::op_supported(oslo_bk_op op, oslo_dtype dtype) const {
   if (t_.op_supported) return t_.op_supported(self_, op, dtype) != 0;
   return op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST;
 }
+bool Backend::graph_begin() {
+  if (!t_.graph_begin || !t_.graph_end) return false;
+  const oslo_status st = t_.graph_begin(self_);
+  if (st == OSLO_ERR_NOT_SUPPORTED) return false;
+  check(st, "graph_begin");
+  return true;
+}
+void Backend::graph_end(bool launch) {
+  check(t_.graph_end(self_, launch ? 1 : 0), "graph_end");
+}
 int64_t Backend::native_stream() const {
   return t_.native_stream ? t_.native_stream(self_) : 0;
 }

@@ -150,6 +150,13 @@ class Backend {
   // Whether the backend's own fused entry runs `op` for dtype.
   bool uses_fused(oslo_bk_op op, oslo_dtype dtype) const;
 
+  // Recorded work (oslo_backend.h's graph_begin/graph_end). graph_begin()
+  // returns false, recording nothing, when the backend has no graphs or has
+  // them switched off: the caller then issues the step directly.
+  // graph_end(true) enqueues what was recorded; graph_end(false) discards it.
+  bool graph_begin();
+  void graph_end(bool launch);
+
   // The backend's own communicator for a group (collective over its
   // members), or nullptr: the group then uses oslo's host transports.
   std::unique_ptr<Communicator> create_communicator(Store& store, const GroupSpec& group);

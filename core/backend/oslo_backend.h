@@ -529,12 +529,42 @@ typedef struct oslo_backend_iface {
   oslo_status (*adamw)(void *self, const oslo_bk_view *p, const oslo_bk_view *g,
                        const oslo_bk_view *m, const oslo_bk_view *v, float decay, float beta1,
                        float beta2, float step_size, float bc2_sqrt, float eps);
+
+  /* -- recorded work (graphs) ------------------------------------------------
+   * Optional and past OSLO_BACKEND_IFACE_V2_SIZE: a table whose struct_size
+   * does not reach them has none. What a device backend offers so that a
+   * step the core repeats (one decode step) costs one launch instead of one
+   * per op: the core calls graph_begin(), issues the step's ops as usual, and
+   * graph_end() runs them. */
+
+  /** Starts recording the work enqueued on the instance's queue instead of
+   * running it (CUDA: stream capture). Until graph_end(), nothing recorded
+   * has run, so entries that wait for the device (copy() to the host,
+   * synchronize(), checks that read a result back) fail with
+   * OSLO_ERR_NOT_SUPPORTED naming the recording; copy() from the host takes
+   * its bytes at once (src may be reused on return). Returns
+   * OSLO_ERR_NOT_SUPPORTED, recording nothing, when the instance has
+   * recording switched off; the caller then runs the step directly.
+   * Not re-entrant: one recording per instance at a time. */
+  oslo_status (*graph_begin)(void *self);
+  /** Ends the recording. With launch nonzero, enqueues the recorded work on
+   * the queue as one unit and returns (the results are ready at the next
+   * wait point, as for any op); a backend may update the executable it made
+   * for the previous recording when only arguments changed, which is what
+   * makes a repeated step cheap. With launch 0 the recording is discarded:
+   * how a caller ends one after an error. An error during the recording is
+   * reported here too (and nothing runs). */
+  oslo_status (*graph_end)(void *self, int launch);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
 #define OSLO_BACKEND_IFACE_V1_SIZE (offsetof(oslo_backend_iface, copy_async))
 /** The size of an ABI v2 table. */
 #define OSLO_BACKEND_IFACE_V2_SIZE (offsetof(oslo_backend_iface, adamw) + sizeof(void (*)(void)))
+/** The size of a v2 table with the optional recorded-work entries
+ * (graph_begin, graph_end), appended after v2's required size. */
+#define OSLO_BACKEND_IFACE_V2_GRAPHS_SIZE \
+  (offsetof(oslo_backend_iface, graph_end) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -616,11 +646,13 @@ OSLO_BK_SLOT_(matmul_act, 54);
 OSLO_BK_SLOT_(argmax, 55);
 OSLO_BK_SLOT_(norm_backward, 56);
 OSLO_BK_SLOT_(adamw, 57);
+OSLO_BK_SLOT_(graph_begin, 58);
+OSLO_BK_SLOT_(graph_end, 59);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after adamw needs OSLO_BACKEND_IFACE_V3_SIZE");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_GRAPHS_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after graph_end needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

@@ -832,9 +832,49 @@ std::vector<float> Model::append(const std::vector<int64_t>& tokens, int64_t n,
 
 std::vector<CausalLM::Choice> Model::append_argmax(const std::vector<int64_t>& tokens, int64_t n,
                                                    const std::vector<uint8_t>& mask) {
-  Tensor h;
-  const View last = append_hidden(tokens, n, mask, &h);
-  return argmax_of(last, rows_);
+  Backend& be = ctx_.backend();
+  // A decode step (one token a row) at TP = PP = 1 on a backend that records
+  // work (the CUDA plugin's graphs): the step's ops are recorded and run as
+  // one launch; only the choices come back. The ids are checked here, since
+  // the device-side check cannot read its result back while recording.
+  const bool recordable = n == 1 && tp_ == 1 && pp_ == 1 && rows_ > 0 &&
+                          tokens.size() == static_cast<size_t>(rows_) &&
+                          std::all_of(tokens.begin(), tokens.end(),
+                                      [&](int64_t t) { return t >= 0 && t < cfg_.vocab_size; });
+  if (!recordable || !be.graph_begin()) {
+    Tensor h;
+    const View last = append_hidden(tokens, n, mask, &h);
+    return argmax_of(last, rows_);
+  }
+  const auto& bp = ctx_.backend_ptr();
+  Tensor idx = scratch(bp, OSLO_DTYPE_I64, {rows_}), val = scratch(bp, OSLO_DTYPE_F32, {rows_});
+  {
+    bool recording = true;
+    try {
+      Tensor h;
+      const View last = append_hidden(tokens, n, mask, &h);
+      Tensor local = head_local(last, rows_);
+      be.argmax(view(idx), view(val), view(local), cfg_.vocab_size);
+      recording = false;
+      be.graph_end(true);
+    } catch (...) {
+      if (recording) try {
+          be.graph_end(false);
+        } catch (...) {
+        }
+      throw;
+    }
+  }
+  std::vector<int64_t> hi(static_cast<size_t>(rows_));
+  std::vector<float> hv(hi.size());
+  be.copy(hi.data(), idx.data(), idx.nbytes(), CopyKind::DeviceToHost);
+  be.copy(hv.data(), val.data(), val.nbytes(), CopyKind::DeviceToHost);
+  std::vector<Choice> out(hi.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    OSLO_CHECK(hi[i] >= 0, OSLO_ERR_INTERNAL, "argmax: no token chosen");
+    out[i] = Choice{hi[i], hv[i]};
+  }
+  return out;
 }
 
 void Model::reorder(const std::vector<int64_t>& src) {

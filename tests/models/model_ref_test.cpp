@@ -202,6 +202,25 @@ int main(int argc, char** argv) {
               std::printf("[rank %d tp %d] %s through the KV cache: %zu tokens %s\n", r, tp,
                           key.c_str(), seq.size(), ok ? "ok" : "FAIL");
             if (!ok) ++g_fail;
+            // The same through append_argmax, the path generate takes for
+            // greedy steps (no logits leave the device; on a backend that
+            // records work, each one-token step runs as one graph).
+            m->reset(1, static_cast<int64_t>(prompt.size()) + max_new);
+            std::vector<int64_t> seq2 = prompt;
+            feed = prompt;
+            while (static_cast<int64_t>(seq2.size() - prompt.size()) < 12) {
+              std::vector<uint8_t> mask(seq2.size(), 1);
+              const auto ch = m->append_argmax(feed, static_cast<int64_t>(feed.size()), mask);
+              const int64_t tok = ch.at(0).token;
+              seq2.push_back(tok);
+              feed = {tok};
+              if (tok == eos || seq2.size() >= want.size()) break;
+            }
+            const bool ok2 = seq2 == want;
+            if (r == 0 || !ok2)
+              std::printf("[rank %d tp %d] %s by append_argmax: %zu tokens %s\n", r, tp,
+                          key.c_str(), seq2.size(), ok2 ? "ok" : "FAIL");
+            if (!ok2) ++g_fail;
           }
         }
         if (ref.has("last_hidden_state")) {
