@@ -434,9 +434,9 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
       if (kind == OSLO_BK_HOST_TO_DEVICE) {
         const size_t at = (in.graph_stage_used + 255) & ~size_t{255};
         if (at + bytes > Instance::kGraphStageBytes)
-          fail(OSLO_ERR_NOT_SUPPORTED,
-               "uploads of over " + std::to_string(Instance::kGraphStageBytes) +
-                   " bytes in one recorded step (unset OSLO_CUDA_GRAPHS)");
+          fail(OSLO_ERR_NOT_SUPPORTED, "uploads of over " +
+                                           std::to_string(Instance::kGraphStageBytes) +
+                                           " bytes in one recorded step (unset OSLO_CUDA_GRAPHS)");
         std::memcpy(in.graph_stage + at, src, bytes);
         in.graph_stage_used = at + bytes;
         from = in.graph_stage + at;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "cuda_backend.hpp"
 #include "cuda_kernels.cuh"
@@ -614,14 +615,47 @@ struct Vec<__half> {
   }
 };
 
+// E elements of x for a product in T: x's own T, or f32 rounded to T (what
+// converting it to T first gives).
+__device__ __forceinline__ float round_to(const __nv_bfloat16*, float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ float round_to(const __half*, float v) {
+  return __half2float(__float2half_rn(v));
+}
+__device__ __forceinline__ float round_to(const float*, float v) {
+  return v;
+}
+template <class T, class X>
+struct XLoad {  // X == T
+  __device__ static void load(const X* p, float* o) { Vec<T>::load(p, o); }
+  __device__ static float one(const X* p) { return Vec<T>::one(p); }
+};
+template <class T>
+struct XLoad<T, float> {
+  __device__ static void load(const float* p, float* o) {
+#pragma unroll
+    for (int i = 0; i < Vec<T>::E; i += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p + i);
+      o[i] = round_to(static_cast<const T*>(nullptr), v.x);
+      o[i + 1] = round_to(static_cast<const T*>(nullptr), v.y);
+      o[i + 2] = round_to(static_cast<const T*>(nullptr), v.z);
+      o[i + 3] = round_to(static_cast<const T*>(nullptr), v.w);
+    }
+  }
+  __device__ static float one(const float* p) {
+    return round_to(static_cast<const T*>(nullptr), *p);
+  }
+};
+
 constexpr int kGemvMaxM = 8;
 constexpr int kGemvWarps = 8;
 
 // c[m, n] = alpha sum_k x[m, k] w[n, k] (+ bias[n]) (+ beta c[m, n]) for
 // M <= 8 rows of x: one warp per n reads w's row once (16-byte loads when
 // vec) for every m, f32 accumulation.
-template <class T>
-__global__ void gemv_kernel(const T* w, int64_t ldw, const T* x, int64_t ldx, int M, int64_t K,
+template <class T, class X>
+__global__ void gemv_kernel(const T* w, int64_t ldw, const X* x, int64_t ldx, int M, int64_t K,
                             int64_t N, char* c, int cdt, int64_t cs0, int64_t cs1, const char* bias,
                             int bdt, int64_t bs, float alpha, float beta, int vec) {
   const int lane = threadIdx.x & 31;
@@ -639,7 +673,7 @@ __global__ void gemv_kernel(const T* w, int64_t ldw, const T* x, int64_t ldx, in
 #pragma unroll
       for (int m = 0; m < kGemvMaxM; ++m) {
         if (m >= M) break;
-        Vec<T>::load(x + m * ldx + k, xv);
+        XLoad<T, X>::load(x + m * ldx + k, xv);
 #pragma unroll
         for (int e = 0; e < E; ++e) acc[m] += wv[e] * xv[e];
       }
@@ -650,7 +684,7 @@ __global__ void gemv_kernel(const T* w, int64_t ldw, const T* x, int64_t ldx, in
 #pragma unroll
       for (int m = 0; m < kGemvMaxM; ++m) {
         if (m >= M) break;
-        acc[m] += wv * Vec<T>::one(x + m * ldx + k);
+        acc[m] += wv * XLoad<T, X>::one(x + m * ldx + k);
       }
     }
   }
@@ -690,7 +724,8 @@ int sm_count(Instance& in) {
 bool skinny_matmul(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a,
                    const oslo_bk_view& b, const oslo_bk_view* bias, float alpha, float beta) {
   // c [M, N] (or [1, M, N]) = a [M, K] @ b [K, N] where b is W^T of a
-  // row-major W [N, K] (b's K stride 1) and a's rows are contiguous.
+  // row-major W [N, K] (b's K stride 1) and a's rows are contiguous; a in
+  // b's dtype or (mixed) f32.
   const int64_t M = c.shape[c.ndim - 2], N = c.shape[c.ndim - 1], K = a.shape[a.ndim - 1];
   if (M < 1 || M > kGemvMaxM || K < 1 || N < 1) return false;
   if ((a.ndim == 3 && a.shape[0] != 1) || (b.ndim == 3 && b.shape[0] != 1)) return false;
@@ -698,35 +733,42 @@ bool skinny_matmul(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a,
   const int64_t ak = a.strides[a.ndim - 1], am = M > 1 ? a.strides[a.ndim - 2] : K;
   if (bk != 1 || (N > 1 && bn < K) || (K > 1 && ak != 1) || (M > 1 && am < K)) return false;
   const int64_t ldw = N > 1 ? bn : K;
-  const size_t es = dtype_size(a.dtype);
+  const int64_t ws = static_cast<int64_t>(dtype_size(b.dtype)),
+                xs = static_cast<int64_t>(dtype_size(a.dtype));
   const uintptr_t wp = reinterpret_cast<uintptr_t>(b.data),
                   xp = reinterpret_cast<uintptr_t>(a.data);
-  const int64_t E = static_cast<int64_t>(16 / es);
-  const bool vec = K % E == 0 && wp % 16 == 0 && xp % 16 == 0 &&
-                   (ldw * static_cast<int64_t>(es)) % 16 == 0 &&
-                   (am * static_cast<int64_t>(es)) % 16 == 0;
+  const int64_t E = 16 / ws;
+  const bool vec =
+      K % E == 0 && wp % 16 == 0 && xp % 16 == 0 && (ldw * ws) % 16 == 0 && (am * xs) % 16 == 0;
   const int64_t cs0 = c.strides[c.ndim - 2], cs1 = c.strides[c.ndim - 1];
   const char* bp = bias ? static_cast<const char*>(bias->data) : nullptr;
   const int64_t bs = bias ? vec_stride(*bias) : 1;
   const int bdt = bias ? bias->dtype : 0;
   const unsigned blocks = static_cast<unsigned>((N + kGemvWarps - 1) / kGemvWarps);
   char* cp = static_cast<char*>(c.data);
-  switch (a.dtype) {
-    case OSLO_DTYPE_F32:
-      gemv_kernel<float><<<blocks, 32 * kGemvWarps, 0, in.stream>>>(
-          static_cast<const float*>(b.data), ldw, static_cast<const float*>(a.data), am,
-          static_cast<int>(M), K, N, cp, c.dtype, cs0, cs1, bp, bdt, bs, alpha, beta, vec ? 1 : 0);
-      break;
+  const bool mixed = a.dtype == OSLO_DTYPE_F32 && b.dtype != OSLO_DTYPE_F32;
+  auto launch = [&](auto* w, auto* x) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(w)>>;
+    using X = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
+    gemv_kernel<T, X><<<blocks, 32 * kGemvWarps, 0, in.stream>>>(w, ldw, x, am, static_cast<int>(M),
+                                                                 K, N, cp, c.dtype, cs0, cs1, bp,
+                                                                 bdt, bs, alpha, beta, vec ? 1 : 0);
+  };
+  const float* xf = static_cast<const float*>(a.data);
+  switch (b.dtype) {
+    case OSLO_DTYPE_F32: launch(static_cast<const float*>(b.data), xf); break;
     case OSLO_DTYPE_BF16:
-      gemv_kernel<__nv_bfloat16><<<blocks, 32 * kGemvWarps, 0, in.stream>>>(
-          static_cast<const __nv_bfloat16*>(b.data), ldw, static_cast<const __nv_bfloat16*>(a.data),
-          am, static_cast<int>(M), K, N, cp, c.dtype, cs0, cs1, bp, bdt, bs, alpha, beta,
-          vec ? 1 : 0);
+      if (mixed)
+        launch(static_cast<const __nv_bfloat16*>(b.data), xf);
+      else
+        launch(static_cast<const __nv_bfloat16*>(b.data),
+               static_cast<const __nv_bfloat16*>(a.data));
       break;
     case OSLO_DTYPE_F16:
-      gemv_kernel<__half><<<blocks, 32 * kGemvWarps, 0, in.stream>>>(
-          static_cast<const __half*>(b.data), ldw, static_cast<const __half*>(a.data), am,
-          static_cast<int>(M), K, N, cp, c.dtype, cs0, cs1, bp, bdt, bs, alpha, beta, vec ? 1 : 0);
+      if (mixed)
+        launch(static_cast<const __half*>(b.data), xf);
+      else
+        launch(static_cast<const __half*>(b.data), static_cast<const __half*>(a.data));
       break;
     default: return false;
   }

@@ -202,9 +202,14 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
     check_float(a, "matmul a", false);
     check_float(b, "matmul b", false);
     if (bias) check_float(bias, "matmul bias", false);
-    if (a->dtype != b->dtype)
+    // f32 a with a 16-bit b (OSLO_BK_OP_MATMUL_MIXED): as if a were
+    // converted to b's dtype first.
+    const bool mixed =
+        a->dtype == OSLO_DTYPE_F32 && (b->dtype == OSLO_DTYPE_BF16 || b->dtype == OSLO_DTYPE_F16);
+    if (a->dtype != b->dtype && !mixed)
       fail(OSLO_ERR_DTYPE, std::string("matmul a is ") + dtype_name(a->dtype) + " but b is " +
-                               dtype_name(b->dtype) + " (they must share one dtype)");
+                               dtype_name(b->dtype) +
+                               " (they must share one dtype, or a is f32 and b 16-bit)");
     if (c->ndim != 2 && c->ndim != 3)
       fail(OSLO_ERR_SHAPE, "matmul c must be 2-D or 3-D, got " + shape_string(*c));
     const int64_t batch = c->ndim == 3 ? c->shape[0] : 1;
@@ -225,6 +230,29 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
       fail(OSLO_ERR_SHAPE,
            "matmul bias " + shape_string(*bias) + " needs " + std::to_string(N) + " elements");
     if (batch * M * N == 0) return;
+    // Up to 8 rows against a weight (decode): oslo's own kernel, which reads
+    // the weight once at memory speed and costs one launch, where cuBLASLt's
+    // call costs several times a launch of host time. It takes a mixed a as
+    // it is (rounding each element to b's dtype as it loads it).
+    if (batch == 1 && in.skinny && K > 0 && skinny_matmul(in, *c, *a, *b, bias, alpha, beta))
+      return;
+    // Any other mixed product: a converted to b's dtype, then as usual.
+    Instance::Temp a_conv;
+    oslo_bk_view a_view;
+    if (mixed) {
+      a_conv = Instance::Temp(&in, static_cast<size_t>(numel(*a)) * dtype_size(b->dtype));
+      a_view = *a;
+      a_view.dtype = b->dtype;
+      a_view.data = a_conv.p;
+      int64_t s = 1;
+      for (int i = a->ndim - 1; i >= 0; --i) {
+        a_view.strides[i] = s;
+        s *= a->shape[i];
+      }
+      const oslo_status st = op_convert(&in, &a_view, a);
+      if (st != OSLO_OK) fail(st, in.error);
+      a = &a_view;
+    }
     // K == 0, and small batched products (decode attention: a few query
     // rows against a cache whose length changes every step): oslo's own
     // kernel, so no cuBLASLt plan (a heuristic query) per new length.
@@ -232,10 +260,7 @@ oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
       naive_gemm(in, *c, *a, *b, bias, alpha, beta);
       return;
     }
-    // Up to 8 rows against a weight (decode): oslo's own kernel, which reads
-    // the weight once at memory speed and costs one launch, where cuBLASLt's
-    // call costs several times a launch of host time.
-    if (batch == 1 && in.skinny && skinny_matmul(in, *c, *a, *b, bias, alpha, beta)) return;
+
     // Operands: cuBLASLt's A is b^T (N x K), its B is a^T (K x M).
     oslo_bk_view av = *a, bv = *b;
     Instance::Temp ta, tb;

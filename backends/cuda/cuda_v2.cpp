@@ -110,6 +110,7 @@ int op_supported(void*, oslo_bk_op op_arg, oslo_dtype dtype) {
     case OSLO_BK_OP_ARGMAX:
     case OSLO_BK_OP_NORM_BACKWARD: return is_float(dtype) ? 1 : 0;
     case OSLO_BK_OP_ADAMW: return dtype == OSLO_DTYPE_F32 ? 1 : 0;
+    case OSLO_BK_OP_MATMUL_MIXED: return dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
     default: return 0;
   }
 }

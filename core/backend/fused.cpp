@@ -91,7 +91,8 @@ bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
       (op == OSLO_BK_OP_ATTENTION && t_.attention) ||
       (op == OSLO_BK_OP_RESIDUAL_NORM && t_.residual_norm) || (op == OSLO_BK_OP_ROPE && t_.rope) ||
       (op == OSLO_BK_OP_MATMUL_ACT && t_.matmul_act) || (op == OSLO_BK_OP_ARGMAX && t_.argmax) ||
-      (op == OSLO_BK_OP_NORM_BACKWARD && t_.norm_backward) || (op == OSLO_BK_OP_ADAMW && t_.adamw);
+      (op == OSLO_BK_OP_NORM_BACKWARD && t_.norm_backward) ||
+      (op == OSLO_BK_OP_ADAMW && t_.adamw) || op == OSLO_BK_OP_MATMUL_MIXED;
   return entry && op_supported(op, dtype);
 }
 

@@ -198,6 +198,13 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_NORM_BACKWARD = 1029,
   /** adamw(): one AdamW update of a parameter in place. */
   OSLO_BK_OP_ADAMW = 1030,
+  /** Not an entry: a capability of matmul(). Yes for a 16-bit dtype (bf16,
+   * f16) means matmul() also accepts `a` in f32 with `b` in that dtype,
+   * computing as if `a` were first converted to it (rounded to nearest even)
+   * and accumulating in f32; the core then hands activations to products
+   * with 16-bit weights without converting them first (one op and one pass
+   * fewer per linear). Other pairings stay refused. */
+  OSLO_BK_OP_MATMUL_MIXED = 1031,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647

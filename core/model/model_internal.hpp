@@ -58,7 +58,10 @@ inline void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& 
                    const View* gate = nullptr) {
   View xv = x;
   Tensor conv;
-  if (x.dtype != w.dtype()) {
+  // f32 activations go to a 16-bit product as they are when the backend
+  // converts them itself (OSLO_BK_OP_MATMUL_MIXED), else converted here.
+  const bool mixed = x.dtype == OSLO_DTYPE_F32 && be.uses_fused(OSLO_BK_OP_MATMUL_MIXED, w.dtype());
+  if (x.dtype != w.dtype() && !mixed) {
     conv = scratch(bp, w.dtype(), {x.shape[0], x.shape[1]});
     be.convert(view(conv), x);
     xv = view(conv);

@@ -356,15 +356,27 @@ void test_matmul(const std::shared_ptr<Backend>& be) {
   }
   g_case = "matmul errors";
   {
+    // A 16-bit a with an f32 b is never accepted; an f32 a with a 16-bit b
+    // only by a backend that claims OSLO_BK_OP_MATMUL_MIXED (tested below).
     Dev a(be, OSLO_DTYPE_F32, {2, 3}), b(be, OSLO_DTYPE_BF16, {3, 4}),
-        c(be, OSLO_DTYPE_F32, {2, 4});
+        c(be, OSLO_DTYPE_F32, {2, 4}), a16(be, OSLO_DTYPE_BF16, {2, 3}),
+        b32(be, OSLO_DTYPE_F32, {3, 4});
     oslo_status st = OSLO_OK;
     try {
-      be->matmul(c.v, a.v, b.v);
+      be->matmul(c.v, a16.v, b32.v);
     } catch (const Error& e) {
       st = e.status();
     }
-    check(st == OSLO_ERR_DTYPE, "mixed a/b dtypes refused");
+    check(st == OSLO_ERR_DTYPE, "a bf16 a with an f32 b refused");
+    if (!be->op_supported(OSLO_BK_OP_MATMUL_MIXED, OSLO_DTYPE_BF16)) {
+      st = OSLO_OK;
+      try {
+        be->matmul(c.v, a.v, b.v);
+      } catch (const Error& e) {
+        st = e.status();
+      }
+      check(st == OSLO_ERR_DTYPE, "mixed a/b dtypes refused");
+    }
     Dev b2(be, OSLO_DTYPE_F32, {4, 4});
     st = OSLO_OK;
     try {
@@ -988,6 +1000,64 @@ void test_abi_v2(const std::shared_ptr<Backend>& be) {
   bool ok = true;
   for (double g : got) ok = ok && g == 5.0;
   check(ok, "data is ready after make_stream_wait");
+}
+
+// OSLO_BK_OP_MATMUL_MIXED: where the backend claims it, an f32 a times a
+// 16-bit b equals converting a to b's dtype first and multiplying (the
+// core's path otherwise), and both the f64 product of the rounded a.
+void test_matmul_mixed(const std::shared_ptr<Backend>& be) {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{1, 64, 48}, {3, 33, 17}, {8, 40, 96}, {37, 64, 80}};
+  for (oslo_dtype dt : {OSLO_DTYPE_BF16, OSLO_DTYPE_F16}) {
+    if (!be->op_supported(OSLO_BK_OP_MATMUL_MIXED, dt)) {
+      std::printf("  matmul f32 x %s: not claimed by %s\n", dtype_name(dt), be->name());
+      continue;
+    }
+    for (const Shape& s : shapes)
+      for (bool w_layout : {true, false})
+        for (int epi = 0; epi < 2; ++epi) {
+          g_case = fmt("matmul f32 x %s M%lld N%lld K%lld %s%s", dtype_name(dt),
+                       static_cast<long long>(s.M), static_cast<long long>(s.N),
+                       static_cast<long long>(s.K), w_layout ? "W^T" : "plain",
+                       epi ? " bias alpha beta" : "");
+          Dev a(be, OSLO_DTYPE_F32, {s.M, s.K}), a16(be, dt, {s.M, s.K});
+          auto ha = random_in(static_cast<size_t>(s.M * s.K), OSLO_DTYPE_F32);
+          a.upload(ha);
+          be->convert(a16.v, a.v);
+          std::vector<double> hq = ha;  // a rounded to dt
+          for (double& v : hq) v = quant(v, dt);
+          Dev b(be, dt, w_layout ? std::vector<int64_t>{s.N, s.K} : std::vector<int64_t>{s.K, s.N});
+          auto hb = random_in(static_cast<size_t>(s.N * s.K), dt);
+          b.upload(hb);
+          const View bv = operand_b(b, w_layout);
+          Dev c1(be, OSLO_DTYPE_F32, {s.M, s.N}), c2(be, OSLO_DTYPE_F32, {s.M, s.N});
+          auto hc = random_in(static_cast<size_t>(s.M * s.N), OSLO_DTYPE_F32);
+          c1.upload(hc);
+          c2.upload(hc);
+          Dev bias(be, OSLO_DTYPE_F32, {s.N});
+          auto hbias = random_in(static_cast<size_t>(s.N), OSLO_DTYPE_F32);
+          bias.upload(hbias);
+          const float alpha = epi ? 0.5f : 1.f, beta = epi ? -2.f : 0.f;
+          be->matmul(c1.v, a.v, bv, epi ? &bias.v : nullptr, alpha, beta);
+          be->matmul(c2.v, a16.v, bv, epi ? &bias.v : nullptr, alpha, beta);
+          std::vector<double> ref = hc;
+          ref_matmul(s.M, s.N, s.K, hq, hb, w_layout, epi ? &hbias : nullptr, alpha, beta, &ref);
+          const double t =
+              std::max(tol(OSLO_DTYPE_F32), 1e-5 * std::sqrt(static_cast<double>(s.K)));
+          double e;
+          const auto g1 = c1.download(), g2 = c2.download();
+          {
+            const bool ok_ = close(g1, ref, t, &e);
+            check(ok_, fmt("mixed err %g (tol %g)", e, t));
+          }
+          {
+            const bool ok_ = close(g1, g2, 1e-6, &e);
+            check(ok_, fmt("mixed vs converted first %g", e));
+          }
+        }
+  }
 }
 
 // ---- fused ops (oslo_backend.h: attention, residual_norm, rope) -------------
@@ -1615,6 +1685,7 @@ void test_fused(const std::shared_ptr<Backend>& be) {
     check(ga == gb, "fused and composed are bit-identical");
   }
   test_matmul_act(be);
+  test_matmul_mixed(be);
   test_argmax(be);
   test_norm_backward(be);
   test_adamw(be);
