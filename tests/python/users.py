@@ -80,6 +80,8 @@ def tokenizer_batch(fixtures, reference, minilm=None):
             one = tok(c["texts"][0], add_special_tokens=c["special"])
             check(one["input_ids"] == want[0] and one["attention_mask"] == [1] * len(want[0]),
                   f"{what}: one text")
+            one = tok(c["texts"][0], add_special_tokens=c["special"], return_tensors="np")
+            check(one["input_ids"].shape == (1, len(want[0])), f"{what}: one text, np")
             # padding="max_length".
             n = len(c["ids"][0]) + 3
             ml = tok(c["texts"], padding="max_length", max_length=n, padding_side=c["side"],

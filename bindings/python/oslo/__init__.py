@@ -1427,7 +1427,7 @@ class Tokenizer(_Handle):
         pad_id: the id under padding (None: the tokenizer's padding token,
         else 0). return_tensors: None (lists of ints) or "np" ([batch, seq]
         int64 arrays; rows must then be of equal length). A single text
-        gives one list each, as in Hugging Face."""
+        gives one list each (or [1, seq] arrays), as in Hugging Face."""
         what = "tokenizer"
         single = isinstance(text, str)
         if single:
@@ -1489,7 +1489,7 @@ class Tokenizer(_Handle):
                                     "padding=True")
             ids = _np.array(ids, dtype=_np.int64).reshape(len(ids), -1)
             mask = _np.array(mask, dtype=_np.int64).reshape(len(mask), -1)
-        if single:
+        elif single:
             ids, mask = ids[0], mask[0]
         return BatchEncoding(input_ids=ids, attention_mask=mask)
 
