@@ -899,18 +899,15 @@ def _ragged(what, rows):
     return [_int_row(what, i, r) for i, r in enumerate(rows)]
 
 
-def _pad(rows, pad_id, left=False):
-    """Rows padded to the longest: (ids [batch, seq] int64, mask [batch, seq]
-    int64 with 1 on the real tokens)."""
+def _pad(rows, pad_id):
+    """Rows padded on the right to the longest: (ids [batch, seq] int64,
+    mask [batch, seq] int64 with 1 on the real tokens)."""
     seq = max(len(r) for r in rows)
     ids = _np.full((len(rows), seq), pad_id, dtype=_np.int64)
     mask = _np.zeros((len(rows), seq), dtype=_np.int64)
     for i, r in enumerate(rows):
-        n = len(r)
-        if n:
-            sl = slice(seq - n, seq) if left else slice(0, n)
-            ids[i, sl] = r
-            mask[i, sl] = 1
+        ids[i, :len(r)] = r
+        mask[i, :len(r)] = 1
     return ids, mask
 
 
