@@ -348,10 +348,18 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
       swigCPtr = 0;
     }
   }
-%typemap(javaconstruct) struct oslo_tensor, struct oslo_model, struct oslo_parallel_linear,
+%typemap(javaconstruct) struct oslo_tensor, struct oslo_parallel_linear,
     struct oslo_parallel_embedding, struct oslo_param_set {
     this($imcall, true);
     this.context = ctx;
+    ctx.retain();
+  }
+/* A model also keeps the folder it was loaded from: texts passed to it go
+   through that folder's tokenizer (Model.tokenizer). */
+%typemap(javaconstruct) struct oslo_model {
+    this($imcall, true);
+    this.context = ctx;
+    this.path = path;
     ctx.retain();
   }
 %typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized",
@@ -789,10 +797,98 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     return (Context) context;
   }
 
-  /** Frees the model; safe to call more than once. */
+  /** The folder (or checkpoint) this model was loaded from. */
+  private String path;
+  /** The tokenizer of that folder, once loaded (closed with the model). */
+  private Tokenizer folderTokenizer;
+  /** A tokenizer the caller set (the caller's: not closed with the model). */
+  private Tokenizer userTokenizer;
+
+  /** Frees the model and the tokenizer it loaded; safe to call more than once. */
   @Override
   public void close() {
+    Tokenizer t;
+    synchronized (this) {
+      t = folderTokenizer;
+      folderTokenizer = null;
+    }
+    if (t != null) t.close();
     delete();
+  }
+
+  /** The folder (or parallel checkpoint) this model was loaded from. */
+  public String path() {
+    return path;
+  }
+
+  /**
+   * The tokenizer texts go through: the one given to
+   * {@link #setTokenizer(Tokenizer)}, else the tokenizer of the model's
+   * folder (tokenizer.json or tokenizer.model), loaded on first use and
+   * closed with the model. A folder without one throws an OsloException
+   * (the loader's status, IO for missing files) naming the folder.
+   */
+  public synchronized Tokenizer tokenizer() {
+    if (userTokenizer != null) return userTokenizer;
+    if (getCPtr(this) == 0)
+      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(), "the model is closed");
+    if (folderTokenizer == null) {
+      try {
+        folderTokenizer = new Tokenizer(path);
+      } catch (OsloException e) {
+        throw new OsloException(e.statusCode(), "the model folder " + path
+            + " has no tokenizer oslo can load (tokenizer.json or tokenizer.model): "
+            + e.getMessage() + "; pass token ids, or call Model.setTokenizer");
+      }
+    }
+    return folderTokenizer;
+  }
+
+  /**
+   * Makes texts go through {@code tokenizer} (the caller keeps it and
+   * closes it) instead of the folder's; null goes back to the folder's.
+   */
+  public synchronized void setTokenizer(Tokenizer tokenizer) {
+    userTokenizer = tokenizer;
+  }
+
+  /** The id under padding: the config's pad_token_id, else 0 (masked out either way). */
+  private long padId() {
+    ModelInfo i = info();
+    long p = i.getPadTokenId();
+    long v = i.getVocabSize();
+    i.close();
+    return p >= 0 && p < v ? p : 0;
+  }
+
+  private static OsloException refuse(String what, String message) {
+    return new OsloException(Status.INVALID_ARGUMENT.swigValue(), what + ": " + message);
+  }
+
+  /** Checks rows of token ids: non-null, non-empty, at least one row. */
+  private static void checkRows(String what, long[][] ids) {
+    if (ids == null) throw refuse(what, "the ids are null");
+    if (ids.length == 0) throw refuse(what, "no rows; pass at least one row of token ids");
+    for (int r = 0; r < ids.length; ++r) {
+      if (ids[r] == null) throw refuse(what, "row " + r + " is null");
+      if (ids[r].length == 0) throw refuse(what, "row " + r + " has no tokens");
+    }
+  }
+
+  /** The token ids of texts, through {@link #tokenizer()}. */
+  private long[][] encodeTexts(String what, java.util.List<String> texts) {
+    if (texts == null) throw refuse(what, "the texts are null");
+    if (texts.isEmpty()) throw refuse(what, "no texts; pass at least one");
+    for (int i = 0; i < texts.size(); ++i)
+      if (texts.get(i) == null) throw refuse(what, "text " + i + " is null");
+    Tokenizer tok = tokenizer();
+    long[][] ids = new long[texts.size()][];
+    for (int i = 0; i < ids.length; ++i) {
+      ids[i] = tok.encode(texts.get(i));
+      if (ids[i].length == 0) throw refuse(what, "text " + i + " (\"" + texts.get(i)
+          + "\") has no tokens");
+    }
+    return ids;
   }
 
   /** Loads a model keeping the checkpoint's dtype. Collective. */
@@ -820,16 +916,47 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
    * [seq, hidden], row-major. Collective.
    */
   public float[] forward(long[] ids, ModelOutput output) {
-    java.nio.LongBuffer in = directLongs(ids.length);
-    in.put(ids);
+    if (ids == null) throw refuse("forward", "the ids are null");
+    return forward(new long[][] {ids}, output)[0];
+  }
+
+  /**
+   * Runs rows of token ids of any lengths (padded on the right inside, with
+   * the attention mask built): row r's logits [len_r, vocab] or hidden
+   * states [len_r, hidden], row-major, its real positions only (each as the
+   * row alone gives them). Collective.
+   */
+  public float[][] forward(long[][] ids, ModelOutput output) {
+    checkRows("forward", ids);
+    if (output == null) throw refuse("forward", "the output kind is null");
+    int longest = 0;
+    for (long[] row : ids) longest = Math.max(longest, row.length);
+    java.nio.LongBuffer flat = directLongs(ids.length * longest);
+    java.nio.LongBuffer mask = directLongs(ids.length * longest);
+    fill(ids, longest, padId(), flat, mask);
     ModelInfo i = info();
-    long width = output == ModelOutput.LOGITS ? i.getVocabSize() : i.getHiddenSize();
+    int width = Math.toIntExact(output == ModelOutput.LOGITS ? i.getVocabSize() : i.getHiddenSize());
     i.close();
-    java.nio.FloatBuffer out = directFloats(ids.length * width);
-    forward(in, null, null, 1, ids.length, output, out);
-    float[] result = new float[out.capacity()];
-    out.get(result);
+    java.nio.FloatBuffer out = directFloats((long) ids.length * longest * width);
+    forward(flat, mask, null, ids.length, longest, output, out);
+    float[][] result = new float[ids.length][];
+    for (int r = 0; r < ids.length; ++r) {
+      result[r] = new float[ids[r].length * width];
+      out.position(r * longest * width);
+      out.get(result[r]);
+    }
     return result;
+  }
+
+  /** Right-pads rows into flat [rows, longest] ids (with pad) and mask buffers. */
+  private static void fill(long[][] ids, int longest, long pad, java.nio.LongBuffer flat,
+      java.nio.LongBuffer mask) {
+    for (int r = 0; r < ids.length; ++r)
+      for (int t = 0; t < longest; ++t) {
+        boolean real = t < ids[r].length;
+        flat.put(r * longest + t, real ? ids[r][t] : pad);
+        mask.put(r * longest + t, real ? 1 : 0);
+      }
   }
 
   /** Normalised sentence embeddings of token-id rows of any lengths. Collective. */
@@ -842,27 +969,75 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
    * {@code normalize}) of token-id rows of any lengths (right padded). Collective.
    */
   public float[][] embed(long[][] ids, boolean normalize) {
+    checkRows("embed", ids);
     int longest = 1;
     for (long[] row : ids) longest = Math.max(longest, row.length);
     java.nio.LongBuffer flat = directLongs(ids.length * longest);
     java.nio.LongBuffer mask = directLongs(ids.length * longest);
-    for (int r = 0; r < ids.length; ++r)
-      for (int t = 0; t < ids[r].length; ++t) {
-        flat.put(r * longest + t, ids[r][t]);
-        mask.put(r * longest + t, 1);
-      }
+    fill(ids, longest, padId(), flat, mask);
+    return embedBuffers(flat, mask, ids.length, longest, normalize);
+  }
+
+  private float[][] embedBuffers(java.nio.LongBuffer flat, java.nio.LongBuffer mask, int rows,
+      int seq, boolean normalize) {
     ModelInfo i = info();
     int hidden = Math.toIntExact(i.getHiddenSize());
     i.close();
-    java.nio.FloatBuffer out = directFloats((long) ids.length * hidden);
-    embed(flat, mask, ids.length, longest, normalize, out);
-    float[][] result = new float[ids.length][hidden];
+    java.nio.FloatBuffer out = directFloats((long) rows * hidden);
+    embed(flat, mask, rows, seq, normalize, out);
+    float[][] result = new float[rows][hidden];
     for (float[] row : result) out.get(row);
     return result;
   }
 
+  /**
+   * Normalised sentence embeddings of texts, encoded by {@link #tokenizer()}
+   * (the model folder's): {@code model.embed("A man is eating food.", "Hello!")}.
+   * Collective.
+   */
+  public float[][] embed(String... texts) {
+    return embed(texts == null ? null : java.util.Arrays.asList(texts), true);
+  }
+
+  /**
+   * Sentence embeddings of texts, encoded by {@link #tokenizer()},
+   * L2-normalised if {@code normalize}. Collective.
+   */
+  public float[][] embed(java.util.List<String> texts, boolean normalize) {
+    return embed(encodeTexts("embed", texts), normalize);
+  }
+
+  /**
+   * Normalised sentence embeddings of a tokenizer's padded batch
+   * ({@link Tokenizer#encodeBatch(String[], Padding)}), over its mask. Collective.
+   */
+  public float[][] embed(BatchEncoding batch) {
+    if (batch == null) throw refuse("embed", "the batch is null");
+    long[][] ids = batch.getInputIds();
+    long[][] mask = batch.getAttentionMask();
+    checkRows("embed", ids);
+    int seq = ids[0].length;
+    for (int r = 0; r < ids.length; ++r)
+      if (ids[r].length != seq)
+        throw new OsloException(Status.SHAPE.swigValue(), "embed: the batch is not padded (row "
+            + r + " has " + ids[r].length + " ids, row 0 " + seq + "); encode it with padding");
+    return embedBuffers(rows("embed: ids", ids, seq), rows("embed: mask", mask, seq), ids.length,
+        seq, true);
+  }
+
   /** The new tokens of each prompt (EOS included when one was emitted). Collective. */
   public long[][] generate(long[][] prompts, GenerateOptions options) {
+    return generateRows(prompts, options, null);
+  }
+
+  private long[][] generateRows(long[][] prompts, GenerateOptions options, float[] scores) {
+    if (prompts == null) throw refuse("generate", "the prompts are null");
+    if (prompts.length == 0) throw refuse("generate", "no prompts; pass at least one");
+    for (int b = 0; b < prompts.length; ++b) {
+      if (prompts[b] == null) throw refuse("generate", "prompt " + b + " is null");
+      if (prompts[b].length == 0) throw refuse("generate", "prompt " + b + " has no tokens");
+    }
+    if (options == null) throw refuse("generate", "the options are null");
     int total = 0;
     for (long[] p : prompts) total += p.length;
     java.nio.LongBuffer ids = directLongs(total);
@@ -878,14 +1053,17 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
       eosBuf.put(eos);
     }
     int max = Math.toIntExact(options.getMaxNewTokens());
+    if (max < 0) throw refuse("generate", "maxNewTokens " + max + " < 0");
     java.nio.LongBuffer out = directLongs(prompts.length * max);
     java.nio.LongBuffer outLengths = directLongs(prompts.length);
-    generate(ids, lengths, prompts.length, options, eosBuf, out, outLengths, null);
+    java.nio.FloatBuffer outScores = scores == null ? null : directFloats(prompts.length);
+    generate(ids, lengths, prompts.length, options, eosBuf, out, outLengths, outScores);
     long[][] result = new long[prompts.length][];
     for (int b = 0; b < prompts.length; ++b) {
       result[b] = new long[Math.toIntExact(outLengths.get(b))];
       out.position(b * max);
       out.get(result[b]);
+      if (scores != null) scores[b] = outScores.get(b);
     }
     return result;
   }
@@ -900,6 +1078,48 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     try (GenerateOptions o = new GenerateOptions(maxNewTokens)) {
       return generate(prompt, o);
     }
+  }
+
+  /**
+   * Continues each text (encoded by {@link #tokenizer()}; prompts of
+   * different lengths are batched with left padding inside): the new text
+   * and ids of each. Collective.
+   */
+  public Generation[] generate(String[] prompts, GenerateOptions options) {
+    long[][] ids = encodeTexts("generate", prompts == null ? null : java.util.Arrays.asList(prompts));
+    float[] scores = new float[ids.length];
+    long[][] out = generateRows(ids, options, scores);
+    Tokenizer tok = tokenizer();
+    Generation[] result = new Generation[out.length];
+    for (int b = 0; b < out.length; ++b)
+      result[b] = new Generation(tok.decode(out[b], true), out[b], scores[b]);
+    return result;
+  }
+
+  /**
+   * Continues one text: {@code model.generate("Once upon a time", o).getText()}.
+   * Its ids equal {@code generate(tokenizer().encode(prompt), o)}. Collective.
+   */
+  public Generation generate(String prompt, GenerateOptions options) {
+    return generate(new String[] {prompt}, options)[0];
+  }
+
+  /** At most {@code maxNewTokens} greedy new tokens of one text. Collective. */
+  public Generation generate(String prompt, int maxNewTokens) {
+    try (GenerateOptions o = new GenerateOptions(maxNewTokens)) {
+      return generate(prompt, o);
+    }
+  }
+
+  /**
+   * Continues each row of a tokenizer's batch (its real tokens: the ids
+   * where the mask is 1, whichever side it was padded on). Collective.
+   */
+  public long[][] generate(BatchEncoding batch, GenerateOptions options) {
+    if (batch == null) throw refuse("generate", "the batch is null");
+    long[][] rows = new long[batch.size()][];
+    for (int r = 0; r < rows.length; ++r) rows[r] = batch.tokens(r);
+    return generate(rows, options);
   }
 
   private static java.nio.LongBuffer rows(String what, long[][] rows, int seq) {
@@ -1060,6 +1280,8 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
   }
 
   private static java.nio.ByteBuffer utf8(String s) {
+    if (s == null)
+      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(), "the text is null");
     byte[] b = s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
     java.nio.ByteBuffer buf = java.nio.ByteBuffer.allocateDirect(Math.max(1, b.length));
     buf.put(b);
@@ -1089,6 +1311,66 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
       out.get(ids);
     }
     return ids;
+  }
+
+  private static OsloException refuse(String message) {
+    return new OsloException(Status.INVALID_ARGUMENT.swigValue(), "encodeBatch: " + message);
+  }
+
+  /**
+   * Encodes texts as Hugging Face's {@code tokenizer(texts, padding=True)}
+   * does (special tokens added; padded with the tokenizer's padding token,
+   * else 0): {@code tok.encodeBatch(texts, Padding.RIGHT).getInputIds()}
+   * and {@code getAttentionMask()}.
+   */
+  public BatchEncoding encodeBatch(String[] texts, Padding padding) {
+    return encodeBatch(texts, padding, true, -1);
+  }
+
+  /** {@link #encodeBatch(String[], Padding)} of a list of texts. */
+  public BatchEncoding encodeBatch(java.util.List<String> texts, Padding padding) {
+    return encodeBatch(texts == null ? null : texts.toArray(new String[0]), padding, true, -1);
+  }
+
+  /**
+   * Encodes texts into rows of token ids and their attention masks (1 on
+   * real tokens, 0 on padding), as Hugging Face's tokenizer call:
+   * {@code padding} NONE (rows keep their lengths), RIGHT or LEFT (padded
+   * to the longest row on that side); {@code addSpecialTokens} adds the
+   * tokenizer's own ([CLS] ... [SEP], BOS); {@code padId} is the id under
+   * padding (negative: the tokenizer's padding token, else 0).
+   */
+  public BatchEncoding encodeBatch(String[] texts, Padding padding, boolean addSpecialTokens,
+      long padId) {
+    if (texts == null) throw refuse("the texts are null");
+    if (texts.length == 0) throw refuse("no texts; pass at least one");
+    if (padding == null) throw refuse("the padding is null");
+    for (int i = 0; i < texts.length; ++i)
+      if (texts[i] == null) throw refuse("text " + i + " is null");
+    long pad = padId;
+    if (pad < 0) {
+      pad = specialId(SpecialToken.PAD);
+      if (pad < 0) pad = 0;
+    }
+    long[][] rows = new long[texts.length][];
+    int longest = 0;
+    for (int i = 0; i < texts.length; ++i) {
+      rows[i] = encode(texts[i], addSpecialTokens);
+      longest = Math.max(longest, rows[i].length);
+    }
+    long[][] ids = new long[rows.length][];
+    long[][] mask = new long[rows.length][];
+    for (int i = 0; i < rows.length; ++i) {
+      int n = rows[i].length;
+      int width = padding == Padding.NONE ? n : longest;
+      int start = padding == Padding.LEFT ? width - n : 0;
+      ids[i] = new long[width];
+      mask[i] = new long[width];
+      java.util.Arrays.fill(ids[i], pad);
+      System.arraycopy(rows[i], 0, ids[i], start, n);
+      java.util.Arrays.fill(mask[i], start, start + n, 1);
+    }
+    return new BatchEncoding(ids, mask);
   }
 
   /** The text of {@code ids}, special tokens included. */

@@ -29,7 +29,6 @@ import org.oslo.Model;
 import org.oslo.ModelInfo;
 import org.oslo.OsloException;
 import org.oslo.Tensor;
-import org.oslo.Tokenizer;
 
 /** Semantic search with MiniLM split over the ranks of oslo-run. */
 public final class SemanticSearch {
@@ -64,13 +63,6 @@ public final class SemanticSearch {
       nb += (double) b[i] * b[i];
     }
     return d / Math.sqrt(na * nb);
-  }
-
-  /** [CLS] ... [SEP] of every sentence, right padded, embedded and normalised. */
-  private static float[][] embed(Model model, Tokenizer tok, List<String> sentences) {
-    long[][] ids = new long[sentences.size()][];
-    for (int i = 0; i < ids.length; ++i) ids[i] = tok.encode(sentences.get(i));
-    return model.embed(ids);
   }
 
   /**
@@ -142,14 +134,15 @@ public final class SemanticSearch {
     try (Context ctx = new Context(cfg)) {
       int rank = ctx.rank(), tp = ctx.size(Group.TENSOR);
       float[][] e;
-      try (Model model = new Model(ctx, modelDir); Tokenizer tok = new Tokenizer(modelDir);
-          ModelInfo info = model.info()) {
+      try (Model model = new Model(ctx, modelDir); ModelInfo info = model.info()) {
         if (info.getHiddenSize() != dim) {
           System.err.printf(Locale.ROOT, "reference has %d values per sentence, the model %d%n",
               dim, info.getHiddenSize());
           System.exit(1);
         }
-        e = embed(model, tok, sent);
+        // Texts straight in: the model folder's tokenizer encodes them ([CLS] ... [SEP]), and
+        // the rows of different lengths are padded with a mask inside.
+        e = model.embed(sent, true);
 
         if (rank == 0) {
           // The unsharded model, on rank 0 alone (a context of its own).
@@ -158,7 +151,7 @@ public final class SemanticSearch {
           try (Context solo = new Context("{\"rank\": 0, \"world_size\": 1, \"init_method\": "
                   + "\"file://" + store + "\", " + dev + "}");
               Model full = new Model(solo, modelDir)) {
-            u = embed(full, tok, sent);
+            u = full.embed(sent, true);
           }
           Files.deleteIfExists(store);
 

@@ -36,18 +36,6 @@ def read_reference(path):
     return sentences, emb
 
 
-def embed(model, tok, sentences):
-    """[CLS] ... [SEP], right padded, embedded and normalised."""
-    ids = [tok.encode(s) for s in sentences]
-    longest = max(len(i) for i in ids)
-    flat = np.zeros((len(ids), longest), dtype=np.int64)
-    mask = np.zeros_like(flat)
-    for r, row in enumerate(ids):
-        flat[r, :len(row)] = row
-        mask[r, :len(row)] = 1
-    return model.embed(flat, mask)
-
-
 def cosine(a, b):
     """In float64, as the C example computes it."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -95,13 +83,15 @@ def main():
     # form the tensor-parallel group.
     world = int(os.environ.get("WORLD_SIZE", "1"))
     with oslo.Context({"tensor_parallel_size": world, "timeout_seconds": 120, **dev}) as ctx, \
-            oslo.Model(ctx, model_dir) as model, oslo.Tokenizer(model_dir) as tok:
+            oslo.Model(ctx, model_dir) as model:
         rank, tp = ctx.rank(), ctx.size(oslo.Group.TENSOR)
         if model.info.hidden_size != st.shape[1]:
             print(f"reference has {st.shape[1]} values per sentence, the model "
                   f"{model.info.hidden_size}", file=sys.stderr)
             return 1
-        e = embed(model, tok, sentences)
+        # Texts straight in: the model folder's tokenizer encodes them, and the
+        # rows of different lengths are padded with a mask inside.
+        e = model.embed(sentences)
 
         ok = True
         if rank == 0:
@@ -109,7 +99,7 @@ def main():
             store = os.path.join(tempfile.mkdtemp(prefix="oslo-semantic-search-"), "store")
             solo_cfg = {"rank": 0, "world_size": 1, "init_method": "file://" + store, **dev}
             with oslo.Context(solo_cfg) as solo, oslo.Model(solo, model_dir) as full:
-                u = embed(full, tok, sentences)
+                u = full.embed(sentences)
 
             print(f"all-MiniLM-L6-v2 split over {tp} ranks (tensor parallel)\n")
             print(f'query: "{sentences[0]}"')

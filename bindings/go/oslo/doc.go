@@ -6,6 +6,15 @@
 //	defer ctx.Close()
 //	m, err := oslo.LoadModel(ctx, "gpt2-tiny")
 //	tokens, err := m.Generate([][]int64{{52, 441, 221}}, oslo.GenerateOptions{MaxNewTokens: 12})
+//	g, err := m.GenerateText("Once upon a time", oslo.GenerateOptions{MaxNewTokens: 20}) // g.Text, g.IDs
+//
+// What users pass: Embed, Forward (nil mask) and Generate take rows of
+// token ids of different lengths (padded inside, the mask built);
+// EmbedTexts, GenerateText and GenerateTexts take texts, encoded by the
+// model folder's tokenizer (Model.Tokenizer, loaded on first use); and
+// Tokenizer.EncodeBatch returns ids and attention mask as Hugging Face's
+// tokenizer(texts, padding=True) does, which EmbedBatch and GenerateBatch
+// take as they are.
 //
 // Errors: every failing call returns an *Error (Status and Message); use
 // errors.Is with the sentinels (ErrConfig, ErrShape, ...) or errors.As. No

@@ -2,6 +2,7 @@ package oslo
 
 import (
 	"runtime"
+	"sync"
 
 	"github.com/oslo/oslo/bindings/go/oslo/internal/capi"
 )
@@ -11,9 +12,14 @@ import (
 // Save are collective: every rank of the tensor group calls them with the
 // same arguments and gets the same result.
 type Model struct {
-	n   *node
-	m   capi.Model
-	ctx *Context
+	n    *node
+	m    capi.Model
+	ctx  *Context
+	path string
+
+	tokMu   sync.Mutex
+	tok     *Tokenizer // the folder's, once loaded (closed with the model)
+	userTok *Tokenizer // set by SetTokenizer (the caller's)
 }
 
 // ModelOutput is what Model.Forward returns.
@@ -60,7 +66,7 @@ func loadModel(ctx *Context, path string, dtype int) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Model{m: m, ctx: ctx}
+	x := &Model{m: m, ctx: ctx, path: path}
 	x.n = newNode(func() { capi.DeleteModel(m) }, ctx.n)
 	runtime.SetFinalizer(x, (*Model).finalize)
 	return x, nil
@@ -132,33 +138,100 @@ func rect(what string, rows [][]int64, seq int) ([]int64, error) {
 	return flat, nil
 }
 
-// Forward runs the model on a batch of id rows of equal length; mask (1
-// for a real token, 0 for padding) and tokenTypeIDs (BERT's segments) may
-// be nil (all 1, all 0). It returns the output as one slice, row-major
-// [batch, seq, vocab] for Logits or [batch, seq, hidden] for Hidden.
+// checkRows refuses no rows and empty rows.
+func checkRows(what string, rows [][]int64) error {
+	if len(rows) == 0 {
+		return errorf(StatusInvalidArgument, "%s: no rows; pass at least one row of token ids", what)
+	}
+	for i, r := range rows {
+		if len(r) == 0 {
+			return errorf(StatusInvalidArgument, "%s: row %d has no tokens", what, i)
+		}
+	}
+	return nil
+}
+
+// padRight pads rows to the longest with pad: the flat ids, the mask (1 on
+// real tokens) and the longest length.
+func padRight(rows [][]int64, pad int64) ([]int64, []int64, int) {
+	seq := 0
+	for _, r := range rows {
+		if len(r) > seq {
+			seq = len(r)
+		}
+	}
+	flat := make([]int64, len(rows)*seq)
+	mask := make([]int64, len(rows)*seq)
+	for i, r := range rows {
+		copy(flat[i*seq:], r)
+		for t := range flat[i*seq+len(r) : (i+1)*seq] {
+			flat[i*seq+len(r)+t] = pad
+		}
+		for t := range r {
+			mask[i*seq+t] = 1
+		}
+	}
+	return flat, mask, seq
+}
+
+// padID is the id under padding: the config's pad_token_id, else 0
+// (masked out either way).
+func (info ModelInfo) padID() int64 {
+	if info.PadTokenID >= 0 && info.PadTokenID < info.VocabSize {
+		return info.PadTokenID
+	}
+	return 0
+}
+
+// Forward runs the model on a batch of id rows; mask (1 for a real token,
+// 0 for padding) and tokenTypeIDs (BERT's segments) may be nil (all 1, all
+// 0). With a nil mask the rows may differ in length: they are padded on
+// the right with the mask built, and row i's values are at its first
+// len(ids[i]) positions (tokenTypeIDs, if given, has the rows' lengths).
+// It returns the output as one slice, row-major [batch, seq, vocab] for
+// Logits or [batch, seq, hidden] for Hidden, seq the longest row.
 func (m *Model) Forward(ids, mask, tokenTypeIDs [][]int64, output ModelOutput) ([]float32, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	if len(ids) == 0 {
-		return nil, errorf(StatusInvalidArgument, "forward: no rows")
-	}
-	seq := len(ids[0])
-	fi, err := rect("forward: ids", ids, seq)
-	if err != nil {
-		return nil, err
-	}
-	fm, err := rect("forward: mask", mask, seq)
-	if err != nil {
-		return nil, err
-	}
-	ft, err := rect("forward: token_type_ids", tokenTypeIDs, seq)
-	if err != nil {
+	if err := checkRows("forward", ids); err != nil {
 		return nil, err
 	}
 	info, err := m.Info()
 	if err != nil {
 		return nil, err
+	}
+	var fi, fm, ft []int64
+	seq := len(ids[0])
+	if mask == nil {
+		fi, fm, seq = padRight(ids, info.padID())
+		if tokenTypeIDs != nil {
+			if len(tokenTypeIDs) != len(ids) {
+				return nil, errorf(StatusShape, "forward: %d token_type_ids rows for %d rows of ids",
+					len(tokenTypeIDs), len(ids))
+			}
+			for i, r := range tokenTypeIDs {
+				if len(r) != len(ids[i]) {
+					return nil, errorf(StatusShape, "forward: token_type_ids row %d has %d values, its ids %d",
+						i, len(r), len(ids[i]))
+				}
+			}
+			ft, _, _ = padRight(tokenTypeIDs, 0)
+		}
+	} else {
+		if fi, err = rect("forward: ids", ids, seq); err != nil {
+			return nil, err
+		}
+		if fm, err = rect("forward: mask", mask, seq); err != nil {
+			return nil, err
+		}
+		if ft, err = rect("forward: token_type_ids", tokenTypeIDs, seq); err != nil {
+			return nil, err
+		}
+		if len(mask) != len(ids) || (tokenTypeIDs != nil && len(tokenTypeIDs) != len(ids)) {
+			return nil, errorf(StatusShape, "forward: mask or token_type_ids rows differ from the %d ids rows",
+				len(ids))
+		}
 	}
 	w := info.HiddenSize
 	if output == Logits {
@@ -184,41 +257,32 @@ func (m *Model) Embed(ids [][]int64, normalize bool) ([][]float32, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	if len(ids) == 0 {
-		return nil, errorf(StatusInvalidArgument, "embed: no rows")
-	}
-	seq := 1
-	for _, r := range ids {
-		if len(r) > seq {
-			seq = len(r)
-		}
-	}
-	flat := make([]int64, len(ids)*seq)
-	mask := make([]int64, len(ids)*seq)
-	for i, r := range ids {
-		copy(flat[i*seq:], r)
-		for t := range r {
-			mask[i*seq+t] = 1
-		}
+	if err := checkRows("embed", ids); err != nil {
+		return nil, err
 	}
 	info, err := m.Info()
 	if err != nil {
 		return nil, err
 	}
+	flat, mask, seq := padRight(ids, info.padID())
+	return m.embedFlat(info, flat, mask, len(ids), seq, normalize)
+}
+
+func (m *Model) embedFlat(info ModelInfo, flat, mask []int64, rows, seq int, normalize bool) ([][]float32, error) {
 	h := int(info.HiddenSize)
-	out := make([]float32, len(ids)*h)
-	err = call(func() {
-		m.m.Embed(bytesOf(flat), bytesOf(mask), int64(len(ids)), int64(seq), b2i(normalize), bytesOf(out))
+	out := make([]float32, rows*h)
+	err := call(func() {
+		m.m.Embed(bytesOf(flat), bytesOf(mask), int64(rows), int64(seq), b2i(normalize), bytesOf(out))
 	})
 	runtime.KeepAlive(m)
 	if err != nil {
 		return nil, err
 	}
-	rows := make([][]float32, len(ids))
-	for i := range rows {
-		rows[i] = out[i*h : (i+1)*h : (i+1)*h]
+	res := make([][]float32, rows)
+	for i := range res {
+		res[i] = out[i*h : (i+1)*h : (i+1)*h]
 	}
-	return rows, nil
+	return res, nil
 }
 
 // GenerateOptions configure Model.Generate. The zero value is greedy
@@ -251,7 +315,12 @@ func (m *Model) GenerateScores(prompts [][]int64, o GenerateOptions) ([][]int64,
 		return nil, nil, err
 	}
 	if len(prompts) == 0 {
-		return nil, nil, errorf(StatusInvalidArgument, "generate: no prompts")
+		return nil, nil, errorf(StatusInvalidArgument, "generate: no prompts; pass at least one")
+	}
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, nil, errorf(StatusInvalidArgument, "generate: prompt %d has no tokens", i)
+		}
 	}
 	var ids []int64
 	lens := make([]int64, len(prompts))

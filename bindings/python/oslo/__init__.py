@@ -11,7 +11,9 @@ import enum
 import json
 import os
 import threading
+import typing as _typing
 import weakref
+from collections.abc import Mapping as _Mapping
 
 import numpy as _np
 
@@ -24,10 +26,10 @@ __all__ = [
     "Context", "Tensor", "ParallelLinear", "ColumnParallelLinear", "RowParallelLinear",
     "ParallelEmbedding", "VocabParallelEmbedding", "ParamSet", "Model", "ModelInfo", "Tokenizer",
     "Optimizer", "TrainStepResult", "OptimizerKind", "LRSchedule", "Group", "ReduceOp", "DType",
-    "ModelOutput", "SpecialToken", "Status", "Error", "InvalidArgumentError",
-    "OutOfMemoryError", "BackendUnavailableError", "CommError", "TimeoutError", "IOError",
-    "FormatError", "ShapeError", "DTypeError", "ConfigError", "NotSupportedError",
-    "InternalError", "merge", "reshard", "inspect", "version", "from_dlpack",
+    "ModelOutput", "SpecialToken", "BatchEncoding", "Generation", "Status", "Error",
+    "InvalidArgumentError", "OutOfMemoryError", "BackendUnavailableError", "CommError",
+    "TimeoutError", "IOError", "FormatError", "ShapeError", "DTypeError", "ConfigError",
+    "NotSupportedError", "InternalError", "merge", "reshard", "inspect", "version", "from_dlpack",
 ]
 
 __version__ = _c.version_string()
@@ -816,6 +818,125 @@ class ModelInfo:
         return "ModelInfo(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
 
+# ---------------------------------------------------------------------------
+# What users pass: ragged id lists, texts, a tokenizer's batch
+# ---------------------------------------------------------------------------
+
+def _refuse(what, msg):
+    return InvalidArgumentError(f"{what}: {msg}", Status.INVALID_ARGUMENT)
+
+
+def _int_row(what, i, row):
+    """One row of token ids as an int64 array: a list, tuple or 1-D integer
+    numpy array of ints (not bools, floats, strings or None)."""
+    if isinstance(row, (str, bytes)) or row is None:
+        raise _refuse(what, f"row {i} is {type(row).__name__}, not a list of token ids")
+    try:
+        a = _np.asarray(row)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _refuse(what, f"row {i} is not a list of token ids ({e})") from None
+    if a.ndim != 1:
+        raise _refuse(what, f"row {i} is not a flat list of token ids (shape {a.shape})")
+    if a.size and a.dtype.kind not in "iu":
+        bad = next((v for v in row if not _is_id(v)), a.flat[0])
+        raise _refuse(what, f"row {i} holds {bad!r} ({type(bad).__name__}); token ids are ints")
+    return a.astype(_np.int64, copy=False)
+
+
+def _is_id(v):
+    return isinstance(v, (int, _np.integer)) and not isinstance(v, (bool, _np.bool_))
+
+
+def _kind(what, x):
+    """What a model call was handed: "text" (one str), "texts" (a list of
+    str), "row" (one list of ids), "rows" (a list of lists of ids, or a
+    2-D array) or "encoding" (a mapping with "input_ids", as a tokenizer's
+    call returns)."""
+    if x is None:
+        raise _refuse(what, "got None; pass token ids, texts or a tokenizer's output")
+    if isinstance(x, str):
+        return "text"
+    if isinstance(x, _Mapping):
+        if "input_ids" not in x:
+            raise _refuse(what, "a mapping must hold \"input_ids\" (as Tokenizer(texts) returns)")
+        return "encoding"
+    if isinstance(x, _np.ndarray):
+        if x.ndim == 1:
+            return "row"
+        if x.ndim == 2:
+            return "rows"
+        raise ShapeError(f"{what}: ids must be [batch, seq] or [seq], not {x.shape}",
+                         Status.SHAPE)
+    if isinstance(x, (bytes, bytearray)) or not hasattr(x, "__len__"):
+        raise _refuse(what, f"got {type(x).__name__}; pass token ids, texts or a tokenizer's "
+                            "output")
+    if len(x) == 0:
+        raise _refuse(what, "got an empty list; pass at least one text or row of token ids")
+    kinds = set()
+    for v in x:
+        if isinstance(v, str):
+            kinds.add("texts")
+        elif _is_id(v):
+            kinds.add("row")
+        elif v is not None and not isinstance(v, (bytes, bytearray)) and hasattr(v, "__len__"):
+            kinds.add("rows")
+        else:
+            raise _refuse(what, f"got an element {v!r} ({type(v).__name__}); a list must hold "
+                                "only texts, only token ids, or only rows of token ids")
+    if len(kinds) > 1:
+        raise _refuse(what, "a list mixes " + " and ".join(sorted(
+            {"texts": "texts", "row": "token ids", "rows": "rows of token ids"}[k]
+            for k in kinds)) + "; pass one kind")
+    return kinds.pop()
+
+
+def _ragged(what, rows):
+    """A list of int64 rows from a list of rows or a 2-D array."""
+    if isinstance(rows, _np.ndarray):
+        if rows.dtype.kind not in "iu":
+            raise _refuse(what, f"ids have dtype {rows.dtype}; token ids are integers")
+        return [r.astype(_np.int64) for r in rows]
+    return [_int_row(what, i, r) for i, r in enumerate(rows)]
+
+
+def _pad(rows, pad_id):
+    """Rows padded on the right to the longest: (ids [batch, seq] int64,
+    mask [batch, seq] int64 with 1 on the real tokens)."""
+    seq = max(len(r) for r in rows)
+    ids = _np.full((len(rows), seq), pad_id, dtype=_np.int64)
+    mask = _np.zeros((len(rows), seq), dtype=_np.int64)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = r
+        mask[i, :len(r)] = 1
+    return ids, mask
+
+
+class BatchEncoding(dict):
+    """What Tokenizer(texts) returns, as Hugging Face's BatchEncoding: a dict
+    with "input_ids" and "attention_mask" (lists of lists of ints, or
+    [batch, seq] int64 numpy arrays with return_tensors="np"; one list each
+    for a single text), also readable as attributes (enc.input_ids). Model
+    calls take it as it is: model.embed(tok(texts, padding=True))."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Generation(_typing.NamedTuple):
+    """What Model.generate returns for a text prompt: `text`, the new
+    tokens decoded without special tokens; `ids`, the new token ids (ending
+    with EOS if one was emitted, as generate returns for a prompt of ids);
+    `score`, the beam score or the sum of the chosen tokens'
+    log-probabilities. A named tuple: text, ids, score = m.generate("Hi")."""
+
+    text: str
+    ids: list
+    score: float
+
+
 def _ids_2d(x, name):
     a = _np.ascontiguousarray(x, dtype=_np.int64)
     if a.ndim == 1:
@@ -828,12 +949,19 @@ def _ids_2d(x, name):
 class Model(_Handle):
     """A Hugging Face model (folder or oslo checkpoint) split over the
     context's tensor group (oslo_model_load). Collective: every rank of the
-    tensor group makes the same calls with the same arguments."""
+    tensor group makes the same calls with the same arguments.
+
+    forward, embed and generate take what users have at hand: a [batch, seq]
+    integer array, rows of token ids of any lengths (padded inside, with
+    the attention mask built), texts (encoded by the tokenizer of the
+    model's folder, loaded on first use), or what Tokenizer(texts) returns."""
 
     def __init__(self, ctx, path, dtype=None):
         d = -1 if dtype is None else int(_dtype(dtype))
         super().__init__(_c.Model(ctx._handle(), os.fspath(path), d), ctx)
         self._ctx = ctx
+        self._path = os.fspath(path)
+        self._tok = None
         i = self._h.info()
         self.info = ModelInfo(self._h.model_type(), i)
 
@@ -841,13 +969,111 @@ class Model(_Handle):
     def context(self):
         return self._ctx
 
+    @property
+    def path(self):
+        """The folder the model was loaded from."""
+        return self._path
+
+    @property
+    def tokenizer(self):
+        """The tokenizer of the model's folder (its tokenizer.json or
+        tokenizer.model), loaded on first use: texts passed to forward,
+        embed and generate go through it. It belongs to the model (closing
+        the model closes it). A folder without one raises the loader's
+        error class (IOError for missing files) with a message naming the
+        folder. Assign an oslo.Tokenizer to use another one."""
+        t = self._tok
+        if t is None or t.closed:
+            self._handle()
+            try:
+                t = Tokenizer(self._path)
+            except Error as e:
+                raise type(e)(f"the model folder {self._path} has no tokenizer oslo can load "
+                              f"(tokenizer.json or tokenizer.model): {e.message}; pass token "
+                              "ids, or set model.tokenizer = oslo.Tokenizer(folder)",
+                              e.status) from None
+            t._depend_on(self)
+            self._tok = t
+        return t
+
+    @tokenizer.setter
+    def tokenizer(self, tok):
+        if tok is not None and not isinstance(tok, Tokenizer):
+            raise _refuse("tokenizer", f"must be an oslo.Tokenizer, not {type(tok).__name__}")
+        self._tok = tok
+
+    def _pad_id(self):
+        """The id under padding: the config's pad_token_id, else 0 (masked
+        out either way)."""
+        p = self.info.pad_token_id
+        return p if 0 <= p < self.info.vocab_size else 0
+
+    def _texts(self, what, texts):
+        tok = self.tokenizer
+        rows = []
+        for i, t in enumerate(texts):
+            r = _np.asarray(tok.encode(t), dtype=_np.int64)
+            if r.size == 0:
+                raise _refuse(what, f"text {i} ({t!r}) has no tokens")
+            rows.append(r)
+        return rows
+
+    def _batch(self, what, x, mask=None, token_type_ids=None):
+        """(ids, mask, token_type_ids) as [batch, seq] int64 arrays (mask and
+        token_type_ids may be None) from what the caller handed over."""
+        kind = _kind(what, x)
+        if kind == "encoding":
+            if mask is None:
+                mask = x.get("attention_mask")
+            if token_type_ids is None:
+                token_type_ids = x.get("token_type_ids")
+            x = x["input_ids"]
+            kind = _kind(what, x)
+            if kind in ("encoding", "text", "texts"):
+                raise _refuse(what, "\"input_ids\" must hold token ids")
+        if kind in ("text", "texts"):
+            if mask is not None or token_type_ids is not None:
+                raise _refuse(what, "texts come without a mask or token_type_ids (their "
+                                    "padding is made here)")
+            rows = self._texts(what, [x] if kind == "text" else x)
+        elif kind == "row":
+            rows = [_int_row(what, 0, x)]
+        else:
+            rows = _ragged(what, x)
+        for i, r in enumerate(rows):
+            if r.size == 0:
+                raise _refuse(what, f"row {i} has no tokens")
+        lengths = [len(r) for r in rows]
+        ids, built = _pad(rows, self._pad_id())
+        ragged = min(lengths) != max(lengths)
+
+        def extra(name, v):
+            if v is None:
+                return None
+            k = _kind(f"{what}: {name}", v)
+            if k not in ("row", "rows"):
+                raise _refuse(what, f"{name} must hold ints, like the ids")
+            vr = [_int_row(f"{what}: {name}", 0, v)] if k == "row" else _ragged(
+                f"{what}: {name}", v)
+            if [len(r) for r in vr] != lengths:
+                raise ShapeError(f"{what}: {name} rows have lengths {[len(r) for r in vr]}, "
+                                 f"the ids {lengths}", Status.SHAPE)
+            return _pad(vr, 0)[0]
+
+        m = extra("mask", mask)
+        if m is None and ragged:
+            m = built
+        return ids, m, extra("token_type_ids", token_type_ids)
+
     def forward(self, ids, mask=None, token_type_ids=None, output="logits"):
         """Logits [batch, seq, vocab] or hidden states [batch, seq, hidden]
-        (output="hidden") as float32 numpy. ids, mask, token_type_ids: int
-        arrays [batch, seq] (or [seq])."""
-        ids = _ids_2d(ids, "ids")
-        mask = None if mask is None else _ids_2d(mask, "mask")
-        tti = None if token_type_ids is None else _ids_2d(token_type_ids, "token_type_ids")
+        (output="hidden") as float32 numpy. ids: a [batch, seq] (or [seq])
+        integer array; rows of token ids of different lengths (right padded
+        here, with the mask built: row i's values are at its first len(i)
+        positions); texts (the model's tokenizer encodes them); or a
+        tokenizer's output. mask and token_type_ids: like the ids (None:
+        all 1, all 0)."""
+        ids, mask, tti = self._batch("forward", ids, mask, token_type_ids)
         out_kind = ModelOutput[output.upper()] if isinstance(output, str) else ModelOutput(output)
         width = self.info.vocab_size if out_kind == ModelOutput.LOGITS else self.info.hidden_size
         b, s = ids.shape
@@ -857,9 +1083,11 @@ class Model(_Handle):
 
     def embed(self, ids, mask=None, normalize=True):
         """Sentence embeddings [batch, hidden] (mean pooling over the mask,
-        L2-normalised unless normalize=False), float32 numpy."""
-        ids = _ids_2d(ids, "ids")
-        mask = None if mask is None else _ids_2d(mask, "mask")
+        L2-normalised unless normalize=False), float32 numpy, one row per
+        text or row of ids: ids as forward takes them, so
+        m.embed(["A man is eating food.", "Hello!"]) and
+        m.embed([tok.encode(s) for s in sentences]) both work."""
+        ids, mask, _ = self._batch("embed", ids, mask)
         b, s = ids.shape
         out = _np.empty((b, self.info.hidden_size), dtype=_np.float32)
         self._handle().embed(ids, mask, b, s, 1 if normalize else 0, out)
@@ -869,16 +1097,41 @@ class Model(_Handle):
                  temperature=1.0, top_k=50, top_p=1.0, seed=0, length_penalty=1.0,
                  early_stopping=False, eos_token_id=None, pad_token_id=None,
                  return_scores=False):
-        """Continues each prompt (a list of token ids; or a list of such
-        lists) and returns the new tokens of each as a list of lists of ints
-        (ending with EOS if one was emitted); with return_scores=True, also
-        the list of scores. Defaults are Hugging Face's."""
-        single = len(prompts) > 0 and not hasattr(prompts[0], "__len__")
-        rows = [prompts] if single else list(prompts)
+        """Continues each prompt. A prompt of token ids (a list of ints; or
+        a list of such lists, of any lengths; or a tokenizer's output, whose
+        mask selects each row's tokens) gives the new tokens of each as a
+        list of ints (ending with EOS if one was emitted), and with
+        return_scores=True also the scores. A text (or a list of texts,
+        encoded by the model's tokenizer) gives a Generation (or a list of
+        them): .text, the new text without special tokens; .ids, the new
+        token ids; .score. Ragged prompts are batched with left padding
+        inside. Defaults are Hugging Face's."""
+        what = "generate"
+        kind = _kind(what, prompts)
+        if kind == "encoding":
+            ids, mask = prompts["input_ids"], prompts.get("attention_mask")
+            if _kind(what, ids) not in ("row", "rows"):
+                raise _refuse(what, "\"input_ids\" must hold token ids")
+            rows = [_int_row(what, 0, ids)] if _kind(what, ids) == "row" else _ragged(what, ids)
+            if mask is not None:
+                mk = _kind(f"{what}: attention_mask", mask)
+                ms = [_int_row(what, 0, mask)] if mk == "row" else _ragged(what, mask)
+                if [len(r) for r in ms] != [len(r) for r in rows]:
+                    raise ShapeError(f"{what}: attention_mask differs in shape from input_ids",
+                                     Status.SHAPE)
+                rows = [r[m != 0] for r, m in zip(rows, ms)]
+            kind = "rows" if _kind(what, ids) == "rows" else "row"
+        elif kind in ("text", "texts"):
+            rows = self._texts(what, [prompts] if kind == "text" else prompts)
+        elif kind == "row":
+            rows = [_int_row(what, 0, prompts)]
+        else:
+            rows = _ragged(what, prompts)
+        for i, r in enumerate(rows):
+            if r.size == 0:
+                raise _refuse(what, f"prompt {i} has no tokens")
         lengths = _np.array([len(p) for p in rows], dtype=_np.int64)
-        flat = _np.ascontiguousarray(
-            _np.concatenate([_np.asarray(p, dtype=_np.int64).reshape(-1) for p in rows])
-            if rows else _np.empty(0, dtype=_np.int64))
+        flat = _np.ascontiguousarray(_np.concatenate(rows))
         o = _c.GenerateOptions()
         o.max_new_tokens = int(max_new_tokens)
         o.do_sample = 1 if do_sample else 0
@@ -900,10 +1153,14 @@ class Model(_Handle):
         scores = _np.empty(b, dtype=_np.float32)
         self._handle().generate(flat, lengths, b, o, eos, tokens, lens, scores)
         out = [tokens[i, :lens[i]].tolist() for i in range(b)]
-        if single:
-            out, sc = out[0], float(scores[0])
-        else:
-            sc = [float(s) for s in scores]
+        sc = [float(s) for s in scores]
+        if kind in ("text", "texts"):
+            tok = self.tokenizer
+            gens = [Generation(tok.decode(ids, skip_special_tokens=True), ids, s)
+                    for ids, s in zip(out, sc)]
+            return gens[0] if kind == "text" else gens
+        if kind == "row":
+            out, sc = out[0], sc[0]
         return (out, sc) if return_scores else out
 
     def save(self, dir):
@@ -1155,6 +1412,83 @@ class Tokenizer(_Handle):
             if n2 != n:
                 raise InternalError(f"encode: {n2} ids after sizing {n}", Status.INTERNAL)
         return ids.tolist()
+
+    def __call__(self, text, padding=False, add_special_tokens=True, padding_side="right",
+                 pad_id=None, max_length=None, return_tensors=None):
+        """Encodes a text or a list of texts as Hugging Face's
+        tokenizer(texts, padding=True) does, returning a BatchEncoding with
+        "input_ids" and "attention_mask" (1 on real tokens, 0 on padding).
+        padding: False (rows keep their lengths), True or "longest" (pad to
+        the longest row) or "max_length" (pad to max_length; a longer row is
+        an error: nothing is truncated). padding_side: "right" or "left".
+        pad_id: the id under padding (None: the tokenizer's padding token,
+        else 0). return_tensors: None (lists of ints) or "np" ([batch, seq]
+        int64 arrays; rows must then be of equal length). A single text
+        gives one list each (or [1, seq] arrays), as in Hugging Face."""
+        what = "tokenizer"
+        single = isinstance(text, str)
+        if single:
+            texts = [text]
+        else:
+            if text is None or isinstance(text, (bytes, bytearray, _Mapping)) or not hasattr(
+                    text, "__len__"):
+                raise _refuse(what, f"takes a text or a list of texts, not "
+                                    f"{type(text).__name__}")
+            texts = list(text)
+            if not texts:
+                raise _refuse(what, "got an empty list of texts")
+            for i, t in enumerate(texts):
+                if not isinstance(t, str):
+                    raise _refuse(what, f"text {i} is {type(t).__name__} ({t!r}), not str")
+        if padding is True or padding == "longest":
+            mode = "longest"
+        elif padding is False or padding is None or padding == "do_not_pad":
+            mode = None
+        elif padding == "max_length":
+            if not _is_id(max_length) or max_length < 1:
+                raise _refuse(what, f"padding=\"max_length\" needs max_length >= 1, not "
+                                    f"{max_length!r}")
+            mode = "max_length"
+        else:
+            raise _refuse(what, f"padding must be True, False, \"longest\", \"max_length\" "
+                                f"or \"do_not_pad\", not {padding!r}")
+        if padding_side not in ("right", "left"):
+            raise _refuse(what, f"padding_side must be \"right\" or \"left\", not "
+                                f"{padding_side!r}")
+        if return_tensors not in (None, "np"):
+            raise _refuse(what, f"return_tensors must be None or \"np\", not {return_tensors!r}")
+        if pad_id is None:
+            p = self.special_id(SpecialToken.PAD)
+            pad_id = 0 if p is None else p
+        elif not _is_id(pad_id) or pad_id < 0:
+            raise _refuse(what, f"pad_id must be an int >= 0, not {pad_id!r}")
+        rows = [self.encode(t, add_special_tokens) for t in texts]
+        if mode is None:
+            ids, mask = rows, [[1] * len(r) for r in rows]
+        else:
+            target = max(len(r) for r in rows) if mode == "longest" else max_length
+            for i, r in enumerate(rows):
+                if len(r) > target:
+                    raise _refuse(what, f"text {i} has {len(r)} tokens, more than max_length "
+                                        f"{target} (oslo does not truncate)")
+            ids, mask = [], []
+            for r in rows:
+                k = target - len(r)
+                if padding_side == "left":
+                    ids.append([pad_id] * k + r)
+                    mask.append([0] * k + [1] * len(r))
+                else:
+                    ids.append(r + [pad_id] * k)
+                    mask.append([1] * len(r) + [0] * k)
+        if return_tensors == "np":
+            if len({len(r) for r in ids}) > 1:
+                raise _refuse(what, "rows of different lengths cannot make an array; pass "
+                                    "padding=True")
+            ids = _np.array(ids, dtype=_np.int64).reshape(len(ids), -1)
+            mask = _np.array(mask, dtype=_np.int64).reshape(len(mask), -1)
+        elif single:
+            ids, mask = ids[0], mask[0]
+        return BatchEncoding(input_ids=ids, attention_mask=mask)
 
     def decode(self, ids, skip_special_tokens=False):
         """Text of token ids."""

@@ -1,6 +1,7 @@
 import enum
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, overload
+from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
+                    overload)
 
 import numpy as np
 import numpy.typing as npt
@@ -204,21 +205,49 @@ class ModelInfo:
     eos_token_id: int
     pad_token_id: int
 
+# What model calls take: a [batch, seq] integer array, rows of token ids of
+# any lengths, one text or a list of texts, or a tokenizer's output.
+_Ids = Union[npt.ArrayLike, Sequence[int], Sequence[Sequence[int]], str, Sequence[str],
+             Mapping[str, Any]]
+
+class BatchEncoding(Dict[str, Any]):
+    input_ids: Any
+    attention_mask: Any
+
+class Generation(NamedTuple):
+    text: str
+    ids: List[int]
+    score: float
+
 class Model(_Handle):
     info: ModelInfo
     def __init__(self, ctx: Context, path: _Path, dtype: Optional[_DTypeLike] = ...) -> None: ...
     def __enter__(self) -> "Model": ...
     @property
     def context(self) -> Context: ...
-    def forward(self, ids: npt.ArrayLike, mask: Optional[npt.ArrayLike] = ...,
+    @property
+    def path(self) -> str: ...
+    @property
+    def tokenizer(self) -> "Tokenizer": ...
+    @tokenizer.setter
+    def tokenizer(self, tok: Optional["Tokenizer"]) -> None: ...
+    def forward(self, ids: _Ids, mask: Optional[npt.ArrayLike] = ...,
                 token_type_ids: Optional[npt.ArrayLike] = ...,
                 output: Union[str, ModelOutput] = ...) -> np.ndarray: ...
-    def embed(self, ids: npt.ArrayLike, mask: Optional[npt.ArrayLike] = ...,
+    def embed(self, ids: _Ids, mask: Optional[npt.ArrayLike] = ...,
               normalize: bool = ...) -> np.ndarray: ...
-    def generate(self, prompts: Union[Sequence[int], Sequence[Sequence[int]]],
-                 max_new_tokens: int = ..., num_beams: int = ..., do_sample: bool = ...,
-                 temperature: float = ..., top_k: int = ..., top_p: float = ..., seed: int = ...,
-                 length_penalty: float = ..., early_stopping: Union[bool, str] = ...,
+    @overload
+    def generate(self, prompts: str, max_new_tokens: int = ..., num_beams: int = ...,
+                 do_sample: bool = ..., temperature: float = ..., top_k: int = ...,
+                 top_p: float = ..., seed: int = ..., length_penalty: float = ...,
+                 early_stopping: Union[bool, str] = ...,
+                 eos_token_id: Union[None, int, Sequence[int]] = ...,
+                 pad_token_id: Optional[int] = ..., return_scores: bool = ...) -> Generation: ...
+    @overload
+    def generate(self, prompts: _Ids, max_new_tokens: int = ..., num_beams: int = ...,
+                 do_sample: bool = ..., temperature: float = ..., top_k: int = ...,
+                 top_p: float = ..., seed: int = ..., length_penalty: float = ...,
+                 early_stopping: Union[bool, str] = ...,
                  eos_token_id: Union[None, int, Sequence[int]] = ...,
                  pad_token_id: Optional[int] = ..., return_scores: bool = ...) -> Any: ...
     def save(self, dir: _Path) -> None: ...
@@ -270,6 +299,10 @@ class Tokenizer(_Handle):
     def __init__(self, path: _Path) -> None: ...
     def __enter__(self) -> "Tokenizer": ...
     def encode(self, text: Union[str, bytes], add_special_tokens: bool = ...) -> List[int]: ...
+    def __call__(self, text: Union[str, Sequence[str]], padding: Union[bool, str] = ...,
+                 add_special_tokens: bool = ..., padding_side: str = ...,
+                 pad_id: Optional[int] = ..., max_length: Optional[int] = ...,
+                 return_tensors: Optional[str] = ...) -> BatchEncoding: ...
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
     def __len__(self) -> int: ...
     @property

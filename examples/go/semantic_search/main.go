@@ -83,16 +83,11 @@ func cosine(a, b []float32) float64 {
 	return d / math.Sqrt(na*nb)
 }
 
-// embed tokenizes the sentences ([CLS] ... [SEP]) and embeds them
-// (normalized; Model.Embed pads on the right and masks).
-func embed(m *oslo.Model, tok *oslo.Tokenizer, sent []string) [][]float32 {
-	ids := make([][]int64, len(sent))
-	for i, s := range sent {
-		var err error
-		ids[i], err = tok.Encode(s, true)
-		check(err, "encode")
-	}
-	e, err := m.Embed(ids, true)
+// embed embeds the sentences, normalized: texts straight in, the model
+// folder's tokenizer encodes them ([CLS] ... [SEP]) and the rows of
+// different lengths are padded with a mask inside.
+func embed(m *oslo.Model, sent []string) [][]float32 {
+	e, err := m.EmbedTexts(sent, true)
 	check(err, "embed")
 	return e
 }
@@ -170,15 +165,13 @@ func main() {
 
 	model, err := oslo.LoadModel(ctx, modelDir)
 	check(err, "load")
-	tok, err := oslo.LoadTokenizer(modelDir)
-	check(err, "tokenizer")
 	info, err := model.Info()
 	check(err, "info")
 	if int(info.HiddenSize) != dim {
 		fmt.Fprintf(os.Stderr, "reference has %d values per sentence, the model %d\n", dim, info.HiddenSize)
 		os.Exit(1)
 	}
-	e := embed(model, tok, sent)
+	e := embed(model, sent)
 
 	ok := true
 	if rank == 0 {
@@ -188,7 +181,7 @@ func main() {
 		check(err, "unsharded context")
 		full, err := oslo.LoadModel(solo, modelDir)
 		check(err, "unsharded load")
-		u := embed(full, tok, sent)
+		u := embed(full, sent)
 		full.Close()
 		solo.Close()
 		os.Remove(store)
@@ -243,7 +236,6 @@ func main() {
 			fmt.Println("MISMATCH")
 		}
 	}
-	tok.Close()
 	model.Close()
 	// Every rank exits with rank 0's verdict.
 	verdict := int32(0)
