@@ -172,12 +172,16 @@ if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
       bench="${bench}oslo llama1b ($v): $o"$'\n'
     done
     # Where the time goes: per-entry host time over prefill and decode, then
-    # host + device per entry of the 512-token prefill alone.
+    # host + device per entry of 512-token prefills alone, once and five
+    # times (the difference: four warm prefills, without loading and the
+    # first one's plan queries).
     OSLO_CUDA_PROFILE=1 timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 1 \
       >"$out/profile1.txt" 2>&1
     OSLO_CUDA_PROFILE=2 timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 1 \
       --prefill-only >"$out/profile2.txt" 2>&1
-    for p in 1 2; do
+    OSLO_CUDA_PROFILE=2 timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 5 \
+      --prefill-only >"$out/profile3.txt" 2>&1
+    for p in 1 2 3; do
       echo "profile $p:"; grep -A25 "cuda plugin profile" "$out/profile$p.txt" | head -26
     done
   fi

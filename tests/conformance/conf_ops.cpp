@@ -984,7 +984,7 @@ void test_abi_v2(const std::shared_ptr<Backend>& be) {
   g_case = "op_supported";
   check(be->op_supported(OSLO_BK_OP_MATMUL, OSLO_DTYPE_F32), "matmul f32 is supported");
   check(be->op_supported(OSLO_BK_OP_SOFTMAX, OSLO_DTYPE_BF16), "softmax bf16 is supported");
-  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_ADAMW + 1), OSLO_DTYPE_F32),
+  check(!be->op_supported(static_cast<oslo_bk_op>(OSLO_BK_OP_MATMUL_MIXED + 1), OSLO_DTYPE_F32),
         "an op id no fused op has yet is declined");
   check(!be->op_supported(static_cast<oslo_bk_op>(-7), OSLO_DTYPE_F32), "a bad op id is declined");
 

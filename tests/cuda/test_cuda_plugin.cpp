@@ -481,11 +481,11 @@ int test_v2() {
              T->op_supported(a, OSLO_BK_OP_ROPE, OSLO_DTYPE_F32) == 1 &&
              T->op_supported(a, OSLO_BK_OP_ADAMW, OSLO_DTYPE_F32) == 1,
          "the fused ops are claimed");
-  EXPECT(
-      T->op_supported(a, OSLO_BK_OP_ADAMW, OSLO_DTYPE_BF16) == 0 &&
-          T->op_supported(a, static_cast<oslo_bk_op>(OSLO_BK_OP_ADAMW + 1), OSLO_DTYPE_F32) == 0 &&
-          T->op_supported(a, OSLO_BK_OP_ATTENTION, OSLO_DTYPE_I64) == 0,
-      "AdamW outside f32, unknown ops and integer attention are declined");
+  EXPECT(T->op_supported(a, OSLO_BK_OP_ADAMW, OSLO_DTYPE_BF16) == 0 &&
+             T->op_supported(a, static_cast<oslo_bk_op>(OSLO_BK_OP_MATMUL_MIXED + 1),
+                             OSLO_DTYPE_F32) == 0 &&
+             T->op_supported(a, OSLO_BK_OP_ATTENTION, OSLO_DTYPE_I64) == 0,
+         "AdamW outside f32, unknown ops and integer attention are declined");
   EXPECT(T->native_stream(a) != 0 && T->native_stream(a) != T->native_stream(b),
          "one stream per instance");
   const size_t n = size_t{1} << 22;  // 16 MiB of f32
