@@ -16,7 +16,8 @@
 #     of a GPT-2-small-shaped and a LLaMA-shaped 1.1B model against
 #     transformers on the same GPU), and prints one summary. Logs go to $OUT
 #     when set. OSLO_GPU_BENCH=0 skips the benchmarks, OSLO_GPU_HF=0 the
-#     transformers references, OSLO_GPU_TORCH=0 the torch plugin build; OSLO_GPU_COMPILE=1
+#     transformers references, OSLO_GPU_TORCH=0 the torch plugin build, OSLO_GPU_LEAN=1 the
+#     comparison runs and profiles (a short check); OSLO_GPU_COMPILE=1
 #     adds transformers' static cache + torch.compile.
 set -uo pipefail
 mode=${1:-}
@@ -165,7 +166,7 @@ if [ "${OSLO_GPU_BENCH:-1}" = 1 ]; then
   # The same LLaMA-shaped model with decode steps recorded as graphs, and
   # with nothing of this plugin's own fast paths (the core's compositions,
   # cuBLASLt for every product), same run.
-  if [ -f /tmp/oslo-bench/llama1b/config.json ]; then
+  if [ -f /tmp/oslo-bench/llama1b/config.json ] && [ "${OSLO_GPU_LEAN:-0}" != 1 ]; then
     for v in "OSLO_CUDA_GRAPHS=1" "OSLO_FUSED_OPS=0 OSLO_CUDA_SKINNY=0"; do
       o=$(env $v timeout 100 "$bm" /tmp/oslo-bench/llama1b --backend cuda --reps 2 2>&1 | tail -1)
       echo "oslo llama1b $v: $o"

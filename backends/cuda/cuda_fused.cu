@@ -173,76 +173,92 @@ __global__ void attention_kernel(AttnArgs a) {
 
 // Prefill: one block per (batch, head, tile of kBQ queries), key/value tiles
 // of kBK keys staged through shared memory and shared by the tile's queries
-// (flash-attention's blocking on CUDA cores, f32 throughout): scores as 2 x 4
-// register tiles per thread, an online softmax per query row, and the output
-// [kBQ, D] (D <= kTileMaxD) in registers, 4 rows x D/16 columns per thread.
-// Key tiles past the causal limit of the tile's last query are skipped.
-constexpr int kBQ = 32, kBK = 32, kTileThreads = 128, kTileMaxD = 128;
+// (flash-attention's blocking on CUDA cores, f32 throughout). Queries and
+// keys are stored transposed ([d][row]) so a thread's 4 x 4 score tile takes
+// two 16-byte loads per head dimension; each thread keeps an 8 x 8 block of
+// the output ([kBQ, D], D <= kTileMaxD, D % 4 == 0) in registers. An online
+// softmax per query row; key tiles past the causal limit of the tile's last
+// query are skipped.
+constexpr int kBQ = 64, kBK = 32, kTileThreads = 128, kTileMaxD = 128, kPsPitch = kBQ + 4;
+// Row pitches of the transposed queries and keys: multiples of 4 (16-byte
+// loads) that spread a column's stores over 8 banks.
+constexpr int kQPitch = kBQ + 4, kKPitch = kBK + 4;
 
 __global__ void __launch_bounds__(kTileThreads) attention_tile_kernel(AttnArgs a) {
-  extern __shared__ float smem[];
-  const int64_t D = a.D, dp = D + 1;     // padded pitch: no bank conflicts across rows
-  float* Qs = smem;                      // [kBQ][dp]
-  float* Ks = Qs + kBQ * dp;             // [kBK][dp]
-  float* Vs = Ks + kBK * dp;             // [kBK][D]
-  float* Ps = Vs + kBK * D;              // [kBQ][kBK + 1]
-  float* corr_s = Ps + kBQ * (kBK + 1);  // [kBQ]
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int64_t D = a.D;
+  float* QsT = smem;                     // [D][kQPitch]
+  float* KsT = QsT + D * kQPitch;        // [D][kKPitch]
+  float* Vs = KsT + D * kKPitch;         // [kBK][D]
+  float* PsT = Vs + kBK * D;             // [kBK][kPsPitch]
+  float* corr_s = PsT + kBK * kPsPitch;  // [kBQ]
   float* l_s = corr_s + kBQ;             // [kBQ]
   const int t = threadIdx.x;
   const int64_t tiles = (a.S + kBQ - 1) / kBQ;
   const int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % a.Hq,
                 b = blockIdx.x / (tiles * a.Hq), kh = h / a.g;
   const int64_t i0 = qt * kBQ;
-  // Queries of the tile (zeros past S).
-  for (int64_t e = t; e < kBQ * D; e += kTileThreads) {
-    const int64_t r = e / D, d = e % D, i = i0 + r;
-    Qs[r * dp + d] =
-        i < a.S ? ld(a.q, a.dt, b * a.qs[0] + h * a.qs[1] + i * a.qs[2] + d * a.qs[3]) : 0.f;
-  }
-  // Keys any query of the tile may see.
+  // Loads: each thread one head dimension ld_d of rows ld_r0, ld_r0 +
+  // ld_step, ... (consecutive threads read consecutive d: coalesced), the
+  // queries and keys stored transposed.
+  const int Di = static_cast<int>(D), ld_step = kTileThreads / Di, ld_r0 = t / Di, ld_d = t % Di;
+  const bool loader = ld_r0 < ld_step;
+  const int64_t qo = b * a.qs[0] + h * a.qs[1];
+  if (loader)
+    for (int r = ld_r0; r < kBQ; r += ld_step) {
+      const int64_t i = i0 + r;
+      QsT[ld_d * kQPitch + r] = i < a.S ? ld(a.q, a.dt, qo + i * a.qs[2] + ld_d * a.qs[3]) : 0.f;
+    }
   int64_t jend = a.T;
   if (a.causal) jend = max(int64_t(0), min(a.T, min(i0 + kBQ, a.S) - 1 + a.off + 1));
-  // Score mapping: rows sr, sr + 1; keys sk + 8u (u < 4). Output mapping:
-  // rows orow + 0..3; columns oc + 16v (v < D/16 rounded up).
-  const int sr = (t >> 3) * 2, sk = t & 7;
-  const int orow = (t >> 4) * 4, oc = t & 15;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  float acc[4][kTileMaxD / 16];
+  // Scores: queries 4 tq + x, keys 4 tk + u. Output: queries 8 oq + x,
+  // dimensions 4 od + 64 v + e.
+  const int tq = t >> 3, tk = t & 7, oq = t >> 4, od = t & 15;
+  float m_run[4], l_run[4];
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
+  for (int x = 0; x < 4; ++x) {
+    m_run[x] = -INFINITY;
+    l_run[x] = 0.f;
+  }
+  float acc[8][8];
 #pragma unroll
-    for (int v = 0; v < kTileMaxD / 16; ++v) acc[r][v] = 0.f;
+  for (int x = 0; x < 8; ++x)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[x][e] = 0.f;
   const int64_t ko = b * a.ks[0] + kh * a.ks[1], vo = b * a.vs[0] + kh * a.vs[1];
+  const float4* Q4 = reinterpret_cast<const float4*>(QsT);
+  const float4* K4 = reinterpret_cast<const float4*>(KsT);
   for (int64_t j0 = 0; j0 < jend; j0 += kBK) {
-    __syncthreads();  // the previous tile's Ks, Vs and Ps are no longer read
-    for (int64_t e = t; e < kBK * D; e += kTileThreads) {
-      const int64_t r = e / D, d = e % D, j = j0 + r;
-      const bool in = j < jend;
-      Ks[r * dp + d] = in ? ld(a.k, a.dt, ko + j * a.ks[2] + d * a.ks[3]) : 0.f;
-      Vs[r * D + d] = in ? ld(a.v, a.dt, vo + j * a.vs[2] + d * a.vs[3]) : 0.f;
-    }
+    __syncthreads();  // the previous tile's keys, values and P are read
+    if (loader)
+      for (int r = ld_r0; r < kBK; r += ld_step) {
+        const int64_t j = j0 + r;
+        const bool in = j < jend;
+        KsT[ld_d * kKPitch + r] = in ? ld(a.k, a.dt, ko + j * a.ks[2] + ld_d * a.ks[3]) : 0.f;
+        Vs[r * D + ld_d] = in ? ld(a.v, a.dt, vo + j * a.vs[2] + ld_d * a.vs[3]) : 0.f;
+      }
     __syncthreads();
-    float s[2][4];
+    float s[4][4];
 #pragma unroll
-    for (int x = 0; x < 2; ++x)
+    for (int x = 0; x < 4; ++x)
 #pragma unroll
       for (int u = 0; u < 4; ++u) s[x][u] = 0.f;
     for (int64_t d = 0; d < D; ++d) {
-      const float q0 = Qs[sr * dp + d], q1 = Qs[(sr + 1) * dp + d];
+      const float4 q4 = Q4[d * (kQPitch / 4) + tq], k4 = K4[d * (kKPitch / 4) + tk];
+      const float qv[4] = {q4.x, q4.y, q4.z, q4.w}, kv[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float kv = Ks[(sk + 8 * u) * dp + d];
-        s[0][u] += q0 * kv;
-        s[1][u] += q1 * kv;
-      }
+      for (int x = 0; x < 4; ++x)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) s[x][u] += qv[x] * kv[u];
     }
 #pragma unroll
-    for (int x = 0; x < 2; ++x) {
-      const int64_t i = i0 + sr + x;
+    for (int x = 0; x < 4; ++x) {
+      const int64_t i = i0 + 4 * tq + x;
       float tmax = -INFINITY;
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        const int64_t j = j0 + sk + 8 * u;
+        const int64_t j = j0 + 4 * tk + u;
         float z = -INFINITY;
         if (j < jend && i < a.S && (!a.causal || j <= i + a.off)) {
           const float mv = a.mask ? ld(a.mask, a.mdt, b * a.ms[0] + j * a.ms[1]) : 0.f;
@@ -251,7 +267,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_tile_kernel(AttnArgs a
         s[x][u] = z;
         tmax = fmaxf(tmax, z);
       }
-      // The row's 32 scores live in 8 consecutive lanes.
+      // A row's 32 scores are in 8 consecutive lanes.
       for (int o = 1; o < 8; o <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
       const float mnew = fmaxf(m_run[x], tmax);
       const float c = m_run[x] == -INFINITY ? 0.f : expf(m_run[x] - mnew);
@@ -259,59 +275,59 @@ __global__ void __launch_bounds__(kTileThreads) attention_tile_kernel(AttnArgs a
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const float p = s[x][u] == -INFINITY ? 0.f : expf(s[x][u] - mnew);
-        Ps[(sr + x) * (kBK + 1) + sk + 8 * u] = p;
+        PsT[(4 * tk + u) * kPsPitch + 4 * tq + x] = p;
         psum += p;
       }
       for (int o = 1; o < 8; o <<= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
       l_run[x] = l_run[x] * c + psum;
       m_run[x] = mnew;
-      if (sk == 0) corr_s[sr + x] = c;
+      if (tk == 0) corr_s[4 * tq + x] = c;
     }
     __syncthreads();
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const float c = corr_s[orow + r];
+    for (int x = 0; x < 8; ++x) {
+      const float c = corr_s[8 * oq + x];
 #pragma unroll
-      for (int v = 0; v < kTileMaxD / 16; ++v) acc[r][v] *= c;
+      for (int e = 0; e < 8; ++e) acc[x][e] *= c;
     }
-    const int64_t kn = min(int64_t(kBK), jend - j0);
-    for (int64_t kk = 0; kk < kn; ++kk) {
-      float p[4];
+    const int kn = static_cast<int>(min(int64_t(kBK), jend - j0));
+    const bool hi = 64 + 4 * od < D;  // the second group of 4 dimensions exists
+    const bool lo = 4 * od < D;
+    for (int kk = 0; kk < kn; ++kk) {
+      const float4 p0 = *reinterpret_cast<const float4*>(PsT + kk * kPsPitch + 8 * oq);
+      const float4 p1 = *reinterpret_cast<const float4*>(PsT + kk * kPsPitch + 8 * oq + 4);
+      const float pv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+      float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
+      if (lo) v0 = *reinterpret_cast<const float4*>(Vs + kk * D + 4 * od);
+      if (hi) v1 = *reinterpret_cast<const float4*>(Vs + kk * D + 64 + 4 * od);
+      const float vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
-      for (int r = 0; r < 4; ++r) p[r] = Ps[(orow + r) * (kBK + 1) + kk];
+      for (int x = 0; x < 8; ++x)
 #pragma unroll
-      for (int v = 0; v < kTileMaxD / 16; ++v) {
-        const int64_t d = oc + 16 * v;
-        if (d < D) {
-          const float vv = Vs[kk * D + d];
-#pragma unroll
-          for (int r = 0; r < 4; ++r) acc[r][v] += p[r] * vv;
-        }
-      }
+        for (int e = 0; e < 8; ++e) acc[x][e] += pv[x] * vv[e];
     }
   }
-  if (sk == 0) {
-    l_s[sr] = l_run[0];
-    l_s[sr + 1] = l_run[1];
-  }
+  if (tk == 0)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) l_s[4 * tq + x] = l_run[x];
   __syncthreads();
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int64_t i = i0 + orow + r;
+  for (int x = 0; x < 8; ++x) {
+    const int64_t i = i0 + 8 * oq + x;
     if (i >= a.S) continue;
-    const float l = l_s[orow + r];
+    const float l = l_s[8 * oq + x];
 #pragma unroll
-    for (int v = 0; v < kTileMaxD / 16; ++v) {
-      const int64_t d = oc + 16 * v;
+    for (int e = 0; e < 8; ++e) {
+      const int64_t d = (e < 4 ? 4 * od + e : 64 + 4 * od + e - 4);
       if (d < D)
         st(a.out, a.odt, b * a.os[0] + h * a.os[1] + i * a.os[2] + d * a.os[3],
-           l > 0.f ? acc[r][v] / l : 0.f);
+           l > 0.f ? acc[x][e] / l : 0.f);
     }
   }
 }
 
 size_t tile_smem_bytes(int64_t D) {
-  return static_cast<size_t>(kBQ * (D + 1) + kBK * (D + 1) + kBK * D + kBQ * (kBK + 1) + 2 * kBQ) *
+  return static_cast<size_t>(D * kQPitch + D * kKPitch + kBK * D + kBK * kPsPitch + 2 * kBQ) *
          sizeof(float);
 }
 
@@ -842,7 +858,7 @@ oslo_status fused_attention(void* self, const oslo_bk_view* out, const oslo_bk_v
     a.off = causal_offset;
     if (rows > 0x7fffffffLL) fail(OSLO_ERR_NOT_SUPPORTED, "attention: too many query rows");
     // Prefill (16+ queries a head): the tiled kernel.
-    if (S >= 16 && D <= kTileMaxD) {
+    if (S >= 16 && D <= kTileMaxD && D % 4 == 0) {
       const size_t bytes = tile_smem_bytes(D);
       if (!in.tile_smem_set) {
         check_cuda(
