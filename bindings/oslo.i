@@ -45,6 +45,7 @@
 #endif
 
 %{
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -630,12 +631,40 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
 %newobject oslo_model::m_train_step;
 %newobject oslo_model::m_backward;
 %extend oslo_model {
-  /* oslo_model_load; dtype -1 keeps the checkpoint's. Collective. */
-  oslo_model(oslo_context *ctx, const char *path, int dtype) {
+  /* oslo_model_load; dtype -1 keeps the checkpoint's; virtual_stages and
+     layers are the options' pipeline_virtual_stages and pipeline_layers,
+     the latter as "A,B,..." blocks per virtual stage ("" splits evenly).
+     Collective. */
+  oslo_model(oslo_context *ctx, const char *path, int dtype, int virtual_stages,
+             const char *layers) {
     oslo_model *m = NULL;
     oslo_model_options o;
+    int32_t counts[1024];
+    int32_t n = 0;
     if (!oslo_bind_check(oslo_model_options_init(&o, OSLO_MODEL_OPTIONS_VERSION))) return NULL;
     o.dtype = dtype;
+    o.pipeline_virtual_stages = virtual_stages;
+    if (layers && *layers) {
+      const char *p = layers;
+      for (;;) {
+        char *end = NULL;
+        long v;
+        errno = 0;
+        v = strtol(p, &end, 10);
+        if (end == p || errno != 0 || v < INT32_MIN || v > INT32_MAX || n == 1024 ||
+            (*end != ',' && *end != '\0')) {
+          oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT,
+                         "pipeline_layers \"%s\": not a list of at most 1024 block counts",
+                         layers);
+          return NULL;
+        }
+        counts[n++] = (int32_t)v;
+        if (*end == '\0') break;
+        p = end + 1;
+      }
+      o.pipeline_layers = counts;
+      o.pipeline_layers_count = n;
+    }
     oslo_bind_check(oslo_model_load(ctx, path, &o, &m));
     return m;
   }

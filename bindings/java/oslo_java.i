@@ -893,12 +893,30 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
 
   /** Loads a model keeping the checkpoint's dtype. Collective. */
   public Model(Context ctx, String path) {
-    this(ctx, path, -1);
+    this(ctx, path, -1, 1, "");
   }
 
   /** Loads a model converting its weight matrices to {@code dtype}. Collective. */
   public Model(Context ctx, String path, DType dtype) {
-    this(ctx, path, dtype.swigValue());
+    this(ctx, path, dtype.swigValue(), 1, "");
+  }
+
+  /**
+   * Loads a model over the context's pipeline stages: {@code virtualStages}
+   * model chunks per rank (1: none; the interleaved schedule otherwise) and
+   * {@code layers} blocks per virtual stage, in order ({@code null}: split
+   * evenly), e.g. {9, 3} to give the stage with the head fewer blocks.
+   * {@code dtype} null keeps the checkpoint's. Collective.
+   */
+  public Model(Context ctx, String path, DType dtype, int virtualStages, int[] layers) {
+    this(ctx, path, dtype == null ? -1 : dtype.swigValue(), virtualStages, joinCounts(layers));
+  }
+
+  private static String joinCounts(int[] layers) {
+    if (layers == null) return "";
+    StringBuilder b = new StringBuilder();
+    for (int i = 0; i < layers.length; ++i) b.append(i == 0 ? "" : ",").append(layers[i]);
+    return b.toString();
   }
 
   static java.nio.LongBuffer directLongs(int n) {

@@ -284,6 +284,36 @@ func TestOptimizerPipelineOptions(t *testing.T) {
 	}
 }
 
+// LoadModelWith's pipeline options reach oslo_model_load: on one stage,
+// PipelineLayers {2} (all of gpt2-tiny's blocks) with DType F32 generates
+// what LoadModel generates, and {1} is ErrInvalidArgument naming the sum.
+func TestLoadModelWithPipelineLayers(t *testing.T) {
+	ctx := soloContext(t)
+	defer ctx.Close()
+	fixture := filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny")
+	prompt := [][]int64{{5, 9, 14, 3}}
+	o := oslo.GenerateOptions{MaxNewTokens: 6}
+	m, err := oslo.LoadModel(ctx, fixture)
+	must(t, err)
+	want, err := m.Generate(prompt, o)
+	must(t, err)
+	must(t, m.Close())
+	f32 := oslo.F32
+	m, err = oslo.LoadModelWith(ctx, fixture, oslo.ModelOptions{DType: &f32, PipelineLayers: []int{2}})
+	must(t, err)
+	got, err := m.Generate(prompt, o)
+	must(t, err)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("with PipelineLayers {2}: %v, plain: %v", got, want)
+	}
+	must(t, m.Close())
+	_, err = oslo.LoadModelWith(ctx, fixture, oslo.ModelOptions{PipelineLayers: []int{1}})
+	wantErr(t, "PipelineLayers {1}", err, oslo.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "sum to 1") {
+		t.Fatalf("the error does not name the sum: %v", err)
+	}
+}
+
 // Optimizer.SaveCheckpoint / LoadCheckpoint: resuming from a training
 // checkpoint in a new model and optimizer gives bitwise the losses of the
 // uninterrupted run and the saved TrainState; a model folder is not a

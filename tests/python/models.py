@@ -284,9 +284,46 @@ def train_gpt2_tiny_pp2(*args):
     run_ranks(body, _world(threads), threads > 0)
 
 
+def model_gpt2_generate_pp2_layers(*args):
+    """GPT-2 with 4 blocks over two pipeline stages cut by Model's
+    pipeline_layers ([1, 3], [3, 1]) and into virtual stages
+    (pipeline_virtual_stages=2): greedy tokens equal to transformers' each
+    way; counts that do not add up to the blocks, a non-int count and a
+    string are refused by name."""
+    (fixture,), threads = _split(args)
+    ref = json.load(open(os.path.join(fixture, "reference.json")))
+    prompts, greedy = ref["prompts"], ref["greedy"]
+
+    def body(cfg):
+        cfg = dict(cfg, tensor_parallel_size=1, pipeline_parallel_size=2)
+        with oslo.Context(cfg) as ctx:
+            for kw in ({"pipeline_layers": [1, 3]}, {"pipeline_layers": (3, 1)},
+                       {"pipeline_virtual_stages": 2},
+                       {"pipeline_virtual_stages": 2, "pipeline_layers": [1, 1, 1, 1]}):
+                with oslo.Model(ctx, fixture, **kw) as m:
+                    got = m.generate(prompts, max_new_tokens=greedy["max_new_tokens"],
+                                     eos_token_id=greedy["eos_token_id"],
+                                     pad_token_id=greedy["pad_token_id"])
+                    for i, p in enumerate(prompts):
+                        want = greedy["outputs"][f"greedy_{i}"][len(p):]
+                        check(got[i] == want, f"{kw} greedy {i}: {got[i]} != {want}")
+            for bad, what in (({"pipeline_layers": [2, 1]}, "sum to 3"),
+                              ({"pipeline_layers": [1.5, 2.5]}, "int"),
+                              ({"pipeline_layers": "1,3"}, "sequence"),
+                              ({"pipeline_virtual_stages": True}, "int")):
+                e = raises(oslo.InvalidArgumentError, lambda: oslo.Model(ctx, fixture, **bad))
+                check(what in str(e), f"{bad}: {e}")
+            if ctx.rank() == 0:
+                print("GPT-2 (4 blocks) on 2 pipeline stages cut [1, 3], [3, 1] and into 4 "
+                      "virtual stages: greedy equal to transformers")
+
+    run_ranks(body, _world(threads), threads > 0)
+
+
 if __name__ == "__main__":
     main({"model_bert_minilm_embed": model_bert_minilm_embed,
           "model_gpt2_generate": model_gpt2_generate,
           "model_gpt2_checkpoint_save_load": model_gpt2_checkpoint_save_load,
           "train_gpt2_tiny": train_gpt2_tiny,
-          "train_gpt2_tiny_pp2": train_gpt2_tiny_pp2})
+          "train_gpt2_tiny_pp2": train_gpt2_tiny_pp2,
+          "model_gpt2_generate_pp2_layers": model_gpt2_generate_pp2_layers})

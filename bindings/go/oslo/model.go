@@ -2,6 +2,8 @@ package oslo
 
 import (
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/oslo/oslo/bindings/go/oslo/internal/capi"
@@ -48,20 +50,53 @@ type ModelInfo struct {
 // LoadModel loads the model at path (a Hugging Face folder or an oslo
 // parallel checkpoint) into this rank's share of the tensor group, in the
 // checkpoint's dtype. Collective over the world group.
-func LoadModel(ctx *Context, path string) (*Model, error) { return loadModel(ctx, path, -1) }
+func LoadModel(ctx *Context, path string) (*Model, error) {
+	return loadModel(ctx, path, -1, 1, "")
+}
 
 // LoadModelAs is LoadModel with the weights converted to dtype (F32, F16
 // or BF16).
 func LoadModelAs(ctx *Context, path string, dtype DType) (*Model, error) {
-	return loadModel(ctx, path, int(dtype))
+	return loadModel(ctx, path, int(dtype), 1, "")
 }
 
-func loadModel(ctx *Context, path string, dtype int) (*Model, error) {
+// ModelOptions are LoadModelWith's options beyond the path.
+type ModelOptions struct {
+	// DType converts the weight matrices (F32, F16 or BF16); nil keeps the
+	// checkpoint's.
+	DType *DType
+	// PipelineVirtualStages is the number of model chunks per pipeline
+	// rank (0 or 1: none; more: the interleaved schedule).
+	PipelineVirtualStages int
+	// PipelineLayers gives the blocks of each virtual stage in order (nil:
+	// split evenly), e.g. {9, 3} to give the stage with the head fewer.
+	PipelineLayers []int
+}
+
+// LoadModelWith is LoadModel with options: the dtype and how the blocks
+// are cut into the context's pipeline stages. Collective.
+func LoadModelWith(ctx *Context, path string, o ModelOptions) (*Model, error) {
+	dt := -1
+	if o.DType != nil {
+		dt = int(*o.DType)
+	}
+	vs := o.PipelineVirtualStages
+	if vs == 0 {
+		vs = 1
+	}
+	counts := make([]string, len(o.PipelineLayers))
+	for i, c := range o.PipelineLayers {
+		counts[i] = strconv.Itoa(c)
+	}
+	return loadModel(ctx, path, dt, vs, strings.Join(counts, ","))
+}
+
+func loadModel(ctx *Context, path string, dtype, virtualStages int, layers string) (*Model, error) {
 	if err := ctx.check(); err != nil {
 		return nil, err
 	}
 	var m capi.Model
-	err := call(func() { m = capi.NewModel(ctx.c, path, dtype) })
+	err := call(func() { m = capi.NewModel(ctx.c, path, dtype, virtualStages, layers) })
 	runtime.KeepAlive(ctx)
 	if err != nil {
 		return nil, err

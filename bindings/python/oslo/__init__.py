@@ -826,6 +826,13 @@ def _refuse(what, msg):
     return InvalidArgumentError(f"{what}: {msg}", Status.INVALID_ARGUMENT)
 
 
+def _int_arg(what, v):
+    """An int argument (an int or numpy integer, not a bool or float)."""
+    if isinstance(v, bool) or not isinstance(v, (int, _np.integer)):
+        raise _refuse(what, f"must be an int, not {type(v).__name__}")
+    return int(v)
+
+
 def _int_row(what, i, row):
     """One row of token ids as an int64 array: a list, tuple or 1-D integer
     numpy array of ints (not bools, floats, strings or None)."""
@@ -956,9 +963,25 @@ class Model(_Handle):
     the attention mask built), texts (encoded by the tokenizer of the
     model's folder, loaded on first use), or what Tokenizer(texts) returns."""
 
-    def __init__(self, ctx, path, dtype=None):
+    def __init__(self, ctx, path, dtype=None, *, pipeline_virtual_stages=1,
+                 pipeline_layers=None):
+        """Loads the model at path (oslo_model_load). dtype converts the
+        weight matrices (None keeps the checkpoint's). With pipeline stages
+        (the context's pipeline_parallel_size above 1):
+        pipeline_virtual_stages model chunks per rank (the interleaved
+        schedule), and pipeline_layers the blocks of each virtual stage, in
+        order (None: split evenly), e.g. [9, 3] to give the stage holding the
+        head fewer blocks."""
         d = -1 if dtype is None else int(_dtype(dtype))
-        super().__init__(_c.Model(ctx._handle(), os.fspath(path), d), ctx)
+        vs = _int_arg("pipeline_virtual_stages", pipeline_virtual_stages)
+        layers = ""
+        if pipeline_layers is not None:
+            if isinstance(pipeline_layers, (str, bytes)) or not hasattr(pipeline_layers, "__iter__"):
+                raise _refuse("pipeline_layers", "must be a sequence of block counts, not "
+                              f"{type(pipeline_layers).__name__}")
+            layers = ",".join(str(_int_arg(f"pipeline_layers[{i}]", c))
+                              for i, c in enumerate(pipeline_layers))
+        super().__init__(_c.Model(ctx._handle(), os.fspath(path), d, vs, layers), ctx)
         self._ctx = ctx
         self._path = os.fspath(path)
         self._tok = None

@@ -725,6 +725,29 @@ public class OsloTest {
     }
   }
 
+  /**
+   * Model's pipeline options reach oslo_model_load: on one stage, blocks
+   * {2} (all of gpt2-tiny's) generate what the plain load generates, and
+   * {1} is INVALID_ARGUMENT naming the sum.
+   */
+  @Test
+  void modelPipelineLayers() {
+    long[] prompt = {5, 9, 14, 3};
+    try (Context ctx = new Context()) {
+      long[] want;
+      try (Model m = new Model(ctx, property("oslo.fixture"))) {
+        want = m.generate(prompt, 6);
+      }
+      try (Model m = new Model(ctx, property("oslo.fixture"), DType.F32, 1, new int[] {2})) {
+        assertArrayEquals(want, m.generate(prompt, 6));
+      }
+      OsloException e = assertThrows(OsloException.class,
+          () -> new Model(ctx, property("oslo.fixture"), null, 1, new int[] {1}));
+      assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+      assertTrue(e.getMessage().contains("sum to 1"), e.getMessage());
+    }
+  }
+
   static void deleteTree(Path dir) throws IOException {
     if (!Files.exists(dir)) return;
     try (Stream<Path> w = Files.walk(dir)) {
