@@ -4,7 +4,7 @@
 # dependencies again (so that the libraries liboslo0 needs are no longer
 # there), installs the packages with `apt install ./liboslo0_*.deb
 # ./liboslo-dev_*.deb ./oslo-tools_*.deb` (apt fetches what their Depends
-# name), then builds examples/outside against the installed oslo with
+# name, oneDNN among them), then builds examples/outside against the installed oslo with
 # pkg-config (its Makefile) and with find_package (its CMakeLists.txt), runs
 # both on 2 ranks under the installed oslo-run and checks that every rank
 # prints MATCH. A small program also loads a SentencePiece .model through
@@ -48,18 +48,25 @@ echo "== removing the build dependencies' libraries"
 apt-get purge -y -qq libdnnl-dev libgloo-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev \
   libsentencepiece-dev >/dev/null
 apt-get autoremove -y -qq >/dev/null
-for p in libdnnl3 libgloo0 libsentencepiece0 libutf8proc2; do
-  if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    echo "$p is still installed: the check would not show that apt installs it" >&2
-    exit 1
-  fi
-done
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+# The packages liboslo0's Depends names (dpkg-shlibdeps computed them).
+needs=$(dpkg-deb --field "$debs"/liboslo0_*.deb Depends | tr ',' '\n' | sed 's/[ (].*//; s/^ *//' |
+  grep -v '^$')
+absent=()
+for p in $needs; do installed "$p" || absent+=("$p"); done
+echo "liboslo0 depends on: $(echo $needs); not installed now: ${absent[*]:-none}"
+# oneDNN came only with the build dependencies: apt must fetch it again.
+case " ${absent[*]:-} " in
+  *" libdnnl"*) ;;
+  *) echo "oneDNN (libdnnl*) is still installed, or liboslo0 does not depend on it" >&2; exit 1 ;;
+esac
 
 echo "== apt install ./liboslo0_*.deb ./liboslo-dev_*.deb ./oslo-tools_*.deb"
 (cd "$debs" && apt-get install -y -qq ./liboslo0_*.deb ./liboslo-dev_*.deb ./oslo-tools_*.deb \
   >/dev/null)
-for p in liboslo0 liboslo-dev oslo-tools libdnnl3 libgloo0 libsentencepiece0; do
-  printf '%-20s %s\n' "$p" "$(dpkg-query -W -f='${Version} ${Status}' "$p")"
+for p in liboslo0 liboslo-dev oslo-tools $needs; do
+  installed "$p" || { echo "$p is not installed" >&2; exit 1; }
+  printf '  %-22s %s\n' "$p" "$(dpkg-query -W -f='${Version}' "$p")"
 done
 test -x /usr/bin/oslo-run
 test -x /usr/bin/oslo
