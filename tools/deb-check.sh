@@ -50,7 +50,7 @@ apt-get purge -y -qq libdnnl-dev libgloo-dev nlohmann-json3-dev libpcre2-dev lib
 apt-get autoremove -y -qq >/dev/null
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 # The packages liboslo0's Depends names (dpkg-shlibdeps computed them).
-needs=$(dpkg-deb --field "$debs"/liboslo0_*.deb Depends | tr ',' '\n' | sed 's/[ (].*//; s/^ *//' |
+needs=$(dpkg-deb --field "$debs"/liboslo0_*.deb Depends | tr ',' '\n' | sed 's/^ *//; s/[ (].*//' |
   grep -v '^$')
 absent=()
 for p in $needs; do installed "$p" || absent+=("$p"); done
