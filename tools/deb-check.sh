@@ -8,7 +8,10 @@
 # pkg-config (its Makefile) and with find_package (its CMakeLists.txt), runs
 # both on 2 ranks under the installed oslo-run and checks that every rank
 # prints MATCH. A small program also loads a SentencePiece .model through
-# the packaged shim (libsentencepiece comes from liboslo0's Depends).
+# the packaged shim (libsentencepiece comes from liboslo0's Depends), and
+# the main job (examples/minilm/semantic_search.c, the real MiniLM fetched
+# by tools/fetch-minilm.sh) built against the packages prints its table and
+# MATCH on 2 ranks.
 #
 # It changes the system it runs on (apt-get install / purge as root): run it
 # on a throwaway machine, e.g. a brand-new minimal Debian 12:
@@ -118,4 +121,13 @@ C
 cc -std=c99 -Wall -Wextra -Werror $(pkg-config --cflags oslo) "$work/spm.c" \
   $(pkg-config --libs oslo) -o "$work/spm"
 "$work/spm" "$src/tests/tokenizer/fixtures/llama2_spm/tokenizer.model"
-echo "deb-check: OK (liboslo0, liboslo-dev and oslo-tools installed with apt; examples/outside built both ways and matched on 2 ranks)"
+echo "== the main job against the packages: examples/minilm/semantic_search.c, all-MiniLM-L6-v2 on 2 ranks"
+cc -std=c99 -O2 -Wall -Wextra -Werror $(pkg-config --cflags oslo) "$src/examples/minilm/semantic_search.c" \
+  $(pkg-config --libs oslo) -lm -o "$work/semantic_search"
+bash "$src/tools/fetch-minilm.sh" "$work/minilm"
+oslo-run --nproc-per-node 2 "$work/semantic_search" "$work/minilm" \
+  "$src/examples/minilm/reference.txt" >"$work/minilm.out"
+cat "$work/minilm.out"
+grep -qx MATCH "$work/minilm.out" || { echo "the main job did not print MATCH" >&2; exit 1; }
+grep -q '^cosine similarity (TP=2)' "$work/minilm.out" || { echo "no similarity table" >&2; exit 1; }
+echo "deb-check: OK (liboslo0, liboslo-dev and oslo-tools installed with apt; examples/outside built both ways and matched on 2 ranks; the main job's table and MATCH)"
