@@ -27,8 +27,10 @@ case "${1:-}" in
   # its JUnit 5 java_* tests.
   # golang-go (Go >= 1.19, with swig4.0): the Go binding (OSLO_BUILD_GO) and
   # its go_* tests.
+  # dpkg-dev and file: cpack -G DEB's dpkg-shlibdeps (install_deb_packages).
   --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps
-                 libtorch-dev swig4.0 python3-dev openjdk-17-jdk-headless junit5 golang-go) ;;
+                 libtorch-dev swig4.0 python3-dev openjdk-17-jdk-headless junit5 golang-go
+                 dpkg-dev file) ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
 missing=()

@@ -39,7 +39,8 @@
 // gives a []float32 (or []int32, []int64) over a tensor's C memory,
 // valid while the tensor is open.
 //
-// The package is cgo over the SWIG-generated internal/capi; build it
-// against an installed oslo with CGO_CFLAGS="$(pkg-config --cflags oslo)"
-// and CGO_LDFLAGS="$(pkg-config --libs oslo)" (bindings/README.md).
+// The package is cgo over the SWIG-generated internal/capi, which finds
+// oslo with pkg-config (`#cgo pkg-config: oslo`): against an installed
+// oslo it builds with no CGO_CFLAGS or CGO_LDFLAGS, given PKG_CONFIG_PATH
+// for a prefix of one's own (bindings/README.md, docs/PACKAGING.md).
 package oslo

@@ -1,10 +1,10 @@
 // Package tests holds the Go binding's tests: one Test per case of
 // tests/bindings/cases.txt (TestContextFromConfig for context_from_config,
 // ...) and the Go-specific ones. ctest runs each as go_<case> with the
-// binary `go test -c` builds (tests/go/CMakeLists.txt). A case ending in
-// _w2 runs on 2 ranks: as 2 processes under oslo-run (WORLD_SIZE set), or
-// as 2 goroutines of this process, each with its own context and a file://
-// rendezvous (otherwise).
+// binary `go test -c` builds (tests/go/CMakeLists.txt); `go test ./...` in
+// bindings/go runs them all. A case ending in _w2 runs on 2 ranks: as 2
+// processes under oslo-run (WORLD_SIZE set), or as 2 goroutines of this
+// process, each with its own context and a file:// rendezvous (otherwise).
 package tests
 
 import (
@@ -23,12 +23,44 @@ import (
 	"github.com/oslo/oslo/bindings/go/oslo"
 )
 
-// env is a fixture path from the environment ctest sets, or a skip.
+// sourceFixtures: where each fixture lies in a source checkout, relative
+// to its root, for `go test ./...` in bindings/go (whose tests run in
+// bindings/go/tests); ctest sets the variables instead.
+var sourceFixtures = map[string]string{
+	"OSLO_FIXTURES":         "tests/models/fixtures",
+	"OSLO_MINILM":           "build/minilm",
+	"OSLO_MINILM_REFERENCE": "examples/minilm/reference.txt",
+	"OSLO_HEADER":           "include/oslo.h",
+	"OSLO_TRAIN_CASE":       "tests/bindings/train_gpt2_tiny.txt",
+	"OSLO_TOKREF":           "tests/bindings/tokenizer_batch_reference.txt",
+}
+
+// fixture is the path the environment variable name gives, else the
+// source checkout's (sourceFixtures) when it exists, else "".
+func fixture(name string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	rel, ok := sourceFixtures[name]
+	if !ok {
+		return ""
+	}
+	p, err := filepath.Abs(filepath.Join("..", "..", "..", filepath.FromSlash(rel)))
+	if err != nil {
+		return ""
+	}
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// env is a fixture path (fixture), or a skip.
 func env(t *testing.T, name string) string {
 	t.Helper()
-	v := os.Getenv(name)
+	v := fixture(name)
 	if v == "" {
-		t.Skipf("%s is not set (ctest sets it)", name)
+		t.Skipf("%s is not set (ctest sets it) and not in this source checkout", name)
 	}
 	return v
 }

@@ -269,7 +269,7 @@ func TestFinalizersAnyOrder(t *testing.T) {
 // oslo_status of include/oslo.h (OSLO_HEADER), value for value, and no
 // more: a status added to the header fails here until Go has it.
 func TestStatusMirrorsHeader(t *testing.T) {
-	path := os.Getenv("OSLO_HEADER")
+	path := fixture("OSLO_HEADER")
 	if path == "" {
 		t.Fatal("OSLO_HEADER (the path of include/oslo.h) is not set")
 	}
