@@ -30,12 +30,12 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--seq N] [--batch N] [--micro M] [--layers A,B,...] "
-                 "[--steps N] [--warmup N] [--threads N]\n",
+                 "[--virtual V] [--steps N] [--warmup N] [--threads N]\n",
                  argv[0]);
     return 2;
   }
   int64_t seq = 128, batch = 8, steps = 1, warmup = 1;
-  int threads = 1, micro = 1;
+  int threads = 1, micro = 1, virt = 1;
   std::vector<int> layers;
   std::string layers_text = "uniform";
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
       warmup = std::atol(v.c_str());
     else if (a == "--threads")
       threads = std::atoi(v.c_str());
+    else if (a == "--virtual")
+      virt = std::atoi(v.c_str());
     else if (a == "--layers") {
       layers_text = v;
       for (size_t at = 0; at < v.size();) {
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
     ModelLoadOptions lo;
     lo.dtype = OSLO_DTYPE_F32;
     lo.pipeline_layers = layers;
+    lo.virtual_stages = virt;
     auto m = Model::load(ctx, argv[1], lo);
     const int64_t V = m->config().vocab_size, n = batch * seq;
     // bench_train's batch: token i is (i * 2654435761 + 7) mod vocab.
@@ -108,23 +111,30 @@ int main(int argc, char** argv) {
     const float mine = static_cast<float>(compute);
     std::vector<float> per(static_cast<size_t>(p), 0.f);
     ctx.comm(OSLO_GROUP_PIPELINE).all_gather(&mine, per.data(), 1, OSLO_DTYPE_F32);
-    const double theory = micro > 1 || p > 1 ? (p - 1.0) / (micro + p - 1.0) : 0.0;
+    // Megatron-LM's bubble, (p - 1) / (v m) of the ideal time, as a
+    // fraction of the step: (p - 1) / (v m + p - 1) (v = 1: 1F1B's).
+    const double theory =
+        micro > 1 || p > 1 ? (p - 1.0) / (static_cast<double>(virt) * micro + p - 1.0) : 0.0;
     double mean = 0;
     for (float c : per) mean += c / p;
     PipeSimOptions so;
-    for (float c : per) so.stage_scale.push_back(mean > 0 ? c / mean : 1.0);
+    // One factor per virtual stage (c p + q): rank q's measured share,
+    // split evenly over its chunks.
+    for (int c = 0; c < virt; ++c)
+      for (float x : per) so.stage_scale.push_back(mean > 0 ? x / mean : 1.0);
     std::vector<std::vector<PipeOp>> ops;
-    for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, 1));
-    const double staged = simulate_pipeline(ops, micro, 1, so).bubble_fraction;
+    for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, virt));
+    const double staged = simulate_pipeline(ops, micro, virt, so).bubble_fraction;
     std::string stages;
     for (float c : per) stages += (stages.empty() ? "" : ", ") + std::to_string(c).substr(0, 6);
     if (ctx.topology().world_rank() == 0)
       std::printf(
-          "{\"engine\": \"oslo\", \"pp\": %d, \"micro_batches\": %d, \"layers\": \"%s\", "
+          "{\"engine\": \"oslo\", \"pp\": %d, \"virtual\": %d, \"micro_batches\": %d, "
+          "\"layers\": \"%s\", "
           "\"threads\": %d, \"seq\": %lld, \"batch\": %lld, \"step_s\": %.3f, "
           "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"bubble_theory\": %.4f, "
           "\"bubble_these_stages\": %.4f, \"stage_compute_s\": [%s], \"loss\": %.4f}\n",
-          p, micro, layers_text.c_str(), threads, static_cast<long long>(seq),
+          p, virt, micro, layers_text.c_str(), threads, static_cast<long long>(seq),
           static_cast<long long>(batch), best, static_cast<double>(n) / best, bubble, theory,
           staged, stages.c_str(), loss);
   } catch (const Error& e) {

@@ -7,7 +7,9 @@
 #   PP=1, 1 thread (the whole batch at once) | PP=2 (oslo-run, 2
 #   processes x 1 thread), 4 and 8
 #   micro-batches, blocks 9 + 3 (the last stage also runs the 50257-word
-#   head, about 5.5 blocks of work) | PP=2, 8 micro-batches, blocks 6 + 6
+#   head, about 5.5 blocks of work) | PP=2, 8 micro-batches, blocks 6 + 6 |
+#   PP=2 interleaved (2 chunks a rank), 4 and 8 micro-batches, virtual
+#   stages of 4, 3, 4, 1 blocks
 # Each line: step time, tokens/s, the measured bubble (1 - the stages'
 # compute / (2 x the longest stage's wall time)), 1F1B's (p - 1) /
 # (m + p - 1) for equal stages, and the bubble 1F1B gives stages of the
@@ -44,6 +46,12 @@ for r in $(seq "$rounds"); do
   row "PP=2, m=8, blocks 9+3" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 8 \
     --layers 9,3
   row "PP=2, m=8, blocks 6+6" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 8
+  # Interleaved: 2 chunks a rank, virtual stages of 4, 3, 4, 1 blocks (rank 0
+  # holds 8, rank 1 4 and the head).
+  row "PP=2, V=2, m=4, blocks 4+3+4+1" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
+    --micro 4 --virtual 2 --layers 4,3,4,1
+  row "PP=2, V=2, m=8, blocks 4+3+4+1" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
+    --micro 8 --virtual 2 --layers 4,3,4,1
 done
 "$py" - "$out/pp-results.jsonl" <<'PY'
 import json, statistics, sys
