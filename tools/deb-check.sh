@@ -98,27 +98,7 @@ oslo-run --nproc-per-node 2 "$work/build-cmake/tp_mlp" >"$work/cmake.out"
 ranks_match "$work/cmake.out"
 
 echo "== SentencePiece .model through the packaged shim"
-cat >"$work/spm.c" <<'C'
-#include <oslo.h>
-#include <stdio.h>
-#include <string.h>
-
-int main(int argc, char **argv) {
-  oslo_tokenizer *tok = NULL;
-  int64_t ids[64];
-  size_t n = 0;
-  const char *text = "Hello world";
-  if (argc != 2 || oslo_tokenizer_load(argv[1], &tok) ||
-      oslo_tokenizer_encode(tok, text, strlen(text), 1, ids, 64, &n)) {
-    fprintf(stderr, "%s\n", oslo_last_error());
-    return 1;
-  }
-  oslo_tokenizer_destroy(tok);
-  printf("SentencePiece .model: %zu ids\n", n);
-  return n > 1 ? 0 : 1;
-}
-C
-cc -std=c99 -Wall -Wextra -Werror $(pkg-config --cflags oslo) "$work/spm.c" \
+cc -std=c99 -Wall -Wextra -Werror $(pkg-config --cflags oslo) "$src/tests/install/spm_prog.c" \
   $(pkg-config --libs oslo) -o "$work/spm"
 "$work/spm" "$src/tests/tokenizer/fixtures/llama2_spm/tokenizer.model"
 echo "== the main job against the packages: examples/minilm/semantic_search.c, all-MiniLM-L6-v2 on 2 ranks"

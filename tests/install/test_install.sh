@@ -43,26 +43,6 @@ int main(void) {
   return good ? 0 : 1;
 }
 C
-cat >"$tmp/spm_prog.c" <<'C'
-#include <oslo.h>
-#include <stdio.h>
-#include <string.h>
-
-int main(int argc, char **argv) {
-  oslo_tokenizer *tok = NULL;
-  int64_t ids[64];
-  size_t n = 0;
-  const char *text = "Hello world";
-  if (argc != 2 || oslo_tokenizer_load(argv[1], &tok) ||
-      oslo_tokenizer_encode(tok, text, strlen(text), 1, ids, 64, &n)) {
-    fprintf(stderr, "%s\n", oslo_last_error());
-    return 1;
-  }
-  oslo_tokenizer_destroy(tok);
-  printf("SentencePiece .model: %zu ids\n", n);
-  return n > 1 ? 0 : 1;
-}
-C
 
 check_prefix() {
   local prefix=$1 tag=$2
@@ -98,7 +78,7 @@ check_prefix() {
     echo "installed liboslo links libsentencepiece / libprotobuf"; exit 1
   fi
   ${CC:-cc} -std=c99 -Wall -Wextra -Werror \
-    $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags oslo) "$tmp/spm_prog.c" \
+    $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags oslo) "$src/tests/install/spm_prog.c" \
     $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --libs oslo) -o "$tmp/spm_prog"
   LD_LIBRARY_PATH=$libdir LD_DEBUG=files LD_DEBUG_OUTPUT="$tmp/ld_debug" \
     "$tmp/spm_prog" "$src/tests/tokenizer/fixtures/llama2_spm/tokenizer.model"
