@@ -22,6 +22,7 @@
 #include "backends/cpu/cpu_matmul.hpp"
 #include "backends/cpu/cpu_ops.hpp"
 #include "core/backend/oslo_backend.h"
+#include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 
 namespace oslo {
@@ -338,8 +339,13 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 // Every required op in every dtype the core uses, and every fused op
 // (attention, residual norm, rotary embedding, product + activation,
 // argmax, norm backward; AdamW in f32) in the float dtypes.
-int op_supported(void*, oslo_bk_op op, oslo_dtype dtype) {
+int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
+  if (op == OSLO_BK_OP_PACKED_MATMUL) {
+    int yes = 0;
+    guard(self, [&](Instance& I) { yes = I.matmul.can_pack(dtype) ? 1 : 0; });
+    return yes;
+  }
   if (op == OSLO_BK_OP_ADAMW) return dtype == OSLO_DTYPE_F32 ? 1 : 0;
   const bool flt = dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
@@ -354,6 +360,36 @@ oslo_status matmul_act(void* self, const V* c, const V* a, const V* b, const V* 
     const cpu::Matmul::Activation epi{act, gate};
     I.matmul.run(I.threads, *c, *a, *b, bias, 1.f, 0.f, &epi);
   });
+}
+// Prepacked weights: the handle is a cpu::Matmul::Packed.
+oslo_status pack_weight(void* self, const V* w, void** packed, size_t* bytes) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(w && packed && bytes, OSLO_ERR_INVALID_ARGUMENT, "pack_weight: NULL argument");
+    OSLO_CHECK(w->data || numel(*w) == 0, OSLO_ERR_INVALID_ARGUMENT, "pack_weight: w has no data");
+    std::unique_ptr<cpu::Matmul::Packed> p = I.matmul.pack(I.threads, *w);
+    OSLO_CHECK(p, OSLO_ERR_NOT_SUPPORTED, "pack_weight: no packed layout for ",
+               dtype_name(w->dtype), " ", shape_of(*w), " on this CPU");
+    *bytes = p->md.get_size();
+    *packed = p.release();
+  });
+}
+oslo_status matmul_packed(void* self, const V* c, const V* a, const V* b, const void* packed,
+                          const V* bias, int act_on, oslo_bk_unary act, const V* gate) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(c && a && b && packed, OSLO_ERR_INVALID_ARGUMENT, "matmul_packed: NULL argument");
+    const auto* p = static_cast<const cpu::Matmul::Packed*>(packed);
+    OSLO_CHECK(
+        b->ndim == 2 && b->dtype == OSLO_DTYPE_BF16 && b->shape[0] == p->K && b->shape[1] == p->N,
+        OSLO_ERR_INVALID_ARGUMENT, "matmul_packed: b ", dtype_name(b->dtype), " ", shape_of(*b),
+        " is not the bf16 [", p->K, ", ", p->N, "] weight the packed copy was made from");
+    OSLO_CHECK(act_on || !gate, OSLO_ERR_INVALID_ARGUMENT,
+               "matmul_packed: a gate without an activation");
+    const cpu::Matmul::Activation epi{act, gate};
+    I.matmul.run(I.threads, *c, *a, *b, bias, 1.f, 0.f, act_on ? &epi : nullptr, p);
+  });
+}
+void packed_free(void*, void* packed) {
+  delete static_cast<cpu::Matmul::Packed*>(packed);
 }
 oslo_status argmax(void* self, const V* index, const V* value, const V* x, int64_t valid) {
   return guard(self, [&](Instance& I) { cpu::argmax(I.threads, *index, *value, *x, valid); });
@@ -452,6 +488,9 @@ oslo_backend_iface make_table() {
   t.argmax = argmax;
   t.norm_backward = norm_backward;
   t.adamw = adamw;
+  t.pack_weight = pack_weight;
+  t.matmul_packed = matmul_packed;
+  t.packed_free = packed_free;
   return t;
 }
 

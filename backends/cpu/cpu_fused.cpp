@@ -236,10 +236,10 @@ void prefill_tiles(int threads, const V& out, const V& q, const Rows& K, const R
             m = std::max(m, row[j]);
           }
           double sum = 0;
-          for (int64_t j = 0; j < lim; ++j) {
-            row[j] = m == kNegInf ? 0.f : std::exp(row[j] - m);
-            sum += row[j];
-          }
+          if (m == kNegInf)
+            std::fill(row, row + lim, 0.f);
+          else
+            sum = exp_sum_f64(row, row, lim, m, true);
           const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.f;
           for (int64_t j = 0; j < lim; ++j) row[j] *= inv;
           for (int64_t j = lim; j < tl; ++j) row[j] = 0.f;

@@ -448,15 +448,59 @@ void few_rows(int threads, int64_t M, int64_t N, int64_t K, const float* a, cons
 Matmul::Matmul() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 Matmul::~Matmul() = default;
 
+bool Matmul::can_pack(oslo_dtype dtype) {
+  if (dtype != OSLO_DTYPE_BF16 || !bf16_prim_ok_) return false;
+  if (pack_ok_ < 0) {  // whether oneDNN has a bf16 matmul here, asked once
+    try {
+      memory::desc a({64, 64}, memory::data_type::bf16, memory::format_tag::ab);
+      memory::desc b({64, 64}, memory::data_type::bf16, memory::format_tag::any);
+      memory::desc c({64, 64}, memory::data_type::f32, memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine_);
+      pack_ok_ = 1;
+    } catch (const dnnl::error&) {
+      pack_ok_ = 0;
+    }
+  }
+  return pack_ok_ == 1;
+}
+
+std::unique_ptr<Matmul::Packed> Matmul::pack(int threads, const V& w) {
+  if (w.ndim != 2 || !can_pack(w.dtype)) return nullptr;
+  const int64_t K = w.shape[0], N = w.shape[1];
+  if (K == 0 || N == 0) return nullptr;
+  // The layout a prefill-sized product (256 rows) asks for; products of
+  // other row counts that take it use it too (bf16_gemm checks).
+  memory::desc a_md({256, K}, memory::data_type::bf16, memory::format_tag::ab);
+  memory::desc any_md({K, N}, memory::data_type::bf16, memory::format_tag::any);
+  memory::desc c_md({256, N}, memory::data_type::f32, memory::format_tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any_md, c_md), engine_);
+  memory::desc plain({K, N}, memory::data_type::bf16, {w.strides[0], w.strides[1]});
+  auto p = std::make_unique<Packed>();
+  p->md = pd.weights_desc();
+  p->mem = memory(p->md, engine_);
+  p->K = K;
+  p->N = N;
+  omp_set_num_threads(std::max(1, threads));
+  memory src(plain, engine_, w.data);
+  dnnl::reorder(src, p->mem).execute(stream_, src, p->mem);
+  stream_.wait();
+  return p;
+}
+
 bool Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2& a, const Mat2& b,
-                       float* c) {
+                       float* c, int64_t ldc, const Packed* packed) {
   if (!bf16_prim_ok_) return false;
-  Key key{M, N, K, a.rs, a.cs, b.rs, b.cs};
+  Key key{M, N, K, a.rs, a.cs, packed ? 0 : b.rs, packed ? 0 : b.cs, ldc};
   auto it = cache_.find(key);
+  if (it != cache_.end() && packed && !(it->second.b_md == packed->md)) {
+    cache_.erase(it);  // another packed layout of this shape
+    it = cache_.end();
+  }
   if (it == cache_.end()) {
     memory::desc a_md({M, K}, memory::data_type::bf16, {a.rs, a.cs});
-    memory::desc b_md({K, N}, memory::data_type::bf16, {b.rs, b.cs});
-    memory::desc c_md({M, N}, memory::data_type::f32, {N, 1});
+    memory::desc b_md =
+        packed ? packed->md : memory::desc({K, N}, memory::data_type::bf16, {b.rs, b.cs});
+    memory::desc c_md({M, N}, memory::data_type::f32, {ldc, 1});
     dnnl::matmul::desc d(a_md, b_md, c_md);
     dnnl::matmul::primitive_desc pd;
     try {
@@ -465,6 +509,9 @@ bool Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2&
       // No bf16 implementation for this CPU (oneDNN 2.6 has none without
       // AVX-512): say so once per instance and let the caller widen.
       if (e.status != dnnl_unimplemented) throw;
+      // A packed layout this row count's kernel does not take: the plain
+      // weight serves (the caller passes it along).
+      if (packed) return bf16_gemm(threads, M, N, K, a, b, c, ldc, nullptr);
       bf16_prim_ok_ = false;
       return false;
     }
@@ -473,14 +520,15 @@ bool Matmul::bf16_gemm(int threads, int64_t M, int64_t N, int64_t K, const Mat2&
   }
   Entry& e = it->second;
   omp_set_num_threads(std::max(1, threads));
-  memory am(e.a_md, engine_, a.data), bm(e.b_md, engine_, b.data), cm(e.c_md, engine_, c);
+  memory am(e.a_md, engine_, a.data), cm(e.c_md, engine_, c);
+  memory bm = packed ? packed->mem : memory(e.b_md, engine_, b.data);
   e.prim.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   stream_.wait();
   return true;
 }
 
 void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias, float alpha,
-                 float beta, const Activation* activation) {
+                 float beta, const Activation* activation, const Packed* packed) {
   for (const V* v : {&c, &a, &b}) {
     OSLO_CHECK(v->ndim == 2 || v->ndim == 3, OSLO_ERR_SHAPE, "matmul operands must be 2-D or 3-D");
     OSLO_CHECK(is_float(v->dtype), OSLO_ERR_DTYPE, "matmul operands must be f32, f16 or bf16, not ",
@@ -557,9 +605,16 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
         sgemm(threads, M, N, K, am, bm, out, ldo, 1.f, 0.f);
       }
     } else {
-      tmp.resize(static_cast<size_t>(M * N));
-      out = tmp.data();
-      ldo = N;
+      // Every 16-bit path below computes out = a @ b: straight into c when
+      // c is plain f32 and nothing but a bias and an activation follows
+      // (applied in place after), else into a scratch for the epilogue.
+      if (direct && alpha == 1.f && beta == 0.f) {
+        epilogue = false;
+      } else {
+        tmp.resize(static_cast<size_t>(M * N));
+        out = tmp.data();
+        ldo = N;
+      }
       static const bool avx512bf16 = __builtin_cpu_supports("avx512bf16");
       if (M <= 8 && bm.rs == 1 && bm.cs >= K && am.dtype == OSLO_DTYPE_BF16 && avx512bf16) {
         // Native bf16 products (vdpbf16ps), f32 accumulation.
@@ -573,7 +628,8 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
         few_rows(threads, M, N, K, a32.data(), bm, out, ldo);
       } else if (am.dtype == OSLO_DTYPE_BF16 &&
                  bf16_gemm(threads, M, N, K, Mat2{am.data, am.rs, am.cs},
-                           Mat2{bm.data, bm.rs, bm.cs}, out)) {
+                           Mat2{bm.data, bm.rs, bm.cs}, out, ldo,
+                           batches == 1 ? packed : nullptr)) {
         // done by oneDNN's bf16 matmul
       } else {
         // f16 (and bf16 where oneDNN has no bf16 matmul for this CPU): widen

@@ -12,7 +12,7 @@
 // Hugging Face transformers as the reference in the same run.
 //
 //   bench_model MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME]
-//               [--prefill-only]
+//               [--prefill-only | --decode-only]
 //
 // With --backend other than cpu (e.g. cuda) the host bandwidth probe and the
 // bound derived from it are left out (bound_ms 0): the GPU's bound comes
@@ -117,16 +117,16 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME] "
-                 "[--prefill-only]\n",
+                 "[--prefill-only | --decode-only]\n",
                  argv[0]);
     return 2;
   }
   int threads = 1, reps = 3, dtype = -1;
   std::string backend = "cpu";
-  bool prefill_only = false;
+  bool prefill_only = false, decode_only = false;
   for (int i = 2; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--prefill-only")) {
-      prefill_only = true;
+    if (!std::strcmp(argv[i], "--prefill-only") || !std::strcmp(argv[i], "--decode-only")) {
+      (argv[i][2] == 'p' ? prefill_only : decode_only) = true;
       continue;
     }
     if (i + 1 >= argc) break;
@@ -170,8 +170,9 @@ int main(int argc, char** argv) {
 
   double prefill = 1e30, decode = 1e30;
   for (int r = 0; r < reps; ++r) {
-    prefill = std::min(prefill, generate(m, 512, 1, info.vocab_size));
-    if (prefill_only) continue;  // (a profile of the prefill alone)
+    // --prefill-only / --decode-only: a profile of one of the two alone.
+    if (!decode_only) prefill = std::min(prefill, generate(m, 512, 1, info.vocab_size));
+    if (prefill_only) continue;
     const double a = generate(m, 32, 1, info.vocab_size);
     const double b = generate(m, 32, 129, info.vocab_size);
     decode = std::min(decode, (b - a) / 128.0);
@@ -179,7 +180,8 @@ int main(int argc, char** argv) {
   // Bytes of weights read per decode step by this rank: every matrix once
   // (the tied head reads the embedding table), in the weight dtype.
   const long peak = peak_rss_kib();  // before the bandwidth probe's 1 GiB
-  const double bw = backend == "cpu" ? stream_bandwidth(threads) : 0.0;
+  const double bw =
+      backend == "cpu" && !decode_only && !prefill_only ? stream_bandwidth(threads) : 0.0;
   const double wbytes = static_cast<double>(info.dtype == OSLO_DTYPE_F32 ? 4 : 2);
   const double H = static_cast<double>(info.hidden_size), L = static_cast<double>(info.num_layers);
   const double V = static_cast<double>(info.vocab_size);

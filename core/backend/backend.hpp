@@ -48,6 +48,7 @@ struct BackendOptions {
 };
 
 class Event;
+class PackedWeight;
 
 class Backend {
  public:
@@ -150,6 +151,22 @@ class Backend {
   // Whether the backend's own fused entry runs `op` for dtype.
   bool uses_fused(oslo_bk_op op, oslo_dtype dtype) const;
 
+  // Prepacked weights (oslo_backend.h's pack_weight/matmul_packed/
+  // packed_free). pack_weight() returns the backend's packed copy of w (a
+  // [K, N] matmul b operand), or nullptr when the backend keeps none for it
+  // (no entries, op_supported says no, fused ops or packing switched off, or
+  // the backend declines the shape). `self` must own this backend: the copy
+  // keeps it alive and frees itself through it.
+  static std::unique_ptr<PackedWeight> pack_weight(const std::shared_ptr<Backend>& self,
+                                                   const View& w);
+  // c = act(a @ b + bias) * gate (act nullptr: c = a @ b + bias) through the
+  // packed copy p of b; the checks of matmul_act().
+  void matmul_packed(const View& c, const View& a, const View& b, const PackedWeight& p,
+                     const View* bias, const oslo_bk_unary* act, const View* gate);
+  // Whether pack_weight() may pack (default: yes; OSLO_PREPACK=0 says no).
+  void set_prepack_enabled(bool on) { prepack_ = on; }
+  bool prepack_enabled() const { return prepack_; }
+
   // Recorded work (oslo_backend.h's graph_begin/graph_end). graph_begin()
   // returns false, recording nothing, when the backend has no graphs or has
   // them switched off: the caller then issues the step directly.
@@ -181,9 +198,37 @@ class Backend {
   void compose_adamw(const View& p, const View& g, const View& m, const View& v, float decay,
                      float beta1, float beta2, float step_size, float bc2_sqrt, float eps);
 
+  void check_matmul_act(const View& c, const View& a, const View& b, const oslo_bk_unary* act,
+                        const View* gate) const;
+
   oslo_backend_iface t_;  // the plugin's table, entries past its struct_size NULL
   void* self_;
   bool fused_ = true;
+  bool prepack_ = true;
+  friend class PackedWeight;
+};
+
+// A weight's packed copy made by Backend::pack_weight(): what it was made
+// from (data, dtype, shape) and the backend's handle, freed on destruction.
+// Not copyable; not thread-safe (one owner).
+class PackedWeight {
+ public:
+  PackedWeight(std::shared_ptr<Backend> be, void* handle, size_t bytes, const View& w)
+      : be_(std::move(be)), handle_(handle), bytes_(bytes), w_(w) {}
+  ~PackedWeight();
+  PackedWeight(const PackedWeight&) = delete;
+  PackedWeight& operator=(const PackedWeight&) = delete;
+  const void* handle() const { return handle_; }
+  size_t bytes() const { return bytes_; }
+  // Whether b is the view this copy was made from.
+  bool made_from(const View& b) const;
+
+ private:
+  friend class Backend;
+  std::shared_ptr<Backend> be_;
+  void* handle_;
+  size_t bytes_;
+  View w_;
 };
 
 // An event of a backend (ABI v2's events, see oslo_backend.h): record() on

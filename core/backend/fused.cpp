@@ -218,11 +218,13 @@ void Backend::compose_rope(const View& x, const View& cos, const View& sin) {
   binary(OSLO_BK_ADD, x2, x2, a.view());
 }
 
-void Backend::matmul_act(const View& c, const View& a, const View& b, const View* bias,
-                         oslo_bk_unary act, const View* gate) {
+void Backend::check_matmul_act(const View& c, const View& a, const View& b,
+                               const oslo_bk_unary* act, const View* gate) const {
   OSLO_CHECK(c.ndim == 2 && a.ndim == 2 && b.ndim == 2, OSLO_ERR_SHAPE,
              "matmul_act operands must be 2-D: c ", dims(c), ", a ", dims(a), ", b ", dims(b));
-  const int a_ = static_cast<int>(act);
+  OSLO_CHECK(act || !gate, OSLO_ERR_INVALID_ARGUMENT, "matmul: a gate without an activation");
+  if (!act) return;
+  const int a_ = static_cast<int>(*act);
   OSLO_CHECK(a_ == OSLO_BK_GELU || a_ == OSLO_BK_GELU_TANH || a_ == OSLO_BK_SILU ||
                  a_ == OSLO_BK_RELU || a_ == OSLO_BK_TANH,
              OSLO_ERR_INVALID_ARGUMENT, "matmul_act: ", a_,
@@ -249,9 +251,49 @@ void Backend::matmul_act(const View& c, const View& a, const View& b, const View
                  "matmul_act: the gate overlaps c without being c itself");
     }
   }
+}
+
+void Backend::matmul_act(const View& c, const View& a, const View& b, const View* bias,
+                         oslo_bk_unary act, const View* gate) {
+  check_matmul_act(c, a, b, &act, gate);
   if (uses_fused(OSLO_BK_OP_MATMUL_ACT, a.dtype))
     return check(t_.matmul_act(self_, &c, &a, &b, bias, act, gate), "matmul_act");
   compose_matmul_act(c, a, b, bias, act, gate);
+}
+
+std::unique_ptr<PackedWeight> Backend::pack_weight(const std::shared_ptr<Backend>& self,
+                                                   const View& w) {
+  Backend& be = *self;
+  if (!be.t_.pack_weight || !be.fused_ || !be.prepack_ || w.ndim != 2 || w.numel() == 0 ||
+      !be.op_supported(OSLO_BK_OP_PACKED_MATMUL, w.dtype))
+    return nullptr;
+  void* h = nullptr;
+  size_t bytes = 0;
+  const oslo_status st = be.t_.pack_weight(be.self_, &w, &h, &bytes);
+  if (st == OSLO_ERR_NOT_SUPPORTED) return nullptr;
+  be.check(st, "pack_weight");
+  OSLO_CHECK(h, OSLO_ERR_INTERNAL, "pack_weight returned OSLO_OK without a handle");
+  return std::make_unique<PackedWeight>(self, h, bytes, w);
+}
+
+void Backend::matmul_packed(const View& c, const View& a, const View& b, const PackedWeight& p,
+                            const View* bias, const oslo_bk_unary* act, const View* gate) {
+  check_matmul_act(c, a, b, act, gate);
+  OSLO_CHECK(p.be_.get() == this && p.made_from(b), OSLO_ERR_INVALID_ARGUMENT,
+             "matmul_packed: the packed copy was made from another weight or backend");
+  check(t_.matmul_packed(self_, &c, &a, &b, p.handle_, bias, act ? 1 : 0,
+                         act ? *act : OSLO_BK_SCALE, gate),
+        "matmul_packed");
+}
+
+PackedWeight::~PackedWeight() {
+  if (handle_) be_->t_.packed_free(be_->self_, handle_);
+}
+
+bool PackedWeight::made_from(const View& b) const {
+  return b.data == w_.data && b.dtype == w_.dtype && b.ndim == 2 && b.shape[0] == w_.shape[0] &&
+         b.shape[1] == w_.shape[1] && b.strides[0] == w_.strides[0] &&
+         b.strides[1] == w_.strides[1];
 }
 
 void Backend::compose_matmul_act(const View& c, const View& a, const View& b, const View* bias,

@@ -205,6 +205,9 @@ typedef enum oslo_bk_op {
    * with 16-bit weights without converting them first (one op and one pass
    * fewer per linear). Other pairings stay refused. */
   OSLO_BK_OP_MATMUL_MIXED = 1031,
+  /** pack_weight() / matmul_packed() / packed_free(): products against a
+   * weight kept in the backend's preferred layout (dtype: the weight's). */
+  OSLO_BK_OP_PACKED_MATMUL = 1032,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -562,6 +565,42 @@ typedef struct oslo_backend_iface {
    * how a caller ends one after an error. An error during the recording is
    * reported here too (and nothing runs). */
   oslo_status (*graph_end)(void *self, int launch);
+
+  /* -- prepacked weights -------------------------------------------------------
+   * Optional and past OSLO_BACKEND_IFACE_V2_GRAPHS_SIZE (all three or none).
+   * A backend whose fast products want the weight in a layout of its own
+   * (oneDNN: the blocked layout its primitive picks for format_tag::any) can
+   * keep such a copy, made once when a model is loaded, instead of
+   * rearranging the weight inside every product. op_supported(
+   * OSLO_BK_OP_PACKED_MATMUL, dtype) says for which weight dtypes it is worth
+   * it (a backend may answer no everywhere). The plain weight stays where it
+   * is and stays the truth: checkpoints read and write it, and a packed copy
+   * does not follow later writes to it (the caller packs again). */
+
+  /** Makes a packed copy of the weight w, a 2-D [K, N] view (the b operand
+   * of matmul(): typically the transpose of an nn.Linear weight [N, K]),
+   * for products a @ w. On OSLO_OK *packed is an opaque handle owned by the
+   * caller (released with packed_free(), before the instance is destroyed)
+   * and *bytes the memory it holds. OSLO_ERR_NOT_SUPPORTED (nothing made)
+   * when the backend keeps no packed form for this dtype or shape; the
+   * caller then keeps calling matmul(). OSLO_ERR_OUT_OF_MEMORY when the
+   * copy does not fit. Reads w; thread-safe as the other entries. */
+  oslo_status (*pack_weight)(void *self, const oslo_bk_view *w, void **packed, size_t *bytes);
+  /** As matmul_act() (act an activation) or matmul() with alpha 1, beta 0
+   * (act_on 0: act and gate ignored, gate must be NULL):
+   *   c = act(a @ b + bias) * gate
+   * where b is the plain weight view packed was made from (same data,
+   * shape, dtype and strides; OSLO_ERR_INVALID_ARGUMENT when its shape or
+   * dtype differ) and a as matmul() takes it (f32 with 16-bit b only
+   * where the backend claims OSLO_BK_OP_MATMUL_MIXED). The backend chooses per call between the
+   * packed copy and b itself (few rows of a: a product that streams b may
+   * be faster), so both must hold the same values. */
+  oslo_status (*matmul_packed)(void *self, const oslo_bk_view *c, const oslo_bk_view *a,
+                               const oslo_bk_view *b, const void *packed,
+                               const oslo_bk_view *bias, int act_on, oslo_bk_unary act,
+                               const oslo_bk_view *gate);
+  /** Releases a handle of pack_weight() (NULL: nothing). Never fails. */
+  void (*packed_free)(void *self, void *packed);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
@@ -572,6 +611,11 @@ typedef struct oslo_backend_iface {
  * (graph_begin, graph_end), appended after v2's required size. */
 #define OSLO_BACKEND_IFACE_V2_GRAPHS_SIZE \
   (offsetof(oslo_backend_iface, graph_end) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the graph entries and the prepacked-weight
+ * entries (pack_weight, matmul_packed, packed_free). */
+#define OSLO_BACKEND_IFACE_V2_PACKED_SIZE \
+  (offsetof(oslo_backend_iface, packed_free) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -655,11 +699,14 @@ OSLO_BK_SLOT_(norm_backward, 56);
 OSLO_BK_SLOT_(adamw, 57);
 OSLO_BK_SLOT_(graph_begin, 58);
 OSLO_BK_SLOT_(graph_end, 59);
+OSLO_BK_SLOT_(pack_weight, 60);
+OSLO_BK_SLOT_(matmul_packed, 61);
+OSLO_BK_SLOT_(packed_free, 62);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_GRAPHS_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after graph_end needs its own size macro");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_PACKED_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after packed_free needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

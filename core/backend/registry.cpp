@@ -125,6 +125,9 @@ oslo_backend_iface validate_backend_table(const oslo_backend_iface* table,
              " provides stream_wait_event but no events (event_create)");
   OSLO_CHECK(!t.free_async == !t.alloc_async, OSLO_ERR_BACKEND_UNAVAILABLE, from,
              " provides only one of alloc_async and free_async");
+  OSLO_CHECK(!t.pack_weight == !t.matmul_packed && !t.pack_weight == !t.packed_free,
+             OSLO_ERR_BACKEND_UNAVAILABLE, from,
+             " provides only some of pack_weight, matmul_packed and packed_free");
   return t;
 }
 

@@ -305,6 +305,25 @@ void Model::rope_tables(const std::vector<int64_t>& positions, Tensor* cos_t, Te
   be.copy(sin_t->data(), s.data(), sin_t->nbytes(), CopyKind::HostToDevice);
 }
 
+void Model::make_packs() {
+  packs_.clear();
+  packs_made_ = true;
+  const auto& bp = ctx_.backend_ptr();
+  for (const auto& L : layers_)
+    for (const Tensor* w : {&L->qkv_w, &L->q_w, &L->k_w, &L->v_w, &L->o_w, &L->gate_up_w, &L->up_w,
+                            &L->gate_w, &L->down_w}) {
+      if (!w->defined() || w->ndim() != 2 || packs_.count(w->data())) continue;
+      std::unique_ptr<PackedWeight> p = Backend::pack_weight(bp, transposed(view(*w)));
+      if (!p) return;  // the backend packs none of this dtype: stop asking
+      packs_.emplace(w->data(), std::move(p));
+    }
+}
+
+const PackedWeight* Model::pack_of(const Tensor& w) const {
+  auto it = packs_.find(w.data());
+  return it == packs_.end() ? nullptr : it->second.get();
+}
+
 Tensor Model::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                   const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
                   int64_t B, int64_t S, bool use_cache) {
@@ -341,6 +360,7 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
                        const std::vector<int64_t>& token_types, const std::vector<float>& key_mask,
                        int64_t B, int64_t S, bool use_cache, int64_t row0, bool broadcast) {
   check_whole("inference");
+  if (!packs_made_) make_packs();
   struct RowGuard {
     int64_t& slot;
     ~RowGuard() { slot = 0; }
@@ -474,7 +494,7 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
     View q, k, v;
     if (L.qkv_w.defined()) {
       qkv = scratch(bp, OSLO_DTYPE_F32, {BS, qw + 2 * kw});
-      linear(be, bp, view(qkv), ain, L.qkv_w, &L.qkv_b);
+      linear(be, bp, view(qkv), ain, L.qkv_w, &L.qkv_b, nullptr, nullptr, pack_of(L.qkv_w));
       q = columns(view(qkv), 0, qw);
       k = columns(view(qkv), qw, kw);
       v = columns(view(qkv), qw + kw, kw);
@@ -482,9 +502,9 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
       qt = scratch(bp, OSLO_DTYPE_F32, {BS, qw});
       kt = scratch(bp, OSLO_DTYPE_F32, {BS, kw});
       vt = scratch(bp, OSLO_DTYPE_F32, {BS, kw});
-      linear(be, bp, view(qt), ain, L.q_w, &L.q_b);
-      linear(be, bp, view(kt), ain, L.k_w, &L.k_b);
-      linear(be, bp, view(vt), ain, L.v_w, &L.v_b);
+      linear(be, bp, view(qt), ain, L.q_w, &L.q_b, nullptr, nullptr, pack_of(L.q_w));
+      linear(be, bp, view(kt), ain, L.k_w, &L.k_b, nullptr, nullptr, pack_of(L.k_w));
+      linear(be, bp, view(vt), ain, L.v_w, &L.v_b, nullptr, nullptr, pack_of(L.v_w));
       q = view(qt);
       k = view(kt);
       v = view(vt);
@@ -494,7 +514,7 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
       rope(k, nkvl_);
     }
     attention(L, q, k, v, att, mask_t, B, S, use_cache);
-    linear(be, bp, view(tmp), view(att), L.o_w, nullptr);
+    linear(be, bp, view(tmp), view(att), L.o_w, nullptr, nullptr, nullptr, pack_of(L.o_w));
     if (!parallel) {
       reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
       defer(view(tmp), &L.o_b);
@@ -512,7 +532,8 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
     if (L.gate_up_w.defined()) {  // fused [gate | up], local [gate_r | up_r]
       const int64_t il = L.gate_up_w.dim(0) / 2;
       up = scratch(bp, OSLO_DTYPE_F32, {BS, 2 * il});
-      linear(be, bp, view(up), min, L.gate_up_w, &L.gate_up_b);
+      linear(be, bp, view(up), min, L.gate_up_w, &L.gate_up_b, nullptr, nullptr,
+             pack_of(L.gate_up_w));
       const View g = columns(view(up), 0, il), u = columns(view(up), il, il);
       act(g);
       be.binary(OSLO_BK_MUL, u, u, g);
@@ -523,15 +544,15 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
       if (tr.gated_mlp) {
         // up = x W_up^T, then up = act(x W_gate^T) * up in the gate
         // product's epilogue.
-        linear(be, bp, view(up), min, L.up_w, &L.up_b);
+        linear(be, bp, view(up), min, L.up_w, &L.up_b, nullptr, nullptr, pack_of(L.up_w));
         const View uv = view(up);
-        linear(be, bp, uv, min, L.gate_w, &L.gate_b, &act_op, &uv);
+        linear(be, bp, uv, min, L.gate_w, &L.gate_b, &act_op, &uv, pack_of(L.gate_w));
       } else {
-        linear(be, bp, view(up), min, L.up_w, &L.up_b, &act_op);
+        linear(be, bp, view(up), min, L.up_w, &L.up_b, &act_op, nullptr, pack_of(L.up_w));
       }
       act_out = view(up);
     }
-    linear(be, bp, mo, act_out, L.down_w, nullptr);
+    linear(be, bp, mo, act_out, L.down_w, nullptr, nullptr, nullptr, pack_of(L.down_w));
     if (parallel) {
       // x + attn + mlp: the two row-parallel partial sums share one all-reduce.
       be.binary(OSLO_BK_ADD, view(tmp), view(tmp), mo);

@@ -264,7 +264,8 @@ class Model : public CausalLM {
   // reads again). Results are the same either way.
   void set_pipeline_micro_tokens(int64_t tokens) { pipeline_micro_tokens_ = tokens; }
   // Call after changing parameters in place (an optimizer step): refreshes
-  // what the model derives from them (Gemma's 1 + w norm weights).
+  // what the model derives from them (Gemma's 1 + w norm weights) and drops
+  // the packed weight copies (made again at the next inference run).
   void parameters_changed();
 
  private:
@@ -361,6 +362,14 @@ class Model : public CausalLM {
   // Compute copies derived from a parameter (unit-offset norm weights: the
   // stored weight + 1) and the params_ index they come from.
   std::vector<std::pair<Tensor, size_t>> derived_;
+  // The backend's packed copies of the block weights (Backend::pack_weight),
+  // by the weight's data pointer: made at the first inference run after
+  // load or after parameters_changed(), which drops them. Training passes
+  // read the plain weights.
+  std::map<const void*, std::unique_ptr<PackedWeight>> packs_;
+  bool packs_made_ = false;
+  void make_packs();
+  const PackedWeight* pack_of(const Tensor& w) const;
   bool checkpoint_activations_ = false;
   size_t saved_activation_bytes_ = 0;
   std::function<void(int)> backward_hook_;

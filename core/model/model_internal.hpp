@@ -52,10 +52,11 @@ inline View rows_bcast(const Tensor& t, int64_t rows) {
 }
 
 // y = x @ w^T + b; with act, y = act(that) * gate (matmul_act: the
-// activation in the product's epilogue where the backend offers it).
+// activation in the product's epilogue where the backend offers it). With
+// `packed` (the backend's packed copy of w^T) the product may read it.
 inline void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& y, const View& x,
                    const Tensor& w, const Tensor* b, const oslo_bk_unary* act = nullptr,
-                   const View* gate = nullptr) {
+                   const View* gate = nullptr, const PackedWeight* packed = nullptr) {
   View xv = x;
   Tensor conv;
   // f32 activations go to a 16-bit product as they are when the backend
@@ -69,7 +70,9 @@ inline void linear(Backend& be, const std::shared_ptr<Backend>& bp, const View& 
   View bv;
   if (b && b->defined()) bv = view(*b);
   const View* bias = (b && b->defined()) ? &bv : nullptr;
-  if (act)
+  if (packed)
+    be.matmul_packed(y, xv, transposed(view(w)), *packed, bias, act, gate);
+  else if (act)
     be.matmul_act(y, xv, transposed(view(w)), bias, *act, gate);
   else
     be.matmul(y, xv, transposed(view(w)), bias);

@@ -111,6 +111,8 @@ std::vector<int> Model::grad_stages() const {
 }
 
 void Model::parameters_changed() {
+  packs_.clear();
+  packs_made_ = false;
   if (derived_.empty()) return;
   Backend& be = ctx_.backend();
   Tensor one = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {1});

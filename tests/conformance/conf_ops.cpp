@@ -1286,6 +1286,111 @@ void test_matmul_act(const std::shared_ptr<Backend>& be) {
   }
 }
 
+// Prepacked weights (pack_weight / matmul_packed / packed_free): where the
+// backend packs a dtype, products through the packed copy equal the f64
+// reference and the plain product, with and without an activation and gate,
+// for row counts on both sides of the backend's few-rows path; the copy is
+// refused for a weight it was not made from and does not follow a write to
+// the weight until packed again. Where it does not pack, pack_weight says so
+// (nullptr) and op_supported agrees.
+void test_packed_matmul(const std::shared_ptr<Backend>& be) {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{1, 96, 72}, {5, 40, 33}, {40, 96, 72}, {300, 130, 200}};
+  for (oslo_dtype dt : kFloats) {
+    g_case = fmt("packed matmul %s support", dtype_name(dt));
+    Dev probe(be, dt, {8, 16});
+    be->fill(probe.v, 0.5);
+    const bool offered = be->op_supported(OSLO_BK_OP_PACKED_MATMUL, dt);
+    {
+      auto p = Backend::pack_weight(be, operand_b(probe, true));
+      check(static_cast<bool>(p) == offered,
+            fmt("pack_weight %s while op_supported says %d", p ? "packed" : "declined", offered));
+      if (!offered) continue;
+      check(p->bytes() >= 8 * 16 * dtype_size(dt), fmt("packed bytes %zu", p->bytes()));
+    }
+    for (const Shape& sh : shapes)
+      for (int mode = 0; mode < 4; ++mode) {  // plain, bias, gelu_tanh + bias, silu * gate (c)
+        g_case = fmt("packed matmul %s M%lld N%lld K%lld mode %d", dtype_name(dt), (long long)sh.M,
+                     (long long)sh.N, (long long)sh.K, mode);
+        Dev a(be, dt, {sh.M, sh.K}), w(be, dt, {sh.N, sh.K}), bias(be, dt, {sh.N});
+        auto ha = random_in(static_cast<size_t>(sh.M * sh.K), dt, 2.0);
+        auto hw = random_in(static_cast<size_t>(sh.N * sh.K), dt);
+        auto hb = random_in(static_cast<size_t>(sh.N), dt);
+        a.upload(ha);
+        w.upload(hw);
+        bias.upload(hb);
+        const View wv = operand_b(w, true);  // [K, N]: an nn.Linear weight transposed
+        auto packed = Backend::pack_weight(be, wv);
+        check(static_cast<bool>(packed), "pack_weight declined a shape");
+        if (!packed) continue;
+        auto hg = random_in(static_cast<size_t>(sh.M * sh.N), OSLO_DTYPE_F32, 1.5);
+        Dev c1(be, OSLO_DTYPE_F32, {sh.M, sh.N}), c2(be, OSLO_DTYPE_F32, {sh.M, sh.N});
+        const oslo_bk_unary act = mode == 2 ? OSLO_BK_GELU_TANH : OSLO_BK_SILU;
+        const bool with_act = mode >= 2, with_bias = mode == 1 || mode == 2;
+        if (mode == 3) {
+          c1.upload(hg);
+          c2.upload(hg);
+        } else {
+          be->fill(c1.v, std::nan(""));
+          be->fill(c2.v, std::nan(""));
+        }
+        be->matmul_packed(c1.v, a.v, wv, *packed, with_bias ? &bias.v : nullptr,
+                          with_act ? &act : nullptr, mode == 3 ? &c1.v : nullptr);
+        if (with_act)
+          be->matmul_act(c2.v, a.v, wv, with_bias ? &bias.v : nullptr, act,
+                         mode == 3 ? &c2.v : nullptr);
+        else
+          be->matmul(c2.v, a.v, wv, with_bias ? &bias.v : nullptr);
+        std::vector<double> ref(static_cast<size_t>(sh.M * sh.N));
+        ref_matmul(sh.M, sh.N, sh.K, ha, hw, true, with_bias ? &hb : nullptr, 1, 0, &ref);
+        for (size_t i = 0; i < ref.size(); ++i) {
+          if (with_act) ref[i] = ref_act(act, ref[i]);
+          if (mode == 3) ref[i] *= hg[i];
+        }
+        const double t = std::max(1e-5 * 3, 2e-5 * std::sqrt(static_cast<double>(sh.K)));
+        double e;
+        const auto g1 = c1.download(), g2 = c2.download();
+        {
+          const bool ok_ = close(g1, ref, t, &e);
+          check(ok_, fmt("packed err %g (tol %g)", e, t));
+        }
+        {
+          const bool ok_ = close(g1, g2, t, &e);
+          check(ok_, fmt("packed vs plain %g", e));
+        }
+        // A write to the weight is not seen through the old copy's rows
+        // (M > few) until it is packed again; a new pack sees it.
+        if (mode == 0 && sh.M >= 40) {
+          be->fill(w.v, 0.0);
+          auto fresh = Backend::pack_weight(be, wv);
+          be->matmul_packed(c1.v, a.v, wv, *fresh, nullptr, nullptr, nullptr);
+          double mx = 0;
+          for (double x : c1.download()) mx = std::max(mx, std::fabs(x));
+          check(mx == 0, fmt("repacked zero weight gives %g", mx));
+        }
+      }
+    g_case = fmt("packed matmul %s errors", dtype_name(dt));
+    Dev a(be, dt, {40, 16}), w(be, dt, {8, 16}), other(be, dt, {8, 16}),
+        c(be, OSLO_DTYPE_F32, {40, 8});
+    be->fill(w.v, 1.0);
+    be->fill(other.v, 1.0);
+    be->fill(a.v, 1.0);
+    auto p = Backend::pack_weight(be, operand_b(w, true));
+    expect_refused(true, "a packed copy of another weight", OSLO_ERR_INVALID_ARGUMENT, [&] {
+      be->matmul_packed(c.v, a.v, operand_b(other, true), *p, nullptr, nullptr, nullptr);
+    });
+    expect_refused(true, "a gate without an activation", OSLO_ERR_INVALID_ARGUMENT, [&] {
+      be->matmul_packed(c.v, a.v, operand_b(w, true), *p, nullptr, nullptr, &c.v);
+    });
+    expect_refused(true, "inner dimensions 16 and 8", OSLO_ERR_SHAPE, [&] {
+      Dev a8(be, dt, {40, 8});
+      be->matmul_packed(c.v, a8.v, operand_b(w, true), *p, nullptr, nullptr, nullptr);
+    });
+  }
+}
+
 // argmax: per row the largest of the first `valid` elements, lowest index on
 // ties, the first NaN when there is one, -1 / -inf for an empty row.
 void test_argmax(const std::shared_ptr<Backend>& be) {
@@ -1685,6 +1790,7 @@ void test_fused(const std::shared_ptr<Backend>& be) {
     check(ga == gb, "fused and composed are bit-identical");
   }
   test_matmul_act(be);
+  test_packed_matmul(be);
   test_matmul_mixed(be);
   test_argmax(be);
   test_norm_backward(be);
