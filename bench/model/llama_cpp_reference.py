@@ -59,7 +59,8 @@ def main():
         assert llm.n_tokens == prompt + n - 1 and len(out) == n
         return t
 
-    gen(8, 2)  # warm-up
+    gen(512, 1)  # warm-up: one call of each measured kind, as bench_model does
+    gen(32, 2)
     prefill = decode = 1e30
     for _ in range(a.reps):
         prefill = min(prefill, gen(512, 1))

@@ -172,6 +172,10 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
     }
   }
   m->bind();
+  // Packed weight copies (the backend's layout for its products) are made
+  // once here; parameters_changed() drops them and the next run makes them
+  // again.
+  m->make_packs();
   return m;
 }
 

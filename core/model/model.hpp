@@ -363,9 +363,9 @@ class Model : public CausalLM {
   // stored weight + 1) and the params_ index they come from.
   std::vector<std::pair<Tensor, size_t>> derived_;
   // The backend's packed copies of the block weights (Backend::pack_weight),
-  // by the weight's data pointer: made at the first inference run after
-  // load or after parameters_changed(), which drops them. Training passes
-  // read the plain weights.
+  // by the weight's data pointer: made at load, dropped by
+  // parameters_changed() and made again at the next inference run. Training
+  // passes read the plain weights.
   std::map<const void*, std::unique_ptr<PackedWeight>> packs_;
   bool packs_made_ = false;
   void make_packs();
