@@ -347,6 +347,9 @@ int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
     return yes;
   }
   if (op == OSLO_BK_OP_ADAMW) return dtype == OSLO_DTYPE_F32 ? 1 : 0;
+  // f32 activations against bf16/f16 weights: rounded inside matmul.
+  if (op == OSLO_BK_OP_MATMUL_MIXED)
+    return dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16 ? 1 : 0;
   const bool flt = dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
                  op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX ||

@@ -163,7 +163,8 @@ class Backend {
   // packed copy p of b; the checks of matmul_act().
   void matmul_packed(const View& c, const View& a, const View& b, const PackedWeight& p,
                      const View* bias, const oslo_bk_unary* act, const View* gate);
-  // Whether pack_weight() may pack (default: yes; OSLO_PREPACK=0 says no).
+  // Whether pack_weight() may pack (default: yes; a context turns it off
+  // unless OSLO_PREPACK=1).
   void set_prepack_enabled(bool on) { prepack_ = on; }
   bool prepack_enabled() const { return prepack_; }
 

@@ -101,12 +101,16 @@ Context::Context(const Config& config) : config_(config) {
                "\": 1 (the backend's fused ops, the default) or 0 (always composed)");
     backend_->set_fused_enabled(v == "1");
   }
+  // Packed weight copies are opt-in: measured, they cost the weights' size
+  // again for about 1.5 % of a bf16 prefill (docs/BENCHMARKS.md, 7).
+  bool prepack = false;
   if (const char* f = std::getenv("OSLO_PREPACK"); f && *f) {
     const std::string v = f;
     OSLO_CHECK(v == "0" || v == "1", OSLO_ERR_CONFIG, "OSLO_PREPACK is \"", v,
-               "\": 1 (weights packed where the backend offers it, the default) or 0 (never)");
-    backend_->set_prepack_enabled(v == "1");
+               "\": 1 (weights packed where the backend offers it) or 0 (never, the default)");
+    prepack = v == "1";
   }
+  backend_->set_prepack_enabled(prepack);
 
   log_.log(LogLevel::Info, "rank ", li.rank, " of ", world, " (from ", li.source, "), tp ", tp,
            " pp ", pp, " dp ", dp, ", backend ", backend_->name(), ", ", num_threads_,
