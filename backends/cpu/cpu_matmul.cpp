@@ -590,24 +590,30 @@ void Matmul::run(int threads, const V& c, const V& a, const V& b, const V* bias,
           OSLO_ERR_SHAPE, "matmul_act gate ", shape_of(*gate), " must be float [", M, ", ", N, "]");
   }
   if (M == 0 || N == 0) return;
-  std::vector<uint16_t> a_round;  // a rounded to b's dtype (mixed)
   for (int64_t bi = 0; bi < batches; ++bi) {
     Mat am = mat_of(a, bi), bm = mat_of(b, bi), cm = mat_of(c, bi);
     if (mixed) {
-      a_round.resize(static_cast<size_t>(M * K));
-      for (int64_t m = 0; m < M; ++m) {
+      // a rounded to b's dtype into the instance's buffer (kept between
+      // calls: a fresh one of prefill size would cost page faults each call).
+      if (a_round_.size() < static_cast<size_t>(M * K)) a_round_.resize(static_cast<size_t>(M * K));
+      uint16_t* dst = a_round_.data();
+      const int nt = M > 1 && M * K > 65536 ? std::max(1, threads) : 1;
+#pragma omp parallel num_threads(nt)
+      {
+        std::vector<float> buf(am.cs != 1 ? static_cast<size_t>(K) : 0);
         V row{};
         row.data = am.data;
         row.dtype = OSLO_DTYPE_F32;
         row.ndim = 1;
         row.shape[0] = K;
         row.strides[0] = am.cs;
-        std::vector<float> buf;
-        if (am.cs != 1) buf.resize(static_cast<size_t>(K));
-        const float* r = load_row(row, m * am.rs, K, am.cs, buf.data());
-        from_f32(bm.dtype, r, a_round.data() + m * K, static_cast<size_t>(K));
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; ++m) {
+          const float* r = load_row(row, m * am.rs, K, am.cs, buf.data());
+          from_f32(bm.dtype, r, dst + m * K, static_cast<size_t>(K));
+        }
       }
-      am = Mat{reinterpret_cast<char*>(a_round.data()), bm.dtype, M, K, K, 1};
+      am = Mat{reinterpret_cast<char*>(dst), bm.dtype, M, K, K, 1};
     }
     // c written directly when it is plain f32 and there is no epilogue left
     // (a gate that is c itself must be read before c is written).

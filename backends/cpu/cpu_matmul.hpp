@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include <dnnl.hpp>
 
@@ -67,8 +68,9 @@ class Matmul {
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::map<Key, Entry> cache_;
-  bool bf16_prim_ok_ = true;  // false once oneDNN refused a bf16 matmul
-  int pack_ok_ = -1;          // can_pack's answer for bf16 (-1: not asked yet)
+  bool bf16_prim_ok_ = true;       // false once oneDNN refused a bf16 matmul
+  int pack_ok_ = -1;               // can_pack's answer for bf16 (-1: not asked yet)
+  std::vector<uint16_t> a_round_;  // f32 activations rounded to 16 bits (mixed products)
 };
 
 }  // namespace cpu
