@@ -1032,7 +1032,7 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
   };
   // Megatron's order for this rank, with the transfers placed so that
   // blocking sends cannot deadlock (pipeline_plan).
-  const std::vector<PipeStep> plan = pipeline_plan(pp_, pp_rank_, mb, v);
+  const std::vector<PipeStep> plan = pipeline_plan(pp_, pp_rank_, mb, v, stage_cost_);
   Backend& be = ctx_.backend();
   Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
   const bool host = ctx_.host_transport(OSLO_GROUP_PIPELINE);

@@ -205,7 +205,8 @@ PipePeers pipe_op_peers(const PipeOp& op, int rank, int pipeline_size, int chunk
   return {next, prev};
 }
 
-std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks) {
+std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks,
+                                    const std::vector<double>& stage_cost) {
   const int p = pipeline_size, v = chunks, m = microbatches;
   check_rank(rank, p, "pipeline plan");  // the shape is checked by pipeline_schedule
   std::vector<std::vector<PipeOp>> all;
@@ -213,18 +214,25 @@ std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatche
   PipeSimOptions so;
   so.t_forward = 1;
   so.t_backward = 2;
+  so.stage_scale = stage_cost;
+  OSLO_CHECK(std::all_of(stage_cost.begin(), stage_cost.end(), [](double c) { return c > 0; }),
+             OSLO_ERR_INVALID_ARGUMENT, "pipeline plan: stage costs must be > 0");
   const PipeSimResult sim = simulate_pipeline(all, m, v, so);
-  // When each (kind, micro-batch, virtual stage) op starts.
+  // When each (kind, micro-batch, virtual stage) op finishes: a message is
+  // transferred at the moment its producer made it. (Timing it at its
+  // consumer's start instead let the producer run whatever op it started
+  // before that moment first: the interleaved plans ran with 2-4x the
+  // schedule's bubble, docs/BENCHMARKS.md 12.)
   const int stages = p * v;
-  std::vector<double> start_of(static_cast<size_t>(2 * m * stages), 0);
+  std::vector<double> finish_of(static_cast<size_t>(2 * m * stages), 0);
   auto slot = [&](bool backward, int mb, int s) {
     return static_cast<size_t>((backward ? m * stages : 0) + mb * stages + s);
   };
   for (int q = 0; q < p; ++q)
     for (size_t k = 0; k < all[static_cast<size_t>(q)].size(); ++k) {
       const PipeOp& op = all[static_cast<size_t>(q)][k];
-      start_of[slot(op.kind == PipeOp::BACKWARD, op.microbatch, op.chunk * p + q)] =
-          sim.start[static_cast<size_t>(q)][k];
+      finish_of[slot(op.kind == PipeOp::BACKWARD, op.microbatch, op.chunk * p + q)] =
+          sim.finish[static_cast<size_t>(q)][k];
     }
   struct Item {
     double time;
@@ -246,7 +254,9 @@ std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatche
       st.kind = PipeStep::RECV;
       st.peer = peers.recv_from;
       st.message = PipeMessage{bwd, op.microbatch, bwd ? s + 1 : s - 1};
-      items.push_back({t, 0, st.message, 1, st});
+      // At its producer's finish, which is no later than this op's start.
+      items.push_back(
+          {finish_of[slot(bwd, op.microbatch, st.message.from_stage)], 0, st.message, 1, st});
     }
     PipeStep c;
     c.op = op;
@@ -256,9 +266,8 @@ std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatche
       st.kind = PipeStep::SEND;
       st.peer = peers.send_to;
       st.message = PipeMessage{bwd, op.microbatch, s};
-      // Timed at the start of the op that consumes it.
-      const double tc = start_of[slot(bwd, op.microbatch, bwd ? s - 1 : s + 1)];
-      items.push_back({tc, 0, st.message, 0, st});
+      // Timed when this op finishes: the same time as its receive.
+      items.push_back({finish_of[slot(bwd, op.microbatch, s)], 0, st.message, 0, st});
     }
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {

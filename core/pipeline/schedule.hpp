@@ -188,9 +188,17 @@ struct PipeStep {
 // it, so the plans complete (tests/pipeline checks it with a rendezvous
 // simulation for p <= 5, v <= 3, m <= 12). For v == 1 this is the order
 // of Megatron-LM's send_forward_recv_backward / send_backward_recv_forward
-// pairs (an activation before the gradient it meets). Errors: as
-// pipeline_schedule.
-std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks);
+// pairs (an activation before the gradient it meets). Each message is
+// timed when its producer finishes (its send and its receive at the same
+// point of the order), so with eager sends every op starts when the
+// simulation says it may. stage_cost: the relative forward cost of each
+// virtual stage (empty: all equal; else p v values > 0, as
+// PipeSimOptions::stage_scale): with the stages' real costs the plan's
+// transfers are ordered as the pipeline will actually run (the interleaved
+// schedules wait on the wrong transfer otherwise). Every rank must pass the
+// same costs. Errors: as pipeline_schedule and simulate_pipeline.
+std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks,
+                                    const std::vector<double>& stage_cost = {});
 
 // -------------------------------------------------------------- analysis
 
