@@ -12,7 +12,12 @@
 // Hugging Face transformers as the reference in the same run.
 //
 //   bench_model MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME]
-//               [--prefill-only | --decode-only]
+//               [--prefill-only | --decode-only] [--pp P] [--prefill-rows B]
+//
+// --pp P: P pipeline stages (the world size divided by P is the tensor-
+// parallel size); --prefill-rows B: the prefill is B prompts of 512 / B
+// tokens (one generate call, batch B), which pipeline stages run in
+// micro-batches (Model::set_pipeline_micro_tokens).
 //
 // With --backend other than cpu (e.g. cuda) the host bandwidth probe and the
 // bound derived from it are left out (bound_ms 0): the GPU's bound comes
@@ -48,25 +53,32 @@ double now() {
 }
 
 // Seconds of one generate call (prompt of `prompt` ids, `n` new tokens).
-double generate(oslo_model* m, int64_t prompt, int64_t n, int64_t vocab) {
-  std::vector<int64_t> ids(static_cast<size_t>(prompt));
-  for (int64_t i = 0; i < prompt; ++i) ids[static_cast<size_t>(i)] = (i * 7919 + 13) % vocab;
+// Seconds of one generate call: `rows` prompts of `prompt` ids each, `n`
+// new tokens per row.
+double generate(oslo_model* m, int64_t prompt, int64_t n, int64_t vocab, int64_t rows = 1) {
+  std::vector<int64_t> ids(static_cast<size_t>(prompt * rows)), lens(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    lens[static_cast<size_t>(r)] = prompt;
+    for (int64_t i = 0; i < prompt; ++i)
+      ids[static_cast<size_t>(r * prompt + i)] = (i * 7919 + 13 + r * 131) % vocab;
+  }
   oslo_generate_options o;
   check(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "options");
   o.max_new_tokens = n;
   const int64_t none = 0;
   o.eos_token_ids = &none;  // no EOS: always n tokens
   o.num_eos_token_ids = 0;
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  int64_t len = 0;
+  std::vector<int64_t> out(static_cast<size_t>(n * rows)), len(static_cast<size_t>(rows));
   const double t0 = now();
-  check(oslo_model_generate(m, ids.data(), &prompt, 1, &o, out.data(), &len, nullptr), "generate");
+  check(oslo_model_generate(m, ids.data(), lens.data(), rows, &o, out.data(), len.data(), nullptr),
+        "generate");
   const double t = now() - t0;
-  if (len != n) {
-    std::fprintf(stderr, "generated %lld tokens, expected %lld\n", static_cast<long long>(len),
-                 static_cast<long long>(n));
-    std::exit(1);
-  }
+  for (int64_t l : len)
+    if (l != n) {
+      std::fprintf(stderr, "generated %lld tokens, expected %lld\n", static_cast<long long>(l),
+                   static_cast<long long>(n));
+      std::exit(1);
+    }
   return t;
 }
 
@@ -117,11 +129,11 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME] "
-                 "[--prefill-only | --decode-only]\n",
+                 "[--prefill-only | --decode-only] [--pp P] [--prefill-rows B]\n",
                  argv[0]);
     return 2;
   }
-  int threads = 1, reps = 3, dtype = -1;
+  int threads = 1, reps = 3, dtype = -1, pp = 1, prefill_rows = 1;
   std::string backend = "cpu";
   bool prefill_only = false, decode_only = false;
   for (int i = 2; i < argc; ++i) {
@@ -132,6 +144,8 @@ int main(int argc, char** argv) {
     if (i + 1 >= argc) break;
     const char* v = argv[++i];  // every other option takes a value
     if (!std::strcmp(argv[i - 1], "--threads")) threads = std::atoi(v);
+    if (!std::strcmp(argv[i - 1], "--pp")) pp = std::atoi(v);
+    if (!std::strcmp(argv[i - 1], "--prefill-rows")) prefill_rows = std::atoi(v);
     if (!std::strcmp(argv[i - 1], "--reps")) reps = std::atoi(v);
     if (!std::strcmp(argv[i - 1], "--backend")) backend = v;
     if (!std::strcmp(argv[i - 1], "--dtype"))
@@ -146,9 +160,9 @@ int main(int argc, char** argv) {
   char cfg[320];
   std::snprintf(
       cfg, sizeof cfg,
-      "{\"tensor_parallel_size\": %d, \"num_threads\": %d, \"timeout_seconds\": 600, "
-      "\"backend\": \"%s\"%s}",
-      world, threads, backend.c_str(),
+      "{\"tensor_parallel_size\": %d, \"pipeline_parallel_size\": %d, \"num_threads\": %d, "
+      "\"timeout_seconds\": 600, \"backend\": \"%s\"%s}",
+      world / std::max(1, pp), pp, threads, backend.c_str(),
       ws ? ""
          : ", \"rank\": 0, \"world_size\": 1, \"init_method\": \"file:///tmp/oslo-bench-model\"");
   const long rss0 = current_rss_kib();
@@ -171,11 +185,13 @@ int main(int argc, char** argv) {
   double prefill = 1e30, decode = 1e30;
   // Warm-up: one call of each measured kind (as the reference scripts do),
   // so one-time work (oneDNN kernels made for a new shape) is not timed.
-  if (!decode_only) generate(m, 512, 1, info.vocab_size);
+  if (!decode_only) generate(m, 512 / prefill_rows, 1, info.vocab_size, prefill_rows);
   if (!prefill_only) generate(m, 32, 2, info.vocab_size);
   for (int r = 0; r < reps; ++r) {
     // --prefill-only / --decode-only: a profile of one of the two alone.
-    if (!decode_only) prefill = std::min(prefill, generate(m, 512, 1, info.vocab_size));
+    if (!decode_only)
+      prefill =
+          std::min(prefill, generate(m, 512 / prefill_rows, 1, info.vocab_size, prefill_rows));
     if (prefill_only) continue;
     const double a = generate(m, 32, 1, info.vocab_size);
     const double b = generate(m, 32, 129, info.vocab_size);
@@ -204,17 +220,18 @@ int main(int argc, char** argv) {
   const double act = 513 * 17 * H / world * 4 + 2 * heads * 513 * 513 * 4 + V * 4 * 2;
   if (g_rank == 0)
     std::printf(
-        "{\"backend\": \"%s\", \"tp\": %d, \"threads\": %d, \"dtype\": \"%s\", \"load_s\": %.3f, "
-        "\"prefill_tok_s\": "
-        "%.1f, "
+        "{\"backend\": \"%s\", \"tp\": %d, \"pp\": %d, \"threads\": %d, \"dtype\": \"%s\", "
+        "\"load_s\": %.3f, \"prefill_rows\": %d, \"prefill_tok_s\": %.1f, "
         "\"decode_tok_s\": %.2f, \"decode_ms\": %.3f, \"stream_gb_s\": %.2f, "
         "\"bound_ms\": %.3f, \"decode_over_bound\": %.3f, \"rss_baseline_mib\": %.1f, "
         "\"rss_context_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_mib\": %.1f, "
         "\"expected_mib\": %.1f, \"peak_over_expected\": %.3f}\n",
-        backend.c_str(), world, threads, info.dtype == OSLO_DTYPE_BF16 ? "bf16" : "f32", load_s,
-        512.0 / prefill, 1.0 / decode, decode * 1e3, bw, bound * 1e3,
-        bound > 0 ? decode / bound : 0.0, rss0 / 1024.0, rss_ctx / 1024.0, rss_loaded / 1024.0,
-        peak / 1024.0, (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
+        backend.c_str(), world / std::max(1, pp), pp, threads,
+        info.dtype == OSLO_DTYPE_BF16 ? "bf16" : "f32", load_s, prefill_rows,
+        static_cast<double>(512 / prefill_rows * prefill_rows) / prefill, 1.0 / decode,
+        decode * 1e3, bw, bound * 1e3, bound > 0 ? decode / bound : 0.0, rss0 / 1024.0,
+        rss_ctx / 1024.0, rss_loaded / 1024.0, peak / 1024.0,
+        (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
         peak / 1024.0 / ((all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0));
   oslo_model_destroy(m);
   oslo_context_destroy(ctx);
