@@ -1,0 +1,31 @@
+# The Python wheel's layout (OSLO_PYTHON_WHEEL, set by pyproject.toml):
+# everything lands in the package folder oslo/ as the install component
+# "wheel", the only one scikit-build-core installs (install.components):
+#
+#   oslo/__init__.py, capi.py, ...   the Python package (bindings/python/oslo)
+#   oslo/_capi.<soabi>.so            the extension, NEEDED liboslo.so.0
+#   oslo/liboslo.so.0                the library with its CPU backend
+#   oslo/liboslo_sentencepiece.so    the shim liboslo dlopens from its own folder
+#   oslo/oslo, oslo/oslo-run         the commands (python -m oslo, oslo-run)
+#
+# RPATH $ORIGIN: the extension finds liboslo next to it wherever pip puts
+# the package. The oslo command links liboslo's objects statically and finds
+# the shim in its own folder too (core/common/own_dir.cpp). The libraries
+# they need from the system (oneDNN, Gloo, PCRE2, utf8proc, SentencePiece,
+# libgomp) are not copied here: `auditwheel repair` bundles them.
+if(NOT OSLO_PYTHON_BUILT)
+  message(FATAL_ERROR "OSLO_PYTHON_WHEEL needs the Python extension (SWIG 4 and the Python "
+                      "headers; OSLO_BUILD_PYTHON must not be OFF)")
+endif()
+set(_oslo_wheel_targets oslo oslo_sentencepiece oslo_python oslo_cli oslo-run)
+set_target_properties(${_oslo_wheel_targets} PROPERTIES INSTALL_RPATH "$ORIGIN")
+# No liboslo.so link (a development file) in the wheel: the extension
+# needs the SONAME only.
+install(TARGETS oslo LIBRARY DESTINATION oslo COMPONENT wheel NAMELINK_SKIP)
+install(TARGETS oslo_sentencepiece oslo_python LIBRARY DESTINATION oslo COMPONENT wheel)
+install(TARGETS oslo_cli oslo-run RUNTIME DESTINATION oslo COMPONENT wheel)
+# The package folder the extension was built into (bindings/CMakeLists.txt).
+set(_pkg ${CMAKE_BINARY_DIR}/bindings/python/oslo)
+install(FILES ${_pkg}/capi.py ${_pkg}/__init__.py ${_pkg}/__main__.py ${_pkg}/_errors.py
+              ${_pkg}/__init__.pyi ${_pkg}/py.typed
+        DESTINATION oslo COMPONENT wheel)
