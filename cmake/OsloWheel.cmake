@@ -19,9 +19,13 @@ if(NOT OSLO_PYTHON_BUILT)
 endif()
 set(_oslo_wheel_targets oslo oslo_sentencepiece oslo_python oslo_cli oslo-run)
 set_target_properties(${_oslo_wheel_targets} PROPERTIES INSTALL_RPATH "$ORIGIN")
-# No liboslo.so link (a development file) in the wheel: the extension
-# needs the SONAME only.
-install(TARGETS oslo LIBRARY DESTINATION oslo COMPONENT wheel NAMELINK_SKIP)
+# liboslo under its SONAME only: a wheel (a zip) has no symbolic links, so
+# liboslo.so.0.2.0 and its links would be as many copies. install(FILES)
+# does not rewrite the RUNPATH: liboslo is linked with the install one
+# ($ORIGIN; its dependencies are the system's, in the build tree too).
+set_target_properties(oslo PROPERTIES BUILD_WITH_INSTALL_RPATH ON)
+install(FILES $<TARGET_FILE:oslo> DESTINATION oslo RENAME liboslo.so.0
+        COMPONENT wheel)
 install(TARGETS oslo_sentencepiece oslo_python LIBRARY DESTINATION oslo COMPONENT wheel)
 install(TARGETS oslo_cli oslo-run RUNTIME DESTINATION oslo COMPONENT wheel)
 # The package folder the extension was built into (bindings/CMakeLists.txt).
