@@ -7,14 +7,15 @@
 #   - python -m oslo generate prints what the build tree's oslo prints
 #   - python -m oslo --help exits 0
 #   - oslo-run --nproc-per-node 2 python -c ...: an all-reduce over two ranks
-# Usage: wheel_check.sh PYTHON SOURCE_DIR OSLO_CLI MODEL_DIR WORK_DIR
+# Usage: wheel_check.sh PYTHON SOURCE_DIR OSLO_CLI MODEL_DIR WORK_DIR [WHEEL]
+# WHEEL: check this wheel (e.g. auditwheel repair's) instead of building one.
 # PYTHON builds the wheel (no build isolation: the build backend comes from
 # the tests' venv, offline) and must have scikit-build-core (tools/test-venv.sh
 # installs it); exit 77 (skip) otherwise. The CMake build folder under
 # WORK_DIR is kept, so a second run rebuilds only what changed; ccache is
 # used when it is on PATH. The first run compiles the library again (minutes).
 set -eu
-py=$1 src=$2 cli=$3 model=$4 work=$5
+py=$1 src=$2 cli=$3 model=$4 work=$5 whl=${6:-}
 if ! "$py" -c "import scikit_build_core" 2>/dev/null; then
   echo "SKIP: scikit-build-core is not installed for $py"
   exit 77
@@ -26,10 +27,12 @@ if command -v ccache >/dev/null 2>&1; then
   export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
 fi
 start=$(date +%s)
-"$py" -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps \
-  -w "$work/dist" -C build-dir="$work/cmake-build" "$src"
-echo "pip wheel: $(($(date +%s) - start)) s"
-whl=$(ls "$work"/dist/oslo-*.whl)
+if [ -z "$whl" ]; then
+  "$py" -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps \
+    -w "$work/dist" -C build-dir="$work/cmake-build" "$src"
+  echo "pip wheel: $(($(date +%s) - start)) s"
+  whl=$(ls "$work"/dist/oslo-*.whl)
+fi
 echo "wheel: $(basename "$whl") ($(du -k "$whl" | cut -f1) KiB)"
 # What the wheel must hold (cmake/OsloWheel.cmake).
 "$py" - "$whl" <<'PY'
