@@ -13,7 +13,8 @@
 # the tests' venv, offline) and must have scikit-build-core (tools/test-venv.sh
 # installs it); exit 77 (skip) otherwise. The CMake build folder under
 # WORK_DIR is kept, so a second run rebuilds only what changed; ccache is
-# used when it is on PATH. The first run compiles the library again (minutes).
+# used when it is on PATH. The first run compiles the library again (86 s on
+# 2 idle cores; a rerun about 10 s).
 set -eu
 py=$1 src=$2 cli=$3 model=$4 work=$5 whl=${6:-}
 if ! "$py" -c "import scikit_build_core" 2>/dev/null; then
@@ -57,7 +58,7 @@ if ! "$vpy" -m pip install --quiet --disable-pip-version-check --timeout 20 "$wh
   mkdir -p "$work/venv/numpy-link"
   np=$("$py" -c "import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))")
   for d in "$np"/numpy "$np"/numpy.libs; do
-    [ -e "$d" ] && ln -s "$d" "$work/venv/numpy-link/"
+    if [ -e "$d" ]; then ln -s "$d" "$work/venv/numpy-link/"; fi
   done
   site=$("$vpy" -c "import sysconfig; print(sysconfig.get_path('purelib'))")
   echo "$work/venv/numpy-link" >"$site/numpy-link.pth"
@@ -90,11 +91,11 @@ PY
 
 # The same generate through the wheel (python -m oslo) and the build tree.
 # (A text prompt: the model folder's tokenizer.json both ways.)
-gen="generate --model $model --max-new-tokens 8 --prompt"
-"$cli" $gen "The quick brown fox" >build_tree.out
-"$vpy" -m oslo $gen "The quick brown fox" >wheel.out
+set -- generate --model "$model" --max-new-tokens 8 --prompt "The quick brown fox"
+"$cli" "$@" >build_tree.out
+"$vpy" -m oslo "$@" >wheel.out
 if ! cmp -s build_tree.out wheel.out || [ ! -s wheel.out ]; then
-  echo "FAIL: python -m oslo $gen ... differs from the build tree's oslo:"
+  echo "FAIL: python -m oslo $* differs from the build tree's oslo:"
   diff -u build_tree.out wheel.out || true
   exit 1
 fi
