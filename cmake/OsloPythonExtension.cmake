@@ -35,7 +35,7 @@ function(oslo_python_extension target pkg_dir oslo_include_dir oslo_target)
   # not always use; every other warning of -Wall -Wextra stays on.
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   # The pure-Python layer and its type stubs next to the extension.
-  foreach(f __init__.py _errors.py __init__.pyi py.typed)
+  foreach(f __init__.py __main__.py _errors.py __init__.pyi py.typed)
     configure_file(${_oslo_bindings_dir}/python/oslo/${f} ${pkg_dir}/${f} COPYONLY)
   endforeach()
 endfunction()
