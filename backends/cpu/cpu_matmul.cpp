@@ -476,6 +476,7 @@ bool Matmul::can_pack(oslo_dtype dtype) {
       pack_ok_ = 1;
     } catch (const dnnl::error&) {
       pack_ok_ = 0;
+      bf16_prim_ok_ = false;  // the same answer bf16_gemm would find
     }
   }
   return pack_ok_ == 1;

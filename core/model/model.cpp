@@ -481,6 +481,10 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
     pending = false;
   };
   const int64_t qw = nhl_ * D, kw = nkvl_ * D;
+  // A block's linear, through the weight's packed copy when there is one.
+  auto lin = [&](const View& y, const View& x_in, const Tensor& w, const Tensor* b,
+                 const oslo_bk_unary* a = nullptr,
+                 const View* g = nullptr) { linear(be, bp, y, x_in, w, b, a, g, pack_of(w)); };
   Tensor h = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   Tensor att = scratch(bp, OSLO_DTYPE_F32, {BS, qw});
   // tmp holds the attention branch's output, mlp_out the MLP's; each stays
@@ -508,7 +512,7 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
     View q, k, v;
     if (L.qkv_w.defined()) {
       qkv = scratch(bp, OSLO_DTYPE_F32, {BS, qw + 2 * kw});
-      linear(be, bp, view(qkv), ain, L.qkv_w, &L.qkv_b, nullptr, nullptr, pack_of(L.qkv_w));
+      lin(view(qkv), ain, L.qkv_w, &L.qkv_b);
       q = columns(view(qkv), 0, qw);
       k = columns(view(qkv), qw, kw);
       v = columns(view(qkv), qw + kw, kw);
@@ -516,9 +520,9 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
       qt = scratch(bp, OSLO_DTYPE_F32, {BS, qw});
       kt = scratch(bp, OSLO_DTYPE_F32, {BS, kw});
       vt = scratch(bp, OSLO_DTYPE_F32, {BS, kw});
-      linear(be, bp, view(qt), ain, L.q_w, &L.q_b, nullptr, nullptr, pack_of(L.q_w));
-      linear(be, bp, view(kt), ain, L.k_w, &L.k_b, nullptr, nullptr, pack_of(L.k_w));
-      linear(be, bp, view(vt), ain, L.v_w, &L.v_b, nullptr, nullptr, pack_of(L.v_w));
+      lin(view(qt), ain, L.q_w, &L.q_b);
+      lin(view(kt), ain, L.k_w, &L.k_b);
+      lin(view(vt), ain, L.v_w, &L.v_b);
       q = view(qt);
       k = view(kt);
       v = view(vt);
@@ -528,7 +532,7 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
       rope(k, nkvl_);
     }
     attention(L, q, k, v, att, mask_t, B, S, use_cache);
-    linear(be, bp, view(tmp), view(att), L.o_w, nullptr, nullptr, nullptr, pack_of(L.o_w));
+    lin(view(tmp), view(att), L.o_w, nullptr);
     if (!parallel) {
       reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(tmp));
       defer(view(tmp), &L.o_b);
@@ -546,8 +550,7 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
     if (L.gate_up_w.defined()) {  // fused [gate | up], local [gate_r | up_r]
       const int64_t il = L.gate_up_w.dim(0) / 2;
       up = scratch(bp, OSLO_DTYPE_F32, {BS, 2 * il});
-      linear(be, bp, view(up), min, L.gate_up_w, &L.gate_up_b, nullptr, nullptr,
-             pack_of(L.gate_up_w));
+      lin(view(up), min, L.gate_up_w, &L.gate_up_b);
       const View g = columns(view(up), 0, il), u = columns(view(up), il, il);
       act(g);
       be.binary(OSLO_BK_MUL, u, u, g);
@@ -558,15 +561,15 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
       if (tr.gated_mlp) {
         // up = x W_up^T, then up = act(x W_gate^T) * up in the gate
         // product's epilogue.
-        linear(be, bp, view(up), min, L.up_w, &L.up_b, nullptr, nullptr, pack_of(L.up_w));
+        lin(view(up), min, L.up_w, &L.up_b);
         const View uv = view(up);
-        linear(be, bp, uv, min, L.gate_w, &L.gate_b, &act_op, &uv, pack_of(L.gate_w));
+        lin(uv, min, L.gate_w, &L.gate_b, &act_op, &uv);
       } else {
-        linear(be, bp, view(up), min, L.up_w, &L.up_b, &act_op, nullptr, pack_of(L.up_w));
+        lin(view(up), min, L.up_w, &L.up_b, &act_op);
       }
       act_out = view(up);
     }
-    linear(be, bp, mo, act_out, L.down_w, nullptr, nullptr, nullptr, pack_of(L.down_w));
+    lin(mo, act_out, L.down_w, nullptr);
     if (parallel) {
       // x + attn + mlp: the two row-parallel partial sums share one all-reduce.
       be.binary(OSLO_BK_ADD, view(tmp), view(tmp), mo);
