@@ -180,18 +180,16 @@ struct PipeStep {
 // order that cannot deadlock even when every send blocks until the peer
 // receives it (and so with any mix of eager and rendezvous transfers).
 // The transfers are placed by one global order: a simulation of the whole
-// pipeline (simulate_pipeline, forward 1, backward 2, no transfer time)
-// times every transfer at the start of the op that consumes it, and every
-// rank runs its transfers in (time, message) order, a transfer before a
-// compute step of the same time and a send to itself before its receive.
-// The transfer that comes first in that order always finds both ranks at
-// it, so the plans complete (tests/pipeline checks it with a rendezvous
-// simulation for p <= 5, v <= 3, m <= 12). For v == 1 this is the order
-// of Megatron-LM's send_forward_recv_backward / send_backward_recv_forward
-// pairs (an activation before the gradient it meets). Each message is
-// timed when its producer finishes (its send and its receive at the same
-// point of the order), so with eager sends every op starts when the
-// simulation says it may. stage_cost: the relative forward cost of each
+// pipeline (simulate_pipeline, forward 1, backward 2, times stage_cost, no
+// transfer time) times every transfer when the op that makes the message
+// finishes (its send and its receive at the same point), and every rank
+// runs its steps in (time, message) order, a transfer before a compute
+// step of the same time and a send to itself before its receive. The
+// transfer that comes first in that order always finds both ranks at it,
+// so the plans complete (tests/pipeline checks it with a rendezvous
+// simulation for p <= 5, v <= 3, m <= 12); with eager sends every op
+// starts when the simulation says it may (tests/pipeline replays the plans
+// in time). stage_cost: the relative forward cost of each
 // virtual stage (empty: all equal; else p v values > 0, as
 // PipeSimOptions::stage_scale): with the stages' real costs the plan's
 // transfers are ordered as the pipeline will actually run (the interleaved
