@@ -78,8 +78,13 @@ def main():
         mask = torch.ones_like(ids)
         a = model(ids, attention_mask=mask).logits
         b = ref(ids, attention_mask=mask).logits
-    if not torch.isfinite(a).all() or not torch.equal(a, b):
-        problems.append("logits are not finite or differ from the trained model's")
+    # The weights are bitwise equal (checked above); the logits may still
+    # differ in the last bits between two loaded models on some torch builds
+    # (seen once here), so they are compared within 1e-6 of their magnitude.
+    tol = 1e-6 * max(1.0, float(b.abs().max()))
+    diff = float((a - b).abs().max()) if torch.isfinite(a).all() else float("inf")
+    if not diff <= tol:
+        problems.append(f"logits are not finite or differ from the trained model's (max |diff| {diff:.3g} > {tol:.3g})")
     print(f"{len(merged)} tensors ({len(changed)} changed by training), no optimizer tensor; "
           f"transformers {transformers.__version__} loads it, logits equal the trained model's")
     for p in problems[:20]:
