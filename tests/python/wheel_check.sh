@@ -30,7 +30,7 @@ fi
 start=$(date +%s)
 if [ -z "$whl" ]; then
   "$py" -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps \
-    -w "$work/dist" -C build-dir="$work/cmake-build" "$src"
+    -w "$work/dist" --config-settings=build-dir="$work/cmake-build" "$src"
   echo "pip wheel: $(($(date +%s) - start)) s"
   whl=$(ls "$work"/dist/oslo-*.whl)
 fi
