@@ -63,7 +63,7 @@ plain=$(ls "$work"/plain/dist/oslo-*.whl)
 echo "== auditwheel repair"
 "$work/build-venv/bin/auditwheel" show "$plain"
 plat=${OSLO_WHEEL_PLAT:-manylinux_2_35_x86_64}
-"$work/build-venv/bin/auditwheel" repair --plat "$plat" -w "$work/repaired" "$plain"
+PATH="$work/build-venv/bin:$PATH" "$work/build-venv/bin/auditwheel" repair --plat "$plat" -w "$work/repaired" "$plain"
 whl=$(ls "$work"/repaired/oslo-*.whl)
 echo "repaired: $(basename "$whl") ($(du -k "$whl" | cut -f1) KiB)"
 cp "$whl" /tmp/
