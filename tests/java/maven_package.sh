@@ -11,7 +11,9 @@
 # examples/java/SemanticSearch.java compiled against the jar alone prints
 # the C main job's table on 2 ranks (tests/bindings/same_output.sh; both
 # JVMs extract into the same empty cache at once), and the cache holds the
-# jar's natives, each matching its SHA256SUMS.
+# jar's natives, each matching its SHA256SUMS; a second JVM
+# (examples/java/Generate.java, gpt2-tiny) uses them as they are, and a
+# third, after liboslo.so.0 in the cache is cut short, writes it again.
 #
 # Usage: maven_package.sh BUILD_DIR SOURCE_DIR VERSION MVN JAVA JAVAC OSLO_RUN C_EXAMPLE MODEL REFERENCE
 set -euo pipefail
@@ -77,5 +79,25 @@ dirs=("$XDG_CACHE_HOME"/oslo/*/)
 name=$(basename "${dirs[0]}")
 [ "$name" = "$(sha256sum <"$tmp/SHA256SUMS" | cut -d' ' -f1)" ] ||
   { echo "FAIL: the cache folder $name is not the SHA-256 of the jar's SHA256SUMS"; exit 1; }
+(cd "${dirs[0]}" && sha256sum -c "$tmp/SHA256SUMS")
+# RUNPATH $ORIGIN: the dynamic loader finds liboslo next to the JNI library.
+ldd "${dirs[0]}/liboslo_jni.so" | grep -F "liboslo.so.0 => ${dirs[0]}liboslo.so.0" ||
+  { echo "FAIL: liboslo_jni.so does not find liboslo.so.0 in its own folder:";
+    ldd "${dirs[0]}/liboslo_jni.so"; exit 1; }
+
+echo "== a second JVM reuses the cache; a corrupted cached library is replaced"
+"$javac" -Xlint:all -Werror -d classes -cp oslo.jar "$src/examples/java/Generate.java"
+fixture=$src/tests/models/fixtures/gpt2-tiny
+want="gpt2 at TP=1: 139 1 502 139 139 1 90 139 141 448 94 94"  # as java_example_generate_gpt2_tp2
+ids() { (cd "${dirs[0]}" && stat -c '%n %i %Y' liboslo.so.0 liboslo_jni.so liboslo_sentencepiece.so); }
+before=$(ids)
+sleep 1
+out=$("$java" -cp oslo.jar:classes Generate --device cpu "$fixture" 12 52 441 221)
+[ "$out" = "$want" ] || { echo "FAIL: Generate printed '$out', expected '$want'"; exit 1; }
+[ "$(ids)" = "$before" ] || { echo "FAIL: the cache was rewritten:"; echo "$before"; ids; exit 1; }
+echo "reused: $out"
+head -c 4096 "${dirs[0]}/liboslo.so.0" >"$tmp/half" && cat "$tmp/half" >"${dirs[0]}/liboslo.so.0"
+out=$("$java" -cp oslo.jar:classes Generate --device cpu "$fixture" 12 52 441 221)
+[ "$out" = "$want" ] || { echo "FAIL: after corrupting the cache, Generate printed '$out'"; exit 1; }
 (cd "${dirs[0]}" && sha256sum -c "$tmp/SHA256SUMS")
 echo "java_maven_package: OK"
