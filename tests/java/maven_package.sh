@@ -13,7 +13,9 @@
 # JVMs extract into the same empty cache at once), and the cache holds the
 # jar's natives, each matching its SHA256SUMS; a second JVM
 # (examples/java/Generate.java, gpt2-tiny) uses them as they are, and a
-# third, after liboslo.so.0 in the cache is cut short, writes it again.
+# third, after liboslo.so.0 in the cache is cut short, writes it again;
+# with -Doslo.library.path or -Djava.library.path naming the build tree's
+# liboslo_jni.so nothing is extracted.
 #
 # Usage: maven_package.sh BUILD_DIR SOURCE_DIR VERSION MVN JAVA JAVAC OSLO_RUN C_EXAMPLE MODEL REFERENCE
 set -euo pipefail
@@ -100,4 +102,13 @@ head -c 4096 "${dirs[0]}/liboslo.so.0" >"$tmp/half" && cat "$tmp/half" >"${dirs[
 out=$("$java" -cp oslo.jar:classes Generate --device cpu "$fixture" 12 52 441 221)
 [ "$out" = "$want" ] || { echo "FAIL: after corrupting the cache, Generate printed '$out'"; exit 1; }
 (cd "${dirs[0]}" && sha256sum -c "$tmp/SHA256SUMS")
+
+echo "== explicit library paths come first: nothing extracted"
+for opt in "-Doslo.library.path=$jbuild" "-Djava.library.path=$jbuild"; do
+  export XDG_CACHE_HOME=$tmp/cache-$RANDOM
+  out=$("$java" "$opt" -cp oslo.jar:classes Generate --device cpu "$fixture" 12 52 441 221)
+  [ "$out" = "$want" ] || { echo "FAIL: with $opt Generate printed '$out'"; exit 1; }
+  [ ! -e "$XDG_CACHE_HOME" ] || { echo "FAIL: with $opt the jar's natives were extracted"; exit 1; }
+  echo "$opt: $out"
+done
 echo "java_maven_package: OK"
