@@ -76,8 +76,10 @@ sh "$src/tests/bindings/same_output.sh" "$run" "$c_example" "$model" "$ref" -- \
 echo "== the cache ($XDG_CACHE_HOME/oslo)"
 unzip -p oslo.jar native/linux-x86_64/SHA256SUMS >"$tmp/SHA256SUMS"
 dirs=("$XDG_CACHE_HOME"/oslo/*/)
-[ ${#dirs[@]} -eq 1 ] && [ -d "${dirs[0]}" ] ||
-  { echo "FAIL: expected one folder in $XDG_CACHE_HOME/oslo: ${dirs[*]}"; exit 1; }
+if [ ${#dirs[@]} -ne 1 ] || [ ! -d "${dirs[0]}" ]; then
+  echo "FAIL: expected one folder in $XDG_CACHE_HOME/oslo: ${dirs[*]}"
+  exit 1
+fi
 name=$(basename "${dirs[0]}")
 [ "$name" = "$(sha256sum <"$tmp/SHA256SUMS" | cut -d' ' -f1)" ] ||
   { echo "FAIL: the cache folder $name is not the SHA-256 of the jar's SHA256SUMS"; exit 1; }

@@ -90,7 +90,8 @@ class NativeLoaderTest {
   @Test
   void extractsIntoEmptyCache() throws IOException {
     Map<String, String> sums = sums();
-    for (String name : new String[] {"liboslo.so.0", "liboslo_jni.so", "liboslo_sentencepiece.so"}) {
+    String[] carried = {"liboslo.so.0", "liboslo_jni.so", "liboslo_sentencepiece.so"};
+    for (String name : carried) {
       assertTrue(sums.containsKey(name), "SHA256SUMS lists " + name + ": " + sums);
     }
     Path root = tmp.resolve("cache");
@@ -235,8 +236,8 @@ class NativeLoaderTest {
     OsloException e =
         assertThrows(OsloException.class, () -> NativeLoader.extract(jar(), PLATFORM, root));
     assertEquals(Status.IO, e.status());
-    assertTrue(e.getMessage().contains(root.toString()) && e.getMessage().contains("oslo.cache.dir"),
-        e.getMessage());
+    String m = e.getMessage();
+    assertTrue(m.contains(root.toString()) && m.contains("oslo.cache.dir"), m);
   }
 
   /** A cache others may write to is not loaded from. */
