@@ -141,12 +141,40 @@ final class NativeLoader {
     Path dir = root.resolve(hex(sha256(sums)));
     makePrivateDir(root);
     makePrivateDir(dir);
+    removeStaleTemporaries(dir);
     for (Map.Entry<String, String> e : want.entrySet()) {
       Path file = dir.resolve(e.getKey());
       if (e.getValue().equals(fileSha256(file))) continue;
       writeAtomically(loader, base + e.getKey(), e.getValue(), file);
     }
     return dir;
+  }
+
+  /** How old a temporary file must be to be taken for a dead JVM's. */
+  static final long STALE_TEMPORARY_MILLIS = 10 * 60 * 1000;
+
+  /**
+   * Removes the temporary files ({@code .<name>.<random>.tmp}) a JVM that
+   * died while extracting left, once older than {@link #STALE_TEMPORARY_MILLIS}
+   * (one being written now is seconds old).
+   */
+  private static void removeStaleTemporaries(Path dir) {
+    long before = System.currentTimeMillis() - STALE_TEMPORARY_MILLIS;
+    try (java.util.stream.Stream<Path> files = Files.list(dir)) {
+      for (Path f : (Iterable<Path>) files::iterator) {
+        String n = f.getFileName().toString();
+        if (!n.startsWith(".") || !n.endsWith(".tmp")) continue;
+        try {
+          if (Files.getLastModifiedTime(f, LinkOption.NOFOLLOW_LINKS).toMillis() < before) {
+            Files.deleteIfExists(f);
+          }
+        } catch (IOException ignored) {
+          // another JVM removed or replaced it
+        }
+      }
+    } catch (IOException ignored) {
+      // left for the next start; the libraries themselves are checked below
+    }
   }
 
   /** The files of SHA256SUMS and their digests, checked for what must be loaded. */

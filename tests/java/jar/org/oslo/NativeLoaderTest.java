@@ -169,6 +169,20 @@ class NativeLoaderTest {
     }
   }
 
+  /** A dead JVM's temporary file is removed once old; one being written is kept. */
+  @Test
+  void staleTemporaryFilesAreRemoved() throws Exception {
+    Path root = tmp.resolve("cache");
+    Path dir = NativeLoader.extract(jar(), PLATFORM, root);
+    Path stale = Files.writeString(dir.resolve(".liboslo.so.0.1234.tmp"), "half");
+    Files.setLastModifiedTime(stale, java.nio.file.attribute.FileTime.fromMillis(
+        System.currentTimeMillis() - NativeLoader.STALE_TEMPORARY_MILLIS - 1000));
+    Path fresh = Files.writeString(dir.resolve(".liboslo_jni.so.5678.tmp"), "being written");
+    NativeLoader.extract(jar(), PLATFORM, root);
+    assertTrue(Files.notExists(stale), "the stale temporary file is left");
+    assertTrue(Files.exists(fresh), "a fresh temporary file is removed");
+  }
+
   /** A jar whose library is not what its SHA256SUMS says is refused, nothing cached. */
   @Test
   void tamperedJarIsRefused() throws Exception {
