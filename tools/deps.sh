@@ -24,12 +24,16 @@ case "${1:-}" in
   # swig4.0 and python3-dev: the Python bindings (bindings/, OSLO_BUILD_PYTHON)
   # the python_* tests import; numpy comes from the tests' venv.
   # openjdk-17-jdk-headless and junit5: the Java binding (OSLO_BUILD_JAVA) and
-  # its JUnit 5 java_* tests.
+  # its JUnit 5 java_* tests. maven and the plugins `mvn package` uses
+  # (compiler, resources, surefire, jar): bindings/java/pom.xml built offline
+  # against /usr/share/maven-repo (java_maven_package).
   # golang-go (Go >= 1.19, with swig4.0): the Go binding (OSLO_BUILD_GO) and
   # its go_* tests.
   # dpkg-dev and file: cpack -G DEB's dpkg-shlibdeps (install_deb_packages).
   --test) pkgs+=(libcmocka-dev python3 python3-venv openmpi-bin libopenmpi-dev binutils procps
-                 libtorch-dev swig4.0 python3-dev openjdk-17-jdk-headless junit5 golang-go
+                 libtorch-dev swig4.0 python3-dev openjdk-17-jdk-headless junit5 maven
+                 libmaven-compiler-plugin-java libmaven-resources-plugin-java
+                 libsurefire-java libmaven-jar-plugin-java golang-go
                  dpkg-dev file) ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac

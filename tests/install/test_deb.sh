@@ -3,7 +3,8 @@
 # OsloPackaging.cmake), checked without installing them: the package names
 # and versions, the files each holds (the library in liboslo0, nothing to
 # build with; the header, the liboslo.so link, oslo.pc and the CMake package
-# in liboslo-dev; the commands in oslo-tools; a backend plugin's package
+# in liboslo-dev, with the Go module proxy tree when the Go binding is
+# built; the commands in oslo-tools; a backend plugin's package
 # when the plugin is built), liboslo0's Depends as dpkg-shlibdeps computed
 # them, the exact-version Depends on liboslo0 of the others, and liboslo0's
 # shlibs file. tools/deb-check.sh installs them on a clean system.
@@ -72,6 +73,13 @@ has liboslo-dev "${lib}liboslo\.so->liboslo\.so\.0$"
 has liboslo-dev "${lib}pkgconfig/oslo\.pc$"
 for f in osloConfig osloConfigVersion osloTargets; do has liboslo-dev "${lib}cmake/oslo/$f\.cmake$"; done
 hasnt liboslo-dev "${lib}liboslo\.so\.0|/bin/"
+# The Go module proxy tree, when the Go binding is built (bindings/go).
+if [ -d "$build/bindings/go/go-proxy" ]; then
+  at='^\./usr/share/oslo/go-proxy/github\.com/oslo/oslo/bindings/go/@v/'
+  for f in list "v${2//./\\.}\\.info" "v${2//./\\.}\\.mod" "v${2//./\\.}\\.zip"; do
+    has liboslo-dev "$at$f$"
+  done
+fi
 # No dependency computed for the headers: only liboslo0's.
 [ "$(field liboslo-dev Depends)" = "liboslo0 (= $version)" ] ||
   bad "liboslo-dev Depends: $(field liboslo-dev Depends)"

@@ -10,17 +10,54 @@ public final class Oslo {
   private Oslo() {}
 
   /**
-   * Loads liboslo_jni once: from the file named by the environment variable
-   * {@code OSLO_JNI_LIBRARY}, else from {@code java.library.path}. Every class
-   * of org.oslo calls it before its first native call, so calling it is
-   * optional (it reports a missing library early).
+   * Loads liboslo_jni (and liboslo) once, from the first of:
+   *
+   * <ol>
+   *   <li>the file named by the environment variable {@code OSLO_JNI_LIBRARY};
+   *   <li>the folder named by the system property {@code oslo.library.path}
+   *       (its liboslo.so.0 first when it has one, then liboslo_jni.so);
+   *   <li>{@code java.library.path}, when one of its folders holds
+   *       liboslo_jni.so ({@code -Djava.library.path=build/bindings/java});
+   *   <li>the jar: its {@code /native/linux-x86_64/} libraries, extracted into
+   *       a private per-user cache checked by SHA-256 (the system property
+   *       {@code oslo.cache.dir}, else {@code $XDG_CACHE_HOME/oslo}, else
+   *       {@code ~/.cache/oslo}), then loaded.
+   * </ol>
+   *
+   * Every class of org.oslo calls it before its first native call, so calling
+   * it is optional; it reports a failure as an {@link OsloException}
+   * (unsupported platform, unwritable cache, a jar whose natives do not match
+   * their digests, a library that does not load) where the first native call
+   * would raise it wrapped in an {@link ExceptionInInitializerError}.
    */
   public static synchronized void load() {
     if (loaded) return;
     String path = System.getenv("OSLO_JNI_LIBRARY");
-    if (path != null && !path.isEmpty()) System.load(path);
-    else System.loadLibrary("oslo_jni");
+    String dir = System.getProperty("oslo.library.path");
+    if (path != null && !path.isEmpty()) {
+      System.load(path);
+    } else if (dir != null && !dir.isEmpty()) {
+      java.nio.file.Path d = java.nio.file.Paths.get(dir).toAbsolutePath();
+      java.nio.file.Path lib = d.resolve("liboslo.so.0");
+      if (java.nio.file.Files.isRegularFile(lib)) System.load(lib.toString());
+      System.load(d.resolve(System.mapLibraryName("oslo_jni")).toString());
+    } else if (onLibraryPath(System.mapLibraryName("oslo_jni"))) {
+      System.loadLibrary("oslo_jni");
+    } else {
+      NativeLoader.loadFromJar();
+    }
     loaded = true;
+  }
+
+  /** Whether a folder of java.library.path holds the file. */
+  private static boolean onLibraryPath(String file) {
+    String path = System.getProperty("java.library.path", "");
+    for (String d : path.split(java.io.File.pathSeparator)) {
+      if (!d.isEmpty() && java.nio.file.Files.isRegularFile(java.nio.file.Paths.get(d, file))) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /**
