@@ -11,7 +11,10 @@
 # the packaged shim (libsentencepiece comes from liboslo0's Depends), and
 # the main job (examples/minilm/semantic_search.c, the real MiniLM fetched
 # by tools/fetch-minilm.sh) built against the packages prints its table and
-# MATCH on 2 ranks.
+# MATCH on 2 ranks. A Go user's module (examples/go/semantic_search in a
+# folder of its own) gets the binding with `go get` from the module proxy
+# tree liboslo-dev installs (/usr/share/oslo/go-proxy, no replace, SWIG
+# purged) and prints the C main job's table and MATCH on 2 ranks.
 #
 # It changes the system it runs on (apt-get install / purge as root): run it
 # on a throwaway machine, e.g. a brand-new minimal Debian 12:
@@ -26,14 +29,17 @@ build=${OSLO_DEB_BUILD:-build-deb}
 export DEBIAN_FRONTEND=noninteractive
 [ "$(id -u)" -eq 0 ] || { echo "deb-check.sh installs packages: run it as root on a throwaway system" >&2; exit 2; }
 
-echo "== build dependencies (tools/deps.sh) and the packaging tools (dpkg-dev, file)"
+echo "== build dependencies (tools/deps.sh), the packaging tools (dpkg-dev, file), SWIG and Go"
 bash tools/deps.sh
-apt-get install -y -qq --no-install-recommends dpkg-dev file >/dev/null
+# swig4.0 and golang-go: the Go binding, whose module proxy tree liboslo-dev
+# ships (share/oslo/go-proxy). A Go user needs Go, not SWIG: swig4.0 is
+# purged with the build dependencies below.
+apt-get install -y -qq --no-install-recommends dpkg-dev file swig4.0 golang-go >/dev/null
 
 echo "== build (Release, prefix /usr)"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
   -DOSLO_BUILD_TESTS=OFF -DOSLO_BUILD_BENCH=OFF -DOSLO_BUILD_PYTHON=OFF -DOSLO_BUILD_JAVA=OFF \
-  -DOSLO_BUILD_GO=OFF -DOSLO_BACKEND_TORCH=OFF -DOSLO_BUILD_CUDA=OFF >/dev/null
+  -DOSLO_BUILD_GO=ON -DOSLO_BACKEND_TORCH=OFF -DOSLO_BUILD_CUDA=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)"
 
 echo "== cpack -G DEB"
@@ -49,7 +55,7 @@ rm -rf "$build"
 
 echo "== removing the build dependencies' libraries"
 apt-get purge -y -qq libdnnl-dev libgloo-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev \
-  libsentencepiece-dev >/dev/null
+  libsentencepiece-dev swig4.0 >/dev/null
 apt-get autoremove -y -qq >/dev/null
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 # The packages liboslo0's Depends names (dpkg-shlibdeps computed them).
@@ -110,4 +116,24 @@ oslo-run --nproc-per-node 2 "$work/semantic_search" "$work/minilm" \
 cat "$work/minilm.out"
 grep -qx MATCH "$work/minilm.out" || { echo "the main job did not print MATCH" >&2; exit 1; }
 grep -q '^cosine similarity (TP=2)' "$work/minilm.out" || { echo "no similarity table" >&2; exit 1; }
-echo "deb-check: OK (liboslo0, liboslo-dev and oslo-tools installed with apt; examples/outside built both ways and matched on 2 ranks; the main job's table and MATCH)"
+
+echo "== Go: go get from liboslo-dev's module proxy tree, the MiniLM example in a module of one's own"
+module=github.com/oslo/oslo/bindings/go
+version=$(dpkg-query -W -f='${Version}' liboslo-dev | sed 's/-.*//')
+proxy=/usr/share/oslo/go-proxy
+test -s "$proxy/$module/@v/v$version.zip" || { echo "liboslo-dev has no $proxy/$module/@v/v$version.zip" >&2; exit 1; }
+mkdir -p "$work/gohome" "$work/gouser"
+cp "$src/examples/go/semantic_search/main.go" "$work/gouser/"
+goenv=(env -i PATH=/usr/bin:/bin HOME="$work/gohome" GOPATH="$work/gopath" GOCACHE="$work/gocache"
+       GOPROXY="file://$proxy" GONOSUMDB="$module" GOFLAGS=-mod=mod)
+(cd "$work/gouser" && "${goenv[@]}" go mod init example.com/semantic_search &&
+  "${goenv[@]}" go get "$module@v$version" && "${goenv[@]}" go build -o semantic_search .)
+! grep -q replace "$work/gouser/go.mod" || { echo "go.mod has a replace" >&2; exit 1; }
+oslo-run --nproc-per-node 2 "$work/gouser/semantic_search" "$work/minilm" \
+  "$src/examples/minilm/reference.txt" >"$work/go.out"
+grep -qx MATCH "$work/go.out" || { cat "$work/go.out"; echo "the Go main job did not print MATCH" >&2; exit 1; }
+sed '/^agreement/,$d' "$work/minilm.out" >"$work/c.table"
+sed '/^agreement/,$d' "$work/go.out" >"$work/go.table"
+diff -u "$work/c.table" "$work/go.table" || { echo "the Go table differs from the C main job's" >&2; exit 1; }
+echo "Go: go get $module@v$version from $proxy (no replace), the same table as C's and MATCH"
+echo "deb-check: OK (liboslo0, liboslo-dev and oslo-tools installed with apt; examples/outside built both ways and matched on 2 ranks; the main job's table and MATCH in C and in Go through go get from liboslo-dev's module proxy)"
