@@ -7,6 +7,7 @@
 #   oslo/liboslo.so.0                the library with its CPU backend
 #   oslo/liboslo_sentencepiece.so    the shim liboslo dlopens from its own folder
 #   oslo/oslo, oslo/oslo-run         the commands (python -m oslo, oslo-run)
+#   oslo/liboslo_backend_*.so        the CUDA and torch plugins, when built
 #
 # RPATH $ORIGIN: the extension finds liboslo next to it wherever pip puts
 # the package. The oslo command links liboslo's objects statically and finds
@@ -28,6 +29,17 @@ install(FILES $<TARGET_FILE:oslo> DESTINATION oslo RENAME liboslo.so.0
         COMPONENT wheel)
 install(TARGETS oslo_sentencepiece oslo_python LIBRARY DESTINATION oslo COMPONENT wheel)
 install(TARGETS oslo_cli oslo-run RUNTIME DESTINATION oslo COMPONENT wheel)
+# The backend plugins this build makes (pip wheel . -C
+# cmake.define.OSLO_BUILD_CUDA=ON or OSLO_BACKEND_TORCH=ON): next to liboslo,
+# which looks for liboslo_backend_<name>.so in its own folder. They keep the
+# RUNPATH of the libraries they link (INSTALL_RPATH_USE_LINK_PATH: the CUDA
+# toolkit's, libtorch's), which stay outside the wheel: a machine running
+# them has those libraries where the build found them (docs/PACKAGING.md).
+foreach(_p oslo_backend_cuda oslo_backend_torch)
+  if(TARGET ${_p})
+    install(TARGETS ${_p} LIBRARY DESTINATION oslo COMPONENT wheel)
+  endif()
+endforeach()
 # The package folder the extension was built into (bindings/CMakeLists.txt).
 set(_pkg ${CMAKE_BINARY_DIR}/bindings/python/oslo)
 install(FILES ${_pkg}/capi.py ${_pkg}/__init__.py ${_pkg}/__main__.py ${_pkg}/_errors.py

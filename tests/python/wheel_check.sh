@@ -9,6 +9,11 @@
 #   - oslo-run --nproc-per-node 2 python -c ...: an all-reduce over two ranks
 # Usage: wheel_check.sh PYTHON SOURCE_DIR OSLO_CLI MODEL_DIR WORK_DIR [WHEEL]
 # WHEEL: check this wheel (e.g. auditwheel repair's) instead of building one.
+# OSLO_WHEEL_PLUGINS="cuda torch" (either or both): build the wheel with those
+# backend plugins on (-C cmake.define.OSLO_BUILD_CUDA=ON /
+# OSLO_BACKEND_TORCH=ON) and check that it holds oslo/liboslo_backend_<name>.so
+# and that a context with "backend": "<name>" loads that file from the venv
+# (it starts, or fails to start for want of a GPU: not "not available").
 # PYTHON builds the wheel (no build isolation: the build backend comes from
 # the tests' venv, offline) and must have scikit-build-core (tools/test-venv.sh
 # installs it); exit 77 (skip) otherwise. The CMake build folder under
@@ -28,19 +33,30 @@ if command -v ccache >/dev/null 2>&1; then
   export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
 fi
 start=$(date +%s)
+plugins=${OSLO_WHEEL_PLUGINS:-}
+defines=""
+for p in $plugins; do
+  case "$p" in
+    cuda) defines="$defines --config-settings=cmake.define.OSLO_BUILD_CUDA=ON" ;;
+    torch) defines="$defines --config-settings=cmake.define.OSLO_BACKEND_TORCH=ON" ;;
+    *) echo "OSLO_WHEEL_PLUGINS: unknown plugin $p (cuda, torch)"; exit 2 ;;
+  esac
+done
 if [ -z "$whl" ]; then
+  # shellcheck disable=SC2086
   "$py" -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps \
-    -w "$work/dist" --config-settings=build-dir="$work/cmake-build" "$src"
+    -w "$work/dist" --config-settings=build-dir="$work/cmake-build" $defines "$src"
   echo "pip wheel: $(($(date +%s) - start)) s"
   whl=$(ls "$work"/dist/oslo-*.whl)
 fi
 echo "wheel: $(basename "$whl") ($(du -k "$whl" | cut -f1) KiB)"
 # What the wheel must hold (cmake/OsloWheel.cmake).
-"$py" - "$whl" <<'PY'
+"$py" - "$whl" $plugins <<'PY'
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 want = ["oslo/__init__.py", "oslo/__main__.py", "oslo/capi.py", "oslo/liboslo.so.0",
         "oslo/liboslo_sentencepiece.so", "oslo/oslo", "oslo/oslo-run"]
+want += [f"oslo/liboslo_backend_{p}.so" for p in sys.argv[2:]]
 missing = [w for w in want if w not in names]
 missing += [] if any(n.startswith("oslo/_capi.") and n.endswith(".so") for n in names) \
     else ["oslo/_capi.*.so"]
@@ -88,6 +104,29 @@ assert len(libs) == 2 and all(os.path.realpath(l).startswith(venv) for l in libs
 print("SentencePiece ids", ids, "through", " ".join(sorted(os.path.basename(l) for l in libs)))
 print("import oslo", oslo.version(), "from", os.path.dirname(oslo.__file__))
 PY
+
+# The plugins the wheel carries: liboslo finds them in its own folder.
+for p in $plugins; do
+  "$vpy" - "$work/venv" "$p" <<'PY'
+import os, sys
+import numpy as np
+import oslo
+venv, name = os.path.realpath(sys.argv[1]), sys.argv[2]
+try:
+    with oslo.Context({"backend": name}) as ctx:
+        x = ctx.all_reduce(np.arange(3, dtype=np.float32))
+        assert list(x) == [0, 1, 2], x
+        how = "started, one-rank all-reduce ok"
+except oslo.Error as e:
+    # Without a GPU the CUDA plugin loads and then finds no device.
+    msg = str(e)
+    assert "failed to start" in msg and "is not available" not in msg, msg
+    how = "loaded, then: " + msg.split("failed to start: ")[-1][:120]
+libs = {l.split()[-1] for l in open("/proc/self/maps") if f"liboslo_backend_{name}.so" in l}
+assert len(libs) == 1 and os.path.realpath(libs.pop()).startswith(venv), libs
+print(f"plugin {name} from the wheel: {how}")
+PY
+done
 
 # The same generate through the wheel (python -m oslo) and the build tree.
 # (A text prompt: the model folder's tokenizer.json both ways.)
