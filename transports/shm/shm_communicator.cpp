@@ -23,6 +23,8 @@
 //   OSLO_SHM_SMALL_KB  largest one-step all-reduce (default 512 / ranks)
 //   OSLO_SHM_SPIN_US   spin before sleeping on the futex (default 50; 0 when
 //                      there are more ranks than CPUs)
+//   OSLO_SHM_RING_KB   send/recv ring per ordered pair of ranks (default 4096
+//                      for 2 ranks, less for more: 8 MB in all), a power of two
 #include "transports/shm/shm_communicator.hpp"
 
 #include <fcntl.h>
@@ -462,10 +464,17 @@ void ShmCommunicator::connect(Store& store, const std::string& prefix, const Dea
                  slot_bytes_);
     rank_stride_ = round_up(2 * slot_bytes_ + 2 * part_bytes_, kPage);
     size_t pairs = n * (n - 1);
-    // 1 MB per ordered pair for 2 ranks, less for bigger groups (8 MB in
-    // all at most, 16 KB per pair at least); larger messages stream.
-    size_t ring = 1u << 20;
+    // 4 MB per ordered pair for 2 ranks, less for bigger groups (8 MB in
+    // all at most, 16 KB per pair at least); larger messages stream, their
+    // sender waiting for the receiver to drain the ring. A pipeline stage's
+    // activations (256 tokens x 4096 f32 values) fit, so its sends do not
+    // wait for the next stage to reach its receive (issue 18's schedules
+    // assume they do not). OSLO_SHM_RING_KB overrides, rounded down to a
+    // power of two (the ring's positions wrap with a mask).
+    size_t ring = 4u << 20;
     while (pairs && ring > (16u << 10) && pairs * ring > (8u << 20)) ring >>= 1;
+    ring = env_size("OSLO_SHM_RING_KB", ring >> 10, 16, 65536) << 10;
+    while (ring & (ring - 1)) ring &= ring - 1;  // the highest power of two <= ring
     ring_bytes_ = static_cast<uint32_t>(ring);
     size_t ctrl_off = round_up(sizeof(Header), 128);
     size_t data_off = round_up(ctrl_off + n * sizeof(RankCtrl), kPage);
