@@ -287,6 +287,34 @@ void test_p2p_timeouts(void**) {
   }
 }
 
+// A send up to the ring's size (4 MB per pair for 2 ranks) returns before the
+// receiver calls recv: a pipeline stage hands over its activations (1.5 MB
+// for 512 tokens of GPT-2) and goes on. OSLO_SHM_RING_KB sets the ring,
+// rounded down to a power of two: with 1500 (1 MB) the same 1.5 MB send
+// waits for a receiver that never comes and times out.
+void test_send_without_receiver(void**) {
+  const size_t sizes[] = {1536u << 10, (4u << 20) - 64};
+  for (size_t n : sizes) {
+    oslo::HashStore store;
+    auto comms = make_group(store, next_prefix(), 2, 2.0);
+    std::vector<uint8_t> out(n), in(n, 0);
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(i * 131 + 7);
+    std::string m;
+    assert_int_equal(status_of([&] { comms[0]->send(out.data(), n, 1); }, &m), OSLO_OK);
+    assert_int_equal(status_of([&] { comms[1]->recv(in.data(), n, 0); }, &m), OSLO_OK);
+    assert_true(in == out);
+  }
+  setenv("OSLO_SHM_RING_KB", "1500", 1);
+  oslo::HashStore store;
+  auto comms = make_group(store, next_prefix(), 2, 1.0);
+  unsetenv("OSLO_SHM_RING_KB");
+  std::vector<uint8_t> buf(1536u << 10);
+  std::string m;
+  assert_int_equal(status_of([&] { comms[0]->send(buf.data(), buf.size(), 1); }, &m),
+                   OSLO_ERR_TIMEOUT);
+  assert_true(contains(m, "ring of 1048576 bytes"));
+}
+
 // A peer that destroyed its communicator: waiting for it fails at once.
 void test_peer_destroyed(void**) {
   oslo::HashStore store;
@@ -381,6 +409,7 @@ int main(void) {
       cmocka_unit_test(test_abort_wakes_peer),
       cmocka_unit_test(test_timeout),
       cmocka_unit_test(test_p2p_timeouts),
+      cmocka_unit_test(test_send_without_receiver),
       cmocka_unit_test(test_peer_destroyed),
       cmocka_unit_test(test_mismatch),
       cmocka_unit_test(test_oversubscribed_stress),
