@@ -33,7 +33,7 @@ void check_rank(int rank, int pipeline_size, const char* what) {
 
 // "F3.1" or "F3".
 std::string op_name(const PipeOp& op, bool with_chunk) {
-  std::string s = op.kind == PipeOp::FORWARD ? "F" : "B";
+  std::string s = op.kind == PipeOp::FORWARD ? "F" : op.kind == PipeOp::BACKWARD ? "B" : "H";
   s += std::to_string(op.microbatch);
   if (with_chunk) s += "." + std::to_string(op.chunk);
   return s;
@@ -153,17 +153,19 @@ std::string schedule_string(const std::vector<PipeOp>& ops, bool with_chunks) {
   return s;
 }
 
-void check_schedule(const std::vector<PipeOp>& ops, int microbatches, int chunks) {
+void check_schedule(const std::vector<PipeOp>& ops, int microbatches, int chunks, bool head_ops) {
   OSLO_CHECK(microbatches >= 1, OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: ", microbatches,
              " micro-batches < 1");
   OSLO_CHECK(chunks >= 1, OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: chunks per rank ", chunks,
              " < 1");
   const size_t n = static_cast<size_t>(microbatches) * static_cast<size_t>(chunks);
-  std::vector<char> fwd(n, 0), bwd(n, 0);
+  std::vector<char> fwd(n, 0), bwd(n, 0), head(static_cast<size_t>(microbatches), 0);
   for (size_t i = 0; i < ops.size(); ++i) {
     const PipeOp& op = ops[i];
-    OSLO_CHECK(op.kind == PipeOp::FORWARD || op.kind == PipeOp::BACKWARD, OSLO_ERR_INVALID_ARGUMENT,
-               "pipeline schedule: op ", i, " has kind ", static_cast<int>(op.kind));
+    OSLO_CHECK(op.kind == PipeOp::FORWARD || op.kind == PipeOp::BACKWARD ||
+                   (head_ops && op.kind == PipeOp::HEAD),
+               OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: op ", i, " has kind ",
+               static_cast<int>(op.kind));
     OSLO_CHECK(op.microbatch >= 0 && op.microbatch < microbatches, OSLO_ERR_INVALID_ARGUMENT,
                "pipeline schedule: op ", i, " (", op_name(op, true), "): micro-batch ",
                op.microbatch, " outside [0, ", microbatches, ")");
@@ -172,11 +174,19 @@ void check_schedule(const std::vector<PipeOp>& ops, int microbatches, int chunks
                " outside [0, ", chunks, ")");
     const size_t at = static_cast<size_t>(op.chunk) * static_cast<size_t>(microbatches) +
                       static_cast<size_t>(op.microbatch);
-    if (op.kind == PipeOp::FORWARD) {
+    if (op.kind == PipeOp::HEAD) {
+      OSLO_CHECK(op.chunk == 0 && fwd[at] && !bwd[at] && !head[static_cast<size_t>(op.microbatch)],
+                 OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: op ", i, " (", op_name(op, true),
+                 ") is not the one head share between its forward and its backward");
+      head[static_cast<size_t>(op.microbatch)] = 1;
+    } else if (op.kind == PipeOp::FORWARD) {
       OSLO_CHECK(!fwd[at], OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: op ", i, " (",
                  op_name(op, true), ") runs a forward a second time");
       fwd[at] = 1;
     } else {
+      OSLO_CHECK(!head_ops || op.chunk != 0 || head[static_cast<size_t>(op.microbatch)],
+                 OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: op ", i, " (", op_name(op, true),
+                 ") runs before its head share");
       OSLO_CHECK(fwd[at], OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: op ", i, " (",
                  op_name(op, true), ") runs a backward before its forward");
       OSLO_CHECK(!bwd[at], OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: op ", i, " (",
@@ -184,6 +194,9 @@ void check_schedule(const std::vector<PipeOp>& ops, int microbatches, int chunks
       bwd[at] = 1;
     }
   }
+  for (int i = 0; head_ops && i < microbatches; ++i)
+    OSLO_CHECK(head[static_cast<size_t>(i)], OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: H", i,
+               " (the head share of micro-batch ", i, ") is missing");
   for (size_t at = 0; at < n; ++at) {
     const PipeOp op{fwd[at] ? PipeOp::BACKWARD : PipeOp::FORWARD,
                     static_cast<int>(at % static_cast<size_t>(microbatches)),
@@ -205,34 +218,34 @@ PipePeers pipe_op_peers(const PipeOp& op, int rank, int pipeline_size, int chunk
   return {next, prev};
 }
 
-std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks,
-                                    const std::vector<double>& stage_cost) {
-  const int p = pipeline_size, v = chunks, m = microbatches;
-  check_rank(rank, p, "pipeline plan");  // the shape is checked by pipeline_schedule
-  std::vector<std::vector<PipeOp>> all;
-  for (int q = 0; q < p; ++q) all.push_back(pipeline_schedule(p, q, m, v));
-  PipeSimOptions so;
-  so.t_forward = 1;
-  so.t_backward = 2;
-  so.stage_scale = stage_cost;
-  OSLO_CHECK(std::all_of(stage_cost.begin(), stage_cost.end(), [](double c) { return c > 0; }),
-             OSLO_ERR_INVALID_ARGUMENT, "pipeline plan: stage costs must be > 0");
+namespace {
+
+// Rank `rank`'s steps for the ranks' orders `all`, timed by simulate_pipeline
+// with `so` (see pipeline_plan). `split`: rank 0's list carries the HEAD ops
+// of the head-split schedule (v == 1).
+std::vector<PipeStep> plan_from(const std::vector<std::vector<PipeOp>>& all, int rank, int m, int v,
+                                const PipeSimOptions& so, bool split) {
+  const int p = static_cast<int>(all.size());
   const PipeSimResult sim = simulate_pipeline(all, m, v, so);
   // When each (kind, micro-batch, virtual stage) op finishes: a message is
   // transferred at the moment its producer made it. (Timing it at its
   // consumer's start instead let the producer run whatever op it started
   // before that moment first: the interleaved plans ran with 2-4x the
   // schedule's bubble, docs/BENCHMARKS.md 12.)
-  const int stages = p * v;
-  std::vector<double> finish_of(static_cast<size_t>(2 * m * stages), 0);
+  const int stages = p * v, last = stages - 1;
+  std::vector<double> finish_of(static_cast<size_t>(2 * m * stages), 0),
+      head_finish(static_cast<size_t>(m), 0);
   auto slot = [&](bool backward, int mb, int s) {
     return static_cast<size_t>((backward ? m * stages : 0) + mb * stages + s);
   };
   for (int q = 0; q < p; ++q)
     for (size_t k = 0; k < all[static_cast<size_t>(q)].size(); ++k) {
       const PipeOp& op = all[static_cast<size_t>(q)][k];
-      finish_of[slot(op.kind == PipeOp::BACKWARD, op.microbatch, op.chunk * p + q)] =
-          sim.finish[static_cast<size_t>(q)][k];
+      const double t = sim.finish[static_cast<size_t>(q)][k];
+      if (op.kind == PipeOp::HEAD)
+        head_finish[static_cast<size_t>(op.microbatch)] = t;
+      else
+        finish_of[slot(op.kind == PipeOp::BACKWARD, op.microbatch, op.chunk * p + q)] = t;
     }
   struct Item {
     double time;
@@ -242,33 +255,44 @@ std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatche
     PipeStep step;
   };
   std::vector<Item> items;
+  auto transfer = [&](PipeStep::Kind kind, int peer, const PipeMessage& msg, double t) {
+    PipeStep st;
+    st.kind = kind;
+    st.peer = peer;
+    st.message = msg;
+    items.push_back({t, 0, msg, kind == PipeStep::SEND ? 0 : 1, st});
+  };
   const std::vector<PipeOp>& mine = all[static_cast<size_t>(rank)];
   for (size_t k = 0; k < mine.size(); ++k) {
     const PipeOp& op = mine[k];
+    const int i = op.microbatch;
+    const double t = sim.start[static_cast<size_t>(rank)][k];
+    PipeStep c;
+    c.op = op;
+    if (op.kind == PipeOp::HEAD) {  // rank 0: the hidden states in, their gradient out
+      const PipeMessage in{false, i, last, true}, out{true, i, 0, true};
+      transfer(PipeStep::RECV, p - 1, in, finish_of[slot(false, i, last)]);
+      items.push_back({t, 1, PipeMessage{}, 0, c});
+      transfer(PipeStep::SEND, p - 1, out, head_finish[static_cast<size_t>(i)]);
+      continue;
+    }
     const bool bwd = op.kind == PipeOp::BACKWARD;
     const int s = op.chunk * p + rank;
     const PipePeers peers = pipe_op_peers(op, rank, p, v);
-    const double t = sim.start[static_cast<size_t>(rank)][k];
+    // At its producer's finish, which is no later than this op's start.
     if (peers.recv_from >= 0) {
-      PipeStep st;
-      st.kind = PipeStep::RECV;
-      st.peer = peers.recv_from;
-      st.message = PipeMessage{bwd, op.microbatch, bwd ? s + 1 : s - 1};
-      // At its producer's finish, which is no later than this op's start.
-      items.push_back(
-          {finish_of[slot(bwd, op.microbatch, st.message.from_stage)], 0, st.message, 1, st});
+      const PipeMessage msg{bwd, i, bwd ? s + 1 : s - 1};
+      transfer(PipeStep::RECV, peers.recv_from, msg, finish_of[slot(bwd, i, msg.from_stage)]);
     }
-    PipeStep c;
-    c.op = op;
+    if (split && bwd && s == last)
+      transfer(PipeStep::RECV, 0, PipeMessage{true, i, 0, true},
+               head_finish[static_cast<size_t>(i)]);
     items.push_back({t, 1, PipeMessage{}, 0, c});
-    if (peers.send_to >= 0) {
-      PipeStep st;
-      st.kind = PipeStep::SEND;
-      st.peer = peers.send_to;
-      st.message = PipeMessage{bwd, op.microbatch, s};
-      // Timed when this op finishes: the same time as its receive.
-      items.push_back({finish_of[slot(bwd, op.microbatch, s)], 0, st.message, 0, st});
-    }
+    // Timed when this op finishes: the same time as its receive.
+    if (peers.send_to >= 0)
+      transfer(PipeStep::SEND, peers.send_to, PipeMessage{bwd, i, s}, finish_of[slot(bwd, i, s)]);
+    if (split && !bwd && s == last)
+      transfer(PipeStep::SEND, 0, PipeMessage{false, i, last, true}, finish_of[slot(false, i, s)]);
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
     if (a.time != b.time) return a.time < b.time;
@@ -281,11 +305,123 @@ std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatche
   return out;
 }
 
+void check_costs(const std::vector<double>& cost, const char* what) {
+  OSLO_CHECK(
+      std::all_of(cost.begin(), cost.end(), [](double c) { return std::isfinite(c) && c > 0; }),
+      OSLO_ERR_INVALID_ARGUMENT, what, ": stage costs must be finite and > 0");
+}
+
+}  // namespace
+
+std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks,
+                                    const std::vector<double>& stage_cost) {
+  const int p = pipeline_size, v = chunks, m = microbatches;
+  check_rank(rank, p, "pipeline plan");  // the shape is checked by pipeline_schedule
+  std::vector<std::vector<PipeOp>> all;
+  for (int q = 0; q < p; ++q) all.push_back(pipeline_schedule(p, q, m, v));
+  check_costs(stage_cost, "pipeline plan");
+  PipeSimOptions so;
+  so.t_forward = 1;
+  so.t_backward = 2;
+  so.stage_scale = stage_cost;
+  return plan_from(all, rank, m, v, so, false);
+}
+
+std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size, int microbatches,
+                                                              const std::vector<double>& stage_cost,
+                                                              double head_cost) {
+  const int p = pipeline_size, m = microbatches;
+  OSLO_CHECK(p >= 2, OSLO_ERR_INVALID_ARGUMENT, "head-split schedule: pipeline size ", p,
+             " (the head share goes from the last stage to the first: 2 stages or more)");
+  OSLO_CHECK(m >= 1, OSLO_ERR_INVALID_ARGUMENT, "head-split schedule: ", m, " micro-batches < 1");
+  check_size(p, m, "head-split schedule", "(stage, micro-batch) cells");
+  OSLO_CHECK(static_cast<int>(stage_cost.size()) == p, OSLO_ERR_INVALID_ARGUMENT,
+             "head-split schedule: ", stage_cost.size(), " stage costs for ", p, " stages");
+  check_costs(stage_cost, "head-split schedule");
+  OSLO_CHECK(std::isfinite(head_cost) && head_cost > 0, OSLO_ERR_INVALID_ARGUMENT,
+             "head-split schedule: head cost ", head_cost, " (must be finite and > 0)");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(m);
+  std::vector<double> fdone(P * M, nan), bdone(P * M, nan), hdone(M, nan), free_at(P, 0.0);
+  std::vector<int> next_f(P, 0), next_b(P, 0);
+  int next_h = 0;
+  std::vector<std::vector<PipeOp>> out(P);
+  auto at = [M](int r, int i) { return static_cast<size_t>(r) * M + static_cast<size_t>(i); };
+  const size_t total = 2 * P * M + M;
+  for (size_t done = 0; done < total; ++done) {
+    // Each rank's pick (the earliest start; at a tie HEAD, then forward, then
+    // backward); the pick that starts first runs (at a tie the lower rank).
+    int best_rank = -1;
+    PipeOp best_op;
+    double best_start = 0;
+    for (int r = 0; r < p; ++r) {
+      const size_t R = static_cast<size_t>(r);
+      struct Cand {
+        PipeOp::Kind kind;
+        int mb;
+        double ready;
+      };
+      std::vector<Cand> cands;
+      if (r == 0 && next_h < m) cands.push_back({PipeOp::HEAD, next_h, fdone[at(p - 1, next_h)]});
+      if (next_f[R] < m && next_f[R] - next_b[R] < p - r + 2)
+        cands.push_back({PipeOp::FORWARD, next_f[R], r == 0 ? 0.0 : fdone[at(r - 1, next_f[R])]});
+      if (next_b[R] < next_f[R])
+        cands.push_back(
+            {PipeOp::BACKWARD, next_b[R],
+             r == p - 1 ? hdone[static_cast<size_t>(next_b[R])] : bdone[at(r + 1, next_b[R])]});
+      for (const Cand& c : cands) {  // in priority order
+        if (std::isnan(c.ready)) continue;
+        const double start = std::max(free_at[R], c.ready);
+        if (best_rank < 0 || start < best_start) {
+          best_rank = r;
+          best_op = PipeOp{c.kind, c.mb, 0};
+          best_start = start;
+        }
+      }
+    }
+    OSLO_CHECK(best_rank >= 0, OSLO_ERR_INTERNAL, "head-split schedule: no op can run");
+    const size_t R = static_cast<size_t>(best_rank);
+    const int i = best_op.microbatch;
+    const double c = best_op.kind == PipeOp::HEAD      ? 3 * head_cost
+                     : best_op.kind == PipeOp::FORWARD ? stage_cost[R]
+                                                       : 2 * stage_cost[R];
+    const double end = best_start + c;
+    free_at[R] = end;
+    if (best_op.kind == PipeOp::HEAD) {
+      hdone[static_cast<size_t>(i)] = end;
+      ++next_h;
+    } else if (best_op.kind == PipeOp::FORWARD) {
+      fdone[at(best_rank, i)] = end;
+      ++next_f[R];
+    } else {
+      bdone[at(best_rank, i)] = end;
+      ++next_b[R];
+    }
+    out[R].push_back(best_op);
+  }
+  return out;
+}
+
+std::vector<PipeStep> pipeline_plan_head_split(int pipeline_size, int rank, int microbatches,
+                                               const std::vector<double>& stage_cost,
+                                               double head_cost) {
+  check_rank(rank, pipeline_size, "head-split plan");
+  const std::vector<std::vector<PipeOp>> all =
+      pipeline_schedule_head_split(pipeline_size, microbatches, stage_cost, head_cost);
+  PipeSimOptions so;
+  so.t_forward = 1;
+  so.t_backward = 2;
+  so.stage_scale = stage_cost;
+  so.head_scale = head_cost;
+  return plan_from(all, rank, microbatches, 1, so, true);
+}
+
 int peak_live_microbatches(const std::vector<PipeOp>& ops) {
   std::set<std::pair<int, int>> live;  // (chunk, micro-batch)
   size_t peak = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     const PipeOp& op = ops[i];
+    if (op.kind == PipeOp::HEAD) continue;
     const std::pair<int, int> key{op.chunk, op.microbatch};
     if (op.kind == PipeOp::FORWARD) {
       OSLO_CHECK(live.insert(key).second, OSLO_ERR_INVALID_ARGUMENT, "pipeline schedule: op ", i,
@@ -320,9 +456,16 @@ PipeSimResult simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int
   for (size_t s = 0; s < o.stage_scale.size(); ++s)
     OSLO_CHECK(cost_ok(o.stage_scale[s]), OSLO_ERR_INVALID_ARGUMENT,
                "pipeline simulation: stage scale ", o.stage_scale[s], " of virtual stage ", s);
+  OSLO_CHECK(std::isfinite(o.head_scale) && o.head_scale >= 0, OSLO_ERR_INVALID_ARGUMENT,
+             "pipeline simulation: head_scale ", o.head_scale);
+  // Rank 0's list carries HEAD ops in the head-split schedule.
+  const bool split = std::any_of(ops[0].begin(), ops[0].end(),
+                                 [](const PipeOp& op) { return op.kind == PipeOp::HEAD; });
+  OSLO_CHECK(!split || p >= 2, OSLO_ERR_INVALID_ARGUMENT,
+             "pipeline simulation: head shares need two ranks or more");
   for (int r = 0; r < p; ++r) {
     try {
-      check_schedule(ops[static_cast<size_t>(r)], m, v);
+      check_schedule(ops[static_cast<size_t>(r)], m, v, split && r == 0);
     } catch (const Error& e) {
       fail(OSLO_ERR_INVALID_ARGUMENT, "pipeline simulation: rank ", r, ": ", e.what());
     }
@@ -331,7 +474,8 @@ PipeSimResult simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int
   // Finish times by (virtual stage, micro-batch); NaN until the op ran.
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const size_t cells = static_cast<size_t>(stages) * static_cast<size_t>(m);
-  std::vector<double> fwd_done(cells, nan), bwd_done(cells, nan);
+  std::vector<double> fwd_done(cells, nan), bwd_done(cells, nan),
+      head_done(static_cast<size_t>(m), nan);
   auto cell = [m](int s, int mb) {
     return static_cast<size_t>(s) * static_cast<size_t>(m) + static_cast<size_t>(mb);
   };
@@ -343,14 +487,22 @@ PipeSimResult simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int
   };
   auto dep_of = [&](const PipeOp& op, int s) {
     Dep d;
-    if (op.kind == PipeOp::FORWARD) {
+    if (op.kind == PipeOp::HEAD) {
+      d = {true, PipeOp::FORWARD, stages - 1, op.microbatch};
+    } else if (op.kind == PipeOp::FORWARD) {
       if (s > 0) d = {true, PipeOp::FORWARD, s - 1, op.microbatch};
     } else if (s < stages - 1) {
       d = {true, PipeOp::BACKWARD, s + 1, op.microbatch};
+    } else if (split) {
+      d = {true, PipeOp::HEAD, 0, op.microbatch};
     } else {
       d = {true, PipeOp::FORWARD, s, op.microbatch};
     }
     return d;
+  };
+  auto done_of = [&](const Dep& d) -> double& {
+    if (d.kind == PipeOp::HEAD) return head_done[static_cast<size_t>(d.microbatch)];
+    return (d.kind == PipeOp::FORWARD ? fwd_done : bwd_done)[cell(d.stage, d.microbatch)];
   };
 
   PipeSimResult res;
@@ -380,20 +532,24 @@ PipeSimResult simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int
         const Dep d = dep_of(op, s);
         double ready = 0;
         if (d.any) {
-          const double t =
-              (d.kind == PipeOp::FORWARD ? fwd_done : bwd_done)[cell(d.stage, d.microbatch)];
+          const double t = done_of(d);
           if (std::isnan(t)) break;
           ready = t + (d.stage % p != r ? o.t_comm : 0.0);
         }
         const double scale = o.stage_scale.empty() ? 1.0 : o.stage_scale[static_cast<size_t>(s)];
-        const double dur = (op.kind == PipeOp::FORWARD ? o.t_forward : o.t_backward) * scale;
+        const double dur = op.kind == PipeOp::HEAD
+                               ? (o.t_forward + o.t_backward) * o.head_scale
+                               : (op.kind == PipeOp::FORWARD ? o.t_forward : o.t_backward) * scale;
         const double start = std::max(free_at[static_cast<size_t>(r)], ready);
         const double end = start + dur;
         res.start[static_cast<size_t>(r)][i] = start;
         res.finish[static_cast<size_t>(r)][i] = end;
         res.busy[static_cast<size_t>(r)] += dur;
         free_at[static_cast<size_t>(r)] = end;
-        (op.kind == PipeOp::FORWARD ? fwd_done : bwd_done)[cell(s, op.microbatch)] = end;
+        if (op.kind == PipeOp::HEAD)
+          head_done[static_cast<size_t>(op.microbatch)] = end;
+        else
+          (op.kind == PipeOp::FORWARD ? fwd_done : bwd_done)[cell(s, op.microbatch)] = end;
         res.makespan = std::max(res.makespan, end);
         ++i;
         --left;

@@ -101,9 +101,12 @@ inline bool is_last_stage(int rank, int chunk, int pipeline_size, int chunks) {
 // ------------------------------------------------------------- schedules
 
 // One compute step of a rank: the forward or backward of micro-batch
-// `microbatch` through the rank's model chunk `chunk`.
+// `microbatch` through the rank's model chunk `chunk`, or (HEAD, rank 0,
+// chunk 0, only in the head-split schedule) the first stage's share of the
+// micro-batch's head: the final hidden states of its first tokens in, the
+// logits, the loss and their gradient through the tied token table out.
 struct PipeOp {
-  enum Kind { FORWARD, BACKWARD };
+  enum Kind { FORWARD, BACKWARD, HEAD };
   Kind kind = FORWARD;
   int microbatch = 0;
   int chunk = 0;
@@ -127,8 +130,44 @@ std::string schedule_string(const std::vector<PipeOp>& ops, bool with_chunks);
 // Throws OSLO_ERR_INVALID_ARGUMENT, naming the op's position and the
 // problem, unless `ops` runs the forward and the backward of every
 // (micro-batch, chunk) of [0, m) x [0, v) exactly once each, the backward
-// after the forward.
-void check_schedule(const std::vector<PipeOp>& ops, int microbatches, int chunks);
+// after the forward. HEAD ops are allowed only with `head_ops`: then each
+// micro-batch's HEAD exactly once, after its forward and before its
+// backward (rank 0's list in the head-split schedule).
+void check_schedule(const std::vector<PipeOp>& ops, int microbatches, int chunks,
+                    bool head_ops = false);
+
+// ---------------------------------------------------- head-split schedule
+//
+// A tied head is the heaviest piece of a small model (GPT-2 small's 50257 x
+// 768 table is about 5.4 blocks of work), so whole blocks cannot make the
+// stages equal: 9 + 3 blocks leave the first stage 4 % heavier, 8 + 4 the
+// last 20 %. The first stage holds the same table (the tied embedding), so
+// it can take the head and loss of the first tokens of every micro-batch:
+// the last stage sends it their final hidden states after its forward and
+// waits for their gradient before its backward (one HEAD op on rank 0 per
+// micro-batch, no new weights, the table's gradient summed by the tied-
+// weight exchange as before). With that share chosen by cost the stages
+// are equal to a token.
+//
+// The order is not Megatron's: HEAD(i) must run on rank 0 between rank p -
+// 1's forward and backward of i, so the ranks' orders come from a list
+// scheduling of the whole pipeline: whenever a rank is free it runs, among
+// its ops whose input is there, a HEAD first, then its next forward (each
+// rank at most p - r + 2 micro-batches past their forward and not yet
+// through their backward; 1F1B keeps p - r), then its next backward;
+// micro-batches in order within each kind. With equal stages the bubble of
+// GPT-2's 6 + 6 blocks and half the head each at p = 2, m = 8 is 0.079
+// (Megatron's 9 + 3: 0.128). v == 1 only.
+
+// The ranks' orders (index r: rank r) for p ranks, m micro-batches, the
+// virtual stages' forward costs `stage_cost` (p values > 0; the last
+// stage's without the share of the head it gives away) and `head_cost`, the
+// forward cost of rank 0's share of the head (> 0). Deterministic: every
+// rank computes the same orders from the same costs. Errors
+// (OSLO_ERR_INVALID_ARGUMENT): p < 2, m < 1, bad costs.
+std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size, int microbatches,
+                                                              const std::vector<double>& stage_cost,
+                                                              double head_cost);
 
 // The ranks an op exchanges with: its input arrives from recv_from and its
 // output leaves for send_to (-1: none). A forward on virtual stage s
@@ -150,14 +189,20 @@ PipePeers pipe_op_peers(const PipeOp& op, int rank, int pipeline_size, int chunk
 
 // A micro-batch's activation (made by a forward) or gradient (made by a
 // backward) leaving virtual stage from_stage.
+// With `head` (head-split schedule): the final hidden states of the first
+// stage's tokens (gradient false, from the last stage) or their gradient
+// (gradient true, from_stage 0).
 struct PipeMessage {
   bool gradient = false;
   int microbatch = 0;
   int from_stage = 0;
+  bool head = false;
   bool operator==(const PipeMessage& o) const {
-    return gradient == o.gradient && microbatch == o.microbatch && from_stage == o.from_stage;
+    return gradient == o.gradient && microbatch == o.microbatch && from_stage == o.from_stage &&
+           head == o.head;
   }
   bool operator<(const PipeMessage& o) const {
+    if (head != o.head) return head < o.head;
     if (gradient != o.gradient) return gradient < o.gradient;
     if (microbatch != o.microbatch) return microbatch < o.microbatch;
     return from_stage < o.from_stage;
@@ -198,6 +243,16 @@ struct PipeStep {
 std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks,
                                     const std::vector<double>& stage_cost = {});
 
+// The same for the head-split schedule (pipeline_schedule_head_split, v ==
+// 1): the last stage's forward of i also sends the head input to rank 0,
+// rank 0's HEAD(i) receives it and sends back its gradient, which the last
+// stage receives before its backward of i; all placed by the same global
+// order, so the plans complete with blocking sends. Errors: as
+// pipeline_schedule_head_split.
+std::vector<PipeStep> pipeline_plan_head_split(int pipeline_size, int rank, int microbatches,
+                                               const std::vector<double>& stage_cost,
+                                               double head_cost);
+
 // -------------------------------------------------------------- analysis
 
 // The most (micro-batch, chunk) forwards of `ops` whose backward has not
@@ -211,11 +266,14 @@ int peak_live_microbatches(const std::vector<PipeOp>& ops);
 // t_forward (or t_backward) times stage_scale[s] (1 when stage_scale is
 // empty); an activation or gradient that crosses to another rank arrives
 // t_comm after the op that made it finished (0 within a rank).
+// A HEAD op (rank 0's share of the head) takes (t_forward + t_backward)
+// times head_scale.
 struct PipeSimOptions {
   double t_forward = 1.0;
   double t_backward = 2.0;
   double t_comm = 0.0;
   std::vector<double> stage_scale;  // empty, or p v factors >= 0
+  double head_scale = 0.0;
 };
 
 struct PipeSimResult {
@@ -231,7 +289,8 @@ struct PipeSimResult {
 // its input is there: the forward of micro-batch i on virtual stage s > 0
 // needs the forward of i on s - 1; the backward on s < p v - 1 needs the
 // backward of i on s + 1; the backward on the last stage needs the forward
-// of i there. p = ops.size(). Errors (OSLO_ERR_INVALID_ARGUMENT): p < 1, m
+// of i there (with HEAD ops on rank 0: the HEAD of i, which needs that
+// forward). p = ops.size(). Errors (OSLO_ERR_INVALID_ARGUMENT): p < 1, m
 // < 1, v < 1, a rank's list failing check_schedule (naming the rank), bad
 // costs (negative or not finite, stage_scale of the wrong size); and a
 // deadlock, when the lists' orders contradict each other so that no rank

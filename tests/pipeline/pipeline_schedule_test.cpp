@@ -408,6 +408,9 @@ void test_peers() {
 // matching receive (a send to itself is buffered): true when every plan
 // completes; each rank's compute steps must be its schedule, and every
 // transfer must match one on the peer.
+bool blocking_complete(const std::vector<std::vector<PipeStep>>& plans, int v, bool split,
+                       std::string* why);
+
 bool plans_complete(int p, int m, int v, std::string* why, const std::vector<double>& cost = {}) {
   std::vector<std::vector<PipeStep>> plans;
   for (int r = 0; r < p; ++r) {
@@ -420,15 +423,29 @@ bool plans_complete(int p, int m, int v, std::string* why, const std::vector<dou
       return false;
     }
   }
+  return blocking_complete(plans, v, false, why);
+}
+
+// Runs the ranks' plans with sends that block until the peer is at the
+// matching receive (a send to itself is buffered): true when every plan
+// completes, every transfer matching one on the peer, every op after its
+// inputs arrived (with `split`: a HEAD after the head input, the last
+// stage's backward after the head gradient) and every send after its
+// message was made.
+bool blocking_complete(const std::vector<std::vector<PipeStep>>& plans_in, int v, bool split,
+                       std::string* why) {
+  std::vector<std::vector<PipeStep>> plans = plans_in;
+  const int p = static_cast<int>(plans.size());
   std::vector<size_t> pc(static_cast<size_t>(p), 0);
   std::vector<std::vector<PipeMessage>> self(static_cast<size_t>(p));
   // A step that consumed an input before it was received, or sent an output
   // before it was made, is caught by tracking what each rank holds.
-  std::vector<std::set<std::tuple<bool, int, int>>> made(static_cast<size_t>(p)),
-      held(static_cast<size_t>(p));
+  using Key = std::tuple<bool, bool, int, int>;
+  std::vector<std::set<Key>> made(static_cast<size_t>(p)), held(static_cast<size_t>(p));
   auto key = [](const PipeMessage& msg) {
-    return std::make_tuple(msg.gradient, msg.microbatch, msg.from_stage);
+    return std::make_tuple(msg.head, msg.gradient, msg.microbatch, msg.from_stage);
   };
+  const int last = p * v - 1;
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < p; ++r) {
@@ -438,16 +455,32 @@ bool plans_complete(int p, int m, int v, std::string* why, const std::vector<dou
         const PipeStep& st = plan[i];
         if (st.kind == PipeStep::COMPUTE) {
           const PipeOp& op = st.op;
+          auto& h = held[static_cast<size_t>(r)];
+          if (op.kind == PipeOp::HEAD) {
+            if (r != 0 || !h.count(Key{true, false, op.microbatch, last})) {
+              *why = "rank " + std::to_string(r) + " runs a head share without its input";
+              return false;
+            }
+            made[0].insert(Key{true, true, op.microbatch, 0});
+            ++i;
+            progress = true;
+            continue;
+          }
           const bool bwd = op.kind == PipeOp::BACKWARD;
-          const int s = op.chunk * p + r, last = p * v - 1;
+          const int s = op.chunk * p + r;
           if ((!bwd && s > 0) || (bwd && s < last)) {
-            const auto in = std::make_tuple(bwd, op.microbatch, bwd ? s + 1 : s - 1);
-            if (!held[static_cast<size_t>(r)].count(in)) {
+            if (!h.count(Key{false, bwd, op.microbatch, bwd ? s + 1 : s - 1})) {
               *why = "rank " + std::to_string(r) + " computes before receiving its input";
               return false;
             }
           }
-          made[static_cast<size_t>(r)].insert(std::make_tuple(bwd, op.microbatch, s));
+          if (split && bwd && s == last && !h.count(Key{true, true, op.microbatch, 0})) {
+            *why = "the last stage's backward runs before the head gradient came";
+            return false;
+          }
+          made[static_cast<size_t>(r)].insert(Key{false, bwd, op.microbatch, s});
+          if (split && !bwd && s == last)
+            made[static_cast<size_t>(r)].insert(Key{true, false, op.microbatch, last});
           ++i;
           progress = true;
           continue;
@@ -497,24 +530,22 @@ bool plans_complete(int p, int m, int v, std::string* why, const std::vector<dou
   return true;
 }
 
-// Runs every rank's plan in time with eager sends (a send never waits; a
+// Runs the ranks' plans in time with eager sends (a send never waits; a
 // receive waits for its message), forward t = cost[s], backward 2 cost[s],
-// no transfer time: returns the bubble fraction, and fails when an op starts
-// later than simulate_pipeline says it may for the same costs.
-double executed_bubble(int p, int m, int v, const std::vector<double>& cost,
-                       const std::vector<double>& plan_cost, bool* on_time) {
-  std::vector<std::vector<PipeStep>> plans;
-  std::vector<std::vector<PipeOp>> ops;
-  for (int r = 0; r < p; ++r) {
-    plans.push_back(pipeline_plan(p, r, m, v, plan_cost));
-    ops.push_back(pipeline_schedule(p, r, m, v));
-  }
+// a HEAD 3 head_cost, no transfer time: returns the bubble fraction, and
+// clears *on_time when an op starts later than simulate_pipeline says it
+// may for the same costs and the ranks' orders `ops`.
+double eager_bubble(const std::vector<std::vector<PipeStep>>& plans,
+                    const std::vector<std::vector<PipeOp>>& ops, int m, int v,
+                    const std::vector<double>& cost, double head_cost, bool* on_time) {
+  const int p = static_cast<int>(plans.size());
   PipeSimOptions so;
   so.stage_scale = cost;
+  so.head_scale = head_cost;
   const PipeSimResult sim = simulate_pipeline(ops, m, v, so);
   std::vector<size_t> pc(static_cast<size_t>(p), 0), done(static_cast<size_t>(p), 0);
   std::vector<double> clock(static_cast<size_t>(p), 0);
-  std::map<std::tuple<bool, int, int>, double> sent;
+  std::map<std::tuple<bool, bool, int, int>, double> sent;
   double busy = 0;
   *on_time = true;
   for (bool progress = true; progress;) {
@@ -525,14 +556,17 @@ double executed_bubble(int p, int m, int v, const std::vector<double>& cost,
       double& t = clock[static_cast<size_t>(r)];
       while (i < plan.size()) {
         const PipeStep& st = plan[i];
-        const auto key =
-            std::make_tuple(st.message.gradient, st.message.microbatch, st.message.from_stage);
+        const auto key = std::make_tuple(st.message.head, st.message.gradient,
+                                         st.message.microbatch, st.message.from_stage);
         if (st.kind == PipeStep::COMPUTE) {
           const size_t k = done[static_cast<size_t>(r)]++;
           if (t > sim.start[static_cast<size_t>(r)][k] + 1e-9) *on_time = false;
           const double c = cost.empty() ? 1.0 : cost[static_cast<size_t>(st.op.chunk * p + r)];
-          t += c * (st.op.kind == PipeOp::BACKWARD ? 2 : 1);
-          busy += c * (st.op.kind == PipeOp::BACKWARD ? 2 : 1);
+          const double d = st.op.kind == PipeOp::HEAD       ? 3 * head_cost
+                           : st.op.kind == PipeOp::BACKWARD ? 2 * c
+                                                            : c;
+          t += d;
+          busy += d;
         } else if (st.kind == PipeStep::SEND) {
           sent[key] = t;
         } else {
@@ -551,6 +585,18 @@ double executed_bubble(int p, int m, int v, const std::vector<double>& cost,
     makespan = std::max(makespan, clock[static_cast<size_t>(r)]);
   }
   return 1 - busy / (p * makespan);
+}
+
+// eager_bubble for Megatron's schedules, the plans made with plan_cost.
+double executed_bubble(int p, int m, int v, const std::vector<double>& cost,
+                       const std::vector<double>& plan_cost, bool* on_time) {
+  std::vector<std::vector<PipeStep>> plans;
+  std::vector<std::vector<PipeOp>> ops;
+  for (int r = 0; r < p; ++r) {
+    plans.push_back(pipeline_plan(p, r, m, v, plan_cost));
+    ops.push_back(pipeline_schedule(p, r, m, v));
+  }
+  return eager_bubble(plans, ops, m, v, cost, 0, on_time);
 }
 
 void test_plan() {
@@ -620,6 +666,75 @@ void test_plan() {
       "ra0 F0 sa0 ra1 F1 sa1 ra2 rg0 B0 sg0 F2 sa2 rg1 B1 ra3 sg1 F3 sa3 rg2 B2 sg2 rg3 B3 sg3";
   EXPECT(seq == want, "plan(3, 1, 4, 1): %s\n  want %s", seq.c_str(), want.c_str());
   std::printf("pipeline plans: %d (p, m, v) cases complete with blocking sends\n", cases);
+}
+
+// ------------------------------------------------------------ head split
+
+void test_head_split() {
+  int cases = 0;
+  // Costs: equal stages with a small share; GPT-2 small (a block 1, the
+  // head 5.4) at 6 + 6 blocks with half the head each, at 7 + 5 with 0.315
+  // of it on the first stage; skewed stages.
+  for (int p = 2; p <= 5; ++p)
+    for (int m = 1; m <= 12; ++m) {
+      std::vector<std::pair<std::vector<double>, double>> costs;
+      costs.push_back({std::vector<double>(static_cast<size_t>(p), 1.0), 0.2});
+      std::vector<double> skewed;
+      for (int s = 0; s < p; ++s) skewed.push_back(1.0 + 0.7 * ((s * 5) % 3));
+      costs.push_back({skewed, 1.3});
+      if (p == 2) {
+        costs.push_back({{6, 6 + 2.7}, 2.7});
+        costs.push_back({{7, 5 + 5.4 * 0.685}, 5.4 * 0.315});
+      }
+      for (const auto& c : costs) {
+        const auto ops = pipeline_schedule_head_split(p, m, c.first, c.second);
+        std::vector<std::vector<PipeStep>> plans;
+        for (int r = 0; r < p; ++r) {
+          const auto& mine = ops[static_cast<size_t>(r)];
+          // At most p - r + 2 micro-batches alive on rank r.
+          const int peak = peak_live_microbatches(mine);
+          EXPECT(peak <= std::min(p - r + 2, m), "p %d m %d rank %d: %d alive", p, m, r, peak);
+          plans.push_back(pipeline_plan_head_split(p, r, m, c.first, c.second));
+          std::vector<PipeOp> computes;
+          for (const PipeStep& st : plans.back())
+            if (st.kind == PipeStep::COMPUTE) computes.push_back(st.op);
+          EXPECT(computes == mine, "p %d m %d rank %d: the plan's computes are not its order", p, m,
+                 r);
+        }
+        std::string why;
+        EXPECT(blocking_complete(plans, 1, true, &why), "p %d m %d: %s", p, m, why.c_str());
+        bool on_time = false;
+        const double b = eager_bubble(plans, ops, m, 1, c.first, c.second, &on_time);
+        EXPECT(on_time && b >= 0, "p %d m %d: eager replay late (bubble %.4f)", p, m, b);
+        ++cases;
+      }
+    }
+  // GPT-2 small's stages at p = 2: Megatron's best whole-block cut (9 + 3)
+  // against the head split at 6 + 6, half the head each.
+  for (int m : {4, 8}) {
+    PipeSimOptions so;
+    so.stage_scale = {9, 3 + 5.4};
+    std::vector<std::vector<PipeOp>> mega{pipeline_schedule(2, 0, m, 1),
+                                          pipeline_schedule(2, 1, m, 1)};
+    const PipeSimResult a = simulate_pipeline(mega, m, 1, so);
+    so.stage_scale = {6, 6 + 2.7};
+    so.head_scale = 2.7;
+    const PipeSimResult b =
+        simulate_pipeline(pipeline_schedule_head_split(2, m, {6, 6 + 2.7}, 2.7), m, 1, so);
+    std::printf(
+        "GPT-2 small, p 2, m %d: 1F1B 9 + 3 blocks bubble %.3f makespan %.1f; head split 6 + 6 "
+        "bubble %.3f makespan %.1f (1F1B theory %.3f)\n",
+        m, a.bubble_fraction, a.makespan, b.bubble_fraction, b.makespan, 1.0 / (m + 1));
+    EXPECT(b.makespan < a.makespan - 1, "m %d: the head split (%.1f) beats 9 + 3 (%.1f)", m,
+           b.makespan, a.makespan);
+    EXPECT(b.bubble_fraction <= 1.0 / (m + 1), "m %d: bubble %.3f above 1F1B's theory", m,
+           b.bubble_fraction);
+  }
+  // Rank 0 of p = 2, m = 4 for 6 + 6 blocks and half the head.
+  const auto o = pipeline_schedule_head_split(2, 4, {6, 8.7}, 2.7);
+  const std::string got0 = schedule_string(o[0], false), got1 = schedule_string(o[1], false);
+  std::printf("head split p 2 m 4: rank 0 %s | rank 1 %s\n", got0.c_str(), got1.c_str());
+  std::printf("head-split schedules: %d (p, m, costs) cases complete with blocking sends\n", cases);
 }
 
 // --------------------------------------------------------------- errors
@@ -824,11 +939,13 @@ int main(int argc, char** argv) {
       test_errors();
     } else if (mode == "plan") {
       test_plan();
+    } else if (mode == "headsplit") {
+      test_head_split();
     } else {
-      std::fprintf(
-          stderr,
-          "usage: pipeline_schedule_test megatron|invariants|bubble|partition|peers|errors|plan"
-          "\n       pipeline_schedule_test order P R M V\n");
+      std::fprintf(stderr,
+                   "usage: pipeline_schedule_test "
+                   "megatron|invariants|bubble|partition|peers|errors|plan|headsplit"
+                   "\n       pipeline_schedule_test order P R M V\n");
       return 2;
     }
   } catch (const Error& e) {
