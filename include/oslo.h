@@ -1501,7 +1501,7 @@ typedef enum oslo_lr_schedule {
   OSLO_LR_SCHEDULE_ENUM_MAX_ = 2147483647
 } oslo_lr_schedule;
 
-#define OSLO_OPTIMIZER_OPTIONS_VERSION 3
+#define OSLO_OPTIMIZER_OPTIONS_VERSION 4
 
 /** Options of oslo_optimizer_create (versioned). Defaults are PyTorch's
  * (optimizers, GradScaler) and Hugging Face Trainer's (parameter groups). */
@@ -1558,6 +1558,23 @@ typedef struct oslo_optimizer_options {
    * micro-batch of grad_accum_steps. Needs zero_stage 0 or 1 when above 1
    * or with pipeline stages (OSLO_ERR_NOT_SUPPORTED otherwise). */
   int64_t micro_batches;
+  /* Version 4: the pipeline's head split. */
+  /** With pipeline stages and tied word embeddings (GPT-2 and the like;
+   * one model chunk per rank): the first stage, which holds the same token
+   * table, also runs the head and the loss of the first tokens of every
+   * micro-batch, so that the head (GPT-2 small's is worth about 5 blocks)
+   * no longer forces whole-block stages to be unequal. The last stage sends
+   * it those tokens' final hidden states and gets their gradient back;
+   * the ranks' orders come from a list scheduling of the pipeline (at most
+   * P - r + 2 micro-batches alive on rank r, against 1F1B's P - r). 0
+   * (default): off, Megatron-LM's order; a fraction in (0, 1]: that share
+   * of each micro-batch's tokens; -1: the share that makes the first and
+   * the last stage's products per token equal (none when the first stage
+   * is the heavier). Losses and gradients are the same as without it up to
+   * rounding. Errors at oslo_optimizer_create: OSLO_ERR_INVALID_ARGUMENT
+   * (another value), OSLO_ERR_NOT_SUPPORTED (no pipeline stages); at the
+   * train step: OSLO_ERR_NOT_SUPPORTED (an untied head, virtual stages). */
+  double pipeline_head_split;
 } oslo_optimizer_options;
 
 /**

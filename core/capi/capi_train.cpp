@@ -33,7 +33,8 @@ OSLO_OPTIONS(
     },
     OSLO_OPTIONS_END(oslo_optimizer_options, growth_interval),
     OSLO_OPTIONS_END(oslo_optimizer_options, bucket_bytes),
-    OSLO_OPTIONS_END(oslo_optimizer_options, micro_batches));
+    OSLO_OPTIONS_END(oslo_optimizer_options, micro_batches),
+    OSLO_OPTIONS_END(oslo_optimizer_options, pipeline_head_split));
 
 oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo::Model& model,
                                      const char* fn) {
@@ -80,6 +81,7 @@ oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo
   t.data_parallel.zero_stage = o.zero_stage;
   t.data_parallel.bucket_bytes = o.bucket_bytes;
   t.micro_batches = o.micro_batches;
+  t.pipeline_head_split = o.pipeline_head_split;
   return t;
 }
 

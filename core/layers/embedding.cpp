@@ -125,7 +125,7 @@ void ParallelEmbedding::backward(const Tensor& ids, const Tensor& grad_output) {
 
 void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels,
                                   int64_t vocab, int64_t ignore_index, const Tensor* losses,
-                                  float* mean_loss, const Tensor* grad_logits) {
+                                  float* mean_loss, const Tensor* grad_logits, int64_t divisor) {
   require_float(logits, "logits");
   OSLO_CHECK(labels.defined(), OSLO_ERR_INVALID_ARGUMENT, "cross_entropy: labels is NULL");
   OSLO_CHECK(labels.dtype() == OSLO_DTYPE_I32 || labels.dtype() == OSLO_DTYPE_I64, OSLO_ERR_DTYPE,
@@ -186,7 +186,9 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   be.copy(hsums.data(), sums.data(), hsums.size() * 4, CopyKind::DeviceToHost);
   std::vector<float> per(static_cast<size_t>(tokens), 0.f);
   std::vector<float> coef(static_cast<size_t>(tokens), 0.f);
-  const float scale = counted ? 1.f / static_cast<float>(counted) : 0.f;
+  OSLO_CHECK(divisor >= 0, OSLO_ERR_INTERNAL, "cross_entropy: divisor ", divisor, " < 0");
+  const int64_t denom = divisor > 0 ? divisor : counted;
+  const float scale = denom ? 1.f / static_cast<float>(denom) : 0.f;
   double total = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     const size_t i = static_cast<size_t>(t);
@@ -198,7 +200,7 @@ void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tens
   if (losses) be.copy(losses->data(), per.data(), per.size() * 4, CopyKind::HostToDevice);
   if (mean_loss)
     *mean_loss =
-        counted ? static_cast<float>(total / counted) : std::numeric_limits<float>::quiet_NaN();
+        denom ? static_cast<float>(total / denom) : std::numeric_limits<float>::quiet_NaN();
   if (grad_logits) {
     // grad = coef[t] * exp(x - gmax[t]) over the real columns, 0 on padding,
     // then -scale at each label's column.

@@ -46,8 +46,13 @@ VocabPartition vocab_partition(int64_t vocab, int tp, int rank);
 
 // Vocab-parallel cross-entropy (see oslo_context_vocab_parallel_cross_entropy).
 // losses / grad_logits may be undefined tensors; mean_loss may be NULL.
+// `divisor` > 0: these tokens are a share of a batch with `divisor` kept
+// labels, so *mean_loss is their losses' sum over it and the gradient is
+// scaled by 1 / divisor (the pipeline's head split); 0: the labels kept
+// here.
 void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels,
                                   int64_t vocab, int64_t ignore_index, const Tensor* losses,
-                                  float* mean_loss, const Tensor* grad_logits);
+                                  float* mean_loss, const Tensor* grad_logits,
+                                  int64_t divisor = 0);
 
 }  // namespace oslo

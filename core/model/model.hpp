@@ -135,7 +135,12 @@ class Model : public CausalLM {
   // (data parallelism) runs only in the last micro-batch's backward
   // (no_sync). Returns, on every stage, the mean of the micro-batches'
   // losses, this stage's compute and wall seconds and the bubble over all
-  // stages. A non-finite loss (no label kept in a micro-batch, non-finite
+  // stages. head_split != 0 (v == 1, tied word embeddings): the first
+  // stage also runs the head and loss of each micro-batch's first tokens
+  // with its token table (a fraction in (0, 1], or < 0: the share that
+  // makes the first and the last stage's products per token equal), in the
+  // order of pipeline_schedule_head_split; 0 tokens (a share rounding to
+  // none) runs Megatron's order. A non-finite loss (no label kept in a micro-batch, non-finite
   // logits) is returned, not thrown, after the whole schedule, with the
   // gradients spoiled: the caller fails (the trainer after its data-
   // parallel reduction, on every rank alike) and zeroes them. Errors: as
@@ -152,11 +157,13 @@ class Model : public CausalLM {
     // The pipeline's measured bubble: 1 - (the stages' compute seconds
     // summed) / (stages x the longest stage's wall seconds).
     double bubble = 0;
+    int64_t head_rows = 0;  // tokens of each micro-batch whose head ran on the first stage
   };
   PipelineStats pipeline_loss_backward(const std::vector<int64_t>& ids,
                                        const std::vector<int64_t>& labels,
                                        const std::vector<int64_t>& mask, int64_t batch, int64_t seq,
-                                       int micro_batches, float grad_scale = 1.f);
+                                       int micro_batches, float grad_scale = 1.f,
+                                       double head_split = 0);
   // The pipeline stages of this model (the context's pipeline size) and
   // this model's stage.
   int pipeline_size() const { return pp_; }
@@ -311,6 +318,7 @@ class Model : public CausalLM {
   // through the stages (pipeline_loss_backward), which fills pipe.
   struct PipeRun {
     int micro_batches = 1;
+    double head_split = 0;  // pipeline_loss_backward's
     PipelineStats stats;
   };
   float train_pass(const std::vector<int64_t>& ids, const std::vector<int64_t>* labels,

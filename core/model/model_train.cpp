@@ -173,6 +173,13 @@ struct Model::Pass {
   std::vector<Saved> saved;
   float loss = 0.f;
   bool defer_loss_check = false;  // the pipeline's: checked after the schedule
+  // The pipeline's head split (pipeline_schedule_head_split): the first
+  // head_rows0 tokens' head runs on the first stage (head_share), the rest
+  // here; head_in is what goes there, head_grad their gradient back.
+  int64_t head_rows0 = 0;
+  Tensor head_in, head_grad;
+  std::vector<int64_t> host_labels;  // shifted (labels_in)
+  int64_t kept = 0;                  // labels kept in the whole micro-batch
 
   // Uploads ids, positions (following the mask, as the inference forward),
   // the shifted labels and the additive key mask; the inputs were checked
@@ -227,6 +234,8 @@ struct Model::Pass {
         for (int64_t t = 0; t + 1 < S; ++t)
           shifted[static_cast<size_t>(b * S + t)] = (*labels)[static_cast<size_t>(b * S + t + 1)];
       lab_t = upload(shifted.data(), OSLO_DTYPE_I64, {BS});
+      for (int64_t y : shifted) kept += y != -100;
+      host_labels = std::move(shifted);
     }
     ids_t = upload(ids.data(), OSLO_DTYPE_I64, {BS});
     pos_t = upload(pos.data(), OSLO_DTYPE_I64, {BS});
@@ -504,7 +513,24 @@ struct Model::Pass {
       norm(view(hf), view(x), m.norm_w_, m.norm_b_);
     else
       be.convert(view(hf), view(x));
-    if (labels_in) {
+    if (labels_in && head_rows0 > 0) {
+      // The first head_rows0 tokens go to the first stage; the rest here,
+      // their loss a share of the micro-batch's mean.
+      const int64_t n0 = head_rows0, n1 = BS - n0;
+      head_in = f32({n0, H});
+      be.convert(view(head_in), row_range(view(hf), 0, n0));
+      loss = 0.f;
+      if (n1 > 0) {
+        Tensor logits = f32({n1, m.vocab_local_});
+        linear(be, bp, view(logits), row_range(view(hf), n0, n1), m.lm_head_, nullptr);
+        const Tensor lab = upload(host_labels.data() + n0, OSLO_DTYPE_I64, {n1});
+        vocab_parallel_cross_entropy(m.ctx_, logits, lab, m.cfg_.vocab_size, -100, nullptr, &loss,
+                                     &logits, std::max<int64_t>(kept, 1));
+        dlogits = logits;
+        if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
+      }
+      if (kept == 0) loss = std::numeric_limits<float>::quiet_NaN();
+    } else if (labels_in) {
       Tensor logits = f32({BS, m.vocab_local_});
       if (chunked())
         head_chunks(&logits);
@@ -539,6 +565,32 @@ struct Model::Pass {
       dhf = upload(grad_hidden->data(), OSLO_DTYPE_F32, {BS, H});
       if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dhf), view(dhf), grad_scale);
     }
+  }
+
+  // The first stage's share of the head split: the final hidden states
+  // `h` of the first head_rows0 tokens through the tied token table (this
+  // stage's wte_, the head's rows on this tensor rank): their loss (a share
+  // of the micro-batch's mean, returned), the table's gradient added to
+  // its embedding gradient, and the states' gradient (summed over the
+  // tensor group) returned in *dh.
+  float head_share(const Tensor& h, Tensor* dh) {
+    const int64_t n0 = h.dim(0);
+    const Tensor& W = m.wte_;
+    Tensor logits = f32({n0, m.vocab_local_});
+    linear(be, bp, view(logits), view(h), W, nullptr);
+    const Tensor lab = upload(host_labels.data(), OSLO_DTYPE_I64, {n0});
+    float part = 0.f;
+    vocab_parallel_cross_entropy(m.ctx_, logits, lab, m.cfg_.vocab_size, -100, nullptr, &part,
+                                 &logits, std::max<int64_t>(kept, 1));
+    if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(logits), view(logits), grad_scale);
+    *dh = f32({n0, H});
+    Tensor dy_keep, x_keep;
+    const View dyw = in_dtype(view(logits), W.dtype(), &dy_keep),
+               xw = in_dtype(view(h), W.dtype(), &x_keep);
+    be.matmul(view(*dh), dyw, view(W));                                     // dh = dy W
+    be.matmul(view(m.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);  // dW += dy^T h
+    reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(*dh));
+    return kept == 0 ? std::numeric_limits<float>::quiet_NaN() : part;
   }
 
   // Whether the head's weight comes in row chunks (Model::HeadRows).
@@ -594,6 +646,26 @@ struct Model::Pass {
     if (labels_in && chunked()) {
       head_chunks(nullptr);
       reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(dhf));
+    } else if (labels_in && head_rows0 > 0) {
+      // The first stage's tokens' gradient came back summed; this stage's
+      // own rows as below.
+      const int64_t n0 = head_rows0, n1 = BS - n0;
+      dhf = f32({BS, H});
+      OSLO_CHECK(head_grad.defined() && head_grad.dim(0) == n0, OSLO_ERR_INTERNAL,
+                 "pipeline: the head share's gradient is missing");
+      be.convert(row_range(view(dhf), 0, n0), view(head_grad));
+      head_grad = Tensor();
+      if (n1 > 0) {
+        const Tensor& W = m.lm_head_;
+        Tensor dy_keep, x_keep;
+        const View dyw = in_dtype(view(dlogits), W.dtype(), &dy_keep),
+                   xw = in_dtype(row_range(view(hf), n0, n1), W.dtype(), &x_keep);
+        const View mine = row_range(view(dhf), n0, n1);
+        be.matmul(mine, dyw, view(W));
+        be.matmul(view(m.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);
+        dlogits = Tensor();
+        reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, mine);
+      }
     } else if (labels_in) {
       dhf = f32({BS, H});
       const Tensor& W = m.lm_head_;
@@ -882,6 +954,20 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
       OSLO_CHECK(!param_hook_, OSLO_ERR_NOT_SUPPORTED,
                  "pipeline: ZeRO-3 with pipeline_parallel_size ", pp_,
                  " (ZeRO 0 or 1 with pipeline parallelism)");
+      const double f = pipe->head_split;
+      OSLO_CHECK(std::isfinite(f) && f <= 1 && (f >= 0 || f == -1), OSLO_ERR_INVALID_ARGUMENT,
+                 "pipeline: pipeline_head_split ", f,
+                 " must be 0 (off), a fraction in (0, 1] or -1 (by the stages' costs)");
+      if (f != 0) {
+        OSLO_CHECK(pp_ > 1, OSLO_ERR_NOT_SUPPORTED, "pipeline: pipeline_head_split ", f,
+                   " needs pipeline stages (pipeline_parallel_size is 1)");
+        OSLO_CHECK(vstages_ == 1, OSLO_ERR_NOT_SUPPORTED, "pipeline: pipeline_head_split with ",
+                   vstages_, " virtual stages per rank (the head split runs 1F1B stages only)");
+        OSLO_CHECK(cfg_.tie_word_embeddings && labels_in, OSLO_ERR_NOT_SUPPORTED,
+                   "pipeline: pipeline_head_split needs tied word embeddings (the first stage "
+                   "computes its share of the head with its token table); ",
+                   cfg_.model_type, " here has an untied head");
+      }
     }
     OSLO_CHECK(ids.size() == n && (!labels_in || labels.size() == n), OSLO_ERR_SHAPE,
                "loss: ", ids.size(), " ids and ", labels.size(), " labels for [", B, ", ", S, "]");
@@ -933,7 +1019,10 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
       if (!v->empty()) h = crc32c(h, v->data(), v->size() * sizeof(int64_t));
     if (grad_hidden && !grad_hidden->empty())
       h = crc32c(h, grad_hidden->data(), grad_hidden->size() * sizeof(float));
-    if (pipe) h = crc32c(h, &pipe->micro_batches, sizeof pipe->micro_batches);
+    if (pipe) {
+      h = crc32c(h, &pipe->micro_batches, sizeof pipe->micro_batches);
+      h = crc32c(h, &pipe->head_split, sizeof pipe->head_split);
+    }
   }
   std::exception_ptr verdict = local_error;
   auto agree = [&](oslo_group grp, const char* who, bool same_batch, const char* what) {
@@ -967,8 +1056,8 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
           "hidden-state gradient and grad_scale");
   if (pipe && pp_ > 1)
     agree(OSLO_GROUP_PIPELINE, "pipeline", true,
-          "every stage of a pipeline must pass the same ids, labels, mask, grad_scale and "
-          "number of micro-batches");
+          "every stage of a pipeline must pass the same ids, labels, mask, grad_scale, "
+          "number of micro-batches and head split");
   // Data parallelism: the data-parallel ranks hold other batches; they
   // learn whether any of them refused its batch, so that none is left
   // waiting in the gradient reduction.
@@ -1004,13 +1093,15 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
 Model::PipelineStats Model::pipeline_loss_backward(const std::vector<int64_t>& ids,
                                                    const std::vector<int64_t>& labels,
                                                    const std::vector<int64_t>& mask, int64_t B,
-                                                   int64_t S, int micro_batches, float grad_scale) {
+                                                   int64_t S, int micro_batches, float grad_scale,
+                                                   double head_split) {
   OSLO_CHECK(causal() && (lm_head_.defined() || !last_stage()), OSLO_ERR_NOT_SUPPORTED,
              cfg_.model_type,
              ": the causal-LM loss needs a causal language model (an encoder trains from a "
              "gradient of its hidden states: hidden_backward)");
   PipeRun run;
   run.micro_batches = micro_batches;
+  run.head_split = head_split;
   train_pass(ids, &labels, mask, {}, nullptr, B, S, grad_scale, &run);
   return run.stats;  // the loss may be non-finite (see run_pipeline)
 }
@@ -1030,9 +1121,29 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
     return std::vector<int64_t>(vec.begin() + static_cast<std::ptrdiff_t>(i * per),
                                 vec.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
   };
-  // Megatron's order for this rank, with the transfers placed so that
-  // blocking sends cannot deadlock (pipeline_plan).
-  const std::vector<PipeStep> plan = pipeline_plan(pp_, pp_rank_, mb, v, stage_cost_);
+  // The head split: the first stage's share of each micro-batch's tokens
+  // (pipe.head_split a fraction, or < 0: the share that makes the first and
+  // the last stage's products equal).
+  int64_t n0 = 0;
+  const double head = static_cast<double>(cfg_.hidden_size) * static_cast<double>(cfg_.vocab_size);
+  if (pipe.head_split != 0) {
+    double f = pipe.head_split;
+    if (f < 0) f = (stage_cost_.back() - stage_cost_.front()) / (2 * head);
+    n0 = std::clamp<int64_t>(std::llround(std::clamp(f, 0.0, 1.0) * static_cast<double>(per)), 0,
+                             static_cast<int64_t>(per));
+  }
+  pipe.stats.head_rows = n0;
+  // Megatron's order for this rank (or the head split's), with the
+  // transfers placed so that blocking sends cannot deadlock (pipeline_plan).
+  std::vector<PipeStep> plan;
+  if (n0 > 0) {
+    std::vector<double> cost = stage_cost_;
+    const double share = head * static_cast<double>(n0) / static_cast<double>(per);
+    cost.back() = std::max(cost.back() - share, 1.0);
+    plan = pipeline_plan_head_split(pp_, pp_rank_, mb, cost, share);
+  } else {
+    plan = pipeline_plan(pp_, pp_rank_, mb, v, stage_cost_);
+  }
   Backend& be = ctx_.backend();
   Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
   const bool host = ctx_.host_transport(OSLO_GROUP_PIPELINE);
@@ -1054,7 +1165,7 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
   for (const PipeStep& st : plan) {
     if (st.kind == PipeStep::RECV) {
       if (st.peer == pp_rank_) continue;  // handed over in memory by the send
-      Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {rows * S, H});
+      Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {st.message.head ? n0 : rows * S, H});
       if (host) be.synchronize();
       pc.recv(t.data(), t.nbytes(), st.peer);
       inbox[st.message] = t;
@@ -1077,19 +1188,32 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
     const size_t l0 = chunks_[static_cast<size_t>(c)].first,
                  l1 = chunks_[static_cast<size_t>(c)].second;
     std::unique_ptr<Pass>& slot = live[static_cast<size_t>(i)];
-    auto take = [&](bool gradient, int from) {
-      auto it = inbox.find(PipeMessage{gradient, i, from});
+    auto take = [&](bool gradient, int from, bool head_msg = false) {
+      auto it = inbox.find(PipeMessage{gradient, i, from, head_msg});
       OSLO_CHECK(it != inbox.end(), OSLO_ERR_INTERNAL, "pipeline: an op before its input");
       Tensor t = it->second;
       inbox.erase(it);
       return t;
     };
+    if (op.kind == PipeOp::HEAD) {  // the first stage's share of the head
+      OSLO_CHECK(slot, OSLO_ERR_INTERNAL, "pipeline: head share of micro-batch ", i,
+                 " before its forward");
+      Pass& p = *slot;
+      const Tensor h = take(false, last_vs, true);
+      const auto c0 = Clock::now();
+      Tensor dh;
+      loss_sum += p.head_share(h, &dh);
+      compute += seconds(c0, Clock::now());
+      outbox[PipeMessage{true, i, 0, true}] = dh;
+      continue;
+    }
     if (op.kind == PipeOp::FORWARD) {
       if (!slot) {
         const std::vector<int64_t> id = slice(ids, i), lab = slice(labels, i), mk = slice(mask, i);
         slot = std::make_unique<Pass>(*this, id, &lab, mk, std::vector<int64_t>{}, nullptr, rows, S,
                                       g);
         slot->defer_loss_check = true;
+        slot->head_rows0 = n0;
         peak = std::max(peak, ++alive);
       }
       Pass& p = *slot;
@@ -1102,6 +1226,10 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
         loss_sum += p.loss;
       }
       compute += seconds(c0, Clock::now());
+      if (vs == last_vs && n0 > 0) {
+        outbox[PipeMessage{false, i, last_vs, true}] = p.head_in;
+        p.head_in = Tensor();
+      }
       if (vs < last_vs) {
         outbox[PipeMessage{false, i, vs}] = p.x;
         p.x = Tensor();  // the blocks kept what their backward needs
@@ -1112,6 +1240,7 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
       Pass& p = *slot;
       backward_hook_ = i == mb - 1 ? guard.saved : nullptr;
       if (vs < last_vs) p.dx = take(true, vs + 1);
+      if (vs == last_vs && n0 > 0) p.head_grad = take(true, 0, true);
       const auto c0 = Clock::now();
       if (vs == last_vs) p.head_backward();
       p.backward_blocks(l0, l1);
@@ -1140,9 +1269,12 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
   // A non-finite loss is returned, not thrown: with data parallelism the
   // caller first finishes the gradient reduction every data rank takes
   // part in (Trainer::train_step), then fails on every rank.
-  const float loss = got[static_cast<size_t>(3 * (pp_ - 1))];
+  // The last stage's loss, plus the first stage's share with the head split
+  // (the other stages report 0).
+  float loss = 0.f;
   double busy = 0, longest = 0;
   for (int q = 0; q < pp_; ++q) {
+    loss += got[static_cast<size_t>(3 * q)];
     busy += got[static_cast<size_t>(3 * q + 1)];
     longest = std::max<double>(longest, got[static_cast<size_t>(3 * q + 2)]);
   }

@@ -37,6 +37,13 @@ Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
       " with pipeline_parallel_size ", model.pipeline_size(), " and ", o.micro_batches,
       " micro-batches (ZeRO 0 or 1 with pipeline parallelism or micro-batches, as "
       "Colossal-AI)");
+  const double hs = o.pipeline_head_split;
+  OSLO_CHECK(std::isfinite(hs) && hs <= 1 && (hs >= 0 || hs == -1), OSLO_ERR_INVALID_ARGUMENT,
+             "trainer: pipeline_head_split ", hs,
+             " must be 0 (off), a fraction in (0, 1] or -1 (by the stages' costs)");
+  OSLO_CHECK(hs == 0 || model.pipeline_size() > 1, OSLO_ERR_NOT_SUPPORTED,
+             "trainer: pipeline_head_split ", hs,
+             " needs pipeline stages (pipeline_parallel_size is 1)");
   const LossScalerOptions& s = o.scaler;
   if (s.enabled) {
     OSLO_CHECK(std::isfinite(s.init_scale) && s.init_scale > 0, OSLO_ERR_INVALID_ARGUMENT,
@@ -125,7 +132,8 @@ TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
     try {
       reduced_backward([&] {
         pipe_ = model_.pipeline_loss_backward(ids, labels, mask, batch, seq,
-                                              static_cast<int>(o_.micro_batches), g);
+                                              static_cast<int>(o_.micro_batches), g,
+                                              o_.pipeline_head_split);
       });
     } catch (...) {
       // A schedule that failed part-way has added some micro-batches'

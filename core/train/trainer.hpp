@@ -54,6 +54,9 @@ struct TrainerOptions {
   // on one stage one after the other. Either way one train_step is one
   // micro-batch of the grad_accum_steps window.
   int64_t micro_batches = 1;
+  // Model::pipeline_loss_backward's head_split: 0 off, a fraction in (0, 1],
+  // -1 by the stages' costs.
+  double pipeline_head_split = 0;
 };
 
 // What a micro-batch or an update did.

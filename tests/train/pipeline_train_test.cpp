@@ -3,7 +3,7 @@
 //
 //   pipeline_train_test curve FIXTURE --tp T --pp P --dp D [--micro M] [--zero Z]
 //                       [--dtype bf16|f16] [--virtual V] [--layers A,B,...]
-//                       [--checkpointing] [--procs]
+//                       [--checkpointing] [--head-split F] [--procs]
 //       The reference: T threads (tensor size T, no stages, no data
 //       parallelism), one micro-batch per train_step, accumulating D x M
 //       micro-batches per optimizer step. Then T x P x D ranks (threads, or
@@ -72,6 +72,7 @@ struct Args {
   std::vector<int> layers;     // explicit blocks per virtual stage (empty: uniform)
   bool procs = false;
   oslo_dtype dtype = OSLO_DTYPE_F32;
+  double head_split = 0;  // TrainerOptions::pipeline_head_split
 };
 
 std::string layout(const Args& a) {
@@ -192,6 +193,7 @@ bool dp_equal(Context& ctx, const Model& m) {
 TrainerOptions options(const Args& a) {
   TrainerOptions t = oslo_test::loop_trainer_options("adamw", a.dtype, 1, kSteps);
   t.micro_batches = a.micro;
+  t.pipeline_head_split = a.head_split;
   t.data_parallel.zero_stage = a.zero;
   t.data_parallel.bucket_bytes = 16 << 10;
   return t;
@@ -215,6 +217,7 @@ void curve(const std::string& fixture, const Args& a) {
     const int r = t.world_rank(), stage = t.pp_rank();
     std::vector<double> l;
     int peak = 0;
+    int64_t head_rows = -1;
     double bubble = 0;
     bool tied_ok = true, dp_ok = true;
     for (int64_t k = 0; k < kSteps; ++k) {
@@ -223,17 +226,26 @@ void curve(const std::string& fixture, const Args& a) {
       EXPECT(res.stepped, "[rank %d] step %lld did not step", r, static_cast<long long>(k));
       l.push_back(res.mean_loss);
       peak = std::max(peak, tr.pipeline_stats().peak_live);
+      head_rows = tr.pipeline_stats().head_rows;
       bubble += tr.pipeline_stats().bubble / kSteps;
       tied_ok = tied_ok && tied_equal(ctx, *m);
       if (a.dp > 1) dp_ok = dp_ok && dp_equal(ctx, *m);
     }
     EXPECT(tied_ok, "[rank %d] the tied embedding differs between the first and last stage", r);
     EXPECT(dp_ok, "[rank %d] data ranks' parameters differ", r);
-    // 1F1B keeps min(p - r, m); the interleaved schedule what its order gives.
-    const int want_peak = expected_peak(a.pp, stage, a.micro, a.virtual_stages);
-    EXPECT(peak == want_peak && (a.virtual_stages > 1 || peak == std::min(a.pp - stage, a.micro)),
-           "[rank %d] stage %d kept %d micro-batches alive, the schedule keeps %d", r, stage, peak,
-           want_peak);
+    // 1F1B keeps min(p - r, m); the interleaved schedule what its order
+    // gives; the head split at most min(p - r + 2, m).
+    if (a.head_split != 0) {
+      EXPECT(peak <= std::min(a.pp - stage + 2, a.micro) && head_rows > 0,
+             "[rank %d] head split: stage %d kept %d micro-batches alive (at most %d), the first "
+             "stage took the head of %lld tokens",
+             r, stage, peak, std::min(a.pp - stage + 2, a.micro), static_cast<long long>(head_rows));
+    } else {
+      const int want_peak = expected_peak(a.pp, stage, a.micro, a.virtual_stages);
+      EXPECT(peak == want_peak && (a.virtual_stages > 1 || peak == std::min(a.pp - stage, a.micro)),
+             "[rank %d] stage %d kept %d micro-batches alive, the schedule keeps %d", r, stage,
+             peak, want_peak);
+    }
     const double lw = oslo_test::worst_rel(l, ref.losses);
     EXPECT(lw <= loss_tol,
            "[rank %d] losses differ from the reference by %.3g relative (limit %.0e)", r, lw,
@@ -260,12 +272,13 @@ void curve(const std::string& fixture, const Args& a) {
            r, pw, 100 * outside, param_tol);
     if (t.tp_rank() == 0 && t.dp_rank() == 0)
       std::printf(
-          "[tp %d x pp %d x dp %d, v %d, m %d, zero %d%s] stage %d: losses within %.3g of the "
-          "reference "
+          "[tp %d x pp %d x dp %d, v %d, m %d, zero %d%s, head split %g: %lld tokens] stage %d: "
+          "losses within %.3g of the reference "
           "(first %.6f, last %.6f), parameters within %.3g (%.4f%% beyond %.0e), peak live %d, "
           "bubble %.3f\n",
           a.tp, a.pp, a.dp, a.virtual_stages, a.micro, a.zero,
-          a.dtype == OSLO_DTYPE_F32 ? "" : " mixed", stage, lw, l.empty() ? 0.0 : l.front(),
+          a.dtype == OSLO_DTYPE_F32 ? "" : " mixed", a.head_split,
+          static_cast<long long>(head_rows), stage, lw, l.empty() ? 0.0 : l.front(),
           l.empty() ? 0.0 : l.back(), pw, 100 * outside, param_tol, peak, bubble);
   });
 }
@@ -402,6 +415,59 @@ void errors(const std::string& fixture) {
                "[rank %d] %s", r, e.what());
       }
     }
+    // The head split: values outside 0, (0, 1] and -1 refused when the
+    // trainer is made; an untied head (LLaMA) and virtual stages at the
+    // step, on every stage, naming why.
+    for (double bad : {1.5, -0.5, std::nan("")}) {
+      TrainerOptions o = options(a);
+      o.pipeline_head_split = bad;
+      try {
+        Trainer t2(*m, o);
+        EXPECT(false, "[rank %d] pipeline_head_split %g accepted", r, bad);
+      } catch (const Error& e) {
+        EXPECT(e.status() == OSLO_ERR_INVALID_ARGUMENT && std::strstr(e.what(), "pipeline_head_split"),
+               "[rank %d] pipeline_head_split %g: %s", r, bad, e.what());
+      }
+    }
+    const std::string fixtures = fixture.substr(0, fixture.rfind('/'));
+    const std::string llama = fixtures + "/llama-tiny-gqa", four = fixtures + "/gpt2-tiny-4l";
+    const struct {
+      std::string dir;
+      int virt;
+      const char* needle;
+    } refused[] = {{llama, 1, "tied word embeddings"}, {four, 2, "virtual stages"}};
+    for (const auto& c : refused) {
+      auto m2 = c.virt > 1 ? load(ctx, c.dir, OSLO_DTYPE_F32, {1, 1, 1, 1}, c.virt)
+                           : load(ctx, c.dir, OSLO_DTYPE_F32);
+      TrainerOptions o = options(a);
+      o.pipeline_head_split = -1;
+      Trainer t2(*m2, o);
+      const Data d2(c.dir);
+      const Batch b2 = batch_of(d2, 0, 2);
+      try {
+        t2.train_step(b2.ids, b2.labels, b2.mask, b2.rows, d2.S);
+        EXPECT(false, "[rank %d] head split with %s accepted", r, c.needle);
+      } catch (const Error& e) {
+        EXPECT(e.status() == OSLO_ERR_NOT_SUPPORTED && std::strstr(e.what(), c.needle),
+               "[rank %d] head split (%s): status %d: %s", r, c.needle,
+               static_cast<int>(e.status()), e.what());
+      }
+    }
+  });
+  // One stage: refused when the trainer is made.
+  Args one = a;
+  one.pp = 1;
+  oslo_test::run_ranks(false, 1, layout(one), [&](Context& ctx) {
+    auto m = load(ctx, fixture, OSLO_DTYPE_F32);
+    TrainerOptions o = options(one);
+    o.pipeline_head_split = 0.5;
+    try {
+      Trainer t2(*m, o);
+      EXPECT(false, "pipeline_head_split on one stage accepted");
+    } catch (const Error& e) {
+      EXPECT(e.status() == OSLO_ERR_NOT_SUPPORTED && std::strstr(e.what(), "pipeline stages"),
+             "pipeline_head_split on one stage: %s", e.what());
+    }
   });
 }
 
@@ -476,6 +542,8 @@ int main(int argc, char** argv) {
       a.dtype = dt == "bf16" ? OSLO_DTYPE_BF16 : dt == "f16" ? OSLO_DTYPE_F16 : OSLO_DTYPE_F32;
     } else if (s == "--checkpointing") {
       a.checkpointing = true;
+    } else if (s == "--head-split") {
+      a.head_split = std::atof(next().c_str());
     } else if (s == "--virtual") {
       a.virtual_stages = std::atoi(next().c_str());
     } else if (s == "--layers") {
