@@ -6,7 +6,9 @@
 // every rank).
 //
 //   bench_pp MODEL_DIR [--seq 128] [--batch 8] [--micro 1] [--layers A,B,...]
-//                      [--steps 1] [--warmup 1] [--threads 1]
+//                      [--steps 1] [--warmup 1] [--threads 1] [--head-split F]
+// --head-split: TrainerOptions::pipeline_head_split (-1: by the stages'
+// costs); the "these stages" bubble is then the head-split schedule's.
 // Under oslo-run: WORLD_SIZE ranks, all pipeline stages (tensor and data
 // size 1); alone: one stage.
 #include <unistd.h>
@@ -30,12 +32,13 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--seq N] [--batch N] [--micro M] [--layers A,B,...] "
-                 "[--virtual V] [--steps N] [--warmup N] [--threads N]\n",
+                 "[--virtual V] [--steps N] [--warmup N] [--threads N] [--head-split F]\n",
                  argv[0]);
     return 2;
   }
   int64_t seq = 128, batch = 8, steps = 1, warmup = 1;
   int threads = 1, micro = 1, virt = 1;
+  double head_split = 0;
   std::vector<int> layers;
   std::string layers_text = "uniform";
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -54,6 +57,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(v.c_str());
     else if (a == "--virtual")
       virt = std::atoi(v.c_str());
+    else if (a == "--head-split")
+      head_split = std::atof(v.c_str());
     else if (a == "--layers") {
       layers_text = v;
       for (size_t at = 0; at < v.size();) {
@@ -90,6 +95,7 @@ int main(int argc, char** argv) {
     o.optimizer.weight_decay = 0.01;
     o.max_grad_norm = 1.0;
     o.micro_batches = micro;
+    o.pipeline_head_split = head_split;
     Trainer tr(*m, o);
     auto now = [] { return std::chrono::steady_clock::now(); };
     double best = 1e30, loss = 0, bubble = 0, compute = 0;
@@ -122,9 +128,31 @@ int main(int argc, char** argv) {
     // split evenly over its chunks.
     for (int c = 0; c < virt; ++c)
       for (float x : per) so.stage_scale.push_back(mean > 0 ? x / mean : 1.0);
-    std::vector<std::vector<PipeOp>> ops;
-    for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, virt));
-    const double staged = simulate_pipeline(ops, micro, virt, so).bubble_fraction;
+    const int64_t head_rows = tr.pipeline_stats().head_rows;
+    double staged = 0;
+    if (head_rows > 0) {
+      // Rank 0's compute split between its blocks and its share of the head
+      // by their products per token (a block 12 H^2 here, the head H V).
+      const ModelConfig& c = m->config();
+      const double H = static_cast<double>(c.hidden_size);
+      const double share = H * static_cast<double>(V) * static_cast<double>(head_rows) /
+                           static_cast<double>(n / micro);
+      const double blocks0 =
+          12 * H * H * static_cast<double>(layers.empty() ? c.num_layers / p : layers[0]);
+      std::vector<double> cost;
+      for (float x : per) cost.push_back(mean > 0 ? x / mean : 1.0);
+      const double head_cost = cost[0] * share / (blocks0 + share);
+      cost[0] -= head_cost;
+      so.stage_scale = cost;
+      so.head_scale = head_cost;
+      staged =
+          simulate_pipeline(pipeline_schedule_head_split(p, micro, cost, head_cost), micro, 1, so)
+              .bubble_fraction;
+    } else {
+      std::vector<std::vector<PipeOp>> ops;
+      for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, virt));
+      staged = simulate_pipeline(ops, micro, virt, so).bubble_fraction;
+    }
     std::string stages;
     for (float c : per) stages += (stages.empty() ? "" : ", ") + std::to_string(c).substr(0, 6);
     if (ctx.topology().world_rank() == 0)
@@ -133,10 +161,11 @@ int main(int argc, char** argv) {
           "\"layers\": \"%s\", "
           "\"threads\": %d, \"seq\": %lld, \"batch\": %lld, \"step_s\": %.3f, "
           "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"bubble_theory\": %.4f, "
-          "\"bubble_these_stages\": %.4f, \"stage_compute_s\": [%s], \"loss\": %.4f}\n",
+          "\"bubble_these_stages\": %.4f, \"stage_compute_s\": [%s], \"loss\": %.4f, "
+          "\"head_rows\": %lld}\n",
           p, virt, micro, layers_text.c_str(), threads, static_cast<long long>(seq),
           static_cast<long long>(batch), best, static_cast<double>(n) / best, bubble, theory,
-          staged, stages.c_str(), loss);
+          staged, stages.c_str(), loss, static_cast<long long>(head_rows));
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_pp: %s\n", e.what());
     return 1;

@@ -9,7 +9,9 @@
 #   micro-batches, blocks 9 + 3 (the last stage also runs the 50257-word
 #   head, about 5.5 blocks of work) | PP=2, 8 micro-batches, blocks 6 + 6 |
 #   PP=2 interleaved (2 chunks a rank), 4 and 8 micro-batches, virtual
-#   stages of 4, 3, 4, 1 blocks
+#   stages of 4, 3, 4, 1 blocks (skipped with INTERLEAVED=0) | PP=2 with
+#   the head split (pipeline_head_split -1), 4 and 8 micro-batches, blocks
+#   6 + 6, and 8 micro-batches at 7 + 5
 # Each line: step time, tokens/s, the measured bubble (1 - the stages'
 # compute / (2 x the longest stage's wall time)), 1F1B's (p - 1) /
 # (m + p - 1) for equal stages, and the bubble 1F1B gives stages of the
@@ -46,6 +48,15 @@ for r in $(seq "$rounds"); do
   row "PP=2, m=8, blocks 9+3" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 8 \
     --layers 9,3
   row "PP=2, m=8, blocks 6+6" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --micro 8
+  # The head split: the first stage also runs the head of each micro-batch's
+  # first tokens (the share that equalises the stages' products).
+  row "PP=2, m=4, blocks 6+6, head split" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
+    --micro 4 --head-split -1
+  row "PP=2, m=8, blocks 6+6, head split" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
+    --micro 8 --head-split -1
+  row "PP=2, m=8, blocks 7+5, head split" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
+    --micro 8 --layers 7,5 --head-split -1
+  [ "${INTERLEAVED:-1}" = 1 ] || continue
   # Interleaved: 2 chunks a rank, virtual stages of 4, 3, 4, 1 blocks (rank 0
   # holds 8, rank 1 4 and the head).
   row "PP=2, V=2, m=4, blocks 4+3+4+1" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \

@@ -52,7 +52,6 @@ VocabPartition vocab_partition(int64_t vocab, int tp, int rank);
 // here.
 void vocab_parallel_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels,
                                   int64_t vocab, int64_t ignore_index, const Tensor* losses,
-                                  float* mean_loss, const Tensor* grad_logits,
-                                  int64_t divisor = 0);
+                                  float* mean_loss, const Tensor* grad_logits, int64_t divisor = 0);
 
 }  // namespace oslo

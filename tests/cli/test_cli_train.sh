@@ -206,7 +206,16 @@ if ok dp1 "$oslo" train $dp --batch-size 4 --log dp1.jsonl; then
     ok pp2_banner grep -qF "(tp 1 x pp 2 x dp 1, --batch-size 4 per data rank in 4 micro-batches" pp2.err
   ok tp2pp2 "$run" --nproc-per-node 4 "$oslo" train $dp --batch-size 4 --tp 2 --pp 2 \
     --micro-batches 2 --log tp2pp2.jsonl && pycheck tp2pp2_vs_dp1 close tp2pp2.jsonl dp1.jsonl 6 1e-5
+  # The head split: the first stage runs the head of each micro-batch's
+  # first tokens; the same losses.
+  ok pp2_split "$run" --nproc-per-node 2 "$oslo" train $dp --batch-size 4 --pp 2 --micro-batches 4 \
+    --pipeline-head-split auto --log pp2split.jsonl &&
+    pycheck pp2_split_vs_dp1 close pp2split.jsonl dp1.jsonl 6 1e-5
 fi
+expect 2 "--pipeline-head-split must be auto or a fraction in (0, 1], got 2" \
+  "$run" --nproc-per-node 2 "$oslo" train $common --steps 1 --pp 2 --pipeline-head-split 2
+expect 2 "--pipeline-head-split needs --pp 2 or more" \
+  "$oslo" train $common --steps 1 --pipeline-head-split 0.5
 # Interleaved stages on the four-block fixture: --pp 2 --virtual-stages 2
 # (each rank two chunks of one block) logs one rank's losses.
 v4="--model ${fix}-4l --data corpus.txt --seq-len 32 --lr 3e-3 --warmup 2 --steps 4 --batch-size 4"

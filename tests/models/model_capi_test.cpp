@@ -461,6 +461,26 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
         b.nesterov = 1;
       },
       "Nesterov", "Nesterov without momentum");
+  bad([](oslo_optimizer_options& b) { b.pipeline_head_split = 1.5; }, "pipeline_head_split",
+      "head split 1.5");
+  {
+    // Version 3 (before the head split): its bytes only; the split stays off.
+    // The bytes past version 3's fields are garbage (a NaN), never read.
+    oslo_optimizer_options v3;
+    std::memset(static_cast<void*>(&v3), 0xff, sizeof v3);
+    ok_or_die(oslo_optimizer_options_init(&v3, 3), "init v3");
+    check(v3.version == 3 && v3.micro_batches == 1 && std::isnan(v3.pipeline_head_split),
+          "version 3 init writes version 3's fields only");
+    oslo_optimizer* x = nullptr;
+    ok_or_die(oslo_optimizer_create(m, &v3, &x), "create with version 3");
+    oslo_optimizer_destroy(x);
+    // One stage: the head split needs pipeline stages.
+    oslo_optimizer_options one;
+    ok_or_die(oslo_optimizer_options_init(&one, OSLO_OPTIMIZER_OPTIONS_VERSION), "init");
+    one.pipeline_head_split = -1;
+    named(oslo_optimizer_create(m, &one, &x), OSLO_ERR_NOT_SUPPORTED, "pipeline stages",
+          "head split on one stage");
+  }
   named(oslo_optimizer_create(nullptr, &o, &opt), OSLO_ERR_INVALID_ARGUMENT, "model", "NULL model");
   named(oslo_optimizer_create(m, &o, nullptr), OSLO_ERR_INVALID_ARGUMENT, "out", "NULL out");
   {

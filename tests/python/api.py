@@ -374,8 +374,9 @@ def train_options(fixture):
         else:
             got = getattr(c, k)
         check(got == v, f"default {k}: Python {v!r}, C {got!r}")
-    check(len(d) == 22, sorted(d))
-    check(d["zero_stage"] == 0 and d["bucket_bytes"] == 25 << 20 and d["micro_batches"] == 1, d)
+    check(len(d) == 23, sorted(d))
+    check(d["zero_stage"] == 0 and d["bucket_bytes"] == 25 << 20 and d["micro_batches"] == 1 and
+          d["pipeline_head_split"] == 0.0, d)
     with oslo.Context() as ctx, oslo.Model(ctx, fixture) as m:
         e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, schedule="cosin")
         check("'cosine'" in e.message, e.message)
@@ -388,6 +389,10 @@ def train_options(fixture):
         check("zero_stage" in e.message, e.message)
         e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, bucket_bytes=2)
         check("bucket_bytes" in e.message, e.message)
+        e = raises(oslo.InvalidArgumentError, oslo.Optimizer, m, pipeline_head_split=2.0)
+        check("pipeline_head_split" in e.message, e.message)
+        e = raises(oslo.NotSupportedError, oslo.Optimizer, m, pipeline_head_split=-1)
+        check("pipeline stages" in e.message, e.message)
         ids = np.array([[5, 9, 14, 3]], np.int64)
         losses = {}
         for stage in (0, 1, 2, 3):  # a fresh model each: at DP=1 the stages agree

@@ -25,7 +25,7 @@
 //       batch that differs between the stages and a token outside the
 //       vocabulary fail every stage at once with a named error, and the
 //       next step trains; ZeRO-2 with stages and bad options are refused.
-//   oslo-run --nproc-per-node 2 pipeline_train_test fault FIXTURE
+//   oslo-run --nproc-per-node 2 pipeline_train_test fault FIXTURE [--head-split F]
 //       P 2 processes: the last stage exits in the middle of the schedule;
 //       the first fails with OSLO_ERR_COMM or OSLO_ERR_TIMEOUT well within
 //       the 60 s timeout instead of hanging in its recv.
@@ -239,7 +239,8 @@ void curve(const std::string& fixture, const Args& a) {
       EXPECT(peak <= std::min(a.pp - stage + 2, a.micro) && head_rows > 0,
              "[rank %d] head split: stage %d kept %d micro-batches alive (at most %d), the first "
              "stage took the head of %lld tokens",
-             r, stage, peak, std::min(a.pp - stage + 2, a.micro), static_cast<long long>(head_rows));
+             r, stage, peak, std::min(a.pp - stage + 2, a.micro),
+             static_cast<long long>(head_rows));
     } else {
       const int want_peak = expected_peak(a.pp, stage, a.micro, a.virtual_stages);
       EXPECT(peak == want_peak && (a.virtual_stages > 1 || peak == std::min(a.pp - stage, a.micro)),
@@ -425,8 +426,9 @@ void errors(const std::string& fixture) {
         Trainer t2(*m, o);
         EXPECT(false, "[rank %d] pipeline_head_split %g accepted", r, bad);
       } catch (const Error& e) {
-        EXPECT(e.status() == OSLO_ERR_INVALID_ARGUMENT && std::strstr(e.what(), "pipeline_head_split"),
-               "[rank %d] pipeline_head_split %g: %s", r, bad, e.what());
+        EXPECT(
+            e.status() == OSLO_ERR_INVALID_ARGUMENT && std::strstr(e.what(), "pipeline_head_split"),
+            "[rank %d] pipeline_head_split %g: %s", r, bad, e.what());
       }
     }
     const std::string fixtures = fixture.substr(0, fixture.rfind('/'));
@@ -473,10 +475,11 @@ void errors(const std::string& fixture) {
 
 // ---- fault -----------------------------------------------------------------
 
-void fault(const std::string& fixture) {
+void fault(const std::string& fixture, double head_split) {
   const Data d(fixture);
   Args a;
   a.micro = 4;
+  a.head_split = head_split;
   oslo_test::run_ranks(true, 2, layout(a), [&](Context& ctx) {
     const int r = ctx.topology().world_rank();
     auto m = load(ctx, fixture, OSLO_DTYPE_F32);
@@ -568,7 +571,7 @@ int main(int argc, char** argv) {
   else if (mode == "resume")
     resume(fixture, work.empty() ? oslo_test::temp_dir("oslo-pp-resume") : work);
   else if (mode == "fault")
-    fault(fixture);
+    fault(fixture, a.head_split);
   else {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;

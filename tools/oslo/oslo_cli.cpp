@@ -882,7 +882,8 @@ const char* kTrainHelp =
     "                  [--dtype f32|bf16|f16] [--activation-checkpointing]\n"
     "                  [--save DIR [--save-every K]] [--resume DIR] [--log FILE]\n"
     "                  [--tokenizer DIR] [--tp N] [--dp N] [--zero 0|1|2|3] [--bucket-mb M]\n"
-    "                  [--pp N [--micro-batches M] [--virtual-stages V] [--pp-layers A,B]]\n"
+    "                  [--pp N [--micro-batches M] [--virtual-stages V] [--pp-layers A,B]\n"
+    "                  [--pipeline-head-split F|auto]]\n"
     "                  [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
     "                  [--backend-options JSON]\n"
     "Fine-tunes a causal language model (causal-LM loss, labels = inputs) as Hugging\n"
@@ -903,6 +904,11 @@ const char* kTrainHelp =
     "           --virtual-stages V gives each rank V model chunks (Megatron's\n"
     "           interleaved 1F1B: the stream goes round the ranks V times, the\n"
     "           bubble shrinks about V-fold; M must be a multiple of --pp).\n"
+    "           --pipeline-head-split F|auto (tied embeddings, no --virtual-stages):\n"
+    "           the first stage also runs the head and loss of that share of each\n"
+    "           micro-batch's tokens (auto: the share that equalises the first and\n"
+    "           last stage's products), so the stages can be equal although the\n"
+    "           head is worth several blocks.\n"
     "           --pp-layers A,B,... gives each stage's blocks (default: as even as\n"
     "           possible; the last stage's head costs about vocab / (12 hidden)\n"
     "           blocks, so fewer blocks there balance the stages). --zero 0 or 1\n"
@@ -942,23 +948,40 @@ const char* kTrainHelp =
     "             --seq-len 64 --batch-size 8 --steps 100 --lr 1e-3 --save ckpt\n";
 
 int cmd_train(int argc, char** argv) {
-  Args a =
-      parse(argc, argv, 2, {"activation-checkpointing", "help"}, {"model",      "data",
-                                                                  "seq-len",    "batch-size",
-                                                                  "steps",      "lr",
-                                                                  "schedule",   "warmup",
-                                                                  "optimizer",  "weight-decay",
-                                                                  "momentum",   "max-grad-norm",
-                                                                  "grad-accum", "seed",
-                                                                  "dtype",      "save",
-                                                                  "save-every", "resume",
-                                                                  "log",        "tokenizer",
-                                                                  "tp",         "dp",
-                                                                  "zero",       "bucket-mb",
-                                                                  "threads",    "backend",
-                                                                  "device",     "backend-options",
-                                                                  "pp",         "micro-batches",
-                                                                  "pp-layers",  "virtual-stages"});
+  Args a = parse(argc, argv, 2, {"activation-checkpointing", "help"},
+                 {"model",
+                  "data",
+                  "seq-len",
+                  "batch-size",
+                  "steps",
+                  "lr",
+                  "schedule",
+                  "warmup",
+                  "optimizer",
+                  "weight-decay",
+                  "momentum",
+                  "max-grad-norm",
+                  "grad-accum",
+                  "seed",
+                  "dtype",
+                  "save",
+                  "save-every",
+                  "resume",
+                  "log",
+                  "tokenizer",
+                  "tp",
+                  "dp",
+                  "zero",
+                  "bucket-mb",
+                  "threads",
+                  "backend",
+                  "device",
+                  "backend-options",
+                  "pp",
+                  "micro-batches",
+                  "pp-layers",
+                  "virtual-stages",
+                  "pipeline-head-split"});
   if (a.has("help")) return std::printf("%s", kTrainHelp), 0;
   if (!a.pos.empty()) die_all("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   for (const char* req : {"model", "data", "seq-len", "batch-size", "steps"})
@@ -1076,6 +1099,17 @@ int cmd_train(int argc, char** argv) {
   oo.zero_stage = static_cast<int>(zero);
   oo.bucket_bytes = bucket_bytes;
   oo.micro_batches = M;
+  if (a.has("pipeline-head-split")) {
+    const std::string hs = a.get("pipeline-head-split");
+    if (hs == "auto") {
+      oo.pipeline_head_split = -1;
+    } else {
+      oo.pipeline_head_split = to_num(hs, "--pipeline-head-split");
+      if (!(oo.pipeline_head_split > 0 && oo.pipeline_head_split <= 1))
+        die_all("--pipeline-head-split must be auto or a fraction in (0, 1], got " + hs, 2);
+    }
+    if (pp < 2) die_all("--pipeline-head-split needs --pp 2 or more", 2);
+  }
   const std::string save_dir = a.get("save");
   const std::string log_path = a.has("log")       ? a.get("log")
                                : save_dir.empty() ? ""

@@ -79,6 +79,12 @@ type OptimizerOptions struct {
 	// through the pipeline stages in 1F1B order (one after the other on
 	// one stage); ZeroStage 0 or 1 when above 1 or with stages.
 	MicroBatches int64
+	// The pipeline's head split (C ABI version 4; tied word embeddings, one
+	// model chunk per rank): 0 off; a fraction in (0, 1] of each
+	// micro-batch's tokens whose head and loss the first stage runs with
+	// its token table; -1 the share that equalises the first and last
+	// stage's products.
+	PipelineHeadSplit float64
 }
 
 // fill writes the fields set in o over c (made with the C defaults).
@@ -128,6 +134,7 @@ func (o *OptimizerOptions) fill(c capi.OptimizerOptions) {
 	if o.MicroBatches != 0 {
 		c.SetMicro_batches(o.MicroBatches)
 	}
+	c.SetPipeline_head_split(o.PipelineHeadSplit)
 }
 
 // TrainStepResult is what Model.TrainStep and Optimizer.Step report.

@@ -275,6 +275,15 @@ func TestOptimizerPipelineOptions(t *testing.T) {
 			must(t, bad.Close())
 			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{MicroBatches: 2, ZeroStage: 2})
 			wantErr(t, "ZeroStage 2 with micro-batches", err, oslo.ErrNotSupported)
+			// The head split (version 4) reaches the C options: a bad value and
+			// one stage are refused naming it.
+			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{PipelineHeadSplit: 2})
+			wantErr(t, "PipelineHeadSplit 2", err, oslo.ErrInvalidArgument)
+			if !strings.Contains(err.Error(), "pipeline_head_split") {
+				t.Fatalf("the error does not name pipeline_head_split: %v", err)
+			}
+			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{PipelineHeadSplit: -1})
+			wantErr(t, "PipelineHeadSplit on one stage", err, oslo.ErrNotSupported)
 		}
 		must(t, opt.Close())
 		must(t, m.Close())

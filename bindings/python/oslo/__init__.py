@@ -1303,7 +1303,11 @@ class Optimizer(_Handle):
     batch into that many micro-batches; with pipeline stages (the
     context's pipeline-parallel size above 1) they run through the stages
     in 1F1B order, every stage passing the same batch, the loss coming
-    from the last stage (zero_stage 0 or 1 only).
+    from the last stage (zero_stage 0 or 1 only). pipeline_head_split
+    (tied word embeddings, one model chunk per rank): 0 (default) off; a
+    fraction in (0, 1] of each micro-batch's tokens whose head and loss the
+    first stage runs with its token table; -1 the share that equalises the
+    first and last stage's products.
 
     The optimizer keeps its model open; closing the model closes it first.
     Not collective to create; step() is collective over the tensor group
@@ -1315,7 +1319,7 @@ class Optimizer(_Handle):
                  schedule="constant", warmup_steps=0, total_steps=0, max_grad_norm=0.0,
                  grad_accum_steps=1, loss_scaling=None, init_scale=65536.0, growth_factor=2.0,
                  backoff_factor=0.5, growth_interval=2000, zero_stage=0,
-                 bucket_bytes=25 << 20, micro_batches=1):
+                 bucket_bytes=25 << 20, micro_batches=1, pipeline_head_split=0.0):
         if not isinstance(model, Model):
             raise InvalidArgumentError(f"Optimizer needs an oslo.Model, not "
                                        f"{type(model).__name__}", Status.INVALID_ARGUMENT)
@@ -1342,6 +1346,7 @@ class Optimizer(_Handle):
         o.zero_stage = int(zero_stage)
         o.bucket_bytes = int(bucket_bytes)
         o.micro_batches = int(micro_batches)
+        o.pipeline_head_split = float(pipeline_head_split)
         super().__init__(_c.Optimizer(model._handle(), o), model)
         self._model = model
 

@@ -718,6 +718,14 @@ public class OsloTest {
               assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
               assertTrue(e.getMessage().contains("micro-batches"), e.getMessage());
             }
+            // The head split (options version 4) reaches the C options: on one
+            // stage it is NOT_SUPPORTED, naming it.
+            o.setMicroBatches(2);
+            o.setPipelineHeadSplit(-1);
+            OsloException e = assertThrows(OsloException.class, () -> new Optimizer(m, o));
+            assertEquals(Status.NOT_SUPPORTED, e.status(), e.toString());
+            assertTrue(e.getMessage().contains("pipeline_head_split"), e.getMessage());
+            o.setPipelineHeadSplit(0);
           }
         }
       }
