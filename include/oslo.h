@@ -1560,20 +1560,20 @@ typedef struct oslo_optimizer_options {
   int64_t micro_batches;
   /* Version 4: the pipeline's head split. */
   /** With pipeline stages and tied word embeddings (GPT-2 and the like;
-   * one model chunk per rank): the first stage, which holds the same token
+   * with or without virtual stages): the first stage, which holds the same token
    * table, also runs the head and the loss of the first tokens of every
    * micro-batch, so that the head (GPT-2 small's is worth about 5 blocks)
    * no longer forces whole-block stages to be unequal. The last stage sends
    * it those tokens' final hidden states and gets their gradient back;
    * the ranks' orders come from a list scheduling of the pipeline (at most
-   * P - r + 2 micro-batches alive on rank r, against 1F1B's P - r). 0
+   * P - r + 1 + V micro-batches alive on rank r, against 1F1B's P - r). 0
    * (default): off, Megatron-LM's order; a fraction in (0, 1]: that share
    * of each micro-batch's tokens; -1: the share that makes the first and
-   * the last stage's products per token equal (none when the first stage
+   * the last rank's products per token equal (none when the first rank
    * is the heavier). Losses and gradients are the same as without it up to
    * rounding. Errors at oslo_optimizer_create: OSLO_ERR_INVALID_ARGUMENT
    * (another value), OSLO_ERR_NOT_SUPPORTED (no pipeline stages); at the
-   * train step: OSLO_ERR_NOT_SUPPORTED (an untied head, virtual stages). */
+   * train step: OSLO_ERR_NOT_SUPPORTED (an untied head). */
   double pipeline_head_split;
 } oslo_optimizer_options;
 

@@ -137,17 +137,26 @@ int main(int argc, char** argv) {
       const double H = static_cast<double>(c.hidden_size);
       const double share = H * static_cast<double>(V) * static_cast<double>(head_rows) /
                            static_cast<double>(n / micro);
-      const double blocks0 =
-          12 * H * H * static_cast<double>(layers.empty() ? c.num_layers / p : layers[0]);
+      double blocks0 = 0;
+      for (int q = 0; q < virt; ++q)
+        blocks0 += 12 * H * H *
+                   static_cast<double>(layers.empty() ? c.num_layers / (p * virt)
+                                                      : layers[static_cast<size_t>(q * p)]);
+      // Each rank's compute split evenly over its chunks (rank 0's less its
+      // share of the head).
+      const double r0 = mean > 0 ? per[0] / mean : 1.0;
+      const double head_cost = r0 * share / (blocks0 + share);
       std::vector<double> cost;
-      for (float x : per) cost.push_back(mean > 0 ? x / mean : 1.0);
-      const double head_cost = cost[0] * share / (blocks0 + share);
-      cost[0] -= head_cost;
+      for (int q = 0; q < virt; ++q)
+        for (int r = 0; r < p; ++r)
+          cost.push_back(
+              ((mean > 0 ? per[static_cast<size_t>(r)] / mean : 1.0) - (r == 0 ? head_cost : 0.0)) /
+              virt);
       so.stage_scale = cost;
       so.head_scale = head_cost;
-      staged =
-          simulate_pipeline(pipeline_schedule_head_split(p, micro, cost, head_cost), micro, 1, so)
-              .bubble_fraction;
+      staged = simulate_pipeline(pipeline_schedule_head_split(p, micro, virt, cost, head_cost),
+                                 micro, virt, so)
+                   .bubble_fraction;
     } else {
       std::vector<std::vector<PipeOp>> ops;
       for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, virt));

@@ -11,7 +11,8 @@
 #   PP=2 interleaved (2 chunks a rank), 4 and 8 micro-batches, virtual
 #   stages of 4, 3, 4, 1 blocks (skipped with INTERLEAVED=0) | PP=2 with
 #   the head split (pipeline_head_split -1), 4 and 8 micro-batches, blocks
-#   6 + 6, and 8 micro-batches at 7 + 5
+#   6 + 6, and 8 micro-batches at 7 + 5; interleaved with the head split,
+#   3 blocks a chunk, 4 and 8 micro-batches
 # Each line: step time, tokens/s, the measured bubble (1 - the stages'
 # compute / (2 x the longest stage's wall time)), 1F1B's (p - 1) /
 # (m + p - 1) for equal stages, and the bubble 1F1B gives stages of the
@@ -63,6 +64,11 @@ for r in $(seq "$rounds"); do
     --micro 4 --virtual 2 --layers 4,3,4,1
   row "PP=2, V=2, m=8, blocks 4+3+4+1" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
     --micro 8 --virtual 2 --layers 4,3,4,1
+  # Interleaved with the head split: 3 blocks a chunk.
+  row "PP=2, V=2, m=4, blocks 3+3+3+3, head split" "$run" --nproc-per-node 2 "$bin" "$m" \
+    "${args[@]}" --micro 4 --virtual 2 --layers 3,3,3,3 --head-split -1
+  row "PP=2, V=2, m=8, blocks 3+3+3+3, head split" "$run" --nproc-per-node 2 "$bin" "$m" \
+    "${args[@]}" --micro 8 --virtual 2 --layers 3,3,3,3 --head-split -1
 done
 "$py" - "$out/pp-results.jsonl" <<'PY'
 import json, statistics, sys

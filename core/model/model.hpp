@@ -135,10 +135,10 @@ class Model : public CausalLM {
   // (data parallelism) runs only in the last micro-batch's backward
   // (no_sync). Returns, on every stage, the mean of the micro-batches'
   // losses, this stage's compute and wall seconds and the bubble over all
-  // stages. head_split != 0 (v == 1, tied word embeddings): the first
+  // stages. head_split != 0 (tied word embeddings): the first
   // stage also runs the head and loss of each micro-batch's first tokens
   // with its token table (a fraction in (0, 1], or < 0: the share that
-  // makes the first and the last stage's products per token equal), in the
+  // makes the first and the last rank's products per token equal), in the
   // order of pipeline_schedule_head_split; 0 tokens (a share rounding to
   // none) runs Megatron's order. A non-finite loss (no label kept in a micro-batch, non-finite
   // logits) is returned, not thrown, after the whole schedule, with the

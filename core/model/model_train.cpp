@@ -961,8 +961,6 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
       if (f != 0) {
         OSLO_CHECK(pp_ > 1, OSLO_ERR_NOT_SUPPORTED, "pipeline: pipeline_head_split ", f,
                    " needs pipeline stages (pipeline_parallel_size is 1)");
-        OSLO_CHECK(vstages_ == 1, OSLO_ERR_NOT_SUPPORTED, "pipeline: pipeline_head_split with ",
-                   vstages_, " virtual stages per rank (the head split runs 1F1B stages only)");
         OSLO_CHECK(cfg_.tie_word_embeddings && labels_in, OSLO_ERR_NOT_SUPPORTED,
                    "pipeline: pipeline_head_split needs tied word embeddings (the first stage "
                    "computes its share of the head with its token table); ",
@@ -1128,7 +1126,14 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
   const double head = static_cast<double>(cfg_.hidden_size) * static_cast<double>(cfg_.vocab_size);
   if (pipe.head_split != 0) {
     double f = pipe.head_split;
-    if (f < 0) f = (stage_cost_.back() - stage_cost_.front()) / (2 * head);
+    if (f < 0) {  // the first and the last rank's products equal
+      double first = 0, last = 0;
+      for (int c = 0; c < v; ++c) {
+        first += stage_cost_[static_cast<size_t>(c * pp_)];
+        last += stage_cost_[static_cast<size_t>(c * pp_ + pp_ - 1)];
+      }
+      f = (last - first) / (2 * head);
+    }
     n0 = std::clamp<int64_t>(std::llround(std::clamp(f, 0.0, 1.0) * static_cast<double>(per)), 0,
                              static_cast<int64_t>(per));
   }
@@ -1140,7 +1145,7 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
     std::vector<double> cost = stage_cost_;
     const double share = head * static_cast<double>(n0) / static_cast<double>(per);
     cost.back() = std::max(cost.back() - share, 1.0);
-    plan = pipeline_plan_head_split(pp_, pp_rank_, mb, cost, share);
+    plan = pipeline_plan_head_split(pp_, pp_rank_, mb, v, cost, share);
   } else {
     plan = pipeline_plan(pp_, pp_rank_, mb, v, stage_cost_);
   }

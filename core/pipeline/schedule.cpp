@@ -328,74 +328,84 @@ std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatche
 }
 
 std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size, int microbatches,
+                                                              int chunks,
                                                               const std::vector<double>& stage_cost,
                                                               double head_cost) {
-  const int p = pipeline_size, m = microbatches;
+  const int p = pipeline_size, m = microbatches, v = chunks;
   OSLO_CHECK(p >= 2, OSLO_ERR_INVALID_ARGUMENT, "head-split schedule: pipeline size ", p,
              " (the head share goes from the last stage to the first: 2 stages or more)");
   OSLO_CHECK(m >= 1, OSLO_ERR_INVALID_ARGUMENT, "head-split schedule: ", m, " micro-batches < 1");
-  check_size(p, m, "head-split schedule", "(stage, micro-batch) cells");
-  OSLO_CHECK(static_cast<int>(stage_cost.size()) == p, OSLO_ERR_INVALID_ARGUMENT,
-             "head-split schedule: ", stage_cost.size(), " stage costs for ", p, " stages");
+  OSLO_CHECK(v >= 1, OSLO_ERR_INVALID_ARGUMENT, "head-split schedule: chunks per rank ", v, " < 1");
+  check_size(static_cast<long long>(p) * v, m, "head-split schedule",
+             "(virtual stage, micro-batch) cells");
+  const int S = p * v;
+  OSLO_CHECK(static_cast<int>(stage_cost.size()) == S, OSLO_ERR_INVALID_ARGUMENT,
+             "head-split schedule: ", stage_cost.size(), " stage costs for ", S, " virtual stages");
   check_costs(stage_cost, "head-split schedule");
   OSLO_CHECK(std::isfinite(head_cost) && head_cost > 0, OSLO_ERR_INVALID_ARGUMENT,
              "head-split schedule: head cost ", head_cost, " (must be finite and > 0)");
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(m);
-  std::vector<double> fdone(P * M, nan), bdone(P * M, nan), hdone(M, nan), free_at(P, 0.0);
-  std::vector<int> next_f(P, 0), next_b(P, 0);
+  const size_t M = static_cast<size_t>(m);
+  // By virtual stage s (chunk c of rank r: s = c p + r) and micro-batch.
+  std::vector<double> fdone(static_cast<size_t>(S) * M, nan), bdone(fdone), hdone(M, nan),
+      free_at(static_cast<size_t>(p), 0.0);
+  std::vector<int> next_f(static_cast<size_t>(S), 0), next_b(static_cast<size_t>(S), 0),
+      alive(static_cast<size_t>(p), 0);
   int next_h = 0;
-  std::vector<std::vector<PipeOp>> out(P);
-  auto at = [M](int r, int i) { return static_cast<size_t>(r) * M + static_cast<size_t>(i); };
-  const size_t total = 2 * P * M + M;
+  std::vector<std::vector<PipeOp>> out(static_cast<size_t>(p));
+  auto at = [M](int s, int i) { return static_cast<size_t>(s) * M + static_cast<size_t>(i); };
+  const size_t total = 2 * static_cast<size_t>(S) * M + M;
   for (size_t done = 0; done < total; ++done) {
-    // Each rank's pick (the earliest start; at a tie HEAD, then forward, then
-    // backward); the pick that starts first runs (at a tie the lower rank).
+    // Each rank's pick: the earliest start; at a tie HEAD, then a forward,
+    // then a backward, the deeper chunk first. The pick that starts first
+    // runs (at a tie the lower rank).
     int best_rank = -1;
     PipeOp best_op;
     double best_start = 0;
     for (int r = 0; r < p; ++r) {
       const size_t R = static_cast<size_t>(r);
-      struct Cand {
-        PipeOp::Kind kind;
-        int mb;
-        double ready;
-      };
-      std::vector<Cand> cands;
-      if (r == 0 && next_h < m) cands.push_back({PipeOp::HEAD, next_h, fdone[at(p - 1, next_h)]});
-      if (next_f[R] < m && next_f[R] - next_b[R] < p - r + 2)
-        cands.push_back({PipeOp::FORWARD, next_f[R], r == 0 ? 0.0 : fdone[at(r - 1, next_f[R])]});
-      if (next_b[R] < next_f[R])
-        cands.push_back(
-            {PipeOp::BACKWARD, next_b[R],
-             r == p - 1 ? hdone[static_cast<size_t>(next_b[R])] : bdone[at(r + 1, next_b[R])]});
-      for (const Cand& c : cands) {  // in priority order
-        if (std::isnan(c.ready)) continue;
-        const double start = std::max(free_at[R], c.ready);
+      auto consider = [&](PipeOp::Kind kind, int mb, int c, double ready) {
+        if (std::isnan(ready)) return;
+        const double start = std::max(free_at[R], ready);
         if (best_rank < 0 || start < best_start) {
           best_rank = r;
-          best_op = PipeOp{c.kind, c.mb, 0};
+          best_op = PipeOp{kind, mb, c};
           best_start = start;
         }
+      };
+      if (r == 0 && next_h < m) consider(PipeOp::HEAD, next_h, 0, fdone[at(S - 1, next_h)]);
+      for (int c = v - 1; c >= 0; --c) {
+        const int s = c * p + r, i = next_f[static_cast<size_t>(s)];
+        // A new micro-batch (chunk 0) only below the rank's limit.
+        if (i < m && (c > 0 || alive[R] < p - r + 1 + v))
+          consider(PipeOp::FORWARD, i, c, s == 0 ? 0.0 : fdone[at(s - 1, i)]);
+      }
+      for (int c = v - 1; c >= 0; --c) {
+        const int s = c * p + r, i = next_b[static_cast<size_t>(s)];
+        if (i < next_f[static_cast<size_t>(s)])
+          consider(PipeOp::BACKWARD, i, c,
+                   s == S - 1 ? hdone[static_cast<size_t>(i)] : bdone[at(s + 1, i)]);
       }
     }
     OSLO_CHECK(best_rank >= 0, OSLO_ERR_INTERNAL, "head-split schedule: no op can run");
     const size_t R = static_cast<size_t>(best_rank);
-    const int i = best_op.microbatch;
+    const int i = best_op.microbatch, s = best_op.chunk * p + best_rank;
     const double c = best_op.kind == PipeOp::HEAD      ? 3 * head_cost
-                     : best_op.kind == PipeOp::FORWARD ? stage_cost[R]
-                                                       : 2 * stage_cost[R];
+                     : best_op.kind == PipeOp::FORWARD ? stage_cost[static_cast<size_t>(s)]
+                                                       : 2 * stage_cost[static_cast<size_t>(s)];
     const double end = best_start + c;
     free_at[R] = end;
     if (best_op.kind == PipeOp::HEAD) {
       hdone[static_cast<size_t>(i)] = end;
       ++next_h;
     } else if (best_op.kind == PipeOp::FORWARD) {
-      fdone[at(best_rank, i)] = end;
-      ++next_f[R];
+      fdone[at(s, i)] = end;
+      ++next_f[static_cast<size_t>(s)];
+      if (best_op.chunk == 0) ++alive[R];
     } else {
-      bdone[at(best_rank, i)] = end;
-      ++next_b[R];
+      bdone[at(s, i)] = end;
+      ++next_b[static_cast<size_t>(s)];
+      if (best_op.chunk == 0) --alive[R];
     }
     out[R].push_back(best_op);
   }
@@ -403,17 +413,17 @@ std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size,
 }
 
 std::vector<PipeStep> pipeline_plan_head_split(int pipeline_size, int rank, int microbatches,
-                                               const std::vector<double>& stage_cost,
+                                               int chunks, const std::vector<double>& stage_cost,
                                                double head_cost) {
   check_rank(rank, pipeline_size, "head-split plan");
   const std::vector<std::vector<PipeOp>> all =
-      pipeline_schedule_head_split(pipeline_size, microbatches, stage_cost, head_cost);
+      pipeline_schedule_head_split(pipeline_size, microbatches, chunks, stage_cost, head_cost);
   PipeSimOptions so;
   so.t_forward = 1;
   so.t_backward = 2;
   so.stage_scale = stage_cost;
   so.head_scale = head_cost;
-  return plan_from(all, rank, microbatches, 1, so, true);
+  return plan_from(all, rank, microbatches, chunks, so, true);
 }
 
 int peak_live_microbatches(const std::vector<PipeOp>& ops) {

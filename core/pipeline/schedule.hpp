@@ -149,23 +149,27 @@ void check_schedule(const std::vector<PipeOp>& ops, int microbatches, int chunks
 // weight exchange as before). With that share chosen by cost the stages
 // are equal to a token.
 //
-// The order is not Megatron's: HEAD(i) must run on rank 0 between rank p -
-// 1's forward and backward of i, so the ranks' orders come from a list
-// scheduling of the whole pipeline: whenever a rank is free it runs, among
-// its ops whose input is there, a HEAD first, then its next forward (each
-// rank at most p - r + 2 micro-batches past their forward and not yet
-// through their backward; 1F1B keeps p - r), then its next backward;
-// micro-batches in order within each kind. With equal stages the bubble of
+// The order is not Megatron's: HEAD(i) must run on rank 0 between the last
+// virtual stage's forward and backward of i, so the ranks' orders come from
+// a list scheduling of the whole pipeline: whenever a rank is free it runs,
+// among its ops whose input is there, a HEAD first, then a forward, then a
+// backward (the deeper model chunk first within each kind; micro-batches in
+// order within each chunk), starting a new micro-batch (chunk 0's forward)
+// only while fewer than p - r + 1 + v are past it and not through their
+// chunk-0 backward (1F1B keeps p - r). With equal stages the bubble of
 // GPT-2's 6 + 6 blocks and half the head each at p = 2, m = 8 is 0.079
-// (Megatron's 9 + 3: 0.128). v == 1 only.
+// (Megatron's 9 + 3: 0.128); at v = 2 with 3 blocks a chunk, 0.041 (the
+// interleaved theory for equal chunks: 0.059).
 
-// The ranks' orders (index r: rank r) for p ranks, m micro-batches, the
-// virtual stages' forward costs `stage_cost` (p values > 0; the last
-// stage's without the share of the head it gives away) and `head_cost`, the
-// forward cost of rank 0's share of the head (> 0). Deterministic: every
-// rank computes the same orders from the same costs. Errors
-// (OSLO_ERR_INVALID_ARGUMENT): p < 2, m < 1, bad costs.
+// The ranks' orders (index r: rank r) for p ranks, m micro-batches, v
+// chunks per rank, the virtual stages' forward costs `stage_cost` (p v
+// values > 0, by virtual stage c p + r; the last one's without the share of
+// the head it gives away) and `head_cost`, the forward cost of rank 0's
+// share of the head (> 0). Deterministic: every rank computes the same
+// orders from the same costs. Errors (OSLO_ERR_INVALID_ARGUMENT): p < 2,
+// m < 1, v < 1, bad costs.
 std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size, int microbatches,
+                                                              int chunks,
                                                               const std::vector<double>& stage_cost,
                                                               double head_cost);
 
@@ -243,14 +247,14 @@ struct PipeStep {
 std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks,
                                     const std::vector<double>& stage_cost = {});
 
-// The same for the head-split schedule (pipeline_schedule_head_split, v ==
-// 1): the last stage's forward of i also sends the head input to rank 0,
+// The same for the head-split schedule (pipeline_schedule_head_split): the
+// last virtual stage's forward of i also sends the head input to rank 0,
 // rank 0's HEAD(i) receives it and sends back its gradient, which the last
-// stage receives before its backward of i; all placed by the same global
+// virtual stage receives before its backward of i; all placed by the same global
 // order, so the plans complete with blocking sends. Errors: as
 // pipeline_schedule_head_split.
 std::vector<PipeStep> pipeline_plan_head_split(int pipeline_size, int rank, int microbatches,
-                                               const std::vector<double>& stage_cost,
+                                               int chunks, const std::vector<double>& stage_cost,
                                                double head_cost);
 
 // -------------------------------------------------------------- analysis

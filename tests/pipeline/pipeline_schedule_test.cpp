@@ -672,45 +672,53 @@ void test_plan() {
 
 void test_head_split() {
   int cases = 0;
-  // Costs: equal stages with a small share; GPT-2 small (a block 1, the
-  // head 5.4) at 6 + 6 blocks with half the head each, at 7 + 5 with 0.315
-  // of it on the first stage; skewed stages.
-  for (int p = 2; p <= 5; ++p)
-    for (int m = 1; m <= 12; ++m) {
-      std::vector<std::pair<std::vector<double>, double>> costs;
-      costs.push_back({std::vector<double>(static_cast<size_t>(p), 1.0), 0.2});
-      std::vector<double> skewed;
-      for (int s = 0; s < p; ++s) skewed.push_back(1.0 + 0.7 * ((s * 5) % 3));
-      costs.push_back({skewed, 1.3});
-      if (p == 2) {
-        costs.push_back({{6, 6 + 2.7}, 2.7});
-        costs.push_back({{7, 5 + 5.4 * 0.685}, 5.4 * 0.315});
-      }
-      for (const auto& c : costs) {
-        const auto ops = pipeline_schedule_head_split(p, m, c.first, c.second);
-        std::vector<std::vector<PipeStep>> plans;
-        for (int r = 0; r < p; ++r) {
-          const auto& mine = ops[static_cast<size_t>(r)];
-          // At most p - r + 2 micro-batches alive on rank r.
-          const int peak = peak_live_microbatches(mine);
-          EXPECT(peak <= std::min(p - r + 2, m), "p %d m %d rank %d: %d alive", p, m, r, peak);
-          plans.push_back(pipeline_plan_head_split(p, r, m, c.first, c.second));
-          std::vector<PipeOp> computes;
-          for (const PipeStep& st : plans.back())
-            if (st.kind == PipeStep::COMPUTE) computes.push_back(st.op);
-          EXPECT(computes == mine, "p %d m %d rank %d: the plan's computes are not its order", p, m,
-                 r);
+  // Costs (forward, by virtual stage): equal stages with a small share;
+  // skewed stages; GPT-2 small (a block 1, the head 5.4) at 6 + 6 blocks
+  // with half the head each, at 7 + 5 with 0.315 of it on the first stage,
+  // and at v = 2 with 3 blocks a chunk and half the head each.
+  for (int v = 1; v <= 2; ++v)
+    for (int p = 2; p <= 5; ++p)
+      for (int m = 1; m <= 12; ++m) {
+        const int S = p * v;
+        std::vector<std::pair<std::vector<double>, double>> costs;
+        costs.push_back({std::vector<double>(static_cast<size_t>(S), 1.0), 0.2});
+        std::vector<double> skewed;
+        for (int s = 0; s < S; ++s) skewed.push_back(1.0 + 0.7 * ((s * 5) % 3));
+        costs.push_back({skewed, 1.3});
+        if (p == 2 && v == 1) {
+          costs.push_back({{6, 6 + 2.7}, 2.7});
+          costs.push_back({{7, 5 + 5.4 * 0.685}, 5.4 * 0.315});
         }
-        std::string why;
-        EXPECT(blocking_complete(plans, 1, true, &why), "p %d m %d: %s", p, m, why.c_str());
-        bool on_time = false;
-        const double b = eager_bubble(plans, ops, m, 1, c.first, c.second, &on_time);
-        EXPECT(on_time && b >= 0, "p %d m %d: eager replay late (bubble %.4f)", p, m, b);
-        ++cases;
+        if (p == 2 && v == 2) costs.push_back({{3, 3, 3, 3 + 2.7}, 2.7});
+        for (const auto& c : costs) {
+          const auto ops = pipeline_schedule_head_split(p, m, v, c.first, c.second);
+          std::vector<std::vector<PipeStep>> plans;
+          for (int r = 0; r < p; ++r) {
+            const auto& mine = ops[static_cast<size_t>(r)];
+            // At most p - r + 1 + v micro-batches alive on rank r (each in
+            // up to v chunks).
+            const int peak = peak_live_microbatches(mine);
+            EXPECT(peak <= v * std::min(p - r + 1 + v, m), "p %d v %d m %d rank %d: %d alive", p, v,
+                   m, r, peak);
+            plans.push_back(pipeline_plan_head_split(p, r, m, v, c.first, c.second));
+            std::vector<PipeOp> computes;
+            for (const PipeStep& st : plans.back())
+              if (st.kind == PipeStep::COMPUTE) computes.push_back(st.op);
+            EXPECT(computes == mine,
+                   "p %d v %d m %d rank %d: the plan's computes are not its order", p, v, m, r);
+          }
+          std::string why;
+          EXPECT(blocking_complete(plans, v, true, &why), "p %d v %d m %d: %s", p, v, m,
+                 why.c_str());
+          bool on_time = false;
+          const double b = eager_bubble(plans, ops, m, v, c.first, c.second, &on_time);
+          EXPECT(on_time && b >= 0, "p %d v %d m %d: eager replay late (bubble %.4f)", p, v, m, b);
+          ++cases;
+        }
       }
-    }
   // GPT-2 small's stages at p = 2: Megatron's best whole-block cut (9 + 3)
-  // against the head split at 6 + 6, half the head each.
+  // against the head split at 6 + 6, half the head each; interleaved, its
+  // 4 + 3 + 4 + 1 blocks against 3 blocks a chunk with the split.
   for (int m : {4, 8}) {
     PipeSimOptions so;
     so.stage_scale = {9, 3 + 5.4};
@@ -720,21 +728,36 @@ void test_head_split() {
     so.stage_scale = {6, 6 + 2.7};
     so.head_scale = 2.7;
     const PipeSimResult b =
-        simulate_pipeline(pipeline_schedule_head_split(2, m, {6, 6 + 2.7}, 2.7), m, 1, so);
+        simulate_pipeline(pipeline_schedule_head_split(2, m, 1, {6, 6 + 2.7}, 2.7), m, 1, so);
+    PipeSimOptions si;
+    si.stage_scale = {4, 3, 4, 1 + 5.4};
+    std::vector<std::vector<PipeOp>> inter{pipeline_schedule(2, 0, m, 2),
+                                           pipeline_schedule(2, 1, m, 2)};
+    const PipeSimResult c = simulate_pipeline(inter, m, 2, si);
+    si.stage_scale = {3, 3, 3, 3 + 2.7};
+    si.head_scale = 2.7;
+    const PipeSimResult d =
+        simulate_pipeline(pipeline_schedule_head_split(2, m, 2, {3, 3, 3, 3 + 2.7}, 2.7), m, 2, si);
     std::printf(
         "GPT-2 small, p 2, m %d: 1F1B 9 + 3 blocks bubble %.3f makespan %.1f; head split 6 + 6 "
-        "bubble %.3f makespan %.1f (1F1B theory %.3f)\n",
-        m, a.bubble_fraction, a.makespan, b.bubble_fraction, b.makespan, 1.0 / (m + 1));
+        "bubble %.3f makespan %.1f (1F1B theory %.3f); interleaved 4+3+4+1 bubble %.3f makespan "
+        "%.1f; head split 3+3+3+3 bubble %.3f makespan %.1f (interleaved theory %.3f)\n",
+        m, a.bubble_fraction, a.makespan, b.bubble_fraction, b.makespan, 1.0 / (m + 1),
+        c.bubble_fraction, c.makespan, d.bubble_fraction, d.makespan, 1.0 / (2 * m + 1));
     EXPECT(b.makespan < a.makespan - 1, "m %d: the head split (%.1f) beats 9 + 3 (%.1f)", m,
            b.makespan, a.makespan);
     EXPECT(b.bubble_fraction <= 1.0 / (m + 1), "m %d: bubble %.3f above 1F1B's theory", m,
            b.bubble_fraction);
+    EXPECT(d.makespan < c.makespan - 1 && d.bubble_fraction <= 1.0 / (2 * m + 1),
+           "m %d: interleaved with the head split (%.1f, bubble %.3f) against without (%.1f)", m,
+           d.makespan, d.bubble_fraction, c.makespan);
   }
   // Rank 0 of p = 2, m = 4 for 6 + 6 blocks and half the head.
-  const auto o = pipeline_schedule_head_split(2, 4, {6, 8.7}, 2.7);
+  const auto o = pipeline_schedule_head_split(2, 4, 1, {6, 8.7}, 2.7);
   const std::string got0 = schedule_string(o[0], false), got1 = schedule_string(o[1], false);
   std::printf("head split p 2 m 4: rank 0 %s | rank 1 %s\n", got0.c_str(), got1.c_str());
-  std::printf("head-split schedules: %d (p, m, costs) cases complete with blocking sends\n", cases);
+  std::printf("head-split schedules: %d (p, v, m, costs) cases complete with blocking sends\n",
+              cases);
 }
 
 // --------------------------------------------------------------- errors
