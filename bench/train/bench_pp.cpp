@@ -111,9 +111,9 @@ int main(int argc, char** argv) {
       }
     }
     const int p = m->pipeline_size();
-    // Each stage's compute seconds, to every rank: the bubble 1F1B gives
-    // these unequal stages (simulate_pipeline, backward twice the forward,
-    // no transfer time) next to the equal-stage theory.
+    // Each stage's compute seconds, to every rank: the bubble the schedule
+    // gives these unequal stages (simulate_pipeline, backward twice the
+    // forward, no transfer time) next to the equal-stage theory.
     const float mine = static_cast<float>(compute);
     std::vector<float> per(static_cast<size_t>(p), 0.f);
     ctx.comm(OSLO_GROUP_PIPELINE).all_gather(&mine, per.data(), 1, OSLO_DTYPE_F32);
@@ -121,45 +121,44 @@ int main(int argc, char** argv) {
     // fraction of the step: (p - 1) / (v m + p - 1) (v = 1: 1F1B's).
     const double theory =
         micro > 1 || p > 1 ? (p - 1.0) / (static_cast<double>(virt) * micro + p - 1.0) : 0.0;
-    double mean = 0;
-    for (float c : per) mean += c / p;
-    PipeSimOptions so;
-    // One factor per virtual stage (c p + q): rank q's measured share,
-    // split evenly over its chunks.
-    for (int c = 0; c < virt; ++c)
-      for (float x : per) so.stage_scale.push_back(mean > 0 ? x / mean : 1.0);
+    // The schedule simulated for these stages: each rank's measured compute
+    // cut over its virtual stages (and rank 0's share of the head) in
+    // proportion to their products per token (the model's estimate: a
+    // block's projections and MLP, the head's H x vocabulary).
     const int64_t head_rows = tr.pipeline_stats().head_rows;
     double staged = 0;
-    if (head_rows > 0) {
-      // Rank 0's compute split between its blocks and its share of the head
-      // by their products per token (a block 12 H^2 here, the head H V).
+    if (p > 1) {
       const ModelConfig& c = m->config();
-      const double H = static_cast<double>(c.hidden_size);
-      const double share = H * static_cast<double>(V) * static_cast<double>(head_rows) /
-                           static_cast<double>(n / micro);
-      double blocks0 = 0;
-      for (int q = 0; q < virt; ++q)
-        blocks0 += 12 * H * H *
-                   static_cast<double>(layers.empty() ? c.num_layers / (p * virt)
-                                                      : layers[static_cast<size_t>(q * p)]);
-      // Each rank's compute split evenly over its chunks (rank 0's less its
-      // share of the head).
-      const double r0 = mean > 0 ? per[0] / mean : 1.0;
-      const double head_cost = r0 * share / (blocks0 + share);
-      std::vector<double> cost;
-      for (int q = 0; q < virt; ++q)
-        for (int r = 0; r < p; ++r)
-          cost.push_back(
-              ((mean > 0 ? per[static_cast<size_t>(r)] / mean : 1.0) - (r == 0 ? head_cost : 0.0)) /
-              virt);
-      so.stage_scale = cost;
-      so.head_scale = head_cost;
-      staged = simulate_pipeline(pipeline_schedule_head_split(p, micro, virt, cost, head_cost),
-                                 micro, virt, so)
-                   .bubble_fraction;
-    } else {
+      const double H = static_cast<double>(c.hidden_size), D = static_cast<double>(c.head_dim);
+      const double block =
+          H * D * static_cast<double>(2 * c.num_heads + 2 * c.num_kv_heads) +
+          H * static_cast<double>(c.intermediate_size) * (c.traits.gated_mlp ? 3.0 : 2.0);
+      const PipelinePartition part =
+          layers.empty() ? partition_uniform(static_cast<int>(c.num_layers), p, virt)
+                         : partition_counts(static_cast<int>(c.num_layers), p, virt, layers);
+      const double head = H * static_cast<double>(V);
+      const double share =
+          head * static_cast<double>(head_rows) / static_cast<double>(n / micro);
+      const int S = p * virt;
+      std::vector<double> est, rank(static_cast<size_t>(p), 0.0);
+      for (int s = 0; s < S; ++s) {
+        est.push_back(block * part.stages[static_cast<size_t>(s)].size() +
+                      (s == S - 1 ? head - share : 0.0));
+        rank[static_cast<size_t>(s % p)] += est.back();
+      }
+      rank[0] += share;
+      PipeSimOptions so;
+      for (int s = 0; s < S; ++s)
+        so.stage_scale.push_back(est[static_cast<size_t>(s)] * per[static_cast<size_t>(s % p)] /
+                                 rank[static_cast<size_t>(s % p)]);
+      so.head_scale = share * per[0] / rank[0];
       std::vector<std::vector<PipeOp>> ops;
-      for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, virt));
+      if (head_rows > 0) {
+        ops = pipeline_schedule_head_split(p, micro, virt, so.stage_scale, so.head_scale);
+      } else {
+        so.head_scale = 0;
+        for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, virt));
+      }
       staged = simulate_pipeline(ops, micro, virt, so).bubble_fraction;
     }
     std::string stages;
