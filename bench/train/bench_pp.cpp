@@ -122,9 +122,11 @@ int main(int argc, char** argv) {
     const double theory =
         micro > 1 || p > 1 ? (p - 1.0) / (static_cast<double>(virt) * micro + p - 1.0) : 0.0;
     // The schedule simulated for these stages: each rank's measured compute
-    // cut over its virtual stages (and rank 0's share of the head) in
-    // proportion to their products per token (the model's estimate: a
-    // block's projections and MLP, the head's H x vocabulary).
+    // cut over its virtual stages' forwards and backwards (and rank 0's
+    // HEAD ops) in proportion to the costs run_pipeline plans with: a
+    // block's products per token (its backward twice that), the head's H x
+    // vocabulary plus 768 x vocabulary for the cross-entropy forward, 2 H x
+    // vocabulary backward.
     const int64_t head_rows = tr.pipeline_stats().head_rows;
     double staged = 0;
     if (p > 1) {
@@ -136,25 +138,31 @@ int main(int argc, char** argv) {
       const PipelinePartition part =
           layers.empty() ? partition_uniform(static_cast<int>(c.num_layers), p, virt)
                          : partition_counts(static_cast<int>(c.num_layers), p, virt, layers);
-      const double head = H * static_cast<double>(V);
-      const double share =
-          head * static_cast<double>(head_rows) / static_cast<double>(n / micro);
+      const double Vd = static_cast<double>(V), hf = (H + 768.0) * Vd, hb = 2 * H * Vd;
+      const double share = static_cast<double>(head_rows) / static_cast<double>(n / micro);
       const int S = p * virt;
-      std::vector<double> est, rank(static_cast<size_t>(p), 0.0);
+      std::vector<double> ef, eb, rank(static_cast<size_t>(p), 0.0);
       for (int s = 0; s < S; ++s) {
-        est.push_back(block * part.stages[static_cast<size_t>(s)].size() +
-                      (s == S - 1 ? head - share : 0.0));
-        rank[static_cast<size_t>(s % p)] += est.back();
+        const double b = block * part.stages[static_cast<size_t>(s)].size();
+        ef.push_back(b + (s == S - 1 ? hf * (1 - share) : 0.0));
+        eb.push_back(2 * b + (s == S - 1 ? hb * (1 - share) : 0.0));
+        rank[static_cast<size_t>(s % p)] += ef.back() + eb.back();
       }
-      rank[0] += share;
+      const double head_op = (hf + hb) * share;
+      rank[0] += head_op;
       PipeSimOptions so;
-      for (int s = 0; s < S; ++s)
-        so.stage_scale.push_back(est[static_cast<size_t>(s)] * per[static_cast<size_t>(s % p)] /
-                                 rank[static_cast<size_t>(s % p)]);
-      so.head_scale = share * per[0] / rank[0];
+      std::vector<double> fc, bc;
+      for (int s = 0; s < S; ++s) {
+        const double k = per[static_cast<size_t>(s % p)] / rank[static_cast<size_t>(s % p)];
+        fc.push_back(ef[static_cast<size_t>(s)] * k);
+        bc.push_back(eb[static_cast<size_t>(s)] * k);
+        so.backward_scale.push_back(bc.back() / so.t_backward);
+      }
+      so.stage_scale = fc;
+      so.head_scale = head_op * per[0] / rank[0] / 3;
       std::vector<std::vector<PipeOp>> ops;
       if (head_rows > 0) {
-        ops = pipeline_schedule_head_split(p, micro, virt, so.stage_scale, so.head_scale);
+        ops = pipeline_schedule_head_split(p, micro, virt, fc, so.head_scale, bc);
       } else {
         so.head_scale = 0;
         for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, virt));

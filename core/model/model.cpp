@@ -88,16 +88,16 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
         const LayerRange r = part.at(m->pp_rank_, c);
         ranges.emplace_back(r.begin, r.end);
       }
-      // Products per token: a block's projections and MLP, the head's
-      // vocabulary (the same on every rank: TP divides them all alike).
+      // Products per token of each virtual stage's blocks: their
+      // projections and MLP (the same on every rank: TP divides them all
+      // alike). run_pipeline adds the head.
       const ModelConfig& c = m->cfg_;
       const double H = static_cast<double>(c.hidden_size), D = static_cast<double>(c.head_dim);
       const double block =
           H * D * static_cast<double>(2 * c.num_heads + 2 * c.num_kv_heads) +
           H * static_cast<double>(c.intermediate_size) * (c.traits.gated_mlp ? 3.0 : 2.0);
-      for (const LayerRange& r : part.stages) m->stage_cost_.push_back(block * (r.end - r.begin));
-      m->stage_cost_.back() += H * static_cast<double>(c.vocab_size);
-      for (double& x : m->stage_cost_) x = std::max(x, 1.0);
+      for (const LayerRange& r : part.stages)
+        m->stage_cost_.push_back(std::max(block * (r.end - r.begin), 1.0));
     } else {
       ranges.emplace_back(0, L);
     }

@@ -349,9 +349,9 @@ class Model : public CausalLM {
   int pp_ = 1, pp_rank_ = 0, vstages_ = 1;
   std::vector<int64_t> global_layer_;
   std::vector<std::pair<size_t, size_t>> chunks_;
-  // Every virtual stage's forward cost (multiply-adds per token of its
-  // blocks' products, plus the head's on the last one): how pipeline_plan
-  // orders the transfers.
+  // Every virtual stage's blocks' forward cost (multiply-adds per token of
+  // their products; run_pipeline adds the head's and the backwards): how
+  // pipeline_plan orders the transfers.
   std::vector<double> stage_cost_;
   bool first_stage() const { return pp_rank_ == 0; }
   bool last_stage() const { return pp_rank_ == pp_ - 1; }

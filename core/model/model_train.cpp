@@ -1119,36 +1119,49 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
     return std::vector<int64_t>(vec.begin() + static_cast<std::ptrdiff_t>(i * per),
                                 vec.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
   };
+  // The costs per token the plan is made with: each virtual stage's blocks
+  // (stage_cost_; their backward twice their forward) and the head's, whose
+  // forward also takes the cross-entropy over the vocabulary (about as much
+  // as its product: about 800 multiply-adds of work per logit, measured on
+  // an AVX-512 CPU in f32), so that its backward (two products) costs about
+  // what its forward does.
+  const double V = static_cast<double>(cfg_.vocab_size);
+  const double head_fwd = (static_cast<double>(cfg_.hidden_size) + 768.0) * V,
+               head_bwd = 2.0 * static_cast<double>(cfg_.hidden_size) * V;
   // The head split: the first stage's share of each micro-batch's tokens
   // (pipe.head_split a fraction, or < 0: the share that makes the first and
-  // the last stage's products equal).
+  // the last rank's work per token equal).
   int64_t n0 = 0;
-  const double head = static_cast<double>(cfg_.hidden_size) * static_cast<double>(cfg_.vocab_size);
   if (pipe.head_split != 0) {
     double f = pipe.head_split;
-    if (f < 0) {  // the first and the last rank's products equal
-      double first = 0, last = 0;
+    if (f < 0) {
+      double first = 0, last = head_fwd + head_bwd;
       for (int c = 0; c < v; ++c) {
-        first += stage_cost_[static_cast<size_t>(c * pp_)];
-        last += stage_cost_[static_cast<size_t>(c * pp_ + pp_ - 1)];
+        first += 3 * stage_cost_[static_cast<size_t>(c * pp_)];
+        last += 3 * stage_cost_[static_cast<size_t>(c * pp_ + pp_ - 1)];
       }
-      f = (last - first) / (2 * head);
+      f = (last - first) / (2 * (head_fwd + head_bwd));
     }
     n0 = std::clamp<int64_t>(std::llround(std::clamp(f, 0.0, 1.0) * static_cast<double>(per)), 0,
                              static_cast<int64_t>(per));
   }
   pipe.stats.head_rows = n0;
+  const double share = static_cast<double>(n0) / static_cast<double>(per);
+  // (No costs on one stage without virtual stages: one op at a time.)
+  std::vector<double> fwd = stage_cost_, bwd;
+  for (double c : stage_cost_) bwd.push_back(2 * c);
+  if (!fwd.empty()) {
+    fwd.back() += head_fwd * (1 - share);
+    bwd.back() += head_bwd * (1 - share);
+  }
+  for (double& c : fwd) c = std::max(c, 1.0);
+  for (double& c : bwd) c = std::max(c, 1.0);
   // Megatron's order for this rank (or the head split's), with the
   // transfers placed so that blocking sends cannot deadlock (pipeline_plan).
-  std::vector<PipeStep> plan;
-  if (n0 > 0) {
-    std::vector<double> cost = stage_cost_;
-    const double share = head * static_cast<double>(n0) / static_cast<double>(per);
-    cost.back() = std::max(cost.back() - share, 1.0);
-    plan = pipeline_plan_head_split(pp_, pp_rank_, mb, v, cost, share);
-  } else {
-    plan = pipeline_plan(pp_, pp_rank_, mb, v, stage_cost_);
-  }
+  const std::vector<PipeStep> plan =
+      n0 > 0 ? pipeline_plan_head_split(pp_, pp_rank_, mb, v, fwd,
+                                        (head_fwd + head_bwd) * share / 3, bwd)
+             : pipeline_plan(pp_, pp_rank_, mb, v, fwd, bwd);
   Backend& be = ctx_.backend();
   Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
   const bool host = ctx_.host_transport(OSLO_GROUP_PIPELINE);

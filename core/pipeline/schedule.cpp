@@ -314,23 +314,27 @@ void check_costs(const std::vector<double>& cost, const char* what) {
 }  // namespace
 
 std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks,
-                                    const std::vector<double>& stage_cost) {
+                                    const std::vector<double>& stage_cost,
+                                    const std::vector<double>& backward_cost) {
   const int p = pipeline_size, v = chunks, m = microbatches;
   check_rank(rank, p, "pipeline plan");  // the shape is checked by pipeline_schedule
   std::vector<std::vector<PipeOp>> all;
   for (int q = 0; q < p; ++q) all.push_back(pipeline_schedule(p, q, m, v));
   check_costs(stage_cost, "pipeline plan");
+  check_costs(backward_cost, "pipeline plan");
+  OSLO_CHECK(backward_cost.empty() || !stage_cost.empty(), OSLO_ERR_INVALID_ARGUMENT,
+             "pipeline plan: backward costs without stage costs");
   PipeSimOptions so;
   so.t_forward = 1;
   so.t_backward = 2;
   so.stage_scale = stage_cost;
+  for (double b : backward_cost) so.backward_scale.push_back(b / 2);
   return plan_from(all, rank, m, v, so, false);
 }
 
-std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size, int microbatches,
-                                                              int chunks,
-                                                              const std::vector<double>& stage_cost,
-                                                              double head_cost) {
+std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(
+    int pipeline_size, int microbatches, int chunks, const std::vector<double>& stage_cost,
+    double head_cost, const std::vector<double>& backward_cost) {
   const int p = pipeline_size, m = microbatches, v = chunks;
   OSLO_CHECK(p >= 2, OSLO_ERR_INVALID_ARGUMENT, "head-split schedule: pipeline size ", p,
              " (the head share goes from the last stage to the first: 2 stages or more)");
@@ -342,6 +346,10 @@ std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size,
   OSLO_CHECK(static_cast<int>(stage_cost.size()) == S, OSLO_ERR_INVALID_ARGUMENT,
              "head-split schedule: ", stage_cost.size(), " stage costs for ", S, " virtual stages");
   check_costs(stage_cost, "head-split schedule");
+  OSLO_CHECK(backward_cost.empty() || static_cast<int>(backward_cost.size()) == S,
+             OSLO_ERR_INVALID_ARGUMENT, "head-split schedule: ", backward_cost.size(),
+             " backward costs for ", S, " virtual stages");
+  check_costs(backward_cost, "head-split schedule");
   OSLO_CHECK(std::isfinite(head_cost) && head_cost > 0, OSLO_ERR_INVALID_ARGUMENT,
              "head-split schedule: head cost ", head_cost, " (must be finite and > 0)");
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -390,9 +398,11 @@ std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size,
     OSLO_CHECK(best_rank >= 0, OSLO_ERR_INTERNAL, "head-split schedule: no op can run");
     const size_t R = static_cast<size_t>(best_rank);
     const int i = best_op.microbatch, s = best_op.chunk * p + best_rank;
+    const size_t si = static_cast<size_t>(s);
     const double c = best_op.kind == PipeOp::HEAD      ? 3 * head_cost
-                     : best_op.kind == PipeOp::FORWARD ? stage_cost[static_cast<size_t>(s)]
-                                                       : 2 * stage_cost[static_cast<size_t>(s)];
+                     : best_op.kind == PipeOp::FORWARD ? stage_cost[si]
+                     : backward_cost.empty()           ? 2 * stage_cost[si]
+                                                       : backward_cost[si];
     const double end = best_start + c;
     free_at[R] = end;
     if (best_op.kind == PipeOp::HEAD) {
@@ -414,15 +424,17 @@ std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size,
 
 std::vector<PipeStep> pipeline_plan_head_split(int pipeline_size, int rank, int microbatches,
                                                int chunks, const std::vector<double>& stage_cost,
-                                               double head_cost) {
+                                               double head_cost,
+                                               const std::vector<double>& backward_cost) {
   check_rank(rank, pipeline_size, "head-split plan");
-  const std::vector<std::vector<PipeOp>> all =
-      pipeline_schedule_head_split(pipeline_size, microbatches, chunks, stage_cost, head_cost);
+  const std::vector<std::vector<PipeOp>> all = pipeline_schedule_head_split(
+      pipeline_size, microbatches, chunks, stage_cost, head_cost, backward_cost);
   PipeSimOptions so;
   so.t_forward = 1;
   so.t_backward = 2;
   so.stage_scale = stage_cost;
   so.head_scale = head_cost;
+  for (double b : backward_cost) so.backward_scale.push_back(b / 2);
   return plan_from(all, rank, microbatches, chunks, so, true);
 }
 
@@ -466,6 +478,13 @@ PipeSimResult simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int
   for (size_t s = 0; s < o.stage_scale.size(); ++s)
     OSLO_CHECK(cost_ok(o.stage_scale[s]), OSLO_ERR_INVALID_ARGUMENT,
                "pipeline simulation: stage scale ", o.stage_scale[s], " of virtual stage ", s);
+  OSLO_CHECK(o.backward_scale.empty() || static_cast<int>(o.backward_scale.size()) == stages,
+             OSLO_ERR_INVALID_ARGUMENT, "pipeline simulation: ", o.backward_scale.size(),
+             " backward scales for ", stages, " virtual stages");
+  for (size_t s = 0; s < o.backward_scale.size(); ++s)
+    OSLO_CHECK(cost_ok(o.backward_scale[s]), OSLO_ERR_INVALID_ARGUMENT,
+               "pipeline simulation: backward scale ", o.backward_scale[s], " of virtual stage ",
+               s);
   OSLO_CHECK(std::isfinite(o.head_scale) && o.head_scale >= 0, OSLO_ERR_INVALID_ARGUMENT,
              "pipeline simulation: head_scale ", o.head_scale);
   // Rank 0's list carries HEAD ops in the head-split schedule.
@@ -547,9 +566,11 @@ PipeSimResult simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int
           ready = t + (d.stage % p != r ? o.t_comm : 0.0);
         }
         const double scale = o.stage_scale.empty() ? 1.0 : o.stage_scale[static_cast<size_t>(s)];
-        const double dur = op.kind == PipeOp::HEAD
-                               ? (o.t_forward + o.t_backward) * o.head_scale
-                               : (op.kind == PipeOp::FORWARD ? o.t_forward : o.t_backward) * scale;
+        const double bscale =
+            o.backward_scale.empty() ? scale : o.backward_scale[static_cast<size_t>(s)];
+        const double dur = op.kind == PipeOp::HEAD ? (o.t_forward + o.t_backward) * o.head_scale
+                           : op.kind == PipeOp::FORWARD ? o.t_forward * scale
+                                                        : o.t_backward * bscale;
         const double start = std::max(free_at[static_cast<size_t>(r)], ready);
         const double end = start + dur;
         res.start[static_cast<size_t>(r)][i] = start;

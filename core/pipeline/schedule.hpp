@@ -165,13 +165,14 @@ void check_schedule(const std::vector<PipeOp>& ops, int microbatches, int chunks
 // chunks per rank, the virtual stages' forward costs `stage_cost` (p v
 // values > 0, by virtual stage c p + r; the last one's without the share of
 // the head it gives away) and `head_cost`, the forward cost of rank 0's
-// share of the head (> 0). Deterministic: every rank computes the same
-// orders from the same costs. Errors (OSLO_ERR_INVALID_ARGUMENT): p < 2,
-// m < 1, v < 1, bad costs.
-std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(int pipeline_size, int microbatches,
-                                                              int chunks,
-                                                              const std::vector<double>& stage_cost,
-                                                              double head_cost);
+// share of the head (> 0: the whole HEAD op, forward and backward, costs 3
+// head_cost), and backward_cost (empty: twice stage_cost) each virtual
+// stage's backward. Deterministic: every rank computes the same orders from
+// the same costs. Errors (OSLO_ERR_INVALID_ARGUMENT): p < 2, m < 1, v < 1,
+// bad costs.
+std::vector<std::vector<PipeOp>> pipeline_schedule_head_split(
+    int pipeline_size, int microbatches, int chunks, const std::vector<double>& stage_cost,
+    double head_cost, const std::vector<double>& backward_cost = {});
 
 // The ranks an op exchanges with: its input arrives from recv_from and its
 // output leaves for send_to (-1: none). A forward on virtual stage s
@@ -242,10 +243,13 @@ struct PipeStep {
 // virtual stage (empty: all equal; else p v values > 0, as
 // PipeSimOptions::stage_scale): with the stages' real costs the plan's
 // transfers are ordered as the pipeline will actually run (the interleaved
-// schedules wait on the wrong transfer otherwise). Every rank must pass the
+// schedules wait on the wrong transfer otherwise). backward_cost (empty:
+// twice stage_cost; else p v values > 0, stage_cost needed too): each
+// virtual stage's backward cost in the same units. Every rank must pass the
 // same costs. Errors: as pipeline_schedule and simulate_pipeline.
 std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatches, int chunks,
-                                    const std::vector<double>& stage_cost = {});
+                                    const std::vector<double>& stage_cost = {},
+                                    const std::vector<double>& backward_cost = {});
 
 // The same for the head-split schedule (pipeline_schedule_head_split): the
 // last virtual stage's forward of i also sends the head input to rank 0,
@@ -255,7 +259,8 @@ std::vector<PipeStep> pipeline_plan(int pipeline_size, int rank, int microbatche
 // pipeline_schedule_head_split.
 std::vector<PipeStep> pipeline_plan_head_split(int pipeline_size, int rank, int microbatches,
                                                int chunks, const std::vector<double>& stage_cost,
-                                               double head_cost);
+                                               double head_cost,
+                                               const std::vector<double>& backward_cost = {});
 
 // -------------------------------------------------------------- analysis
 
@@ -272,12 +277,16 @@ int peak_live_microbatches(const std::vector<PipeOp>& ops);
 // t_comm after the op that made it finished (0 within a rank).
 // A HEAD op (rank 0's share of the head) takes (t_forward + t_backward)
 // times head_scale.
+// backward_scale (empty: stage_scale): a backward on stage s takes
+// t_backward times backward_scale[s] instead (a stage whose backward is not
+// twice its forward: the head's forward also takes the cross-entropy).
 struct PipeSimOptions {
   double t_forward = 1.0;
   double t_backward = 2.0;
   double t_comm = 0.0;
   std::vector<double> stage_scale;  // empty, or p v factors >= 0
   double head_scale = 0.0;
+  std::vector<double> backward_scale;  // empty, or p v factors >= 0
 };
 
 struct PipeSimResult {
