@@ -537,11 +537,13 @@ bool blocking_complete(const std::vector<std::vector<PipeStep>>& plans_in, int v
 // may for the same costs and the ranks' orders `ops`.
 double eager_bubble(const std::vector<std::vector<PipeStep>>& plans,
                     const std::vector<std::vector<PipeOp>>& ops, int m, int v,
-                    const std::vector<double>& cost, double head_cost, bool* on_time) {
+                    const std::vector<double>& cost, double head_cost, bool* on_time,
+                    const std::vector<double>& bcost = {}) {
   const int p = static_cast<int>(plans.size());
   PipeSimOptions so;
   so.stage_scale = cost;
   so.head_scale = head_cost;
+  for (double b : bcost) so.backward_scale.push_back(b / 2);
   const PipeSimResult sim = simulate_pipeline(ops, m, v, so);
   std::vector<size_t> pc(static_cast<size_t>(p), 0), done(static_cast<size_t>(p), 0);
   std::vector<double> clock(static_cast<size_t>(p), 0);
@@ -561,9 +563,10 @@ double eager_bubble(const std::vector<std::vector<PipeStep>>& plans,
         if (st.kind == PipeStep::COMPUTE) {
           const size_t k = done[static_cast<size_t>(r)]++;
           if (t > sim.start[static_cast<size_t>(r)][k] + 1e-9) *on_time = false;
-          const double c = cost.empty() ? 1.0 : cost[static_cast<size_t>(st.op.chunk * p + r)];
+          const size_t si = static_cast<size_t>(st.op.chunk * p + r);
+          const double c = cost.empty() ? 1.0 : cost[si];
           const double d = st.op.kind == PipeOp::HEAD       ? 3 * head_cost
-                           : st.op.kind == PipeOp::BACKWARD ? 2 * c
+                           : st.op.kind == PipeOp::BACKWARD ? (bcost.empty() ? 2 * c : bcost[si])
                                                             : c;
           t += d;
           busy += d;
@@ -627,6 +630,22 @@ void test_plan() {
           std::string why;
           EXPECT(plans_complete(p, m, v, &why, cost), "p %d m %d v %d with costs: %s", p, m, v,
                  why.c_str());
+          // Backward costs of their own (1.2x the forward): on time too.
+          if (!cost.empty()) {
+            std::vector<double> back;
+            for (double x : cost) back.push_back(1.2 * x);
+            std::vector<std::vector<PipeStep>> plans;
+            std::vector<std::vector<PipeOp>> ops;
+            for (int r = 0; r < p; ++r) {
+              plans.push_back(pipeline_plan(p, r, m, v, cost, back));
+              ops.push_back(pipeline_schedule(p, r, m, v));
+            }
+            EXPECT(blocking_complete(plans, v, false, &why), "p %d m %d v %d backward costs: %s", p,
+                   m, v, why.c_str());
+            bool late_ok = false;
+            eager_bubble(plans, ops, m, v, cost, 0, &late_ok, back);
+            EXPECT(late_ok, "p %d m %d v %d backward costs: eager replay late", p, m, v);
+          }
         }
       }
   {
@@ -713,6 +732,20 @@ void test_head_split() {
           bool on_time = false;
           const double b = eager_bubble(plans, ops, m, v, c.first, c.second, &on_time);
           EXPECT(on_time && b >= 0, "p %d v %d m %d: eager replay late (bubble %.4f)", p, v, m, b);
+          // Backwards that are not twice the forwards (1.3x here, the
+          // last stage's 1.1x: the head's cross-entropy in its forward).
+          std::vector<double> back;
+          for (int s = 0; s < S; ++s)
+            back.push_back(c.first[static_cast<size_t>(s)] * (s == S - 1 ? 1.1 : 1.3));
+          const auto ops2 = pipeline_schedule_head_split(p, m, v, c.first, c.second, back);
+          std::vector<std::vector<PipeStep>> plans2;
+          for (int r = 0; r < p; ++r)
+            plans2.push_back(pipeline_plan_head_split(p, r, m, v, c.first, c.second, back));
+          EXPECT(blocking_complete(plans2, v, true, &why), "p %d v %d m %d backward costs: %s", p,
+                 v, m, why.c_str());
+          const double b2 = eager_bubble(plans2, ops2, m, v, c.first, c.second, &on_time, back);
+          EXPECT(on_time && b2 >= 0, "p %d v %d m %d backward costs: eager replay late (%.4f)", p,
+                 v, m, b2);
           ++cases;
         }
       }
