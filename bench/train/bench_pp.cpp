@@ -123,48 +123,33 @@ int main(int argc, char** argv) {
         micro > 1 || p > 1 ? (p - 1.0) / (static_cast<double>(virt) * micro + p - 1.0) : 0.0;
     // The schedule simulated for these stages: each rank's measured compute
     // cut over its virtual stages' forwards and backwards (and rank 0's
-    // HEAD ops) in proportion to the costs run_pipeline plans with: a
-    // block's products per token (its backward twice that), the head's H x
-    // vocabulary plus 768 x vocabulary for the cross-entropy forward, 2 H x
-    // vocabulary backward.
+    // HEAD ops) in proportion to the costs run_pipeline plans with
+    // (Model::pipeline_costs).
     const int64_t head_rows = tr.pipeline_stats().head_rows;
     double staged = 0;
     if (p > 1) {
-      const ModelConfig& c = m->config();
-      const double H = static_cast<double>(c.hidden_size), D = static_cast<double>(c.head_dim);
-      const double block =
-          H * D * static_cast<double>(2 * c.num_heads + 2 * c.num_kv_heads) +
-          H * static_cast<double>(c.intermediate_size) * (c.traits.gated_mlp ? 3.0 : 2.0);
-      const PipelinePartition part =
-          layers.empty() ? partition_uniform(static_cast<int>(c.num_layers), p, virt)
-                         : partition_counts(static_cast<int>(c.num_layers), p, virt, layers);
-      const double Vd = static_cast<double>(V), hf = (H + 768.0) * Vd, hb = 2 * H * Vd;
-      const double share = static_cast<double>(head_rows) / static_cast<double>(n / micro);
+      const Model::PipelineCosts est =
+          m->pipeline_costs(static_cast<double>(head_rows) / static_cast<double>(n / micro));
       const int S = p * virt;
-      std::vector<double> ef, eb, rank(static_cast<size_t>(p), 0.0);
-      for (int s = 0; s < S; ++s) {
-        const double b = block * part.stages[static_cast<size_t>(s)].size();
-        ef.push_back(b + (s == S - 1 ? hf * (1 - share) : 0.0));
-        eb.push_back(2 * b + (s == S - 1 ? hb * (1 - share) : 0.0));
-        rank[static_cast<size_t>(s % p)] += ef.back() + eb.back();
-      }
-      const double head_op = (hf + hb) * share;
-      rank[0] += head_op;
+      std::vector<double> rank(static_cast<size_t>(p), 0.0);
+      for (int s = 0; s < S; ++s)
+        rank[static_cast<size_t>(s % p)] +=
+            est.forward[static_cast<size_t>(s)] + est.backward[static_cast<size_t>(s)];
+      if (head_rows > 0) rank[0] += 3 * est.head;
       PipeSimOptions so;
       std::vector<double> fc, bc;
       for (int s = 0; s < S; ++s) {
         const double k = per[static_cast<size_t>(s % p)] / rank[static_cast<size_t>(s % p)];
-        fc.push_back(ef[static_cast<size_t>(s)] * k);
-        bc.push_back(eb[static_cast<size_t>(s)] * k);
+        fc.push_back(est.forward[static_cast<size_t>(s)] * k);
+        bc.push_back(est.backward[static_cast<size_t>(s)] * k);
         so.backward_scale.push_back(bc.back() / so.t_backward);
       }
       so.stage_scale = fc;
-      so.head_scale = head_op * per[0] / rank[0] / 3;
       std::vector<std::vector<PipeOp>> ops;
       if (head_rows > 0) {
+        so.head_scale = est.head * per[0] / rank[0];
         ops = pipeline_schedule_head_split(p, micro, virt, fc, so.head_scale, bc);
       } else {
-        so.head_scale = 0;
         for (int q = 0; q < p; ++q) ops.push_back(pipeline_schedule(p, q, micro, virt));
       }
       staged = simulate_pipeline(ops, micro, virt, so).bubble_fraction;

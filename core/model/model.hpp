@@ -159,6 +159,18 @@ class Model : public CausalLM {
     double bubble = 0;
     int64_t head_rows = 0;  // tokens of each micro-batch whose head ran on the first stage
   };
+  // The per-token costs the pipeline plans are made with (the same on
+  // every rank): each virtual stage's forward and backward (a block's
+  // products, its backward twice that; on the last stage the head's product
+  // plus its cross-entropy forward, two products backward, for the 1 -
+  // share of the tokens it keeps) and `head`, a third of rank 0's HEAD op
+  // for the share it takes (pipeline_schedule_head_split's head_cost).
+  // Empty on one stage without virtual stages. Thread-safe (const).
+  struct PipelineCosts {
+    std::vector<double> forward, backward;
+    double head = 0;
+  };
+  PipelineCosts pipeline_costs(double share) const;
   PipelineStats pipeline_loss_backward(const std::vector<int64_t>& ids,
                                        const std::vector<int64_t>& labels,
                                        const std::vector<int64_t>& mask, int64_t batch, int64_t seq,

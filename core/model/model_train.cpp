@@ -520,15 +520,7 @@ struct Model::Pass {
       head_in = f32({n0, H});
       be.convert(view(head_in), row_range(view(hf), 0, n0));
       loss = 0.f;
-      if (n1 > 0) {
-        Tensor logits = f32({n1, m.vocab_local_});
-        linear(be, bp, view(logits), row_range(view(hf), n0, n1), m.lm_head_, nullptr);
-        const Tensor lab = upload(host_labels.data() + n0, OSLO_DTYPE_I64, {n1});
-        vocab_parallel_cross_entropy(m.ctx_, logits, lab, m.cfg_.vocab_size, -100, nullptr, &loss,
-                                     &logits, std::max<int64_t>(kept, 1));
-        dlogits = logits;
-        if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(dlogits), view(dlogits), grad_scale);
-      }
+      if (n1 > 0) dlogits = share_logits(row_range(view(hf), n0, n1), m.lm_head_, n0, &loss);
       if (kept == 0) loss = std::numeric_limits<float>::quiet_NaN();
     } else if (labels_in) {
       Tensor logits = f32({BS, m.vocab_local_});
@@ -574,23 +566,35 @@ struct Model::Pass {
   // its embedding gradient, and the states' gradient (summed over the
   // tensor group) returned in *dh.
   float head_share(const Tensor& h, Tensor* dh) {
-    const int64_t n0 = h.dim(0);
-    const Tensor& W = m.wte_;
-    Tensor logits = f32({n0, m.vocab_local_});
-    linear(be, bp, view(logits), view(h), W, nullptr);
-    const Tensor lab = upload(host_labels.data(), OSLO_DTYPE_I64, {n0});
     float part = 0.f;
-    vocab_parallel_cross_entropy(m.ctx_, logits, lab, m.cfg_.vocab_size, -100, nullptr, &part,
+    const Tensor dy = share_logits(view(h), m.wte_, 0, &part);
+    *dh = f32({h.dim(0), H});
+    share_products(view(dy), view(h), m.wte_, view(*dh));
+    return kept == 0 ? std::numeric_limits<float>::quiet_NaN() : part;
+  }
+
+  // The head split's shares, on either stage: the logits of `h` (the final
+  // hidden states of tokens [row0, row0 + rows)) through W, turned in place
+  // into the gradient of their loss share (*loss: their losses summed over
+  // the micro-batch's kept labels, as its mean), times grad_scale.
+  Tensor share_logits(const View& h, const Tensor& W, int64_t row0, float* loss_share) {
+    const int64_t rows = h.shape[0];
+    Tensor logits = f32({rows, m.vocab_local_});
+    linear(be, bp, view(logits), h, W, nullptr);
+    const Tensor lab = upload(host_labels.data() + row0, OSLO_DTYPE_I64, {rows});
+    vocab_parallel_cross_entropy(m.ctx_, logits, lab, m.cfg_.vocab_size, -100, nullptr, loss_share,
                                  &logits, std::max<int64_t>(kept, 1));
     if (grad_scale != 1.f) be.unary(OSLO_BK_SCALE, view(logits), view(logits), grad_scale);
-    *dh = f32({n0, H});
+    return logits;
+  }
+  // Their backward: dh = dy W (summed over the tensor group), W's gradient
+  // += dy^T h.
+  void share_products(const View& dy, const View& h, const Tensor& W, const View& dh) {
     Tensor dy_keep, x_keep;
-    const View dyw = in_dtype(view(logits), W.dtype(), &dy_keep),
-               xw = in_dtype(view(h), W.dtype(), &x_keep);
-    be.matmul(view(*dh), dyw, view(W));                                     // dh = dy W
-    be.matmul(view(m.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);  // dW += dy^T h
-    reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, view(*dh));
-    return kept == 0 ? std::numeric_limits<float>::quiet_NaN() : part;
+    const View dyw = in_dtype(dy, W.dtype(), &dy_keep), xw = in_dtype(h, W.dtype(), &x_keep);
+    be.matmul(dh, dyw, view(W));
+    be.matmul(view(m.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);
+    reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, dh);
   }
 
   // Whether the head's weight comes in row chunks (Model::HeadRows).
@@ -656,15 +660,9 @@ struct Model::Pass {
       be.convert(row_range(view(dhf), 0, n0), view(head_grad));
       head_grad = Tensor();
       if (n1 > 0) {
-        const Tensor& W = m.lm_head_;
-        Tensor dy_keep, x_keep;
-        const View dyw = in_dtype(view(dlogits), W.dtype(), &dy_keep),
-                   xw = in_dtype(row_range(view(hf), n0, n1), W.dtype(), &x_keep);
-        const View mine = row_range(view(dhf), n0, n1);
-        be.matmul(mine, dyw, view(W));
-        be.matmul(view(m.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);
+        share_products(view(dlogits), row_range(view(hf), n0, n1), m.lm_head_,
+                       row_range(view(dhf), n0, n1));
         dlogits = Tensor();
-        reduce_sum(m.ctx_, OSLO_GROUP_TENSOR, mine);
       }
     } else if (labels_in) {
       dhf = f32({BS, H});
@@ -1104,6 +1102,26 @@ Model::PipelineStats Model::pipeline_loss_backward(const std::vector<int64_t>& i
   return run.stats;  // the loss may be non-finite (see run_pipeline)
 }
 
+Model::PipelineCosts Model::pipeline_costs(double share) const {
+  // Each virtual stage's blocks (stage_cost_; their backward twice their
+  // forward) and the head's, whose forward also takes the cross-entropy over
+  // the vocabulary: about 800 multiply-adds of work per logit (measured on
+  // an AVX-512 CPU in f32), so that its backward (two products) costs about
+  // what its forward does.
+  PipelineCosts c;
+  if (stage_cost_.empty()) return c;  // one stage without virtual stages
+  const double V = static_cast<double>(cfg_.vocab_size), H = static_cast<double>(cfg_.hidden_size);
+  const double head_fwd = (H + 768.0) * V, head_bwd = 2.0 * H * V;
+  c.forward = stage_cost_;
+  for (double x : stage_cost_) c.backward.push_back(2 * x);
+  c.forward.back() += head_fwd * (1 - share);
+  c.backward.back() += head_bwd * (1 - share);
+  for (double& x : c.forward) x = std::max(x, 1.0);
+  for (double& x : c.backward) x = std::max(x, 1.0);
+  c.head = (head_fwd + head_bwd) * share / 3;
+  return c;
+}
+
 void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
                          const std::vector<int64_t>& mask, int64_t B, int64_t S, float grad_scale,
                          PipeRun& pipe) {
@@ -1119,15 +1137,6 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
     return std::vector<int64_t>(vec.begin() + static_cast<std::ptrdiff_t>(i * per),
                                 vec.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
   };
-  // The costs per token the plan is made with: each virtual stage's blocks
-  // (stage_cost_; their backward twice their forward) and the head's, whose
-  // forward also takes the cross-entropy over the vocabulary (about as much
-  // as its product: about 800 multiply-adds of work per logit, measured on
-  // an AVX-512 CPU in f32), so that its backward (two products) costs about
-  // what its forward does.
-  const double V = static_cast<double>(cfg_.vocab_size);
-  const double head_fwd = (static_cast<double>(cfg_.hidden_size) + 768.0) * V,
-               head_bwd = 2.0 * static_cast<double>(cfg_.hidden_size) * V;
   // The head split: the first stage's share of each micro-batch's tokens
   // (pipe.head_split a fraction, or < 0: the share that makes the first and
   // the last rank's work per token equal).
@@ -1135,33 +1144,25 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
   if (pipe.head_split != 0) {
     double f = pipe.head_split;
     if (f < 0) {
-      double first = 0, last = head_fwd + head_bwd;
+      const double head = 3 * pipeline_costs(1).head;  // its forward and backward
+      double first = 0, last = head;
       for (int c = 0; c < v; ++c) {
         first += 3 * stage_cost_[static_cast<size_t>(c * pp_)];
         last += 3 * stage_cost_[static_cast<size_t>(c * pp_ + pp_ - 1)];
       }
-      f = (last - first) / (2 * (head_fwd + head_bwd));
+      f = (last - first) / (2 * head);
     }
     n0 = std::clamp<int64_t>(std::llround(std::clamp(f, 0.0, 1.0) * static_cast<double>(per)), 0,
                              static_cast<int64_t>(per));
   }
   pipe.stats.head_rows = n0;
-  const double share = static_cast<double>(n0) / static_cast<double>(per);
-  // (No costs on one stage without virtual stages: one op at a time.)
-  std::vector<double> fwd = stage_cost_, bwd;
-  for (double c : stage_cost_) bwd.push_back(2 * c);
-  if (!fwd.empty()) {
-    fwd.back() += head_fwd * (1 - share);
-    bwd.back() += head_bwd * (1 - share);
-  }
-  for (double& c : fwd) c = std::max(c, 1.0);
-  for (double& c : bwd) c = std::max(c, 1.0);
+  const PipelineCosts cost = pipeline_costs(static_cast<double>(n0) / static_cast<double>(per));
   // Megatron's order for this rank (or the head split's), with the
   // transfers placed so that blocking sends cannot deadlock (pipeline_plan).
   const std::vector<PipeStep> plan =
-      n0 > 0 ? pipeline_plan_head_split(pp_, pp_rank_, mb, v, fwd,
-                                        (head_fwd + head_bwd) * share / 3, bwd)
-             : pipeline_plan(pp_, pp_rank_, mb, v, fwd, bwd);
+      n0 > 0
+          ? pipeline_plan_head_split(pp_, pp_rank_, mb, v, cost.forward, cost.head, cost.backward)
+          : pipeline_plan(pp_, pp_rank_, mb, v, cost.forward, cost.backward);
   Backend& be = ctx_.backend();
   Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
   const bool host = ctx_.host_transport(OSLO_GROUP_PIPELINE);

@@ -222,7 +222,7 @@ namespace {
 
 // Rank `rank`'s steps for the ranks' orders `all`, timed by simulate_pipeline
 // with `so` (see pipeline_plan). `split`: rank 0's list carries the HEAD ops
-// of the head-split schedule (v == 1).
+// of the head-split schedule.
 std::vector<PipeStep> plan_from(const std::vector<std::vector<PipeOp>>& all, int rank, int m, int v,
                                 const PipeSimOptions& so, bool split) {
   const int p = static_cast<int>(all.size());

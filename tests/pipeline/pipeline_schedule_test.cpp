@@ -857,6 +857,46 @@ void test_errors() {
 
   // check_schedule and peak_live_microbatches.
   using K = PipeOp;
+  // HEAD ops (the head split's): only where allowed, once per micro-batch,
+  // between the chunk-0 forward and backward; the head-split schedule's
+  // arguments.
+  expect_error("head op not allowed",
+               [] {
+                 check_schedule({{K::FORWARD, 0, 0}, {K::HEAD, 0, 0}, {K::BACKWARD, 0, 0}}, 1, 1);
+               },
+               {"has kind 2"});
+  expect_error("head op missing",
+               [] {
+                 check_schedule({{K::FORWARD, 0, 0}, {K::BACKWARD, 0, 0}}, 1, 1, true);
+               },
+               {"runs before its head share"});
+  expect_error(
+      "head op before forward",
+      [] {
+        check_schedule({{K::HEAD, 0, 0}, {K::FORWARD, 0, 0}, {K::BACKWARD, 0, 0}}, 1, 1, true);
+      },
+      {"H0.0", "not the one head share"});
+  expect_error("head ops on rank 1",
+               [] {
+                 simulate_pipeline({{{K::FORWARD, 0, 0}, {K::BACKWARD, 0, 0}},
+                                    {{K::FORWARD, 0, 0}, {K::HEAD, 0, 0}, {K::BACKWARD, 0, 0}}},
+                                   1, 1);
+               },
+               {"rank 1", "has kind 2"});
+  expect_error("head split p 1", [] { pipeline_schedule_head_split(1, 4, 1, {1}, 1); },
+               {"pipeline size 1"});
+  expect_error("head split costs", [] { pipeline_schedule_head_split(2, 4, 1, {1}, 1); },
+               {"1 stage costs for 2 virtual stages"});
+  expect_error("head split head cost",
+               [] {
+                 pipeline_schedule_head_split(2, 4, 1, {1, 1}, 0);
+               },
+               {"head cost 0"});
+  expect_error("head split backward costs",
+               [] {
+                 pipeline_schedule_head_split(2, 4, 1, {1, 1}, 1, {1, -1});
+               },
+               {"finite and > 0"});
   expect_error("check missing",
                [] {
                  check_schedule({{K::FORWARD, 0, 0}, {K::BACKWARD, 0, 0}}, 2, 1);

@@ -904,7 +904,7 @@ const char* kTrainHelp =
     "           --virtual-stages V gives each rank V model chunks (Megatron's\n"
     "           interleaved 1F1B: the stream goes round the ranks V times, the\n"
     "           bubble shrinks about V-fold; M must be a multiple of --pp).\n"
-    "           --pipeline-head-split F|auto (tied embeddings, no --virtual-stages):\n"
+    "           --pipeline-head-split F|auto (tied embeddings):\n"
     "           the first stage also runs the head and loss of that share of each\n"
     "           micro-batch's tokens (auto: the share that equalises the first and\n"
     "           last stage's products), so the stages can be equal although the\n"
