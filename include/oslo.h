@@ -265,6 +265,17 @@ struct DLManagedTensorVersioned;
  *                             1 to 64 letters, digits or '_'
  *   "backend_options"         object handed to the backend (e.g. torch:
  *                             {"device": "cuda"}), default {}
+ *   "communicator"            which communicators connect the groups:
+ *                             "auto" (default: the backend's own, e.g.
+ *                             NCCL for "cuda", else oslo's host
+ *                             transports), "backend" (the backend's own
+ *                             only; refused with OSLO_ERR_NOT_SUPPORTED
+ *                             for a backend without them) or "host" (oslo's
+ *                             host transports: shm on one host, gloo
+ *                             across hosts; for a GPU backend every buffer
+ *                             is checked to be device memory and staged
+ *                             through page-locked host memory, which lets
+ *                             several ranks share one GPU)
  *   "tensor_parallel_size"    int > 0, default 1
  *   "pipeline_parallel_size"  int > 0, default 1
  *   "data_parallel_size"      int > 0, default world / (tp * pp)

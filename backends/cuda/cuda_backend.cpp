@@ -468,6 +468,57 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
   });
 }
 
+// -- staging for host communicators ("communicator": "host") -------------------
+
+// Every buffer a staged host communicator is handed must be this device's
+// memory: host memory (pageable or pinned) or another device's is refused,
+// naming what it is, before the communicator copies a byte.
+oslo_status check_memory(void* self, const void* ptr, size_t bytes) {
+  return guard(self, "check_memory", [&](Instance& in) {
+    if (bytes == 0) return;
+    if (ptr == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
+    const char* ends[2] = {static_cast<const char*>(ptr), static_cast<const char*>(ptr) + bytes - 1};
+    for (const char* p : ends) {
+      cudaPointerAttributes a{};
+      const cudaError_t e = cudaPointerGetAttributes(&a, p);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: clear it
+        fail(OSLO_ERR_INVALID_ARGUMENT, std::string("cudaPointerGetAttributes failed (") +
+                                            cudaGetErrorString(e) + "): not CUDA memory");
+      }
+      const char* what = a.type == cudaMemoryTypeHost         ? "pinned host memory"
+                         : a.type == cudaMemoryTypeUnregistered ? "pageable host memory"
+                         : a.type == cudaMemoryTypeManaged      ? nullptr
+                         : a.type == cudaMemoryTypeDevice       ? nullptr
+                                                                : "memory of an unknown kind";
+      if (what) fail(OSLO_ERR_INVALID_ARGUMENT, std::string("it is ") + what + ", not device memory");
+      if (a.device != in.device)
+        fail(OSLO_ERR_INVALID_ARGUMENT, "it is memory of device " + std::to_string(a.device) +
+                                            ", not of this instance's device " +
+                                            std::to_string(in.device));
+    }
+  });
+}
+
+oslo_status host_alloc(void* self, size_t bytes, void** out) {
+  return guard(self, "host_alloc", [&](Instance&) {
+    if (out == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "host_alloc: out is NULL");
+    *out = nullptr;
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocHost(&p, bytes == 0 ? 64 : bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail(OSLO_ERR_OUT_OF_MEMORY, "cudaMallocHost of " + std::to_string(bytes) +
+                                       " bytes: " + cudaGetErrorString(e));
+    }
+    *out = p;
+  });
+}
+
+void host_free(void*, void* ptr) {
+  if (ptr) (void)cudaFreeHost(ptr);
+}
+
 oslo_status synchronize(void* self) {
   return guard(self, "synchronize", [&](Instance& in) {
     refuse_while_capturing(in, "synchronize");
@@ -549,6 +600,9 @@ oslo_backend_iface make_table() {
   t.adamw = fused_adamw;
   t.graph_begin = graph_begin;
   t.graph_end = graph_end;
+  t.check_memory = check_memory;
+  t.host_alloc = host_alloc;
+  t.host_free = host_free;
   return t;
 }
 

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -114,9 +115,13 @@ int main(int argc, char** argv) {
     // Each stage's compute seconds, to every rank: the bubble the schedule
     // gives these unequal stages (simulate_pipeline, backward twice the
     // forward, no transfer time) next to the equal-stage theory.
-    const float mine = static_cast<float>(compute);
-    std::vector<float> per(static_cast<size_t>(p), 0.f);
-    ctx.comm(OSLO_GROUP_PIPELINE).all_gather(&mine, per.data(), 1, OSLO_DTYPE_F32);
+    // (Host values: the pipeline group's control messages, as bit patterns.)
+    int64_t mine = 0;
+    std::memcpy(&mine, &compute, sizeof mine);
+    std::vector<int64_t> bits(static_cast<size_t>(p), 0);
+    ctx.control(OSLO_GROUP_PIPELINE).all_gather(&mine, bits.data(), 1);
+    std::vector<double> per(static_cast<size_t>(p), 0.0);
+    for (int q = 0; q < p; ++q) std::memcpy(&per[q], &bits[q], sizeof(double));
     // Megatron-LM's bubble, (p - 1) / (v m) of the ideal time, as a
     // fraction of the step: (p - 1) / (v m + p - 1) (v = 1: 1F1B's).
     const double theory =

@@ -1,5 +1,7 @@
 #include "core/backend/backend.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/common/error.hpp"
@@ -124,6 +126,32 @@ bool Backend::op_supported(oslo_bk_op op, oslo_dtype dtype) const {
   if (t_.op_supported) return t_.op_supported(self_, op, dtype) != 0;
   return op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST;
 }
+std::string Backend::check_memory(const void* p, size_t bytes) const {
+  if (!t_.check_memory || bytes == 0) return {};
+  if (t_.check_memory(self_, p, bytes) == OSLO_OK) return {};
+  const char* msg = t_.last_error(self_);
+  return msg && *msg ? msg : "not this backend's memory";
+}
+
+void* Backend::host_allocate(size_t bytes) {
+  if (t_.host_alloc && t_.host_free) {
+    void* p = nullptr;
+    check(t_.host_alloc(self_, bytes, &p), "host_alloc");
+    return p;
+  }
+  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  OSLO_CHECK(p, OSLO_ERR_OUT_OF_MEMORY, "out of host memory for ", bytes, " staging bytes");
+  return p;
+}
+
+void Backend::host_deallocate(void* p) noexcept {
+  if (!p) return;
+  if (t_.host_alloc && t_.host_free)
+    t_.host_free(self_, p);
+  else
+    std::free(p);
+}
+
 bool Backend::graph_begin() {
   if (!t_.graph_begin || !t_.graph_end) return false;
   const oslo_status st = t_.graph_begin(self_);

@@ -175,6 +175,18 @@ class Backend {
   bool graph_begin();
   void graph_end(bool launch);
 
+  // Staging for host communicators (oslo_backend.h's check_memory,
+  // host_alloc, host_free). check_memory() returns "" when [p, p + bytes) is
+  // this backend's device memory (or the backend cannot tell: no entry),
+  // else the backend's reason it is not. Any thread.
+  std::string check_memory(const void* p, size_t bytes) const;
+  bool has_memory_check() const { return t_.check_memory != nullptr; }
+  // Page-locked host memory where the backend offers it, else ordinary
+  // (64-byte aligned) host memory; throws OSLO_ERR_OUT_OF_MEMORY. Release
+  // with host_deallocate(); any thread.
+  void* host_allocate(size_t bytes);
+  void host_deallocate(void* p) noexcept;
+
   // The backend's own communicator for a group (collective over its
   // members), or nullptr: the group then uses oslo's host transports.
   std::unique_ptr<Communicator> create_communicator(Store& store, const GroupSpec& group);

@@ -601,6 +601,33 @@ typedef struct oslo_backend_iface {
                                const oslo_bk_view *gate);
   /** Releases a handle of pack_weight() (NULL: nothing). Never fails. */
   void (*packed_free)(void *self, void *packed);
+
+  /* -- staging for host communicators -------------------------------------------
+   * Optional and past OSLO_BACKEND_IFACE_V2_PACKED_SIZE. When a group runs
+   * on one of oslo's host transports (shm, gloo) for a backend whose memory
+   * the host cannot read ("communicator": "host" in the context's config, or
+   * a backend without communicators), the core's staged communicator moves
+   * every buffer through host memory with copy(); these entries let it check
+   * what it is handed and stage through page-locked memory. */
+
+  /** OSLO_OK when [ptr, ptr + bytes) is memory of this instance's device
+   * (what alloc() or alloc_async() handed out, or other memory of the same
+   * device); otherwise OSLO_ERR_INVALID_ARGUMENT, with last_error() saying
+   * what the pointer is instead (host memory, another device's memory). The
+   * core asks before every buffer a staged communicator reads or writes, so
+   * host memory handed to a collective is refused by name instead of read
+   * as device memory. Any thread (it only inspects the pointer). Fallback:
+   * no check. */
+  oslo_status (*check_memory)(void *self, const void *ptr, size_t bytes);
+  /** Page-locked host memory of at least `bytes` (64-byte aligned; valid for
+   * 0 bytes) for staging copies to and from the device (CUDA:
+   * cudaMallocHost), released with host_free(). Host memory: the host reads
+   * and writes it directly, and copy() accepts it as the host end.
+   * OSLO_ERR_OUT_OF_MEMORY when none is left. host_alloc and host_free come
+   * together. Fallback: ordinary host memory. */
+  oslo_status (*host_alloc)(void *self, size_t bytes, void **out);
+  /** Releases memory of host_alloc() (NULL: nothing). Any thread. */
+  void (*host_free)(void *self, void *ptr);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
@@ -616,6 +643,11 @@ typedef struct oslo_backend_iface {
  * entries (pack_weight, matmul_packed, packed_free). */
 #define OSLO_BACKEND_IFACE_V2_PACKED_SIZE \
   (offsetof(oslo_backend_iface, packed_free) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the staging entries (check_memory,
+ * host_alloc, host_free) after the prepacked-weight ones. */
+#define OSLO_BACKEND_IFACE_V2_STAGING_SIZE \
+  (offsetof(oslo_backend_iface, host_free) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -702,11 +734,14 @@ OSLO_BK_SLOT_(graph_end, 59);
 OSLO_BK_SLOT_(pack_weight, 60);
 OSLO_BK_SLOT_(matmul_packed, 61);
 OSLO_BK_SLOT_(packed_free, 62);
+OSLO_BK_SLOT_(check_memory, 63);
+OSLO_BK_SLOT_(host_alloc, 64);
+OSLO_BK_SLOT_(host_free, 65);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_PACKED_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after packed_free needs its own size macro");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_STAGING_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after host_free needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

@@ -65,7 +65,7 @@ oslo_status oslo_context_backend(const oslo_context* ctx, oslo_group group, cons
     check_group(group, "oslo_context_backend");
     need(backend, "oslo_context_backend", "backend");
     *backend = ctx->impl->backend().name();
-    if (transport) *transport = ctx->impl->comm(group).transport();
+    if (transport) *transport = ctx->impl->transport_name(group);
   });
 }
 

@@ -120,7 +120,7 @@ oslo_status oslo_model_generate(oslo_model* model, const int64_t* prompt_ids,
       g.eos_token_ids = c.eos_token_ids;
     }
     g.pad_token_id = o.pad_token_id >= 0 ? o.pad_token_id : c.pad_token_id;
-    oslo::GenerateResult r = oslo::generate(m, prompts, g, &m.context().comm(OSLO_GROUP_TENSOR));
+    oslo::GenerateResult r = oslo::generate(m, prompts, g, &m.context().control(OSLO_GROUP_TENSOR));
     for (int64_t b = 0; b < batch; ++b) {
       const auto& t = r.tokens[static_cast<size_t>(b)];
       int64_t* row = out_tokens + b * o.max_new_tokens;

@@ -124,7 +124,7 @@ void check_unique(const std::vector<ParamShard>& params) {
                " appears twice");
 }
 
-void check_layout(const CheckpointLayout& l, const Communicator& world) {
+void check_layout(const CheckpointLayout& l, const Control& world) {
   auto in = [](int r, int n) { return n > 0 && r >= 0 && r < n; };
   OSLO_CHECK(in(l.tp_rank, l.tp_size) && in(l.pp_rank, l.pp_size) && in(l.dp_rank, l.dp_size) &&
                  in(l.world_rank, l.world_size),
@@ -316,7 +316,7 @@ struct LoadPlan {
 // --------------------------------------------------------------------------
 
 void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& params,
-                     const CheckpointLayout& layout, Communicator& world) {
+                     const CheckpointLayout& layout, Control& world) {
   LocalOutcome f("checkpoint save");
   const std::string what = "checkpoint save to " + quote_path(dir);
   f.run([&] {
@@ -336,9 +336,11 @@ void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
       } while (fsutil::exists(fsutil::join(dir, shard_file_name(hex64(id), 0, 0))));
     });
   }
-  // Host memory: a group of one does not communicate (a device backend's
-  // communicator takes device memory only).
-  if (world.size() > 1) world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);
+  {
+    int64_t v = static_cast<int64_t>(id);
+    world.broadcast(&v, 1, 0);
+    id = static_cast<uint64_t>(v);
+  }
   const std::string save_id = hex64(id);
 
   const bool writer = layout.dp_rank == 0;
@@ -492,7 +494,7 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
 }
 
 void load_checkpoint_collective(const std::string& dir, const std::vector<ParamShard>& params,
-                                Communicator& world) {
+                                Control& world) {
   LocalOutcome f("checkpoint load");
   f.run([&] { load_checkpoint(dir, params); });
   agree_on_outcome(world, f, "checkpoint load from " + quote_path(dir));

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/communicator.hpp"
+#include "core/comm/control.hpp"
 #include "core/topology/topology.hpp"
 #include "oslo.h"
 
@@ -60,7 +60,7 @@ struct CheckpointLoadStats {
 // Errors: OSLO_ERR_INVALID_ARGUMENT (inconsistent params or layout),
 // OSLO_ERR_IO, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
 void save_checkpoint(const std::string& dir, const std::vector<ParamShard>& params,
-                     const CheckpointLayout& layout, Communicator& world);
+                     const CheckpointLayout& layout, Control& world);
 
 // Fills every param's local buffer from the checkpoint in `dir` (manifest
 // version 1, read by core/checkpoint/manifest.hpp; a version-2 model
@@ -83,7 +83,7 @@ void load_checkpoint(const std::string& dir, const std::vector<ParamShard>& para
 // (core/comm/agreement.hpp): `world`'s collectives, so it honours their
 // timeout.
 void load_checkpoint_collective(const std::string& dir, const std::vector<ParamShard>& params,
-                                Communicator& world);
+                                Control& world);
 
 // Name of the manifest inside a checkpoint directory (defined with the
 // manifest module, core/checkpoint/manifest.hpp).

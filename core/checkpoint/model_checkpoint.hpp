@@ -30,7 +30,7 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/placement.hpp"
 #include "core/checkpoint/weight_source.hpp"
-#include "core/comm/communicator.hpp"
+#include "core/comm/control.hpp"
 #include "oslo.h"
 
 namespace oslo {
@@ -68,7 +68,7 @@ void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend&
 // naming that rank and quoting its error. Never hangs on a failure of one
 // rank (the agreement is two collectives every rank reaches).
 void load_placed_collective(const std::string& path, std::vector<PlacedTensor>& tensors,
-                            Backend& backend, Communicator& world, ModelLoadStats* stats = nullptr,
+                            Backend& backend, Control& world, ModelLoadStats* stats = nullptr,
                             const ProgressFn& progress = {});
 
 // Runs `body` on every rank of `world` (collective), then agrees on the
@@ -76,7 +76,7 @@ void load_placed_collective(const std::string& path, std::vector<PlacedTensor>& 
 // status of the lowest failing rank with a message naming it (`what` says
 // what failed), so no rank goes on into a collective the others left.
 // Honours world's timeout.
-void run_agreed(Communicator& world, const std::string& what, const std::function<void()>& body);
+void run_agreed(Control& world, const std::string& what, const std::function<void()>& body);
 
 // Saves a parallel model into `dir` as an oslo checkpoint (manifest version
 // 2). Collective over `world`, atomic and crash-safe like save_checkpoint:
@@ -100,7 +100,7 @@ void run_agreed(Communicator& world, const std::string& what, const std::functio
 // OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
 void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensors,
                  const std::string& model_config_json, const std::vector<std::string>& extra_files,
-                 const CheckpointLayout& layout, Communicator& world,
+                 const CheckpointLayout& layout, Control& world,
                  const ProgressFn& progress = {},
                  const std::map<std::string, nlohmann::json>& sections = {});
 

@@ -253,7 +253,7 @@ void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend&
 }
 
 void load_placed_collective(const std::string& path, std::vector<PlacedTensor>& tensors,
-                            Backend& backend, Communicator& world, ModelLoadStats* stats,
+                            Backend& backend, Control& world, ModelLoadStats* stats,
                             const ProgressFn& progress) {
   LocalOutcome f("model load");
   f.run([&] {
@@ -263,7 +263,7 @@ void load_placed_collective(const std::string& path, std::vector<PlacedTensor>& 
   agree_on_outcome(world, f, "model load from " + quote_path(path));
 }
 
-void run_agreed(Communicator& world, const std::string& what, const std::function<void()>& body) {
+void run_agreed(Control& world, const std::string& what, const std::function<void()>& body) {
   LocalOutcome f("model");
   f.run(body);
   agree_on_outcome(world, f, what);

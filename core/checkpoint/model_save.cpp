@@ -91,26 +91,6 @@ std::vector<std::string> extra_names(const std::vector<std::string>& paths) {
   return names;
 }
 
-// Gathers one string from every rank on every rank.
-std::vector<std::string> all_gather_strings(Communicator& world, const std::string& s) {
-  const int n = world.size();
-  if (n == 1) return {s};  // host memory: no communication in a group of one
-  int32_t len = static_cast<int32_t>(s.size());
-  int32_t maxlen = len;
-  world.all_reduce(&maxlen, &maxlen, 1, OSLO_DTYPE_I32, OSLO_REDUCE_MAX);
-  const size_t words = 1 + (static_cast<size_t>(maxlen) + 3) / 4;
-  std::vector<int32_t> mine(words, 0), all(words * n, 0);
-  mine[0] = len;
-  std::memcpy(mine.data() + 1, s.data(), s.size());
-  world.all_gather(mine.data(), all.data(), words, OSLO_DTYPE_I32);
-  std::vector<std::string> out;
-  for (int r = 0; r < n; ++r) {
-    const int32_t* p = all.data() + words * r;
-    out.emplace_back(reinterpret_cast<const char*>(p + 1), static_cast<size_t>(p[0]));
-  }
-  return out;
-}
-
 }  // namespace
 
 namespace model_io {
@@ -300,7 +280,7 @@ std::string new_save_id(const std::string& dir) {
 
 void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensors,
                  const std::string& model_config_json, const std::vector<std::string>& extra_files,
-                 const CheckpointLayout& layout, Communicator& world, const ProgressFn& progress,
+                 const CheckpointLayout& layout, Control& world, const ProgressFn& progress,
                  const std::map<std::string, nlohmann::json>& sections) {
   LocalOutcome f("model save");
   const std::string what = "model save to " + quote_path(dir);
@@ -345,7 +325,9 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
         } while (fsutil::exists(
             fsutil::join(dir, shard_file_name(hex64(id), 0, layout.tp_size, 0, layout.pp_size))));
       });
-    if (world.size() > 1) world.broadcast(&id, 1, OSLO_DTYPE_I64, 0);  // host memory
+    int64_t v = static_cast<int64_t>(id);
+    world.broadcast(&v, 1, 0);
+    id = static_cast<uint64_t>(v);
     save_id = hex64(id);
   }
 
@@ -422,7 +404,7 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
   json mine = json::array();
   if (writer)
     for (const ManifestPiece& r : plan.records) mine.push_back(record_to_json(r));
-  const std::vector<std::string> all = all_gather_strings(world, mine.dump());
+  const std::vector<std::string> all = world.all_gather_strings(mine.dump());
   if (world.rank() == 0) {
     f.run([&] {
       std::vector<ManifestPiece> records;

@@ -24,7 +24,7 @@
 #include <string>
 #include <utility>
 
-#include "core/comm/communicator.hpp"
+#include "core/comm/control.hpp"
 #include "core/common/error.hpp"
 #include "oslo.h"
 
@@ -77,12 +77,13 @@ class LocalOutcome {
 //   - every other rank: "<what> failed on world rank R: <R's message, up to
 //     about 1 KiB>", plus "; this rank failed too: <own message>" where it did.
 // A world of one rank rethrows its own status and message unchanged. Costs
-// one all-reduce of one int32 when nothing failed, plus one broadcast of
-// about 1 KiB when something did. The collectives honour `world`'s timeout:
+// one control all-reduce of one value when nothing failed, plus one
+// broadcast of about 1 KiB when something did (control messages: host
+// values staged through the backend's memory where it is not host memory). The collectives honour `world`'s timeout:
 // if one of them throws (OSLO_ERR_COMM, OSLO_ERR_TIMEOUT), `on_failure` runs
 // on this rank and that error propagates. A status outside the known range
 // received from a peer becomes OSLO_ERR_INTERNAL.
-void agree_on_outcome(Communicator& world, const LocalOutcome& mine, const std::string& what,
+void agree_on_outcome(Control& world, const LocalOutcome& mine, const std::string& what,
                       const std::function<void()>& on_failure = {});
 
 }  // namespace oslo

@@ -17,6 +17,14 @@ constexpr double kMaxTimeoutSeconds = 1e7;
 struct Config {
   std::string backend = "cpu";
   std::string backend_options = "{}";  // JSON object handed to the backend
+  // Which communicators connect the groups (key "communicator"):
+  //   "auto"    the backend's own (NCCL for cuda), else oslo's host
+  //             transports, staged through host memory when the backend's
+  //             memory is not host memory (the default);
+  //   "backend" the backend's own; a backend without them is refused;
+  //   "host"    oslo's host transports (shm on one host, gloo across hosts),
+  //             staged for a device backend: several ranks on one GPU.
+  std::string communicator = "auto";
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   int data_parallel_size = -1;  // -1: world / (tp * pp)

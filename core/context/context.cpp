@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/comm/self_communicator.hpp"
+#include "core/comm/staged_communicator.hpp"
 #include "core/comm/transport.hpp"
 #include "core/common/error.hpp"
 #include "core/rendezvous/file_store.hpp"
@@ -28,6 +29,37 @@ SelfCommunicator::CopyFn self_copy(const std::shared_ptr<Backend>& backend) {
   return [backend](void* dst, const void* src, size_t bytes) {
     backend->copy_async(dst, src, bytes, CopyKind::DeviceToDevice);
   };
+}
+
+// A host transport's view of the backend's memory (core/comm/staged_communicator.hpp).
+DeviceStaging device_staging(const std::shared_ptr<Backend>& backend) {
+  DeviceStaging s;
+  s.backend = std::string("'") + backend->name() + "' backend";
+  if (backend->has_memory_check())
+    s.check = [backend](const void* p, size_t bytes) { return backend->check_memory(p, bytes); };
+  s.to_host = [backend](void* host, const void* dev, size_t bytes) {
+    backend->copy(host, dev, bytes, CopyKind::DeviceToHost);
+  };
+  s.to_device = [backend](void* dev, const void* host, size_t bytes) {
+    backend->copy(dev, host, bytes, CopyKind::HostToDevice);
+  };
+  s.host_alloc = [backend](size_t bytes) { return backend->host_allocate(bytes); };
+  s.host_free = [backend](void* p) { backend->host_deallocate(p); };
+  return s;
+}
+
+// Control messages of a device backend go through its memory.
+ControlStaging control_staging(const std::shared_ptr<Backend>& backend) {
+  ControlStaging s;
+  s.alloc = [backend](size_t bytes) { return backend->allocate(bytes); };
+  s.release = [backend](void* p, size_t bytes) { backend->deallocate(p, bytes); };
+  s.put = [backend](void* dst, const void* src, size_t bytes) {
+    backend->copy(dst, src, bytes, CopyKind::HostToDevice);
+  };
+  s.get = [backend](void* dst, const void* src, size_t bytes) {
+    backend->copy(dst, src, bytes, CopyKind::DeviceToHost);
+  };
+  return s;
 }
 
 using json = nlohmann::json;
@@ -126,6 +158,16 @@ Communicator& Context::comm(oslo_group g) const {
   return *comms_.at(g);
 }
 
+Control& Context::control(oslo_group g) const {
+  OSLO_CHECK(g >= OSLO_GROUP_WORLD && g <= OSLO_GROUP_DATA, OSLO_ERR_INVALID_ARGUMENT,
+             "unknown group ", static_cast<int>(g));
+  return *controls_.at(g);
+}
+
+const char* Context::transport_name(oslo_group g) const {
+  return comm(g).transport();
+}
+
 bool Context::host_transport(oslo_group g) const {
   OSLO_CHECK(g >= OSLO_GROUP_WORLD && g <= OSLO_GROUP_DATA, OSLO_ERR_INVALID_ARGUMENT,
              "unknown group ", static_cast<int>(g));
@@ -147,6 +189,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
     auto self = std::make_shared<SelfCommunicator>(self_copy(backend_));
     for (auto& c : comms_) c = self;
     grad_comm_ = self;
+    make_controls();
     return;
   }
 
@@ -280,14 +323,23 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
                                  [&](int m) { return hosts[m] == hosts[members[0]]; });
     spec.timeout_seconds = config_.timeout_seconds;
     spec.local_address = local_address;
-    std::shared_ptr<Communicator> c = backend_->create_communicator(*store, spec);
+    const std::string& mode = config_.communicator;
+    std::shared_ptr<Communicator> c;
+    if (mode != "host") c = backend_->create_communicator(*store, spec);
     *host = false;
     if (!c) {
-      OSLO_CHECK(backend_->host_accessible(), OSLO_ERR_NOT_SUPPORTED, "backend '", backend_->name(),
-                 "' has no communicator for group ", spec.name,
-                 " and its memory is not host memory");
-      c = connect_host_transport(*store, spec);
-      *host = true;
+      OSLO_CHECK(mode != "backend", OSLO_ERR_NOT_SUPPORTED, "backend '", backend_->name(),
+                 "' has no communicator of its own for group ", spec.name,
+                 " and the config asks for one (\"communicator\": \"backend\"; \"host\" "
+                 "uses oslo's host transports)");
+      std::unique_ptr<Communicator> h = connect_host_transport(*store, spec);
+      if (backend_->host_accessible()) {
+        c = std::move(h);
+        *host = true;  // reads tensor memory directly: the queue drains first
+      } else {
+        c = std::make_shared<StagedCommunicator>(std::move(h), device_staging(backend_),
+                                                 spec.name);
+      }
     }
     log_.log(LogLevel::Info, "group ", spec.name, " (ranks ", describe_ranks(members), ") uses ",
              c->transport());
@@ -325,6 +377,8 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
                            members, &grad_host_transport_);
   }
 
+  make_controls();
+
   // 4. Nobody needs the store any more once every rank has said so; rank 0
   //    serves it until then.
   store->set(str("oslo/done/", rank), bytes_of("1"));
@@ -336,6 +390,16 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
       store.reset();
       FileStore::remove(im.path);
     }
+  }
+}
+
+void Context::make_controls() {
+  controls_.clear();
+  for (int g = 0; g < 4; ++g) {
+    if (backend_->host_accessible())
+      controls_.push_back(std::make_unique<Control>(comms_[g]));
+    else
+      controls_.push_back(std::make_unique<Control>(comms_[g], control_staging(backend_)));
   }
 }
 

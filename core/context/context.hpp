@@ -9,6 +9,7 @@
 
 #include "core/backend/backend.hpp"
 #include "core/comm/communicator.hpp"
+#include "core/comm/control.hpp"
 #include "core/common/log.hpp"
 #include "core/context/config.hpp"
 #include "core/topology/topology.hpp"
@@ -24,7 +25,14 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const Topology& topology() const { return *topo_; }
+  // The group's communicator: it takes the backend's memory only. Outside
+  // core/parallel (mappings) nothing calls it (a test scans for that).
   Communicator& comm(oslo_group g) const;
+  // The group's control messages (host values; core/comm/control.hpp): the
+  // one way the core exchanges what it holds in host memory.
+  Control& control(oslo_group g) const;
+  // The group's transport as logs name it ("shm", "staged/shm", "nccl", ...).
+  const char* transport_name(oslo_group g) const;
   // A second communicator over the data-parallel group's members, used only
   // by the gradient reducer's background thread (core/train/data_parallel),
   // so that it never shares a communicator with the calling thread. A group
@@ -45,6 +53,8 @@ class Context {
 
  private:
   void rendezvous_and_connect(const std::string& init_method);
+  // One Control per group over its communicator (after comms_ is set).
+  void make_controls();
 
   Config config_;
   Logger log_;
@@ -54,6 +64,7 @@ class Context {
   // Groups with identical members share one communicator.
   std::vector<std::shared_ptr<Communicator>> comms_;  // indexed by oslo_group
   std::vector<bool> host_transport_;                  // indexed by oslo_group
+  std::vector<std::unique_ptr<Control>> controls_;    // indexed by oslo_group
   std::shared_ptr<Communicator> grad_comm_;
   bool grad_host_transport_ = false;
 };

@@ -78,10 +78,10 @@ uint64_t fingerprint(const std::vector<std::vector<int64_t>>& prompts, const Gen
 // this; with no communicator (or a group of one) it does nothing.
 class Agreement {
  public:
-  explicit Agreement(Communicator* c) : c_(c && c->size() > 1 ? c : nullptr) {}
+  explicit Agreement(Control* c) : c_(c && c->size() > 1 ? c : nullptr) {}
   bool decides() const { return !c_ || c_->rank() == 0; }
   void share(std::vector<int64_t>& buf) {
-    if (c_ && !buf.empty()) c_->broadcast(buf.data(), buf.size(), OSLO_DTYPE_I64, 0);
+    if (c_ && !buf.empty()) c_->broadcast(buf.data(), buf.size(), 0);
   }
   // Runs `decide` on rank 0, which fills msg[1..]; msg[0] becomes its
   // outcome (0 or 1 as decide returns, or -status when it threw). Every rank
@@ -111,7 +111,7 @@ class Agreement {
   }
 
  private:
-  Communicator* c_;
+  Control* c_;
 };
 
 void check_logits(const std::vector<float>& logits, int64_t rows, int64_t vocab, int64_t step) {
@@ -518,7 +518,7 @@ void validate_options(const GenerateOptions& o, int64_t vocab) {
 }
 
 GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const GenerateOptions& opt, Communicator* agree) {
+                        const GenerateOptions& opt, Control* agree) {
   int64_t vocab = -1;
   std::exception_ptr local_error;
   try {
@@ -542,7 +542,7 @@ GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>
     const int n = agree->size();
     int64_t mine[2] = {local_error ? 1 : 0, static_cast<int64_t>(fingerprint(prompts, opt))};
     std::vector<int64_t> all(2 * static_cast<size_t>(n));
-    agree->all_gather(mine, all.data(), 2, OSLO_DTYPE_I64);
+    agree->all_gather(mine, all.data(), 2);
     if (local_error) std::rethrow_exception(local_error);
     for (int r = 0; r < n; ++r) {
       OSLO_CHECK(all[2 * r] == 0, OSLO_ERR_INVALID_ARGUMENT, "generate: rank ", r,

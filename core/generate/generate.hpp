@@ -21,7 +21,8 @@
 // a row's EOS while other rows go on).
 //
 // Rank agreement: with tensor parallelism every rank runs generate() on the
-// same prompts and options. When `agree` is given, group rank 0 is the only
+// same prompts and options. When `agree` (the tensor group's control
+// messages, core/comm/control.hpp) is given, group rank 0 is the only
 // rank that chooses tokens: after every model step it broadcasts (int64) the
 // chosen tokens, per-row finished flags or beam source rows, and whether to go
 // on (or rank 0's error status); every rank appends exactly those tokens and
@@ -54,7 +55,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/communicator.hpp"
+#include "core/comm/control.hpp"
 #include "core/generate/causal_lm.hpp"
 
 namespace oslo {
@@ -134,10 +135,10 @@ void validate_options(const GenerateOptions& opt, int64_t vocab_size = -1);
 // bad options or prompts (on every rank of `agree`), OSLO_ERR_SHAPE if the
 // model returns logits of the wrong size, OSLO_ERR_INVALID_ARGUMENT if the
 // logits contain NaN or a row has no finite logit to sample, anything the
-// model or the communicator throws. Not thread-safe per model / communicator
-// (one generate at a time on them).
+// model or the group's communicator throws. Not thread-safe per model /
+// group (one generate at a time on them).
 GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const GenerateOptions& opt, Communicator* agree = nullptr);
+                        const GenerateOptions& opt, Control* agree = nullptr);
 
 // ---- building blocks, exposed for tests and for callers that sample
 // themselves. All are pure functions on caller memory; thread-safe.

@@ -178,7 +178,7 @@ double clip_grad_norm(Context& ctx, const std::vector<GradSlice>& grads, double 
   // is combined in rank order: identical on every rank.
   double total = local;
   for (oslo_group g : {OSLO_GROUP_TENSOR, OSLO_GROUP_PIPELINE, OSLO_GROUP_DATA}) {
-    const int n = ctx.comm(g).size();
+    const int n = group_size(ctx, g);
     if (n == 1 || (g == OSLO_GROUP_DATA && !over_data)) continue;
     float pair[2];
     pair[0] = static_cast<float>(total);
@@ -261,13 +261,13 @@ void ParamSet::save(const std::string& dir) {
   CheckpointLayout layout{t.tp_rank(), t.tp_size(), t.pp_rank(),    t.pp_size(),
                           t.dp_rank(), t.dp_size(), t.world_rank(), t.world_size()};
   HostShards hs(ctx_, entries_, true);
-  save_checkpoint(dir, hs.shards(), layout, comm_ready(ctx_, OSLO_GROUP_WORLD));
+  save_checkpoint(dir, hs.shards(), layout, ctx_.control(OSLO_GROUP_WORLD));
 }
 
 void ParamSet::load(const std::string& dir) {
   HostShards hs(ctx_, entries_, false);
   // Collective: every rank loads, then all agree on the outcome.
-  load_checkpoint_collective(dir, hs.shards(), comm_ready(ctx_, OSLO_GROUP_WORLD));
+  load_checkpoint_collective(dir, hs.shards(), ctx_.control(OSLO_GROUP_WORLD));
   hs.upload();
 }
 

@@ -49,7 +49,7 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
   std::vector<PlannedTensor> plan;
   // Everything a rank can fail on (files, config, shapes) happens inside one
   // agreement over the world group: all ranks return the same status.
-  run_agreed(ctx.comm(OSLO_GROUP_WORLD), "model load from \"" + path + "\"", [&] {
+  run_agreed(ctx.control(OSLO_GROUP_WORLD), "model load from \"" + path + "\"", [&] {
     WeightSource src(path);
     OSLO_CHECK(!src.config_json().empty(), OSLO_ERR_FORMAT, path,
                ": no model config (config.json, or model_config in the checkpoint manifest)");
@@ -402,8 +402,7 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
   Tensor x = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   Tensor tmp = scratch(bp, OSLO_DTYPE_F32, {BS, H});
   if (!first_stage()) {
-    if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
-    ctx_.comm(OSLO_GROUP_PIPELINE).recv(x.data(), x.nbytes(), pp_rank_ - 1);
+    recv(ctx_, OSLO_GROUP_PIPELINE, x.data(), x.nbytes(), pp_rank_ - 1);
   } else {
     be.gather_rows(view(x), view(wte_), view(ids_t), vocab_start_, cfg_.vocab_size);
     reduce_sum(ctx_, OSLO_GROUP_TENSOR, view(x));
@@ -498,10 +497,8 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
       for (const auto& ch : chunks_) boundary = boundary || ch.first == li;
       if (boundary) {
         flush();
-        if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
-        Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
-        pc.send(x.data(), x.nbytes(), (pp_rank_ + 1) % pp_);
-        pc.recv(x.data(), x.nbytes(), (pp_rank_ + pp_ - 1) % pp_);
+        send(ctx_, OSLO_GROUP_PIPELINE, x.data(), x.nbytes(), (pp_rank_ + 1) % pp_);
+        recv(ctx_, OSLO_GROUP_PIPELINE, x.data(), x.nbytes(), (pp_rank_ + pp_ - 1) % pp_);
       }
     }
     Layer& L = *layers_[li];
@@ -589,8 +586,7 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
     // The residual stream goes on to the next stage; the final hidden
     // states come back from the last.
     flush();
-    if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
-    ctx_.comm(OSLO_GROUP_PIPELINE).send(x.data(), x.nbytes(), pp_rank_ + 1);
+    send(ctx_, OSLO_GROUP_PIPELINE, x.data(), x.nbytes(), pp_rank_ + 1);
     if (broadcast) from_last_stage(h);
     return h;
   }
@@ -607,9 +603,8 @@ Tensor Model::run_rows(const std::vector<int64_t>& ids, const std::vector<int64_
 
 void Model::from_last_stage(const Tensor& t) {
   if (pp_ == 1) return;
-  if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) ctx_.backend().synchronize();
-  ctx_.comm(OSLO_GROUP_PIPELINE)
-      .broadcast(t.data(), static_cast<size_t>(t.numel()), t.dtype(), pp_ - 1);
+  broadcast(ctx_, OSLO_GROUP_PIPELINE, t.data(), static_cast<size_t>(t.numel()), t.dtype(),
+            pp_ - 1);
 }
 
 Tensor Model::head_local(const View& hidden, int64_t r) {
@@ -823,7 +818,7 @@ void Model::save(const std::string& dir) {
       out[i].tensor = c;
     }
   }
-  save_placed(dir, out, cfg_.json_text, extra_files_, layout, ctx_.comm(OSLO_GROUP_WORLD));
+  save_placed(dir, out, cfg_.json_text, extra_files_, layout, ctx_.control(OSLO_GROUP_WORLD));
 }
 
 void Model::reset(int64_t rows, int64_t max_len) {

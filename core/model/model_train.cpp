@@ -536,10 +536,10 @@ struct Model::Pass {
         // The pipeline checks the mean loss after its schedule, on every
         // stage at once (a stage that stopped here would leave the others
         // waiting for its gradients).
-      } else if (m.agree_over_data_ && m.ctx_.comm(OSLO_GROUP_DATA).size() > 1) {
+      } else if (m.agree_over_data_ && group_size(m.ctx_, OSLO_GROUP_DATA) > 1) {
         // A non-finite loss on one data rank stops them all before the
         // gradient reduction.
-        const int nd = m.ctx_.comm(OSLO_GROUP_DATA).size();
+        const int nd = group_size(m.ctx_, OSLO_GROUP_DATA);
         Tensor t = scratch(bp, OSLO_DTYPE_F32, {1}), all = scratch(bp, OSLO_DTYPE_F32, {nd});
         be.copy(t.data(), &loss, sizeof loss, CopyKind::HostToDevice);
         gather_first_dim(m.ctx_, OSLO_GROUP_DATA, view(t), view(all));
@@ -1022,7 +1022,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   }
   std::exception_ptr verdict = local_error;
   auto agree = [&](oslo_group grp, const char* who, bool same_batch, const char* what) {
-    const int np = ctx_.comm(grp).size();
+    const int np = group_size(ctx_, grp);
     const int64_t mine[4] = {verdict ? 1 : 0, B, S, static_cast<int64_t>(h)};
     Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {4});
     Tensor all = scratch(ctx_.backend_ptr(), OSLO_DTYPE_I64, {np, 4});
@@ -1057,7 +1057,7 @@ float Model::train_pass(const std::vector<int64_t>& ids, const std::vector<int64
   // Data parallelism: the data-parallel ranks hold other batches; they
   // learn whether any of them refused its batch, so that none is left
   // waiting in the gradient reduction.
-  if (agree_over_data_ && ctx_.comm(OSLO_GROUP_DATA).size() > 1)
+  if (agree_over_data_ && group_size(ctx_, OSLO_GROUP_DATA) > 1)
     agree(OSLO_GROUP_DATA, "data-parallel", false, "");
   if (verdict) std::rethrow_exception(verdict);
   if (!param_hook_) check_whole("training without its ZeRO-3 optimizer");
@@ -1164,8 +1164,6 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
           ? pipeline_plan_head_split(pp_, pp_rank_, mb, v, cost.forward, cost.head, cost.backward)
           : pipeline_plan(pp_, pp_rank_, mb, v, cost.forward, cost.backward);
   Backend& be = ctx_.backend();
-  Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
-  const bool host = ctx_.host_transport(OSLO_GROUP_PIPELINE);
   const int last_vs = pp_ * v - 1;
   // The backward hook (data parallelism) sees only the last micro-batch's
   // backward of each chunk; it is restored whatever happens.
@@ -1185,8 +1183,7 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
     if (st.kind == PipeStep::RECV) {
       if (st.peer == pp_rank_) continue;  // handed over in memory by the send
       Tensor t = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {st.message.head ? n0 : rows * S, H});
-      if (host) be.synchronize();
-      pc.recv(t.data(), t.nbytes(), st.peer);
+      recv(ctx_, OSLO_GROUP_PIPELINE, t.data(), t.nbytes(), st.peer);
       inbox[st.message] = t;
       continue;
     }
@@ -1196,8 +1193,7 @@ void Model::run_pipeline(const std::vector<int64_t>& ids, const std::vector<int6
       if (st.peer == pp_rank_) {
         inbox[st.message] = it->second;
       } else {
-        if (host) be.synchronize();
-        pc.send(it->second.data(), it->second.nbytes(), st.peer);
+        send(ctx_, OSLO_GROUP_PIPELINE, it->second.data(), it->second.nbytes(), st.peer);
       }
       outbox.erase(it);
       continue;
@@ -1314,15 +1310,14 @@ void Model::sync_tied_grads() {
   Tensor& gr = grad_of(w);
   Backend& be = ctx_.backend();
   Tensor other = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, gr.shape());
-  Communicator& pc = ctx_.comm(OSLO_GROUP_PIPELINE);
-  if (ctx_.host_transport(OSLO_GROUP_PIPELINE)) be.synchronize();
   // The first stage sends first, the last receives first.
+  constexpr oslo_group kPipe = OSLO_GROUP_PIPELINE;
   if (first_stage()) {
-    pc.send(gr.data(), gr.nbytes(), pp_ - 1);
-    pc.recv(other.data(), other.nbytes(), pp_ - 1);
+    send(ctx_, kPipe, gr.data(), gr.nbytes(), pp_ - 1);
+    recv(ctx_, kPipe, other.data(), other.nbytes(), pp_ - 1);
   } else {
-    pc.recv(other.data(), other.nbytes(), 0);
-    pc.send(gr.data(), gr.nbytes(), 0);
+    recv(ctx_, kPipe, other.data(), other.nbytes(), 0);
+    send(ctx_, kPipe, gr.data(), gr.nbytes(), 0);
   }
   // a + b == b + a in floating point: both stages hold the same bits.
   be.binary(OSLO_BK_ADD, view(gr), view(gr), view(other));

@@ -12,6 +12,61 @@ Communicator& comm_ready(Context& ctx, oslo_group g) {
   return c;
 }
 
+int group_size(const Context& ctx, oslo_group g) {
+  return ctx.comm(g).size();
+}
+
+int group_rank(const Context& ctx, oslo_group g) {
+  return ctx.comm(g).rank();
+}
+
+void all_reduce(Context& ctx, oslo_group g, void* buf, size_t count, oslo_dtype dt,
+                oslo_reduce_op op) {
+  comm_ready(ctx, g).all_reduce(buf, buf, count, dt, op);
+}
+
+void all_gather(Context& ctx, oslo_group g, const void* in, void* out, size_t count,
+                oslo_dtype dt) {
+  comm_ready(ctx, g).all_gather(in, out, count, dt);
+}
+
+void reduce_scatter(Context& ctx, oslo_group g, const void* in, void* out, size_t count,
+                    oslo_dtype dt, oslo_reduce_op op) {
+  comm_ready(ctx, g).reduce_scatter(in, out, count, dt, op);
+}
+
+void broadcast(Context& ctx, oslo_group g, void* buf, size_t count, oslo_dtype dt, int root) {
+  comm_ready(ctx, g).broadcast(buf, count, dt, root);
+}
+
+void send(Context& ctx, oslo_group g, const void* buf, size_t bytes, int peer) {
+  comm_ready(ctx, g).send(buf, bytes, peer);
+}
+
+void recv(Context& ctx, oslo_group g, void* buf, size_t bytes, int peer) {
+  comm_ready(ctx, g).recv(buf, bytes, peer);
+}
+
+void barrier(Context& ctx, oslo_group g) {
+  comm_ready(ctx, g).barrier();
+}
+
+void grad_all_reduce(Context& ctx, void* buf, size_t count, oslo_dtype dt) {
+  ctx.grad_comm().all_reduce(buf, buf, count, dt, OSLO_REDUCE_SUM);
+}
+
+void grad_reduce_scatter(Context& ctx, const void* in, void* out, size_t count, oslo_dtype dt) {
+  ctx.grad_comm().reduce_scatter(in, out, count, dt, OSLO_REDUCE_SUM);
+}
+
+void grad_all_gather(Context& ctx, const void* in, void* out, size_t count, oslo_dtype dt) {
+  ctx.grad_comm().all_gather(in, out, count, dt);
+}
+
+bool grad_background_ok(const Context& ctx) {
+  return ctx.backend().host_accessible() && ctx.grad_comm_host_transport();
+}
+
 namespace {
 
 void reduce_in_place(Context& ctx, oslo_group g, const View& x, oslo_reduce_op op,

@@ -5,6 +5,7 @@
 
 #include "core/common/error.hpp"
 #include "core/layers/param_set.hpp"
+#include "core/parallel/mappings.hpp"
 #include "core/tensor/view.hpp"
 #include "core/train/optimizer.hpp"
 
@@ -24,9 +25,8 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
              "data parallel: zero_stage ", o.zero_stage, " must be 0, 1, 2 or 3");
   OSLO_CHECK(o.bucket_bytes >= static_cast<int64_t>(sizeof(float)), OSLO_ERR_INVALID_ARGUMENT,
              "data parallel: bucket_bytes ", o.bucket_bytes, " must be at least 4");
-  Communicator& dc = ctx_.comm(OSLO_GROUP_DATA);
-  n_ = dc.size();
-  r_ = dc.rank();
+  n_ = group_size(ctx_, OSLO_GROUP_DATA);
+  r_ = group_rank(ctx_, OSLO_GROUP_DATA);
   const auto& params = model.tensors();
   const std::vector<int> stage = model.grad_stages();
   std::vector<size_t> order(params.size());
@@ -105,7 +105,7 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
   timing_.handed.assign(buckets_.size(), 0);
   timing_.started.assign(buckets_.size(), 0);
   timing_.finished.assign(buckets_.size(), 0);
-  background_ = n_ > 1 && ctx_.backend().host_accessible() && ctx_.grad_comm_host_transport();
+  background_ = n_ > 1 && grad_background_ok(ctx_);
   if (background_) thread_ = std::thread([this] { worker(); });
 }
 
@@ -189,7 +189,7 @@ void DataParallel::worker() {
     if (!skip) {
       try {
         if (task.prefetch)
-          gather_unit(static_cast<int>(task.index), ctx_.grad_comm());
+          gather_unit(static_cast<int>(task.index), true);
         else
           reduce_bucket(task.index, accumulate(task.index));
       } catch (...) {
@@ -215,14 +215,12 @@ void DataParallel::worker() {
 
 void DataParallel::reduce_bucket(size_t b, bool accumulate) {
   const GradBucket& k = buckets_[b];
-  Communicator& c = ctx_.grad_comm();
   const auto& grads = model_.grads();
   const auto& params = model_.tensors();
   if (o_.zero_stage < 2) {
     for (size_t j = 0; j < k.params.size(); ++j) {
       const Tensor& g = grads[k.params[j]];
-      c.all_reduce(g.data(), g.data(), static_cast<size_t>(g.numel()), OSLO_DTYPE_F32,
-                   OSLO_REDUCE_SUM);
+      grad_all_reduce(ctx_, g.data(), static_cast<size_t>(g.numel()), OSLO_DTYPE_F32);
     }
     return;
   }
@@ -253,12 +251,12 @@ void DataParallel::reduce_bucket(size_t b, bool accumulate) {
     }
   }
   if (!accumulate) {
-    c.reduce_scatter(flat.data(), chunks_[b].data(), static_cast<size_t>(k.chunk), OSLO_DTYPE_F32,
-                     OSLO_REDUCE_SUM);
+    grad_reduce_scatter(ctx_, flat.data(), chunks_[b].data(), static_cast<size_t>(k.chunk),
+                        OSLO_DTYPE_F32);
   } else {
     // The sum lands at the front of `flat`; end_backward adds it.
-    c.reduce_scatter(flat.data(), flat.data(), static_cast<size_t>(k.chunk), OSLO_DTYPE_F32,
-                     OSLO_REDUCE_SUM);
+    grad_reduce_scatter(ctx_, flat.data(), flat.data(), static_cast<size_t>(k.chunk),
+                        OSLO_DTYPE_F32);
     std::lock_guard<std::mutex> lk(mu_);
     pending_.emplace_back(b, flat);
   }
@@ -356,8 +354,7 @@ void DataParallel::gather_parameters(const std::vector<View>& values) {
     for (size_t i = 0; i < values.size(); ++i) {
       if (partitioned_[i] || model_.tensors()[i].tensor.numel() == 0) continue;
       const Tensor& p = model_.tensors()[i].tensor;
-      gather_one(i, values[i], make_view(p.data(), p.dtype(), {p.numel()}),
-                 ctx_.comm(OSLO_GROUP_DATA));
+      gather_one(i, values[i], make_view(p.data(), p.dtype(), {p.numel()}), false);
     }
     return;
   }
@@ -375,7 +372,6 @@ void DataParallel::gather(const std::vector<View>& values, const std::vector<Vie
   Backend& be = ctx_.backend();
   const auto& bp = ctx_.backend_ptr();
   const auto& params = model_.tensors();
-  Communicator& dc = ctx_.comm(OSLO_GROUP_DATA);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const GradBucket& k = buckets_[b];
     Tensor send = scratch(bp, OSLO_DTYPE_F32, {k.chunk});
@@ -387,8 +383,8 @@ void DataParallel::gather(const std::vector<View>& values, const std::vector<Vie
                 static_cast<size_t>(w.hi - w.lo) * sizeof(float), CopyKind::DeviceToDevice);
     }
     Tensor all = scratch(bp, OSLO_DTYPE_F32, {k.chunk * n_});
-    if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
-    dc.all_gather(send.data(), all.data(), static_cast<size_t>(k.chunk), OSLO_DTYPE_F32);
+    all_gather(ctx_, OSLO_GROUP_DATA, send.data(), all.data(), static_cast<size_t>(k.chunk),
+               OSLO_DTYPE_F32);
     // Rank q's part of parameter j sits at q * chunk + part_offsets[j].
     for (size_t j = 0; j < k.params.size(); ++j) {
       const int64_t m = params[k.params[j]].tensor.numel(), part = k.parts[j];
@@ -408,7 +404,7 @@ void DataParallel::gather(const std::vector<View>& values, const std::vector<Vie
   }
 }
 
-void DataParallel::gather_one(size_t i, const View& part_values, const View& out, Communicator& c) {
+void DataParallel::gather_one(size_t i, const View& part_values, const View& out, bool grad_comm) {
   const auto& params = model_.tensors();
   const OwnedRange& w = owned_[i];
   const GradBucket& k = buckets_[w.bucket];
@@ -424,8 +420,11 @@ void DataParallel::gather_one(size_t i, const View& part_values, const View& out
     be.copy(send.data(), part_values.data, static_cast<size_t>(w.hi - w.lo) * sizeof(float),
             CopyKind::DeviceToDevice);
   Tensor all = scratch(bp, OSLO_DTYPE_F32, {part * n_});
-  if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
-  c.all_gather(send.data(), all.data(), static_cast<size_t>(part), OSLO_DTYPE_F32);
+  if (grad_comm)
+    grad_all_gather(ctx_, send.data(), all.data(), static_cast<size_t>(part), OSLO_DTYPE_F32);
+  else
+    all_gather(ctx_, OSLO_GROUP_DATA, send.data(), all.data(), static_cast<size_t>(part),
+               OSLO_DTYPE_F32);
   // The parts in rank order are the parameter's elements in order.
   be.convert(out, make_view(all.data(), OSLO_DTYPE_F32, {m}));
 }
@@ -454,12 +453,12 @@ void DataParallel::set_unit_memory(int u, bool on) {
   }
 }
 
-void DataParallel::gather_unit(int u, Communicator& c) {
+void DataParallel::gather_unit(int u, bool grad_comm) {
   const auto& params = model_.tensors();
   for (size_t i = 0; i < params.size(); ++i) {
     if (!partitioned_[i] || units_[i] != u) continue;
     const Tensor& p = params[i].tensor;
-    gather_one(i, sources_.at(i), make_view(p.data(), p.dtype(), {p.numel()}), c);
+    gather_one(i, sources_.at(i), make_view(p.data(), p.dtype(), {p.numel()}), grad_comm);
   }
 }
 
@@ -492,7 +491,7 @@ void DataParallel::acquire(int unit, bool on, int next) {
     } else {
       set_unit_memory(unit, true);
       unit_state_[u] = UnitState::kHeld;  // released by release_units if this throws
-      gather_unit(unit, ctx_.comm(OSLO_GROUP_DATA));
+      gather_unit(unit, false);
       ev.finished = now();
     }
     unit_state_[u] = UnitState::kHeld;
@@ -552,8 +551,7 @@ void DataParallel::gather_rows(size_t i, int64_t cols, int64_t chunk_rows, int64
   Tensor all;
   if (!direct) all = scratch(bp, OSLO_DTYPE_F32, {len * n_});
   void* dst = direct ? out.data : all.data();
-  if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
-  ctx_.comm(OSLO_GROUP_DATA).all_gather(send.data(), dst, static_cast<size_t>(len), OSLO_DTYPE_F32);
+  all_gather(ctx_, OSLO_GROUP_DATA, send.data(), dst, static_cast<size_t>(len), OSLO_DTYPE_F32);
   if (!direct) be.convert(out, make_view(all.data(), OSLO_DTYPE_F32, {n_ * chunk_rows, cols}));
 }
 
@@ -564,10 +562,8 @@ void DataParallel::reduce_rows(size_t i, int64_t cols, int64_t chunk_rows, int64
   const OwnedRange& w = owned_[i];
   const int64_t len = chunk_rows * cols;
   // The sum of this rank's block lands at the front of `grad`.
-  if (ctx_.host_transport(OSLO_GROUP_DATA)) be.synchronize();
-  ctx_.comm(OSLO_GROUP_DATA)
-      .reduce_scatter(grad.data, grad.data, static_cast<size_t>(len), OSLO_DTYPE_F32,
-                      OSLO_REDUCE_SUM);
+  reduce_scatter(ctx_, OSLO_GROUP_DATA, grad.data, grad.data, static_cast<size_t>(len),
+                 OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
   const int64_t own_rows = (w.hi - w.lo) / cols;
   const int64_t r0 = k * chunk_rows,
                 count = std::max<int64_t>(0, std::min(chunk_rows, own_rows - r0));

@@ -214,10 +214,11 @@ class DataParallel {
   std::vector<double> unit_handed_, unit_finished_;  // of the last prefetch
   std::vector<bool> unit_done_;                      // its gather finished
   // All-gathers parameter i's parts (this rank's from part_values) into
-  // out over communicator c.
-  void gather_one(size_t i, const View& part_values, const View& out, Communicator& c);
-  // Gathers unit u's partitioned parameters (allocated) over c.
-  void gather_unit(int u, Communicator& c);
+  // out over the data group (grad_comm: the reducer's own communicator, on
+  // its background thread).
+  void gather_one(size_t i, const View& part_values, const View& out, bool grad_comm);
+  // Gathers unit u's partitioned parameters (allocated), as gather_one.
+  void gather_unit(int u, bool grad_comm);
   // head_rows()'s gather and reduce of chunk k of parameter i.
   void gather_rows(size_t i, int64_t cols, int64_t chunk_rows, int64_t k, const View& out);
   void reduce_rows(size_t i, int64_t cols, int64_t chunk_rows, int64_t k, const View& grad);

@@ -111,24 +111,9 @@ void scatter_whole(Trainer& trainer, const TrainingTensors& t) {
 std::vector<std::string> all_parameter_names(Model& model) {
   std::string mine;
   for (const PlacedTensor& p : model.tensors()) mine += p.placement.name + '\n';
-  Context& ctx = model.context();
-  Communicator& pc = ctx.comm(OSLO_GROUP_PIPELINE);
-  const int n = pc.size();
-  std::vector<std::string> texts{mine};
-  if (n > 1) {
-    // Lengths, then the texts padded to the longest (in int64 words).
-    int64_t len = static_cast<int64_t>(mine.size());
-    std::vector<int64_t> lens(static_cast<size_t>(n));
-    pc.all_gather(&len, lens.data(), 1, OSLO_DTYPE_I64);
-    const int64_t words = (*std::max_element(lens.begin(), lens.end()) + 7) / 8;
-    std::vector<int64_t> buf(static_cast<size_t>(words), 0), all(static_cast<size_t>(words * n), 0);
-    std::memcpy(buf.data(), mine.data(), mine.size());
-    pc.all_gather(buf.data(), all.data(), static_cast<size_t>(words), OSLO_DTYPE_I64);
-    texts.clear();
-    for (int q = 0; q < n; ++q)
-      texts.emplace_back(reinterpret_cast<const char*>(all.data() + q * words),
-                         static_cast<size_t>(lens[static_cast<size_t>(q)]));
-  }
+  // Host strings: the pipeline group's control messages.
+  const std::vector<std::string> texts =
+      model.context().control(OSLO_GROUP_PIPELINE).all_gather_strings(mine);
   std::vector<std::string> names;
   std::set<std::string> seen;
   for (const std::string& t : texts) {
@@ -147,7 +132,7 @@ void save_training_checkpoint(const std::string& dir, Trainer& trainer,
                               const nlohmann::json& user_state) {
   Model& model = trainer.model();
   Context& ctx = model.context();
-  Communicator& world = ctx.comm(OSLO_GROUP_WORLD);
+  Control& world = ctx.control(OSLO_GROUP_WORLD);
   nlohmann::json section;
   std::vector<PlacedTensor> tensors;
   const std::vector<std::string> names = all_parameter_names(model);
@@ -179,7 +164,7 @@ void save_training_checkpoint(const std::string& dir, Trainer& trainer,
 nlohmann::json load_training_checkpoint(const std::string& dir, Trainer& trainer) {
   Model& model = trainer.model();
   Context& ctx = model.context();
-  Communicator& world = ctx.comm(OSLO_GROUP_WORLD);
+  Control& world = ctx.control(OSLO_GROUP_WORLD);
   Optimizer& opt = trainer.optimizer();
   const std::string what = "training checkpoint load from " + quote_path(dir);
   std::unique_ptr<WeightSource> src;

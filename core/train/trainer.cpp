@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/common/error.hpp"
+#include "core/parallel/mappings.hpp"
 #include "core/tensor/view.hpp"
 
 namespace oslo {
@@ -152,8 +153,7 @@ TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
     Backend& be = ctx.backend();
     Tensor t = scratch(ctx.backend_ptr(), OSLO_DTYPE_F32, {1});
     be.copy(t.data(), &loss, sizeof loss, CopyKind::HostToDevice);
-    if (ctx.host_transport(OSLO_GROUP_DATA)) be.synchronize();
-    ctx.comm(OSLO_GROUP_DATA).all_reduce(t.data(), t.data(), 1, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+    reduce_sum(ctx, OSLO_GROUP_DATA, view(t));
     be.copy(&loss, t.data(), sizeof loss, CopyKind::DeviceToHost);
     loss /= static_cast<float>(dp_->size());
   }

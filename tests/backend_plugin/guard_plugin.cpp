@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -255,6 +256,32 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
   Open open(I);
   return inner_status(I, cpu().copy(I.inner, dst, src, bytes, kind));
 }
+// Every buffer a staged communicator is handed must be arena memory (the
+// core's host values go through control messages, staged into the arena).
+oslo_status check_memory(void* self, const void* ptr, size_t bytes) {
+  Instance& I = *inst(self);
+  if (in_arena(I, ptr, bytes)) return OSLO_OK;
+  return refuse(I, "[" + std::to_string(reinterpret_cast<uintptr_t>(ptr)) + ", +" +
+                       std::to_string(bytes) +
+                       ") is not this device's memory (host memory, outside the guard arena)");
+}
+// Staging memory for host transports: ordinary host memory, counted so that
+// tests can see the staged path used it (oslo_guard_host_allocs).
+std::atomic<int64_t> g_host_allocs{0};
+oslo_status host_alloc(void* self, size_t bytes, void** out) {
+  void* p = std::aligned_alloc(kAlign, (bytes + kAlign) / kAlign * kAlign);
+  if (!p) {
+    inst(self)->error = "guard: out of host memory";
+    return OSLO_ERR_OUT_OF_MEMORY;
+  }
+  ++g_host_allocs;
+  *out = p;
+  return OSLO_OK;
+}
+void host_free(void*, void* p) {
+  std::free(p);
+}
+
 oslo_status synchronize(void*) {
   return OSLO_OK;
 }
@@ -340,6 +367,9 @@ oslo_backend_iface make() {
   t.event_synchronize = event_synchronize;
   t.native_stream = native_stream;
   t.stream_wait_event = stream_wait_event;
+  t.check_memory = check_memory;
+  t.host_alloc = host_alloc;
+  t.host_free = host_free;
   GUARD_WRAP(convert);
   GUARD_WRAP(fill);
   GUARD_WRAP(matmul);
@@ -362,6 +392,10 @@ oslo_backend_iface make() {
 
 extern "C" __attribute__((visibility("default"))) int64_t oslo_guard_last_stream_wait() {
   return g_last_stream_wait.load();
+}
+
+extern "C" __attribute__((visibility("default"))) int64_t oslo_guard_host_allocs() {
+  return g_host_allocs.load();
 }
 
 extern "C" __attribute__((visibility("default"))) const oslo_backend_iface*

@@ -257,7 +257,7 @@ std::vector<ckpt_test::RankResult> save_tp(const std::string& dir, const std::ve
   oslo::HashStore store;
   return ckpt_test::run_ranks(tp, [&](int r) {
     std::vector<Local> ls = make_locals(fulls, r, tp, 0);
-    ckpt_test::StoreComm comm(&store, r, tp);
+    oslo::Control comm(std::make_shared<ckpt_test::StoreComm>(&store, r, tp));
     oslo::save_checkpoint(dir, params_of(ls), tp_layout(r, tp), comm);
   });
 }
@@ -383,7 +383,7 @@ void test_tp_dp_pp(void**) {
     l.dp_rank = (g / 2) % 2;
     l.pp_rank = g / 4;
     std::vector<Local> ls = make_locals(l.pp_rank == 0 ? f0 : f1, l.tp_rank, 2, 0);
-    ckpt_test::StoreComm comm(&store, g, 8);
+    oslo::Control comm(std::make_shared<ckpt_test::StoreComm>(&store, g, 8));
     oslo::save_checkpoint(ckpt_dir(), params_of(ls), l, comm);
   });
   assert_all_ok(res);
@@ -594,7 +594,7 @@ void test_failed_save_keeps_previous(void**) {
     auto res = ckpt_test::run_ranks(2, [&](int r) {
       t_rank = r;
       std::vector<Local> ls = make_locals(v2, r, 2, 0);
-      ckpt_test::StoreComm comm(&store, r, 2);
+      oslo::Control comm(std::make_shared<ckpt_test::StoreComm>(&store, r, 2));
       oslo::save_checkpoint(dir, params_of(ls), tp_layout(r, 2), comm);
     });
     for (int r = 0; r < 2; ++r) {
@@ -623,7 +623,7 @@ void test_failed_save_keeps_previous(void**) {
     std::vector<Local> ls = make_locals(v2, r, 2, 0);
     std::vector<ParamShard> ps = params_of(ls);
     if (r == 1) ps[1].offset = 4;  // col.weight: overlaps rank 0's rows
-    ckpt_test::StoreComm comm(&store, r, 2);
+    oslo::Control comm(std::make_shared<ckpt_test::StoreComm>(&store, r, 2));
     oslo::save_checkpoint(dir, ps, tp_layout(r, 2), comm);
   });
   assert_int_equal(res[0].status, OSLO_ERR_INVALID_ARGUMENT);
@@ -636,7 +636,7 @@ void test_failed_save_keeps_previous(void**) {
     std::vector<Local> ls = make_locals(v2, r, 2, 0);
     std::vector<ParamShard> ps = params_of(ls);
     if (r == 1) ps[0].split_dim = 7;
-    ckpt_test::StoreComm comm(&store2, r, 2);
+    oslo::Control comm(std::make_shared<ckpt_test::StoreComm>(&store2, r, 2));
     oslo::save_checkpoint(dir, ps, tp_layout(r, 2), comm);
   });
   assert_int_equal(res[0].status, OSLO_ERR_INVALID_ARGUMENT);
@@ -660,7 +660,7 @@ void crash_hook(const char* point, const std::string& path) {
 
 int save_single(const std::string& dir, const std::vector<Full>& fulls) {
   std::vector<Local> ls = make_locals(fulls, 0, 1, 0);
-  oslo::SelfCommunicator comm;
+  oslo::Control comm(std::make_shared<oslo::SelfCommunicator>());
   oslo::save_checkpoint(dir, params_of(ls), CheckpointLayout{}, comm);
   return 0;
 }

@@ -309,7 +309,7 @@ void test_writer_checks(void**) {
 void test_agreement(void**) {
   oslo::HashStore store;
   auto ok = ckpt_test::run_ranks(3, [&](int r) {
-    ckpt_test::StoreComm comm(&store, r, 3, "ok");
+    oslo::Control comm(std::make_shared<ckpt_test::StoreComm>(&store, r, 3, "ok"));
     oslo::LocalOutcome mine("test");
     mine.run([] {});
     oslo::agree_on_outcome(comm, mine, "step");
@@ -319,7 +319,7 @@ void test_agreement(void**) {
   std::vector<int> cleaned(3, 0);
   oslo::HashStore store2;
   auto bad = ckpt_test::run_ranks(3, [&](int r) {
-    ckpt_test::StoreComm comm(&store2, r, 3, "bad");
+    oslo::Control comm(std::make_shared<ckpt_test::StoreComm>(&store2, r, 3, "bad"));
     oslo::LocalOutcome mine("test");
     mine.run([&] {
       if (r == 1) throw oslo::Error(OSLO_ERR_SHAPE, "rank one's shape error");

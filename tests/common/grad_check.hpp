@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/test_backend.hpp"
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
@@ -132,7 +133,8 @@ inline int run_tp(bool procs, int tp, const std::function<void(oslo::Context&)>&
   if (procs) {
     try {
       const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(tp) +
-                              ", \"timeout_seconds\": 120, \"num_threads\": 1}";
+                              ", \"timeout_seconds\": 120, \"num_threads\": 1" +
+                              test_backend_members() + "}";
       oslo::Context ctx(oslo::Config::parse(cfg.c_str()));
       body(ctx);
     } catch (const oslo::Error& e) {
@@ -149,7 +151,8 @@ inline int run_tp(bool procs, int tp, const std::function<void(oslo::Context&)>&
         const std::string cfg =
             "{\"rank\": " + std::to_string(r) + ", \"world_size\": " + std::to_string(tp) +
             ", \"tensor_parallel_size\": " + std::to_string(tp) + ", \"init_method\": \"file://" +
-            store + "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1}";
+            store + "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1" +
+            test_backend_members() + "}";
         oslo::Context ctx(oslo::Config::parse(cfg.c_str()));
         body(ctx);
       } catch (const oslo::Error& e) {

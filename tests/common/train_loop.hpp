@@ -23,6 +23,7 @@
 #include "tests/common/grad_check.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
+#include "tests/common/test_backend.hpp"
 
 namespace oslo_test {
 
@@ -78,7 +79,8 @@ struct LoopData {
 // thread per rank are added). An oslo::Error escaping body fails the test.
 inline void run_ranks(bool procs, int world, const std::string& layout,
                       const std::function<void(oslo::Context&)>& body) {
-  const std::string common = layout + ", \"timeout_seconds\": 60, \"num_threads\": 1";
+  const std::string common =
+      layout + ", \"timeout_seconds\": 60, \"num_threads\": 1" + test_backend_members();
   if (procs) {
     try {
       oslo::Context ctx(oslo::Config::parse(("{" + common + "}").c_str()));

@@ -515,9 +515,9 @@ struct RankOut {
   GenerateResult result;
 };
 
-// Runs fn(rank, tensor-group communicator) on two threads, each with its
+// Runs fn(rank, tensor-group control messages) on two threads, each with its
 // own Context (tp 2) joined through a file:// rendezvous.
-std::vector<RankOut> two_ranks(const std::function<GenerateResult(int, oslo::Communicator&)>& fn) {
+std::vector<RankOut> two_ranks(const std::function<GenerateResult(int, oslo::Control&)>& fn) {
   const std::string dir = oslo_test::temp_dir("oslo-gen");
   std::vector<RankOut> out(2);
   std::vector<std::thread> th;
@@ -534,7 +534,7 @@ std::vector<RankOut> two_ranks(const std::function<GenerateResult(int, oslo::Com
         c.timeout_seconds = 60;
         c.num_threads = 1;
         oslo::Context ctx(c);
-        out[r].result = fn(r, ctx.comm(OSLO_GROUP_TENSOR));
+        out[r].result = fn(r, ctx.control(OSLO_GROUP_TENSOR));
       } catch (const oslo::Error& e) {
         out[r].status = e.status();
         out[r].message = e.what();
@@ -572,7 +572,7 @@ void test_agreement_two_ranks(void**) {
     lone_other.perturb = 4.0;
     const GenerateResult other = oslo::generate(lone_other, prompts, o);
     assert_true(other.tokens != want.tokens);  // the perturbation matters
-    std::vector<RankOut> out = two_ranks([&](int r, oslo::Communicator& comm) {
+    std::vector<RankOut> out = two_ranks([&](int r, oslo::Control& comm) {
       gen_test::ToyLM m(&g_tables);
       if (r == 1) m.perturb = 4.0;
       return oslo::generate(m, prompts, o, &comm);
@@ -594,7 +594,7 @@ void test_agreement_failures(void**) {
     GenerateOptions o;
     o.max_new_tokens = 8;
     o.num_beams = beams;
-    auto out = two_ranks([&](int r, oslo::Communicator& comm) {
+    auto out = two_ranks([&](int r, oslo::Control& comm) {
       gen_test::ToyLM m(&g_tables);
       if (r == 0) m.nan_at_step = 2;
       return oslo::generate(m, prompts, o, &comm);
@@ -604,7 +604,7 @@ void test_agreement_failures(void**) {
     assert_int_equal(out[1].status, OSLO_ERR_INVALID_ARGUMENT);
     assert_true(out[1].message.find("rank 0") != std::string::npos);
 
-    out = two_ranks([&](int r, oslo::Communicator& comm) {
+    out = two_ranks([&](int r, oslo::Control& comm) {
       gen_test::ToyLM m(&g_tables);
       if (r == 1) m.nan_at_step = 2;
       return oslo::generate(m, prompts, o, &comm);
@@ -613,7 +613,7 @@ void test_agreement_failures(void**) {
     assert_int_equal(out[1].status, OSLO_OK);
     assert_true(out[0].result.tokens == out[1].result.tokens);
   }
-  auto out = two_ranks([&](int r, oslo::Communicator& comm) {
+  auto out = two_ranks([&](int r, oslo::Control& comm) {
     GenerateOptions o;
     o.max_new_tokens = r == 0 ? 5 : 6;
     gen_test::ToyLM m(&g_tables);
@@ -623,7 +623,7 @@ void test_agreement_failures(void**) {
     assert_int_equal(out[r].status, OSLO_ERR_INVALID_ARGUMENT);
     assert_true(out[r].message.find("other prompts or options") != std::string::npos);
   }
-  out = two_ranks([&](int r, oslo::Communicator& comm) {
+  out = two_ranks([&](int r, oslo::Control& comm) {
     GenerateOptions o;
     if (r == 1) o.num_beams = 0;
     gen_test::ToyLM m(&g_tables);

@@ -483,7 +483,7 @@ std::string rank_load_save(int rank, int world, const std::string& store, const 
     const oslo::Topology& topo = c.topology();
     std::vector<oslo::PlacedTensor> ls = make_locals(c.backend_ptr(), tp, topo.tp_rank());
     if (rank == bad_rank) ls[0].placement.name = "no.such.tensor";
-    oslo::Communicator& w = c.comm(OSLO_GROUP_WORLD);
+    oslo::Control& w = c.control(OSLO_GROUP_WORLD);
     status_of([&] { oslo::load_placed_collective(from, ls, c.backend(), w); }, &err);
     if (err.empty() && !to.empty()) {
       oslo::CheckpointLayout lay;
@@ -764,7 +764,7 @@ void save_single(const std::string& dir, const std::string& hf) {
   std::vector<oslo::PlacedTensor> ls = make_locals(cpu(), 1, 0);
   oslo::WeightSource src(hf);
   oslo::load_placed(src, ls, *cpu());
-  oslo::SelfCommunicator self;
+  oslo::Control self(std::make_shared<oslo::SelfCommunicator>());
   oslo::save_placed(dir, ls, src.config_json(), src.extra_file_paths(), oslo::CheckpointLayout{},
                     self);
 }

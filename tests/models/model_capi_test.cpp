@@ -26,6 +26,7 @@
 #include "core/checkpoint/safetensors.hpp"
 #include "oslo.h"
 #include "tests/common/safetensors_ref.hpp"
+#include "tests/common/test_backend.hpp"
 
 namespace {
 
@@ -61,13 +62,12 @@ oslo_context* make_context() {
   // OSLO_TEST_PP: that many pipeline stages, the rest tensor parallel.
   const char* pps = std::getenv("OSLO_TEST_PP");
   const int pp = pps ? std::atoi(pps) : 1;
-  char cfg[256];
-  std::snprintf(cfg, sizeof cfg,
-                "{\"tensor_parallel_size\": %d, \"pipeline_parallel_size\": %d, "
-                "\"timeout_seconds\": 120}",
-                world / pp, pp);
+  const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(world / pp) +
+                          ", \"pipeline_parallel_size\": " + std::to_string(pp) +
+                          ", \"timeout_seconds\": 120" + oslo_test::test_backend_members() + "}";
+  const bool any = world > 1 || ws || !oslo_test::test_backend_members().empty();
   oslo_context* ctx = nullptr;
-  ok_or_die(oslo_context_create(world > 1 || ws ? cfg : nullptr, &ctx), "context");
+  ok_or_die(oslo_context_create(any ? cfg.c_str() : nullptr, &ctx), "context");
   ok_or_die(oslo_context_rank(ctx, OSLO_GROUP_WORLD, &g_rank), "rank");
   return ctx;
 }

@@ -72,7 +72,13 @@ int main(int argc, char** argv) {
   std::vector<int> layers;  // --layers A,B,...: explicit blocks per (virtual) stage
   int virtual_stages = 1;   // --virtual V: model chunks per stage
   double tol = 1e-4;
-  std::string backend = "cpu";
+  // --backend, else OSLO_TEST_BACKEND, else cpu; OSLO_TEST_COMMUNICATOR
+  // (tests/common/test_backend.hpp) picks the communicator.
+  std::string backend = std::getenv("OSLO_TEST_BACKEND") && *std::getenv("OSLO_TEST_BACKEND")
+                            ? std::getenv("OSLO_TEST_BACKEND")
+                            : "cpu";
+  const char* comm_env = std::getenv("OSLO_TEST_COMMUNICATOR");
+  const std::string communicator = comm_env && *comm_env ? comm_env : "auto";
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tp")) tp = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--pp")) pp = std::atoi(argv[i + 1]);
@@ -99,7 +105,7 @@ int main(int argc, char** argv) {
                 ", \"pipeline_parallel_size\": ", pp, ", \"init_method\": \"file://", store,
                 "/rdv\", \"timeout_seconds\": 60, "
                 "\"num_threads\": 1, \"backend\": \"",
-                backend, "\"}");
+                backend, "\", \"communicator\": \"", communicator, "\"}");
         Context ctx(Config::parse(cfg.c_str()));
         ModelLoadOptions o;
         o.dtype = dtype;

@@ -925,7 +925,11 @@ int main(int argc, char **argv) {
             argv[0]);
     return 2;
   }
-  const char *mode = argv[1], *dir = "", *backend = "cpu", *backend_options = "{}";
+  /* --backend, else OSLO_TEST_BACKEND, else cpu; OSLO_TEST_COMMUNICATOR picks
+   * the communicator (tests/common/test_backend.hpp). */
+  const char *env_backend = getenv("OSLO_TEST_BACKEND"), *env_comm = getenv("OSLO_TEST_COMMUNICATOR");
+  const char *mode = argv[1], *dir = "", *backend = env_backend && *env_backend ? env_backend : "cpu",
+             *backend_options = "{}", *communicator = env_comm && *env_comm ? env_comm : "auto";
   int tp = 1, threads = 0, bad_rank = -1;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--tp") == 0)
@@ -961,8 +965,9 @@ int main(int argc, char **argv) {
       snprintf(args[r].config, sizeof args[r].config,
                "{\"rank\": %d, \"world_size\": %d, \"tensor_parallel_size\": %d, "
                "\"init_method\": \"tcp://127.0.0.1:%d\", \"timeout_seconds\": 60, "
-               "\"num_threads\": 1, \"backend\": \"%s\", \"backend_options\": %s}",
-               r, threads, tp, port, backend, backend_options);
+               "\"num_threads\": 1, \"backend\": \"%s\", \"backend_options\": %s, "
+               "\"communicator\": \"%s\"}",
+               r, threads, tp, port, backend, backend_options, communicator);
       pthread_create(&tids[r], NULL, rank_main, &args[r]);
     }
     for (int r = 0; r < threads; ++r) {
@@ -979,8 +984,8 @@ int main(int argc, char **argv) {
     a.bad_rank = bad_rank;
     snprintf(a.config, sizeof a.config,
              "{\"tensor_parallel_size\": %d, \"timeout_seconds\": 60, \"backend\": \"%s\", "
-             "\"backend_options\": %s}",
-             tp, backend, backend_options);
+             "\"backend_options\": %s, \"communicator\": \"%s\"}",
+             tp, backend, backend_options, communicator);
     rank_main(&a);
     th_add_totals(&a.st);
   }

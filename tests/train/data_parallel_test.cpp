@@ -118,11 +118,11 @@ std::vector<std::vector<float>> params_of(Context& ctx, Trainer& tr) {
 bool dp_bitwise_equal(Context& ctx, Trainer& tr) {
   uint32_t h = 0;
   for (const auto& p : params_of(ctx, tr)) h = crc32c(h, p.data(), p.size() * sizeof(float));
-  Communicator& dc = ctx.comm(OSLO_GROUP_DATA);
+  Control& dc = ctx.control(OSLO_GROUP_DATA);
   const int n = dc.size();
   int64_t mine = h;
   std::vector<int64_t> all(static_cast<size_t>(n));
-  dc.all_gather(&mine, all.data(), 1, OSLO_DTYPE_I64);
+  dc.all_gather(&mine, all.data(), 1);
   for (int64_t v : all)
     if (v != all[0]) return false;
   return true;

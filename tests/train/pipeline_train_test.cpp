@@ -156,9 +156,9 @@ Reference reference(const std::string& fixture, const Args& a) {
 
 // One int64 per pipeline rank, gathered over the pipeline group.
 std::vector<int64_t> over_stages(Context& ctx, int64_t mine) {
-  Communicator& pc = ctx.comm(OSLO_GROUP_PIPELINE);
+  Control& pc = ctx.control(OSLO_GROUP_PIPELINE);
   std::vector<int64_t> all(static_cast<size_t>(pc.size()));
-  pc.all_gather(&mine, all.data(), 1, OSLO_DTYPE_I64);
+  pc.all_gather(&mine, all.data(), 1);
   return all;
 }
 
@@ -183,10 +183,10 @@ bool tied_equal(Context& ctx, const Model& m) {
 bool dp_equal(Context& ctx, const Model& m) {
   uint32_t h = 0;
   for (const auto& p : oslo_test::params_of(ctx, m)) h = crc32c(h, p.data(), p.size() * 4);
-  Communicator& dc = ctx.comm(OSLO_GROUP_DATA);
+  Control& dc = ctx.control(OSLO_GROUP_DATA);
   int64_t mine = h;
   std::vector<int64_t> all(static_cast<size_t>(dc.size()));
-  dc.all_gather(&mine, all.data(), 1, OSLO_DTYPE_I64);
+  dc.all_gather(&mine, all.data(), 1);
   return std::all_of(all.begin(), all.end(), [&](int64_t v) { return v == all[0]; });
 }
 

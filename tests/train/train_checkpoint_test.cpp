@@ -220,7 +220,7 @@ void resume(Context& ctx, const std::string& fixture, const std::string& work,
          "[rank %d] the second save left %zu files, the first %zu", r,
          fsutil::list_dir(ckpt).size(), old_files.size());
   // Under oslo-run, rank 0 removes the work folder when it returns.
-  ctx.comm(OSLO_GROUP_WORLD).barrier();
+  ctx.control(OSLO_GROUP_WORLD).barrier();
 }
 
 // ---- reslice ---------------------------------------------------------------
@@ -460,10 +460,10 @@ void errors(const std::string& fixture, const std::string& other, const std::str
     // A save that fails on rank 1 after its shard is written.
     {
       if (r == 0) fsutil::set_fault_hook(&fail_rank1_shard);
-      ctx.comm(OSLO_GROUP_WORLD).barrier();
+      ctx.control(OSLO_GROUP_WORLD).barrier();
       refused("a save failing on rank 1", OSLO_ERR_IO, {"world rank 1", "injected"},
               [&] { save_training_checkpoint(good, tr, user_state_at(3)); });
-      ctx.comm(OSLO_GROUP_WORLD).barrier();
+      ctx.control(OSLO_GROUP_WORLD).barrier();
       if (r == 0) fsutil::set_fault_hook(nullptr);
       unchanged("the failed save");
       // The previous checkpoint still loads, at update 2.
@@ -476,7 +476,7 @@ void errors(const std::string& fixture, const std::string& other, const std::str
     }
     // A corrupted shard: one flipped byte at the end of rank 1's file.
     {
-      ctx.comm(OSLO_GROUP_WORLD).barrier();
+      ctx.control(OSLO_GROUP_WORLD).barrier();
       std::string shard;
       for (const std::string& n : listing(corrupt))
         if (n.find("-tp01-") != std::string::npos) shard = n;
@@ -485,7 +485,7 @@ void errors(const std::string& fixture, const std::string& other, const std::str
         bytes.back() ^= 0x10;
         std::ofstream(fsutil::join(corrupt, shard), std::ios::binary) << bytes;
       }
-      ctx.comm(OSLO_GROUP_WORLD).barrier();
+      ctx.control(OSLO_GROUP_WORLD).barrier();
       auto m2 = load_model(ctx, fixture);
       Trainer t2(*m2, trainer_options("adamw"));
       refused("a corrupted shard", OSLO_ERR_FORMAT, {"checksum mismatch", shard.c_str()},
