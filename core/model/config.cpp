@@ -59,6 +59,13 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& src) 
   }
   c.bos_token_id = rd.integer("bos_token_id", -1);
   c.pad_token_id = rd.integer("pad_token_id", -1);
+  // nn.Embedding's padding_idx: negative counts from the end; one outside
+  // [-vocab, vocab) makes torch refuse to build the model, oslo masks
+  // nothing.
+  if (c.traits.embed_padding_idx && rd.has("pad_token_id")) {
+    const int64_t row = c.pad_token_id < 0 ? c.pad_token_id + c.vocab_size : c.pad_token_id;
+    if (row >= 0 && row < c.vocab_size) c.embed_pad_row = row;
+  }
   return c;
 }
 

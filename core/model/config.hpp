@@ -64,6 +64,12 @@ struct BlockTraits {
   double embed_scale = 1.0;
   // The model takes token_type_ids (BERT's segment embeddings).
   bool token_types = false;
+  // transformers builds the token table as nn.Embedding(vocab, hidden,
+  // padding_idx=config.pad_token_id): the pad row gets no gradient from the
+  // lookup (a tied head's gradient still reaches it; weight decay still
+  // moves it). LLaMA, Mistral, Qwen2, Phi-3, Gemma, BERT; not GPT-2 or
+  // GPT-NeoX. ModelConfig::embed_pad_row is the row.
+  bool embed_padding_idx = false;
 };
 
 struct ModelConfig {
@@ -88,6 +94,10 @@ struct ModelConfig {
   int64_t sliding_window = 0;  // 0: none
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1, pad_token_id = -1;
+  // The token table's row that gets no gradient from the lookup
+  // (traits.embed_padding_idx and a pad_token_id in config.json, negative
+  // ids counted from the end as torch does), -1 if none.
+  int64_t embed_pad_row = -1;
   std::string torch_dtype;  // "float32", "bfloat16", ... (empty if absent)
   std::string json_text;    // config.json verbatim
 

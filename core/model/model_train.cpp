@@ -165,6 +165,11 @@ struct Model::Pass {
   const oslo_bk_unary act_op;
   const std::vector<float>* grad_hidden;
   Tensor lab_t, ids_t, pos_t, mask_t, types_t, cos_t, sin_t, nsin_t;
+  // The ids the token table's gradient is scattered by: ids_t, or a copy
+  // with the pad row's id as -1 (no row) where this rank holds that row and
+  // the family's embedding has padding_idx (torch's embedding backward
+  // skips it; a tied head still adds into the row).
+  Tensor grad_ids_t;
   View mv;
   Tensor x;       // the residual stream: the embeddings', then each block's output
   Tensor emb_in;  // the embedding norm's input
@@ -238,6 +243,14 @@ struct Model::Pass {
       host_labels = std::move(shifted);
     }
     ids_t = upload(ids.data(), OSLO_DTYPE_I64, {BS});
+    grad_ids_t = ids_t;
+    const int64_t pad = m.cfg_.embed_pad_row;
+    if (pad >= m.vocab_start_ && pad < m.vocab_start_ + m.vocab_valid_ &&
+        std::find(ids.begin(), ids.end(), pad) != ids.end()) {
+      std::vector<int64_t> kept_ids(ids);
+      std::replace(kept_ids.begin(), kept_ids.end(), pad, int64_t{-1});
+      grad_ids_t = upload(kept_ids.data(), OSLO_DTYPE_I64, {BS});
+    }
     pos_t = upload(pos.data(), OSLO_DTYPE_I64, {BS});
     mask_t = upload(key_mask.data(), OSLO_DTYPE_F32, {B, S});
     if (m.type_.defined()) types_t = upload(types.data(), OSLO_DTYPE_I64, {BS});
@@ -876,8 +889,9 @@ struct Model::Pass {
 
   // The embeddings' backward from dx.
   void embed_backward() {
-    // Embeddings: the norm over their sum, the token table's local rows, the
-    // position and token-type tables.
+    // Embeddings: the norm over their sum, the token table's local rows (but
+    // the pad row where the family has padding_idx), the position and
+    // token-type tables.
     if (m.emb_ln_w_.defined()) {
       Tensor de = f32({BS, H});
       norm_bw(view(de), view(emb_in), m.emb_ln_w_, m.emb_ln_b_, view(dx), false);
@@ -888,9 +902,9 @@ struct Model::Pass {
     if (tr.embed_scale != 1.0) {
       Tensor t = f32({BS, H});
       be.unary(OSLO_BK_SCALE, view(t), view(dx), emb_scale);
-      be.scatter_add_rows(view(m.grad_of(m.wte_)), view(ids_t), view(t), m.vocab_start_);
+      be.scatter_add_rows(view(m.grad_of(m.wte_)), view(grad_ids_t), view(t), m.vocab_start_);
     } else {
-      be.scatter_add_rows(view(m.grad_of(m.wte_)), view(ids_t), view(dx), m.vocab_start_);
+      be.scatter_add_rows(view(m.grad_of(m.wte_)), view(grad_ids_t), view(dx), m.vocab_start_);
     }
     if (m.wpe_.defined()) be.scatter_add_rows(view(m.grad_of(m.wpe_)), view(pos_t), view(dx), 0);
     if (m.backward_hook_) m.backward_hook_(static_cast<int>(m.layers_.size()) + 1);

@@ -145,7 +145,7 @@ def loop_data(vocab, pad_id):
     return ids, mask, labels
 
 
-def make_optimizer(model, opt_name):
+def make_optimizer(model, opt_name, steps=LOOP_STEPS):
     """The loops' optimizer and schedule: AdamW (lr 2e-3, cosine, 3 warmup
     steps) or Nesterov SGD (lr 0.05, momentum 0.9, linear, 2 warmup steps),
     weight decay 0.01 except 1-D parameters (Hugging Face Trainer's groups)."""
@@ -155,11 +155,11 @@ def make_optimizer(model, opt_name):
     if opt_name == "adamw":
         opt = torch.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.999), eps=1e-8)
         sched = transformers.get_scheduler("cosine", opt, num_warmup_steps=3,
-                                           num_training_steps=LOOP_STEPS)
+                                           num_training_steps=steps)
     else:
         opt = torch.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True)
         sched = transformers.get_scheduler("linear", opt, num_warmup_steps=2,
-                                           num_training_steps=LOOP_STEPS)
+                                           num_training_steps=steps)
     return opt, sched
 
 
@@ -284,14 +284,132 @@ def make_loop(name):
               metadata={"transformers": transformers.__version__, "torch": torch.__version__})
 
 
+# The pad row: runs on data where the pad id is also a real token (an input
+# and a label), under the fixture's own pad_token_id ("own") or one moved to
+# row 400 ("p400": on the last tensor-parallel rank at TP 2 and 4).
+PAD_RUNS = {"llama-tiny-gqa": ("own", "p400"), "gemma-tiny": ("own",),
+            "qwen2-tiny": ("own",), "gpt2-tiny": ("own",)}
+PAD_STEPS, PAD_ACCUM, PAD_B, PAD_S = 6, 2, 2, 9
+
+
+def pad_data(vocab, pad):
+    g = torch.Generator().manual_seed(2468)
+    n = PAD_STEPS * PAD_ACCUM
+    ids = torch.randint(0, vocab, (n, PAD_B, PAD_S), generator=g)
+    mask = torch.ones(n, PAD_B, PAD_S, dtype=torch.long)
+    mask[:, 1, 6:] = 0  # row 1: 6 tokens, right padding
+    ids[mask == 0] = pad
+    ids[:, 0, 3] = pad  # the pad id as a real token, inside a row
+    ids[::2, 1, 1] = pad  # and once more in every other micro-batch
+    labels = ids.clone()
+    labels[mask == 0] = -100
+    return ids, mask, labels
+
+
+def pad_model(folder, run):
+    kw = {} if run == "own" else {"pad_token_id": int(run[1:])}
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, torch_dtype=torch.float32, attn_implementation="eager", **kw)
+    model.eval()
+    return model
+
+
+def make_pad(name):
+    """<name>/train_pad_ref.safetensors, per run R in PAD_RUNS[name]:
+
+        R.pad_token_id    [1]      the pad id (config.json's, or the override)
+        R.override        [1]      1: config.json's pad_token_id is replaced by it
+        R.masks           [1]      1: the input embedding has padding_idx = pad
+        R.input_ids, R.attention_mask, R.labels  [12, 2, 9]  micro-batches
+        R.grad_rows_ids   [n]      the ids of micro-batch 0 (sorted, unique)
+        R.grad_rows       [n, H]   their rows of d loss / d token table
+                                   (micro-batch 0; a tied head's share included)
+        R.grad_pad_with, R.grad_pad_without  [H]  the pad row's gradient with
+                                   padding_idx = pad and with none
+        R.grad_norm       [1]      the gradient norm over every parameter
+        R.pad_row_before  [H]      the pad row as loaded
+        R.losses_<opt>, R.grad_norms_<opt>  [6]  6 steps of make_optimizer's
+                                   optimizer (accumulation 2, clipping 1.0)
+        R.pad_row_<opt>   [H]      the pad row after them
+    """
+    folder = os.path.join(FIXTURES, name)
+    tensors = {}
+    for run in PAD_RUNS[name]:
+        model = pad_model(folder, run)
+        emb = model.get_input_embeddings()
+        pad = model.config.pad_token_id
+        masks = emb.padding_idx is not None
+        assert not masks or emb.padding_idx == pad, (name, emb.padding_idx, pad)
+        ids, mask, labels = pad_data(model.config.vocab_size, pad)
+        k = run + "."
+
+        def backward():
+            model.zero_grad(set_to_none=True)
+            model(input_ids=ids[0], attention_mask=mask[0], labels=labels[0]).loss.backward()
+            return emb.weight.grad
+
+        rows = {}
+        for pidx in (pad, None):
+            emb.padding_idx = pidx
+            rows[pidx] = backward()[pad].clone()
+        emb.padding_idx = pad if masks else None
+        grad = backward()
+        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters()))
+        uniq = torch.unique(ids[0])
+        tensors.update({
+            k + "pad_token_id": torch.tensor([pad]), k + "override": torch.tensor([int(run != "own")]),
+            k + "masks": torch.tensor([int(masks)]),
+            k + "input_ids": ids.contiguous(), k + "attention_mask": mask.contiguous(),
+            k + "labels": labels.contiguous(),
+            k + "grad_rows_ids": uniq.contiguous(), k + "grad_rows": grad[uniq].float().contiguous(),
+            k + "grad_pad_with": rows[pad].float(), k + "grad_pad_without": rows[None].float(),
+            k + "grad_norm": norm.reshape(1), k + "pad_row_before": emb.weight[pad].detach().clone(),
+        })
+        for opt_name in ("adamw", "sgd"):
+            model = pad_model(folder, run)
+            opt, sched = make_optimizer(model, opt_name, PAD_STEPS)
+            losses, norms = [], []
+            for step in range(PAD_STEPS):
+                total = 0.0
+                for a in range(PAD_ACCUM):
+                    i = step * PAD_ACCUM + a
+                    out = model(input_ids=ids[i], attention_mask=mask[i], labels=labels[i])
+                    (out.loss / PAD_ACCUM).backward()
+                    total += out.loss.item() / PAD_ACCUM
+                norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(total)
+            after = model.get_input_embeddings().weight[pad].detach().clone()
+            tensors[k + "losses_" + opt_name] = torch.tensor(losses, dtype=torch.float64)
+            tensors[k + "grad_norms_" + opt_name] = torch.tensor(norms, dtype=torch.float64)
+            tensors[k + "pad_row_" + opt_name] = after
+            moved = (after - tensors[k + "pad_row_before"]).abs().max().item()
+            print(f"{name} {run} (pad {pad}, padding_idx {masks}) {opt_name}: loss "
+                  f"{losses[0]:.4f} -> {losses[-1]:.4f}, pad row moved {moved:.3g}")
+        print(f"{name} {run}: pad row gradient with padding_idx "
+              f"{rows[pad].abs().max().item():.3g}, without {rows[None].abs().max().item():.3g}")
+    save_file(tensors, os.path.join(folder, "train_pad_ref.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--amp", action="store_true",
                     help="only the mixed-precision loop references")
+    ap.add_argument("--pad", action="store_true",
+                    help="only the pad-row references (train_pad_ref.safetensors)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     names = a.only or [n for n in CAUSAL if os.path.isdir(os.path.join(FIXTURES, n))]
+    if a.pad:
+        for n in names:
+            if n in PAD_RUNS:
+                make_pad(n)
+        return 0
     if not a.amp:
         for n in names:
             make(n)

@@ -7,6 +7,7 @@
 //
 //   model_encoder_train_test FIXTURE_DIR --tp N          ranks as threads
 //   oslo-run --nproc-per-node N model_encoder_train_test FIXTURE_DIR --procs
+//   ... [--pad]   the pad row (run_pad) instead
 //
 // Passes when every parameter's max |grad - ref| <= 1e-4 max |ref| on every
 // rank, the gradients accumulate on a second call, a supplied gradient of
@@ -97,9 +98,62 @@ void run_rank(Context& ctx, const std::string& dir, const SafetensorsRef& ref) {
 
 }  // namespace
 
+// --pad: BERT's word_embeddings have padding_idx = pad_token_id
+// (backward_pad_ref.safetensors, make_encoder_refs.py --pad: the pad id also
+// a real token): the
+// rows of the batch's ids within 1e-4 (relative to their largest) of torch's,
+// the pad row's with no gradient from the lookup (the data tells that from
+// an unmasked row by over 100x the tolerance).
+void run_pad(Context& ctx, const std::string& dir) {
+  const int r = ctx.topology().tp_rank(), tp = ctx.topology().tp_size();
+  SafetensorsRef ref(dir + "/backward_pad_ref.safetensors");
+  ModelLoadOptions o;
+  o.dtype = OSLO_DTYPE_F32;
+  auto m = Model::load(ctx, dir, o);
+  std::vector<int64_t> shape;
+  const auto ids = ref.get<int64_t>("input_ids", &shape);
+  m->hidden_backward(ids, ref.get<int64_t>("attention_mask"), ref.get<int64_t>("token_type_ids"),
+                     shape[0], shape[1], ref.get<float>("grad_hidden"));
+  const size_t e = static_cast<size_t>(m->embed_param());
+  const Placement& pl = m->tensors()[e].placement;
+  const int64_t H = pl.global_shape[1];
+  const std::vector<float> got = oslo_test::download(ctx, m->grads()[e]);
+  const auto row_ids = ref.get<int64_t>("grad_rows_ids");
+  const auto rows = ref.get<float>("grad_rows");
+  const auto with = ref.get<float>("grad_pad_with");
+  const auto without = ref.get<float>("grad_pad_without");
+  const int64_t pad = m->config().pad_token_id;
+  double big = 0, lookup = 0;
+  for (float v : rows) big = std::max(big, static_cast<double>(std::fabs(v)));
+  for (size_t c = 0; c < with.size(); ++c)
+    lookup = std::max(lookup, static_cast<double>(std::fabs(with[c] - without[c])));
+  double worst = 0;
+  int held = 0;
+  bool pad_held = false;
+  for (size_t i = 0; i < row_ids.size(); ++i)
+    for (const Segment& s : pl.segments) {
+      const int64_t g = row_ids[i];
+      if (g < s.global_start || g >= s.global_start + s.length) continue;
+      const int64_t lr = s.local_start + g - s.global_start;
+      ++held;
+      pad_held = pad_held || g == pad;
+      for (int64_t c = 0; c < H; ++c)
+        worst =
+            std::max(worst, std::fabs(static_cast<double>(got[static_cast<size_t>(lr * H + c)]) -
+                                      rows[i * static_cast<size_t>(H) + static_cast<size_t>(c)]));
+    }
+  const bool ok = worst <= 1e-4 * big && m->config().embed_pad_row == pad && lookup > 1e-2 * big;
+  std::printf(
+      "[rank %d tp %d] word embeddings, %d rows of the batch's ids held%s: max |diff| %.3g "
+      "of max %.3g (the pad row's lookup share %.3g, masked as padding_idx) %s\n",
+      r, tp, held, pad_held ? " (the pad row among them)" : "", worst, big, lookup,
+      ok ? "ok" : "FAIL");
+  if (!ok) ++g_fail;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N | --procs\n", argv[0]);
+    std::fprintf(stderr, "usage: %s FIXTURE_DIR --tp N | --procs [--pad]\n", argv[0]);
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -107,7 +161,14 @@ int main(int argc, char** argv) {
   const bool procs = !std::strcmp(argv[2], "--procs");
   const int tp = procs ? (std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1)
                        : (argc > 3 ? std::atoi(argv[3]) : 1);
+  bool pad = false;
+  for (int i = 2; i < argc; ++i) pad = pad || !std::strcmp(argv[i], "--pad");
   SafetensorsRef ref(dir + "/backward_ref.safetensors");
-  g_fail += oslo_test::run_tp(procs, tp, [&](Context& ctx) { run_rank(ctx, dir, ref); });
+  g_fail += oslo_test::run_tp(procs, tp, [&](Context& ctx) {
+    if (pad)
+      run_pad(ctx, dir);
+    else
+      run_rank(ctx, dir, ref);
+  });
   return g_fail ? 1 : 0;
 }

@@ -35,15 +35,27 @@
 // After every update each bf16/f16 parameter must be its master rounded to
 // its dtype. bf16 runs end with an inf gradient on one rank and no loss
 // scaling: the Trainer's named error on every rank.
+//
+// --pad own|p400: the pad row (run_pad): data where the pad id is also a
+// real token (train_pad_ref.safetensors; p400: config.json's pad_token_id
+// moved to row 400, on the last rank at TP 2 and 4). The families whose
+// token table transformers builds with padding_idx = pad_token_id give that
+// row no gradient from the lookup (a tied head's still reaches it); GPT-2
+// trains it; the gradient rows, norm, 6-step AdamW and SGD curves and the
+// pad row after them against torch.
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/checkpoint/safetensors.hpp"
 #include "core/common/dtype.hpp"
@@ -251,18 +263,16 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo
           [&] { m->loss_backward(ids, labels, mask, shape[0], shape[1]); });
 }
 
-// The training loop of make_train_refs.py's run_loop, step by step.
-void run_loop(Context& ctx, const std::string& dir, int tp, const std::string& opt_name) {
-  const int r = ctx.topology().tp_rank();
-  Ref ref(dir + "/train_loop_ref.safetensors");
-  auto m = load_f32(ctx, dir);
-  std::vector<int64_t> shape;
-  const auto ids = ref.get<int64_t>("input_ids", &shape);
-  const auto mask = ref.get<int64_t>("attention_mask");
-  const auto labels = ref.get<int64_t>("labels");
-  const auto want_loss = ref.get<double>("losses_" + opt_name);
-  const auto want_norm = ref.get<double>("grad_norms_" + opt_name);
-  const int64_t B = shape[1], S = shape[2], per = B * S, accum = 2;
+// make_train_refs.py's run_loop, step by step, on micro-batches of [B, S]
+// (ids, labels and mask hold 2 * steps of them), against its per-step losses
+// and gradient norms (within 1e-4 relative). `tag` names the run in output.
+void train_steps(Context& ctx, Model& m, const std::string& opt_name,
+                 const std::vector<int64_t>& ids, const std::vector<int64_t>& mask,
+                 const std::vector<int64_t>& labels, int64_t B, int64_t S,
+                 const std::vector<double>& want_loss, const std::vector<double>& want_norm,
+                 const std::string& tag) {
+  const int r = ctx.topology().tp_rank(), tp = ctx.topology().tp_size();
+  const int64_t per = B * S, accum = 2;
   const int64_t steps = static_cast<int64_t>(want_loss.size());
   OptimizerOptions o;
   o.weight_decay = 0.01;
@@ -281,20 +291,20 @@ void run_loop(Context& ctx, const std::string& dir, int tp, const std::string& o
     sched = ScheduleKind::LINEAR;
     warmup = 2;
   }
-  Optimizer opt(*m, o);
+  Optimizer opt(m, o);
   double worst_loss = 0, worst_norm = 0;
   for (int64_t step = 0; step < steps; ++step) {
-    m->zero_grad();
+    m.zero_grad();
     double total = 0;
     for (int64_t k = 0; k < accum; ++k) {
       const int64_t i = step * accum + k;
       auto part = [&](const std::vector<int64_t>& v) {
         return std::vector<int64_t>(v.begin() + i * per, v.begin() + (i + 1) * per);
       };
-      total += m->loss_backward(part(ids), part(labels), part(mask), B, S, 1.f / accum) /
+      total += m.loss_backward(part(ids), part(labels), part(mask), B, S, 1.f / accum) /
                static_cast<double>(accum);
     }
-    const double norm = clip_grad_norm(*m, 1.0);
+    const double norm = clip_grad_norm(m, 1.0);
     opt.step(o.lr * schedule_factor(sched, step, warmup, steps));
     const double el = std::fabs(total - want_loss[step]) / std::fabs(want_loss[step]);
     const double en = std::fabs(norm - want_norm[step]) / std::fabs(want_norm[step]);
@@ -303,13 +313,172 @@ void run_loop(Context& ctx, const std::string& dir, int tp, const std::string& o
     const bool ok = el <= 1e-4 && en <= 1e-4;
     if (!ok || (r == 0 && (step == 0 || step + 1 == steps)))
       std::printf("[rank %d tp %d %s] step %lld: loss %.6f vs %.6f, grad norm %.5f vs %.5f %s\n", r,
-                  tp, opt_name.c_str(), static_cast<long long>(step), total, want_loss[step], norm,
+                  tp, tag.c_str(), static_cast<long long>(step), total, want_loss[step], norm,
                   want_norm[step], ok ? "ok" : "FAIL");
     if (!ok) ++g_fail;
   }
   if (r == 0)
     std::printf("[rank %d tp %d %s] %lld steps: worst relative error loss %.3g, grad norm %.3g\n",
-                r, tp, opt_name.c_str(), static_cast<long long>(steps), worst_loss, worst_norm);
+                r, tp, tag.c_str(), static_cast<long long>(steps), worst_loss, worst_norm);
+}
+
+// The training loop of make_train_refs.py's run_loop, step by step.
+void run_loop(Context& ctx, const std::string& dir, const std::string& opt_name) {
+  Ref ref(dir + "/train_loop_ref.safetensors");
+  auto m = load_f32(ctx, dir);
+  std::vector<int64_t> shape;
+  const auto ids = ref.get<int64_t>("input_ids", &shape);
+  train_steps(ctx, *m, opt_name, ids, ref.get<int64_t>("attention_mask"),
+              ref.get<int64_t>("labels"), shape[1], shape[2], ref.get<double>("losses_" + opt_name),
+              ref.get<double>("grad_norms_" + opt_name), opt_name);
+}
+
+// The local row of global row `row` of a vocabulary-split table on this
+// rank, -1 if another rank holds it.
+int64_t local_row(const Placement& p, int64_t row) {
+  for (const Segment& s : p.segments)
+    if (row >= s.global_start && row < s.global_start + s.length)
+      return s.local_start + row - s.global_start;
+  return -1;
+}
+
+// A copy of the fixture folder with config.json's pad_token_id set to pad.
+std::string fixture_with_pad(const std::string& dir, int64_t pad) {
+  namespace fs = std::filesystem;
+  const std::string out = oslo_test::temp_dir("oslo-pad");
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) fs::copy_file(e.path(), fs::path(out) / e.path().filename());
+  nlohmann::json j;
+  {
+    std::ifstream f(out + "/config.json");
+    j = nlohmann::json::parse(f);
+  }
+  j["pad_token_id"] = pad;
+  std::ofstream(out + "/config.json") << j.dump(2);
+  return out;
+}
+
+// The pad row (train_pad_ref.safetensors, run `run`: make_train_refs.py
+// --pad): data where the pad id is also a real token. The family's rule is
+// transformers' (padding_idx = pad_token_id or none); the token table's
+// gradient rows of every id of micro-batch 0 within 1e-4 (relative to their
+// largest) of torch's, the pad row's among them (with padding_idx only a
+// tied head's share reaches it, without it the lookup's too: the data must
+// tell the two apart by 100x the tolerance); the gradient norm over every
+// parameter within 1e-5; then 6 steps of AdamW and of Nesterov SGD (weight
+// decay 0.01, which moves the pad row either way) with every step's loss and
+// gradient norm within 1e-4 and the pad row after them within 1e-3 of its
+// movement (plus 1e-7) of torch's.
+void run_pad(Context& ctx, const std::string& fixture, const std::string& run) {
+  const int r = ctx.topology().tp_rank(), tp = ctx.topology().tp_size();
+  Ref ref(fixture + "/train_pad_ref.safetensors");
+  const std::string k = run + ".";
+  const int64_t pad = ref.get<int64_t>(k + "pad_token_id")[0];
+  const bool masks = ref.get<int64_t>(k + "masks")[0] != 0;
+  const std::string dir =
+      ref.get<int64_t>(k + "override")[0] ? fixture_with_pad(fixture, pad) : fixture;
+  std::vector<int64_t> shape;
+  const auto ids = ref.get<int64_t>(k + "input_ids", &shape);
+  const auto mask = ref.get<int64_t>(k + "attention_mask");
+  const auto labels = ref.get<int64_t>(k + "labels");
+  const int64_t B = shape[1], S = shape[2], per = B * S;
+  const std::string tag = run + " pad " + std::to_string(pad);
+  auto fail = [&](bool ok) {
+    if (!ok) ++g_fail;
+    return ok ? "ok" : "FAIL";
+  };
+
+  auto m = load_f32(ctx, dir);
+  // The rule: the row transformers' nn.Embedding(padding_idx=) names.
+  const bool rule_ok = m->config().embed_pad_row == (masks ? pad : -1);
+  if (r == 0 || !rule_ok)
+    std::printf("[rank %d tp %d %s] %s: the token table's pad row %s (transformers: %s) %s\n", r,
+                tp, tag.c_str(), m->config().model_type.c_str(),
+                m->config().embed_pad_row >= 0 ? "gets no gradient from the lookup" : "trains",
+                masks ? "padding_idx" : "no padding_idx", fail(rule_ok));
+
+  // Micro-batch 0's gradient.
+  auto first = [&](const std::vector<int64_t>& v) {
+    return std::vector<int64_t>(v.begin(), v.begin() + per);
+  };
+  m->loss_backward(first(ids), first(labels), first(mask), B, S);
+  const size_t e = static_cast<size_t>(m->embed_param());
+  const Placement& pl = m->tensors()[e].placement;
+  const int64_t H = pl.global_shape[1];
+  const std::vector<float> got = download(ctx, m->grads()[e]);
+  const auto row_ids = ref.get<int64_t>(k + "grad_rows_ids");
+  const auto rows = ref.get<float>(k + "grad_rows");
+  double big = 0;
+  for (float v : rows) big = std::max(big, static_cast<double>(std::fabs(v)));
+  double worst = 0;
+  int held = 0;
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    const int64_t lr = local_row(pl, row_ids[i]);
+    if (lr < 0) continue;
+    ++held;
+    for (int64_t c = 0; c < H; ++c)
+      worst = std::max(worst, std::fabs(static_cast<double>(got[static_cast<size_t>(lr * H + c)]) -
+                                        rows[i * static_cast<size_t>(H) + static_cast<size_t>(c)]));
+  }
+  std::printf(
+      "[rank %d tp %d %s] token table gradient, %d rows of micro-batch 0's ids held: max "
+      "|diff| %.3g of max %.3g %s\n",
+      r, tp, tag.c_str(), held, worst, big, fail(worst <= 1e-4 * big));
+  const int64_t pr = local_row(pl, pad);
+  if (pr >= 0) {
+    const auto with = ref.get<float>(k + "grad_pad_with");
+    const auto without = ref.get<float>(k + "grad_pad_without");
+    double dw = 0, dwo = 0, lookup = 0;
+    for (int64_t c = 0; c < H; ++c) {
+      const double g = got[static_cast<size_t>(pr * H + c)];
+      dw = std::max(dw, std::fabs(g - with[static_cast<size_t>(c)]));
+      dwo = std::max(dwo, std::fabs(g - without[static_cast<size_t>(c)]));
+      lookup = std::max(lookup, static_cast<double>(std::fabs(with[static_cast<size_t>(c)] -
+                                                              without[static_cast<size_t>(c)])));
+    }
+    const double tol = 1e-4 * big;
+    const bool ok = lookup > 100 * tol && (masks ? dw : dwo) <= tol;
+    std::printf(
+        "[rank %d tp %d %s] pad row %lld (local %lld) gradient: |diff| %.3g from torch "
+        "with padding_idx, %.3g without (the lookup's share %.3g); %s %s\n",
+        r, tp, tag.c_str(), static_cast<long long>(pad), static_cast<long long>(pr), dw, dwo,
+        lookup,
+        masks ? "no gradient from the lookup, as transformers" : "the row trains, as transformers",
+        fail(ok));
+  }
+  const double norm = clip_grad_norm(*m, 1e30);
+  const double want_norm = ref.get<double>(k + "grad_norm")[0];
+  const double en = std::fabs(norm - want_norm) / want_norm;
+  if (r == 0 || en > 1e-5)
+    std::printf("[rank %d tp %d %s] gradient norm %.7f vs %.7f (rel %.2g) %s\n", r, tp, tag.c_str(),
+                norm, want_norm, en, fail(en <= 1e-5));
+
+  // Training: the curves, then the pad row.
+  const auto before = ref.get<float>(k + "pad_row_before");
+  for (const char* o : {"adamw", "sgd"}) {
+    const std::string opt = o;
+    auto mo = load_f32(ctx, dir);
+    train_steps(ctx, *mo, opt, ids, mask, labels, B, S, ref.get<double>(k + "losses_" + opt),
+                ref.get<double>(k + "grad_norms_" + opt), tag + " " + opt);
+    const size_t pe = static_cast<size_t>(mo->embed_param());
+    if (pr < 0) continue;
+    const std::vector<float> w = download(ctx, mo->tensors()[pe].tensor);
+    const auto after = ref.get<float>(k + "pad_row_" + opt);
+    double moved = 0, got_moved = 0, err = 0;
+    for (int64_t c = 0; c < H; ++c) {
+      const size_t ci = static_cast<size_t>(c);
+      const double v = w[static_cast<size_t>(pr * H + c)];
+      moved = std::max(moved, std::fabs(static_cast<double>(after[ci]) - before[ci]));
+      got_moved = std::max(got_moved, std::fabs(v - before[ci]));
+      err = std::max(err, std::fabs(v - after[ci]));
+    }
+    std::printf(
+        "[rank %d tp %d %s %s] pad row after %zu steps: moved %.3g (torch %.3g), |diff| "
+        "%.3g %s\n",
+        r, tp, tag.c_str(), opt.c_str(), ref.get<double>(k + "losses_" + opt).size(), got_moved,
+        moved, err, fail(err <= 1e-3 * moved + 1e-7));
+  }
+  if (dir != fixture) oslo_test::remove_tree(dir);  // this rank's copy
 }
 
 // A bf16/f16/f32 tensor's values widened to f32 on the host.
@@ -540,7 +709,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: %s FIXTURE_DIR --tp N | --procs [--dtype f32|bf16|f16] "
-                 "[--loop adamw|sgd] [--amp bf16|bf16_sgd|f16|f16_overflow]\n",
+                 "[--loop adamw|sgd] [--amp bf16|bf16_sgd|f16|f16_overflow] [--pad own|p400]\n",
                  argv[0]);
     return 2;
   }
@@ -549,11 +718,12 @@ int main(int argc, char** argv) {
   const bool procs = !std::strcmp(argv[2], "--procs");
   const int tp = procs ? (std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE")) : 1)
                        : (argc > 3 ? std::atoi(argv[3]) : 1);
-  std::string loop, amp;
+  std::string loop, amp, pad;
   oslo_dtype dtype = OSLO_DTYPE_F32;
   for (int i = 2; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--loop")) loop = argv[i + 1];
     if (!std::strcmp(argv[i], "--amp")) amp = argv[i + 1];
+    if (!std::strcmp(argv[i], "--pad")) pad = argv[i + 1];
     if (!std::strcmp(argv[i], "--dtype"))
       dtype = !std::strcmp(argv[i + 1], "bf16")  ? OSLO_DTYPE_BF16
               : !std::strcmp(argv[i + 1], "f16") ? OSLO_DTYPE_F16
@@ -561,12 +731,14 @@ int main(int argc, char** argv) {
   }
   Ref ref(dir + "/train_ref.safetensors");
   auto body = [&](Context& ctx) {
-    if (!amp.empty())
+    if (!pad.empty())
+      run_pad(ctx, dir, pad);
+    else if (!amp.empty())
       run_amp(ctx, dir, tp, amp);
     else if (loop.empty())
       run_rank(ctx, dir, tp, ref, dtype);
     else
-      run_loop(ctx, dir, tp, loop);
+      run_loop(ctx, dir, loop);
   };
   g_fail += oslo_test::run_tp(procs, tp, body);
   return g_fail ? 1 : 0;

@@ -158,6 +158,7 @@ void read(const ConfigReader& rd, ModelConfig* c) {
   t.norm = NormKind::LAYER_NORM;
   t.post_norm = true;
   t.token_types = true;
+  t.embed_padding_idx = true;  // word_embeddings: padding_idx=config.pad_token_id
 }
 
 }  // namespace

@@ -119,6 +119,7 @@ void read_gemma(const ConfigReader& rd, ModelConfig* c) {
   t.rotary = true;
   t.gated_mlp = true;
   t.embed_scale = std::sqrt(static_cast<double>(c->hidden_size));
+  t.embed_padding_idx = true;  // GemmaScaledWordEmbedding(..., padding_idx)
 }
 
 }  // namespace

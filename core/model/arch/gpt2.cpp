@@ -61,6 +61,7 @@ void read(const ConfigReader& rd, ModelConfig* c) {
   BlockTraits& t = c->traits;
   t.causal = true;
   t.norm = NormKind::LAYER_NORM;
+  t.embed_padding_idx = false;  // wte: nn.Embedding without padding_idx
 }
 
 }  // namespace

@@ -124,6 +124,7 @@ void read(const ConfigReader& rd, ModelConfig* c) {
   t.norm = NormKind::LAYER_NORM;
   t.parallel_residual = rd.boolean("use_parallel_residual", true);
   t.rotary = true;
+  t.embed_padding_idx = false;  // embed_in: nn.Embedding without padding_idx
   t.rotary_fraction = rd.number("rotary_pct", 0.25);
   c->rope.theta = rd.number("rotary_emb_base", 10000.0);
   if (rd.has("rope_scaling")) read_rope(rd.at("rope_scaling"), src, &c->rope, &t.rotary_fraction);

@@ -98,6 +98,7 @@ void read_common(const ConfigReader& rd, ModelConfig* c) {
   t.norm = NormKind::RMS_NORM;
   t.rotary = true;
   t.gated_mlp = true;
+  t.embed_padding_idx = true;  // embed_tokens: padding_idx=config.pad_token_id
 }
 
 void read_llama(const ConfigReader& rd, ModelConfig* c) {

@@ -104,6 +104,7 @@ void read_phi3(const ConfigReader& rd, ModelConfig* c) {
   t.norm = NormKind::RMS_NORM;
   t.rotary = true;
   t.gated_mlp = true;
+  t.embed_padding_idx = true;  // embed_tokens: padding_idx=config.pad_token_id
   t.rotary_fraction = rd.number("partial_rotary_factor", 1.0);
   c->rope.theta = rd.number("rope_theta", 10000.0);
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
