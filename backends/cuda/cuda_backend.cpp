@@ -476,8 +476,10 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
 oslo_status check_memory(void* self, const void* ptr, size_t bytes) {
   return guard(self, "check_memory", [&](Instance& in) {
     if (bytes == 0) return;
-    if (ptr == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
-    const char* ends[2] = {static_cast<const char*>(ptr), static_cast<const char*>(ptr) + bytes - 1};
+    if (ptr == nullptr)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
+    const char* ends[2] = {static_cast<const char*>(ptr),
+                           static_cast<const char*>(ptr) + bytes - 1};
     for (const char* p : ends) {
       cudaPointerAttributes a{};
       const cudaError_t e = cudaPointerGetAttributes(&a, p);
@@ -486,12 +488,13 @@ oslo_status check_memory(void* self, const void* ptr, size_t bytes) {
         fail(OSLO_ERR_INVALID_ARGUMENT, std::string("cudaPointerGetAttributes failed (") +
                                             cudaGetErrorString(e) + "): not CUDA memory");
       }
-      const char* what = a.type == cudaMemoryTypeHost         ? "pinned host memory"
+      const char* what = a.type == cudaMemoryTypeHost           ? "pinned host memory"
                          : a.type == cudaMemoryTypeUnregistered ? "pageable host memory"
                          : a.type == cudaMemoryTypeManaged      ? nullptr
                          : a.type == cudaMemoryTypeDevice       ? nullptr
                                                                 : "memory of an unknown kind";
-      if (what) fail(OSLO_ERR_INVALID_ARGUMENT, std::string("it is ") + what + ", not device memory");
+      if (what)
+        fail(OSLO_ERR_INVALID_ARGUMENT, std::string("it is ") + what + ", not device memory");
       if (a.device != in.device)
         fail(OSLO_ERR_INVALID_ARGUMENT, "it is memory of device " + std::to_string(a.device) +
                                             ", not of this instance's device " +
@@ -508,8 +511,8 @@ oslo_status host_alloc(void* self, size_t bytes, void** out) {
     const cudaError_t e = cudaMallocHost(&p, bytes == 0 ? 64 : bytes);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      fail(OSLO_ERR_OUT_OF_MEMORY, "cudaMallocHost of " + std::to_string(bytes) +
-                                       " bytes: " + cudaGetErrorString(e));
+      fail(OSLO_ERR_OUT_OF_MEMORY,
+           "cudaMallocHost of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
     }
     *out = p;
   });

@@ -596,9 +596,8 @@ typedef struct oslo_backend_iface {
    * packed copy and b itself (few rows of a: a product that streams b may
    * be faster), so both must hold the same values. */
   oslo_status (*matmul_packed)(void *self, const oslo_bk_view *c, const oslo_bk_view *a,
-                               const oslo_bk_view *b, const void *packed,
-                               const oslo_bk_view *bias, int act_on, oslo_bk_unary act,
-                               const oslo_bk_view *gate);
+                               const oslo_bk_view *b, const void *packed, const oslo_bk_view *bias,
+                               int act_on, oslo_bk_unary act, const oslo_bk_view *gate);
   /** Releases a handle of pack_weight() (NULL: nothing). Never fails. */
   void (*packed_free)(void *self, void *packed);
 

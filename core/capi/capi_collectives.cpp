@@ -26,8 +26,8 @@ void check_op(oslo_reduce_op op, const char* fn) {
 void check_peer(oslo::Context& c, oslo_group g, int peer, const char* fn) {
   const int n = oslo::group_size(c, g), me = oslo::group_rank(c, g);
   if (peer < 0 || peer >= n || peer == me)
-    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": peer ", peer, " is not another rank of a group of ",
-               n, " (this rank is ", me, ")");
+    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": peer ", peer,
+               " is not another rank of a group of ", n, " (this rank is ", me, ")");
 }
 
 }  // namespace

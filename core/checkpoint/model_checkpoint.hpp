@@ -100,8 +100,7 @@ void run_agreed(Control& world, const std::string& what, const std::function<voi
 // OSLO_ERR_INVALID_ARGUMENT, OSLO_ERR_IO, OSLO_ERR_COMM, OSLO_ERR_TIMEOUT.
 void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensors,
                  const std::string& model_config_json, const std::vector<std::string>& extra_files,
-                 const CheckpointLayout& layout, Control& world,
-                 const ProgressFn& progress = {},
+                 const CheckpointLayout& layout, Control& world, const ProgressFn& progress = {},
                  const std::map<std::string, nlohmann::json>& sections = {});
 
 struct MergeOptions {

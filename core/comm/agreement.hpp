@@ -79,10 +79,10 @@ class LocalOutcome {
 // A world of one rank rethrows its own status and message unchanged. Costs
 // one control all-reduce of one value when nothing failed, plus one
 // broadcast of about 1 KiB when something did (control messages: host
-// values staged through the backend's memory where it is not host memory). The collectives honour `world`'s timeout:
-// if one of them throws (OSLO_ERR_COMM, OSLO_ERR_TIMEOUT), `on_failure` runs
-// on this rank and that error propagates. A status outside the known range
-// received from a peer becomes OSLO_ERR_INTERNAL.
+// values staged through the backend's memory where it is not host memory). The collectives honour
+// `world`'s timeout: if one of them throws (OSLO_ERR_COMM, OSLO_ERR_TIMEOUT), `on_failure` runs on
+// this rank and that error propagates. A status outside the known range received from a peer
+// becomes OSLO_ERR_INTERNAL.
 void agree_on_outcome(Control& world, const LocalOutcome& mine, const std::string& what,
                       const std::function<void()>& on_failure = {});
 

@@ -92,8 +92,7 @@ std::vector<std::string> Control::all_gather_strings(const std::string& s) {
   for (int r = 0; r < n; ++r) {
     const int64_t* p = all.data() + words * static_cast<size_t>(r);
     OSLO_CHECK(p[0] >= 0 && static_cast<size_t>(p[0]) <= (words - 1) * 8, OSLO_ERR_COMM,
-               "control: rank ", r, " sent a string of ", p[0], " bytes in ", words - 1,
-               " words");
+               "control: rank ", r, " sent a string of ", p[0], " bytes in ", words - 1, " words");
     out.emplace_back(reinterpret_cast<const char*>(p + 1), static_cast<size_t>(p[0]));
   }
   return out;

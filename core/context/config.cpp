@@ -185,12 +185,12 @@ Config parse_config(const char* text) {
       c.backend = get_string(v, key);
     } else if (key == "communicator") {
       c.communicator = get_string(v, key);
-      OSLO_CHECK(c.communicator == "auto" || c.communicator == "backend" ||
-                     c.communicator == "host",
-                 OSLO_ERR_CONFIG, "config: \"communicator\" is \"", c.communicator,
-                 "\": \"auto\" (the backend's own, else host transports), \"backend\" (the "
-                 "backend's own only) or \"host\" (oslo's host transports, staged through host "
-                 "memory for a device backend)");
+      OSLO_CHECK(
+          c.communicator == "auto" || c.communicator == "backend" || c.communicator == "host",
+          OSLO_ERR_CONFIG, "config: \"communicator\" is \"", c.communicator,
+          "\": \"auto\" (the backend's own, else host transports), \"backend\" (the "
+          "backend's own only) or \"host\" (oslo's host transports, staged through host "
+          "memory for a device backend)");
     } else if (key == "backend_options") {
       OSLO_CHECK(v.is_object(), OSLO_ERR_CONFIG, "config: \"backend_options\" must be an object");
       c.backend_options = v.dump();

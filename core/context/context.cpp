@@ -337,8 +337,7 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
         c = std::move(h);
         *host = true;  // reads tensor memory directly: the queue drains first
       } else {
-        c = std::make_shared<StagedCommunicator>(std::move(h), device_staging(backend_),
-                                                 spec.name);
+        c = std::make_shared<StagedCommunicator>(std::move(h), device_staging(backend_), spec.name);
       }
     }
     log_.log(LogLevel::Info, "group ", spec.name, " (ranks ", describe_ranks(members), ") uses ",

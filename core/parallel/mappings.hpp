@@ -30,8 +30,7 @@ int group_rank(const Context& ctx, oslo_group g);
 // come here: they go through ctx.control(g) (core/comm/control.hpp).
 void all_reduce(Context& ctx, oslo_group g, void* buf, size_t count, oslo_dtype dt,
                 oslo_reduce_op op);
-void all_gather(Context& ctx, oslo_group g, const void* in, void* out, size_t count,
-                oslo_dtype dt);
+void all_gather(Context& ctx, oslo_group g, const void* in, void* out, size_t count, oslo_dtype dt);
 void reduce_scatter(Context& ctx, oslo_group g, const void* in, void* out, size_t count,
                     oslo_dtype dt, oslo_reduce_op op);
 void broadcast(Context& ctx, oslo_group g, void* buf, size_t count, oslo_dtype dt, int root);

@@ -154,6 +154,8 @@ static void test_context_bad_configs(void **state) {
       {"{\"num_threads\": 0}", OSLO_ERR_CONFIG, "num_threads"},
       {"{\"backend\": 3}", OSLO_ERR_CONFIG, "backend"},
       {"{\"backend\": \"nosuch\"}", OSLO_ERR_BACKEND_UNAVAILABLE, "nosuch"},
+      {"{\"communicator\": \"nccl\"}", OSLO_ERR_CONFIG, "communicator"},
+      {"{\"communicator\": 1}", OSLO_ERR_CONFIG, "communicator"},
       {"{\"init_method\": \"udp://x\"}", OSLO_ERR_CONFIG, "init_method"},
       {"{\"init_method\": \"tcp://host\"}", OSLO_ERR_CONFIG, "init_method"},
       {"{\"init_method\": \"tcp://host:99999\"}", OSLO_ERR_CONFIG, "port"},

@@ -15,12 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "tests/common/test_backend.hpp"
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/model/model.hpp"
 #include "tests/common/safetensors_ref.hpp"
 #include "tests/common/temp_dir.hpp"
+#include "tests/common/test_backend.hpp"
 
 namespace oslo_test {
 
@@ -151,8 +151,8 @@ inline int run_tp(bool procs, int tp, const std::function<void(oslo::Context&)>&
         const std::string cfg =
             "{\"rank\": " + std::to_string(r) + ", \"world_size\": " + std::to_string(tp) +
             ", \"tensor_parallel_size\": " + std::to_string(tp) + ", \"init_method\": \"file://" +
-            store + "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1" +
-            test_backend_members() + "}";
+            store + "/rdv\", \"timeout_seconds\": 60, \"num_threads\": 1" + test_backend_members() +
+            "}";
         oslo::Context ctx(oslo::Config::parse(cfg.c_str()));
         body(ctx);
       } catch (const oslo::Error& e) {

@@ -927,9 +927,11 @@ int main(int argc, char **argv) {
   }
   /* --backend, else OSLO_TEST_BACKEND, else cpu; OSLO_TEST_COMMUNICATOR picks
    * the communicator (tests/common/test_backend.hpp). */
-  const char *env_backend = getenv("OSLO_TEST_BACKEND"), *env_comm = getenv("OSLO_TEST_COMMUNICATOR");
-  const char *mode = argv[1], *dir = "", *backend = env_backend && *env_backend ? env_backend : "cpu",
-             *backend_options = "{}", *communicator = env_comm && *env_comm ? env_comm : "auto";
+  const char *env_backend = getenv("OSLO_TEST_BACKEND"),
+             *env_comm = getenv("OSLO_TEST_COMMUNICATOR");
+  const char *mode = argv[1], *dir = "",
+             *backend = env_backend && *env_backend ? env_backend : "cpu", *backend_options = "{}",
+             *communicator = env_comm && *env_comm ? env_comm : "auto";
   int tp = 1, threads = 0, bad_rank = -1;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--tp") == 0)
