@@ -269,8 +269,10 @@ struct DLManagedTensorVersioned;
  *                             "auto" (default: the backend's own, e.g.
  *                             NCCL for "cuda", else oslo's host
  *                             transports), "backend" (the backend's own
- *                             only; refused with OSLO_ERR_NOT_SUPPORTED
- *                             for a backend without them) or "host" (oslo's
+ *                             only, for every group, a group of one
+ *                             included: NCCL at world size 1; refused
+ *                             with OSLO_ERR_NOT_SUPPORTED for a backend
+ *                             without them) or "host" (oslo's
  *                             host transports: shm on one host, gloo
  *                             across hosts; for a GPU backend every buffer
  *                             is checked to be device memory and staged

@@ -255,8 +255,9 @@ namespace {
 
 thread_local std::string create_error;
 
-// Parses the options; returns the device index asked for.
-int configure(Instance& in, const oslo_backend_options* options) {
+// Parses the options; returns the device index asked for (*by_rank: none
+// was, the index is the local rank's).
+int configure(Instance& in, const oslo_backend_options* options, bool* by_rank) {
   int local_rank = 0;
   const char* extra = "{}";
   if (options != nullptr) {
@@ -275,6 +276,7 @@ int configure(Instance& in, const oslo_backend_options* options) {
   }
   if (!cfg.is_object()) fail(OSLO_ERR_FORMAT, "backend options must be a JSON object");
   int device = local_rank;
+  *by_rank = true;
   for (auto it = cfg.begin(); it != cfg.end(); ++it) {
     const std::string& key = it.key();
     const auto& value = it.value();
@@ -282,12 +284,14 @@ int configure(Instance& in, const oslo_backend_options* options) {
       // An index, or "cuda" / "cuda:N" as on the command line.
       if (value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < 1024) {
         device = value.get<int>();
+        *by_rank = false;
       } else if (value.is_string() && value.get<std::string>() == "cuda") {
         // the local rank's device
       } else if (value.is_string() && value.get<std::string>().rfind("cuda:", 0) == 0 &&
                  value.get<std::string>().size() > 5 && value.get<std::string>().size() < 10 &&
                  value.get<std::string>().find_first_not_of("0123456789", 5) == std::string::npos) {
         device = std::stoi(value.get<std::string>().substr(5));
+        *by_rank = false;
       } else {
         fail(OSLO_ERR_CONFIG,
              "backend option \"device\" must be a device index >= 0, \"cuda\" or \"cuda:N\", "
@@ -305,7 +309,7 @@ int configure(Instance& in, const oslo_backend_options* options) {
   return device;
 }
 
-void start(Instance& in, int device) {
+void start(Instance& in, int device, bool by_rank) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -315,6 +319,11 @@ void start(Instance& in, int device) {
              " (" + cudaGetErrorString(e) + ")");
   }
   if (count == 0) fail(OSLO_ERR_BACKEND_UNAVAILABLE, "no usable CUDA GPU: none is visible");
+  // More local ranks than GPUs and no "device" asked: ranks share them
+  // round-robin (local rank r on GPU r mod count). The host communicators
+  // ("communicator": "host") run such ranks; NCCL refuses two ranks of a
+  // group on one GPU by name.
+  if (by_rank) device %= count;
   if (device >= count)
     fail(OSLO_ERR_CONFIG, "CUDA device " + std::to_string(device) +
                               " asked (local_rank or the \"device\" option), but " +
@@ -362,8 +371,9 @@ oslo_status create(void** self, const oslo_backend_options* options, const char*
   Instance* in = nullptr;
   try {
     in = new Instance();
-    const int device = configure(*in, options);
-    start(*in, device);
+    bool by_rank = true;
+    const int device = configure(*in, options, &by_rank);
+    start(*in, device, by_rank);
     *self = in;
     return OSLO_OK;
   } catch (...) {

@@ -21,7 +21,9 @@ struct Config {
   //   "auto"    the backend's own (NCCL for cuda), else oslo's host
   //             transports, staged through host memory when the backend's
   //             memory is not host memory (the default);
-  //   "backend" the backend's own; a backend without them is refused;
+  //   "backend" the backend's own, for every group, a group of one
+  //             included (NCCL at world 1); a backend without them is
+  //             refused;
   //   "host"    oslo's host transports (shm on one host, gloo across hosts),
   //             staged for a device backend: several ranks on one GPU.
   std::string communicator = "auto";

@@ -16,6 +16,7 @@
 #include "core/comm/transport.hpp"
 #include "core/common/error.hpp"
 #include "core/rendezvous/file_store.hpp"
+#include "core/rendezvous/hash_store.hpp"
 #include "core/rendezvous/local_address.hpp"
 #include "core/rendezvous/tcp_store.hpp"
 #include "core/topology/launch_env.hpp"
@@ -186,9 +187,32 @@ void Context::rendezvous_and_connect(const std::string& init_method) {
   comms_.resize(4);
   host_transport_.assign(4, false);
   if (world == 1) {
-    auto self = std::make_shared<SelfCommunicator>(self_copy(backend_));
-    for (auto& c : comms_) c = self;
-    grad_comm_ = self;
+    if (config_.communicator == "backend") {
+      // "backend" is the backend's own communicator for every group, a group
+      // of one included (NCCL at world 1: its streams, timeouts and abort on
+      // device buffers), bootstrapped through a store of this process's own.
+      HashStore store;
+      auto own = [&](const std::string& name) -> std::shared_ptr<Communicator> {
+        GroupSpec spec;
+        spec.name = name;
+        spec.members = {0};
+        spec.timeout_seconds = config_.timeout_seconds;
+        std::shared_ptr<Communicator> c = backend_->create_communicator(store, spec);
+        OSLO_CHECK(c, OSLO_ERR_NOT_SUPPORTED, "backend '", backend_->name(),
+                   "' has no communicator of its own for group ", name,
+                   " and the config asks for one (\"communicator\": \"backend\"; \"auto\" "
+                   "or \"host\" connect a group of one by the backend's copies)");
+        log_.log(LogLevel::Info, "group ", name, " (rank 0) uses ", c->transport());
+        return c;
+      };
+      const std::shared_ptr<Communicator> c = own(t.group_name(OSLO_GROUP_WORLD));
+      for (auto& x : comms_) x = c;
+      grad_comm_ = own(t.group_name(OSLO_GROUP_DATA) + ".grad");
+    } else {
+      auto self = std::make_shared<SelfCommunicator>(self_copy(backend_));
+      for (auto& c : comms_) c = self;
+      grad_comm_ = self;
+    }
     make_controls();
     return;
   }

@@ -12,6 +12,10 @@
                                             same data_hash, losses within RTOL relative
                                             and the same tokens (e.g. --dp 2 --batch-size
                                             B against --dp 1 --batch-size 2B)
+    check_train.py match A B N RTOL         the first N steps of logs A and B have the
+                                            same data_hash and tokens, losses and
+                                            gradient norms within RTOL relative (a
+                                            device against --device cpu)
     check_train.py differs A B N            data_hash differs in some of the first N steps
     check_train.py hf MERGED FIXTURE IDS N  transformers loads MERGED (AutoModelForCausalLM,
                                             AutoTokenizer), its weights differ from
@@ -95,6 +99,24 @@ def close(a, b, n, rtol):
     print(f"{a} vs {b}: same data in {n} steps, losses within {worst:.2e} relative")
 
 
+def match(a, b, n, rtol):
+    ra, rb = read(a)[:n], read(b)[:n]
+    if len(ra) != n or len(rb) != n:
+        fail(f"fewer than {n} steps in {a} or {b}")
+    worst = {"loss": 0.0, "grad_norm": 0.0}
+    for x, y in zip(ra, rb):
+        if x["data_hash"] != y["data_hash"] or x["tokens"] != y["tokens"]:
+            fail(f"step {x['step']}: data differs: {x['data_hash']} vs {y['data_hash']}")
+        for k in worst:
+            rel = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
+            worst[k] = max(worst[k], rel)
+            if not rel <= rtol:
+                fail(f"step {x['step']}: {k} {x[k]!r} vs {y[k]!r} (relative {rel:.2e}, "
+                     f"tolerance {rtol})")
+    print(f"{a} vs {b}: same data in {n} steps, losses within {worst['loss']:.2e}, gradient "
+          f"norms within {worst['grad_norm']:.2e} relative")
+
+
 def differs(a, b, n):
     ha = [r["data_hash"] for r in read(a)[:n]]
     hb = [r["data_hash"] for r in read(b)[:n]]
@@ -138,6 +160,8 @@ def main():
         decreases(args[0])
     elif cmd == "same":
         same(args[0], args[1], int(args[2]), float(args[3]) if len(args) > 3 else 1e-4)
+    elif cmd == "match":
+        match(args[0], args[1], int(args[2]), float(args[3]))
     elif cmd == "close":
         close(args[0], args[1], int(args[2]), float(args[3]))
     elif cmd == "differs":

@@ -66,6 +66,22 @@ struct LoopData {
     B = shape[1];
     S = shape[2];
   }
+  // make_train_refs.py's loop_data shape (40 micro-batches of [2, 9], row 1
+  // right-padded after 6 tokens) with ids from a fixed generator in
+  // [0, vocab): for fixtures without train_loop_ref.safetensors.
+  LoopData(int64_t vocab, int64_t pad_id) : B(2), S(9), count(40) {
+    uint64_t x = 4321;
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t r = 0; r < B; ++r)
+        for (int64_t s = 0; s < S; ++s) {
+          x = x * 6364136223846793005ull + 1442695040888963407ull;
+          const bool pad = r == 1 && s >= 6;
+          const int64_t id = pad ? pad_id : static_cast<int64_t>((x >> 33) % vocab);
+          ids.push_back(id);
+          mask.push_back(pad ? 0 : 1);
+          labels.push_back(pad ? -100 : id);
+        }
+  }
   std::vector<int64_t> part(const std::vector<int64_t>& v, int64_t i) const {
     const int64_t per = B * S;
     i %= count;
@@ -77,10 +93,13 @@ struct LoopData {
 // this process's rank under oslo-run (procs). `layout` is the rest of the
 // context's JSON: "\"tensor_parallel_size\": 2, ..." (timeout 60 s and one
 // thread per rank are added). An oslo::Error escaping body fails the test.
+// `backend` (JSON members like test_backend_members()'s) replaces the
+// environment's backend and communicator when given.
 inline void run_ranks(bool procs, int world, const std::string& layout,
-                      const std::function<void(oslo::Context&)>& body) {
-  const std::string common =
-      layout + ", \"timeout_seconds\": 60, \"num_threads\": 1" + test_backend_members();
+                      const std::function<void(oslo::Context&)>& body,
+                      const std::string* backend = nullptr) {
+  const std::string common = layout + ", \"timeout_seconds\": 60, \"num_threads\": 1" +
+                             (backend ? *backend : test_backend_members());
   if (procs) {
     try {
       oslo::Context ctx(oslo::Config::parse(("{" + common + "}").c_str()));

@@ -241,6 +241,14 @@ oslo_context* context(const Args& a, int tp = 0, int dp = 0) {
   const BackendChoice bc = backend_choice(a);
   if (!bc.backend.empty()) cfg["backend"] = bc.backend;
   if (!bc.options.empty()) cfg["backend_options"] = bc.options;
+  // --communicator auto|backend|host: the config's "communicator" (host:
+  // oslo's host transports, which let several ranks share one GPU).
+  if (a.has("communicator")) {
+    const std::string c = a.get("communicator");
+    if (c != "auto" && c != "backend" && c != "host")
+      die("--communicator must be auto, backend or host, got \"" + c + "\"", 2);
+    cfg["communicator"] = c;
+  }
   if (!ws && !ompi && !std::getenv("SLURM_NTASKS")) {
     cfg["rank"] = 0;
     cfg["world_size"] = 1;
@@ -885,7 +893,7 @@ const char* kTrainHelp =
     "                  [--pp N [--micro-batches M] [--virtual-stages V] [--pp-layers A,B]\n"
     "                  [--pipeline-head-split F|auto]]\n"
     "                  [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
-    "                  [--backend-options JSON]\n"
+    "                  [--backend-options JSON] [--communicator auto|backend|host]\n"
     "Fine-tunes a causal language model (causal-LM loss, labels = inputs) as Hugging\n"
     "Face's run_clm.py with Trainer does, split over the ranks of oslo-run:\n"
     "  ranks    --tp N tensor-parallel x --dp N data-parallel ranks = the world size\n"
@@ -932,6 +940,11 @@ const char* kTrainHelp =
     "           --max-grad-norm (default 1.0; 0 = no clipping), --schedule (default\n"
     "           linear: decay to 0 at --steps) after --warmup W steps of linear warmup\n"
     "           (default 0). f16 weights get dynamic loss scaling.\n"
+    "  device   --device cuda trains on the GPU (the losses of --device cpu; see\n"
+    "           docs/MODELS.md). --communicator host connects the ranks through\n"
+    "           oslo's host transports, staged through host memory, so several\n"
+    "           ranks can share one GPU (NCCL, the default for cuda, wants one GPU\n"
+    "           a rank); backend: the backend's own, even for one rank.\n"
     "  output   a progress bar on rank 0 (plain lines when stderr is not a terminal),\n"
     "           a JSON line per step in --log FILE (default DIR/train_log.jsonl with\n"
     "           --save, else none): step, loss, lr, grad_norm, tokens_per_s,\n"
@@ -977,6 +990,7 @@ int cmd_train(int argc, char** argv) {
                   "backend",
                   "device",
                   "backend-options",
+                  "communicator",
                   "pp",
                   "micro-batches",
                   "pp-layers",
