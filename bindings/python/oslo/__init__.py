@@ -173,7 +173,10 @@ _RELEASE = {_c.Context: _c.release_context, _c.Tensor: _c.release_tensor,
 def _destroy(h):
     """Destroys the C object of SWIG object h now when h owns it (a
     borrowed one is only emptied), whoever else still references h."""
-    _RELEASE[type(h)](h)
+    release = _RELEASE.get(type(h))
+    if release is not None:
+        release(h)
+    # else not a handle class: its destructor runs with its last reference
 
 
 class _Handle:
