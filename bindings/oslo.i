@@ -21,7 +21,11 @@
  * (oslo_*_params) return borrowed tensors, never destroyed by the wrapper.
  * The language layers keep what a handle depends on alive: its context, a
  * borrowed tensor's layer, what a parameter set holds (Python:
- * oslo/__init__.py, class _Handle).
+ * oslo/__init__.py, class _Handle); the C ABI also keeps a model's context
+ * and an optimizer's model alive, so its *_destroy run in any order. Python
+ * closes a handle through release_<handle> (python/oslo_python.i), which
+ * destroys the C object at once and empties the SWIG object, whatever
+ * still references it (a frame a traceback keeps).
  *
  * Files (one common interface plus one per language, as GDAL does): this
  * file holds what every language shares (the support code, what is exposed,

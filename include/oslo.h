@@ -50,6 +50,23 @@
  *    arguments stay owned by the caller; oslo only uses them during the call
  *    unless the function says it keeps them (parameter sets, wrapped memory).
  *  - Every *_destroy accepts NULL and does nothing.
+ *  - Lifetimes: the caller owns every handle it gets through `T **out` and
+ *    destroys each exactly once, in any order. A handle keeps alive what it
+ *    was made from: a tensor, layer, parameter set or model its context; an
+ *    optimizer its model (and so the model's context). Destroying a context
+ *    or a model while such dependants are alive releases only the caller's
+ *    handle (it must not be used again): the object itself is freed when
+ *    its last dependant is destroyed, each dependant's own part first, so an
+ *    optimizer destroyed after its model or after its context, or a model
+ *    after its context, never touches freed memory, and the dependants keep
+ *    working until they are destroyed (a model still trains and runs,
+ *    collectives of its context included). Tokenizers depend on nothing.
+ *    Borrowed pointers (a layer's parameter tensors, strings) are the
+ *    exception: they die with their owner. Thread-safety is unchanged: a
+ *    context and everything made from it, its destruction included, are
+ *    used by one thread at a time (see below), so the last dependant frees
+ *    the context on whichever thread destroys it; the reference counts
+ *    themselves are atomic.
  *  - No C++ exception, exit() or abort() ever crosses this ABI.
  *  - Thread-safety: distinct objects may be used from distinct threads at the
  *    same time. One context (and the layers, tensors and parameter sets made
@@ -318,11 +335,14 @@ OSLO_API oslo_status oslo_context_create(const char *config, oslo_context **out)
 
 /**
  * Destroys a context and its communicators. Not collective. NULL is a no-op.
- * Ownership: takes the context back. Tensors, layers and parameter sets made
- * from it must be destroyed first (the context outlives them); DLPack
- * exports of its tensors may outlive it.
+ * Ownership: takes the caller's handle back (it is invalid afterwards).
+ * Models, layers and parameter sets still alive that were made from it keep
+ * the context (its communicators included) alive and working until the
+ * last of them is destroyed, which frees it (see Lifetimes in Conventions);
+ * tensors and DLPack exports of its tensors may outlive it.
  * Errors: none.
- * Thread-safety: no other call may use the context meanwhile.
+ * Thread-safety: no other call may use the context, or an object made from
+ * it, meanwhile.
  */
 OSLO_API void oslo_context_destroy(oslo_context *ctx);
 
@@ -370,7 +390,7 @@ OSLO_API oslo_status oslo_context_backend(const oslo_context *ctx, oslo_group gr
  * Creates a zero-filled, contiguous row-major tensor on the context's device.
  * `shape` has `ndim` entries (0 <= ndim <= OSLO_MAX_DIMS, each >= 0).
  * Ownership: `shape` is read during the call only; the caller owns *out
- * (oslo_tensor_destroy), which must not outlive ctx.
+ * (oslo_tensor_destroy), which may outlive ctx (its memory does not need it).
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad ndim, negative extent, size
  * overflow), OSLO_ERR_DTYPE (unknown dtype), OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: per context (see Conventions).
@@ -659,7 +679,7 @@ OSLO_API oslo_status oslo_parallel_linear_options_init(oslo_parallel_linear_opti
  * (out_features for column, in_features for row) must be divisible by the
  * tensor-parallel size. Not collective.
  * Ownership: `options` is read during the call only; the caller owns *out
- * (oslo_parallel_linear_destroy), which must not outlive ctx.
+ * (oslo_parallel_linear_destroy), which keeps ctx alive until destroyed.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad options version, non-positive
  * sizes, indivisible split, unknown kind), OSLO_ERR_DTYPE (non-float dtype),
  * OSLO_ERR_OUT_OF_MEMORY.
@@ -788,7 +808,7 @@ OSLO_API oslo_status oslo_parallel_embedding_options_init(oslo_parallel_embeddin
  * rows [r*V_p/tp, (r+1)*V_p/tp). Padding rows are zero and never produce
  * output. Not collective.
  * Ownership: `options` is read during the call only; the caller owns *out
- * (oslo_parallel_embedding_destroy), which must not outlive ctx.
+ * (oslo_parallel_embedding_destroy), which keeps ctx alive until destroyed.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad options version, non-positive
  * sizes), OSLO_ERR_DTYPE (non-float dtype), OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: per context (see Conventions).
@@ -940,9 +960,10 @@ OSLO_API oslo_status oslo_context_vocab_parallel_cross_entropy(
 
 /**
  * Creates an empty set of named parameters.
- * Ownership: the caller owns *out (oslo_param_set_destroy), which must not
- * outlive ctx. A set borrows the tensors added to it: they (and the layers
- * that own them) must outlive the set.
+ * Ownership: the caller owns *out (oslo_param_set_destroy), which keeps ctx
+ * alive until destroyed. A set borrows the
+ * tensors added to it: they (and the layers that own them) must outlive
+ * its use; it may be destroyed after them.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL), OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: per context (see Conventions).
  */
@@ -1261,7 +1282,8 @@ OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsign
  * group: if any rank fails, every rank returns the status of the lowest
  * failing rank with a message naming it.
  * Ownership: `path` and `options` (may be NULL: defaults) are read during the
- * call; the caller owns *out (oslo_model_destroy), which must not outlive ctx.
+ * call; the caller owns *out (oslo_model_destroy), which keeps ctx alive
+ * until destroyed.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL ctx/path/out, bad options),
  * OSLO_ERR_IO (missing folder or files), OSLO_ERR_FORMAT (bad config.json,
  * index or safetensors, missing tensor: named), OSLO_ERR_SHAPE (a tensor's
@@ -1277,8 +1299,12 @@ OSLO_API oslo_status oslo_model_load(oslo_context *ctx, const char *path,
 /**
  * Frees a model (NULL is a no-op). Not collective.
  * Ownership: `model` is invalid afterwards; its context stays the caller's.
+ * Optimizers still alive that were created over it keep the model (and
+ * its context) alive and training until the last of them is destroyed,
+ * which frees it (see Lifetimes in Conventions).
  * Errors: none.
- * Thread-safety: per model (no other call on it may run).
+ * Thread-safety: per model (no other call on it, or on an optimizer over
+ * it, may run).
  */
 OSLO_API void oslo_model_destroy(oslo_model *model);
 
@@ -1606,8 +1632,9 @@ OSLO_API oslo_status oslo_optimizer_options_init(oslo_optimizer_options *options
  * ZeRO: only this data-parallel rank's part of it). Makes the model's
  * gradients (zero); with data parallelism starts the communication thread.
  * Not collective.
- * Ownership: the caller owns *out (oslo_optimizer_destroy), which must not
- * outlive `model`; options (NULL: defaults) are read during the call.
+ * Ownership: the caller owns *out (oslo_optimizer_destroy), which keeps
+ * `model` (and its context) alive until destroyed: it may be destroyed
+ * after them; options (NULL: defaults) are read during the call.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, a bad option: named),
  * OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: per model.
@@ -1617,7 +1644,9 @@ OSLO_API oslo_status oslo_optimizer_create(oslo_model *model, const oslo_optimiz
 
 /**
  * Frees an optimizer (NULL is a no-op); its model keeps its parameters and
- * gradients. Not collective.
+ * gradients. Not collective. Safe in any order with its model and context:
+ * after oslo_model_destroy (or oslo_context_destroy) it frees the model
+ * (and the context) it kept alive, after itself.
  * Ownership: `optimizer` is invalid afterwards.
  * Errors: none.
  * Thread-safety: per model.

@@ -134,6 +134,56 @@ static oslo_status bind_linear_backward(void *l, oslo_tensor *const *t) {
   }
 }
 
+/* Handles closed by their Python owner (oslo/__init__.py, _Handle.close).
+   release_<handle>(h) takes the C object out of its SWIG proxy under the
+   GIL (the proxy no longer owns it and holds NULL) and destroys it when the
+   proxy owned it (a borrowed tensor is only cleared). A stale proxy, such
+   as a local of a frame a traceback keeps, then neither destroys the object
+   a second time when it is collected nor reaches freed memory: passing it
+   to any call raises InvalidArgumentError ("this Optimizer is closed").
+   None stays None (an optional handle), and a destructor's NULL is the
+   no-op of oslo_*_destroy. */
+%define OSLO_PY_HANDLE(TYPE, NAME)
+%typemap(in) struct TYPE *, const struct TYPE * {
+  void *argp_ = 0;
+  int res_ = SWIG_ConvertPtr($input, &argp_, $descriptor, $disown | %convertptr_flags);
+  if (!SWIG_IsOK(res_)) {
+    %argument_fail(res_, "$type", $symname, $argnum);
+  }
+  if (!argp_ && $input != Py_None && !($disown)) {
+    PyObject *msg_ = PyUnicode_FromString("this " NAME " is closed");
+    if (msg_) {
+      oslo_bind_raise((int)OSLO_ERR_INVALID_ARGUMENT, msg_);
+      Py_DECREF(msg_);
+    }
+    SWIG_fail;
+  }
+  $1 = %reinterpret_cast(argp_, $ltype);
+}
+%typemap(in) struct TYPE *RELEASED {
+  void *argp_ = 0;
+  SwigPyObject *sobj_;
+  int res_ = SWIG_ConvertPtr($input, &argp_, $descriptor, %convertptr_flags);
+  if (!SWIG_IsOK(res_)) {
+    %argument_fail(res_, "$type", $symname, $argnum);
+  }
+  sobj_ = SWIG_Python_GetSwigThis($input);
+  $1 = (sobj_ && sobj_->own) ? %reinterpret_cast(argp_, $ltype) : NULL;
+  if (sobj_) {
+    sobj_->own = 0;
+    sobj_->ptr = 0;
+  }
+}
+%enddef
+OSLO_PY_HANDLE(oslo_context, "Context")
+OSLO_PY_HANDLE(oslo_tensor, "Tensor")
+OSLO_PY_HANDLE(oslo_parallel_linear, "ParallelLinear")
+OSLO_PY_HANDLE(oslo_parallel_embedding, "ParallelEmbedding")
+OSLO_PY_HANDLE(oslo_param_set, "ParamSet")
+OSLO_PY_HANDLE(oslo_model, "Model")
+OSLO_PY_HANDLE(oslo_optimizer, "Optimizer")
+OSLO_PY_HANDLE(oslo_tokenizer, "Tokenizer")
+
 /* Typemaps */
 /* A shape: any sequence of ints. */
 %typemap(in) (int ndim, const int64_t *shape) (int64_t dims_[OSLO_MAX_DIMS]) {

@@ -61,3 +61,20 @@ static oslo_tensor *bind_tensor_from_dlpack(oslo_context *ctx, void *dlpack_caps
 }
 %}
 
+
+/* release_<handle>(h): destroys the C object of a handle its Python owner
+   closes and clears the proxy (oslo_python.i, OSLO_PY_HANDLE). */
+%define OSLO_PY_RELEASE(TYPE, NAME)
+%rename(release_ ## NAME) bind_release_ ## NAME;
+%inline %{
+static void bind_release_ ## NAME(TYPE *RELEASED) { TYPE ## _destroy(RELEASED); }
+%}
+%enddef
+OSLO_PY_RELEASE(oslo_context, context)
+OSLO_PY_RELEASE(oslo_tensor, tensor)
+OSLO_PY_RELEASE(oslo_parallel_linear, parallel_linear)
+OSLO_PY_RELEASE(oslo_parallel_embedding, parallel_embedding)
+OSLO_PY_RELEASE(oslo_param_set, param_set)
+OSLO_PY_RELEASE(oslo_model, model)
+OSLO_PY_RELEASE(oslo_optimizer, optimizer)
+OSLO_PY_RELEASE(oslo_tokenizer, tokenizer)

@@ -62,6 +62,7 @@ oslo_status oslo_parallel_linear_create(oslo_context* ctx,
     need(ctx, fn, "ctx");
     oslo_parallel_linear_options o = kLinearOptions.read(options, fn, "options");
     auto h = std::make_unique<oslo_parallel_linear>();
+    h->ctx = ctx->impl;
     h->impl = std::make_unique<oslo::ParallelLinear>(*ctx->impl, o);
     h->weight = view(h->impl->weight, ctx);
     h->grad_weight = view(h->impl->grad_weight, ctx);
@@ -148,6 +149,7 @@ oslo_status oslo_parallel_embedding_create(oslo_context* ctx,
     need(ctx, fn, "ctx");
     oslo_parallel_embedding_options o = kEmbeddingOptions.read(options, fn, "options");
     auto h = std::make_unique<oslo_parallel_embedding>();
+    h->ctx = ctx->impl;
     h->impl =
         std::make_unique<oslo::ParallelEmbedding>(*ctx->impl, o.vocab_size, o.hidden_size, o.dtype);
     h->weight = view(h->impl->weight, ctx);

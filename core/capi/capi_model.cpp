@@ -214,7 +214,7 @@ oslo_status oslo_model_load(oslo_context* ctx, const char* path, const oslo_mode
     lo.pipeline_layers.assign(o.pipeline_layers, o.pipeline_layers + o.pipeline_layers_count);
     lo.virtual_stages = o.pipeline_virtual_stages;
     auto h = std::make_unique<oslo_model>();
-    h->impl = oslo::Model::load(*ctx->impl, path, lo);
+    h->impl = oslo::capi::share_model(oslo::Model::load(*ctx->impl, path, lo), ctx->impl);
     *out = h.release();
   });
 }

@@ -13,6 +13,7 @@ oslo_status oslo_param_set_create(oslo_context* ctx, oslo_param_set** out) {
     need(out, "oslo_param_set_create", "out");
     need(ctx, "oslo_param_set_create", "ctx");
     auto h = std::make_unique<oslo_param_set>();
+    h->ctx = ctx->impl;
     h->impl = std::make_unique<oslo::ParamSet>(*ctx->impl);
     *out = h.release();
   });

@@ -120,13 +120,15 @@ oslo_status oslo_optimizer_create(oslo_model* model, const oslo_optimizer_option
     const oslo_optimizer_options o = kOptimizerOptions.read_or_defaults(options, fn, "options");
     oslo::Model& m = *model->impl;
     auto h = std::make_unique<oslo_optimizer>();
+    h->model = model->impl;
     h->impl = std::make_unique<oslo::Trainer>(m, trainer_options(o, m, fn));
-    h->model = model;
     *out = h.release();
   });
 }
 
 void oslo_optimizer_destroy(oslo_optimizer* optimizer) {
+  // The trainer first (it unhooks itself from the model), then the model
+  // when this optimizer held it last (oslo_model_destroy ran before).
   delete optimizer;
 }
 
@@ -137,7 +139,7 @@ oslo_status oslo_model_train_step(oslo_model* model, oslo_optimizer* optimizer, 
     const char* fn = "oslo_model_train_step";
     need(model, fn, "model");
     check_batch(fn, ids, batch, seq);
-    if (optimizer && optimizer->model != model)
+    if (optimizer && optimizer->model != model->impl)
       oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn,
                  ": the optimizer was created over another model (oslo_optimizer_create)");
     const size_t n = static_cast<size_t>(batch * seq);
@@ -188,7 +190,7 @@ oslo_status oslo_model_backward(oslo_model* model, oslo_optimizer* optimizer, co
     need(model, fn, "model");
     check_batch(fn, ids, batch, seq);
     need(grad_hidden, fn, "grad_hidden");
-    if (optimizer && optimizer->model != model)
+    if (optimizer && optimizer->model != model->impl)
       oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn,
                  ": the optimizer was created over another model (oslo_optimizer_create)");
     oslo::Model& m = *model->impl;

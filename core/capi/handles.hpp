@@ -2,6 +2,16 @@
 // point runs its body in: it catches every exception and turns it into a
 // status and the thread-local last-error message, so nothing throws across
 // the ABI.
+//
+// Lifetimes: a handle keeps alive what its object was made from, so the
+// *_destroy functions may run in any order (include/oslo.h, "Lifetimes").
+// A context's oslo::Context and a model's oslo::Model are shared: the
+// context handle, and every model, layer and parameter set made from it,
+// hold the Context; the model handle and every optimizer made over it hold
+// the Model (which holds its Context). The object is freed with the last
+// handle that holds it, the dependant's own object first (member order
+// below: the owner reference is declared before the object that uses it, so
+// it is released after it).
 #pragma once
 
 #include <memory>
@@ -19,7 +29,7 @@
 #include "oslo.h"
 
 struct oslo_context {
-  std::unique_ptr<oslo::Context> impl;
+  std::shared_ptr<oslo::Context> impl;  // shared with its models, layers and parameter sets
 };
 
 struct oslo_tensor {
@@ -28,26 +38,34 @@ struct oslo_tensor {
 };
 
 struct oslo_parallel_linear {
+  std::shared_ptr<oslo::Context> ctx;  // kept alive: impl uses it (released after impl)
   std::unique_ptr<oslo::ParallelLinear> impl;
   oslo_tensor weight, bias, grad_weight, grad_bias;  // borrowed views of impl's tensors
 };
 
 struct oslo_parallel_embedding {
+  std::shared_ptr<oslo::Context> ctx;  // kept alive: impl uses it (released after impl)
   std::unique_ptr<oslo::ParallelEmbedding> impl;
   oslo_tensor weight, grad_weight;
 };
 
 struct oslo_param_set {
+  std::shared_ptr<oslo::Context> ctx;  // kept alive: impl uses it (released after impl)
   std::unique_ptr<oslo::ParamSet> impl;
 };
 
 struct oslo_model {
-  std::unique_ptr<oslo::Model> impl;
+  // Shared with the optimizers made over it; holds its context
+  // (oslo::capi::share_model).
+  std::shared_ptr<oslo::Model> impl;
 };
 
 struct oslo_optimizer {
+  // The model it was created over, kept alive after oslo_model_destroy:
+  // ~Trainer writes into it (hooks, ZeRO-3's parameter sources). Released
+  // after impl.
+  std::shared_ptr<oslo::Model> model;
   std::unique_ptr<oslo::Trainer> impl;
-  oslo_model* model = nullptr;  // borrowed: the model it was created over
 };
 
 namespace oslo {
@@ -74,6 +92,21 @@ oslo_status guard(F&& body) noexcept {
     set_last_error("internal error: unknown exception");
     return OSLO_ERR_INTERNAL;
   }
+}
+
+// A loaded model as the shared object its handle and optimizers hold: the
+// last holder deletes the model, then releases the context it was loaded on
+// (oslo::Model keeps a Context&).
+inline std::shared_ptr<Model> share_model(std::unique_ptr<Model> model,
+                                          std::shared_ptr<Context> ctx) {
+  struct Deleter {
+    std::shared_ptr<Context> ctx;
+    void operator()(Model* m) noexcept {
+      delete m;
+      ctx.reset();
+    }
+  };
+  return std::shared_ptr<Model>(model.release(), Deleter{std::move(ctx)});
 }
 
 // Argument checks that name the function and the argument.

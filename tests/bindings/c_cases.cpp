@@ -726,6 +726,44 @@ void train_gpt2_tiny(int threads, const std::string& fixture, const std::string&
       threads);
 }
 
+// A ZeRO-3 train step that fails (a label outside the vocabulary) on every
+// rank (1 rank, or 2 data-parallel ranks): the expected error, then the
+// context, the model and the optimizer destroyed in that order, the order a
+// binding's traceback leaves (the optimizer used to write into its freed
+// model: "double free detected" or SIGSEGV).
+void train_error_in_flight(int threads, const std::string& fixture) {
+  const int world = world_of(threads);
+  run_ranks(
+      [&](const std::string& text) {
+        json cfg = json::parse(text);
+        cfg["tensor_parallel_size"] = 1;  // data-parallel ranks: ZeRO-3 partitions over them
+        Context ctx = make_context(cfg.dump());
+        check(size_of(ctx.get(), OSLO_GROUP_DATA) == world, "DP=" + std::to_string(world));
+        Model m = load_model(ctx.get(), fixture);
+        oslo_optimizer_options o;
+        OK(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION));
+        o.kind = OSLO_OPTIMIZER_SGD;
+        o.lr = 0.1;
+        o.zero_stage = 3;
+        oslo_optimizer* raw = nullptr;
+        OK(oslo_optimizer_create(m.get(), &o, &raw));
+        Optimizer opt(raw);
+        const std::vector<int64_t> ids = {5, 9, 14, 3, 7, 1, 2, 8};
+        std::vector<int64_t> bad = ids;
+        bad[2] = 1000000000;
+        oslo_train_step_result r;
+        OK(oslo_model_train_step(m.get(), opt.get(), ids.data(), nullptr, nullptr, 2, 4, &r));
+        check(r.stepped == 1, "a good ZeRO-3 step first");
+        expect_error(
+            oslo_model_train_step(m.get(), opt.get(), ids.data(), bad.data(), nullptr, 2, 4, &r),
+            OSLO_ERR_INVALID_ARGUMENT, "outside the vocabulary", "a label outside the vocabulary");
+        ctx.reset();
+        m.reset();
+        opt.reset();
+      },
+      threads);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -755,6 +793,8 @@ int main(int argc, char** argv) {
        [&](auto& a) { model_bert_minilm_embed(threads, arg(a, 1), arg(a, 2)); }},
       {"model_gpt2_generate_tp2_w2", [&](auto& a) { model_gpt2_generate(threads, arg(a, 1)); }},
       {"train_gpt2_tiny_tp2_w2", [&](auto& a) { train_gpt2_tiny(threads, arg(a, 1), arg(a, 2)); }},
+      {"train_error_in_flight", [&](auto& a) { train_error_in_flight(threads, arg(a, 1)); }},
+      {"train_error_in_flight_w2", [&](auto& a) { train_error_in_flight(threads, arg(a, 1)); }},
   };
   if (args.empty() || !cases.count(args[0])) {
     std::fprintf(stderr, "usage: c_cases CASE [--threads N] [ARGS...]; cases:");

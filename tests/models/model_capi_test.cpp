@@ -9,6 +9,7 @@
 //   model_capi_test merge SRC DST ORIGINAL      (1 process) merged == original, tensor by tensor
 //   model_capi_test reshard SRC DST TP          (1 process) offline reshard
 //   model_capi_test errors FIXTURE              hostile folders -> named errors
+//   model_capi_test destroy_order FIXTURE       *_destroy in any order (include/oslo.h, Lifetimes)
 #include <unistd.h>
 
 #include <algorithm>
@@ -651,6 +652,104 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
   return g_fail ? 1 : 0;
 }
 
+// Every *_destroy in any order (include/oslo.h, "Lifetimes"): an optimizer
+// destroyed after its model, and after its model and context, at ZeRO 0 and
+// 3 (~Trainer writes into the model: it used to write into freed memory);
+// after a failed train step (the order a binding's traceback leaves); a
+// model, layer, parameter set and tensor that outlive their context keep
+// working until destroyed; a tokenizer needs no context. Run under ASan by
+// tools/test.sh.
+int run_destroy_order(const std::string& fix) {
+  const std::vector<int64_t> ids = {5, 9, 14, 3, 7, 1, 2, 8};
+  std::vector<int64_t> bad = ids;
+  bad[2] = 1 << 30;
+  oslo_train_step_result r;
+  for (int zero : {0, 3}) {
+    const std::string z = "ZeRO-" + std::to_string(zero) + ": ";
+    oslo_optimizer_options o;
+    ok_or_die(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION), "options_init");
+    o.kind = OSLO_OPTIMIZER_SGD;
+    o.lr = 0.1;
+    o.zero_stage = zero;
+    // 1. The optimizer after its model: it keeps the model it trains.
+    oslo_context* ctx = make_context();
+    oslo_model* m = load(ctx, fix);
+    oslo_optimizer* opt = nullptr;
+    ok_or_die(oslo_optimizer_create(m, &o, &opt), "optimizer_create");
+    ok_or_die(oslo_model_train_step(m, opt, ids.data(), nullptr, nullptr, 2, 4, &r), "train_step");
+    const double first = r.loss;
+    oslo_model_destroy(m);
+    check(oslo_optimizer_zero_grad(opt) == OSLO_OK && oslo_optimizer_step(opt, &r) == OSLO_OK &&
+              r.stepped == 1 && r.step == 2,
+          z + "the optimizer steps after oslo_model_destroy");
+    oslo_optimizer_destroy(opt);
+    oslo_context_destroy(ctx);
+    // 2. A failed train step, then the context, the model and the optimizer
+    //    destroyed in that order (what a traceback holding the optimizer left).
+    ctx = make_context();
+    m = load(ctx, fix);
+    ok_or_die(oslo_optimizer_create(m, &o, &opt), "optimizer_create");
+    const oslo_status st = oslo_model_train_step(m, opt, ids.data(), bad.data(), nullptr, 2, 4, &r);
+    const std::string msg = st == OSLO_OK ? "" : oslo_last_error();
+    check(
+        st == OSLO_ERR_INVALID_ARGUMENT && msg.find("outside the vocabulary") != std::string::npos,
+        z + "a label outside the vocabulary: " + msg);
+    oslo_context_destroy(ctx);
+    ok_or_die(oslo_model_train_step(m, opt, ids.data(), nullptr, nullptr, 2, 4, &r),
+              "train_step after oslo_context_destroy");
+    check(r.stepped == 1 && r.step == 1 && std::fabs(r.loss - first) < 1e-4,
+          z + "the model trains after oslo_context_destroy (loss " + std::to_string(r.loss) + ", " +
+              std::to_string(first) + " before)");
+    oslo_model_destroy(m);
+    oslo_optimizer_destroy(opt);
+    // 3. The optimizer after the context, then the model last.
+    ctx = make_context();
+    m = load(ctx, fix);
+    ok_or_die(oslo_optimizer_create(m, &o, &opt), "optimizer_create");
+    oslo_context_destroy(ctx);
+    oslo_optimizer_destroy(opt);
+    oslo_model_destroy(m);
+  }
+  // 4. Layers, parameter sets, tensors and a tokenizer after their context.
+  oslo_context* ctx = make_context();
+  oslo_parallel_linear_options lo;
+  ok_or_die(oslo_parallel_linear_options_init(&lo, OSLO_PARALLEL_LINEAR_OPTIONS_VERSION), "init");
+  lo.in_features = 4;
+  lo.out_features = 6;
+  oslo_parallel_linear* lin = nullptr;
+  ok_or_die(oslo_parallel_linear_create(ctx, &lo, &lin), "linear_create");
+  oslo_param_set* set = nullptr;
+  ok_or_die(oslo_param_set_create(ctx, &set), "param_set_create");
+  ok_or_die(oslo_param_set_add_linear(set, "fc", lin), "add_linear");
+  const int64_t xs[2] = {3, 4}, ys[2] = {3, 6};
+  oslo_tensor *x = nullptr, *y = nullptr;
+  ok_or_die(oslo_tensor_create(ctx, OSLO_DTYPE_F32, 2, xs, &x), "tensor_create");
+  ok_or_die(oslo_tensor_create(ctx, OSLO_DTYPE_F32, 2, ys, &y), "tensor_create");
+  oslo_tokenizer* tok = nullptr;
+  ok_or_die(oslo_tokenizer_load(fix.c_str(), &tok), "tokenizer_load");
+  oslo_model* m = load(ctx, fix);
+  oslo_context_destroy(ctx);
+  double norm = -1;
+  std::vector<float> logits(8 * 515);
+  size_t vocab = 0;
+  const bool works =
+      oslo_parallel_linear_forward(lin, x, y) == OSLO_OK &&
+      oslo_param_set_clip_grad_norm(set, 1.0, 2.0, &norm) == OSLO_OK && norm == 0 &&
+      oslo_model_forward(m, ids.data(), nullptr, nullptr, 2, 4, OSLO_MODEL_OUTPUT_LOGITS,
+                         logits.data(), logits.size()) == OSLO_OK &&
+      oslo_tokenizer_vocab_size(tok, &vocab) == OSLO_OK && vocab > 0;
+  check(works, std::string("a layer, a parameter set, a model and a tokenizer work after "
+                           "oslo_context_destroy") +
+                   (works ? "" : std::string(": ") + oslo_last_error()));
+  oslo_parallel_linear_destroy(lin);  // before the set that holds its tensors
+  oslo_tensor_destroy(x);
+  oslo_param_set_destroy(set);
+  oslo_tensor_destroy(y);
+  oslo_model_destroy(m);
+  oslo_tokenizer_destroy(tok);
+  return g_fail ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -667,6 +766,7 @@ int main(int argc, char** argv) {
   if (mode == "reshard" && argc == 5) return run_reshard(argv[2], argv[3], std::atoi(argv[4]));
   if (mode == "errors" && argc == 4) return run_errors(argv[2], argv[3]);
   if (mode == "train_errors" && argc == 4) return run_train_errors(argv[2], argv[3]);
+  if (mode == "destroy_order") return run_destroy_order(argv[2]);
   std::fprintf(stderr, "bad arguments\n");
   return 2;
 }

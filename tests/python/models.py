@@ -5,8 +5,10 @@ the same references as the C tests (tests/models/model_capi_test.cpp).
   oslo-run --nproc-per-node 2 python models.py model_gpt2_generate FIXTURE
   oslo-run --nproc-per-node 2 python models.py model_gpt2_checkpoint_save_load FIXTURE DIR
   oslo-run --nproc-per-node 2 python models.py train_gpt2_tiny FIXTURE DATA
+  oslo-run --nproc-per-node 2 python models.py train_error_in_flight FIXTURE
 (append --threads 2 to run the ranks as threads of one process instead)
 """
+import gc
 import json
 import os
 import shutil
@@ -320,10 +322,68 @@ def model_gpt2_generate_pp2_layers(*args):
     run_ranks(body, _world(threads), threads > 0)
 
 
+def train_error_in_flight(*args):
+    """A ZeRO-3 train step that fails (a label outside the vocabulary) inside
+    `with oslo.Context(...)` on every rank (1 rank; 2 data-parallel ranks
+    with --threads 2 or under oslo-run): the error propagates through the
+    `with`, whose Context.close() closes the optimizer, the model and the
+    context while the traceback still holds train_step's frames and the raw
+    handles in them. The error is the expected one; closing destroyed the
+    objects (the raw handles the traceback keeps are empty: using one raises
+    InvalidArgumentError "... is closed"); releasing the traceback destroys
+    nothing more and the process exits cleanly (it used to destroy the
+    optimizer then, after its model: "double free detected" or SIGSEGV)."""
+    (fixture,), threads = _split(args)
+    world = _world(threads)
+    ids = np.array([[5, 9, 14, 3], [7, 1, 2, 8]], np.int64)
+    bad = ids.copy()
+    bad[0, 2] = 10**9
+
+    def frames(tb):
+        while tb is not None:
+            yield tb.tb_frame
+            tb = tb.tb_next
+
+    def body(cfg):
+        # The ranks are data-parallel: ZeRO-3 partitions over them.
+        cfg = dict(cfg, tensor_parallel_size=1)
+        err = None
+        try:
+            with oslo.Context(cfg) as ctx:
+                check(ctx.size(oslo.Group.DATA) == world, f"DP={ctx.size(oslo.Group.DATA)}")
+                m = oslo.Model(ctx, fixture)
+                o = oslo.Optimizer(m, kind="sgd", lr=0.1, zero_stage=3)
+                check(m.train_step(ids, optimizer=o).stepped, "a good ZeRO-3 step first")
+                m.train_step(ids, labels=bad, optimizer=o)
+        except oslo.InvalidArgumentError as e:
+            err = e
+        check(err is not None, "train_step with a label outside the vocabulary did not raise")
+        check("outside the vocabulary" in err.message and
+              err.status == oslo.Status.INVALID_ARGUMENT, err.message)
+        check(ctx.closed and m.closed and o.closed, "the with closed all three")
+        e = raises(oslo.InvalidArgumentError, o.step)
+        check("Optimizer is closed" in e.message, e.message)
+        # The raw handles train_step's frames still hold are empty.
+        stale = [v for f in frames(err.__traceback__) for v in f.f_locals.values()
+                 if isinstance(v, (oslo.capi.Optimizer, oslo.capi.Model))]
+        check(any(isinstance(v, oslo.capi.Optimizer) for v in stale) and
+              any(isinstance(v, oslo.capi.Model) for v in stale),
+              f"the traceback holds the raw optimizer and model: {stale}")
+        for h in stale:
+            call = h.zero_grad if isinstance(h, oslo.capi.Optimizer) else h.info
+            e = raises(oslo.InvalidArgumentError, call)
+            check(f"{type(h).__name__} is closed" in e.message, e.message)
+        del stale, h, err  # the traceback goes: nothing is destroyed a second time
+        gc.collect()
+
+    run_ranks(body, world, threads > 0)
+
+
 if __name__ == "__main__":
     main({"model_bert_minilm_embed": model_bert_minilm_embed,
           "model_gpt2_generate": model_gpt2_generate,
           "model_gpt2_checkpoint_save_load": model_gpt2_checkpoint_save_load,
           "train_gpt2_tiny": train_gpt2_tiny,
           "train_gpt2_tiny_pp2": train_gpt2_tiny_pp2,
+          "train_error_in_flight": train_error_in_flight,
           "model_gpt2_generate_pp2_layers": model_gpt2_generate_pp2_layers})

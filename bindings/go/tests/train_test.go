@@ -426,3 +426,84 @@ func TestEncoderBackward(t *testing.T) {
 		t.Fatalf("sum(h^2) %v -> %v", before, after)
 	}
 }
+
+// train_error_in_flight: a ZeRO-3 train step with a label outside the
+// vocabulary fails; its error unwinds as a panic through the deferred
+// ctx.Close(), which closes the context with the model and the optimizer
+// still open (the Go form of an exception in flight while the context
+// closes); they are closed after it, optimizer last. The expected error;
+// the closed optimizer refuses a step; the process exits cleanly.
+func TestTrainErrorInFlight(t *testing.T) {
+	dir := filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny")
+	if err := trainErrorInFlight(`{"timeout_seconds": 120}`, 1, dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// train_error_in_flight_w2: the same on 2 data-parallel ranks (ZeRO-3
+// partitions over them).
+func TestTrainErrorInFlightW2(t *testing.T) {
+	dir := filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny")
+	runRanks(t, func(r rank) error {
+		cfg := strings.Replace(r.config, fmt.Sprintf(`"tensor_parallel_size": %d`, r.world),
+			`"tensor_parallel_size": 1`, 1)
+		return trainErrorInFlight(cfg, r.world, dir)
+	})
+}
+
+func trainErrorInFlight(cfg string, world int, dir string) error {
+	ids := [][]int64{{5, 9, 14, 3}, {7, 1, 2, 8}}
+	bad := [][]int64{{5, 9, 1000000000, 3}, {7, 1, 2, 8}}
+	var m *oslo.Model
+	var opt *oslo.Optimizer
+	var inFlight error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				e, ok := r.(error)
+				if !ok {
+					panic(r)
+				}
+				inFlight = e
+			}
+		}()
+		must := func(err error) {
+			if err != nil {
+				panic(fmt.Errorf("setup: %w", err))
+			}
+		}
+		ctx, err := oslo.NewContext(cfg)
+		must(err)
+		defer ctx.Close() // runs while the failed step's panic unwinds
+		if n, err := ctx.Size(oslo.GroupData); err != nil || n != world {
+			must(fmt.Errorf("DP %d (%v), want %d", n, err, world))
+		}
+		m, err = oslo.LoadModel(ctx, dir)
+		must(err)
+		opt, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1, ZeroStage: 3})
+		must(err)
+		res, err := m.TrainStep(ids, nil, nil, opt)
+		must(err)
+		if !res.Stepped {
+			must(fmt.Errorf("the good ZeRO-3 step did not step: %+v", res))
+		}
+		if _, err := m.TrainStep(ids, bad, nil, opt); err != nil {
+			panic(err)
+		}
+	}()
+	if e := wantStatus(inFlight, oslo.ErrInvalidArgument); e != nil {
+		return e
+	}
+	if !strings.Contains(inFlight.Error(), "outside the vocabulary") {
+		return fmt.Errorf("the error does not name the label: %v", inFlight)
+	}
+	if m == nil || opt == nil {
+		return fmt.Errorf("no model or optimizer made")
+	}
+	m.Close()
+	if _, err := opt.Step(); wantStatus(err, oslo.ErrInvalidArgument) != nil {
+		return fmt.Errorf("a step of the closed optimizer: %v", err)
+	}
+	opt.Close()
+	return opt.Close()
+}

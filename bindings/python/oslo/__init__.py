@@ -4,7 +4,10 @@ A thin layer over the SWIG-generated module oslo.capi (bindings/oslo.i),
 which wraps the C ABI include/oslo.h. Every blocking call runs without the
 GIL. Handles are closed by close(), by `with`, or when collected; a context
 is destroyed only after every tensor and model made from it (each holds its
-context), whatever order the garbage collector finds them in.
+context), whatever order the garbage collector finds them in. close()
+destroys the C object at once, even while an exception's traceback still
+references its raw SWIG object; that object is left empty (using it raises
+InvalidArgumentError "this ... is closed").
 """
 
 import enum
@@ -154,9 +157,32 @@ def _dtype(d):
 _lifetime = threading.Lock()
 
 
+# The release_<handle> function of each SWIG class (bindings/python/
+# oslo_python_extend.i): destroys the C object now and leaves the SWIG
+# object empty, so a reference to it that outlives close() (a local of a
+# frame that a traceback keeps) neither destroys it later, after its
+# parents, nor reaches freed memory: passing it to any call raises
+# InvalidArgumentError "this ... is closed".
+_RELEASE = {_c.Context: _c.release_context, _c.Tensor: _c.release_tensor,
+            _c.ParallelLinear: _c.release_parallel_linear,
+            _c.ParallelEmbedding: _c.release_parallel_embedding,
+            _c.ParamSet: _c.release_param_set, _c.Model: _c.release_model,
+            _c.Optimizer: _c.release_optimizer, _c.Tokenizer: _c.release_tokenizer}
+
+
+def _destroy(h):
+    """Destroys the C object of SWIG object h now when h owns it (a
+    borrowed one is only emptied), whoever else still references h."""
+    release = _RELEASE.get(type(h))
+    if release is not None:
+        release(h)
+    # else not a handle class: its destructor runs with its last reference
+
+
 class _Handle:
-    """Owns one SWIG object (`_h`, whose destructor calls oslo_*_destroy), or
-    borrows one (a layer's parameter tensors: never destroyed here).
+    """Owns one SWIG object (`_h`, destroyed by close() through _destroy:
+    oslo_*_destroy), or borrows one (a layer's parameter tensors: never
+    destroyed here, only emptied).
 
     An object depends on its parents (a tensor, layer or model on its
     context; a borrowed tensor on its layer; a parameter set on its context
@@ -211,7 +237,7 @@ class _Handle:
                 return
             h, self._h = self._h, None
             parents, self._parents = self._parents, []
-        del h  # an owned SWIG object's destructor runs here: oslo_*_destroy
+        _destroy(h)  # now, even if a traceback's frame still holds h
         for parent in parents:
             with _lifetime:
                 parent._nchildren -= 1
@@ -272,7 +298,9 @@ class _Wrapped:
         return self._h
 
     def close(self):
-        self._h = None  # the owned SWIG object's destructor: oslo_tensor_destroy
+        h, self._h = self._h, None
+        if h is not None:
+            _destroy(h)  # oslo_tensor_destroy, even if a traceback holds h
 
 
 def _as_tensor(ctx, x, writable):

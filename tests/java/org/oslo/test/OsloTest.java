@@ -593,6 +593,60 @@ public class OsloTest {
     });
   }
 
+  /**
+   * An error in flight while the context closes (cases.txt:
+   * train_error_in_flight): a ZeRO-3 train step with a label outside the
+   * vocabulary throws inside try-with-resources on the context, which closes
+   * the context with the model and the optimizer still open; they are
+   * closed after it, optimizer last. The expected error; the optimizer
+   * still steps before it is closed and refuses a step after; the JVM
+   * exits cleanly.
+   */
+  @Test
+  void trainErrorInFlight() throws Exception {
+    errorInFlight(1);
+  }
+
+  /** {@link #trainErrorInFlight()} on 2 data-parallel ranks. */
+  @Test
+  void trainErrorInFlightW2() throws Exception {
+    errorInFlight(2);
+  }
+
+  private static void errorInFlight(int world) throws Exception {
+    String fixture = property("oslo.fixture");
+    assertEquals(world, Ranks.world(), "runs on " + world + " rank(s)");
+    Ranks.run(text -> {
+      // Data-parallel ranks: ZeRO-3 partitions over them.
+      String cfg = text.replace("\"tensor_parallel_size\": " + world, "\"tensor_parallel_size\": 1");
+      long[][] ids = {{5, 9, 14, 3}, {7, 1, 2, 8}};
+      long[][] bad = {{5, 9, 1_000_000_000L, 3}, {7, 1, 2, 8}};
+      Model[] m = new Model[1];
+      Optimizer[] opt = new Optimizer[1];
+      OsloException e = assertThrows(OsloException.class, () -> {
+        try (Context ctx = new Context(cfg); OptimizerOptions o = new OptimizerOptions()) {
+          assertEquals(world, ctx.size(Group.DATA), "DP");
+          m[0] = new Model(ctx, fixture, DType.F32);
+          o.setKind(OptimizerKind.SGD);
+          o.setLr(0.1);
+          o.setZeroStage(3);
+          opt[0] = new Optimizer(m[0], o);
+          assertTrue(m[0].trainStep(ids, null, opt[0]).getStepped(), "a good ZeRO-3 step first");
+          m[0].trainStep(ids, bad, null, opt[0]);
+        }
+      });
+      assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
+      assertTrue(e.getMessage().contains("outside the vocabulary"), e.getMessage());
+      m[0].close();
+      // Still open, the optimizer keeps its model and context: it steps.
+      assertTrue(opt[0].step().getStepped(), "a step after the context and the model closed");
+      opt[0].close();
+      opt[0].close();
+      OsloException closed = assertThrows(OsloException.class, () -> opt[0].step());
+      assertEquals(Status.INVALID_ARGUMENT, closed.status(), closed.toString());
+    });
+  }
+
   // ----------------------------------------------------------------------
   // Java-specific
   // ----------------------------------------------------------------------
