@@ -596,6 +596,50 @@ void test_unit_refusals_gloo(void**) {
   refusals(Kind::Gloo);
 }
 
+// A count whose byte size overflows size_t (alone, or times the group size
+// for the gathered and scattered sides, or times n + 1 for reduce_scatter's
+// staging) is refused with OSLO_ERR_INVALID_ARGUMENT before anything is
+// allocated, copied or sent, also on a backend without a memory check (where
+// a wrapped size would otherwise pass for a small one), and the group stays
+// usable.
+void test_unit_overflowing_count(void**) {
+  for (int with_check = 0; with_check < 2; ++with_check) {
+    auto g = make_group(Kind::Shm, 3, 10.0, with_check != 0);
+    assert_clean(run_threads(*g, [&](int r, DeviceMirror& m, Checker& ck) {
+      oslo::StagedCommunicator& c = m.staged();
+      FakeDevice& dev = m.device();
+      float* d = static_cast<float*>(dev.alloc(64));
+      const size_t wraps_alone = (size_t(1) << 62) + 1;  // x 4 bytes = 4 (mod 2^64)
+      const size_t wraps_by_n = size_t(1) << 61;         // x 4 x 3 = 2^63 x 3 (mod 2^64)
+      auto refused = [&](const char* call, const std::function<void()>& f) {
+        auto before = dev.counters();
+        std::string msg;
+        oslo_status st = status_of(f, &msg);
+        auto after = dev.counters();
+        SHM_EXPECT(
+            ck,
+            st == OSLO_ERR_INVALID_ARGUMENT && contains(msg, call) && contains(msg, "overflows"),
+            call, ": status ", st, ": ", msg);
+        SHM_EXPECT(ck,
+                   after.to_host_calls == before.to_host_calls &&
+                       after.to_device_calls == before.to_device_calls &&
+                       after.host_allocs == before.host_allocs,
+                   call, ": staged something before refusing");
+      };
+      refused("all_reduce",
+              [&] { c.all_reduce(d, d, wraps_alone, OSLO_DTYPE_F32, OSLO_REDUCE_SUM); });
+      refused("all_gather", [&] { c.all_gather(d, d, wraps_by_n, OSLO_DTYPE_F32); });
+      refused("reduce_scatter",
+              [&] { c.reduce_scatter(d, d, wraps_by_n, OSLO_DTYPE_F32, OSLO_REDUCE_SUM); });
+      refused("broadcast", [&] { c.broadcast(d, wraps_alone, OSLO_DTYPE_F32, 0); });
+      d[0] = static_cast<float>(r);
+      c.all_reduce(d, d, 1, OSLO_DTYPE_F32, OSLO_REDUCE_SUM);
+      SHM_EXPECT(ck, d[0] == 3, "all_reduce after the refusals: ", d[0]);
+      dev.free(d);
+    }));
+  }
+}
+
 // The harness can fail: the same suite through a fake device whose copies to
 // the device (or to the host) do nothing reports failures.
 void sabotaged(bool drop_to_device) {
@@ -738,6 +782,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_unit_staging_reused),
       cmocka_unit_test(test_unit_refusals_shm),
       cmocka_unit_test(test_unit_refusals_gloo),
+      cmocka_unit_test(test_unit_overflowing_count),
       cmocka_unit_test(test_unit_sabotaged_to_device_fails),
       cmocka_unit_test(test_unit_sabotaged_to_host_fails),
       cmocka_unit_test(test_fault_timeout_shm),
