@@ -194,11 +194,17 @@ void test_threads_shm_3(void**) {
 void test_threads_shm_4(void**) {
   threads_suite(Kind::Shm, 4);
 }
+void test_threads_gloo_1(void**) {
+  threads_suite(Kind::Gloo, 1);
+}
 void test_threads_gloo_2(void**) {
   threads_suite(Kind::Gloo, 2);
 }
 void test_threads_gloo_3(void**) {
   threads_suite(Kind::Gloo, 3);
+}
+void test_threads_gloo_4(void**) {
+  threads_suite(Kind::Gloo, 4);
 }
 
 // ---- process ranks --------------------------------------------------------------
@@ -769,8 +775,10 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_threads_shm_2),
       cmocka_unit_test(test_threads_shm_3),
       cmocka_unit_test(test_threads_shm_4),
+      cmocka_unit_test(test_threads_gloo_1),
       cmocka_unit_test(test_threads_gloo_2),
       cmocka_unit_test(test_threads_gloo_3),
+      cmocka_unit_test(test_threads_gloo_4),
       cmocka_unit_test(test_procs_shm_2),
       cmocka_unit_test(test_procs_shm_3),
       cmocka_unit_test(test_procs_gloo_2),
