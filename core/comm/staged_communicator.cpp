@@ -33,6 +33,15 @@ void StagedCommunicator::check(const char* call, const char* arg, const void* p,
          "group's control messages)");
 }
 
+size_t StagedCommunicator::bytes_of(const char* call, size_t count, oslo_dtype dt,
+                                    size_t blocks) const {
+  const size_t es = dtype_size(dt);
+  if (count > SIZE_MAX / es / blocks)
+    fail(OSLO_ERR_INVALID_ARGUMENT, "communicator of group ", group_, " (", name_, "): ", call,
+         ": count ", count, " of ", dtype_name(dt), " overflows the byte size of its buffers");
+  return count * es;
+}
+
 char* StagedCommunicator::stage(size_t bytes) {
   if (bytes > cap_) {
     if (buf_) s_.host_free(buf_);
@@ -47,7 +56,7 @@ char* StagedCommunicator::stage(size_t bytes) {
 
 void StagedCommunicator::all_reduce(const void* in, void* out, size_t count, oslo_dtype dt,
                                     oslo_reduce_op op) {
-  const size_t bytes = count * dtype_size(dt);
+  const size_t bytes = bytes_of("all_reduce", count, dt, 1);
   check("all_reduce", "in", in, bytes);
   check("all_reduce", "out", out, bytes);
   char* h = stage(bytes);
@@ -57,8 +66,8 @@ void StagedCommunicator::all_reduce(const void* in, void* out, size_t count, osl
 }
 
 void StagedCommunicator::all_gather(const void* in, void* out, size_t count, oslo_dtype dt) {
-  const size_t bytes = count * dtype_size(dt);
   const size_t n = static_cast<size_t>(size());
+  const size_t bytes = bytes_of("all_gather", count, dt, n);
   check("all_gather", "in", in, bytes);
   check("all_gather", "out", out, bytes * n);
   char* h = stage(bytes * n);
@@ -70,8 +79,8 @@ void StagedCommunicator::all_gather(const void* in, void* out, size_t count, osl
 
 void StagedCommunicator::reduce_scatter(const void* in, void* out, size_t count, oslo_dtype dt,
                                         oslo_reduce_op op) {
-  const size_t bytes = count * dtype_size(dt);
   const size_t n = static_cast<size_t>(size());
+  const size_t bytes = bytes_of("reduce_scatter", count, dt, n + 1);
   check("reduce_scatter", "in", in, bytes * n);
   check("reduce_scatter", "out", out, bytes);
   char* h = stage(bytes * (n + 1));
@@ -82,7 +91,7 @@ void StagedCommunicator::reduce_scatter(const void* in, void* out, size_t count,
 }
 
 void StagedCommunicator::broadcast(void* buf, size_t count, oslo_dtype dt, int root) {
-  const size_t bytes = count * dtype_size(dt);
+  const size_t bytes = bytes_of("broadcast", count, dt, 1);
   check("broadcast", "buf", buf, bytes);
   char* h = stage(bytes);
   if (bytes && rank() == root) s_.to_host(h, buf, bytes);

@@ -65,6 +65,9 @@ class StagedCommunicator : public Communicator {
  private:
   // Throws OSLO_ERR_INVALID_ARGUMENT unless [p, p + bytes) is the backend's.
   void check(const char* call, const char* arg, const void* p, size_t bytes) const;
+  // count elements of dt, in bytes; throws OSLO_ERR_INVALID_ARGUMENT unless
+  // `blocks` times that fits in size_t (the staging holds up to that much).
+  size_t bytes_of(const char* call, size_t count, oslo_dtype dt, size_t blocks) const;
   // Host staging of at least `bytes`, grown as needed.
   char* stage(size_t bytes);
 
