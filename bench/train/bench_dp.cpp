@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     double largest_unit = 0;
     if (zero == 3) {
       std::vector<double> unit_bytes;
-      const std::vector<int> units = m->param_units();
+      const std::vector<int> units = zero_units(m->training());
       for (size_t i = 0; i < units.size(); ++i) {
         const auto& t = m->tensors()[i].tensor;
         if (static_cast<size_t>(units[i]) >= unit_bytes.size())
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     }
     const int64_t vocab_local = (V + tp - 1) / tp;
     const double head = static_cast<double>(n) * static_cast<double>(vocab_local) * 4;
-    const double blocks = static_cast<double>(m->saved_activation_bytes());
+    const double blocks = static_cast<double>(m->training().saved_activation_bytes());
     const double expected = pbytes + grads + state + blocks + head;
     const double with_unit = expected + largest_unit;
     struct rusage ru;

@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
     const int64_t head_rows = tr.pipeline_stats().head_rows;
     double staged = 0;
     if (p > 1) {
-      const Model::PipelineCosts est =
-          m->pipeline_costs(static_cast<double>(head_rows) / static_cast<double>(n / micro));
+      const PipelineCosts est = m->training().pipeline_costs(static_cast<double>(head_rows) /
+                                                             static_cast<double>(n / micro));
       const int S = p * virt;
       std::vector<double> rank(static_cast<size_t>(p), 0.0);
       for (int s = 0; s < S; ++s)

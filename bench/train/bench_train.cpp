@@ -76,14 +76,14 @@ int main(int argc, char** argv) {
     o.lr = 1e-4;
     o.weight_decay = 0.01;
     Optimizer opt(*m, o);
-    m->set_activation_checkpointing(ckpt);
+    m->training().set_activation_checkpointing(ckpt);
     double t_loss = 0, t_clip = 0, t_opt = 0;  // of the last step
     auto now = [] { return std::chrono::steady_clock::now(); };
     auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     auto step = [&] {
       const auto t0 = now();
-      m->zero_grad();
-      const float loss = m->loss_backward(ids, ids, mask, batch, seq);
+      m->training().zero_grad();
+      const float loss = m->training().loss_backward(ids, ids, mask, batch, seq);
       const auto t1 = now();
       clip_grad_norm(*m, 1.0);
       const auto t2 = now();
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
         12.0 * static_cast<double>(numel) + static_cast<double>(opt.master_bytes());
     const int64_t vocab_local = (V + tp - 1) / tp;
     const double head = 2.0 * static_cast<double>(n) * static_cast<double>(vocab_local) * 4;
-    const double blocks = static_cast<double>(m->saved_activation_bytes());
+    const double blocks = static_cast<double>(m->training().saved_activation_bytes());
     const double expected = (static_cast<double>(pbytes) + state_bytes + blocks + head) / (1 << 20);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

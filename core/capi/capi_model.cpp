@@ -120,7 +120,8 @@ oslo_status oslo_model_generate(oslo_model* model, const int64_t* prompt_ids,
       g.eos_token_ids = c.eos_token_ids;
     }
     g.pad_token_id = o.pad_token_id >= 0 ? o.pad_token_id : c.pad_token_id;
-    oslo::GenerateResult r = oslo::generate(m, prompts, g, &m.context().control(OSLO_GROUP_TENSOR));
+    oslo::GenerateResult r =
+        oslo::generate(m.inference(), prompts, g, &m.context().control(OSLO_GROUP_TENSOR));
     for (int64_t b = 0; b < batch; ++b) {
       const auto& t = r.tokens[static_cast<size_t>(b)];
       int64_t* row = out_tokens + b * o.max_new_tokens;
@@ -265,8 +266,8 @@ oslo_status oslo_model_forward(oslo_model* model, const int64_t* ids, const int6
     if (token_type_ids && !c.traits.token_types)
       oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", c.model_type,
                  " has no token types: pass token_type_ids = NULL");
-    model->impl->forward(copy_of(ids, n), copy_of(mask, n), copy_of(token_type_ids, n), batch, seq,
-                         output == OSLO_MODEL_OUTPUT_LOGITS, &v);
+    model->impl->inference().forward(copy_of(ids, n), copy_of(mask, n), copy_of(token_type_ids, n),
+                                     batch, seq, output == OSLO_MODEL_OUTPUT_LOGITS, &v);
     write_out(fn, v, out, capacity);
   });
 }
@@ -286,7 +287,8 @@ oslo_status oslo_model_embed(oslo_model* model, const int64_t* ids, const int64_
       oslo::fail(OSLO_ERR_SHAPE, fn, ": out holds ", capacity, " floats but ", need_floats,
                  " are needed");
     std::vector<float> v;
-    model->impl->embed(copy_of(ids, n), copy_of(mask, n), batch, seq, normalize != 0, &v);
+    model->impl->inference().embed(copy_of(ids, n), copy_of(mask, n), batch, seq, normalize != 0,
+                                   &v);
     write_out(fn, v, out, capacity);
   });
 }

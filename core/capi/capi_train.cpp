@@ -157,13 +157,13 @@ oslo_status oslo_model_train_step(oslo_model* model, oslo_optimizer* optimizer, 
     if (optimizer) {
       r = optimizer->impl->train_step(id, lab, m, batch, seq);
     } else if (model->impl->pipeline_size() > 1) {
-      r.loss = model->impl->pipeline_loss_backward(id, lab, m, batch, seq, 1, 1.f).loss;
+      r.loss = model->impl->training().pipeline_loss_backward(id, lab, m, batch, seq, 1, 1.f).loss;
       if (!std::isfinite(r.loss))
         oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": the loss is ", r.loss,
                    " (no label kept, or non-finite logits)");
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     } else {
-      r.loss = model->impl->loss_backward(id, lab, m, batch, seq, 1.f);
+      r.loss = model->impl->training().loss_backward(id, lab, m, batch, seq, 1.f);
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     }
     fill(result, r);
@@ -174,7 +174,7 @@ oslo_status oslo_optimizer_pipeline_stats(const oslo_optimizer* optimizer, doubl
                                           double* wall_s, double* bubble) {
   return guard([&] {
     need(optimizer, "oslo_optimizer_pipeline_stats", "optimizer");
-    const oslo::Model::PipelineStats& st = optimizer->impl->pipeline_stats();
+    const oslo::PipelineStats& st = optimizer->impl->pipeline_stats();
     if (compute_s) *compute_s = st.compute_s;
     if (wall_s) *wall_s = st.wall_s;
     if (bubble) *bubble = st.bubble;
@@ -207,7 +207,7 @@ oslo_status oslo_model_backward(oslo_model* model, oslo_optimizer* optimizer, co
     if (optimizer) {
       r = optimizer->impl->backward_step(id, mk, tt, batch, seq, g);
     } else {
-      m.hidden_backward(id, mk, tt, batch, seq, g, 1.f);
+      m.training().hidden_backward(id, mk, tt, batch, seq, g, 1.f);
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     }
     fill(result, r);
@@ -225,7 +225,7 @@ oslo_status oslo_optimizer_zero_grad(oslo_optimizer* optimizer) {
 oslo_status oslo_model_set_activation_checkpointing(oslo_model* model, int enabled) {
   return guard([&] {
     need(model, "oslo_model_set_activation_checkpointing", "model");
-    model->impl->set_activation_checkpointing(enabled != 0);
+    model->impl->training().set_activation_checkpointing(enabled != 0);
   });
 }
 

@@ -3,6 +3,7 @@
 // token's logits, and reorder rows of the KV cache for beam search.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -11,6 +11,13 @@
 
 namespace oslo {
 
+std::vector<int> zero_units(const TrainingPass& t) {
+  const int L = t.backward_stages() - 2;
+  std::vector<int> unit;
+  for (int st : t.grad_stages()) unit.push_back(st == 0 || st == L + 1 ? 0 : 1 + (L - st));
+  return unit;
+}
+
 namespace {
 
 char* at_f32(void* base, int64_t elements) {
@@ -28,7 +35,7 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
   n_ = group_size(ctx_, OSLO_GROUP_DATA);
   r_ = group_rank(ctx_, OSLO_GROUP_DATA);
   const auto& params = model.tensors();
-  const std::vector<int> stage = model.grad_stages();
+  const std::vector<int> stage = model.training().grad_stages();
   std::vector<size_t> order(params.size());
   std::iota(order.begin(), order.end(), size_t{0});
   // Backward order: by the stage that finishes a gradient, then reverse
@@ -91,7 +98,7 @@ DataParallel::DataParallel(Model& model, const DataParallelOptions& o)
   // and tables: all but a fraction of a percent of the elements); 1-D ones
   // (norms, biases) stay whole, as DeepSpeed's persistence threshold keeps
   // small parameters.
-  units_ = model.param_units();
+  units_ = zero_units(model.training());
   const int n_units = units_.empty() ? 0 : 1 + *std::max_element(units_.begin(), units_.end());
   unit_state_.assign(static_cast<size_t>(n_units), UnitState::kReleased);
   unit_handed_.assign(static_cast<size_t>(n_units), 0);
@@ -215,7 +222,7 @@ void DataParallel::worker() {
 
 void DataParallel::reduce_bucket(size_t b, bool accumulate) {
   const GradBucket& k = buckets_[b];
-  const auto& grads = model_.grads();
+  const auto& grads = model_.training().grads();
   const auto& params = model_.tensors();
   if (o_.zero_stage < 2) {
     for (size_t j = 0; j < k.params.size(); ++j) {
@@ -270,7 +277,7 @@ void DataParallel::release_finished() {
     fin = finished_;
   }
   // The thread finishes buckets in order: the first `fin` are done.
-  for (; done_ < fin; ++done_) model_.release_grads(buckets_[done_].params);
+  for (; done_ < fin; ++done_) model_.training().release_grads(buckets_[done_].params);
 }
 
 void DataParallel::wait_all() {
@@ -343,7 +350,7 @@ View DataParallel::grad_view(size_t i) const {
   if (n == 0) return make_view(nullptr, OSLO_DTYPE_F32, {0});
   if (o_.zero_stage >= 2)
     return make_view(at_f32(chunks_[w.bucket].data(), w.chunk_offset), OSLO_DTYPE_F32, {n});
-  return make_view(at_f32(model_.grads().at(i).data(), w.lo), OSLO_DTYPE_F32, {n});
+  return make_view(at_f32(model_.training().grads().at(i).data(), w.lo), OSLO_DTYPE_F32, {n});
 }
 
 void DataParallel::gather_parameters(const std::vector<View>& values) {
@@ -512,9 +519,9 @@ void DataParallel::acquire(int unit, bool on, int next) {
   cv_.notify_all();
 }
 
-Model::HeadRows DataParallel::head_rows() {
-  Model::HeadRows hr;
-  const int64_t hp = model_.head_param();
+TrainingPass::HeadRows DataParallel::head_rows() {
+  TrainingPass::HeadRows hr;
+  const int64_t hp = model_.training().head_param();
   if (o_.zero_stage != 3 || hp < 0 || !partitioned_[static_cast<size_t>(hp)]) return hr;
   const size_t i = static_cast<size_t>(hp);
   const Tensor& w = model_.tensors()[i].tensor;
@@ -594,7 +601,7 @@ void DataParallel::release_units() {
 
 std::vector<Tensor> DataParallel::grad_tensors() const {
   if (o_.zero_stage >= 2) return chunks_;
-  return model_.grads();
+  return model_.training().grads();
 }
 
 double DataParallel::clip_grad_norm(double max_norm) {

@@ -57,6 +57,13 @@
 
 namespace oslo {
 
+// ZeRO-3's parameter units of a model's tensors() entries, the training
+// pass's (TrainingPass::set_param_hook): 0 the embeddings, final norm and
+// head, 1 + l block l, read from the stage of the backward after which each
+// gradient is final (0 the head, 1 .. L the blocks from the last, L + 1 the
+// embeddings). Thread-safe (const).
+std::vector<int> zero_units(const TrainingPass& t);
+
 struct DataParallelOptions {
   int64_t bucket_bytes = 25 << 20;  // PyTorch DDP's bucket_cap_mb = 25
   int zero_stage = 0;               // 0, 1, 2 or 3
@@ -155,12 +162,12 @@ class DataParallel {
   // in the same order on every data rank).
   void acquire(int unit, bool on, int next = -1);
   // ZeRO-3: the head's weight in row chunks for the model's loss
-  // (Model::set_head_rows), gathered from and reduced into the ranks' row
+  // (TrainingPass::set_head_rows), gathered from and reduced into the ranks' row
   // parts on the calling thread over the context's data group; parts == 0
   // when the stage is not 3 or the model has no partitioned head. The
   // returned functions call into this object: clear them from the model
   // before it is destroyed.
-  Model::HeadRows head_rows();
+  TrainingPass::HeadRows head_rows();
   // ZeRO-3: frees every gathered unit (after waiting for a prefetch in
   // flight); the next use gathers the current values again.
   void release_units();

@@ -78,7 +78,7 @@ Optimizer::Optimizer(Model& model, const OptimizerOptions& o,
                " outside the tensor");
   // Partitioned (ZeRO), the optimizer reads the gradients it is handed; the
   // full ones are made by the backward when needed (ZeRO-2 never holds all).
-  if (model.grads().empty() && !partitioned()) model.zero_grad();
+  if (model.training().grads().empty() && !partitioned()) model.training().zero_grad();
   const auto& bp = model.context().backend_ptr();
   Backend& be = model.context().backend();
   // f32 masters of the parameters held in a narrower dtype (the widening is
@@ -177,7 +177,7 @@ void Optimizer::step(double lr) {
   OSLO_CHECK(!partitioned(), OSLO_ERR_INTERNAL,
              "optimizer: a partitioned (ZeRO) optimizer steps from its owned gradients");
   std::vector<View> grads;
-  for (const Tensor& g : model_.grads())
+  for (const Tensor& g : model_.training().grads())
     grads.push_back(make_view(g.data(), OSLO_DTYPE_F32, {g.numel()}));
   step(lr, grads);
 }
@@ -251,12 +251,12 @@ void Optimizer::step(double lr, const std::vector<View>& grads) {
 }
 
 double clip_grad_norm(Model& model, double max_norm, double norm_type) {
-  if (model.grads().empty()) model.zero_grad();
+  if (model.training().grads().empty()) model.training().zero_grad();
   std::vector<GradSlice> grads;
   const auto& params = model.tensors();
   for (size_t i = 0; i < params.size(); ++i) {
     const Placement& p = params[i].placement;
-    const Tensor& g = model.grads()[i];
+    const Tensor& g = model.training().grads()[i];
     bool all_owned = true;
     for (const Segment& s : p.segments) all_owned = all_owned && s.owner;
     if (p.split_dim < 0 && !p.replica_owner) {

@@ -70,31 +70,31 @@ Trainer::Trainer(Model& model, const TrainerOptions& o) : model_(model), o_(o) {
   if (dp_->zero_stage() >= 2) {
     std::vector<size_t> all(model.tensors().size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    model.release_grads(all);
+    model.training().release_grads(all);
   }
-  model.set_backward_hook([d = dp_.get()](int stage) { d->on_stage(stage); }, this);
+  model.training().set_backward_hook([d = dp_.get()](int stage) { d->on_stage(stage); }, this);
   if (dp_->zero_stage() == 3) {
     // The parameters now live in the optimizer's masters.
     std::vector<View> sources;
     for (size_t i = 0; i < model.tensors().size(); ++i) sources.push_back(opt_->master_view(i));
     dp_->set_sources(sources);
     dp_->discard_partitioned();
-    model.set_param_hook(
+    model.training().set_param_hook(
         [d = dp_.get()](int unit, bool on, int next) { d->acquire(unit, on, next); }, true);
-    model.set_head_rows(dp_->head_rows());
+    model.training().set_head_rows(dp_->head_rows());
   }
-  model.set_agree_over_data(dp_->size() > 1);
+  model.training().set_agree_over_data(dp_->size() > 1);
 }
 
 Trainer::~Trainer() {
-  model_.clear_backward_hook(this);
+  model_.training().clear_backward_hook(this);
   // A ZeRO-3 model keeps no whole parameters: it refuses to run without
   // its optimizer (a training checkpoint carries it on).
   if (dp_ && dp_->zero_stage() == 3) {
-    model_.set_param_hook(nullptr, true);
-    model_.set_head_rows(Model::HeadRows{});
+    model_.training().set_param_hook(nullptr, true);
+    model_.training().set_head_rows(TrainingPass::HeadRows{});
   }
-  model_.set_agree_over_data(false);
+  model_.training().set_agree_over_data(false);
 }
 
 double Trainer::grad_multiplier() const {
@@ -118,7 +118,7 @@ double Trainer::next_lr() const {
 }
 
 void Trainer::zero_grad() {
-  model_.zero_grad();
+  model_.training().zero_grad();
   dp_->reset();
   micro_ = 0;
   loss_sum_ = 0.0;
@@ -132,9 +132,9 @@ TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
   if (model_.pipeline_size() > 1 || o_.micro_batches > 1) {
     try {
       reduced_backward([&] {
-        pipe_ = model_.pipeline_loss_backward(ids, labels, mask, batch, seq,
-                                              static_cast<int>(o_.micro_batches), g,
-                                              o_.pipeline_head_split);
+        pipe_ = model_.training().pipeline_loss_backward(ids, labels, mask, batch, seq,
+                                                         static_cast<int>(o_.micro_batches), g,
+                                                         o_.pipeline_head_split);
       });
     } catch (...) {
       // A schedule that failed part-way has added some micro-batches'
@@ -144,7 +144,8 @@ TrainStepResult Trainer::train_step(const std::vector<int64_t>& ids,
     }
     loss = pipe_.loss;  // checked below, after the data ranks' mean
   } else {
-    reduced_backward([&] { loss = model_.loss_backward(ids, labels, mask, batch, seq, g); });
+    reduced_backward(
+        [&] { loss = model_.training().loss_backward(ids, labels, mask, batch, seq, g); });
   }
   if (dp_->size() > 1) {
     // The mean of the data-parallel ranks' losses (DDP averages their
@@ -173,8 +174,9 @@ TrainStepResult Trainer::backward_step(const std::vector<int64_t>& ids,
                                        const std::vector<int64_t>& token_types, int64_t batch,
                                        int64_t seq, const std::vector<float>& grad_hidden) {
   const float g = static_cast<float>(grad_multiplier());
-  reduced_backward(
-      [&] { model_.hidden_backward(ids, mask, token_types, batch, seq, grad_hidden, g); });
+  reduced_backward([&] {
+    model_.training().hidden_backward(ids, mask, token_types, batch, seq, grad_hidden, g);
+  });
   return after_micro_batch(0.f);
 }
 
@@ -193,12 +195,12 @@ TrainStepResult Trainer::step() {
   TrainStepResult r;
   r.stepped = true;
   r.mean_loss = micro_ > 0 ? loss_sum_ / static_cast<double>(micro_) : 0.0;
-  if (model_.grads().empty()) model_.zero_grad();
+  if (model_.training().grads().empty()) model_.training().zero_grad();
   // A window that did not end with a reducing backward (a step after fewer
   // micro-batches than grad_accum_steps) is reduced here.
   dp_->reduce_now();
   // Tied embeddings split between the first and the last stage: one sum.
-  model_.sync_tied_grads();
+  model_.training().sync_tied_grads();
   Context& ctx = model_.context();
   Backend& be = ctx.backend();
   be.set_num_threads(ctx.num_threads());

@@ -107,7 +107,7 @@ class Trainer {
   double loss_scale() const { return scale_; }
   // This rank's compute and wall seconds of the last train_step's
   // pipeline schedule (zeros before one ran).
-  const Model::PipelineStats& pipeline_stats() const { return pipe_; }
+  const PipelineStats& pipeline_stats() const { return pipe_; }
   // Micro-batches accumulated since the last step.
   int64_t pending_micro_batches() const { return micro_; }
   // The learning rate the next update will use.
@@ -129,7 +129,7 @@ class Trainer {
   int64_t growth_tracker_ = 0;
   int64_t micro_ = 0;
   double loss_sum_ = 0.0;
-  Model::PipelineStats pipe_;
+  PipelineStats pipe_;
   // Counts a micro-batch of loss `loss`; steps when the window is complete.
   TrainStepResult after_micro_batch(float loss);
   // Runs a backward (`fn`) with the data-parallel reduction around it.

@@ -97,7 +97,7 @@ inline GradCheck check_grads(oslo::Context& ctx, const oslo::Model& m, const Saf
       continue;
     }
     const std::vector<float> want = local_slice(p, ref.get<float>(key));
-    const std::vector<float> got = download(ctx, m.grads()[i]);
+    const std::vector<float> got = download(ctx, m.training().grads()[i]);
     if (got.size() != want.size()) {
       std::printf("[rank %d] %s: %zu gradient elements, reference slice %zu FAIL\n", r,
                   p.name.c_str(), got.size(), want.size());

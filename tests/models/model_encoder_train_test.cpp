@@ -55,16 +55,16 @@ void run_rank(Context& ctx, const std::string& dir, const SafetensorsRef& ref) {
   const auto types = ref.get<int64_t>("token_type_ids");
   const auto gh = ref.get<float>("grad_hidden");
   const int64_t B = shape[0], S = shape[1];
-  m->hidden_backward(ids, mask, types, B, S, gh);
+  m->training().hidden_backward(ids, mask, types, B, S, gh);
   const oslo_test::GradCheck c = oslo_test::check_grads(ctx, *m, ref, 1e-4);
   g_fail += c.failures;
   if (r == 0)
     std::printf("[tp %d] %zu gradients, worst %s at %.3g of max |ref| %s\n", tp,
                 m->tensors().size(), c.worst_name.c_str(), c.worst, c.failures ? "FAIL" : "ok");
   // A second call accumulates: the gradients double.
-  std::vector<float> before = oslo_test::download(ctx, m->grads()[0]);
-  m->hidden_backward(ids, mask, types, B, S, gh);
-  std::vector<float> after = oslo_test::download(ctx, m->grads()[0]);
+  std::vector<float> before = oslo_test::download(ctx, m->training().grads()[0]);
+  m->training().hidden_backward(ids, mask, types, B, S, gh);
+  std::vector<float> after = oslo_test::download(ctx, m->training().grads()[0]);
   double err = 0, mx = 0;
   for (size_t i = 0; i < before.size(); ++i) {
     err = std::max(err, std::fabs(static_cast<double>(after[i]) - 2.0 * before[i]));
@@ -76,24 +76,24 @@ void run_rank(Context& ctx, const std::string& dir, const SafetensorsRef& ref) {
   }
   // Bad input: a named error on every rank.
   std::vector<float> short_g(gh.begin(), gh.end() - 1);
-  expect_error([&] { m->hidden_backward(ids, mask, types, B, S, short_g); }, OSLO_ERR_SHAPE,
-               "gradient", "a gradient of the wrong size", r);
+  expect_error([&] { m->training().hidden_backward(ids, mask, types, B, S, short_g); },
+               OSLO_ERR_SHAPE, "gradient", "a gradient of the wrong size", r);
   auto bad_types = types;
   bad_types[2] = 7;
-  expect_error([&] { m->hidden_backward(ids, mask, bad_types, B, S, gh); },
+  expect_error([&] { m->training().hidden_backward(ids, mask, bad_types, B, S, gh); },
                OSLO_ERR_INVALID_ARGUMENT, "token type 7", "a token type outside the table", r);
   auto nan_g = gh;
   nan_g[5] = std::nanf("");
-  expect_error([&] { m->hidden_backward(ids, mask, types, B, S, nan_g); },
+  expect_error([&] { m->training().hidden_backward(ids, mask, types, B, S, nan_g); },
                OSLO_ERR_INVALID_ARGUMENT, "nan", "a NaN in the supplied gradient", r);
   if (tp > 1) {
     auto mine = gh;
     mine[0] += static_cast<float>(r);  // differs on every rank but 0
-    expect_error([&] { m->hidden_backward(ids, mask, types, B, S, mine); },
+    expect_error([&] { m->training().hidden_backward(ids, mask, types, B, S, mine); },
                  OSLO_ERR_INVALID_ARGUMENT, "differs", "a gradient differing between ranks", r);
   }
-  expect_error([&] { m->loss_backward(ids, ids, mask, B, S); }, OSLO_ERR_NOT_SUPPORTED, "causal",
-               "the causal-LM loss of an encoder", r);
+  expect_error([&] { m->training().loss_backward(ids, ids, mask, B, S); }, OSLO_ERR_NOT_SUPPORTED,
+               "causal", "the causal-LM loss of an encoder", r);
 }
 
 }  // namespace
@@ -112,12 +112,13 @@ void run_pad(Context& ctx, const std::string& dir) {
   auto m = Model::load(ctx, dir, o);
   std::vector<int64_t> shape;
   const auto ids = ref.get<int64_t>("input_ids", &shape);
-  m->hidden_backward(ids, ref.get<int64_t>("attention_mask"), ref.get<int64_t>("token_type_ids"),
-                     shape[0], shape[1], ref.get<float>("grad_hidden"));
-  const size_t e = static_cast<size_t>(m->embed_param());
+  m->training().hidden_backward(ids, ref.get<int64_t>("attention_mask"),
+                                ref.get<int64_t>("token_type_ids"), shape[0], shape[1],
+                                ref.get<float>("grad_hidden"));
+  const size_t e = static_cast<size_t>(m->training().embed_param());
   const Placement& pl = m->tensors()[e].placement;
   const int64_t H = pl.global_shape[1];
-  const std::vector<float> got = oslo_test::download(ctx, m->grads()[e]);
+  const std::vector<float> got = oslo_test::download(ctx, m->training().grads()[e]);
   const auto row_ids = ref.get<int64_t>("grad_rows_ids");
   const auto rows = ref.get<float>("grad_rows");
   const auto with = ref.get<float>("grad_pad_with");

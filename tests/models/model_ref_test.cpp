@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
         auto m = Model::load(ctx, dir, o);
         // Stages: every forward's rows go through in micro-batches (one row
         // each here), so that the micro-batched path meets the oracle.
-        m->set_pipeline_micro_tokens(1);
+        m->inference().set_pipeline_micro_tokens(1);
         const int64_t H = m->config().hidden_size, V = m->config().vocab_size;
         if (pp > 1) {
           // Each stage holds only its blocks, Colossal-AI's partition_uniform
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
             bool refused = false;
             try {
               const std::vector<int64_t> ids = {1, 2, 3, 4};
-              m->loss_backward(ids, ids, {}, 1, 4);
+              m->training().loss_backward(ids, ids, {}, 1, 4);
             } catch (const Error& e) {
               refused = e.status() == OSLO_ERR_NOT_SUPPORTED &&
                         std::string(e.what()).find("pipeline_parallel_size") != std::string::npos;
@@ -172,9 +172,9 @@ int main(int argc, char** argv) {
           auto ids = ref.get<int64_t>(ids_n, &shape);
           auto mask = ref.get<int64_t>(mask_n);
           std::vector<float> out;
-          m->forward(ids, mask, {}, shape[0], shape[1], true, &out);
+          m->inference().forward(ids, mask, {}, shape[0], shape[1], true, &out);
           check(str("logits_", side).c_str(), out, ref.get<float>(str("logits_", side)), mask, V);
-          m->forward(ids, mask, {}, shape[0], shape[1], false, &out);
+          m->inference().forward(ids, mask, {}, shape[0], shape[1], false, &out);
           check(str("hidden_", side).c_str(), out, ref.get<float>(str("hidden_", side)), mask, H);
         }
         // Greedy decoding through the KV cache (one token per append) must
@@ -192,12 +192,12 @@ int main(int argc, char** argv) {
             const auto want = ref.get<int64_t>(key);
             std::vector<int64_t> prompt = prompts[i].get<std::vector<int64_t>>();
             const int64_t max_new = static_cast<int64_t>(want.size() - prompt.size()) + 2;
-            m->reset(1, static_cast<int64_t>(prompt.size()) + max_new);
+            m->inference().reset(1, static_cast<int64_t>(prompt.size()) + max_new);
             std::vector<int64_t> seq = prompt;
             std::vector<int64_t> feed = prompt;
             while (static_cast<int64_t>(seq.size() - prompt.size()) < 12) {
               std::vector<uint8_t> mask(seq.size(), 1);
-              auto lg = m->append(feed, static_cast<int64_t>(feed.size()), mask);
+              auto lg = m->inference().append(feed, static_cast<int64_t>(feed.size()), mask);
               const int64_t tok = std::max_element(lg.begin(), lg.end()) - lg.begin();
               seq.push_back(tok);
               feed = {tok};
@@ -211,12 +211,13 @@ int main(int argc, char** argv) {
             // The same through append_argmax, the path generate takes for
             // greedy steps (no logits leave the device; on a backend that
             // records work, each one-token step runs as one graph).
-            m->reset(1, static_cast<int64_t>(prompt.size()) + max_new);
+            m->inference().reset(1, static_cast<int64_t>(prompt.size()) + max_new);
             std::vector<int64_t> seq2 = prompt;
             feed = prompt;
             while (static_cast<int64_t>(seq2.size() - prompt.size()) < 12) {
               std::vector<uint8_t> mask(seq2.size(), 1);
-              const auto ch = m->append_argmax(feed, static_cast<int64_t>(feed.size()), mask);
+              const auto ch =
+                  m->inference().append_argmax(feed, static_cast<int64_t>(feed.size()), mask);
               const int64_t tok = ch.at(0).token;
               seq2.push_back(tok);
               feed = {tok};
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
           std::vector<int64_t> tt;
           if (ref.has("token_type_ids")) tt = ref.get<int64_t>("token_type_ids");
           std::vector<float> out;
-          m->forward(ids, mask, tt, shape[0], shape[1], false, &out);
+          m->inference().forward(ids, mask, tt, shape[0], shape[1], false, &out);
           check("last_hidden_state", out, ref.get<float>("last_hidden_state"), mask, H);
         }
       } catch (const Error& e) {

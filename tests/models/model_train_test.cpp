@@ -107,7 +107,7 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo
   const auto mask = ref.get<int64_t>("attention_mask");
   const auto labels = ref.get<int64_t>("labels");
   const double want_loss = ref.get<double>("loss")[0];
-  const float loss = m->loss_backward(ids, labels, mask, shape[0], shape[1]);
+  const float loss = m->training().loss_backward(ids, labels, mask, shape[0], shape[1]);
   const double lerr = std::fabs(loss - want_loss) / std::fabs(want_loss);
   const bool lok = lerr <= loss_tol;
   if (r == 0 || !lok)
@@ -115,7 +115,7 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo
                 want_loss, lerr, lok ? "ok" : "FAIL");
   if (!lok) ++g_fail;
   const auto& params = m->tensors();
-  const auto& grads = m->grads();
+  const auto& grads = m->training().grads();
   double worst = 0;
   std::string worst_name;
   std::vector<std::vector<float>> first(params.size());
@@ -166,7 +166,7 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo
     std::printf("[rank %d tp %d] %zu gradients, worst relative error %.3g (%s)\n", r, tp,
                 params.size(), worst, worst_name.c_str());
   // A second call adds the same gradients again (accumulation).
-  m->loss_backward(ids, labels, mask, shape[0], shape[1], 0.5f);
+  m->training().loss_backward(ids, labels, mask, shape[0], shape[1], 0.5f);
   // (f16 without loss scaling: the loss gradient's small entries are f16
   // subnormals, which do not scale exactly: 1% of the tensor's largest.)
   bool acc = true;
@@ -187,12 +187,12 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo
   // Activation checkpointing: the same loss and gradients, bit for bit,
   // with at most a third of the activations kept.
   {
-    m->zero_grad();
-    const size_t full_bytes = m->saved_activation_bytes();
-    m->set_activation_checkpointing(true);
-    const float loss2 = m->loss_backward(ids, labels, mask, shape[0], shape[1]);
-    const size_t ckpt_bytes = m->saved_activation_bytes();
-    m->set_activation_checkpointing(false);
+    m->training().zero_grad();
+    const size_t full_bytes = m->training().saved_activation_bytes();
+    m->training().set_activation_checkpointing(true);
+    const float loss2 = m->training().loss_backward(ids, labels, mask, shape[0], shape[1]);
+    const size_t ckpt_bytes = m->training().saved_activation_bytes();
+    m->training().set_activation_checkpointing(false);
     bool same = loss2 == loss;
     for (size_t i = 0; i < params.size() && same; ++i)
       if (!first[i].empty()) same = download(ctx, grads[i]) == first[i];
@@ -205,7 +205,7 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo
           same && smaller ? "ok" : "FAIL");
     if (!same || !smaller) ++g_fail;
   }
-  m->zero_grad();
+  m->training().zero_grad();
   bool zero = true;
   for (const Tensor& g : grads)
     for (float v : download(ctx, g)) zero = zero && v == 0.f;
@@ -230,27 +230,27 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo
   std::vector<int64_t> bad = labels;
   bad[3] = m->config().vocab_size + 7;
   refused("a label outside the vocabulary", OSLO_ERR_INVALID_ARGUMENT, "label",
-          [&] { m->loss_backward(ids, bad, mask, shape[0], shape[1]); });
+          [&] { m->training().loss_backward(ids, bad, mask, shape[0], shape[1]); });
   std::vector<int64_t> bad_ids = ids;
   bad_ids[2] = -1;
   refused("a token outside the vocabulary", OSLO_ERR_INVALID_ARGUMENT, "token",
-          [&] { m->loss_backward(bad_ids, labels, mask, shape[0], shape[1]); });
+          [&] { m->training().loss_backward(bad_ids, labels, mask, shape[0], shape[1]); });
   if (tp > 1) {
     // Ranks that disagree: another label on the last rank, then a bad token
     // on the last rank only. Every rank fails, none waits.
     std::vector<int64_t> other = labels;
     if (r == tp - 1) other[5] = (other[5] + 1) % m->config().vocab_size;
     refused("a batch that differs between ranks", OSLO_ERR_INVALID_ARGUMENT, "differs between",
-            [&] { m->loss_backward(ids, other, mask, shape[0], shape[1]); });
+            [&] { m->training().loss_backward(ids, other, mask, shape[0], shape[1]); });
     std::vector<int64_t> one_bad = ids;
     if (r == tp - 1) one_bad[1] = m->config().vocab_size;
     refused("a bad token on one rank", OSLO_ERR_INVALID_ARGUMENT,
             r == tp - 1 ? "outside" : "refused its batch",
-            [&] { m->loss_backward(one_bad, labels, mask, shape[0], shape[1]); });
+            [&] { m->training().loss_backward(one_bad, labels, mask, shape[0], shape[1]); });
   }
   refused("labels of another shape", OSLO_ERR_SHAPE, "labels", [&] {
-    m->loss_backward(ids, std::vector<int64_t>(labels.begin() + 1, labels.end()), mask, shape[0],
-                     shape[1]);
+    m->training().loss_backward(ids, std::vector<int64_t>(labels.begin() + 1, labels.end()), mask,
+                                shape[0], shape[1]);
   });
   // A non-finite loss (NaN written into every parameter): refused on every
   // rank, as the loss is the same on all of them.
@@ -260,7 +260,7 @@ void run_rank(Context& ctx, const std::string& dir, int tp, const Ref& ref, oslo
   }
   m->parameters_changed();
   refused("NaN parameters", OSLO_ERR_INVALID_ARGUMENT, "the loss is",
-          [&] { m->loss_backward(ids, labels, mask, shape[0], shape[1]); });
+          [&] { m->training().loss_backward(ids, labels, mask, shape[0], shape[1]); });
 }
 
 // make_train_refs.py's run_loop, step by step, on micro-batches of [B, S]
@@ -294,14 +294,14 @@ void train_steps(Context& ctx, Model& m, const std::string& opt_name,
   Optimizer opt(m, o);
   double worst_loss = 0, worst_norm = 0;
   for (int64_t step = 0; step < steps; ++step) {
-    m.zero_grad();
+    m.training().zero_grad();
     double total = 0;
     for (int64_t k = 0; k < accum; ++k) {
       const int64_t i = step * accum + k;
       auto part = [&](const std::vector<int64_t>& v) {
         return std::vector<int64_t>(v.begin() + i * per, v.begin() + (i + 1) * per);
       };
-      total += m.loss_backward(part(ids), part(labels), part(mask), B, S, 1.f / accum) /
+      total += m.training().loss_backward(part(ids), part(labels), part(mask), B, S, 1.f / accum) /
                static_cast<double>(accum);
     }
     const double norm = clip_grad_norm(m, 1.0);
@@ -401,11 +401,11 @@ void run_pad(Context& ctx, const std::string& fixture, const std::string& run) {
   auto first = [&](const std::vector<int64_t>& v) {
     return std::vector<int64_t>(v.begin(), v.begin() + per);
   };
-  m->loss_backward(first(ids), first(labels), first(mask), B, S);
-  const size_t e = static_cast<size_t>(m->embed_param());
+  m->training().loss_backward(first(ids), first(labels), first(mask), B, S);
+  const size_t e = static_cast<size_t>(m->training().embed_param());
   const Placement& pl = m->tensors()[e].placement;
   const int64_t H = pl.global_shape[1];
-  const std::vector<float> got = download(ctx, m->grads()[e]);
+  const std::vector<float> got = download(ctx, m->training().grads()[e]);
   const auto row_ids = ref.get<int64_t>(k + "grad_rows_ids");
   const auto rows = ref.get<float>(k + "grad_rows");
   double big = 0;
@@ -460,7 +460,7 @@ void run_pad(Context& ctx, const std::string& fixture, const std::string& run) {
     auto mo = load_f32(ctx, dir);
     train_steps(ctx, *mo, opt, ids, mask, labels, B, S, ref.get<double>(k + "losses_" + opt),
                 ref.get<double>(k + "grad_norms_" + opt), tag + " " + opt);
-    const size_t pe = static_cast<size_t>(mo->embed_param());
+    const size_t pe = static_cast<size_t>(mo->training().embed_param());
     if (pr < 0) continue;
     const std::vector<float> w = download(ctx, mo->tensors()[pe].tensor);
     const auto after = ref.get<float>(k + "pad_row_" + opt);
@@ -522,7 +522,7 @@ bool params_are_rounded_masters(Context& ctx, const Optimizer& opt, std::string*
 // Writes inf into element 0 of gradient i (f32) on this rank.
 void poison_grad(Context& ctx, const Model& m, size_t i) {
   const float inf = INFINITY;
-  ctx.backend().copy(m.grads()[i].data(), &inf, sizeof inf, CopyKind::HostToDevice);
+  ctx.backend().copy(m.training().grads()[i].data(), &inf, sizeof inf, CopyKind::HostToDevice);
 }
 
 // The first parameter split over the ranks (every segment its own) and the
@@ -684,9 +684,9 @@ void run_amp(Context& ctx, const std::string& dir, int tp, const std::string& ru
     // No loss scaling: a non-finite gradient on one rank is the Trainer's
     // named error on every rank.
     t.zero_grad();
-    m->loss_backward(std::vector<int64_t>(ids.begin(), ids.begin() + per),
-                     std::vector<int64_t>(labels.begin(), labels.begin() + per),
-                     std::vector<int64_t>(mask.begin(), mask.begin() + per), B, S);
+    m->training().loss_backward(std::vector<int64_t>(ids.begin(), ids.begin() + per),
+                                std::vector<int64_t>(labels.begin(), labels.begin() + per),
+                                std::vector<int64_t>(mask.begin(), mask.begin() + per), B, S);
     if (r == tp - 1) poison_grad(ctx, *m, repl);
     try {
       t.step();

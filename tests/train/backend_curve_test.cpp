@@ -104,7 +104,7 @@ std::unique_ptr<oslo_test::LoopData> data_for(const std::string& fixture, const 
 std::vector<std::vector<float>> params_of(Context& ctx, Trainer& tr) {
   DataParallel* dp = tr.data_parallel();
   const bool z3 = dp && dp->zero_stage() == 3;
-  const int units = tr.model().backward_stages() - 1;
+  const int units = tr.model().training().backward_stages() - 1;
   if (z3)
     for (int u = 0; u < units; ++u) dp->acquire(u, true);
   std::vector<std::vector<float>> out = oslo_test::params_of(ctx, tr.model());
@@ -129,7 +129,7 @@ Curve train(const Args& a, const std::string& backend, int tp, int dp, bool proc
         ModelLoadOptions lo;
         lo.dtype = a.dtype;
         auto m = Model::load(ctx, a.fixture, lo);
-        m->set_activation_checkpointing(a.checkpointing);
+        m->training().set_activation_checkpointing(a.checkpointing);
         const auto d = data_for(a.fixture, *m);
         TrainerOptions o = oslo_test::loop_trainer_options("adamw", a.dtype, kGlobal / dp, kSteps);
         o.optimizer.lr *= lr_scale;

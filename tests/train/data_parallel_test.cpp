@@ -106,7 +106,7 @@ void run(bool procs, int world, int tp, const std::function<void(Context&)>& bod
 // for the read (collective over the data group) and frees them after.
 std::vector<std::vector<float>> params_of(Context& ctx, Trainer& tr) {
   DataParallel* dp = tr.data_parallel();
-  const int units = tr.model().backward_stages() - 1;  // 0 and one per block
+  const int units = tr.model().training().backward_stages() - 1;  // 0 and one per block
   if (dp->zero_stage() == 3)
     for (int u = 0; u < units; ++u) dp->acquire(u, true);
   std::vector<std::vector<float>> out = params_of(ctx, tr.model());
@@ -192,7 +192,7 @@ void curve(const std::string& fixture, const Args& a) {
     EXPECT(t.dp_size() == a.dp && t.tp_size() == a.tp, "layout tp %d dp %d, want %d x %d",
            t.tp_size(), t.dp_size(), a.tp, a.dp);
     auto m = load(ctx, fixture, a.dtype);
-    m->set_activation_checkpointing(a.checkpointing);
+    m->training().set_activation_checkpointing(a.checkpointing);
     Trainer tr(*m, options(a, a.accum));
     std::vector<double> l = train(ctx, tr, d, global, 0, kSteps, true);
     if (a.zero == 3) {
@@ -211,7 +211,7 @@ void curve(const std::string& fixture, const Args& a) {
         try {
           if (k == 0) {
             std::vector<float> out;
-            m->forward(d.part(d.ids, 0), {}, {}, d.B, d.S, true, &out);
+            m->inference().forward(d.part(d.ids, 0), {}, {}, d.B, d.S, true, &out);
           } else {
             m->save(oslo_test::temp_dir("oslo-z3-save"));
           }
@@ -301,7 +301,7 @@ void overlap(const std::string& fixture) {
     const int r = ctx.topology().world_rank();
     EXPECT(dp.background(), "[rank %d] no communication thread", r);
     EXPECT(dp.buckets().size() >= 3, "[rank %d] %zu buckets", r, dp.buckets().size());
-    const int last_stage = m->backward_stages() - 1;
+    const int last_stage = m->training().backward_stages() - 1;
     for (int step = 0; step < 3; ++step) {
       const int64_t i = step * 2 + r;
       tr.train_step(d.part(d.ids, i), d.part(d.labels, i), d.part(d.mask, i), d.B, d.S);
@@ -368,7 +368,7 @@ void overlap(const std::string& fixture) {
       z.zero = 3;
       Trainer z3(*m, options(z, 1));
       const DataParallel& dz = *z3.data_parallel();
-      const int blocks = m->backward_stages() - 2;
+      const int blocks = m->training().backward_stages() - 2;
       for (int step = 0; step < 3; ++step) {
         const int64_t i = step * 2 + r;
         z3.train_step(d.part(d.ids, i), d.part(d.labels, i), d.part(d.mask, i), d.B, d.S);
@@ -518,7 +518,7 @@ void fault(const std::string& fixture, const std::string& work) {
     train(ctx, tr, d, 2, 0, 2);
     save_training_checkpoint(ckpt, tr, nlohmann::json{{"data_position", 2}});
     DataParallel* dp = tr.data_parallel();
-    m->set_backward_hook([dp, r](int stage) {
+    m->training().set_backward_hook([dp, r](int stage) {
       dp->on_stage(stage);
       if (r == 1 && stage == 2) {
         std::fflush(stdout);

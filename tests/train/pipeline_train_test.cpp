@@ -173,8 +173,8 @@ bool tied_equal(Context& ctx, const Model& m) {
   const auto p = oslo_test::params_of(ctx, m);
   const int r = m.pipeline_rank(), n = m.pipeline_size();
   int64_t mine = 0;
-  if (r == 0) mine = crc_of(p[static_cast<size_t>(m.embed_param())]) + 1;
-  if (r == n - 1) mine = crc_of(p[static_cast<size_t>(m.head_param())]) + 1;
+  if (r == 0) mine = crc_of(p[static_cast<size_t>(m.training().embed_param())]) + 1;
+  if (r == n - 1) mine = crc_of(p[static_cast<size_t>(m.training().head_param())]) + 1;
   const std::vector<int64_t> all = over_stages(ctx, mine);
   return all.front() != 0 && all.front() == all.back();
 }
@@ -212,7 +212,7 @@ void curve(const std::string& fixture, const Args& a) {
            "layout tp %d pp %d dp %d, want %d x %d x %d", t.tp_size(), t.pp_size(), t.dp_size(),
            a.tp, a.pp, a.dp);
     auto m = load(ctx, fixture, a.dtype, a.layers, a.virtual_stages);
-    m->set_activation_checkpointing(a.checkpointing);
+    m->training().set_activation_checkpointing(a.checkpointing);
     Trainer tr(*m, options(a));
     const int r = t.world_rank(), stage = t.pp_rank();
     std::vector<double> l;
@@ -488,7 +488,7 @@ void fault(const std::string& fixture, double head_split) {
     // that runs the backward hook), after its head: the first stage has
     // sent every activation and waits in a recv for gradients.
     int marker = 0;
-    m->set_backward_hook(
+    m->training().set_backward_hook(
         [r](int stage) {
           if (r == 1 && stage == 0) {
             std::fflush(stdout);
