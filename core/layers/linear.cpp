@@ -2,6 +2,7 @@
 
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "core/layers/functional.hpp"
 #include "core/layers/layer_util.hpp"
 #include "core/parallel/mappings.hpp"
 #include "core/tensor/view.hpp"
@@ -107,30 +108,17 @@ void ParallelLinear::load_shard(const Tensor& w, const Tensor* b) {
   if (b) ctx_.backend().convert(view(bias), view(*b));
 }
 
-namespace {
-
-// x as a matrix in dtype dt: the tensor itself when it already has it, else a
-// converted copy held in *keep.
-View as_dtype(Context& ctx, const Tensor& x, oslo_dtype dt, Tensor* keep) {
-  if (x.dtype() == dt) return matrix(x);
-  *keep = scratch(ctx.backend_ptr(), dt, {rows_of(x), x.ndim() ? x.dim(-1) : 1});
-  ctx.backend().convert(view(*keep), matrix(x));
-  return view(*keep);
-}
-
-}  // namespace
-
 void ParallelLinear::forward(const Tensor& input, const Tensor& output) {
   check_activation(input, input_features(), "input", -1);
   const int64_t rows = rows_of(input);
   check_activation(output, output_features(), "output", rows);
   Backend& be = ctx_.backend();
+  auto bk = ctx_.backend_ptr();
   be.set_num_threads(ctx_.num_threads());
-  // Products run in the weight's dtype (bf16 natively where the device can),
-  // accumulating in f32; the input is converted to it if needed.
-  Tensor x_conv;
-  View x = as_dtype(ctx_, input, weight.dtype(), &x_conv);
-  View wt = transposed(view(weight));  // [in_local, out_local]
+  // The products (layers tier, functional.hpp) run in the weight's dtype,
+  // accumulating in f32.
+  View x = matrix(input);
+  const View w = view(weight);
   View y = matrix(output);
   View bv;
   if (opt_.bias) bv = view(bias);
@@ -138,17 +126,17 @@ void ParallelLinear::forward(const Tensor& input, const Tensor& output) {
   if (column()) {
     // y_local = x W_local^T + b_local, then optionally gathered.
     if (opt_.gather_output && tp_ > 1) {
-      Tensor local = scratch(ctx_.backend_ptr(), output.dtype(), {rows, local_out_});
-      be.matmul(view(local), x, wt, opt_.bias ? &bv : nullptr);
+      Tensor local = scratch(bk, output.dtype(), {rows, local_out_});
+      linear_forward(be, bk, view(local), x, w, opt_.bias ? &bv : nullptr);
       gather_last_dim(ctx_, OSLO_GROUP_TENSOR, view(local), y);
     } else {
-      be.matmul(y, x, wt, opt_.bias ? &bv : nullptr);
+      linear_forward(be, bk, y, x, w, opt_.bias ? &bv : nullptr);
     }
     return;
   }
   Tensor split;
   if (!opt_.input_is_parallel && tp_ > 1) {
-    split = scratch(ctx_.backend_ptr(), x.dtype, {rows, local_in_});
+    split = scratch(bk, x.dtype, {rows, local_in_});
     split_last_dim(ctx_, OSLO_GROUP_TENSOR, x, view(split));
     x = view(split);
   }
@@ -157,10 +145,10 @@ void ParallelLinear::forward(const Tensor& input, const Tensor& output) {
   Tensor partial;
   View p = y;
   if (output.dtype() != OSLO_DTYPE_F32 && tp_ > 1) {
-    partial = scratch(ctx_.backend_ptr(), OSLO_DTYPE_F32, {rows, local_out_});
+    partial = scratch(bk, OSLO_DTYPE_F32, {rows, local_out_});
     p = view(partial);
   }
-  be.matmul(p, x, wt);
+  linear_forward(be, bk, p, x, w, nullptr);
   reduce_sum(ctx_, OSLO_GROUP_TENSOR, p);
   if (opt_.bias)
     be.binary(OSLO_BK_ADD, y, p, bv);
@@ -183,57 +171,53 @@ void ParallelLinear::backward(const Tensor& input, const Tensor& grad_output,
   be.set_num_threads(ctx_.num_threads());
   auto bk = ctx_.backend_ptr();
 
-  // Weight gradients are f32 and computed from f32 activations.
-  Tensor x32_keep, dy32_keep;
-  View x32 = as_dtype(ctx_, input, OSLO_DTYPE_F32, &x32_keep);
-  View dy32 = as_dtype(ctx_, grad_output, OSLO_DTYPE_F32, &dy32_keep);
   // Local slices of the activations this rank's weights saw.
+  View x = matrix(input), dy = matrix(grad_output);
   Tensor dy_split, x_split;
   if (column() && opt_.gather_output && tp_ > 1) {
-    dy_split = scratch(bk, OSLO_DTYPE_F32, {rows, local_out_});
-    split_last_dim(ctx_, OSLO_GROUP_TENSOR, dy32, view(dy_split));
-    dy32 = view(dy_split);
+    dy_split = scratch(bk, dy.dtype, {rows, local_out_});
+    split_last_dim(ctx_, OSLO_GROUP_TENSOR, dy, view(dy_split));
+    dy = view(dy_split);
   }
   if (!column() && !opt_.input_is_parallel && tp_ > 1) {
-    x_split = scratch(bk, OSLO_DTYPE_F32, {rows, local_in_});
-    split_last_dim(ctx_, OSLO_GROUP_TENSOR, x32, view(x_split));
-    x32 = view(x_split);
+    x_split = scratch(bk, x.dtype, {rows, local_in_});
+    split_last_dim(ctx_, OSLO_GROUP_TENSOR, x, view(x_split));
+    x = view(x_split);
   }
+  // The bias gradient sums dy in f32.
+  Tensor dy32_keep;
+  const View dy32 = in_dtype(be, bk, dy, OSLO_DTYPE_F32, &dy32_keep);
 
-  // dW += dy^T x ; db += column sums of dy.
-  be.matmul(view(grad_weight), transposed(dy32), x32, nullptr, 1.f, 1.f);
-  if (opt_.bias) be.sum_rows(view(grad_bias), dy32, true);
-
-  if (!grad_input) {
-    // The column layer's input gradient all-reduce is collective: every rank
-    // must either take part or skip it, so callers skip it consistently.
-    return;
-  }
-  // dx = dy W, in the weight's dtype like the forward.
-  Tensor dyw_keep;
-  View dyw = dy32;
-  if (weight.dtype() != OSLO_DTYPE_F32) {
-    dyw_keep = scratch(bk, weight.dtype(), {rows, local_out_});
-    be.convert(view(dyw_keep), dy32);
-    dyw = view(dyw_keep);
-  }
-  View w = view(weight);  // [out_local, in_local]
-  View dx = matrix(*grad_input);
-  if (column()) {
-    Tensor acc;
-    View d = dx;
-    if (grad_input->dtype() != OSLO_DTYPE_F32 && tp_ > 1) {
+  // Where this rank's dx = dy W lands before the group's part: a column
+  // layer's partial sum (f32 when summed over ranks), a row layer's slice.
+  Tensor acc, local;
+  View d;
+  View dx;
+  if (grad_input) {
+    dx = matrix(*grad_input);
+    d = dx;
+    if (column() && grad_input->dtype() != OSLO_DTYPE_F32 && tp_ > 1) {
       acc = scratch(bk, OSLO_DTYPE_F32, {rows, local_in_});
       d = view(acc);
+    } else if (!column() && !opt_.input_is_parallel && tp_ > 1) {
+      local = scratch(bk, grad_input->dtype(), {rows, local_in_});
+      d = view(local);
     }
-    be.matmul(d, dyw, w);
+  }
+  // dW += dy^T x, db += column sums of dy, dx = dy W: the layers tier's one
+  // rule (operands in the weight's dtype, f32 accumulation).
+  const View gw = view(grad_weight);
+  View gb;
+  if (opt_.bias) gb = view(grad_bias);
+  linear_backward(be, bk, dy32, x, view(weight), &gw, opt_.bias ? &gb : nullptr,
+                  grad_input ? &d : nullptr, false);
+  // The column layer's input gradient all-reduce is collective: every rank
+  // must either take part or skip it, so callers skip it consistently.
+  if (!grad_input) return;
+  if (column()) {
     reduce_sum(ctx_, OSLO_GROUP_TENSOR, d);
     if (d.data != dx.data) be.convert(dx, d);
-  } else if (opt_.input_is_parallel || tp_ == 1) {
-    be.matmul(dx, dyw, w);
-  } else {
-    Tensor local = scratch(bk, grad_input->dtype(), {rows, local_in_});
-    be.matmul(view(local), dyw, w);
+  } else if (local.defined()) {
     gather_last_dim(ctx_, OSLO_GROUP_TENSOR, view(local), dx);
   }
 }

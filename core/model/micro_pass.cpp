@@ -243,11 +243,8 @@ Tensor MicroPass::share_logits(const View& h, const Tensor& W, int64_t row0, flo
 // Their backward: dh = dy W (summed over the tensor group), W's gradient
 // += dy^T h.
 void MicroPass::share_products(const View& dy, const View& h, const Tensor& W, const View& dh) {
-  Tensor dy_keep, x_keep;
-  const View dyw = in_dtype(be, bp, dy, W.dtype(), &dy_keep),
-             xw = in_dtype(be, bp, h, W.dtype(), &x_keep);
-  be.matmul(dh, dyw, view(W));
-  be.matmul(view(owner.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);
+  const View gw = view(owner.grad_of(W));
+  linear_backward(be, bp, dy, h, view(W), &gw, nullptr, &dh, false);
   reduce_sum(s.ctx, OSLO_GROUP_TENSOR, dh);
 }
 
@@ -284,11 +281,12 @@ void MicroPass::head_chunks(Tensor* logits) {
       if (count <= 0) continue;
       const View wq = row_range(view(wc), q * c, count);
       if (logits) {  // logits[:, r0 : r0 + count] = h Wq^T
-        be.matmul(columns(view(*logits), r0, count), hw, transposed(wq));
+        linear_forward(be, bp, columns(view(*logits), r0, count), hw, wq, nullptr);
       } else {
-        const View dy = columns(dyw, r0, count);
-        be.matmul(view(dhf), dy, wq, nullptr, 1.f, 1.f);                   // dh += dy Wq
-        be.matmul(row_range(view(gc), q * c, count), transposed(dy), hw);  // dWq = dy^T h
+        // dh += dy Wq, dWq = dy^T h (gc zeroed above).
+        const View dy = columns(dyw, r0, count), dh = view(dhf),
+                   gq = row_range(view(gc), q * c, count);
+        linear_backward(be, bp, dy, hw, wq, &gq, nullptr, &dh, true);
       }
     }
     if (!logits) hr.reduce(k, view(gc));
@@ -322,13 +320,18 @@ void MicroPass::head_backward() {
     }
   } else if (labels_in) {
     dhf = f32({BS, H});
-    const Tensor& W = s.lm_head;
-    Tensor dy_keep, x_keep;
-    const View dyw = in_dtype(be, bp, view(dlogits), W.dtype(), &dy_keep),
-               xw = in_dtype(be, bp, view(hf), W.dtype(), &x_keep);
-    be.matmul(view(dhf), dyw, view(W));  // dh = dlogits W
-    if (owner.param_hook_) owner.param_hook_(0, false, -1);
-    be.matmul(view(owner.grad_of(W)), transposed(dyw), xw, nullptr, 1.f, 1.f);  // dW += dy^T h
+    const View w = view(s.lm_head), dh = view(dhf);
+    if (!owner.param_hook_) {
+      const View gw = view(owner.grad_of(s.lm_head));
+      linear_backward(be, bp, view(dlogits), view(hf), w, &gw, nullptr, &dh, false);
+    } else {
+      // dh = dlogits W first; then W (gathered whole) goes before its
+      // gradient is made.
+      linear_backward(be, bp, view(dlogits), view(hf), w, nullptr, nullptr, &dh, false);
+      owner.param_hook_(0, false, -1);
+      const View gw = view(owner.grad_of(s.lm_head));
+      linear_backward(be, bp, view(dlogits), view(hf), w, &gw, nullptr, nullptr, false);
+    }
     dlogits = Tensor();
     reduce_sum(s.ctx, OSLO_GROUP_TENSOR, view(dhf));
   } else if (owner.param_hook_) {
