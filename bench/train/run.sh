@@ -2,7 +2,8 @@
 # Issue 16's training benchmark: a GPT-2-small-shaped model (124M, random
 # weights: bench/model/make_gpt2_small.py), f32, batch 4 x 256 tokens, one
 # training step (loss, backward, clip_grad_norm 1.0, AdamW), against PyTorch
-# (transformers' GPT2LMHeadModel, eager attention, 2 threads) in the same
+# (transformers' GPT2LMHeadModel, its default attention SDPA, 2 threads;
+# ATTN=eager for the composed attention) in the same
 # run. Rows, interleaved in the same order every round:
 #   PyTorch, 2 threads | oslo TP=1, 2 threads | oslo TP=1, 1 thread |
 #   oslo TP=2 (oslo-run, 2 processes x 1 thread) |
@@ -45,13 +46,14 @@ for r in $(seq "$rounds"); do
   echo "== round $r of $rounds"
   if [ "$dtype" != f32 ]; then
     row "PyTorch $dtype autocast, 2 threads" "$py" bench/train/torch_reference.py "$m" \
-      "${args[@]}" --threads 2 --dtype "$dtype"
+      "${args[@]}" --threads 2 --dtype "$dtype" --attn "${ATTN:-sdpa}"
     row "oslo TP=1 $dtype, 2 threads" "$bin" "$m" "${args[@]}" --threads 2 --dtype "$dtype"
     row "oslo TP=2 $dtype, 2 x 1 thread" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" \
       --threads 1 --dtype "$dtype"
     continue
   fi
-  row "PyTorch, 2 threads" "$py" bench/train/torch_reference.py "$m" "${args[@]}" --threads 2
+  row "PyTorch, 2 threads" "$py" bench/train/torch_reference.py "$m" "${args[@]}" --threads 2 \
+    --attn "${ATTN:-sdpa}"
   row "oslo TP=1, 2 threads" "$bin" "$m" "${args[@]}" --threads 2
   row "oslo TP=1, 1 thread" "$bin" "$m" "${args[@]}" --threads 1
   row "oslo TP=2, 2 x 1 thread" "$run" --nproc-per-node 2 "$bin" "$m" "${args[@]}" --threads 1

@@ -4,6 +4,10 @@ over a random batch, backward, clip_grad_norm_(1.0), AdamW) of the same HF
 folder with transformers, timed; prints one JSON line.
 
     torch_reference.py MODEL_DIR [--seq 256] [--batch 4] [--steps 1] [--warmup 1] [--threads 2]
+                       [--attn sdpa|eager]
+
+The attention is transformers' default (SDPA, what users run) unless
+--attn eager asks for the composed one.
 """
 import argparse
 import json
@@ -24,10 +28,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32",
                     help="bf16/f16: torch.autocast on the f32 model (f16 with GradScaler)")
+    ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
+                    help="transformers' attn_implementation (default: sdpa, its default)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        a.model, torch_dtype=torch.float32, attn_implementation="eager")
+        a.model, torch_dtype=torch.float32, attn_implementation=a.attn)
     model.train()
     for mod in model.modules():  # no dropout: the same arithmetic as oslo's step
         if isinstance(mod, torch.nn.Dropout):
@@ -71,7 +77,7 @@ def main():
         loss = step()
         best = min(best, time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"engine": "pytorch", "torch": torch.__version__, "dtype": a.dtype,
+    print(json.dumps({"engine": "pytorch", "torch": torch.__version__, "dtype": a.dtype, "attn": a.attn,
                       "threads": a.threads,
                       "seq": a.seq, "batch": a.batch, "step_s": round(best, 3),
                       "tokens_per_s": round(a.batch * a.seq / best, 1), "loss": round(loss, 4),
