@@ -15,7 +15,7 @@
 // (core/checkpoint/checkpoint.cpp), model load and save
 // (core/checkpoint/model_load.cpp, model_save.cpp), the model's load in
 // core/model (run_agreed). Later collective steps (training checkpoints,
-// pipeline stages) use it the same way; see docs/ARCHITECTURE.md.
+// pipeline stages) use it the same way; see core/comm/README.md.
 #pragma once
 
 #include <functional>

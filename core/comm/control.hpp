@@ -1,7 +1,7 @@
 // Host control messages: the one way the core exchanges host values between
 // ranks (agreements, decisions, strings, ids, verdicts).
 //
-// The rule (docs/ARCHITECTURE.md, "Control messages"): a communicator only
+// The rule (core/comm/README.md, "Control messages"): a communicator only
 // ever receives memory of its context's backend. Tensor data goes through
 // core/parallel/mappings; anything the core holds in host memory (a failure
 // status, generate's next tokens, a checkpoint's save id, parameter names)

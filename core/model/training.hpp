@@ -118,7 +118,7 @@ class TrainingPass {
   // group on whether every rank accepted its batch (one more small
   // exchange), so that a batch refused on one data rank fails every rank.
   void set_agree_over_data(bool on) { agree_over_data_ = on; }
-  // Parameter units (ZeRO-3, core/train/zero.hpp): unit 0 the embeddings,
+  // Parameter units (ZeRO-3, core/train/data_parallel.hpp: zero_units): unit 0 the embeddings,
   // final norm and head; 1 + l block l. `hook(unit, true, next)` runs just
   // before the backward's forward and backward use a unit, `hook(unit,
   // false, -1)` after (unit 0 from the embedding to the head's backward,
