@@ -219,6 +219,24 @@ inline Options read_options(const oslo_backend_options* options) {
   return o;
 }
 
+// The backend-specific options (extra_json) parsed as a JSON object with
+// the JSON library J (J::parse and is_object(), as nlohmann::json has them;
+// the glue itself needs no JSON library). OSLO_ERR_FORMAT naming `what`
+// when the text is not JSON or not an object.
+template <class J>
+J parse_json_object(const char* text, const std::string& what) {
+  J value;
+  try {
+    value = J::parse(text);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(OSLO_ERR_FORMAT, what + " is not valid JSON: " + e.what());
+  }
+  if (!value.is_object()) fail(OSLO_ERR_FORMAT, what + " must be a JSON object");
+  return value;
+}
+
 // -- dtypes -----------------------------------------------------------------------
 
 inline const char* dtype_name(oslo_dtype dtype) {
@@ -256,21 +274,21 @@ inline size_t dtype_size(oslo_dtype dtype) {
   X(create)                                                                                        \
   X(destroy)                                                                                       \
   X(last_error)                                                                                    \
-  X(device_type) X(device_id) X(host_accessible) X(alloc) X(free) X(copy) X(synchronize)           \
-      X(set_num_threads) X(convert) X(fill) X(matmul) X(binary) X(unary) X(unary_backward)         \
-          X(reduce) X(sum_rows) X(softmax) X(softmax_backward) X(norm) X(gather_rows)              \
-              X(scatter_add_rows) X(gather_cols) X(scatter_add_cols) X(comm_create)                \
-                  X(comm_destroy) X(comm_name) X(comm_last_error) X(comm_all_reduce)               \
-                      X(comm_all_gather) X(comm_reduce_scatter) X(comm_broadcast) X(comm_send)     \
-                          X(comm_recv) X(comm_barrier) X(comm_abort) X(copy_async) X(event_create) \
-                              X(event_destroy) X(event_record) X(event_wait) X(event_synchronize)  \
-                                  X(alloc_async) X(free_async) X(device_name) X(memory_info)       \
-                                      X(op_supported) X(native_stream) X(stream_wait_event)        \
-                                          X(attention) X(residual_norm) X(rope) X(matmul_act)      \
-                                              X(argmax) X(norm_backward) X(adamw) X(graph_begin)   \
-                                                  X(graph_end) X(pack_weight) X(matmul_packed)     \
-                                                      X(packed_free) X(check_memory) X(host_alloc) \
-                                                          X(host_free)
+  X(device_type)                                                                                   \
+  X(device_id) X(host_accessible) X(alloc) X(free) X(copy) X(synchronize) X(set_num_threads)       \
+      X(convert) X(fill) X(matmul) X(binary) X(unary) X(unary_backward) X(reduce) X(sum_rows)      \
+          X(softmax) X(softmax_backward) X(norm) X(gather_rows) X(scatter_add_rows) X(gather_cols) \
+              X(scatter_add_cols) X(comm_create) X(comm_destroy) X(comm_name) X(comm_last_error)   \
+                  X(comm_all_reduce) X(comm_all_gather) X(comm_reduce_scatter) X(comm_broadcast)   \
+                      X(comm_send) X(comm_recv) X(comm_barrier) X(comm_abort) X(copy_async)        \
+                          X(event_create) X(event_destroy) X(event_record) X(event_wait)           \
+                              X(event_synchronize) X(alloc_async) X(free_async) X(device_name)     \
+                                  X(memory_info) X(op_supported) X(native_stream)                  \
+                                      X(stream_wait_event) X(attention) X(residual_norm) X(rope)   \
+                                          X(matmul_act) X(argmax) X(norm_backward) X(adamw)        \
+                                              X(graph_begin) X(graph_end) X(pack_weight)           \
+                                                  X(matmul_packed) X(packed_free) X(check_memory)  \
+                                                      X(host_alloc) X(host_free)
 
 // One entry of a backend's struct: `fn` as the table's field `entry`, a
 // static member of exactly the field's type (a misspelt entry or a function

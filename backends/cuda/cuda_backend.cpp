@@ -205,13 +205,7 @@ namespace {
 int configure(Instance& in, const oslo_backend_options* options, bool* by_rank) {
   const oslo_backend_glue::Options o = oslo_backend_glue::read_options(options);
   const int local_rank = o.local_rank > 0 ? o.local_rank : 0;
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(o.extra_json);
-  } catch (const nlohmann::json::exception& e) {
-    fail(OSLO_ERR_FORMAT, std::string("backend options are not valid JSON: ") + e.what());
-  }
-  if (!cfg.is_object()) fail(OSLO_ERR_FORMAT, "backend options must be a JSON object");
+  const auto cfg = parse_json_object<nlohmann::json>(o.extra_json, "\"backend_options\"");
   int device = local_rank;
   *by_rank = true;
   for (auto it = cfg.begin(); it != cfg.end(); ++it) {

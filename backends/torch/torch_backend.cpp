@@ -123,13 +123,7 @@ void configure(Instance& in, const oslo_backend_options* options) {
   const oslo_backend_glue::Options o = oslo_backend_glue::read_options(options);
   const int local_rank = o.local_rank;
   in.num_threads = o.num_threads > 0 ? o.num_threads : 0;
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(o.extra_json);
-  } catch (const nlohmann::json::exception& e) {
-    fail(OSLO_ERR_FORMAT, std::string("extra_json is not valid JSON: ") + e.what());
-  }
-  if (!cfg.is_object()) fail(OSLO_ERR_FORMAT, "extra_json must be a JSON object");
+  const auto cfg = parse_json_object<nlohmann::json>(o.extra_json, "extra_json");
   std::string device = "cpu";
   int device_index = local_rank;
   in.comm_mode = "auto";

@@ -357,6 +357,32 @@ void test_options() {
   check(std::strcmp(glue::read_options(&full).extra_json, "{}") == 0, "extra_json NULL: {}");
 }
 
+// A stand-in for a JSON library: "{...}" is an object, "[...]" a value,
+// anything else not JSON.
+struct FakeJson {
+  bool object = false;
+  static FakeJson parse(const char* text) {
+    if (text[0] == '[') return FakeJson{};
+    if (text[0] != '{') throw std::invalid_argument("parse error at 1");
+    return FakeJson{true};
+  }
+  bool is_object() const { return object; }
+};
+
+void test_json() {
+  std::string m;
+  oslo_status s = status_of<glue::Messages>(
+      [] { check(glue::parse_json_object<FakeJson>("{}", "opts").is_object(), "an object"); },
+      nullptr, &m);
+  check(s == OSLO_OK, "an object parses");
+  s = status_of<glue::Messages>([] { glue::parse_json_object<FakeJson>("nope", "opts"); }, nullptr,
+                                &m);
+  check(s == OSLO_ERR_FORMAT && m == "opts is not valid JSON: parse error at 1", "not JSON: " + m);
+  s = status_of<glue::Messages>([] { glue::parse_json_object<FakeJson>("[1]", "opts"); }, nullptr,
+                                &m);
+  check(s == OSLO_ERR_FORMAT && m == "opts must be a JSON object", "not an object: " + m);
+}
+
 void test_dtypes() {
   check(glue::dtype_size(OSLO_DTYPE_BF16) == 2 && glue::dtype_size(OSLO_DTYPE_I64) == 8 &&
             glue::dtype_size(static_cast<oslo_dtype>(99)) == 0,
@@ -377,6 +403,7 @@ int main() {
   test_messages();
   test_instances();
   test_options();
+  test_json();
   test_dtypes();
   std::printf("backend glue: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
