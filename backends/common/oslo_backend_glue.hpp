@@ -270,25 +270,21 @@ inline size_t dtype_size(oslo_dtype dtype) {
 // -- the table --------------------------------------------------------------------
 
 // Every entry of the table, in slot order (oslo_backend.h pins the slots).
-#define OSLO_BACKEND_GLUE_ENTRIES(X)                                                               \
-  X(create)                                                                                        \
-  X(destroy)                                                                                       \
-  X(last_error)                                                                                    \
-  X(device_type)                                                                                   \
-  X(device_id) X(host_accessible) X(alloc) X(free) X(copy) X(synchronize) X(set_num_threads)       \
-      X(convert) X(fill) X(matmul) X(binary) X(unary) X(unary_backward) X(reduce) X(sum_rows)      \
-          X(softmax) X(softmax_backward) X(norm) X(gather_rows) X(scatter_add_rows) X(gather_cols) \
-              X(scatter_add_cols) X(comm_create) X(comm_destroy) X(comm_name) X(comm_last_error)   \
-                  X(comm_all_reduce) X(comm_all_gather) X(comm_reduce_scatter) X(comm_broadcast)   \
-                      X(comm_send) X(comm_recv) X(comm_barrier) X(comm_abort) X(copy_async)        \
-                          X(event_create) X(event_destroy) X(event_record) X(event_wait)           \
-                              X(event_synchronize) X(alloc_async) X(free_async) X(device_name)     \
-                                  X(memory_info) X(op_supported) X(native_stream)                  \
-                                      X(stream_wait_event) X(attention) X(residual_norm) X(rope)   \
-                                          X(matmul_act) X(argmax) X(norm_backward) X(adamw)        \
-                                              X(graph_begin) X(graph_end) X(pack_weight)           \
-                                                  X(matmul_packed) X(packed_free) X(check_memory)  \
-                                                      X(host_alloc) X(host_free)
+// clang-format off
+#define OSLO_BACKEND_GLUE_ENTRIES(X)                                                       \
+  X(create) X(destroy) X(last_error) X(device_type) X(device_id) X(host_accessible)       \
+  X(alloc) X(free) X(copy) X(synchronize) X(set_num_threads) X(convert) X(fill) X(matmul) \
+  X(binary) X(unary) X(unary_backward) X(reduce) X(sum_rows) X(softmax)                   \
+  X(softmax_backward) X(norm) X(gather_rows) X(scatter_add_rows) X(gather_cols)           \
+  X(scatter_add_cols) X(comm_create) X(comm_destroy) X(comm_name) X(comm_last_error)      \
+  X(comm_all_reduce) X(comm_all_gather) X(comm_reduce_scatter) X(comm_broadcast)          \
+  X(comm_send) X(comm_recv) X(comm_barrier) X(comm_abort) X(copy_async) X(event_create)   \
+  X(event_destroy) X(event_record) X(event_wait) X(event_synchronize) X(alloc_async)      \
+  X(free_async) X(device_name) X(memory_info) X(op_supported) X(native_stream)            \
+  X(stream_wait_event) X(attention) X(residual_norm) X(rope) X(matmul_act) X(argmax)      \
+  X(norm_backward) X(adamw) X(graph_begin) X(graph_end) X(pack_weight) X(matmul_packed)   \
+  X(packed_free) X(check_memory) X(host_alloc) X(host_free)
+// clang-format on
 
 // One entry of a backend's struct: `fn` as the table's field `entry`, a
 // static member of exactly the field's type (a misspelt entry or a function
