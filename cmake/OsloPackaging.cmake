@@ -6,8 +6,8 @@
 #   liboslo-dev            component dev: oslo.h, oslo/dlpack.h, the
 #                          liboslo.so link, oslo.pc and the CMake package
 #   oslo-tools             component tools: the oslo and oslo-run commands
-#   liboslo0-backend-torch component torch: only when the plugin is built
-#   liboslo0-backend-cuda  component cuda: only when the plugin is built
+#   liboslo0-backend-<name> component <name>: one per backend plugin built
+#                          (torch, cuda; oslo_add_backend)
 #
 # Runtime dependencies come from dpkg-shlibdeps (needs dpkg-dev and file);
 # every package but liboslo0 depends on liboslo0 of exactly this version.
@@ -74,26 +74,18 @@ The oslo command (generate, embed, train, merge, reshard and inspect models)
 and oslo-run, the launcher that starts and supervises the ranks of one node
 with a torchrun-compatible environment.")
 
-if(TARGET oslo_backend_torch)
-  list(APPEND CPACK_COMPONENTS_ALL torch)
-  set(CPACK_DEBIAN_TORCH_PACKAGE_NAME liboslo0-backend-torch)
-  set(CPACK_DEBIAN_TORCH_PACKAGE_SECTION libs)
-  set(CPACK_COMPONENT_TORCH_DEPENDS lib)
-  set(CPACK_COMPONENT_TORCH_DESCRIPTION
-      "oslo: tensor-parallel transformer models behind a C ABI (torch backend)
-The backend plugin liboslo_backend_torch.so (\"backend\": \"torch\"): ATen
-for compute, oslo's transports or c10d process groups for communication.")
-endif()
-if(TARGET oslo_backend_cuda)
-  list(APPEND CPACK_COMPONENTS_ALL cuda)
-  set(CPACK_DEBIAN_CUDA_PACKAGE_NAME liboslo0-backend-cuda)
-  set(CPACK_DEBIAN_CUDA_PACKAGE_SECTION libs)
-  set(CPACK_COMPONENT_CUDA_DEPENDS lib)
-  set(CPACK_COMPONENT_CUDA_DESCRIPTION
-      "oslo: tensor-parallel transformer models behind a C ABI (CUDA backend)
-The backend plugin liboslo_backend_cuda.so (\"backend\": \"cuda\"): cuBLASLt,
-oslo's kernels and NCCL, for Hopper GPUs. The CUDA libraries it needs come
-from NVIDIA's packages, which carry no Debian dependency information.")
-endif()
+# One package per backend plugin this build makes (oslo_add_backend in the
+# plugin's folder, cmake/OsloAddBackend.cmake): liboslo0-backend-<name>.
+get_property(_oslo_plugins GLOBAL PROPERTY OSLO_BACKEND_PLUGINS)
+foreach(_p ${_oslo_plugins})
+  string(TOUPPER "${_p}" _P)
+  string(TOLOWER "${_p}" _deb)
+  string(REPLACE "_" "-" _deb "${_deb}")
+  list(APPEND CPACK_COMPONENTS_ALL ${_p})
+  set(CPACK_DEBIAN_${_P}_PACKAGE_NAME liboslo0-backend-${_deb})
+  set(CPACK_DEBIAN_${_P}_PACKAGE_SECTION libs)
+  set(CPACK_COMPONENT_${_P}_DEPENDS lib)
+  get_property(CPACK_COMPONENT_${_P}_DESCRIPTION GLOBAL PROPERTY OSLO_BACKEND_DESCRIPTION_${_p})
+endforeach()
 
 include(CPack)

@@ -29,16 +29,15 @@ install(FILES $<TARGET_FILE:oslo> DESTINATION oslo RENAME liboslo.so.0
         COMPONENT wheel)
 install(TARGETS oslo_sentencepiece oslo_python LIBRARY DESTINATION oslo COMPONENT wheel)
 install(TARGETS oslo_cli oslo-run RUNTIME DESTINATION oslo COMPONENT wheel)
-# The backend plugins this build makes (pip wheel . -C
+# The backend plugins this build makes (oslo_add_backend; pip wheel . -C
 # cmake.define.OSLO_BUILD_CUDA=ON or OSLO_BACKEND_TORCH=ON): next to liboslo,
 # which looks for liboslo_backend_<name>.so in its own folder. They keep the
 # RUNPATH of the libraries they link (INSTALL_RPATH_USE_LINK_PATH: the CUDA
 # toolkit's, libtorch's), which stay outside the wheel: a machine running
 # them has those libraries where the build found them (docs/PACKAGING.md).
-foreach(_p oslo_backend_cuda oslo_backend_torch)
-  if(TARGET ${_p})
-    install(TARGETS ${_p} LIBRARY DESTINATION oslo COMPONENT wheel)
-  endif()
+get_property(_oslo_plugins GLOBAL PROPERTY OSLO_BACKEND_PLUGINS)
+foreach(_p ${_oslo_plugins})
+  install(TARGETS oslo_backend_${_p} LIBRARY DESTINATION oslo COMPONENT wheel)
 endforeach()
 # The package folder the extension was built into (bindings/CMakeLists.txt).
 set(_pkg ${CMAKE_BINARY_DIR}/bindings/python/oslo)

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/oslo_backend_glue.hpp"
 #include "backends/cpu/cpu_matmul.hpp"
 #include "backends/cpu/cpu_ops.hpp"
 #include "core/backend/oslo_backend.h"
@@ -73,40 +74,31 @@ Instance* inst(void* self) {
   return static_cast<Instance*>(self);
 }
 
+// The core's errors keep their status and text; everything else is mapped by
+// the glue every backend shares (backends/common/oslo_backend_glue.hpp).
+struct Messages : oslo_backend_glue::Messages {
+  static bool translate(const std::string& where, std::string* message, oslo_status* status) {
+    try {
+      throw;
+    } catch (const Error& e) {
+      *message = where + e.what();
+      *status = e.status();
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+};
+
 // Runs body, turning exceptions into a status and the instance's message.
 template <typename Body>
 oslo_status guard(void* self, Body&& body) {
-  Instance* I = inst(self);
-  try {
-    body(*I);
-    return OSLO_OK;
-  } catch (const Error& e) {
-    I->error = e.what();
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    I->error = "out of memory";
-    return OSLO_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    I->error = e.what();
-    return OSLO_ERR_INTERNAL;
-  } catch (...) {
-    I->error = "unknown exception";
-    return OSLO_ERR_INTERNAL;
-  }
+  return oslo_backend_glue::guard<Messages, Instance>(self, nullptr, std::forward<Body>(body));
 }
 
 oslo_status create(void** self, const oslo_backend_options* o, const char** error) {
-  try {
-    auto* I = new Instance;
-    I->threads = o && o->num_threads > 0 ? o->num_threads : 1;
-    *self = I;
-    return OSLO_OK;
-  } catch (const std::exception& e) {
-    static thread_local std::string msg;
-    msg = e.what();
-    if (error) *error = msg.c_str();
-    return OSLO_ERR_BACKEND_UNAVAILABLE;
-  }
+  return oslo_backend_glue::create_instance<Messages, Instance>(
+      self, error, [&](Instance& I) { I.threads = o && o->num_threads > 0 ? o->num_threads : 1; });
 }
 void destroy(void* self) {
   delete inst(self);
@@ -438,70 +430,21 @@ oslo_status scatter_add_cols(void* self, const V* x, const V* idx, int64_t offse
   });
 }
 
-oslo_backend_iface make_table() {
-  oslo_backend_iface t;
-  std::memset(&t, 0, sizeof t);
-  t.struct_size = sizeof t;
-  t.abi_version = OSLO_BACKEND_ABI_VERSION;
-  t.name = "cpu";
-  t.create = create;
-  t.destroy = destroy;
-  t.last_error = last_error;
-  t.device_type = device_type;
-  t.device_id = device_id;
-  t.host_accessible = host_accessible;
-  t.alloc = alloc;
-  t.free = free_;
-  t.copy = copy;
-  t.synchronize = synchronize;
-  t.set_num_threads = set_num_threads;
-  t.convert = convert;
-  t.fill = fill;
-  t.matmul = matmul;
-  t.binary = binary;
-  t.unary = unary;
-  t.unary_backward = unary_backward;
-  t.reduce = reduce;
-  t.sum_rows = sum_rows;
-  t.softmax = softmax;
-  t.softmax_backward = softmax_backward;
-  t.norm = norm;
-  t.gather_rows = gather_rows;
-  t.scatter_add_rows = scatter_add_rows;
-  t.gather_cols = gather_cols;
-  t.scatter_add_cols = scatter_add_cols;
-  // comm_* stay NULL: host transports.
-  t.copy_async = copy_async;
-  t.event_create = event_create;
-  t.event_destroy = event_destroy;
-  t.event_record = event_record;
-  t.event_wait = event_wait;
-  t.event_synchronize = event_synchronize;
-  t.alloc_async = alloc_async;
-  t.free_async = free_async;
-  t.device_name = device_name;
-  t.memory_info = memory_info;
-  t.op_supported = op_supported;
-  t.native_stream = native_stream;
-  t.stream_wait_event = stream_wait_event;
-  t.attention = attention;
-  t.residual_norm = residual_norm;
-  t.rope = rope;
-  t.matmul_act = matmul_act;
-  t.argmax = argmax;
-  t.norm_backward = norm_backward;
-  t.adamw = adamw;
-  t.pack_weight = pack_weight;
-  t.matmul_packed = matmul_packed;
-  t.packed_free = packed_free;
-  return t;
-}
+// The table (no comm_* entries: host transports; no staging entries: its
+// memory is host memory).
+struct Table {
+  static constexpr const char* name = "cpu";
+  OSLO_BACKEND_ENTRIES(REQUIRED, )
+  OSLO_BACKEND_ENTRIES(V2_QUEUE, )
+  OSLO_BACKEND_ENTRIES(FUSED, )
+  OSLO_BACKEND_ENTRIES(PACKED, )
+};
 
 }  // namespace
 }  // namespace cpu
 
 const oslo_backend_iface* cpu_backend_table() {
-  static const oslo_backend_iface table = cpu::make_table();
+  static const oslo_backend_iface table = oslo_backend_glue::make_table<cpu::Table>();
   return &table;
 }
 

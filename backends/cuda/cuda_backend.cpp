@@ -16,10 +16,6 @@ namespace oslo_cuda {
 
 // -- errors -------------------------------------------------------------------
 
-void fail(oslo_status status, const std::string& message) {
-  throw Failure(status, "cuda: " + message);
-}
-
 void check_cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
   (void)cudaGetLastError();  // clear a non-sticky error
@@ -42,56 +38,7 @@ void check_cublas(cublasStatus_t s, const char* what) {
   fail(OSLO_ERR_INTERNAL, msg);
 }
 
-oslo_status status_of_current_exception(std::string* message, const char* entry) {
-  const std::string where = std::string("cuda: ") + entry + ": ";
-  try {
-    throw;
-  } catch (const Failure& e) {
-    const std::string w = e.what();
-    // Failure messages start with "cuda: "; put the entry after it.
-    *message = w.rfind("cuda: ", 0) == 0 ? where + w.substr(6) : where + w;
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    *message = where + "out of host memory";
-    return OSLO_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    *message = where + e.what();
-    return OSLO_ERR_INTERNAL;
-  } catch (...) {
-    *message = where + "unknown exception";
-    return OSLO_ERR_INTERNAL;
-  }
-}
-
 // -- views --------------------------------------------------------------------
-
-const char* dtype_name(oslo_dtype dtype) {
-  switch (dtype) {
-    case OSLO_DTYPE_F32: return "f32";
-    case OSLO_DTYPE_F16: return "f16";
-    case OSLO_DTYPE_BF16: return "bf16";
-    case OSLO_DTYPE_I32: return "i32";
-    case OSLO_DTYPE_I64: return "i64";
-    default: return "unknown dtype";
-  }
-}
-
-bool is_float(oslo_dtype dtype) {
-  return dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_F16 || dtype == OSLO_DTYPE_BF16;
-}
-bool is_int(oslo_dtype dtype) {
-  return dtype == OSLO_DTYPE_I32 || dtype == OSLO_DTYPE_I64;
-}
-size_t dtype_size(oslo_dtype dtype) {
-  switch (dtype) {
-    case OSLO_DTYPE_F32:
-    case OSLO_DTYPE_I32: return 4;
-    case OSLO_DTYPE_F16:
-    case OSLO_DTYPE_BF16: return 2;
-    case OSLO_DTYPE_I64: return 8;
-    default: return 0;
-  }
-}
 
 std::string shape_string(const oslo_bk_view& v) {
   std::ostringstream s;
@@ -253,28 +200,12 @@ namespace {
 
 // -- instances ----------------------------------------------------------------
 
-thread_local std::string create_error;
-
 // Parses the options; returns the device index asked for (*by_rank: none
 // was, the index is the local rank's).
 int configure(Instance& in, const oslo_backend_options* options, bool* by_rank) {
-  int local_rank = 0;
-  const char* extra = "{}";
-  if (options != nullptr) {
-    const size_t size = options->struct_size;
-    if (size >= offsetof(oslo_backend_options, local_rank) + sizeof(int))
-      local_rank = options->local_rank > 0 ? options->local_rank : 0;
-    if (size >= offsetof(oslo_backend_options, extra_json) + sizeof(const char*) &&
-        options->extra_json != nullptr)
-      extra = options->extra_json;
-  }
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(extra);
-  } catch (const nlohmann::json::exception& e) {
-    fail(OSLO_ERR_FORMAT, std::string("backend options are not valid JSON: ") + e.what());
-  }
-  if (!cfg.is_object()) fail(OSLO_ERR_FORMAT, "backend options must be a JSON object");
+  const oslo_backend_glue::Options o = oslo_backend_glue::read_options(options);
+  const int local_rank = o.local_rank > 0 ? o.local_rank : 0;
+  const auto cfg = parse_json_object<nlohmann::json>(o.extra_json, "\"backend_options\"");
   int device = local_rank;
   *by_rank = true;
   for (auto it = cfg.begin(); it != cfg.end(); ++it) {
@@ -362,26 +293,11 @@ void start(Instance& in, int device, bool by_rank) {
 }
 
 oslo_status create(void** self, const oslo_backend_options* options, const char** error) {
-  static const char* const kNull = "cuda: create: self is NULL";
-  if (self == nullptr) {
-    if (error) *error = kNull;
-    return OSLO_ERR_INVALID_ARGUMENT;
-  }
-  *self = nullptr;
-  Instance* in = nullptr;
-  try {
-    in = new Instance();
+  return oslo_backend_glue::create_instance<Messages, Instance>(self, error, [&](Instance& in) {
     bool by_rank = true;
-    const int device = configure(*in, options, &by_rank);
-    start(*in, device, by_rank);
-    *self = in;
-    return OSLO_OK;
-  } catch (...) {
-    delete in;
-    oslo_status s = status_of_current_exception(&create_error, "create");
-    if (error) *error = create_error.c_str();
-    return s;
-  }
+    const int device = configure(in, options, &by_rank);
+    start(in, device, by_rank);
+  });
 }
 
 void destroy(void* self) {
@@ -427,12 +343,7 @@ void free_(void* self, void* ptr, size_t /*bytes*/) {
 oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind kind_arg) {
   const int kind = enum_value(kind_arg);
   return guard(self, "copy", [&](Instance& in) {
-    if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
-        kind != OSLO_BK_DEVICE_TO_DEVICE)
-      fail(OSLO_ERR_INVALID_ARGUMENT, "unknown kind " + std::to_string(kind));
-    if (bytes == 0) return;
-    if (dst == nullptr || src == nullptr)
-      fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
+    if (!oslo_backend_glue::check_copy("", kind_arg, dst, src, bytes)) return;
     if (in.capturing) {
       // Recording: an upload's bytes go to the recording's staging now (the
       // captured copy reads them when the graph runs); nothing may wait.
@@ -546,100 +457,18 @@ oslo_status set_num_threads(void* self, int n) {
   });
 }
 
-oslo_backend_iface make_table() {
-  oslo_backend_iface t;
-  std::memset(&t, 0, sizeof t);
-  t.struct_size = sizeof(oslo_backend_iface);
-  t.abi_version = OSLO_BACKEND_ABI_VERSION;
-  t.name = "cuda";
-  t.create = create;
-  t.destroy = destroy;
-  t.last_error = last_error;
-  t.device_type = device_type;
-  t.device_id = device_id;
-  t.host_accessible = host_accessible;
-  t.alloc = alloc;
-  t.free = free_;
-  t.copy = copy;
-  t.synchronize = synchronize;
-  t.set_num_threads = set_num_threads;
-  t.convert = op_convert;
-  t.fill = op_fill;
-  t.matmul = op_matmul;
-  t.binary = op_binary;
-  t.unary = op_unary;
-  t.unary_backward = op_unary_backward;
-  t.reduce = op_reduce;
-  t.sum_rows = op_sum_rows;
-  t.softmax = op_softmax;
-  t.softmax_backward = op_softmax_backward;
-  t.norm = op_norm;
-  t.gather_rows = op_gather_rows;
-  t.scatter_add_rows = op_scatter_add_rows;
-  t.gather_cols = op_gather_cols;
-  t.scatter_add_cols = op_scatter_add_cols;
-  t.comm_create = comm_create;
-  t.comm_destroy = comm_destroy;
-  t.comm_name = comm_name;
-  t.comm_last_error = comm_last_error;
-  t.comm_all_reduce = comm_all_reduce;
-  t.comm_all_gather = comm_all_gather;
-  t.comm_reduce_scatter = comm_reduce_scatter;
-  t.comm_broadcast = comm_broadcast;
-  t.comm_send = comm_send;
-  t.comm_recv = comm_recv;
-  t.comm_barrier = comm_barrier;
-  t.comm_abort = comm_abort;
-  // ABI v2.
-  t.copy_async = copy_async;
-  t.event_create = event_create;
-  t.event_destroy = event_destroy;
-  t.event_record = event_record;
-  t.event_wait = event_wait;
-  t.event_synchronize = event_synchronize;
-  t.alloc_async = alloc_async;
-  t.free_async = free_async;
-  t.device_name = device_name;
-  t.memory_info = memory_info;
-  t.op_supported = op_supported;
-  t.native_stream = native_stream;
-  t.stream_wait_event = stream_wait_event;
-  t.attention = fused_attention;
-  t.residual_norm = fused_residual_norm;
-  t.rope = fused_rope;
-  t.matmul_act = fused_matmul_act;
-  t.argmax = fused_argmax;
-  t.norm_backward = fused_norm_backward;
-  t.adamw = fused_adamw;
-  t.graph_begin = graph_begin;
-  t.graph_end = graph_end;
-  t.check_memory = check_memory;
-  t.host_alloc = host_alloc;
-  t.host_free = host_free;
-  return t;
-}
-
-const oslo_backend_iface kTable = make_table();
-
-// The same table as ABI v1 for an older liboslo (entries up to comm_abort).
-oslo_backend_iface make_v1_table() {
-  oslo_backend_iface t = make_table();
-  t.struct_size = OSLO_BACKEND_IFACE_V1_SIZE;
-  t.abi_version = 1;
-  return t;
-}
-
-const oslo_backend_iface kTableV1 = make_v1_table();
+// The table: every entry but the prepacked weights.
+struct Plugin {
+  static constexpr const char* name = "cuda";
+  OSLO_BACKEND_ENTRIES(REQUIRED, op_)
+  OSLO_BACKEND_ENTRIES(COMM, )
+  OSLO_BACKEND_ENTRIES(V2_QUEUE, )
+  OSLO_BACKEND_ENTRIES(FUSED, fused_)
+  OSLO_BACKEND_ENTRIES(GRAPHS, )
+  OSLO_BACKEND_ENTRIES(STAGING, )
+};
 
 }  // namespace
 }  // namespace oslo_cuda
 
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v2(
-    void) {
-  return &oslo_cuda::kTable;
-}
-
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v1(
-    void) {
-  return &oslo_cuda::kTableV1;
-}
+OSLO_BACKEND_PLUGIN(oslo_cuda::Plugin)

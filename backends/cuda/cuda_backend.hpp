@@ -23,24 +23,20 @@
 
 #include "oslo.h"
 #include "oslo_backend.h"
+#include "oslo_backend_glue.hpp"
 
 namespace oslo_cuda {
 
-// A failure with an oslo status; thrown inside the plugin only, caught by
-// guard() before any entry returns.
-class Failure : public std::exception {
- public:
-  Failure(oslo_status status, std::string message)
-      : status_(status), message_(std::move(message)) {}
-  const char* what() const noexcept override { return message_.c_str(); }
-  oslo_status status() const { return status_; }
+// The glue every backend shares (backends/common/oslo_backend_glue.hpp):
+// failures thrown inside the plugin, caught by guard() before any entry
+// returns; enum and dtype helpers.
+using namespace oslo_backend_glue;  // NOLINT: the plugin's own namespace
 
- private:
-  oslo_status status_;
-  std::string message_;
+// Messages read "cuda: <entry>: <text>".
+struct Messages : oslo_backend_glue::Messages {
+  static constexpr const char* kPrefix = "cuda: ";
+  static constexpr const char* kOutOfMemory = "out of host memory";
 };
-
-[[noreturn]] void fail(oslo_status status, const std::string& message);
 
 // Throws a Failure naming `what` if a CUDA runtime call failed (out of
 // memory becomes OSLO_ERR_OUT_OF_MEMORY, anything else OSLO_ERR_INTERNAL).
@@ -161,11 +157,14 @@ struct Instance {
   };
 };
 
+// Converts whatever an entry throws into a status and a message (*message).
+inline oslo_status status_of_current_exception(std::string* message, const char* entry) {
+  return oslo_backend_glue::status_of_current_exception<Messages>(message, entry);
+}
+
 // Makes the instance's device current for the calling thread (and restores
 // the caller's afterwards), runs body, turns exceptions into a status kept
 // for last_error().
-oslo_status status_of_current_exception(std::string* message, const char* entry);
-
 template <class F>
 oslo_status guard(void* self, const char* entry, F&& body) {
   if (self == nullptr) return OSLO_ERR_INVALID_ARGUMENT;
@@ -177,7 +176,7 @@ oslo_status guard(void* self, const char* entry, F&& body) {
       if (device >= 0) (void)cudaSetDevice(device);
     }
   } restore;
-  try {
+  return oslo_backend_glue::guarded<Messages>(&in.error, entry, [&] {
     int current = -1;
     if (cudaGetDevice(&current) != cudaSuccess || current != in.device) {
       check_cuda(cudaSetDevice(in.device), "cudaSetDevice");
@@ -194,27 +193,11 @@ oslo_status guard(void* self, const char* entry, F&& body) {
       ++e.calls;
       e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    return OSLO_OK;
-  } catch (...) {
-    return status_of_current_exception(&in.error, entry);
-  }
-}
-
-// The int value of an enum argument, read without loading the enum type.
-template <class E>
-int enum_value(const E& e) {
-  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
-  int v;
-  std::memcpy(&v, &e, sizeof v);
-  return v;
+  });
 }
 
 // -- views ------------------------------------------------------------------
 
-const char* dtype_name(oslo_dtype dtype);
-bool is_float(oslo_dtype dtype);
-bool is_int(oslo_dtype dtype);
-size_t dtype_size(oslo_dtype dtype);
 std::string shape_string(const oslo_bk_view& v);
 int64_t numel(const oslo_bk_view& v);
 // Checks a view (rank, extents, data, dtype); `role` output forbids stride-0
@@ -222,34 +205,18 @@ int64_t numel(const oslo_bk_view& v);
 void check_view(const oslo_bk_view* v, const char* what, bool output);
 void check_float(const oslo_bk_view* v, const char* what, bool output);
 
-// -- the table's entries, grouped by file -----------------------------------
+// -- the table's entries ----------------------------------------------------
 
-// cuda_ops.cu
-oslo_status op_convert(void* self, const oslo_bk_view* out, const oslo_bk_view* x);
-oslo_status op_fill(void* self, const oslo_bk_view* out, double value);
-oslo_status op_binary(void* self, oslo_bk_binary op, const oslo_bk_view* out, const oslo_bk_view* a,
-                      const oslo_bk_view* b);
-oslo_status op_unary(void* self, oslo_bk_unary op, const oslo_bk_view* out, const oslo_bk_view* x,
-                     float alpha);
-oslo_status op_unary_backward(void* self, oslo_bk_unary op, const oslo_bk_view* grad_x,
-                              const oslo_bk_view* x, const oslo_bk_view* grad_out, float alpha);
-oslo_status op_reduce(void* self, oslo_bk_reduce op, const oslo_bk_view* out, const oslo_bk_view* x,
-                      const oslo_bk_view* shift, int64_t valid, int accumulate);
-oslo_status op_sum_rows(void* self, const oslo_bk_view* out, const oslo_bk_view* x, int accumulate);
-oslo_status op_softmax(void* self, const oslo_bk_view* out, const oslo_bk_view* x,
-                       const oslo_bk_view* mask, float scale, int causal, int64_t causal_offset);
-oslo_status op_softmax_backward(void* self, const oslo_bk_view* grad_x, const oslo_bk_view* y,
-                                const oslo_bk_view* grad_y, float scale);
-oslo_status op_norm(void* self, const oslo_bk_view* out, const oslo_bk_view* x,
-                    const oslo_bk_view* gamma, const oslo_bk_view* beta, float eps, int rms);
-oslo_status op_gather_rows(void* self, const oslo_bk_view* out, const oslo_bk_view* table,
-                           const oslo_bk_view* ids, int64_t offset, int64_t limit);
-oslo_status op_scatter_add_rows(void* self, const oslo_bk_view* table, const oslo_bk_view* ids,
-                                const oslo_bk_view* src, int64_t offset);
-oslo_status op_gather_cols(void* self, const oslo_bk_view* out, const oslo_bk_view* x,
-                           const oslo_bk_view* idx, int64_t offset, int64_t limit, int64_t ignore);
-oslo_status op_scatter_add_cols(void* self, const oslo_bk_view* x, const oslo_bk_view* idx,
-                                int64_t offset, int64_t ignore, float value);
+// The table's entries, with oslo_backend.h's signatures (the glue's
+// OSLO_BACKEND_DECLARE): the compute entries op_<entry> (cuda_ops.cu, the
+// matmul in cuda_matmul.cpp), the fused ones fused_<entry> (cuda_fused.cu),
+// the ABI v2 queue entries and graph_begin/graph_end (cuda_v2.cpp), the
+// communicators (cuda_comm.cpp); the rest are in cuda_backend.cpp.
+OSLO_BACKEND_DECLARE(COMPUTE, op_)
+OSLO_BACKEND_DECLARE(FUSED, fused_)
+OSLO_BACKEND_DECLARE(V2_QUEUE, )
+OSLO_BACKEND_DECLARE(GRAPHS, )
+OSLO_BACKEND_DECLARE(COMM, )
 
 // Kernels used by the matmul (cuda_ops.cu): c = acc + beta * c + bias
 // (acc f32 [batch, M, N] contiguous), and a plain strided GEMM for the cases
@@ -266,69 +233,8 @@ void naive_gemm(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a, cons
 bool skinny_matmul(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a,
                    const oslo_bk_view& b, const oslo_bk_view* bias, float alpha, float beta);
 
-// cuda_matmul.cpp
-oslo_status op_matmul(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
-                      const oslo_bk_view* b, const oslo_bk_view* bias, float alpha, float beta);
-
-// cuda_fused.cu: the fused entries of ABI v2 (oslo_backend.h)
-oslo_status fused_attention(void* self, const oslo_bk_view* out, const oslo_bk_view* q,
-                            const oslo_bk_view* k, const oslo_bk_view* v, const oslo_bk_view* mask,
-                            float scale, int causal, int64_t causal_offset);
-oslo_status fused_residual_norm(void* self, const oslo_bk_view* out, const oslo_bk_view* x,
-                                const oslo_bk_view* y, const oslo_bk_view* bias,
-                                const oslo_bk_view* gamma, const oslo_bk_view* beta, float eps,
-                                int rms);
-oslo_status fused_rope(void* self, const oslo_bk_view* x, const oslo_bk_view* cos,
-                       const oslo_bk_view* sin);
-oslo_status fused_matmul_act(void* self, const oslo_bk_view* c, const oslo_bk_view* a,
-                             const oslo_bk_view* b, const oslo_bk_view* bias, oslo_bk_unary act,
-                             const oslo_bk_view* gate);
-oslo_status fused_argmax(void* self, const oslo_bk_view* index, const oslo_bk_view* value,
-                         const oslo_bk_view* x, int64_t valid);
-oslo_status fused_norm_backward(void* self, const oslo_bk_view* grad_x,
-                                const oslo_bk_view* grad_gamma, const oslo_bk_view* grad_beta,
-                                const oslo_bk_view* x, const oslo_bk_view* gamma,
-                                const oslo_bk_view* dy, float eps, int rms);
-oslo_status fused_adamw(void* self, const oslo_bk_view* p, const oslo_bk_view* g,
-                        const oslo_bk_view* m, const oslo_bk_view* v, float decay, float beta1,
-                        float beta2, float step_size, float bc2_sqrt, float eps);
-
-// cuda_v2.cpp: the ABI v2 entries
-oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,
-                       oslo_bk_copy_kind kind);
-oslo_status event_create(void* self, void** event);
-void event_destroy(void* self, void* event);
-oslo_status event_record(void* self, void* event);
-oslo_status event_wait(void* self, void* event);
-oslo_status event_synchronize(void* self, void* event);
-oslo_status alloc_async(void* self, size_t bytes, void** out);
-void free_async(void* self, void* ptr, size_t bytes);
-const char* device_name(void* self);
-oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes);
-int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype);
-int64_t native_stream(void* self);
-oslo_status stream_wait_event(void* self, int64_t stream, void* event);
-oslo_status graph_begin(void* self);
-oslo_status graph_end(void* self, int launch);
 // Fails naming `what` when the instance is recording (it would wait for work
 // that has not run).
 void refuse_while_capturing(const Instance& in, const char* what);
-
-// cuda_comm.cpp
-oslo_status comm_create(void* self, void** comm, const oslo_bk_group* group,
-                        const oslo_bk_store* store);
-void comm_destroy(void* comm);
-const char* comm_name(void* comm);
-const char* comm_last_error(void* comm);
-oslo_status comm_all_reduce(void* comm, const void* in, void* out, size_t count, oslo_dtype dtype,
-                            oslo_reduce_op op);
-oslo_status comm_all_gather(void* comm, const void* in, void* out, size_t count, oslo_dtype dtype);
-oslo_status comm_reduce_scatter(void* comm, const void* in, void* out, size_t count,
-                                oslo_dtype dtype, oslo_reduce_op op);
-oslo_status comm_broadcast(void* comm, void* buf, size_t count, oslo_dtype dtype, int root);
-oslo_status comm_send(void* comm, const void* buf, size_t bytes, int peer);
-oslo_status comm_recv(void* comm, void* buf, size_t bytes, int peer);
-oslo_status comm_barrier(void* comm);
-void comm_abort(void* comm);
 
 }  // namespace oslo_cuda

@@ -241,13 +241,7 @@ oslo_status comm_create(void* self, void** comm, const oslo_bk_group* group,
       if (c->nc) ncclCommAbort(c->nc);
       fail(OSLO_ERR_COMM, "ncclCommInitRankConfig failed: " + nccl_message(r));
     }
-    if (r == ncclInProgress) {
-      try {
-        settle(*c, r, "ncclCommInitRankConfig", deadline);
-      } catch (const Failure& f) {
-        fail(f.status(), f.what());
-      }
-    }
+    if (r == ncclInProgress) settle(*c, r, "ncclCommInitRankConfig", deadline);
     check_cuda(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "cudaEventCreate");
     c->scratch = in.mem->allocate(sizeof(float), in.stream);
     *comm = c.release();

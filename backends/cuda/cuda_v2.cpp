@@ -9,12 +9,7 @@ oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,
                        oslo_bk_copy_kind kind_arg) {
   const int kind = enum_value(kind_arg);
   return guard(self, "copy_async", [&](Instance& in) {
-    if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
-        kind != OSLO_BK_DEVICE_TO_DEVICE)
-      fail(OSLO_ERR_INVALID_ARGUMENT, "unknown kind " + std::to_string(kind));
-    if (bytes == 0) return;
-    if (dst == nullptr || src == nullptr)
-      fail(OSLO_ERR_INVALID_ARGUMENT, "NULL pointer for " + std::to_string(bytes) + " bytes");
+    if (!oslo_backend_glue::check_copy("", kind_arg, dst, src, bytes)) return;
     const cudaMemcpyKind k = kind == OSLO_BK_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
                              : kind == OSLO_BK_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                                                               : cudaMemcpyDeviceToDevice;

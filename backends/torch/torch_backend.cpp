@@ -26,37 +26,27 @@ namespace oslo_torch {
 
 // -- errors -----------------------------------------------------------------
 
-oslo_status status_of_current_exception(std::string* message, const char* entry) {
-  const std::string where = std::string("torch: ") + entry + ": ";
+bool Messages::translate(const std::string& where, std::string* message, oslo_status* status) {
   try {
     throw;
-  } catch (const Failure& e) {
-    *message = e.what();
-    return e.status();
   } catch (const c10::OutOfMemoryError& e) {
     *message = where + e.what_without_backtrace();
-    return OSLO_ERR_OUT_OF_MEMORY;
+    *status = OSLO_ERR_OUT_OF_MEMORY;
   } catch (const c10::NotImplementedError& e) {
     *message = where + "not supported by this libtorch: " + e.what_without_backtrace();
-    return OSLO_ERR_NOT_SUPPORTED;
+    *status = OSLO_ERR_NOT_SUPPORTED;
   } catch (const c10::IndexError& e) {
     *message = where + e.what_without_backtrace();
-    return OSLO_ERR_INVALID_ARGUMENT;
+    *status = OSLO_ERR_INVALID_ARGUMENT;
   } catch (const c10::Error& e) {
     // Arguments are checked before ATen sees them, so what ATen still rejects
     // is unexpected (or a device error found at a wait point).
     *message = where + "libtorch failed: " + e.what_without_backtrace();
-    return OSLO_ERR_INTERNAL;
-  } catch (const std::bad_alloc&) {
-    *message = where + "out of memory";
-    return OSLO_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    *message = where + e.what();
-    return OSLO_ERR_INTERNAL;
+    *status = OSLO_ERR_INTERNAL;
   } catch (...) {
-    *message = where + "unknown exception";
-    return OSLO_ERR_INTERNAL;
+    return false;
   }
+  return true;
 }
 
 Scope::Scope(Instance& in) {
@@ -73,24 +63,6 @@ Scope::Scope(Instance& in) {
 }
 
 // -- views --------------------------------------------------------------------
-
-const char* dtype_name(oslo_dtype dtype) {
-  switch (dtype) {
-    case OSLO_DTYPE_F32: return "f32";
-    case OSLO_DTYPE_F16: return "f16";
-    case OSLO_DTYPE_BF16: return "bf16";
-    case OSLO_DTYPE_I32: return "i32";
-    case OSLO_DTYPE_I64: return "i64";
-    default: return "unknown dtype";
-  }
-}
-
-bool is_float(oslo_dtype dtype) {
-  return dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_F16 || dtype == OSLO_DTYPE_BF16;
-}
-bool is_int(oslo_dtype dtype) {
-  return dtype == OSLO_DTYPE_I32 || dtype == OSLO_DTYPE_I64;
-}
 
 at::ScalarType scalar_type_of(oslo_dtype dtype, const char* entry, const char* what) {
   switch (dtype) {
@@ -147,28 +119,11 @@ namespace {
 
 // -- instances ----------------------------------------------------------------
 
-thread_local std::string create_error;
-
 void configure(Instance& in, const oslo_backend_options* options) {
-  int local_rank = 0;
-  const char* extra = "{}";
-  if (options != nullptr) {
-    const size_t size = options->struct_size;
-    if (size >= offsetof(oslo_backend_options, local_rank) + sizeof(int))
-      local_rank = options->local_rank;
-    if (size >= offsetof(oslo_backend_options, num_threads) + sizeof(int))
-      in.num_threads = options->num_threads > 0 ? options->num_threads : 0;
-    if (size >= offsetof(oslo_backend_options, extra_json) + sizeof(const char*) &&
-        options->extra_json != nullptr)
-      extra = options->extra_json;
-  }
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(extra);
-  } catch (const nlohmann::json::exception& e) {
-    fail(OSLO_ERR_FORMAT, std::string("extra_json is not valid JSON: ") + e.what());
-  }
-  if (!cfg.is_object()) fail(OSLO_ERR_FORMAT, "extra_json must be a JSON object");
+  const oslo_backend_glue::Options o = oslo_backend_glue::read_options(options);
+  const int local_rank = o.local_rank;
+  in.num_threads = o.num_threads > 0 ? o.num_threads : 0;
+  const auto cfg = parse_json_object<nlohmann::json>(o.extra_json, "extra_json");
   std::string device = "cpu";
   int device_index = local_rank;
   in.comm_mode = "auto";
@@ -216,24 +171,8 @@ void configure(Instance& in, const oslo_backend_options* options) {
 }
 
 oslo_status create(void** self, const oslo_backend_options* options, const char** error) {
-  static const char* const kNull = "torch: create: self is NULL";
-  if (self == nullptr) {
-    if (error) *error = kNull;
-    return OSLO_ERR_INVALID_ARGUMENT;
-  }
-  *self = nullptr;
-  Instance* in = nullptr;
-  try {
-    in = new Instance();
-    configure(*in, options);
-    *self = in;
-    return OSLO_OK;
-  } catch (...) {
-    delete in;
-    oslo_status s = status_of_current_exception(&create_error, "create");
-    if (error) *error = create_error.c_str();
-    return s;
-  }
+  return oslo_backend_glue::create_instance<Messages, Instance>(
+      self, error, [&](Instance& in) { configure(in, options); });
 }
 
 void destroy(void* self) {
@@ -323,15 +262,16 @@ void free_(void* self, void* ptr, size_t /*bytes*/) {
   }
 }
 
-oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind kind_arg) {
+// Copies `bytes` between the ends `kind` names, on the instance's stream
+// (Scope); an asynchronous copy returns once it is enqueued. Host <-> device
+// copies are otherwise blocking: they return when dst holds the data or src
+// may be reused. Device to device is always enqueued.
+oslo_status copy_bytes(void* self, const char* entry, void* dst, const void* src, size_t bytes,
+                       oslo_bk_copy_kind kind_arg, bool async) {
   const int kind = enum_value(kind_arg);
-  return guard(self, "copy", [&](Instance& in) {
-    if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
-        kind != OSLO_BK_DEVICE_TO_DEVICE)
-      fail(OSLO_ERR_INVALID_ARGUMENT, "copy: unknown kind " + std::to_string(kind));
-    if (bytes == 0) return;
-    if (dst == nullptr || src == nullptr)
-      fail(OSLO_ERR_INVALID_ARGUMENT, "copy: NULL pointer for " + std::to_string(bytes) + " bytes");
+  return guard(self, entry, [&](Instance& in) {
+    if (!oslo_backend_glue::check_copy(std::string(entry) + ": ", kind_arg, dst, src, bytes))
+      return;
     if (in.is_cpu()) {
       std::memmove(dst, src, bytes);
       return;
@@ -343,12 +283,14 @@ oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_c
     };
     at::Tensor d = at::from_blob(dst, {n}, on(kind != OSLO_BK_DEVICE_TO_HOST));
     at::Tensor s = at::from_blob(const_cast<void*>(src), {n}, on(kind != OSLO_BK_HOST_TO_DEVICE));
-    // Host <-> device copies are blocking (on the instance's stream): they
-    // return when dst holds the data or src may be reused. Device to device
-    // is enqueued.
-    d.copy_(s, /*non_blocking=*/kind == OSLO_BK_DEVICE_TO_DEVICE);
-    if (kind != OSLO_BK_DEVICE_TO_DEVICE && in.stream) in.stream->synchronize();
+    const bool enqueue = async || kind == OSLO_BK_DEVICE_TO_DEVICE;
+    d.copy_(s, /*non_blocking=*/enqueue);
+    if (!enqueue && in.stream) in.stream->synchronize();
   });
+}
+
+oslo_status copy(void* self, void* dst, const void* src, size_t bytes, oslo_bk_copy_kind kind) {
+  return copy_bytes(self, "copy", dst, src, bytes, kind, false);
 }
 
 oslo_status synchronize(void* self) {
@@ -372,29 +314,8 @@ oslo_status set_num_threads(void* self, int n) {
 // recorded. On a device, copies and events are c10's on the instance's stream.
 
 oslo_status copy_async(void* self, void* dst, const void* src, size_t bytes,
-                       oslo_bk_copy_kind kind_arg) {
-  const int kind = enum_value(kind_arg);
-  return guard(self, "copy_async", [&](Instance& in) {
-    if (kind != OSLO_BK_HOST_TO_DEVICE && kind != OSLO_BK_DEVICE_TO_HOST &&
-        kind != OSLO_BK_DEVICE_TO_DEVICE)
-      fail(OSLO_ERR_INVALID_ARGUMENT, "copy_async: unknown kind " + std::to_string(kind));
-    if (bytes == 0) return;
-    if (dst == nullptr || src == nullptr)
-      fail(OSLO_ERR_INVALID_ARGUMENT,
-           "copy_async: NULL pointer for " + std::to_string(bytes) + " bytes");
-    if (in.is_cpu()) {
-      std::memmove(dst, src, bytes);
-      return;
-    }
-    const int64_t n = static_cast<int64_t>(bytes);
-    const auto on = [&](bool device) {
-      return at::TensorOptions().dtype(at::kByte).device(device ? in.device
-                                                                : c10::Device(c10::kCPU));
-    };
-    at::Tensor d = at::from_blob(dst, {n}, on(kind != OSLO_BK_DEVICE_TO_HOST));
-    at::Tensor s = at::from_blob(const_cast<void*>(src), {n}, on(kind != OSLO_BK_HOST_TO_DEVICE));
-    d.copy_(s, /*non_blocking=*/true);  // on the instance's stream (Scope)
-  });
+                       oslo_bk_copy_kind kind) {
+  return copy_bytes(self, "copy_async", dst, src, bytes, kind, true);
 }
 
 // The host waits for a c10 event: synchronize() where this libtorch has it
@@ -580,93 +501,16 @@ oslo_status stream_wait_event(void* self, int64_t stream, void* event) {
   });
 }
 
-oslo_backend_iface make_table() {
-  oslo_backend_iface t;
-  std::memset(&t, 0, sizeof t);
-  t.struct_size = sizeof(oslo_backend_iface);
-  t.abi_version = OSLO_BACKEND_ABI_VERSION;
-  t.name = "torch";
-  t.create = create;
-  t.destroy = destroy;
-  t.last_error = last_error;
-  t.device_type = device_type;
-  t.device_id = device_id;
-  t.host_accessible = host_accessible;
-  t.alloc = alloc;
-  t.free = free_;
-  t.copy = copy;
-  t.synchronize = synchronize;
-  t.set_num_threads = set_num_threads;
-  t.convert = op_convert;
-  t.fill = op_fill;
-  t.matmul = op_matmul;
-  t.binary = op_binary;
-  t.unary = op_unary;
-  t.unary_backward = op_unary_backward;
-  t.reduce = op_reduce;
-  t.sum_rows = op_sum_rows;
-  t.softmax = op_softmax;
-  t.softmax_backward = op_softmax_backward;
-  t.norm = op_norm;
-  t.gather_rows = op_gather_rows;
-  t.scatter_add_rows = op_scatter_add_rows;
-  t.gather_cols = op_gather_cols;
-  t.scatter_add_cols = op_scatter_add_cols;
-  t.comm_create = comm_create;
-  t.comm_destroy = comm_destroy;
-  t.comm_name = comm_name;
-  t.comm_last_error = comm_last_error;
-  t.comm_all_reduce = comm_all_reduce;
-  t.comm_all_gather = comm_all_gather;
-  t.comm_reduce_scatter = comm_reduce_scatter;
-  t.comm_broadcast = comm_broadcast;
-  t.comm_send = comm_send;
-  t.comm_recv = comm_recv;
-  t.comm_barrier = comm_barrier;
-  t.comm_abort = comm_abort;
-  t.copy_async = copy_async;
-  t.event_create = event_create;
-  t.event_destroy = event_destroy;
-  t.event_record = event_record;
-  t.event_wait = event_wait;
-  t.event_synchronize = event_synchronize;
-  t.alloc_async = alloc_async;
-  t.free_async = free_async;
-  t.device_name = device_name;
-  t.memory_info = memory_info;
-  t.op_supported = op_supported;
-  t.native_stream = native_stream;
-  t.stream_wait_event = stream_wait_event;
-  return t;
-}
-
-const oslo_backend_iface kTable = make_table();
-
-// The same table as a liboslo of backend ABI v1 reads it (see "Versioning"
-// in oslo_backend.h): its v1 entries only.
-struct V1Table {
-  alignas(oslo_backend_iface) unsigned char bytes[OSLO_BACKEND_IFACE_V1_SIZE];
+// The table: the v1 entries (with c10d communicators) and the v2 queue
+// entries; no fused op.
+struct Plugin {
+  static constexpr const char* name = "torch";
+  OSLO_BACKEND_ENTRIES(REQUIRED, op_)
+  OSLO_BACKEND_ENTRIES(COMM, )
+  OSLO_BACKEND_ENTRIES(V2_QUEUE, )
 };
-V1Table make_v1() {
-  oslo_backend_iface t = make_table();
-  t.abi_version = 1;
-  t.struct_size = OSLO_BACKEND_IFACE_V1_SIZE;
-  V1Table v;
-  std::memcpy(v.bytes, &t, sizeof v.bytes);
-  return v;
-}
-const V1Table kTableV1 = make_v1();
 
 }  // namespace
 }  // namespace oslo_torch
 
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v2(
-    void) {
-  return &oslo_torch::kTable;
-}
-
-// For a liboslo built against backend ABI v1 (which looks up this symbol only).
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface* oslo_backend_plugin_v1(
-    void) {
-  return reinterpret_cast<const oslo_backend_iface*>(oslo_torch::kTableV1.bytes);
-}
+OSLO_BACKEND_PLUGIN(oslo_torch::Plugin)

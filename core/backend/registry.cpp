@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/backend/backend.hpp"
+#include "core/backend/hints.hpp"
 #include "core/common/error.hpp"
 #include "core/common/own_dir.hpp"
 
@@ -161,16 +162,16 @@ std::shared_ptr<Backend> create_backend(const std::string& name, const BackendOp
       const char* e = dlerror();
       if (e && errors.size() < 2000) errors += str("\n  ", e);
     }
-    std::string hint =
-        name == "torch"  ? " (build it with libtorch installed: apt-get install libtorch-dev, "
-                           "then configure oslo with -DOSLO_BACKEND_TORCH=ON; see "
-                           "backends/torch/README.md)"
-        : name == "cuda" ? " (the CUDA backend plugin is built when CMake finds the CUDA toolkit "
-                           "with cuBLAS and NCCL, and it needs a GPU and its driver at run "
-                           "time; see backends/cuda; or use --device cpu)"
-                         : "";
-    OSLO_CHECK(handle, OSLO_ERR_BACKEND_UNAVAILABLE, "backend '", name,
-               "' is not available (built in: cpu; no loadable ", file, hint, "):", errors);
+    if (!handle) {
+      // What the build says about getting this plugin (core names none).
+      std::string builtin, hint;
+      for (const BuiltinBackend* b = builtin_backends(); b->name; ++b)
+        builtin += std::string(builtin.empty() ? "" : ", ") + b->name;
+      for (const BackendHint* h = backend_hints(); h->name; ++h)
+        if (name == h->name) hint = std::string(" (") + h->hint + ")";
+      fail(OSLO_ERR_BACKEND_UNAVAILABLE, "backend '", name,
+           "' is not available (built in: ", builtin, "; no loadable ", file, hint, "):", errors);
+    }
     // The plugin stays loaded for the life of the process: its code may still
     // run from destructors of objects it created (DLPack exports).
     // The v2 symbol first, then v1's; the table says which ABI it is.

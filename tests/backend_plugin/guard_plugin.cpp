@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/backend/oslo_backend.h"
+#include "backends/common/oslo_backend_glue.hpp"
 
 namespace oslo {
 const oslo_backend_iface* cpu_backend_table();
@@ -159,8 +159,9 @@ struct Wrap<oslo_status (*)(void*, A...), M> {
     return inner_status(I, (cpu().*M)(I.inner, a...));
   }
 };
-#define GUARD_WRAP(entry) \
-  t.entry = Wrap<decltype(oslo_backend_iface::entry), &oslo_backend_iface::entry>::fn
+#define GUARD_WRAP(entry)   \
+  OSLO_BACKEND_ENTRY(entry, \
+                     (Wrap<decltype(oslo_backend_iface::entry), &oslo_backend_iface::entry>::fn))
 
 oslo_status create(void** self, const oslo_backend_options* o, const char** error) {
   if (!arena().base) {
@@ -172,11 +173,10 @@ oslo_status create(void** self, const oslo_backend_options* o, const char** erro
     *error = "guard: out of memory";
     return OSLO_ERR_OUT_OF_MEMORY;
   }
-  if (o && o->extra_json) {
-    const auto j = nlohmann::json::parse(o->extra_json, nullptr, false);
-    if (j.is_object() && j.contains("device") && j["device"].is_number_integer())
-      I->device = j["device"].get<int>();
-  }
+  const auto j =
+      nlohmann::json::parse(oslo_backend_glue::read_options(o).extra_json, nullptr, false);
+  if (j.is_object() && j.contains("device") && j["device"].is_number_integer())
+    I->device = j["device"].get<int>();
   oslo_status st = cpu().create(&I->inner, o, error);
   if (st != OSLO_OK) {
     delete I;
@@ -340,36 +340,38 @@ oslo_status stream_wait_event(void* self, int64_t stream, void* ev) {
   return inner_status(I, cpu().stream_wait_event(I.inner, stream, ev));
 }
 
-oslo_backend_iface make() {
-  oslo_backend_iface t = cpu();
-  t.name = "guard";
-  t.create = create;
-  t.destroy = destroy;
-  t.last_error = last_error;
-  t.device_type = device_type;
-  t.device_id = device_id;
-  t.host_accessible = host_accessible;
-  t.alloc = alloc;
-  t.free = free_;
-  t.copy = copy;
-  t.copy_async = copy;
-  t.alloc_async = alloc;
-  t.free_async = free_;
-  t.synchronize = synchronize;
-  t.set_num_threads = set_num_threads;
-  t.device_name = device_name;
-  t.memory_info = memory_info;
-  t.op_supported = op_supported;
-  t.event_create = event_create;
-  t.event_destroy = event_destroy;
-  t.event_record = event_record;
-  t.event_wait = event_wait;
-  t.event_synchronize = event_synchronize;
-  t.native_stream = native_stream;
-  t.stream_wait_event = stream_wait_event;
-  t.check_memory = check_memory;
-  t.host_alloc = host_alloc;
-  t.host_free = host_free;
+// The table: the CPU backend's compute behind the arena checks, no
+// communicators (groups run on the staged host communicator), no fused or
+// packed entries (op_supported declines them).
+struct Guard {
+  static constexpr const char* name = "guard";
+  OSLO_BACKEND_ENTRY(create, create);
+  OSLO_BACKEND_ENTRY(destroy, destroy);
+  OSLO_BACKEND_ENTRY(last_error, last_error);
+  OSLO_BACKEND_ENTRY(device_type, device_type);
+  OSLO_BACKEND_ENTRY(device_id, device_id);
+  OSLO_BACKEND_ENTRY(host_accessible, host_accessible);
+  OSLO_BACKEND_ENTRY(alloc, alloc);
+  OSLO_BACKEND_ENTRY(free, free_);
+  OSLO_BACKEND_ENTRY(copy, copy);
+  OSLO_BACKEND_ENTRY(copy_async, copy);
+  OSLO_BACKEND_ENTRY(alloc_async, alloc);
+  OSLO_BACKEND_ENTRY(free_async, free_);
+  OSLO_BACKEND_ENTRY(synchronize, synchronize);
+  OSLO_BACKEND_ENTRY(set_num_threads, set_num_threads);
+  OSLO_BACKEND_ENTRY(device_name, device_name);
+  OSLO_BACKEND_ENTRY(memory_info, memory_info);
+  OSLO_BACKEND_ENTRY(op_supported, op_supported);
+  OSLO_BACKEND_ENTRY(event_create, event_create);
+  OSLO_BACKEND_ENTRY(event_destroy, event_destroy);
+  OSLO_BACKEND_ENTRY(event_record, event_record);
+  OSLO_BACKEND_ENTRY(event_wait, event_wait);
+  OSLO_BACKEND_ENTRY(event_synchronize, event_synchronize);
+  OSLO_BACKEND_ENTRY(native_stream, native_stream);
+  OSLO_BACKEND_ENTRY(stream_wait_event, stream_wait_event);
+  OSLO_BACKEND_ENTRY(check_memory, check_memory);
+  OSLO_BACKEND_ENTRY(host_alloc, host_alloc);
+  OSLO_BACKEND_ENTRY(host_free, host_free);
   GUARD_WRAP(convert);
   GUARD_WRAP(fill);
   GUARD_WRAP(matmul);
@@ -385,8 +387,7 @@ oslo_backend_iface make() {
   GUARD_WRAP(scatter_add_rows);
   GUARD_WRAP(gather_cols);
   GUARD_WRAP(scatter_add_cols);
-  return t;
-}
+};
 
 }  // namespace
 
@@ -398,8 +399,4 @@ extern "C" __attribute__((visibility("default"))) int64_t oslo_guard_host_allocs
   return g_host_allocs.load();
 }
 
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface*
-oslo_backend_plugin_v2() {
-  static const oslo_backend_iface table = make();
-  return &table;
-}
+OSLO_BACKEND_PLUGIN(Guard)

@@ -13,9 +13,7 @@
 //  - 5: an ABI v2 table with event_create but without event_wait;
 //  - 6: a table claiming ABI v2 with a v1-sized struct.
 // Every kind but 4 exports oslo_backend_plugin_v2.
-#include <cstring>
-
-#include "core/backend/oslo_backend.h"
+#include "backends/common/oslo_backend_glue.hpp"
 
 namespace oslo {
 const oslo_backend_iface* cpu_backend_table();
@@ -57,25 +55,7 @@ oslo_backend_iface make() {
 
 #if OSLO_PLUGIN_KIND == 4
 // Exactly the bytes of a v1 table, as a plugin built against ABI v1 has them.
-struct V1Table {
-  alignas(oslo_backend_iface) unsigned char bytes[OSLO_BACKEND_IFACE_V1_SIZE];
-};
-V1Table make_v1() {
-  oslo_backend_iface t = make();
-  V1Table v;
-  std::memcpy(v.bytes, &t, sizeof v.bytes);
-  return v;
-}
-
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface*
-oslo_backend_plugin_v1() {
-  static const V1Table table = make_v1();
-  return reinterpret_cast<const oslo_backend_iface*>(table.bytes);
-}
+OSLO_BACKEND_DL_IMPL_V1(make)
 #else
-extern "C" __attribute__((visibility("default"))) const oslo_backend_iface*
-oslo_backend_plugin_v2() {
-  static const oslo_backend_iface table = make();
-  return &table;
-}
+OSLO_BACKEND_DL_IMPL_V2(make)
 #endif
