@@ -3,6 +3,7 @@ package oslo
 import (
 	"errors"
 	"fmt"
+	"runtime"
 )
 
 // Padding says how Tokenizer.EncodeBatch pads its rows.
@@ -73,39 +74,46 @@ func (t *Tokenizer) EncodeBatch(texts []string, o EncodeOptions) (BatchEncoding,
 			pad = p
 		}
 	}
-	rows := make([][]int64, len(texts))
-	longest := 0
+	// One call of oslo_tokenizer_encode_batch pads them (right padding for
+	// PadNone: each row is then cut to its real tokens).
+	var text []byte
+	lengths := make([]int64, len(texts))
 	for i, s := range texts {
-		r, err := t.Encode(s, !o.NoSpecialTokens)
-		if err != nil {
-			return b, err
-		}
-		rows[i] = r
-		if len(r) > longest {
-			longest = len(r)
-		}
+		text = append(text, s...)
+		lengths[i] = int64(len(s))
 	}
-	b.InputIDs = make([][]int64, len(rows))
-	b.AttentionMask = make([][]int64, len(rows))
-	for i, r := range rows {
-		width := longest
+	side := 0
+	if o.Padding == PadLeft {
+		side = 1
+	}
+	special := b2i(!o.NoSpecialTokens)
+	var width int
+	var flat, flatMask []int64
+	err := call(func() {
+		width = int(t.t.Encode_batch(text, bytesOf(lengths), special, side, pad, 0, 0, 0, 0, nil, nil))
+		flat = make([]int64, len(texts)*width)
+		flatMask = make([]int64, len(texts)*width)
+		if len(flat) > 0 {
+			t.t.Encode_batch(text, bytesOf(lengths), special, side, pad, 0, 0, 0, 0, bytesOf(flat),
+				bytesOf(flatMask))
+		}
+	})
+	runtime.KeepAlive(t)
+	if err != nil {
+		return b, err
+	}
+	b.InputIDs = make([][]int64, len(texts))
+	b.AttentionMask = make([][]int64, len(texts))
+	for i := range texts {
+		row, mask := flat[i*width:(i+1)*width:(i+1)*width], flatMask[i*width:(i+1)*width:(i+1)*width]
 		if o.Padding == PadNone {
-			width = len(r)
+			n := 0
+			for n < width && mask[n] != 0 {
+				n++
+			}
+			row, mask = row[:n:n], mask[:n:n]
 		}
-		start := 0
-		if o.Padding == PadLeft {
-			start = width - len(r)
-		}
-		ids := make([]int64, width)
-		mask := make([]int64, width)
-		for k := range ids {
-			ids[k] = pad
-		}
-		copy(ids[start:], r)
-		for k := start; k < start+len(r); k++ {
-			mask[k] = 1
-		}
-		b.InputIDs[i], b.AttentionMask[i] = ids, mask
+		b.InputIDs[i], b.AttentionMask[i] = row, mask
 	}
 	return b, nil
 }
