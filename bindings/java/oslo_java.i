@@ -1024,7 +1024,21 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
    * L2-normalised if {@code normalize}. Collective.
    */
   public float[][] embed(java.util.List<String> texts, boolean normalize) {
-    return embed(encodeTexts("embed", texts), normalize);
+    if (texts == null) throw refuse("embed", "the texts are null");
+    if (texts.isEmpty()) throw refuse("embed", "no texts; pass at least one");
+    for (int i = 0; i < texts.size(); ++i)
+      if (texts.get(i) == null) throw refuse("embed", "text " + i + " is null");
+    // Encoded and right padded in one call (oslo_tokenizer_encode_batch).
+    BatchEncoding b = tokenizer().encodeBatch(texts.toArray(new String[0]), Padding.RIGHT, true,
+        padId());
+    long[][] ids = b.getInputIds();
+    long[][] mask = b.getAttentionMask();
+    for (int i = 0; i < ids.length; ++i)
+      if (ids[i].length == 0 || mask[i][0] == 0)
+        throw refuse("embed", "text " + i + " (\"" + texts.get(i) + "\") has no tokens");
+    int seq = ids[0].length;
+    return embedBuffers(rows("embed: ids", ids, seq), rows("embed: mask", mask, seq), ids.length,
+        seq, normalize);
   }
 
   /**

@@ -192,11 +192,32 @@ func (m *Model) encodeTexts(what string, texts []string) ([][]int64, *Tokenizer,
 // model's tokenizer (Tokenizer), as Embed computes them:
 // m.EmbedTexts([]string{"A man is eating food.", "Hello!"}, true).
 func (m *Model) EmbedTexts(texts []string, normalize bool) ([][]float32, error) {
-	rows, _, err := m.encodeTexts("embed", texts)
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if len(texts) == 0 {
+		return nil, errorf(StatusInvalidArgument, "embed: no texts; pass at least one")
+	}
+	tok, err := m.Tokenizer()
 	if err != nil {
 		return nil, err
 	}
-	return m.Embed(rows, normalize)
+	info, err := m.Info()
+	if err != nil {
+		return nil, err
+	}
+	// Encoded and right padded in one call (oslo_tokenizer_encode_batch).
+	pad := info.padID()
+	b, err := tok.EncodeBatch(texts, EncodeOptions{Padding: PadRight, PadID: &pad})
+	if err != nil {
+		return nil, err
+	}
+	for i, mask := range b.AttentionMask {
+		if len(mask) == 0 || mask[0] == 0 {
+			return nil, errorf(StatusInvalidArgument, "embed: text %d (%q) has no tokens", i, texts[i])
+		}
+	}
+	return m.EmbedBatch(b, normalize)
 }
 
 // EmbedBatch returns the sentence embeddings of a tokenizer's padded batch
