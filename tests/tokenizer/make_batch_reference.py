@@ -27,15 +27,9 @@ from transformers import AutoTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "models", "fixtures")
-
-TEXTS = [
-    "This License applies to any program or other work which contains a notice",
-    "no warranty",
-    "Hello world!",
-    "\u00dcn\u00efc\u00f6d\u00e9, accents and emoji \U0001F680 are handled too.",
-    "",
-    "THE QUICK BROWN FOX",
-]
+# The bindings' reference texts (tests/bindings/make_tokenizer_batch_reference.py).
+sys.path.insert(0, os.path.join(HERE, "..", "bindings"))
+from make_tokenizer_batch_reference import TEXTS  # noqa: E402
 
 # (fixture, padding side, pad: None for the tokenizer's own, else "eos",
 #  add_special_tokens, max_length (0: no truncation), truncation side, padding)
