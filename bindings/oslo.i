@@ -157,6 +157,13 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 /* The train state travels as three integers (Optimizer save/load_checkpoint). */
 %ignore oslo_train_state;
 %ignore OSLO_GENERATE_OPTIONS_VERSION;
+/* Tokenizer.encode_batch takes the batch options as arguments, the sides
+   as ints (each language has its own padding names). */
+%ignore oslo_tokenizer_encode_batch_options;
+%ignore OSLO_TOKENIZER_ENCODE_BATCH_OPTIONS_VERSION;
+%ignore oslo_side;
+%ignore OSLO_SIDE_RIGHT;
+%ignore OSLO_SIDE_LEFT;
 /* The EOS list is passed to Model.generate, not kept in the struct (a
    pointer into a language's memory must not outlive the call). */
 %ignore oslo_generate_options::version;
@@ -211,6 +218,7 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
   (const void *prompt_lengths, size_t prompt_lengths_bytes),
   (const void *eos_token_ids, size_t eos_token_ids_bytes),
   (const void *text, size_t text_bytes),
+  (const void *lengths, size_t lengths_bytes),
   (const void *token, size_t token_bytes)
 };
 %apply (void *OUTBUF, size_t OUTBYTES) {
@@ -218,7 +226,8 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
   (void *out, size_t out_bytes),
   (void *out_tokens, size_t out_tokens_bytes),
   (void *out_lengths, size_t out_lengths_bytes),
-  (void *out_scores, size_t out_scores_bytes)
+  (void *out_scores, size_t out_scores_bytes),
+  (void *out_mask, size_t out_mask_bytes)
 };
 
 /* ------------------------------------------------------------------------ */
@@ -942,6 +951,75 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
                                           add_special_tokens, (int64_t *)out,
                                           out_bytes / sizeof(int64_t), &n));
     return n;
+  }
+  /* oslo_tokenizer_encode_batch of the texts held back to back in `text`
+     (UTF-8), text i being lengths[i] bytes (int64, one per text), with the
+     options' fields as arguments (sides: 0 right, 1 left; max_length 0: no
+     limit). Writes the ids to out and the mask to out_mask (int64 [n, L]
+     each; None: only sizes; out_mask may be None) when out holds n * L
+     values; returns L. */
+  size_t m_encode_batch(const void *text, size_t text_bytes, const void *lengths,
+                        size_t lengths_bytes, int add_special_tokens, int padding_side,
+                        int64_t pad_id, int64_t max_length, int truncation, int truncation_side,
+                        int pad_to_max_length, void *out, size_t out_bytes, void *out_mask,
+                        size_t out_mask_bytes) {
+    const int64_t *lens = (const int64_t *)lengths;
+    size_t n = lengths_bytes / 8, len = 0, off = 0, i;
+    const char **texts;
+    size_t *sizes;
+    oslo_tokenizer_encode_batch_options o;
+    if (lengths_bytes % 8) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT,
+                     "encode_batch: lengths hold %llu bytes, not a whole number of int64",
+                     (unsigned long long)lengths_bytes);
+      return 0;
+    }
+    if (max_length < 0) {
+      oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT, "encode_batch: max_length %lld is negative",
+                     (long long)max_length);
+      return 0;
+    }
+    if (out && out_mask && out_mask_bytes < out_bytes) {
+      oslo_bind_fail(OSLO_ERR_SHAPE, "encode_batch: the mask holds %llu bytes, the ids %llu",
+                     (unsigned long long)out_mask_bytes, (unsigned long long)out_bytes);
+      return 0;
+    }
+    if (!oslo_bind_check(oslo_tokenizer_encode_batch_options_init(
+            &o, OSLO_TOKENIZER_ENCODE_BATCH_OPTIONS_VERSION)))
+      return 0;
+    o.add_special_tokens = add_special_tokens;
+    o.padding_side = (oslo_side)padding_side;
+    o.pad_id = pad_id;
+    o.max_length = (size_t)max_length;
+    o.truncation = truncation;
+    o.truncation_side = (oslo_side)truncation_side;
+    o.pad_to_max_length = pad_to_max_length;
+    texts = (const char **)calloc(n ? n : 1, sizeof *texts);
+    sizes = (size_t *)calloc(n ? n : 1, sizeof *sizes);
+    if (!texts || !sizes) {
+      free((void *)texts);
+      free(sizes);
+      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "encode_batch: %llu texts", (unsigned long long)n);
+      return 0;
+    }
+    for (i = 0; i < n; ++i) {
+      if (lens[i] < 0 || (unsigned long long)lens[i] > text_bytes - off) {
+        oslo_bind_fail(OSLO_ERR_INVALID_ARGUMENT,
+                       "encode_batch: text %llu's length %lld runs past the %llu bytes of text",
+                       (unsigned long long)i, (long long)lens[i], (unsigned long long)text_bytes);
+        break;
+      }
+      texts[i] = text ? (const char *)text + off : NULL;
+      sizes[i] = (size_t)lens[i];
+      off += (size_t)lens[i];
+    }
+    if (i == n)
+      oslo_bind_check(oslo_tokenizer_encode_batch($self, texts, sizes, n, &o, (int64_t *)out,
+                                                  out ? (int64_t *)out_mask : NULL,
+                                                  out_bytes / 8, &len));
+    free((void *)texts);
+    free(sizes);
+    return len;
   }
   /* int64 ids -> UTF-8 bytes written to out (None: only sizes); returns the
      full length in bytes. */

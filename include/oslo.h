@@ -1204,6 +1204,90 @@ OSLO_API oslo_status oslo_tokenizer_id_to_token(const oslo_tokenizer *tok, int64
 OSLO_API oslo_status oslo_tokenizer_special_id(const oslo_tokenizer *tok, oslo_special_token which,
                                                int64_t *id);
 
+/** Which end of a row padding fills or truncation cuts. */
+typedef enum oslo_side {
+  OSLO_SIDE_RIGHT = 0, /**< after the tokens; truncation drops the last ids */
+  OSLO_SIDE_LEFT = 1,  /**< before the tokens; truncation drops the first ids */
+  OSLO_SIDE_ENUM_MIN_ = -2147483647 - 1, /* not values: see oslo_dtype */
+  OSLO_SIDE_ENUM_MAX_ = 2147483647
+} oslo_side;
+
+#define OSLO_TOKENIZER_ENCODE_BATCH_OPTIONS_VERSION 1
+
+/**
+ * Options of oslo_tokenizer_encode_batch (versioned; see "Options structs").
+ * The defaults are Hugging Face's tokenizer(texts, padding=True): special
+ * tokens added, rows padded on the right to the longest with the
+ * tokenizer's padding token, nothing truncated.
+ */
+typedef struct oslo_tokenizer_encode_batch_options {
+  unsigned int version;   /**< OSLO_TOKENIZER_ENCODE_BATCH_OPTIONS_VERSION; set by _init */
+  int add_special_tokens; /**< nonzero (default 1): BOS, [CLS] ... [SEP] as oslo_tokenizer_encode */
+  oslo_side padding_side; /**< OSLO_SIDE_RIGHT (default; encoders) or LEFT (generation) */
+  /** The id under padding, >= 0; -1 (default): the tokenizer's padding token
+   * (OSLO_SPECIAL_TOKEN_PAD), an error when it has none. */
+  int64_t pad_id;
+  /** 0 (default): no limit. Else the most ids a row may hold: a longer row
+   * is cut (truncation nonzero) or refused. */
+  size_t max_length;
+  /** 0 (default): a row longer than max_length is an error. Nonzero: it is
+   * cut to max_length as Hugging Face's truncation=True does: the text's ids
+   * are cut, its special tokens ([CLS] ... [SEP], BOS) kept. */
+  int truncation;
+  oslo_side truncation_side; /**< RIGHT (default): drop the last ids; LEFT: the first */
+  /** 0 (default): pad to the longest row (padding=True). Nonzero: pad every
+   * row to max_length (padding="max_length"). */
+  int pad_to_max_length;
+} oslo_tokenizer_encode_batch_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass
+ * OSLO_TOKENIZER_ENCODE_BATCH_OPTIONS_VERSION).
+ * Ownership: writes the caller's struct.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, version 0 or unknown).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_encode_batch_options_init(
+    oslo_tokenizer_encode_batch_options *options, unsigned int version);
+
+/**
+ * Encodes `n` texts at once into a padded matrix of token ids and its
+ * attention mask, as Hugging Face's tokenizer(texts, padding=True,
+ * truncation=..., max_length=...) does: row i holds text i's ids (each as
+ * oslo_tokenizer_encode gives them, cut to max_length when truncation is
+ * set) and pad_id elsewhere, on the options' padding side; mask row i holds
+ * 1 on its ids and 0 on padding. Every row has the same length L: the
+ * longest row's, or max_length with pad_to_max_length.
+ * Texts: texts[i] holds text_lens[i] bytes of UTF-8 (NUL bytes included;
+ * texts[i] may be NULL when text_lens[i] is 0), or, with text_lens NULL,
+ * is a NUL-terminated string.
+ * `options` NULL: the defaults (oslo_tokenizer_encode_batch_options_init).
+ * Outputs, with oslo_tokenizer_encode's sizing rule made for a matrix: the
+ * call always sets *length to L; when n * L <= capacity it writes the ids,
+ * row-major [n, L], to `ids` and the mask, likewise, to `mask` (may be
+ * NULL: no mask), and otherwise writes neither and still returns OSLO_OK.
+ * So a first call with capacity 0 (ids and mask may be NULL) sizes the
+ * arrays, and a second with capacity n * L fills them.
+ * Ownership: all memory stays the caller's (texts, text_lens and options
+ * are read during the call only; ids and mask hold `capacity` int64 each).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or length; n == 0; NULL
+ * texts; a NULL text with a nonzero length or without text_lens; NULL ids
+ * with capacity > 0; an options version of 0 or newer than the library's;
+ * a side other than RIGHT or LEFT; pad_id below -1; no pad_id and no
+ * padding token; max_length 0 with truncation or pad_to_max_length; a row
+ * longer than max_length without truncation, or max_length shorter than a
+ * row's special tokens with it; a text not valid UTF-8: every message
+ * names the text by index), OSLO_ERR_NOT_SUPPORTED (truncating a row whose
+ * post-processor changes the text's ids), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_encode_batch(const oslo_tokenizer *tok,
+                                                 const char *const *texts,
+                                                 const size_t *text_lens, size_t n,
+                                                 const oslo_tokenizer_encode_batch_options *options,
+                                                 int64_t *ids, int64_t *mask, size_t capacity,
+                                                 size_t *length);
+
 /* ======================================================================
  * Models: Hugging Face transformers split over the tensor-parallel group.
  *

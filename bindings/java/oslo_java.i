@@ -72,6 +72,7 @@ static void oslo_bind_throw(JNIEnv *env, int status, const char *message) {
 %rename(tokenToId) m_token_to_id;
 %rename(idToToken) m_id_to_token;
 %rename(specialId) m_special_id;
+%rename(nativeEncodeBatch) m_encode_batch;
 %rename(trainStep) m_train_step;
 %rename(setActivationCheckpointing) m_set_activation_checkpointing;
 /* ModelInfo is a result: getters only. */
@@ -184,6 +185,7 @@ OSLO_JDOC(oslo_tokenizer::m_id_to_token, "Writes token {@code id}'s spelling int
 OSLO_JDOC(oslo_tokenizer::m_special_id, "The id of a special token, or -1.")
 /* Raw forms the hand-written methods below build on. */
 %javamethodmodifiers m_param "private";
+%javamethodmodifiers oslo_tokenizer::m_encode_batch "private";
 %javamethodmodifiers m_vocab_range "private";
 %javamethodmodifiers m_add "private";
 %javamethodmodifiers m_add_linear "private";
@@ -204,24 +206,24 @@ OSLO_JDOC(oslo_tokenizer::m_special_id, "The id of a special token, or -1.")
 /* C ints that are flags: Java booleans. */
 %typemap(jni) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample, int enabled, int nesterov, int decay_1d,
-    int stepped, int skipped "jboolean"
+    int do_sample, int enabled, int nesterov, int decay_1d, int truncation,
+    int pad_to_max_length, int stepped, int skipped "jboolean"
 %typemap(jtype) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample, int enabled, int nesterov, int decay_1d,
-    int stepped, int skipped "boolean"
+    int do_sample, int enabled, int nesterov, int decay_1d, int truncation,
+    int pad_to_max_length, int stepped, int skipped "boolean"
 %typemap(jstype) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample, int enabled, int nesterov, int decay_1d,
-    int stepped, int skipped "boolean"
+    int do_sample, int enabled, int nesterov, int decay_1d, int truncation,
+    int pad_to_max_length, int stepped, int skipped "boolean"
 %typemap(javain) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample, int enabled, int nesterov, int decay_1d,
-    int stepped, int skipped "$javainput"
+    int do_sample, int enabled, int nesterov, int decay_1d, int truncation,
+    int pad_to_max_length, int stepped, int skipped "$javainput"
 %typemap(in) int normalize, int bias, int gather_output, int input_is_parallel,
     int add_special_tokens, int skip_special_tokens, int json, int overwrite,
-    int do_sample, int enabled, int nesterov, int decay_1d,
-    int stepped, int skipped "$1 = $input ? 1 : 0;"
+    int do_sample, int enabled, int nesterov, int decay_1d, int truncation,
+    int pad_to_max_length, int stepped, int skipped "$1 = $input ? 1 : 0;"
 /* GenerateOptions.getDoSample(), OptimizerOptions.getNesterov() and
    getDecay1d(), TrainStepResult.getStepped() and getSkipped(). */
 %typemap(out) int do_sample, int nesterov, int decay_1d, int stepped, int skipped
@@ -1022,7 +1024,21 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
    * L2-normalised if {@code normalize}. Collective.
    */
   public float[][] embed(java.util.List<String> texts, boolean normalize) {
-    return embed(encodeTexts("embed", texts), normalize);
+    if (texts == null) throw refuse("embed", "the texts are null");
+    if (texts.isEmpty()) throw refuse("embed", "no texts; pass at least one");
+    for (int i = 0; i < texts.size(); ++i)
+      if (texts.get(i) == null) throw refuse("embed", "text " + i + " is null");
+    // Encoded and right padded in one call (oslo_tokenizer_encode_batch).
+    BatchEncoding b = tokenizer().encodeBatch(texts.toArray(new String[0]), Padding.RIGHT, true,
+        padId());
+    long[][] ids = b.getInputIds();
+    long[][] mask = b.getAttentionMask();
+    for (int i = 0; i < ids.length; ++i)
+      if (ids[i].length == 0 || mask[i][0] == 0)
+        throw refuse("embed", "text " + i + " (\"" + texts.get(i) + "\") has no tokens");
+    int seq = ids[0].length;
+    return embedBuffers(rows("embed: ids", ids, seq), rows("embed: mask", mask, seq), ids.length,
+        seq, normalize);
   }
 
   /**
@@ -1370,23 +1386,44 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
       pad = specialId(SpecialToken.PAD);
       if (pad < 0) pad = 0;
     }
-    long[][] rows = new long[texts.length][];
-    int longest = 0;
+    // One call of oslo_tokenizer_encode_batch pads them (right padding for
+    // NONE: each row is then cut to its real tokens).
+    byte[][] bytes = new byte[texts.length][];
+    java.nio.LongBuffer lengths = Model.directLongs(texts.length);
+    long total = 0;
     for (int i = 0; i < texts.length; ++i) {
-      rows[i] = encode(texts[i], addSpecialTokens);
-      longest = Math.max(longest, rows[i].length);
+      bytes[i] = texts[i].getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      lengths.put(i, bytes[i].length);
+      total += bytes[i].length;
     }
-    long[][] ids = new long[rows.length][];
-    long[][] mask = new long[rows.length][];
-    for (int i = 0; i < rows.length; ++i) {
-      int n = rows[i].length;
-      int width = padding == Padding.NONE ? n : longest;
-      int start = padding == Padding.LEFT ? width - n : 0;
-      ids[i] = new long[width];
-      mask[i] = new long[width];
-      java.util.Arrays.fill(ids[i], pad);
-      System.arraycopy(rows[i], 0, ids[i], start, n);
-      java.util.Arrays.fill(mask[i], start, start + n, 1);
+    java.nio.ByteBuffer text = null;
+    if (total > 0) {
+      text = java.nio.ByteBuffer.allocateDirect(Math.toIntExact(total));
+      for (byte[] b : bytes) text.put(b);
+    }
+    int side = padding == Padding.LEFT ? 1 : 0;
+    int width = Math.toIntExact(nativeEncodeBatch(text, lengths, addSpecialTokens, side, pad, 0,
+        false, 0, false, null, null));
+    int cells = Math.multiplyExact(texts.length, width);
+    java.nio.LongBuffer flat = Model.directLongs(cells);
+    java.nio.LongBuffer flatMask = Model.directLongs(cells);
+    if (cells > 0)
+      nativeEncodeBatch(text, lengths, addSpecialTokens, side, pad, 0, false, 0, false, flat,
+          flatMask);
+    long[][] ids = new long[texts.length][];
+    long[][] mask = new long[texts.length][];
+    for (int i = 0; i < texts.length; ++i) {
+      int n = width;
+      if (padding == Padding.NONE) {
+        n = 0;
+        while (n < width && flatMask.get(i * width + n) != 0) ++n;
+      }
+      ids[i] = new long[n];
+      mask[i] = new long[n];
+      flat.position(i * width);
+      flat.get(ids[i]);
+      flatMask.position(i * width);
+      flatMask.get(mask[i]);
     }
     return new BatchEncoding(ids, mask);
   }

@@ -2,6 +2,8 @@
 #include <cstring>
 
 #include "core/capi/handles.hpp"
+#include "core/capi/options.hpp"
+#include "core/tokenizer/batch.hpp"
 #include "core/tokenizer/tokenizer.hpp"
 
 struct oslo_tokenizer {
@@ -19,6 +21,24 @@ void copy_out(const std::string& s, char* out, size_t capacity, size_t* length) 
   const size_t n = s.size() < capacity ? s.size() : capacity;
   std::memcpy(out, s.data(), n);
   if (s.size() < capacity) out[s.size()] = '\0';
+}
+
+OSLO_OPTIONS(
+    kEncodeBatchOptions, oslo_tokenizer_encode_batch_options,
+    OSLO_TOKENIZER_ENCODE_BATCH_OPTIONS_VERSION,
+    [](oslo_tokenizer_encode_batch_options& o) {
+      o.add_special_tokens = 1;
+      o.padding_side = OSLO_SIDE_RIGHT;
+      o.pad_id = -1;
+      o.truncation_side = OSLO_SIDE_RIGHT;
+    },
+    OSLO_OPTIONS_END(oslo_tokenizer_encode_batch_options, pad_to_max_length));
+
+oslo::Side side(oslo_side s, const char* fn, const char* field) {
+  if (s == OSLO_SIDE_RIGHT) return oslo::Side::kRight;
+  if (s == OSLO_SIDE_LEFT) return oslo::Side::kLeft;
+  oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": options.", field, " is ", static_cast<int>(s),
+             ", not OSLO_SIDE_RIGHT (0) or OSLO_SIDE_LEFT (1)");
 }
 }  // namespace
 
@@ -53,6 +73,55 @@ oslo_status oslo_tokenizer_encode(const oslo_tokenizer* tok, const char* text, s
     *count = v.size();
     const size_t n = v.size() < capacity ? v.size() : capacity;
     if (n) std::memcpy(ids, v.data(), n * sizeof(int64_t));
+  });
+}
+
+oslo_status oslo_tokenizer_encode_batch_options_init(oslo_tokenizer_encode_batch_options* options,
+                                                     unsigned int version) {
+  return kEncodeBatchOptions.init(options, version);
+}
+
+oslo_status oslo_tokenizer_encode_batch(const oslo_tokenizer* tok, const char* const* texts,
+                                        const size_t* text_lens, size_t n,
+                                        const oslo_tokenizer_encode_batch_options* options,
+                                        int64_t* ids, int64_t* mask, size_t capacity,
+                                        size_t* length) {
+  return guard([&] {
+    const char* fn = "oslo_tokenizer_encode_batch";
+    need(tok, fn, "tok");
+    need(length, fn, "length");
+    if (n == 0) oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": n is 0; pass at least one text");
+    need(texts, fn, "texts");
+    if (capacity > 0) need(ids, fn, "ids");
+    const oslo_tokenizer_encode_batch_options o =
+        kEncodeBatchOptions.read_or_defaults(options, fn, "options");
+    oslo::BatchEncodeOptions b;
+    b.add_special_tokens = o.add_special_tokens != 0;
+    b.padding_side = side(o.padding_side, fn, "padding_side");
+    b.pad_id = o.pad_id;
+    b.max_length = o.max_length;
+    b.truncation = o.truncation != 0;
+    b.truncation_side = side(o.truncation_side, fn, "truncation_side");
+    b.pad_to_max_length = o.pad_to_max_length != 0;
+    std::vector<std::string_view> views(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t len = text_lens ? text_lens[i] : 0;
+      if (!texts[i] && (!text_lens || len > 0))
+        oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": texts[", i, "] is NULL",
+                   text_lens ? " with a nonzero length" : " (no text_lens: NUL-terminated texts)");
+      views[i] = texts[i] ? std::string_view(texts[i], text_lens ? len : std::strlen(texts[i]))
+                          : std::string_view();
+    }
+    oslo::BatchEncoding e;
+    try {
+      e = oslo::encode_batch(*tok->impl, views, b);
+    } catch (const oslo::Error& err) {
+      oslo::fail(err.status(), fn, ": ", err.what());
+    }
+    *length = e.length;
+    if (e.ids.size() > capacity || e.ids.empty()) return;
+    std::memcpy(ids, e.ids.data(), e.ids.size() * sizeof(int64_t));
+    if (mask) std::memcpy(mask, e.mask.data(), e.mask.size() * sizeof(int64_t));
   });
 }
 

@@ -3,6 +3,7 @@ package oslo
 import (
 	"errors"
 	"fmt"
+	"runtime"
 )
 
 // Padding says how Tokenizer.EncodeBatch pads its rows.
@@ -73,39 +74,46 @@ func (t *Tokenizer) EncodeBatch(texts []string, o EncodeOptions) (BatchEncoding,
 			pad = p
 		}
 	}
-	rows := make([][]int64, len(texts))
-	longest := 0
+	// One call of oslo_tokenizer_encode_batch pads them (right padding for
+	// PadNone: each row is then cut to its real tokens).
+	var text []byte
+	lengths := make([]int64, len(texts))
 	for i, s := range texts {
-		r, err := t.Encode(s, !o.NoSpecialTokens)
-		if err != nil {
-			return b, err
-		}
-		rows[i] = r
-		if len(r) > longest {
-			longest = len(r)
-		}
+		text = append(text, s...)
+		lengths[i] = int64(len(s))
 	}
-	b.InputIDs = make([][]int64, len(rows))
-	b.AttentionMask = make([][]int64, len(rows))
-	for i, r := range rows {
-		width := longest
+	side := 0
+	if o.Padding == PadLeft {
+		side = 1
+	}
+	special := b2i(!o.NoSpecialTokens)
+	var width int
+	var flat, flatMask []int64
+	err := call(func() {
+		width = int(t.t.Encode_batch(text, bytesOf(lengths), special, side, pad, 0, 0, 0, 0, nil, nil))
+		flat = make([]int64, len(texts)*width)
+		flatMask = make([]int64, len(texts)*width)
+		if len(flat) > 0 {
+			t.t.Encode_batch(text, bytesOf(lengths), special, side, pad, 0, 0, 0, 0, bytesOf(flat),
+				bytesOf(flatMask))
+		}
+	})
+	runtime.KeepAlive(t)
+	if err != nil {
+		return b, err
+	}
+	b.InputIDs = make([][]int64, len(texts))
+	b.AttentionMask = make([][]int64, len(texts))
+	for i := range texts {
+		row, mask := flat[i*width:(i+1)*width:(i+1)*width], flatMask[i*width:(i+1)*width:(i+1)*width]
 		if o.Padding == PadNone {
-			width = len(r)
+			n := 0
+			for n < width && mask[n] != 0 {
+				n++
+			}
+			row, mask = row[:n:n], mask[:n:n]
 		}
-		start := 0
-		if o.Padding == PadLeft {
-			start = width - len(r)
-		}
-		ids := make([]int64, width)
-		mask := make([]int64, width)
-		for k := range ids {
-			ids[k] = pad
-		}
-		copy(ids[start:], r)
-		for k := start; k < start+len(r); k++ {
-			mask[k] = 1
-		}
-		b.InputIDs[i], b.AttentionMask[i] = ids, mask
+		b.InputIDs[i], b.AttentionMask[i] = row, mask
 	}
 	return b, nil
 }
@@ -184,11 +192,32 @@ func (m *Model) encodeTexts(what string, texts []string) ([][]int64, *Tokenizer,
 // model's tokenizer (Tokenizer), as Embed computes them:
 // m.EmbedTexts([]string{"A man is eating food.", "Hello!"}, true).
 func (m *Model) EmbedTexts(texts []string, normalize bool) ([][]float32, error) {
-	rows, _, err := m.encodeTexts("embed", texts)
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if len(texts) == 0 {
+		return nil, errorf(StatusInvalidArgument, "embed: no texts; pass at least one")
+	}
+	tok, err := m.Tokenizer()
 	if err != nil {
 		return nil, err
 	}
-	return m.Embed(rows, normalize)
+	info, err := m.Info()
+	if err != nil {
+		return nil, err
+	}
+	// Encoded and right padded in one call (oslo_tokenizer_encode_batch).
+	pad := info.padID()
+	b, err := tok.EncodeBatch(texts, EncodeOptions{Padding: PadRight, PadID: &pad})
+	if err != nil {
+		return nil, err
+	}
+	for i, mask := range b.AttentionMask {
+		if len(mask) == 0 || mask[0] == 0 {
+			return nil, errorf(StatusInvalidArgument, "embed: text %d (%q) has no tokens", i, texts[i])
+		}
+	}
+	return m.EmbedBatch(b, normalize)
 }
 
 // EmbedBatch returns the sentence embeddings of a tokenizer's padded batch

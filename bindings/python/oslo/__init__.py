@@ -1086,16 +1086,20 @@ class Model(_Handle):
             if mask is not None or token_type_ids is not None:
                 raise _refuse(what, "texts come without a mask or token_type_ids (their "
                                     "padding is made here)")
-            rows = self._texts(what, [x] if kind == "text" else x)
-        elif kind == "row":
-            rows = [_int_row(what, 0, x)]
+            texts = [x] if kind == "text" else list(x)
+            # Encoded and right padded in one call (oslo_tokenizer_encode_batch).
+            ids, built = self.tokenizer._encode_batch(texts, True, "right", self._pad_id(), 0)
+            lengths = built.sum(axis=1).tolist()
+            for i, (t, n) in enumerate(zip(texts, lengths)):
+                if n == 0:
+                    raise _refuse(what, f"text {i} ({t!r}) has no tokens")
         else:
-            rows = _ragged(what, x)
-        for i, r in enumerate(rows):
-            if r.size == 0:
-                raise _refuse(what, f"row {i} has no tokens")
-        lengths = [len(r) for r in rows]
-        ids, built = _pad(rows, self._pad_id())
+            rows = [_int_row(what, 0, x)] if kind == "row" else _ragged(what, x)
+            for i, r in enumerate(rows):
+                if r.size == 0:
+                    raise _refuse(what, f"row {i} has no tokens")
+            lengths = [len(r) for r in rows]
+            ids, built = _pad(rows, self._pad_id())
         ragged = min(lengths) != max(lengths)
 
         def extra(name, v):
@@ -1518,24 +1522,15 @@ class Tokenizer(_Handle):
             pad_id = 0 if p is None else p
         elif not _is_id(pad_id) or pad_id < 0:
             raise _refuse(what, f"pad_id must be an int >= 0, not {pad_id!r}")
-        rows = [self.encode(t, add_special_tokens) for t in texts]
+        ids, mask = self._encode_batch(texts, add_special_tokens, padding_side, pad_id,
+                                       max_length if mode == "max_length" else 0)
         if mode is None:
-            ids, mask = rows, [[1] * len(r) for r in rows]
+            # Padded on the right: each row's real tokens come first.
+            lengths = mask.sum(axis=1)
+            ids = [r[:n].tolist() for r, n in zip(ids, lengths)]
+            mask = [[1] * int(n) for n in lengths]
         else:
-            target = max(len(r) for r in rows) if mode == "longest" else max_length
-            for i, r in enumerate(rows):
-                if len(r) > target:
-                    raise _refuse(what, f"text {i} has {len(r)} tokens, more than max_length "
-                                        f"{target} (oslo does not truncate)")
-            ids, mask = [], []
-            for r in rows:
-                k = target - len(r)
-                if padding_side == "left":
-                    ids.append([pad_id] * k + r)
-                    mask.append([0] * k + [1] * len(r))
-                else:
-                    ids.append(r + [pad_id] * k)
-                    mask.append([1] * len(r) + [0] * k)
+            ids, mask = ids.tolist(), mask.tolist()
         if return_tensors == "np":
             if len({len(r) for r in ids}) > 1:
                 raise _refuse(what, "rows of different lengths cannot make an array; pass "
@@ -1545,6 +1540,28 @@ class Tokenizer(_Handle):
         elif single:
             ids, mask = ids[0], mask[0]
         return BatchEncoding(input_ids=ids, attention_mask=mask)
+
+    def _encode_batch(self, texts, add_special_tokens, padding_side, pad_id, max_length):
+        """oslo_tokenizer_encode_batch of a list of str: (ids, mask) as
+        [batch, seq] int64 arrays, padded on padding_side ("right" or
+        "left") with pad_id to the longest row, or to max_length when it is
+        not 0 (a longer row is an error)."""
+        data = [t.encode("utf-8") for t in texts]
+        lengths = _np.array([len(d) for d in data], dtype=_np.int64)
+        text = b"".join(data)
+        side = 1 if padding_side == "left" else 0
+        args = (text, lengths, int(add_special_tokens), side, int(pad_id), int(max_length), 0, 0,
+                int(max_length > 0))
+        h = self._handle()
+        seq = h.encode_batch(*args, None, None)
+        ids = _np.empty((len(data), seq), dtype=_np.int64)
+        mask = _np.empty((len(data), seq), dtype=_np.int64)
+        if ids.size:
+            seq2 = h.encode_batch(*args, ids, mask)
+            if seq2 != seq:
+                raise InternalError(f"encode_batch: {seq2} ids a row after sizing {seq}",
+                                    Status.INTERNAL)
+        return ids, mask
 
     def decode(self, ids, skip_special_tokens=False):
         """Text of token ids."""

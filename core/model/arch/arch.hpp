@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/model/config.hpp"
@@ -46,6 +47,58 @@ Activation activation(const std::string& name, const std::string& src);
 // has one other than 1 and partial is null: the family rotates whole heads).
 void read_rope(const nlohmann::json& obj, const std::string& src, RopeConfig* r,
                double* partial = nullptr);
+
+// The families with LLaMA's blocks (llama.cpp: llama, mistral, qwen2;
+// phi3.cpp; gemma.cpp) share one config reader and start from LLaMA's
+// sharding table.
+
+// LLaMA's sharding rules: separate q/k/v projections with optional biases,
+// gate/up/down with optional biases, an untied head. A fresh copy each call
+// (safe during static initialisation, unlike another file's table).
+std::vector<ShardRule> llama_rules();
+
+// A table made from `base`: each row whose role is a `replace` key swapped
+// for its row, then the rows whose roles `drop` lists removed; the order is
+// base's. OSLO_ERR_INTERNAL if a role names no row (a bug in a family file).
+std::vector<ShardRule> derive_rules(
+    std::vector<ShardRule> base, const std::vector<std::string>& drop,
+    const std::vector<std::pair<std::string, ShardRule>>& replace = {});
+
+// When a llama-like config has a sliding window.
+enum class SlidingWindow {
+  NONE,          // never (LLaMA, Gemma)
+  WHEN_SET,      // when sliding_window is set (Mistral, Phi-3)
+  WHEN_ENABLED,  // when use_sliding_window is true too (Qwen2)
+};
+
+// What the llama-like families' config.json readers differ in; the
+// defaults are LLaMA's.
+struct LlamaLike {
+  int64_t max_positions = 2048;  // max_position_embeddings when absent
+  double norm_eps = 1e-6;        // rms_norm_eps when absent
+  bool tied = false;             // tie_word_embeddings when absent
+  // head_dim when absent; 0: hidden_size / num_attention_heads.
+  int64_t head_dim = 0;
+  // Reads the MLP activation; null: hidden_act, "silu" when absent.
+  Activation (*activation)(const ConfigReader& rd) = nullptr;
+  bool attention_bias_key = true;  // attention_bias gives q, k, v and o biases
+  bool qkv_bias = false;           // q, k, v biases whatever the config says
+  bool mlp_bias_key = true;        // mlp_bias gives gate, up and down biases
+  SlidingWindow sliding_window = SlidingWindow::NONE;
+  // partial_rotary_factor (top level or in the rope object) rotates part of
+  // each head; false: whole heads (a factor other than 1 in the rope object
+  // is refused).
+  bool partial_rotary = false;
+  // Called with rope_scaling and rope_parameters before each is read (to
+  // refuse what read_rope would misread); null: none.
+  void (*check_rope)(const ConfigReader& rd, const char* key) = nullptr;
+};
+
+// The llama-like reader: sizes, RMSNorm, rope (4.x rope_theta +
+// rope_scaling, 5.x rope_parameters, which wins), the gated MLP, biases and
+// the window as `f` says, and c->traits (causal, RMS norm, rotary, gated
+// MLP, padding_idx embeddings). Errors as ConfigReader's and read_rope's.
+void read_llama_like(const ConfigReader& rd, const LlamaLike& f, ModelConfig* c);
 
 // One model_type.
 struct Arch {

@@ -13,69 +13,8 @@ namespace arch {
 
 namespace {
 
-constexpr bool T = true, F = false;
-constexpr Dim V = Dim::VOCAB, H = Dim::HIDDEN, Q = Dim::Q, KV = Dim::KV, I = Dim::INTER;
-
-const std::vector<ShardRule> kRules = {
-    {"model.embed_tokens.weight", "wte", {V, H}, Cut::VOCAB, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.input_layernorm.weight",
-     "ln1_w",
-     {H},
-     Cut::REPLICATE,
-     0,
-     F,
-     T,
-     When::ALWAYS},
-    {"model.layers.{L}.self_attn.q_proj.weight",
-     "q_w",
-     {Q, H},
-     Cut::Q_HEADS,
-     0,
-     F,
-     F,
-     When::ALWAYS},
-    {"model.layers.{L}.self_attn.q_proj.bias", "q_b", {Q}, Cut::Q_HEADS, 0, F, T, When::QKV_BIAS},
-    {"model.layers.{L}.self_attn.k_proj.weight",
-     "k_w",
-     {KV, H},
-     Cut::KV_HEADS,
-     0,
-     F,
-     F,
-     When::ALWAYS},
-    {"model.layers.{L}.self_attn.k_proj.bias", "k_b", {KV}, Cut::KV_HEADS, 0, F, T, When::QKV_BIAS},
-    {"model.layers.{L}.self_attn.v_proj.weight",
-     "v_w",
-     {KV, H},
-     Cut::KV_HEADS,
-     0,
-     F,
-     F,
-     When::ALWAYS},
-    {"model.layers.{L}.self_attn.v_proj.bias", "v_b", {KV}, Cut::KV_HEADS, 0, F, T, When::QKV_BIAS},
-    {"model.layers.{L}.self_attn.o_proj.weight",
-     "o_w",
-     {H, Q},
-     Cut::Q_HEADS,
-     1,
-     F,
-     F,
-     When::ALWAYS},
-    {"model.layers.{L}.self_attn.o_proj.bias", "o_b", {H}, Cut::REPLICATE, 0, F, T, When::O_BIAS},
-    {"model.layers.{L}.post_attention_layernorm.weight",
-     "ln2_w",
-     {H},
-     Cut::REPLICATE,
-     0,
-     F,
-     T,
-     When::ALWAYS},
-    {"model.layers.{L}.mlp.gate_proj.weight", "gate_w", {I, H}, Cut::EVEN, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.mlp.up_proj.weight", "up_w", {I, H}, Cut::EVEN, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.mlp.down_proj.weight", "down_w", {H, I}, Cut::EVEN, 1, F, F, When::ALWAYS},
-    {"model.norm.weight", "norm_w", {H}, Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"lm_head.weight", "lm_head", {V, H}, Cut::VOCAB, 0, F, F, When::UNTIED},
-};
+// LLaMA's table without MLP biases.
+const std::vector<ShardRule> kRules = derive_rules(llama_rules(), {"gate_b", "up_b", "down_b"});
 
 // The MLP activation. transformers 5 reads hidden_act and takes Gemma's
 // "gelu" (what the released checkpoints say) for the tanh approximation;
@@ -95,31 +34,22 @@ Activation gemma_activation(const ConfigReader& rd) {
   return a;
 }
 
+// LLaMA's reader with Gemma's defaults (8192 positions, a head_dim of 256,
+// tied embeddings), its activation, no mlp_bias; then its own traits.
 void read_gemma(const ConfigReader& rd, ModelConfig* c) {
-  c->hidden_size = rd.positive("hidden_size", 0);
-  c->num_layers = rd.positive("num_hidden_layers", 0);
-  c->num_heads = rd.positive("num_attention_heads", 0);
-  c->num_kv_heads = rd.positive("num_key_value_heads", c->num_heads, false);
-  c->head_dim = rd.positive("head_dim", 256, false);
-  c->intermediate_size = rd.positive("intermediate_size", 0);
-  c->max_positions = rd.positive("max_position_embeddings", 8192, false);
-  c->norm_eps = rd.number("rms_norm_eps", 1e-6);
-  c->act = gemma_activation(rd);
-  c->tie_word_embeddings = rd.boolean("tie_word_embeddings", true);
-  c->qkv_bias = c->o_bias = rd.boolean("attention_bias", false);
+  LlamaLike f;
+  f.max_positions = 8192;
+  f.head_dim = 256;
+  f.tied = true;
+  f.activation = gemma_activation;
+  f.mlp_bias_key = false;
+  read_llama_like(rd, f, c);
   OSLO_CHECK(!rd.boolean("use_bidirectional_attention", false), OSLO_ERR_NOT_SUPPORTED, rd.src,
              ": use_bidirectional_attention is not supported (causal attention only)");
-  c->rope.theta = rd.number("rope_theta", 10000.0);
-  if (rd.has("rope_scaling")) read_rope(rd.at("rope_scaling"), rd.src, &c->rope);
-  if (rd.has("rope_parameters")) read_rope(rd.at("rope_parameters"), rd.src, &c->rope);
   BlockTraits& t = c->traits;
-  t.causal = true;
-  t.norm = NormKind::RMS_NORM;
   t.norm_unit_offset = true;
-  t.rotary = true;
-  t.gated_mlp = true;
   t.embed_scale = std::sqrt(static_cast<double>(c->hidden_size));
-  t.embed_padding_idx = true;  // GemmaScaledWordEmbedding(..., padding_idx)
+  // embed_padding_idx: GemmaScaledWordEmbedding(..., padding_idx), as LLaMA's
 }
 
 }  // namespace

@@ -13,56 +13,31 @@ namespace arch {
 
 namespace {
 
-constexpr bool T = true, F = false;
-constexpr Dim V = Dim::VOCAB, H = Dim::HIDDEN, Q = Dim::Q, QKV = Dim::QKV, I = Dim::INTER,
-              I2 = Dim::INTER2;
+constexpr bool F = false;
+constexpr Dim H = Dim::HIDDEN, QKV = Dim::QKV, I2 = Dim::INTER2;
 
-const std::vector<ShardRule> kRules = {
-    {"model.embed_tokens.weight", "wte", {V, H}, Cut::VOCAB, 0, F, F, When::ALWAYS},
-    {"model.layers.{L}.input_layernorm.weight",
-     "ln1_w",
-     {H},
-     Cut::REPLICATE,
-     0,
-     F,
-     T,
-     When::ALWAYS},
-    {"model.layers.{L}.self_attn.qkv_proj.weight",
-     "qkv_w",
-     {QKV, H},
-     Cut::QKV_HEADS,
-     0,
-     F,
-     F,
-     When::ALWAYS},
-    {"model.layers.{L}.self_attn.o_proj.weight",
-     "o_w",
-     {H, Q},
-     Cut::Q_HEADS,
-     1,
-     F,
-     F,
-     When::ALWAYS},
-    {"model.layers.{L}.post_attention_layernorm.weight",
-     "ln2_w",
-     {H},
-     Cut::REPLICATE,
-     0,
-     F,
-     T,
-     When::ALWAYS},
-    {"model.layers.{L}.mlp.gate_up_proj.weight",
-     "gate_up_w",
-     {I2, H},
-     Cut::HALVES_EVEN,
-     0,
-     F,
-     F,
-     When::ALWAYS},
-    {"model.layers.{L}.mlp.down_proj.weight", "down_w", {H, I}, Cut::EVEN, 1, F, F, When::ALWAYS},
-    {"model.norm.weight", "norm_w", {H}, Cut::REPLICATE, 0, F, T, When::ALWAYS},
-    {"lm_head.weight", "lm_head", {V, H}, Cut::VOCAB, 0, F, F, When::UNTIED},
-};
+// LLaMA's table with q/k/v fused into qkv_proj, gate/up into gate_up_proj,
+// and no biases.
+const std::vector<ShardRule> kRules = derive_rules(
+    llama_rules(), {"q_b", "k_w", "k_b", "v_w", "v_b", "o_b", "gate_b", "up_w", "up_b", "down_b"},
+    {{"q_w",
+      {"model.layers.{L}.self_attn.qkv_proj.weight",
+       "qkv_w",
+       {QKV, H},
+       Cut::QKV_HEADS,
+       0,
+       F,
+       F,
+       When::ALWAYS}},
+     {"gate_w",
+      {"model.layers.{L}.mlp.gate_up_proj.weight",
+       "gate_up_w",
+       {I2, H},
+       Cut::HALVES_EVEN,
+       0,
+       F,
+       F,
+       When::ALWAYS}}});
 
 // The rope object's scaling type, as transformers spells it (4.x "type",
 // 5.x "rope_type"). Phi-3's long-context checkpoints (128k) use "su",
@@ -83,35 +58,22 @@ void refuse_long_rope(const ConfigReader& rd, const char* key) {
              "default)");
 }
 
-// transformers 4.x: top-level rope_theta, partial_rotary_factor (Phi-4-mini)
-// and rope_scaling (null, or the long-context scaling: refused); 5.x:
-// rope_parameters {rope_theta, rope_type, partial_rotary_factor}, which wins
-// when both are there. sliding_window (Phi-3-mini-4k: 2047) limits the
-// sequence length as for Mistral.
+// LLaMA's reader with Phi-3's defaults (4096 positions, eps 1e-5), no
+// biases, partial_rotary_factor (Phi-4-mini) and the long-context scaling
+// refused. transformers 4.x: top-level rope_theta, partial_rotary_factor and
+// rope_scaling (null, or the long-context scaling); 5.x: rope_parameters
+// {rope_theta, rope_type, partial_rotary_factor}, which wins when both are
+// there. sliding_window (Phi-3-mini-4k: 2047) limits the sequence length as
+// for Mistral.
 void read_phi3(const ConfigReader& rd, ModelConfig* c) {
-  c->hidden_size = rd.positive("hidden_size", 0);
-  c->num_layers = rd.positive("num_hidden_layers", 0);
-  c->num_heads = rd.positive("num_attention_heads", 0);
-  c->num_kv_heads = rd.positive("num_key_value_heads", c->num_heads, false);
-  c->intermediate_size = rd.positive("intermediate_size", 0);
-  c->max_positions = rd.positive("max_position_embeddings", 4096, false);
-  c->norm_eps = rd.number("rms_norm_eps", 1e-5);
-  c->act = activation(rd.string("hidden_act", "silu"), rd.src);
-  c->tie_word_embeddings = rd.boolean("tie_word_embeddings", false);
-  if (rd.has("head_dim")) c->head_dim = rd.positive("head_dim", 0);
-  BlockTraits& t = c->traits;
-  t.causal = true;
-  t.norm = NormKind::RMS_NORM;
-  t.rotary = true;
-  t.gated_mlp = true;
-  t.embed_padding_idx = true;  // embed_tokens: padding_idx=config.pad_token_id
-  t.rotary_fraction = rd.number("partial_rotary_factor", 1.0);
-  c->rope.theta = rd.number("rope_theta", 10000.0);
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
-    refuse_long_rope(rd, key);
-    if (rd.has(key)) read_rope(rd.at(key), rd.src, &c->rope, &t.rotary_fraction);
-  }
-  c->sliding_window = rd.has("sliding_window") ? rd.positive("sliding_window", 0) : 0;
+  LlamaLike f;
+  f.max_positions = 4096;
+  f.norm_eps = 1e-5;
+  f.attention_bias_key = f.mlp_bias_key = false;
+  f.sliding_window = SlidingWindow::WHEN_SET;
+  f.partial_rotary = true;
+  f.check_rope = refuse_long_rope;
+  read_llama_like(rd, f, c);
 }
 
 }  // namespace

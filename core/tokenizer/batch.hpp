@@ -1,0 +1,55 @@
+// Ragged batches: texts encoded into one padded [rows, length] matrix of ids
+// and its attention mask, with Hugging Face's padding (longest or
+// max_length, right or left) and truncation (to max_length, the special
+// tokens kept, from the right or the left). oslo_tokenizer_encode_batch in
+// oslo.h is its C face and every binding's batch encoding goes through it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/tokenizer/tokenizer.hpp"
+
+namespace oslo {
+
+// Which end of a row padding fills or truncation cuts.
+enum class Side { kRight = 0, kLeft = 1 };
+
+struct BatchEncodeOptions {
+  bool add_special_tokens = true;
+  Side padding_side = Side::kRight;
+  // The id under padding; -1: the tokenizer's PAD token (an error if it
+  // has none).
+  int64_t pad_id = -1;
+  // 0: no limit; else the most ids a row may hold.
+  size_t max_length = 0;
+  // A row longer than max_length is cut (true) or refused (false).
+  bool truncation = false;
+  // The end truncation removes ids from (the special tokens stay).
+  Side truncation_side = Side::kRight;
+  // Rows padded to max_length rather than to the longest row.
+  bool pad_to_max_length = false;
+};
+
+// What encode_batch returns: ids and mask, row-major [rows, length]; the
+// mask is 1 on real tokens, 0 on padding.
+struct BatchEncoding {
+  size_t rows = 0;
+  size_t length = 0;
+  std::vector<int64_t> ids;
+  std::vector<int64_t> mask;
+};
+
+// Encodes `texts` (at least one) as described above. Errors (oslo::Error,
+// messages naming the text by index): OSLO_ERR_INVALID_ARGUMENT (no texts,
+// pad_id below -1, no pad id, max_length 0 with truncation or
+// pad_to_max_length, a row longer than max_length without truncation,
+// max_length shorter than a row's special tokens, text not UTF-8),
+// OSLO_ERR_NOT_SUPPORTED (truncation of a row whose post-processor does not
+// wrap the text's ids as they are), OSLO_ERR_OUT_OF_MEMORY.
+BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string_view>& texts,
+                           const BatchEncodeOptions& o);
+
+}  // namespace oslo
