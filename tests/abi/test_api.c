@@ -1,7 +1,7 @@
 /*
  * CMocka tests of every C ABI function on a single rank: normal use and bad
  * input (NULL, wrong shapes and dtypes, invalid JSON, unknown keys, sizes
- * that do not divide). Multi-rank behaviour is in tests/multirank.
+ * that do not divide). Multi-rank behaviour is in tests/layers.
  */
 #include <fcntl.h>
 #include <math.h>

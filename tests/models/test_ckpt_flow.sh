@@ -3,7 +3,7 @@
 # save at TP 2 -> load at TP 4 and TP 1 (logits bitwise those of the original
 # folder at the same size), merge into a Hugging Face folder (every tensor
 # byte for byte the original's), reshard 2 -> 4 offline and load that.
-# Usage: ckpt_flow.sh OSLO_RUN TEST_BIN FIXTURE WORKDIR
+# Usage: test_ckpt_flow.sh OSLO_RUN TEST_BIN FIXTURE WORKDIR
 set -eu
 run=$1 bin=$2 fix=$3 work=$4
 rm -rf "$work"

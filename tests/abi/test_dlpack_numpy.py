@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """DLPack interop between oslo's C ABI and numpy >= 2, through ctypes.
 
-Usage: dlpack_numpy.py LIBOSLO
+Usage: test_dlpack_numpy.py LIBOSLO
 
 numpy 2 asks producers for DLPack 1.x with __dlpack__(max_version=(1, 0))
 and exports DLManagedTensorVersioned when asked so. This plays a minimal

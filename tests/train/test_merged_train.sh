@@ -3,7 +3,7 @@
 # transformers with the trained weights and no optimizer state
 # (check_merged_train.py). Exit 77 (skip) when the interpreter has no
 # torch/transformers.
-# Usage: merged_train.sh TEST_BIN FIXTURE WORKDIR RUN_PY PYTHON
+# Usage: test_merged_train.sh TEST_BIN FIXTURE WORKDIR RUN_PY PYTHON
 set -eu
 bin=$1 fix=$2 work=$3 runpy=$4 py=$5
 here=$(cd "$(dirname "$0")" && pwd)

@@ -3,7 +3,7 @@
 # as threads; save as threads at TP=4 and load at TP=2 processes. Optional
 # third and fourth arguments: the backend that saves and the one that loads
 # (default cpu), so a checkpoint written by one backend is read by another.
-# Usage: ckpt_reshard.sh OSLO_RUN RANK_TEST [SAVE_BACKEND [LOAD_BACKEND]]
+# Usage: test_ckpt_reshard.sh OSLO_RUN RANK_TEST [SAVE_BACKEND [LOAD_BACKEND]]
 set -euo pipefail
 run=$1
 bin0=$2

@@ -6,11 +6,11 @@
 # Control (host values: core/comm/control.hpp). Also fails on a copy of the
 # "drain the queue before a host transport" rule outside core/parallel.
 #
-# Usage: no_direct_comm.sh SOURCE_DIR
+# Usage: test_no_direct_comm.sh SOURCE_DIR
 # Scans the C/C++ sources of core/, tools/, bench/ and backends/ with
 # comments removed; prints every hit as file:line: text; exit 1 if any.
 set -u
-src=${1:?usage: no_direct_comm.sh SOURCE_DIR}
+src=${1:?usage: test_no_direct_comm.sh SOURCE_DIR}
 cd "$src" || exit 2
 hits=$(
   find core tools bench backends -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' \

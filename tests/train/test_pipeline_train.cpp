@@ -31,7 +31,7 @@
 //       the 60 s timeout instead of hanging in its recv.
 //
 // The data are make_train_refs.py's loop (train_loop_ref.safetensors), used
-// cyclically; hyper-parameters as tests/train/data_parallel_test.cpp.
+// cyclically; hyper-parameters as tests/train/test_data_parallel.cpp.
 #include <unistd.h>
 
 #include <algorithm>

@@ -8,7 +8,7 @@
 # the training pass's keys and values of the call) and may call the
 # backend's attention. Lists every other call and fails.
 set -euo pipefail
-root=${1:?usage: one_block.sh SOURCE_DIR}
+root=${1:?usage: test_one_block.sh SOURCE_DIR}
 cd "$root"
 ops='matmul|matmul_act|matmul_packed|norm|norm_backward|residual_norm|rope|softmax|softmax_backward|unary_backward|attention'
 allowed='^core/model/(inference|micro_pass)\.cpp:[0-9]+:.*\bbe\.attention\('

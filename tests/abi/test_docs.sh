@@ -2,7 +2,7 @@
 # Every public function of oslo.h has a doc comment right above it that
 # states who owns what ("Ownership:"), which errors it returns ("Errors:")
 # and whether it is thread-safe ("Thread-safety:"), after saying what it does.
-# Usage: check_docs.sh path/to/oslo.h
+# Usage: test_docs.sh path/to/oslo.h
 set -euo pipefail
 awk '
   /^\/\*\*/ { in_doc = 1; doc = "" }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compatibility of oslo's safetensors code with the reference implementation.
 
-Usage: safetensors_compat.py ST_TOOL CORPUS_DIR
+Usage: test_safetensors_compat.py ST_TOOL CORPUS_DIR
 
 Needs the reference implementation from PyPI (pip install safetensors numpy);
 exits 77 (ctest: skipped) with a message when it is missing. Checks:

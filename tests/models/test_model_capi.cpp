@@ -754,7 +754,7 @@ int run_destroy_order(const std::string& fix) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: see the comment at the top of model_capi_test.cpp\n");
+    std::fprintf(stderr, "usage: see the comment at the top of test_model_capi.cpp\n");
     return 2;
   }
   const std::string mode = argv[1];

@@ -29,7 +29,7 @@
 //       within the timeout and the checkpoint saved before still loads.
 //
 // The data are make_train_refs.py's loop (train_loop_ref.safetensors), used
-// cyclically; hyper-parameters as tests/train/train_checkpoint_test.cpp.
+// cyclically; hyper-parameters as tests/train/test_train_checkpoint.cpp.
 #include <unistd.h>
 
 #include <algorithm>

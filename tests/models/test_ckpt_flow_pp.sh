@@ -4,7 +4,7 @@
 # load at PP 1, TP 2 x PP 2 and PP 2 (outputs bitwise those of the original
 # folder at the same layout), merge into a Hugging Face folder (every tensor
 # byte for byte the original's).
-# Usage: ckpt_flow_pp.sh OSLO_RUN TEST_BIN FIXTURE WORKDIR
+# Usage: test_ckpt_flow_pp.sh OSLO_RUN TEST_BIN FIXTURE WORKDIR
 set -eu
 run=$1 bin=$2 fix=$3 work=$4
 rm -rf "$work"

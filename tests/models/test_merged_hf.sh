@@ -3,7 +3,7 @@
 # Hugging Face transformers (tests/models/check_merged_hf.py): every tensor
 # equal to the original's and the logits equal to the fixture's references.
 # Exit 77 (skip) when the interpreter has no torch/transformers.
-# Usage: merged_hf.sh OSLO_RUN TEST_BIN FIXTURE WORKDIR RUN_PY PYTHON
+# Usage: test_merged_hf.sh OSLO_RUN TEST_BIN FIXTURE WORKDIR RUN_PY PYTHON
 set -eu
 run=$1 bin=$2 fix=$3 work=$4 runpy=$5 py=$6
 here=$(cd "$(dirname "$0")" && pwd)

@@ -5,7 +5,7 @@
 # liboslo_sentencepiece.so, loaded with RTLD_LOCAL: libsentencepiece's bundled
 # protobuf-lite must never sit in a process's global scope). With a second
 # argument, the shim itself must export exactly oslo_spm_api_v1.
-# Usage: check_exports.sh LIBOSLO [LIBOSLO_SENTENCEPIECE]
+# Usage: test_exports.sh LIBOSLO [LIBOSLO_SENTENCEPIECE]
 set -euo pipefail
 lib=$1
 shim=${2:-}
