@@ -100,7 +100,7 @@ inline std::string task_file(pid_t tid, const char* file) {
                ".\nA child forked while another thread runs can inherit a lock held by that "
                "thread and deadlock. Join every thread and destroy every in-process TcpStore "
                "server before forking; run a server that forked children use in its own "
-               "process (see the fork rule in tests/rendezvous/test_util.hpp).\n");
+               "process (see the fork rule in tests/rendezvous/rdzv_test_util.hpp).\n");
   std::fflush(stderr);
   std::abort();
 }
