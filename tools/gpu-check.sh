@@ -90,7 +90,7 @@ if [ "$mode" = pack ]; then
   # The scripts the ctest entries and the parts below run (tests/models'
   # checkpoint flows, tests/cli's train check), the fixtures, README.md (the
   # train check's corpus).
-  for d in tests/cuda tests/torch_plugin tests/multirank tests/models tests/cli bench/cuda \
+  for d in tests/cuda tests/torch_plugin tests/layers tests/models tests/cli bench/cuda \
            bench/model backends/torch include core/backend; do
     mkdir -p "$stage$root/$d"
     cp -r "$root/$d/." "$stage$root/$d/"

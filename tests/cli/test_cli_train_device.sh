@@ -12,7 +12,7 @@
 # DEVICE is the options that pick the device: "--backend guard" here (the
 # guard test backend: memory the host cannot read, the code path of a GPU;
 # ctest cli_train_device_guard), "--device cuda" on a GPU
-# (tools/gpu-check.sh). The tolerances: backend_curve_test.cpp, docs/MODELS.md.
+# (tools/gpu-check.sh). The tolerances: test_backend_curve.cpp, docs/MODELS.md.
 # Usage: test_cli_train_device.sh OSLO OSLO_RUN FIXTURE SOURCE_DIR WORKDIR PYTHON DEVICE
 #                                 [RTOL [NARROW_RTOL]]
 set -u

@@ -26,7 +26,8 @@ typedef struct {
 static pthread_mutex_t th_lock = PTHREAD_MUTEX_INITIALIZER;
 static int th_total_passed, th_total_failed;
 
-static void th_result(th_state *s, int ok, const char *file, int line, const char *fmt, ...) {
+static inline void th_result(th_state *s, int ok, const char *file, int line, const char *fmt,
+                             ...) {
   if (ok) {
     s->passed++;
     return;
@@ -49,7 +50,7 @@ static void th_result(th_state *s, int ok, const char *file, int line, const cha
               oslo_status_string(st_), oslo_last_error());                     \
   } while (0)
 
-static void th_add_totals(th_state *s) {
+static inline void th_add_totals(th_state *s) {
   pthread_mutex_lock(&th_lock);
   th_total_passed += s->passed;
   th_total_failed += s->failed;
@@ -57,13 +58,13 @@ static void th_add_totals(th_state *s) {
 }
 
 /* Prints the closing line and returns the exit status. */
-static int th_finish(const char *label) {
+static inline int th_finish(const char *label) {
   printf("%s: %d passed, %d failed\n", label, th_total_passed, th_total_failed);
   return th_total_failed ? 1 : 0;
 }
 
 /* Deterministic values in [-1, 1) from an index and a seed (no RNG state). */
-static float th_value(uint64_t seed, uint64_t i) {
+static inline float th_value(uint64_t seed, uint64_t i) {
   uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (seed * 0xBF58476D1CE4E5B9ull);
   x ^= x >> 31;
   x *= 0x94D049BB133111EBull;
@@ -71,7 +72,7 @@ static float th_value(uint64_t seed, uint64_t i) {
   return (float)((double)(x >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
 }
 
-static void th_fill(float *p, size_t n, uint64_t seed) {
+static inline void th_fill(float *p, size_t n, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) p[i] = th_value(seed, i);
 }
 
@@ -79,7 +80,8 @@ static void th_fill(float *p, size_t n, uint64_t seed) {
  * Compares with the issue's tolerance: largest absolute error <= rel x the
  * largest magnitude in the reference. Returns 1 when close.
  */
-static int th_close(const float *got, const double *ref, size_t n, double rel, double *err_out) {
+static inline int th_close(const float *got, const double *ref, size_t n, double rel,
+                           double *err_out) {
   double max_ref = 0, max_err = 0;
   for (size_t i = 0; i < n; ++i) {
     if (fabs(ref[i]) > max_ref) max_ref = fabs(ref[i]);

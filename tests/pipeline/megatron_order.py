@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reference op orders of Megatron-LM's pipeline schedules, for
-tests/pipeline/pipeline_schedule_test.cpp.
+tests/pipeline/test_schedule.cpp.
 
 A transcription of the loop structure of
 megatron/core/pipeline_parallel/schedules.py at Megatron-LM commit

@@ -1,5 +1,5 @@
 // FileStore: the Store contract, threads, forked processes, timeouts, binary
-// and large values, foreign and torn files; and the fork rule of test_util.hpp
+// and large values, foreign and torn files; and the fork rule of rdzv_test_util.hpp
 // (tests that run threads join them all before any fork) being enforced;
 // contexts on a store file left by a run that timed out.
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 
 #include "core/rendezvous/file_store.hpp"
 #include "oslo.h"
-#include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
+#include "tests/rendezvous/rdzv_test_util.hpp"  // last: it includes cmocka.h
 
 using oslo::Deadline;
 using oslo::FileStore;

@@ -2,7 +2,7 @@
 // blocking get released by set, timeouts, unreachable and killed servers,
 // ports in use, misbehaving clients, binary and large values.
 //
-// The fork rule (test_util.hpp): a test that forks does so while this process
+// The fork rule (rdzv_test_util.hpp): a test that forks does so while this process
 // has one thread, so the servers that forked clients use run in processes of
 // their own (spawn_server); tests with an in-process server or threads do not
 // fork, and join their threads and destroy their servers before they return.
@@ -24,7 +24,7 @@
 #include "core/rendezvous/store_util.hpp"
 #include "core/rendezvous/tcp_store.hpp"
 #include "oslo.h"
-#include "tests/rendezvous/test_util.hpp"  // last: it includes cmocka.h
+#include "tests/rendezvous/rdzv_test_util.hpp"  // last: it includes cmocka.h
 
 using oslo::Deadline;
 using oslo::TcpStore;
