@@ -1,5 +1,5 @@
 """Models from Python at TP=2 (processes under oslo-run, or threads), against
-the same references as the C tests (tests/models/model_capi_test.cpp).
+the same references as the C tests (tests/models/test_model_capi.cpp).
 
   oslo-run --nproc-per-node 2 python models.py model_bert_minilm_embed MINILM REFDIR
   oslo-run --nproc-per-node 2 python models.py model_gpt2_generate FIXTURE
