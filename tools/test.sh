@@ -14,8 +14,17 @@ python_hf=$(bash tools/test-venv.sh build --hf)
 # Skips are failures here: a test that cannot run must not pass silently.
 export OSLO_TEST_STRICT=1
 
+# ccache, when the machine has it (tools/deps.sh does not install it): a
+# rerun, or a new clone on the same machine, recompiles only what changed.
+# The base and hash-dir settings let two clones at different paths share it.
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+
 echo "== build (RelWithDebInfo)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOSLO_BUILD_TESTS=ON -DOSLO_BUILD_BENCH=ON \
+cmake -S . -B build "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOSLO_BUILD_TESTS=ON -DOSLO_BUILD_BENCH=ON \
   -DOSLO_TEST_PYTHON="$python" -DOSLO_TEST_PYTHON_HF="$python_hf" >/dev/null
 cmake --build build -j"$jobs"
 echo "== tests"
@@ -23,7 +32,7 @@ echo "== tests"
 
 if [ "${OSLO_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOSLO_SANITIZE=address,undefined \
+  cmake -S . -B build-asan "${launcher[@]}" -DCMAKE_BUILD_TYPE=Debug -DOSLO_SANITIZE=address,undefined \
     -DOSLO_BUILD_TESTS=ON -DOSLO_BUILD_BENCH=OFF -DOSLO_TEST_PYTHON="$python" \
     -DOSLO_TEST_PYTHON_HF="$python_hf" >/dev/null
   cmake --build build-asan -j"$jobs"
