@@ -176,6 +176,18 @@ std::vector<int64_t> top_indices(const std::vector<float>& v, int64_t k) {
   return idx;
 }
 
+// The token of row `row` (whole: left padding pad_len, prompt, generated)
+// at generation step t from its scores (modified): HF's processors, then
+// greedy or the warpers and the draw of Philox stream `stream`.
+int64_t pick(float* s, int64_t vocab, const std::vector<int64_t>& row, int64_t pad_len, int64_t t,
+             const GenerateOptions& opt, uint64_t stream, std::vector<uint8_t>& seen) {
+  check_no_nan(s, vocab, static_cast<int64_t>(stream), t);
+  apply_processors(s, vocab, row, pad_len, t, opt, seen);
+  if (!opt.do_sample) return argmax(s, vocab);
+  warp_scores(s, vocab, opt.temperature, opt.top_k, opt.top_p);
+  return sample_from_scores(s, vocab, sampling_uniform(opt.seed, stream, static_cast<uint64_t>(t)));
+}
+
 // Rows of the padded prompt batch.
 struct Batch {
   int64_t size = 0;
@@ -230,11 +242,7 @@ GenerateResult greedy_or_sample(CausalLM& model, const Batch& batch, const Gener
   // Step t needs the logits on the host only when a processor or a warper
   // changes them; a plain greedy step asks the model for its choice alone
   // (append_argmax: no [rows, vocab] logits leave the device).
-  const bool has_min_new = opt.min_new_tokens > 0 && has_eos;
-  auto needs_logits = [&](int64_t t) {
-    return opt.do_sample || opt.repetition_penalty != 1.0 ||
-           (has_min_new && t < opt.min_new_tokens);
-  };
+  auto needs_logits = [&](int64_t t) { return needs_scores(opt, t); };
   std::vector<float> logits;
   std::vector<CausalLM::Choice> choice;
   auto feed = [&](const std::vector<int64_t>& tokens, int64_t n, const std::vector<uint8_t>& mask,
@@ -267,14 +275,7 @@ GenerateResult greedy_or_sample(CausalLM& model, const Batch& batch, const Gener
           tok = c.token;
         } else if (!finished[r]) {
           std::memcpy(scores.data(), &logits[r * vocab], vocab * sizeof(float));
-          check_no_nan(scores.data(), vocab, r, t);
-          apply_processors(scores.data(), vocab, row[r], batch.pad[r], t, opt, seen);
-          if (opt.do_sample) {
-            warp_scores(scores.data(), vocab, opt.temperature, opt.top_k, opt.top_p);
-            tok = sample_from_scores(scores.data(), vocab, sampling_uniform(opt.seed, r, t));
-          } else {
-            tok = argmax(scores.data(), vocab);
-          }
+          tok = pick(scores.data(), vocab, row[r], batch.pad[r], t, opt, r, seen);
         }
         const bool done = finished[r] || (has_eos && is_eos(opt, tok));
         msg[1 + r] = tok;
@@ -650,6 +651,17 @@ int64_t sample_from_scores(const float* s, int64_t n, double u) {
     if (cum > target) return i;
   }
   return last;  // rounding: u * total landed at or past the final sum
+}
+
+bool needs_scores(const GenerateOptions& opt, int64_t generated) {
+  return opt.do_sample || opt.repetition_penalty != 1.0 ||
+         (opt.min_new_tokens > 0 && !opt.eos_token_ids.empty() && generated < opt.min_new_tokens);
+}
+
+int64_t choose_token(float* scores, int64_t vocab, const std::vector<int64_t>& tokens,
+                     int64_t generated, const GenerateOptions& opt, uint64_t stream) {
+  std::vector<uint8_t> seen;
+  return pick(scores, vocab, tokens, 0, generated, opt, stream, seen);
 }
 
 }  // namespace oslo

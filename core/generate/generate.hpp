@@ -165,4 +165,19 @@ double sampling_uniform(uint64_t seed, uint64_t stream, uint64_t step);
 // finite.
 int64_t sample_from_scores(const float* scores, int64_t n, double u);
 
+// One sequence's next token from its next-token scores, exactly as
+// generate() picks it for a prompt at index `stream` (greedy or sampling
+// with HF's processors and warpers; the draw of Philox stream `stream` at
+// step `generated`): `tokens` is the sequence so far (prompt and generated,
+// no padding), `generated` how many of them are new, `scores` (vocab
+// floats) is modified. What a caller that batches its own steps (the
+// serving engine) uses, so its tokens are generate()'s. Throws
+// OSLO_ERR_INVALID_ARGUMENT on NaN scores or none finite to sample.
+int64_t choose_token(float* scores, int64_t vocab, const std::vector<int64_t>& tokens,
+                     int64_t generated, const GenerateOptions& opt, uint64_t stream);
+
+// Whether choose_token() needs the step's scores; false: the greedy choice
+// (the largest logit, lowest token among ties: CausalLM::Choice) is it.
+bool needs_scores(const GenerateOptions& opt, int64_t generated);
+
 }  // namespace oslo

@@ -98,6 +98,24 @@ Tensor InferenceRunner::run_rows(const std::vector<int64_t>& ids,
                                  const std::vector<int64_t>& token_types,
                                  const std::vector<float>& key_mask, int64_t B, int64_t S,
                                  bool use_cache, int64_t row0, bool broadcast) {
+  const int64_t T = (use_cache ? past_ : 0) + S;
+  OSLO_CHECK(s_.cfg.sliding_window == 0 || T <= s_.cfg.sliding_window, OSLO_ERR_NOT_SUPPORTED,
+             s_.cfg.model_type, ": sequences longer than the sliding window (",
+             s_.cfg.sliding_window, ") are not supported");
+  Tensor mask_t = scratch(s_.ctx.backend_ptr(), OSLO_DTYPE_F32, {B, T});
+  s_.ctx.backend().copy(mask_t.data(), key_mask.data(), mask_t.nbytes(), CopyKind::HostToDevice);
+  return run_stack(
+      ids, positions, token_types, B, S,
+      [&](size_t li, const View& q, const View& k, const View& v, const View& out) {
+        attention(li, q, k, v, out, mask_t, B, S, use_cache, row0);
+      },
+      broadcast);
+}
+
+Tensor InferenceRunner::run_stack(const std::vector<int64_t>& ids,
+                                  const std::vector<int64_t>& positions,
+                                  const std::vector<int64_t>& token_types, int64_t B, int64_t S,
+                                  const Attend& attend, bool broadcast) {
   s_.check_whole("inference");
   if (!s_.packs_made()) s_.make_packs();
   Context& ctx = s_.ctx;
@@ -106,16 +124,11 @@ Tensor InferenceRunner::run_rows(const std::vector<int64_t>& ids,
   const auto& bp = ctx.backend_ptr();
   be.set_num_threads(ctx.num_threads());
   const int64_t BS = B * S, H = cfg.hidden_size;
-  const int64_t T = (use_cache ? past_ : 0) + S;
-  OSLO_CHECK(cfg.sliding_window == 0 || T <= cfg.sliding_window, OSLO_ERR_NOT_SUPPORTED,
-             cfg.model_type, ": sequences longer than the sliding window (", cfg.sliding_window,
-             ") are not supported");
   auto upload = [&](const void* src, oslo_dtype dt, std::vector<int64_t> shape) {
     Tensor t = scratch(bp, dt, shape);
     be.copy(t.data(), src, t.nbytes(), CopyKind::HostToDevice);
     return t;
   };
-  Tensor mask_t = upload(key_mask.data(), OSLO_DTYPE_F32, {B, T});
 
   // Embeddings (first stage), or the previous stage's output.
   Residual r;
@@ -141,7 +154,7 @@ Tensor InferenceRunner::run_rows(const std::vector<int64_t>& ids,
   }
   size_t cur = 0;
   env.attend = [&](const View& q, const View& k, const View& v, const View& out) {
-    attention(cur, q, k, v, out, mask_t, B, S, use_cache, row0);
+    attend(cur, q, k, v, out);
   };
   env.pack = [this](const Tensor& w) { return s_.pack_of(w); };
   const Block block(env);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/generate/causal_lm.hpp"
@@ -56,6 +57,25 @@ class InferenceRunner : public CausalLM {
   // reads again). Results are the same either way.
   void set_pipeline_micro_tokens(int64_t tokens) { pipeline_micro_tokens_ = tokens; }
 
+  // For callers that keep their own KV memory (the serving engine's paged
+  // cache, core/serve):
+  // The attention of local block `layer`: q, k, v are its rotated
+  // projections ([B * S, heads * D] column views), out [B * S, nhl * D].
+  using Attend = std::function<void(size_t layer, const View& q, const View& k, const View& v,
+                                    const View& out)>;
+  // Runs the stack on tokens [B, S] (ids and positions [B * S]; token_types
+  // empty or [B * S]) with `attend` as every block's attention; returns the
+  // final hidden states [B * S, hidden] f32 (after the final norm), on
+  // every stage when `broadcast` (else only the last stage's are).
+  Tensor run_stack(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+                   const std::vector<int64_t>& token_types, int64_t B, int64_t S,
+                   const Attend& attend, bool broadcast);
+  // The head over hidden rows (a view [r, hidden] f32, every stage's):
+  // logits [r, vocab] f32 on the host, or each row's greedy choice; the
+  // same on every rank. Collective over the tensor and pipeline groups.
+  std::vector<float> logits_of(const View& hidden, int64_t r);
+  std::vector<Choice> argmax_of(const View& hidden, int64_t r);
+
  private:
   // Runs the stack on tokens [rows, n] at cache offset past_ (cache used
   // when use_cache), returning the final hidden states [rows * n, hidden]
@@ -73,15 +93,11 @@ class InferenceRunner : public CausalLM {
   // use_cache) into out.
   void attention(size_t li, const View& q, const View& k, const View& v, const View& out,
                  const Tensor& mask, int64_t rows, int64_t n, bool use_cache, int64_t row0);
-  // Logits of the given hidden rows (view [r, hidden]) gathered over the
-  // tensor group: [r, vocab] f32 on the host.
-  std::vector<float> logits_of(const View& hidden, int64_t r);
   std::vector<float> head_logits(const View& hidden, int64_t r);  // this stage's head
   // This rank's logits of the hidden rows: [r, local vocabulary] f32.
   Tensor head_local(const View& hidden, int64_t r);
   // The greedy choice of every hidden row: each rank's argmax over its
   // vocabulary slice (backend argmax), then one exchange of [r] pairs.
-  std::vector<Choice> argmax_of(const View& hidden, int64_t r);
   std::vector<Choice> head_argmax(const View& hidden, int64_t r);  // this stage's head
   // The last stage's `t` to every stage. Collective over the pipeline group.
   void from_last_stage(const Tensor& t);

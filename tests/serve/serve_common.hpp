@@ -1,6 +1,7 @@
 // What the serving tests share: CMocka, and the groups' case lists.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/common/error.hpp"
@@ -30,3 +31,4 @@ void expect_error(F f, oslo_status status) {
 std::vector<struct CMUnitTest> pool_tests();
 std::vector<struct CMUnitTest> scheduler_tests();
 std::vector<struct CMUnitTest> text_tests();
+std::vector<struct CMUnitTest> engine_tests(const std::string& fixtures);
