@@ -7,13 +7,27 @@
 
 namespace oslo {
 
-namespace {
-
-// The first n ids (Side::kRight keeps the head) or the last n.
 std::vector<int64_t> cut(const std::vector<int64_t>& v, size_t n, Side side) {
   if (v.size() <= n) return v;
   return side == Side::kRight ? std::vector<int64_t>(v.begin(), v.begin() + n)
                               : std::vector<int64_t>(v.end() - n, v.end());
+}
+
+namespace {
+
+// The checks of the options alone, before any row is looked at.
+void check_options(const PadOptions& o) {
+  OSLO_CHECK(o.max_length > 0 || (!o.truncation && !o.pad_to_max_length), OSLO_ERR_INVALID_ARGUMENT,
+             "max_length is 0 but ", o.truncation ? "truncation" : "pad_to_max_length",
+             " needs it (at least 1)");
+}
+
+// Refuses row `i` of `size` ids when it is longer than max_length and
+// truncation is off (`what`: "row" or "text").
+void check_row_length(const PadOptions& o, const char* what, size_t i, size_t size) {
+  OSLO_CHECK(o.max_length == 0 || size <= o.max_length || o.truncation, OSLO_ERR_INVALID_ARGUMENT,
+             what, " ", i, " has ", size, " ids, more than max_length ", o.max_length,
+             " (oslo does not truncate unless truncation is set)");
 }
 
 // Row `i` cut to o.max_length ids as Hugging Face truncates: the text's ids
@@ -44,32 +58,22 @@ std::vector<int64_t> truncate(const Tokenizer& tok, std::string_view text, size_
 
 }  // namespace
 
-BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string_view>& texts,
-                           const BatchEncodeOptions& o) {
-  OSLO_CHECK(!texts.empty(), OSLO_ERR_INVALID_ARGUMENT, "no texts; pass at least one");
-  OSLO_CHECK(o.pad_id >= -1, OSLO_ERR_INVALID_ARGUMENT, "pad_id ", o.pad_id,
-             " is negative (-1: the tokenizer's padding token)");
-  const int64_t pad = o.pad_id >= 0 ? o.pad_id : tok.special_id(SpecialToken::kPad);
-  OSLO_CHECK(pad >= 0, OSLO_ERR_INVALID_ARGUMENT,
-             "the tokenizer has no padding token: set pad_id (e.g. to its EOS id)");
-  OSLO_CHECK(o.max_length > 0 || (!o.truncation && !o.pad_to_max_length), OSLO_ERR_INVALID_ARGUMENT,
-             "max_length is 0 but ", o.truncation ? "truncation" : "pad_to_max_length",
-             " needs it (at least 1)");
-  std::vector<std::vector<int64_t>> rows(texts.size());
+BatchEncoding pad_batch(const std::vector<IdRow>& rows, const PadOptions& o) {
+  OSLO_CHECK(!rows.empty(), OSLO_ERR_INVALID_ARGUMENT, "no rows; pass at least one");
+  OSLO_CHECK(o.pad_id >= 0, OSLO_ERR_INVALID_ARGUMENT, "pad_id ", o.pad_id,
+             " is negative; set the id under padding (>= 0)");
+  check_options(o);
+  // Each row's kept span [begin, begin + size) after truncation.
+  std::vector<IdRow> kept(rows.size());
   size_t longest = 0;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    try {
-      rows[i] = tok.encode(texts[i], o.add_special_tokens);
-    } catch (const Error& e) {
-      throw Error(e.status(), str("text ", i, ": ", e.what()));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    check_row_length(o, "row", i, rows[i].size);
+    kept[i] = rows[i];
+    if (o.max_length > 0 && rows[i].size > o.max_length) {
+      if (o.truncation_side == Side::kLeft) kept[i].data += rows[i].size - o.max_length;
+      kept[i].size = o.max_length;
     }
-    if (o.max_length > 0 && rows[i].size() > o.max_length) {
-      OSLO_CHECK(o.truncation, OSLO_ERR_INVALID_ARGUMENT, "text ", i, " has ", rows[i].size(),
-                 " ids, more than max_length ", o.max_length,
-                 " (oslo does not truncate unless truncation is set)");
-      rows[i] = truncate(tok, texts[i], i, std::move(rows[i]), o);
-    }
-    longest = std::max(longest, rows[i].size());
+    longest = std::max(longest, kept[i].size);
   }
   BatchEncoding b;
   b.rows = rows.size();
@@ -77,15 +81,48 @@ BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string_v
   OSLO_CHECK(b.length == 0 || b.rows <= std::numeric_limits<size_t>::max() / 8 / b.length,
              OSLO_ERR_OUT_OF_MEMORY, b.rows, " rows of ", b.length,
              " ids overflow the address space");
-  b.ids.assign(b.rows * b.length, pad);
+  b.ids.assign(b.rows * b.length, o.pad_id);
   b.mask.assign(b.rows * b.length, 0);
   for (size_t i = 0; i < b.rows; ++i) {
-    const std::vector<int64_t>& r = rows[i];
-    const size_t start = i * b.length + (o.padding_side == Side::kLeft ? b.length - r.size() : 0);
-    std::copy(r.begin(), r.end(), b.ids.begin() + static_cast<ptrdiff_t>(start));
-    std::fill_n(b.mask.begin() + static_cast<ptrdiff_t>(start), r.size(), int64_t{1});
+    const IdRow& r = kept[i];
+    const size_t start = i * b.length + (o.padding_side == Side::kLeft ? b.length - r.size : 0);
+    if (r.size) std::copy(r.data, r.data + r.size, b.ids.begin() + static_cast<ptrdiff_t>(start));
+    std::fill_n(b.mask.begin() + static_cast<ptrdiff_t>(start), r.size, int64_t{1});
   }
   return b;
+}
+
+BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string_view>& texts,
+                           const BatchEncodeOptions& o) {
+  OSLO_CHECK(!texts.empty(), OSLO_ERR_INVALID_ARGUMENT, "no texts; pass at least one");
+  OSLO_CHECK(o.pad_id >= -1, OSLO_ERR_INVALID_ARGUMENT, "pad_id ", o.pad_id,
+             " is negative (-1: the tokenizer's padding token)");
+  PadOptions p;
+  p.padding_side = o.padding_side;
+  p.pad_id = o.pad_id >= 0 ? o.pad_id : tok.special_id(SpecialToken::kPad);
+  OSLO_CHECK(p.pad_id >= 0, OSLO_ERR_INVALID_ARGUMENT,
+             "the tokenizer has no padding token: set pad_id (e.g. to its EOS id)");
+  p.max_length = o.max_length;
+  p.truncation = o.truncation;
+  p.truncation_side = o.truncation_side;
+  p.pad_to_max_length = o.pad_to_max_length;
+  check_options(p);
+  std::vector<std::vector<int64_t>> rows(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    try {
+      rows[i] = tok.encode(texts[i], o.add_special_tokens);
+    } catch (const Error& e) {
+      throw Error(e.status(), str("text ", i, ": ", e.what()));
+    }
+    check_row_length(p, "text", i, rows[i].size());
+    // Truncated here around the special tokens; pad_batch then finds every
+    // row within max_length.
+    if (o.max_length > 0 && rows[i].size() > o.max_length)
+      rows[i] = truncate(tok, texts[i], i, std::move(rows[i]), o);
+  }
+  std::vector<IdRow> views(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) views[i] = IdRow{rows[i].data(), rows[i].size()};
+  return pad_batch(views, p);
 }
 
 }  // namespace oslo

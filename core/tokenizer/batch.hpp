@@ -3,6 +3,9 @@
 // max_length, right or left) and truncation (to max_length, the special
 // tokens kept, from the right or the left). oslo_tokenizer_encode_batch in
 // oslo.h is its C face and every binding's batch encoding goes through it.
+// pad_batch is the same padding and truncation for rows that are already
+// ids (oslo_pad_batch); encode_batch pads through it, so both share one
+// implementation.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +44,34 @@ struct BatchEncoding {
   std::vector<int64_t> ids;
   std::vector<int64_t> mask;
 };
+
+// Padding and truncation of rows of ids (PadOptions::pad_id must be >= 0).
+struct PadOptions {
+  Side padding_side = Side::kRight;
+  int64_t pad_id = -1;
+  size_t max_length = 0;
+  bool truncation = false;
+  Side truncation_side = Side::kRight;
+  bool pad_to_max_length = false;
+};
+
+// A row of ids the caller owns, read during the call only.
+struct IdRow {
+  const int64_t* data = nullptr;
+  size_t size = 0;
+};
+
+// The first n ids of v (Side::kRight keeps the head) or the last n.
+std::vector<int64_t> cut(const std::vector<int64_t>& v, size_t n, Side side);
+
+// Pads `rows` (at least one) into [rows, L] ids and mask: L is the longest
+// row (after cutting rows longer than max_length when truncation is set) or
+// max_length with pad_to_max_length. Errors (oslo::Error, messages naming
+// the row by index): OSLO_ERR_INVALID_ARGUMENT (no rows, pad_id below 0,
+// max_length 0 with truncation or pad_to_max_length, a row longer than
+// max_length without truncation), OSLO_ERR_OUT_OF_MEMORY (rows * L
+// overflows).
+BatchEncoding pad_batch(const std::vector<IdRow>& rows, const PadOptions& o);
 
 // Encodes `texts` (at least one) as described above. Errors (oslo::Error,
 // messages naming the text by index): OSLO_ERR_INVALID_ARGUMENT (no texts,
