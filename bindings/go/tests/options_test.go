@@ -1,4 +1,4 @@
-package oslo_test
+package tests
 
 import (
 	"fmt"
