@@ -19,9 +19,11 @@ ok() {
   name=$1
   shift
   n=$((n + 1))
-  if ! "$@" >"$name.out" 2>"$name.err"; then
+  "$@" >"$name.out" 2>"$name.err"
+  rc=$?
+  if [ $rc -ne 0 ]; then
     fails=$((fails + 1))
-    echo "FAIL: $name: $* exited $?:"
+    echo "FAIL: $name: $* exited $rc:"
     tail -n 20 "$name.err" | sed 's/^/  /'
     tail -n 5 "$name.out" | sed 's/^/  /'
     return 1
