@@ -49,6 +49,19 @@ oslo::Side side(oslo_side s, const char* fn, const char* field) {
   oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": options.", field, " is ", static_cast<int>(s),
              ", not OSLO_SIDE_RIGHT (0) or OSLO_SIDE_LEFT (1)");
 }
+
+// The padding fields both options structs share (same names, same meaning).
+template <typename Options>
+oslo::PadOptions pad_options(const Options& o, const char* fn) {
+  oslo::PadOptions p;
+  p.padding_side = side(o.padding_side, fn, "padding_side");
+  p.pad_id = o.pad_id;
+  p.max_length = o.max_length;
+  p.truncation = o.truncation != 0;
+  p.truncation_side = side(o.truncation_side, fn, "truncation_side");
+  p.pad_to_max_length = o.pad_to_max_length != 0;
+  return p;
+}
 // Writes e to the caller's arrays by oslo_tokenizer_encode_batch's sizing
 // rule: *length always, ids and mask only when all n * L fit.
 void write_batch(const oslo::BatchEncoding& e, int64_t* ids, int64_t* mask, size_t capacity,
@@ -115,12 +128,7 @@ oslo_status oslo_tokenizer_encode_batch(const oslo_tokenizer* tok, const char* c
         kEncodeBatchOptions.read_or_defaults(options, fn, "options");
     oslo::BatchEncodeOptions b;
     b.add_special_tokens = o.add_special_tokens != 0;
-    b.padding_side = side(o.padding_side, fn, "padding_side");
-    b.pad_id = o.pad_id;
-    b.max_length = o.max_length;
-    b.truncation = o.truncation != 0;
-    b.truncation_side = side(o.truncation_side, fn, "truncation_side");
-    b.pad_to_max_length = o.pad_to_max_length != 0;
+    b.pad = pad_options(o, fn);
     std::vector<std::string_view> views(n);
     for (size_t i = 0; i < n; ++i) {
       const size_t len = text_lens ? text_lens[i] : 0;
@@ -155,13 +163,7 @@ oslo_status oslo_pad_batch(const int64_t* const* rows, const size_t* row_lens, s
     need(row_lens, fn, "row_lens");
     if (capacity > 0) need(ids, fn, "ids");
     const oslo_pad_batch_options o = kPadBatchOptions.read_or_defaults(options, fn, "options");
-    oslo::PadOptions p;
-    p.padding_side = side(o.padding_side, fn, "padding_side");
-    p.pad_id = o.pad_id;
-    p.max_length = o.max_length;
-    p.truncation = o.truncation != 0;
-    p.truncation_side = side(o.truncation_side, fn, "truncation_side");
-    p.pad_to_max_length = o.pad_to_max_length != 0;
+    const oslo::PadOptions p = pad_options(o, fn);
     std::vector<oslo::IdRow> views(n);
     for (size_t i = 0; i < n; ++i) {
       if (!rows[i] && row_lens[i] > 0)

@@ -30,13 +30,13 @@ void check_row_length(const PadOptions& o, const char* what, size_t i, size_t si
              " (oslo does not truncate unless truncation is set)");
 }
 
-// Row `i` cut to o.max_length ids as Hugging Face truncates: the text's ids
+// Row `i` cut to o.pad.max_length ids as Hugging Face truncates: the text's ids
 // are cut to leave room for the special tokens, which are then added, so
 // [CLS] ... [SEP] and BOS stay. The special tokens are what encoding with
 // them adds around the ids encoded without them.
 std::vector<int64_t> truncate(const Tokenizer& tok, std::string_view text, size_t i,
                               std::vector<int64_t> row, const BatchEncodeOptions& o) {
-  if (!o.add_special_tokens) return cut(row, o.max_length, o.truncation_side);
+  if (!o.add_special_tokens) return cut(row, o.pad.max_length, o.pad.truncation_side);
   const std::vector<int64_t> plain = tok.encode(text, false);
   const size_t m = plain.size();
   OSLO_CHECK(m <= row.size(), OSLO_ERR_NOT_SUPPORTED, "text ", i, ": ", row.size(),
@@ -47,9 +47,9 @@ std::vector<int64_t> truncate(const Tokenizer& tok, std::string_view text, size_
              ": the post-processor does not add its special tokens around the text's ids; "
              "cannot truncate around them");
   const size_t special = row.size() - m;
-  OSLO_CHECK(o.max_length >= special, OSLO_ERR_INVALID_ARGUMENT, "text ", i, ": max_length ",
-             o.max_length, " is shorter than its ", special, " special tokens");
-  const std::vector<int64_t> kept = cut(plain, o.max_length - special, o.truncation_side);
+  OSLO_CHECK(o.pad.max_length >= special, OSLO_ERR_INVALID_ARGUMENT, "text ", i, ": max_length ",
+             o.pad.max_length, " is shorter than its ", special, " special tokens");
+  const std::vector<int64_t> kept = cut(plain, o.pad.max_length - special, o.pad.truncation_side);
   std::vector<int64_t> out(row.begin(), row.begin() + p);
   out.insert(out.end(), kept.begin(), kept.end());
   out.insert(out.end(), row.begin() + p + m, row.end());
@@ -95,17 +95,12 @@ BatchEncoding pad_batch(const std::vector<IdRow>& rows, const PadOptions& o) {
 BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string_view>& texts,
                            const BatchEncodeOptions& o) {
   OSLO_CHECK(!texts.empty(), OSLO_ERR_INVALID_ARGUMENT, "no texts; pass at least one");
-  OSLO_CHECK(o.pad_id >= -1, OSLO_ERR_INVALID_ARGUMENT, "pad_id ", o.pad_id,
+  OSLO_CHECK(o.pad.pad_id >= -1, OSLO_ERR_INVALID_ARGUMENT, "pad_id ", o.pad.pad_id,
              " is negative (-1: the tokenizer's padding token)");
-  PadOptions p;
-  p.padding_side = o.padding_side;
-  p.pad_id = o.pad_id >= 0 ? o.pad_id : tok.special_id(SpecialToken::kPad);
+  PadOptions p = o.pad;
+  if (p.pad_id < 0) p.pad_id = tok.special_id(SpecialToken::kPad);
   OSLO_CHECK(p.pad_id >= 0, OSLO_ERR_INVALID_ARGUMENT,
              "the tokenizer has no padding token: set pad_id (e.g. to its EOS id)");
-  p.max_length = o.max_length;
-  p.truncation = o.truncation;
-  p.truncation_side = o.truncation_side;
-  p.pad_to_max_length = o.pad_to_max_length;
   check_options(p);
   std::vector<std::vector<int64_t>> rows(texts.size());
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -117,7 +112,7 @@ BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string_v
     check_row_length(p, "text", i, rows[i].size());
     // Truncated here around the special tokens; pad_batch then finds every
     // row within max_length.
-    if (o.max_length > 0 && rows[i].size() > o.max_length)
+    if (p.max_length > 0 && rows[i].size() > p.max_length)
       rows[i] = truncate(tok, texts[i], i, std::move(rows[i]), o);
   }
   std::vector<IdRow> views(rows.size());

@@ -20,22 +20,6 @@ namespace oslo {
 // Which end of a row padding fills or truncation cuts.
 enum class Side { kRight = 0, kLeft = 1 };
 
-struct BatchEncodeOptions {
-  bool add_special_tokens = true;
-  Side padding_side = Side::kRight;
-  // The id under padding; -1: the tokenizer's PAD token (an error if it
-  // has none).
-  int64_t pad_id = -1;
-  // 0: no limit; else the most ids a row may hold.
-  size_t max_length = 0;
-  // A row longer than max_length is cut (true) or refused (false).
-  bool truncation = false;
-  // The end truncation removes ids from (the special tokens stay).
-  Side truncation_side = Side::kRight;
-  // Rows padded to max_length rather than to the longest row.
-  bool pad_to_max_length = false;
-};
-
 // What encode_batch returns: ids and mask, row-major [rows, length]; the
 // mask is 1 on real tokens, 0 on padding.
 struct BatchEncoding {
@@ -45,14 +29,26 @@ struct BatchEncoding {
   std::vector<int64_t> mask;
 };
 
-// Padding and truncation of rows of ids (PadOptions::pad_id must be >= 0).
+// Padding and truncation of a batch's rows.
 struct PadOptions {
   Side padding_side = Side::kRight;
+  // The id under padding, >= 0 (encode_batch also takes -1: the
+  // tokenizer's PAD token, an error if it has none).
   int64_t pad_id = -1;
+  // 0: no limit; else the most ids a row may hold.
   size_t max_length = 0;
+  // A row longer than max_length is cut (true) or refused (false).
   bool truncation = false;
+  // The end truncation removes ids from (encode_batch keeps the special
+  // tokens).
   Side truncation_side = Side::kRight;
+  // Rows padded to max_length rather than to the longest row.
   bool pad_to_max_length = false;
+};
+
+struct BatchEncodeOptions {
+  bool add_special_tokens = true;
+  PadOptions pad;
 };
 
 // A row of ids the caller owns, read during the call only.

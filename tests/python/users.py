@@ -30,25 +30,36 @@ import numpy as np  # noqa: E402
 import oslo  # noqa: E402
 
 
+def read_cases(path, head_fields, item):
+    """The cases of tests/tokenizer/{batch,pad}_reference.txt: a list of
+    (head fields, [(item, ids, mask)]) with `item` the text ("text ...")
+    or row ("row ...") line's rest."""
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.rstrip("\n") for ln in f if not ln.startswith("#")]
+    cases, i = [], 0
+    while i < len(lines):
+        head = lines[i].split(" ")
+        check(head[0] == "case" and len(head) == head_fields + 1, f"bad line {lines[i]!r}")
+        n = int(head[-1])
+        rows = []
+        for k in range(n):
+            t, ids, mask = lines[i + 1 + 3 * k: i + 4 + 3 * k]
+            check(t == item or t.startswith(item + " "), f"bad line {t!r}")
+            rows.append((t[len(item) + 1:], [int(v) for v in ids.split()[1:]],
+                         [int(v) for v in mask.split()[1:]]))
+        cases.append((head[1:], rows))
+        i += 1 + 3 * n
+    return cases
+
+
 def read_reference(path):
     """The cases of tokenizer_batch_reference.txt: a list of dicts."""
     cases = []
-    with open(path, encoding="utf-8") as f:
-        lines = [ln.rstrip("\n") for ln in f if not ln.startswith("#")]
-    i = 0
-    while i < len(lines):
-        _, fixture, side, pad, special, n = lines[i].split(" ")
-        rows = []
-        for k in range(int(n)):
-            t, ids, mask = lines[i + 1 + 3 * k: i + 4 + 3 * k]
-            check(t == "text" or t.startswith("text "), f"bad line {t!r}")
-            rows.append((t[5:], [int(v) for v in ids.split()[1:]],
-                         [int(v) for v in mask.split()[1:]]))
+    for (fixture, side, pad, special, _), rows in read_cases(path, 5, "text"):
         cases.append({"fixture": fixture, "side": side,
                       "pad": None if pad == "default" else int(pad),
                       "special": special == "1", "texts": [r[0] for r in rows],
                       "ids": [r[1] for r in rows], "mask": [r[2] for r in rows]})
-        i += 1 + 3 * int(n)
     return cases
 
 
@@ -120,28 +131,6 @@ def tokenizer_batch(fixtures, reference, minilm=None):
             check(words in err.message, f"{kw}: {err.message}")
         err = raises(oslo.InvalidArgumentError, tok, ["a b c", "d"], return_tensors="np")
         check("padding=True" in err.message, err.message)
-
-
-def read_cases(path, head_fields, item):
-    """The cases of tests/tokenizer/{batch,pad}_reference.txt: a list of
-    (head fields, [(item, ids, mask)]) with `item` the text ("text ...")
-    or row ("row ...") line's rest."""
-    with open(path, encoding="utf-8") as f:
-        lines = [ln.rstrip("\n") for ln in f if not ln.startswith("#")]
-    cases, i = [], 0
-    while i < len(lines):
-        head = lines[i].split(" ")
-        check(head[0] == "case" and len(head) == head_fields + 1, f"bad line {lines[i]!r}")
-        n = int(head[-1])
-        rows = []
-        for k in range(n):
-            t, ids, mask = lines[i + 1 + 3 * k: i + 4 + 3 * k]
-            check(t == item or t.startswith(item + " "), f"bad line {t!r}")
-            rows.append((t[len(item) + 1:], [int(v) for v in ids.split()[1:]],
-                         [int(v) for v in mask.split()[1:]]))
-        cases.append((head[1:], rows))
-        i += 1 + 3 * n
-    return cases
 
 
 def tokenizer_options(fixtures, batch_reference, pad_reference):

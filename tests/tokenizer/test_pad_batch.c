@@ -16,26 +16,11 @@
 
 #include <cmocka.h>
 
+#include "batch_common.h"
+
 static const char *g_reference;
 
 enum { kMaxRows = 16, kMaxRow = 256, kLine = 8192 };
-
-/* Reads "PREFIX v1 v2 ..." into out; returns the count. */
-static size_t read_row(const char *line, const char *prefix, int64_t *out) {
-  size_t k = strlen(prefix);
-  assert_true(strncmp(line, prefix, k) == 0);
-  const char *p = line + k;
-  size_t n = 0;
-  char *end;
-  for (;;) {
-    long long v = strtoll(p, &end, 10);
-    if (end == p) break;
-    assert_true(n < kMaxRow);
-    out[n++] = v;
-    p = end;
-  }
-  return n;
-}
 
 typedef struct {
   char pad_side[8], trunc_side[8], padding[16];
@@ -61,11 +46,11 @@ static int next_case(FILE *f, ref_case *c) {
   assert_true(c->n > 0 && c->n <= kMaxRows);
   for (int i = 0; i < c->n; ++i) {
     assert_non_null(fgets(line, sizeof line, f));
-    c->row_lens[i] = read_row(line, "row", c->rows[i]);
+    c->row_lens[i] = read_row_of(line, "row", c->rows[i], kMaxRow);
     assert_non_null(fgets(line, sizeof line, f));
-    size_t a = read_row(line, "ids", c->ids[i]);
+    size_t a = read_row_of(line, "ids", c->ids[i], kMaxRow);
     assert_non_null(fgets(line, sizeof line, f));
-    size_t b = read_row(line, "mask", c->mask[i]);
+    size_t b = read_row_of(line, "mask", c->mask[i], kMaxRow);
     assert_int_equal(a, b);
     if (i == 0) c->len = a;
     assert_int_equal(a, c->len);
