@@ -7,13 +7,20 @@
 
 namespace oslo {
 
-std::vector<int64_t> cut(const std::vector<int64_t>& v, size_t n, Side side) {
-  if (v.size() <= n) return v;
-  return side == Side::kRight ? std::vector<int64_t>(v.begin(), v.begin() + n)
-                              : std::vector<int64_t>(v.end() - n, v.end());
+namespace {
+
+// The first n ids of r (Side::kRight keeps the head) or the last n: the
+// one truncation of rows of ids and of a text's ids.
+IdRow cut(IdRow r, size_t n, Side side) {
+  if (r.size <= n) return r;
+  if (side == Side::kLeft) r.data += r.size - n;
+  r.size = n;
+  return r;
 }
 
-namespace {
+IdRow view(const std::vector<int64_t>& v) {
+  return IdRow{v.data(), v.size()};
+}
 
 // The checks of the options alone, before any row is looked at.
 void check_options(const PadOptions& o) {
@@ -36,7 +43,10 @@ void check_row_length(const PadOptions& o, const char* what, size_t i, size_t si
 // them adds around the ids encoded without them.
 std::vector<int64_t> truncate(const Tokenizer& tok, std::string_view text, size_t i,
                               std::vector<int64_t> row, const BatchEncodeOptions& o) {
-  if (!o.add_special_tokens) return cut(row, o.pad.max_length, o.pad.truncation_side);
+  if (!o.add_special_tokens) {
+    const IdRow k = cut(view(row), o.pad.max_length, o.pad.truncation_side);
+    return std::vector<int64_t>(k.data, k.data + k.size);
+  }
   const std::vector<int64_t> plain = tok.encode(text, false);
   const size_t m = plain.size();
   OSLO_CHECK(m <= row.size(), OSLO_ERR_NOT_SUPPORTED, "text ", i, ": ", row.size(),
@@ -49,9 +59,9 @@ std::vector<int64_t> truncate(const Tokenizer& tok, std::string_view text, size_
   const size_t special = row.size() - m;
   OSLO_CHECK(o.pad.max_length >= special, OSLO_ERR_INVALID_ARGUMENT, "text ", i, ": max_length ",
              o.pad.max_length, " is shorter than its ", special, " special tokens");
-  const std::vector<int64_t> kept = cut(plain, o.pad.max_length - special, o.pad.truncation_side);
+  const IdRow kept = cut(view(plain), o.pad.max_length - special, o.pad.truncation_side);
   std::vector<int64_t> out(row.begin(), row.begin() + p);
-  out.insert(out.end(), kept.begin(), kept.end());
+  out.insert(out.end(), kept.data, kept.data + kept.size);
   out.insert(out.end(), row.begin() + p + m, row.end());
   return out;
 }
@@ -68,11 +78,7 @@ BatchEncoding pad_batch(const std::vector<IdRow>& rows, const PadOptions& o) {
   size_t longest = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     check_row_length(o, "row", i, rows[i].size);
-    kept[i] = rows[i];
-    if (o.max_length > 0 && rows[i].size > o.max_length) {
-      if (o.truncation_side == Side::kLeft) kept[i].data += rows[i].size - o.max_length;
-      kept[i].size = o.max_length;
-    }
+    kept[i] = o.max_length > 0 ? cut(rows[i], o.max_length, o.truncation_side) : rows[i];
     longest = std::max(longest, kept[i].size);
   }
   BatchEncoding b;
@@ -116,7 +122,7 @@ BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string_v
       rows[i] = truncate(tok, texts[i], i, std::move(rows[i]), o);
   }
   std::vector<IdRow> views(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) views[i] = IdRow{rows[i].data(), rows[i].size()};
+  for (size_t i = 0; i < rows.size(); ++i) views[i] = view(rows[i]);
   return pad_batch(views, p);
 }
 

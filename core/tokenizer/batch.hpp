@@ -57,9 +57,6 @@ struct IdRow {
   size_t size = 0;
 };
 
-// The first n ids of v (Side::kRight keeps the head) or the last n.
-std::vector<int64_t> cut(const std::vector<int64_t>& v, size_t n, Side side);
-
 // Pads `rows` (at least one) into [rows, L] ids and mask: L is the longest
 // row (after cutting rows longer than max_length when truncation is set) or
 // max_length with pad_to_max_length. Errors (oslo::Error, messages naming
