@@ -1288,6 +1288,74 @@ OSLO_API oslo_status oslo_tokenizer_encode_batch(const oslo_tokenizer *tok,
                                                  int64_t *ids, int64_t *mask, size_t capacity,
                                                  size_t *length);
 
+#define OSLO_PAD_BATCH_OPTIONS_VERSION 1
+
+/**
+ * Options of oslo_pad_batch (versioned; see "Options structs"): the
+ * padding and truncation fields of oslo_tokenizer_encode_batch_options,
+ * with the same meanings, for rows of ids that are already tokens. The
+ * defaults are Hugging Face's tokenizer.pad(rows) (DataCollatorWithPadding):
+ * rows padded on the right to the longest, nothing truncated; pad_id has
+ * no default (there is no tokenizer to take it from).
+ */
+typedef struct oslo_pad_batch_options {
+  unsigned int version;   /**< OSLO_PAD_BATCH_OPTIONS_VERSION; set by _init */
+  oslo_side padding_side; /**< OSLO_SIDE_RIGHT (default) or LEFT */
+  /** The id under padding, >= 0; -1 (default) is an error: set it (e.g. to
+   * oslo_tokenizer_special_id's PAD, or a model's pad_token_id). */
+  int64_t pad_id;
+  /** 0 (default): no limit. Else the most ids a row may hold: a longer row
+   * is cut (truncation nonzero) or refused. */
+  size_t max_length;
+  /** 0 (default): a row longer than max_length is an error. Nonzero: it is
+   * cut to max_length ids (the rows hold no special tokens to keep). */
+  int truncation;
+  oslo_side truncation_side; /**< RIGHT (default): drop the last ids; LEFT: the first */
+  /** 0 (default): pad to the longest row. Nonzero: pad every row to
+   * max_length (Hugging Face's padding="max_length"). */
+  int pad_to_max_length;
+} oslo_pad_batch_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass
+ * OSLO_PAD_BATCH_OPTIONS_VERSION).
+ * Ownership: writes the caller's struct.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, version 0 or unknown).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_pad_batch_options_init(oslo_pad_batch_options *options,
+                                                 unsigned int version);
+
+/**
+ * Pads `n` rows of token ids of any lengths into one [n, L] matrix and its
+ * attention mask, as Hugging Face's tokenizer.pad (DataCollatorWithPadding)
+ * does, with oslo_tokenizer_encode_batch's truncation: row i holds rows[i]
+ * (cut to max_length when truncation is set) and pad_id elsewhere, on the
+ * options' padding side; mask row i holds 1 on its ids and 0 on padding.
+ * L is the longest (cut) row's length, or max_length with
+ * pad_to_max_length. Needs no tokenizer: the ids are not checked against
+ * any vocabulary.
+ * Rows: rows[i] holds row_lens[i] ids (rows[i] may be NULL when
+ * row_lens[i] is 0; an empty row is all padding).
+ * `options` NULL: the defaults, which have no pad_id, so pass options.
+ * Outputs: oslo_tokenizer_encode_batch's sizing rule: the call always sets
+ * *length to L; when n * L <= capacity it writes the ids, row-major
+ * [n, L], to `ids` and the mask to `mask` (may be NULL: no mask), and
+ * otherwise writes neither and still returns OSLO_OK.
+ * Ownership: all memory stays the caller's (rows, row_lens and options are
+ * read during the call only; ids and mask hold `capacity` int64 each).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL length, rows or row_lens; n == 0;
+ * a NULL row with a nonzero length; NULL ids with capacity > 0; an options
+ * version of 0 or newer than the library's; a side other than RIGHT or
+ * LEFT; pad_id below 0; max_length 0 with truncation or pad_to_max_length;
+ * a row longer than max_length without truncation: the messages name the
+ * row by index), OSLO_ERR_OUT_OF_MEMORY (n * L overflows the address space).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_pad_batch(const int64_t *const *rows, const size_t *row_lens, size_t n,
+                                    const oslo_pad_batch_options *options, int64_t *ids,
+                                    int64_t *mask, size_t capacity, size_t *length);
+
 /* ======================================================================
  * Models: Hugging Face transformers split over the tensor-parallel group.
  *

@@ -949,11 +949,10 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
   public float[][] forward(long[][] ids, ModelOutput output) {
     checkRows("forward", ids);
     if (output == null) throw refuse("forward", "the output kind is null");
-    int longest = 0;
-    for (long[] row : ids) longest = Math.max(longest, row.length);
-    java.nio.LongBuffer flat = directLongs(ids.length * longest);
-    java.nio.LongBuffer mask = directLongs(ids.length * longest);
-    fill(ids, longest, padId(), flat, mask);
+    // Right padded by oslo_pad_batch.
+    java.nio.LongBuffer[] padded = new java.nio.LongBuffer[2];
+    int longest = BatchEncoding.padInto(ids, padId(), 0, 0, false, 0, false, padded);
+    java.nio.LongBuffer flat = padded[0], mask = padded[1];
     ModelInfo i = info();
     int width = Math.toIntExact(output == ModelOutput.LOGITS ? i.getVocabSize() : i.getHiddenSize());
     i.close();
@@ -968,17 +967,6 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     return result;
   }
 
-  /** Right-pads rows into flat [rows, longest] ids (with pad) and mask buffers. */
-  private static void fill(long[][] ids, int longest, long pad, java.nio.LongBuffer flat,
-      java.nio.LongBuffer mask) {
-    for (int r = 0; r < ids.length; ++r)
-      for (int t = 0; t < longest; ++t) {
-        boolean real = t < ids[r].length;
-        flat.put(r * longest + t, real ? ids[r][t] : pad);
-        mask.put(r * longest + t, real ? 1 : 0);
-      }
-  }
-
   /** Normalised sentence embeddings of token-id rows of any lengths. Collective. */
   public float[][] embed(long[][] ids) {
     return embed(ids, true);
@@ -990,12 +978,9 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
    */
   public float[][] embed(long[][] ids, boolean normalize) {
     checkRows("embed", ids);
-    int longest = 1;
-    for (long[] row : ids) longest = Math.max(longest, row.length);
-    java.nio.LongBuffer flat = directLongs(ids.length * longest);
-    java.nio.LongBuffer mask = directLongs(ids.length * longest);
-    fill(ids, longest, padId(), flat, mask);
-    return embedBuffers(flat, mask, ids.length, longest, normalize);
+    java.nio.LongBuffer[] padded = new java.nio.LongBuffer[2];
+    int longest = BatchEncoding.padInto(ids, padId(), 0, 0, false, 0, false, padded);
+    return embedBuffers(padded[0], padded[1], ids.length, longest, normalize);
   }
 
   private float[][] embedBuffers(java.nio.LongBuffer flat, java.nio.LongBuffer mask, int rows,
@@ -1376,9 +1361,28 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
    */
   public BatchEncoding encodeBatch(String[] texts, Padding padding, boolean addSpecialTokens,
       long padId) {
+    return encodeBatch(texts, padding, addSpecialTokens, padId, 0, false, Side.RIGHT, false);
+  }
+
+  /**
+   * {@link #encodeBatch(String[], Padding, boolean, long)} with Hugging
+   * Face's {@code max_length}, {@code truncation}, {@code truncation_side}
+   * and {@code padding="max_length"}: {@code maxLength} (0: no limit) is
+   * the most ids a row may hold; a longer row's text ids are cut from
+   * {@code truncationSide} with {@code truncation} (its special tokens
+   * kept) and refused without it; {@code padToMaxLength} pads every row to
+   * {@code maxLength} (padding RIGHT or LEFT). Each text is encoded once.
+   */
+  public BatchEncoding encodeBatch(String[] texts, Padding padding, boolean addSpecialTokens,
+      long padId, long maxLength, boolean truncation, Side truncationSide,
+      boolean padToMaxLength) {
     if (texts == null) throw refuse("the texts are null");
     if (texts.length == 0) throw refuse("no texts; pass at least one");
     if (padding == null) throw refuse("the padding is null");
+    if (truncationSide == null) throw refuse("the truncation side is null");
+    if (maxLength < 0) throw refuse("maxLength " + maxLength + " is negative");
+    if (padToMaxLength && padding == Padding.NONE)
+      throw refuse("padToMaxLength needs padding RIGHT or LEFT");
     for (int i = 0; i < texts.length; ++i)
       if (texts[i] == null) throw refuse("text " + i + " is null");
     long pad = padId;
@@ -1387,29 +1391,39 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
       if (pad < 0) pad = 0;
     }
     // One call of oslo_tokenizer_encode_batch pads them (right padding for
-    // NONE: each row is then cut to its real tokens).
+    // NONE: each row is then cut to its real tokens), its capacity enough
+    // for every row a text's bytes make; a second only when a row is longer.
     byte[][] bytes = new byte[texts.length][];
     java.nio.LongBuffer lengths = Model.directLongs(texts.length);
     long total = 0;
+    int guess = 0;
     for (int i = 0; i < texts.length; ++i) {
       bytes[i] = texts[i].getBytes(java.nio.charset.StandardCharsets.UTF_8);
       lengths.put(i, bytes[i].length);
       total += bytes[i].length;
+      guess = Math.max(guess, bytes[i].length + 8);
     }
+    if (padToMaxLength) guess = Math.toIntExact(maxLength);
+    else if (maxLength > 0) guess = (int) Math.min(guess, maxLength);
     java.nio.ByteBuffer text = null;
     if (total > 0) {
       text = java.nio.ByteBuffer.allocateDirect(Math.toIntExact(total));
       for (byte[] b : bytes) text.put(b);
     }
     int side = padding == Padding.LEFT ? 1 : 0;
-    int width = Math.toIntExact(nativeEncodeBatch(text, lengths, addSpecialTokens, side, pad, 0,
-        false, 0, false, null, null));
-    int cells = Math.multiplyExact(texts.length, width);
+    int tside = truncationSide.ordinal();
+    int cells = Math.multiplyExact(texts.length, guess);
     java.nio.LongBuffer flat = Model.directLongs(cells);
     java.nio.LongBuffer flatMask = Model.directLongs(cells);
-    if (cells > 0)
-      nativeEncodeBatch(text, lengths, addSpecialTokens, side, pad, 0, false, 0, false, flat,
-          flatMask);
+    int width = Math.toIntExact(nativeEncodeBatch(text, lengths, addSpecialTokens, side, pad,
+        maxLength, truncation, tside, padToMaxLength, flat, flatMask));
+    if (Math.multiplyExact(texts.length, width) > cells) {
+      cells = Math.multiplyExact(texts.length, width);
+      flat = Model.directLongs(cells);
+      flatMask = Model.directLongs(cells);
+      nativeEncodeBatch(text, lengths, addSpecialTokens, side, pad, maxLength, truncation, tside,
+          padToMaxLength, flat, flatMask);
+    }
     long[][] ids = new long[texts.length][];
     long[][] mask = new long[texts.length][];
     for (int i = 0; i < texts.length; ++i) {

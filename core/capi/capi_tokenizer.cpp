@@ -34,11 +34,42 @@ OSLO_OPTIONS(
     },
     OSLO_OPTIONS_END(oslo_tokenizer_encode_batch_options, pad_to_max_length));
 
+OSLO_OPTIONS(
+    kPadBatchOptions, oslo_pad_batch_options, OSLO_PAD_BATCH_OPTIONS_VERSION,
+    [](oslo_pad_batch_options& o) {
+      o.padding_side = OSLO_SIDE_RIGHT;
+      o.pad_id = -1;
+      o.truncation_side = OSLO_SIDE_RIGHT;
+    },
+    OSLO_OPTIONS_END(oslo_pad_batch_options, pad_to_max_length));
+
 oslo::Side side(oslo_side s, const char* fn, const char* field) {
   if (s == OSLO_SIDE_RIGHT) return oslo::Side::kRight;
   if (s == OSLO_SIDE_LEFT) return oslo::Side::kLeft;
   oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": options.", field, " is ", static_cast<int>(s),
              ", not OSLO_SIDE_RIGHT (0) or OSLO_SIDE_LEFT (1)");
+}
+
+// The padding fields both options structs share (same names, same meaning).
+template <typename Options>
+oslo::PadOptions pad_options(const Options& o, const char* fn) {
+  oslo::PadOptions p;
+  p.padding_side = side(o.padding_side, fn, "padding_side");
+  p.pad_id = o.pad_id;
+  p.max_length = o.max_length;
+  p.truncation = o.truncation != 0;
+  p.truncation_side = side(o.truncation_side, fn, "truncation_side");
+  p.pad_to_max_length = o.pad_to_max_length != 0;
+  return p;
+}
+// Writes e to the caller's arrays by oslo_tokenizer_encode_batch's sizing
+// rule: *length always, ids and mask only when all n * L fit.
+void write_batch(const oslo::BatchEncoding& e, int64_t* ids, int64_t* mask, size_t capacity,
+                 size_t* length) {
+  *length = e.length;
+  if (e.ids.size() > capacity || e.ids.empty()) return;
+  std::memcpy(ids, e.ids.data(), e.ids.size() * sizeof(int64_t));
+  if (mask) std::memcpy(mask, e.mask.data(), e.mask.size() * sizeof(int64_t));
 }
 }  // namespace
 
@@ -97,12 +128,7 @@ oslo_status oslo_tokenizer_encode_batch(const oslo_tokenizer* tok, const char* c
         kEncodeBatchOptions.read_or_defaults(options, fn, "options");
     oslo::BatchEncodeOptions b;
     b.add_special_tokens = o.add_special_tokens != 0;
-    b.padding_side = side(o.padding_side, fn, "padding_side");
-    b.pad_id = o.pad_id;
-    b.max_length = o.max_length;
-    b.truncation = o.truncation != 0;
-    b.truncation_side = side(o.truncation_side, fn, "truncation_side");
-    b.pad_to_max_length = o.pad_to_max_length != 0;
+    b.pad = pad_options(o, fn);
     std::vector<std::string_view> views(n);
     for (size_t i = 0; i < n; ++i) {
       const size_t len = text_lens ? text_lens[i] : 0;
@@ -118,10 +144,40 @@ oslo_status oslo_tokenizer_encode_batch(const oslo_tokenizer* tok, const char* c
     } catch (const oslo::Error& err) {
       oslo::fail(err.status(), fn, ": ", err.what());
     }
-    *length = e.length;
-    if (e.ids.size() > capacity || e.ids.empty()) return;
-    std::memcpy(ids, e.ids.data(), e.ids.size() * sizeof(int64_t));
-    if (mask) std::memcpy(mask, e.mask.data(), e.mask.size() * sizeof(int64_t));
+    write_batch(e, ids, mask, capacity, length);
+  });
+}
+
+oslo_status oslo_pad_batch_options_init(oslo_pad_batch_options* options, unsigned int version) {
+  return kPadBatchOptions.init(options, version);
+}
+
+oslo_status oslo_pad_batch(const int64_t* const* rows, const size_t* row_lens, size_t n,
+                           const oslo_pad_batch_options* options, int64_t* ids, int64_t* mask,
+                           size_t capacity, size_t* length) {
+  return guard([&] {
+    const char* fn = "oslo_pad_batch";
+    need(length, fn, "length");
+    if (n == 0) oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": n is 0; pass at least one row");
+    need(rows, fn, "rows");
+    need(row_lens, fn, "row_lens");
+    if (capacity > 0) need(ids, fn, "ids");
+    const oslo_pad_batch_options o = kPadBatchOptions.read_or_defaults(options, fn, "options");
+    const oslo::PadOptions p = pad_options(o, fn);
+    std::vector<oslo::IdRow> views(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!rows[i] && row_lens[i] > 0)
+        oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": rows[", i, "] is NULL with length ",
+                   row_lens[i]);
+      views[i] = oslo::IdRow{rows[i], row_lens[i]};
+    }
+    oslo::BatchEncoding e;
+    try {
+      e = oslo::pad_batch(views, p);
+    } catch (const oslo::Error& err) {
+      oslo::fail(err.status(), fn, ": ", err.what());
+    }
+    write_batch(e, ids, mask, capacity, length);
   });
 }
 

@@ -21,56 +21,15 @@ set -u
 oslo=$1 run=$2 fix=$3 src=$4 work=$5 runpy=$6 py=$7 pyhf=$8
 here=$(cd "$(dirname "$0")" && pwd)
 check="$here/check_train.py"
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-fails=0 n=0 skips=0
-
-# ok NAME CMD...: the command succeeds (its output is in NAME.out/.err).
-ok() {
-  name=$1
-  shift
-  n=$((n + 1))
-  if ! "$@" >"$name.out" 2>"$name.err"; then
-    fails=$((fails + 1))
-    echo "FAIL: $name: $* exited $?:"
-    tail -n 20 "$name.err" | sed 's/^/  /'
-    tail -n 5 "$name.out" | sed 's/^/  /'
-    return 1
-  fi
-  return 0
-}
+# shellcheck source=tests/cli/train_common.sh
+. "$here/train_common.sh"
 # pycheck NAME ARGS...: check_train.py ARGS holds (77: skipped).
 pycheck() {
   name=$1
   shift
-  n=$((n + 1))
-  sh "$runpy" "$pyhf" "$check" "$@" >"$name.out" 2>&1
-  rc=$?
-  cat "$name.out"
-  if [ $rc = 77 ]; then
-    skips=$((skips + 1))
-  elif [ $rc != 0 ]; then
-    fails=$((fails + 1))
-    echo "FAIL: $name"
-  fi
-}
-# expect STATUS NEEDLE CMD...: exits with STATUS and stderr holds NEEDLE.
-expect() {
-  want=$1 needle=$2
-  shift 2
-  n=$((n + 1))
-  "$@" >err.out 2>err.txt
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -qF -- "$needle" err.txt; then
-    fails=$((fails + 1))
-    echo "FAIL: $* -> exit $got (want $want), stderr:"
-    sed 's/^/  /' err.txt
-    echo "  (wanted it to hold: $needle)"
-  fi
+  check_run "$name" - sh "$runpy" "$pyhf" "$check" "$@"
 }
 
-sed -n '1,200p' "$src/README.md" >corpus.txt
 common="--model $fix --data corpus.txt --seq-len 32 --batch-size 4 --lr 3e-3 --warmup 2"
 
 # TP=2 under oslo-run: saves at step 10 and at the end; the log in the save dir.
@@ -300,7 +259,4 @@ expect 2 "--bucket-mb 0.000001 is under 4 bytes" "$oslo" train $common --steps 1
 expect 1 "and --batch-size 64 on 4 data-parallel ranks needs 256 rows" "$run" --nproc-per-node 4 \
   "$oslo" train $common --steps 1 --batch-size 64 --tp 1
 
-echo "cli train: $((n - fails - skips)) passed, $fails failed, $skips skipped"
-[ "$fails" -eq 0 ] || exit 1
-[ "$skips" -eq 0 ] || exit 77
-rm -rf "$work"
+finish "cli train"

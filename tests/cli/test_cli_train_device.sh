@@ -19,50 +19,13 @@ set -u
 oslo=$1 run=$2 fix=$3 src=$4 work=$5 py=$6 dev=$7 rtol=${8:-1e-5} nrtol=${9:-2e-2}
 here=$(cd "$(dirname "$0")" && pwd)
 check="$here/check_train.py"
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-fails=0 n=0
-
-# ok NAME CMD...: the command succeeds (its output is in NAME.out/.err).
-ok() {
-  name=$1
-  shift
-  n=$((n + 1))
-  if ! "$@" >"$name.out" 2>"$name.err"; then
-    fails=$((fails + 1))
-    echo "FAIL: $name: $* exited $?:"
-    tail -n 20 "$name.err" | sed 's/^/  /'
-    return 1
-  fi
-  return 0
-}
+# shellcheck source=tests/cli/train_common.sh
+. "$here/train_common.sh"
 # match NAME A B RTOL: logs A and B agree step by step.
 match() {
-  n=$((n + 1))
-  if "$py" "$check" match "$2" "$3" 8 "$4" >"$1.out" 2>&1; then
-    echo "$1: $(cat "$1.out")"
-  else
-    fails=$((fails + 1))
-    echo "FAIL: $1: $(cat "$1.out")"
-  fi
-}
-# expect STATUS NEEDLE CMD...: exits with STATUS and stderr holds NEEDLE.
-expect() {
-  want=$1 needle=$2
-  shift 2
-  n=$((n + 1))
-  "$@" >err.out 2>err.txt
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -qF -- "$needle" err.txt; then
-    fails=$((fails + 1))
-    echo "FAIL: $* -> exit $got (want $want), stderr:"
-    sed 's/^/  /' err.txt
-    echo "  (wanted it to hold: $needle)"
-  fi
+  check_run "$1" - "$py" "$check" match "$2" "$3" 8 "$4"
 }
 
-sed -n '1,200p' "$src/README.md" >corpus.txt
 common="--model $fix --data corpus.txt --seq-len 32 --batch-size 4 --grad-accum 2 --steps 8 \
 --lr 3e-3 --warmup 2 --schedule cosine --weight-decay 0.01 --max-grad-norm 1.0 --threads 1"
 
@@ -90,6 +53,4 @@ expect 2 "--communicator must be auto, backend or host, got \"nccl\"" "$oslo" tr
 expect 1 "backend 'cpu' has no communicator of its own for group world" "$oslo" train $common \
   --communicator backend
 
-echo "cli train on $dev: $((n - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ] || exit 1
-rm -rf "$work"
+finish "cli train on $dev"

@@ -16,58 +16,17 @@ set -u
 oslo=$1 run=$2 tokenize=$3 fix=$4 src=$5 work=$6 runpy=$7 py=$8
 here=$(cd "$(dirname "$0")" && pwd)
 check="$here/check_train.py"
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-fails=0 n=0
-
-# ok NAME CMD...: the command succeeds (its output is in NAME.out/.err).
-ok() {
-  name=$1
-  shift
-  n=$((n + 1))
-  if ! "$@" >"$name.out" 2>"$name.err"; then
-    fails=$((fails + 1))
-    echo "FAIL: $name: $* exited $?:"
-    tail -n 20 "$name.err" | sed 's/^/  /'
-    return 1
-  fi
-  return 0
-}
+# shellcheck source=tests/cli/train_common.sh
+. "$here/train_common.sh"
 # same NAME A B: logs A and B have the same data hashes and losses (bitwise)
 # over the 4 steps; close NAME A B: losses within 1e-5 relative.
 same() {
-  n=$((n + 1))
-  if ! sh "$runpy" "$py" "$check" same "$2" "$3" 4 0 >"$1.out" 2>&1; then
-    fails=$((fails + 1))
-    echo "FAIL: $1: $2 vs $3:"
-    sed 's/^/  /' "$1.out"
-  fi
+  check_run "$1" "$2 vs $3" sh "$runpy" "$py" "$check" same "$2" "$3" 4 0
 }
 close() {
-  n=$((n + 1))
-  if ! sh "$runpy" "$py" "$check" close "$2" "$3" 4 1e-5 >"$1.out" 2>&1; then
-    fails=$((fails + 1))
-    echo "FAIL: $1: $2 vs $3:"
-    sed 's/^/  /' "$1.out"
-  fi
-}
-# expect STATUS NEEDLE CMD...: exits with STATUS and stderr holds NEEDLE.
-expect() {
-  want=$1 needle=$2
-  shift 2
-  n=$((n + 1))
-  "$@" >err.out 2>err.txt
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -qF -- "$needle" err.txt; then
-    fails=$((fails + 1))
-    echo "FAIL: $* -> exit $got (want $want), stderr:"
-    sed 's/^/  /' err.txt
-    echo "  (wanted it to hold: $needle)"
-  fi
+  check_run "$1" "$2 vs $3" sh "$runpy" "$py" "$check" close "$2" "$3" 4 1e-5
 }
 
-sed -n '1,200p' "$src/README.md" >corpus.txt
 "$py" -c 'import json, sys
 for line in open(sys.argv[1]):
     if line.strip():
@@ -185,6 +144,4 @@ if ok make sh "$runpy" "$py" "$here/make_token_files.py" ids.jsonl 32 tok; then
   expect 1 "tok/badjson.jsonl:2: not valid JSON" "$oslo" train $d --data tok/badjson.jsonl
 fi
 
-echo "cli train ids: $((n - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ] || exit 1
-rm -rf "$work"
+finish "cli train ids"

@@ -2,6 +2,7 @@
 call, as a new user hands them over, against independent references.
 
   python users.py tokenizer_batch FIXTURES REFERENCE [MINILM]
+  python users.py tokenizer_options FIXTURES BATCH_REFERENCE PAD_REFERENCE
   python users.py embed_ragged FIXTURES
   python users.py generate_text FIXTURES
   python users.py no_tokenizer FIXTURES DIR
@@ -10,7 +11,11 @@ call, as a new user hands them over, against independent references.
 
 REFERENCE is tests/bindings/tokenizer_batch_reference.txt: what Hugging
 Face's tokenizer(texts, padding=True) returns (written by
-tests/bindings/make_tokenizer_batch_reference.py).
+tests/bindings/make_tokenizer_batch_reference.py). BATCH_REFERENCE and
+PAD_REFERENCE are tests/tokenizer/batch_reference.txt (tokenizer(texts,
+truncation=True, max_length=..., padding=...)) and pad_reference.txt
+(tokenizer.pad of rows of ids), written by the make_*_reference.py next to
+them.
 """
 import json
 import os
@@ -25,25 +30,36 @@ import numpy as np  # noqa: E402
 import oslo  # noqa: E402
 
 
+def read_cases(path, head_fields, item):
+    """The cases of tests/tokenizer/{batch,pad}_reference.txt: a list of
+    (head fields, [(item, ids, mask)]) with `item` the text ("text ...")
+    or row ("row ...") line's rest."""
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.rstrip("\n") for ln in f if not ln.startswith("#")]
+    cases, i = [], 0
+    while i < len(lines):
+        head = lines[i].split(" ")
+        check(head[0] == "case" and len(head) == head_fields + 1, f"bad line {lines[i]!r}")
+        n = int(head[-1])
+        rows = []
+        for k in range(n):
+            t, ids, mask = lines[i + 1 + 3 * k: i + 4 + 3 * k]
+            check(t == item or t.startswith(item + " "), f"bad line {t!r}")
+            rows.append((t[len(item) + 1:], [int(v) for v in ids.split()[1:]],
+                         [int(v) for v in mask.split()[1:]]))
+        cases.append((head[1:], rows))
+        i += 1 + 3 * n
+    return cases
+
+
 def read_reference(path):
     """The cases of tokenizer_batch_reference.txt: a list of dicts."""
     cases = []
-    with open(path, encoding="utf-8") as f:
-        lines = [ln.rstrip("\n") for ln in f if not ln.startswith("#")]
-    i = 0
-    while i < len(lines):
-        _, fixture, side, pad, special, n = lines[i].split(" ")
-        rows = []
-        for k in range(int(n)):
-            t, ids, mask = lines[i + 1 + 3 * k: i + 4 + 3 * k]
-            check(t == "text" or t.startswith("text "), f"bad line {t!r}")
-            rows.append((t[5:], [int(v) for v in ids.split()[1:]],
-                         [int(v) for v in mask.split()[1:]]))
+    for (fixture, side, pad, special, _), rows in read_cases(path, 5, "text"):
         cases.append({"fixture": fixture, "side": side,
                       "pad": None if pad == "default" else int(pad),
                       "special": special == "1", "texts": [r[0] for r in rows],
                       "ids": [r[1] for r in rows], "mask": [r[2] for r in rows]})
-        i += 1 + 3 * int(n)
     return cases
 
 
@@ -115,6 +131,66 @@ def tokenizer_batch(fixtures, reference, minilm=None):
             check(words in err.message, f"{kw}: {err.message}")
         err = raises(oslo.InvalidArgumentError, tok, ["a b c", "d"], return_tensors="np")
         check("padding=True" in err.message, err.message)
+
+
+def tokenizer_options(fixtures, batch_reference, pad_reference):
+    """tok(texts, truncation=True, max_length=..., padding="max_length",
+    truncation_side=...) equals Hugging Face's (batch_reference.txt), and
+    oslo.pad_batch of rows of ids equals tokenizer.pad's
+    (pad_reference.txt); bad options are named errors."""
+    cases = read_cases(batch_reference, 8, "text")
+    check(len(cases) >= 10, f"{len(cases)} batch cases")
+    for (fixture, side, pad, special, max_length, trunc_side, padding, _), rows in cases:
+        with oslo.Tokenizer(os.path.join(fixtures, fixture)) as tok:
+            ml = int(max_length)
+            kw = {"truncation": True, "max_length": ml, "truncation_side": trunc_side} if ml else {}
+            enc = tok([r[0] for r in rows], padding=True if padding == "longest" else padding,
+                      padding_side=side, pad_id=None if pad == "default" else int(pad),
+                      add_special_tokens=special == "1", **kw)
+            what = f"{fixture} {side} {max_length} {trunc_side} {padding}"
+            check(enc["input_ids"] == [r[1] for r in rows], f"{what}: ids {enc['input_ids']}")
+            check(enc["attention_mask"] == [r[2] for r in rows], f"{what}: mask")
+    cases = read_cases(pad_reference, 7, "row")
+    check(len(cases) >= 9, f"{len(cases)} pad cases")
+    for (side, pad, max_length, truncation, trunc_side, padding, _), rows in cases:
+        ids = [[int(v) for v in r[0].split()] for r in rows]
+        ml = int(max_length)
+        enc = oslo.pad_batch(ids, int(pad), padding=True if padding == "longest" else padding,
+                             padding_side=side, max_length=ml or None,
+                             truncation=truncation == "1", truncation_side=trunc_side)
+        what = f"pad {side} {pad} {max_length} {truncation} {trunc_side} {padding}"
+        check(enc["input_ids"].dtype == np.int64, what)
+        check(enc["input_ids"].tolist() == [r[1] for r in rows], f"{what}: {enc['input_ids']}")
+        check(enc["attention_mask"].tolist() == [r[2] for r in rows], f"{what}: mask")
+    # A 2-D array is rows too; numpy rows of any integer type.
+    e = oslo.pad_batch(np.array([[1, 2], [3, 4]], dtype=np.int32), 0, padding="max_length",
+                       max_length=3, padding_side="left")
+    check(e["input_ids"].tolist() == [[0, 1, 2], [0, 3, 4]], repr(e))
+    check(e["attention_mask"].tolist() == [[0, 1, 1], [0, 1, 1]], repr(e))
+    # Bad input: named errors, never a crash.
+    for args, kw, words in ((([[1, 2]], -1), {}, "pad_id"), (([], 0), {}, "no rows"),
+                            (([[1], "ab"], 0), {}, "row 1"), (([[1], [1.5]], 0), {}, "row 1"),
+                            (("12", 0), {}, "str"), ((np.zeros(3, np.int64), 0), {}, "2-D"),
+                            (([[1]], 0), {"padding": False}, "padding must be"),
+                            (([[1]], 0), {"padding_side": "up"}, "padding_side"),
+                            (([[1]], 0), {"truncation_side": "up"}, "truncation_side"),
+                            (([[1]], 0), {"max_length": 0}, "max_length"),
+                            (([[1, 2, 3], [4]], 0), {"max_length": 2}, "row 0 has 3 ids"),
+                            (([[1]], 0), {"truncation": True}, "max_length is 0 but truncation"),
+                            (([[1]], 0), {"padding": "max_length"}, "max_length is 0")):
+        err = raises(oslo.InvalidArgumentError, oslo.pad_batch, *args, **kw)
+        check(words in err.message, f"{args} {kw}: {err.message}")
+    with oslo.Tokenizer(os.path.join(fixtures, "bert-tiny")) as tok:
+        for kw, words in (({"truncation": True}, "needs max_length"),
+                          ({"truncation_side": "up"}, "truncation_side"),
+                          ({"max_length": 1, "truncation": True}, "shorter than its 2 special"),
+                          ({"max_length": 3}, "text 0 has")):
+            err = raises(oslo.InvalidArgumentError, tok, ["a b c d e", "f"], padding=True, **kw)
+            check(words in err.message, f"{kw}: {err.message}")
+        # Left padding without padding: each row's real tokens as they are.
+        r = tok(["a b c", "d"], padding_side="left", max_length=3, truncation=True)
+        check(r["input_ids"] == [tok.encode("a b c")[:2] + tok.encode("a")[-1:],
+                                 tok.encode("d")], repr(r))
 
 
 def embed_ragged(fixtures):
@@ -299,5 +375,5 @@ def minilm_texts(*args):
 
 
 if __name__ == "__main__":
-    main({f.__name__: f for f in (tokenizer_batch, embed_ragged, generate_text, no_tokenizer,
+    main({f.__name__: f for f in (tokenizer_batch, tokenizer_options, embed_ragged, generate_text, no_tokenizer,
                                   minilm_texts)})

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "batch_common.h"
+
 static const char *g_reference;
 static const char *g_fixtures;
 
@@ -27,23 +29,6 @@ static oslo_tokenizer *load(const char *fixture) {
   if (st != OSLO_OK) fprintf(stderr, "load %s: %s\n", path, oslo_last_error());
   assert_int_equal(st, OSLO_OK);
   return tok;
-}
-
-/* Reads "PREFIX v1 v2 ..." into out; returns the count. */
-static size_t read_row(const char *line, const char *prefix, int64_t *out) {
-  size_t k = strlen(prefix);
-  assert_true(strncmp(line, prefix, k) == 0);
-  const char *p = line + k;
-  size_t n = 0;
-  char *end;
-  for (;;) {
-    long long v = strtoll(p, &end, 10);
-    if (end == p) break;
-    assert_true(n < kMaxRow);
-    out[n++] = v;
-    p = end;
-  }
-  return n;
 }
 
 static void chomp(char *s) {
@@ -80,9 +65,9 @@ static int next_case(FILE *f, ref_case *c) {
     assert_true(strlen(t) < sizeof c->texts[i]);
     memcpy(c->texts[i], t, strlen(t) + 1);
     assert_non_null(fgets(line, sizeof line, f));
-    size_t a = read_row(line, "ids", c->ids[i]);
+    size_t a = read_row_of(line, "ids", c->ids[i], kMaxRow);
     assert_non_null(fgets(line, sizeof line, f));
-    size_t b = read_row(line, "mask", c->mask[i]);
+    size_t b = read_row_of(line, "mask", c->mask[i], kMaxRow);
     assert_int_equal(a, b);
     if (i == 0) c->len = a;
     assert_int_equal(a, c->len);

@@ -186,29 +186,6 @@ func checkRows(what string, rows [][]int64) error {
 	return nil
 }
 
-// padRight pads rows to the longest with pad: the flat ids, the mask (1 on
-// real tokens) and the longest length.
-func padRight(rows [][]int64, pad int64) ([]int64, []int64, int) {
-	seq := 0
-	for _, r := range rows {
-		if len(r) > seq {
-			seq = len(r)
-		}
-	}
-	flat := make([]int64, len(rows)*seq)
-	mask := make([]int64, len(rows)*seq)
-	for i, r := range rows {
-		copy(flat[i*seq:], r)
-		for t := range flat[i*seq+len(r) : (i+1)*seq] {
-			flat[i*seq+len(r)+t] = pad
-		}
-		for t := range r {
-			mask[i*seq+t] = 1
-		}
-	}
-	return flat, mask, seq
-}
-
 // padID is the id under padding: the config's pad_token_id, else 0
 // (masked out either way).
 func (info ModelInfo) padID() int64 {
@@ -239,7 +216,12 @@ func (m *Model) Forward(ids, mask, tokenTypeIDs [][]int64, output ModelOutput) (
 	var fi, fm, ft []int64
 	seq := len(ids[0])
 	if mask == nil {
-		fi, fm, seq = padRight(ids, info.padID())
+		// Right padded by oslo_pad_batch.
+		var p [2][]int64
+		if p, seq, err = padFlat(ids, PadOptions{PadID: info.padID()}); err != nil {
+			return nil, err
+		}
+		fi, fm = p[0], p[1]
 		if tokenTypeIDs != nil {
 			if len(tokenTypeIDs) != len(ids) {
 				return nil, errorf(StatusShape, "forward: %d token_type_ids rows for %d rows of ids",
@@ -251,7 +233,10 @@ func (m *Model) Forward(ids, mask, tokenTypeIDs [][]int64, output ModelOutput) (
 						i, len(r), len(ids[i]))
 				}
 			}
-			ft, _, _ = padRight(tokenTypeIDs, 0)
+			if p, _, err = padFlat(tokenTypeIDs, PadOptions{}); err != nil {
+				return nil, err
+			}
+			ft = p[0]
 		}
 	} else {
 		if fi, err = rect("forward: ids", ids, seq); err != nil {
@@ -299,8 +284,11 @@ func (m *Model) Embed(ids [][]int64, normalize bool) ([][]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	flat, mask, seq := padRight(ids, info.padID())
-	return m.embedFlat(info, flat, mask, len(ids), seq, normalize)
+	p, seq, err := padFlat(ids, PadOptions{PadID: info.padID()})
+	if err != nil {
+		return nil, err
+	}
+	return m.embedFlat(info, p[0], p[1], len(ids), seq, normalize)
 }
 
 func (m *Model) embedFlat(info ModelInfo, flat, mask []int64, rows, seq int, normalize bool) ([][]float32, error) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+
+	"github.com/oslo/oslo/bindings/go/oslo/internal/capi"
 )
 
 // Padding says how Tokenizer.EncodeBatch pads its rows.
@@ -16,12 +18,31 @@ const (
 	PadLeft  Padding = 2 // padded to the longest row before the tokens (decoder-only generation)
 )
 
+// Side is the end of a row that truncation cuts (oslo_side).
+type Side int
+
+// The sides of EncodeOptions.TruncationSide and PadOptions.
+const (
+	SideRight Side = 0 // drop the last ids
+	SideLeft  Side = 1 // drop the first ids
+)
+
 // EncodeOptions configure Tokenizer.EncodeBatch. The zero value adds the
-// tokenizer's special tokens and does not pad.
+// tokenizer's special tokens, does not pad and does not truncate.
 type EncodeOptions struct {
 	Padding         Padding // PadNone, PadRight or PadLeft
 	NoSpecialTokens bool    // leave out [CLS] ... [SEP], BOS
 	PadID           *int64  // the id under padding; nil: the tokenizer's PAD, else 0
+	// MaxLength (0: no limit) is the most ids a row may hold, as Hugging
+	// Face's max_length: a longer row is cut with Truncation, else refused.
+	MaxLength int
+	// Truncation cuts a row longer than MaxLength from TruncationSide,
+	// keeping its special tokens (Hugging Face's truncation=True).
+	Truncation     bool
+	TruncationSide Side // SideRight (default) or SideLeft
+	// PadToMaxLength pads every row to MaxLength (padding="max_length";
+	// Padding PadRight or PadLeft).
+	PadToMaxLength bool
 }
 
 // BatchEncoding is what Tokenizer.EncodeBatch returns, as Hugging Face's
@@ -74,28 +95,51 @@ func (t *Tokenizer) EncodeBatch(texts []string, o EncodeOptions) (BatchEncoding,
 			pad = p
 		}
 	}
+	if o.MaxLength < 0 {
+		return b, errorf(StatusInvalidArgument, "encode batch: MaxLength %d < 0", o.MaxLength)
+	}
+	if o.TruncationSide != SideRight && o.TruncationSide != SideLeft {
+		return b, errorf(StatusInvalidArgument, "encode batch: TruncationSide %d is not SideRight or SideLeft",
+			o.TruncationSide)
+	}
+	if o.PadToMaxLength && o.Padding == PadNone {
+		return b, errorf(StatusInvalidArgument, "encode batch: PadToMaxLength needs Padding PadRight or PadLeft")
+	}
 	// One call of oslo_tokenizer_encode_batch pads them (right padding for
-	// PadNone: each row is then cut to its real tokens).
+	// PadNone: each row is then cut to its real tokens), its capacity
+	// enough for every row a text's bytes make; a second call only when a
+	// row comes out longer.
 	var text []byte
 	lengths := make([]int64, len(texts))
+	guess := 0
 	for i, s := range texts {
 		text = append(text, s...)
 		lengths[i] = int64(len(s))
+		if len(s)+8 > guess {
+			guess = len(s) + 8
+		}
+	}
+	if o.PadToMaxLength || (o.MaxLength > 0 && o.MaxLength < guess) {
+		guess = o.MaxLength
 	}
 	side := 0
 	if o.Padding == PadLeft {
 		side = 1
 	}
 	special := b2i(!o.NoSpecialTokens)
+	encode := func(ids, mask []int64) int {
+		return int(t.t.Encode_batch(text, bytesOf(lengths), special, side, pad, int64(o.MaxLength),
+			b2i(o.Truncation), int(o.TruncationSide), b2i(o.PadToMaxLength), bytesOf(ids), bytesOf(mask)))
+	}
 	var width int
-	var flat, flatMask []int64
+	flat := make([]int64, len(texts)*guess)
+	flatMask := make([]int64, len(texts)*guess)
 	err := call(func() {
-		width = int(t.t.Encode_batch(text, bytesOf(lengths), special, side, pad, 0, 0, 0, 0, nil, nil))
-		flat = make([]int64, len(texts)*width)
-		flatMask = make([]int64, len(texts)*width)
-		if len(flat) > 0 {
-			t.t.Encode_batch(text, bytesOf(lengths), special, side, pad, 0, 0, 0, 0, bytesOf(flat),
-				bytesOf(flatMask))
+		width = encode(flat, flatMask)
+		if len(texts)*width > len(flat) {
+			flat = make([]int64, len(texts)*width)
+			flatMask = make([]int64, len(texts)*width)
+			encode(flat, flatMask)
 		}
 	})
 	runtime.KeepAlive(t)
@@ -309,4 +353,68 @@ func (m *Model) GenerateBatch(b BatchEncoding, o GenerateOptions) ([][]int64, er
 		rows[i] = b.Tokens(i)
 	}
 	return m.Generate(rows, o)
+}
+
+// PadOptions configure PadBatch, as Hugging Face's tokenizer.pad: the zero
+// value pads on the right to the longest row with id 0 and cuts nothing.
+type PadOptions struct {
+	PadID   int64 // the id under padding (>= 0)
+	PadLeft bool  // pad before the tokens (decoder-only generation)
+	// MaxLength (0: no limit) is the most ids a row may hold: a longer row
+	// is cut from TruncationSide with Truncation, else refused.
+	MaxLength      int
+	Truncation     bool
+	TruncationSide Side // SideRight (default) or SideLeft
+	PadToMaxLength bool // pad every row to MaxLength (padding="max_length")
+}
+
+// PadBatch pads rows of token ids of any lengths into a BatchEncoding
+// whose rows all have one length, with their attention masks (1 on real
+// tokens, 0 on padding), as Hugging Face's tokenizer.pad
+// (DataCollatorWithPadding) does (oslo_pad_batch). Rows may be empty.
+func PadBatch(rows [][]int64, o PadOptions) (BatchEncoding, error) {
+	var b BatchEncoding
+	flat, width, err := padFlat(rows, o)
+	if err != nil {
+		return b, err
+	}
+	b.InputIDs = make([][]int64, len(rows))
+	b.AttentionMask = make([][]int64, len(rows))
+	for i := range rows {
+		b.InputIDs[i] = flat[0][i*width : (i+1)*width : (i+1)*width]
+		b.AttentionMask[i] = flat[1][i*width : (i+1)*width : (i+1)*width]
+	}
+	return b, nil
+}
+
+// padFlat is oslo_pad_batch of rows: the flat [rows, L] ids and mask, and L.
+func padFlat(rows [][]int64, o PadOptions) ([2][]int64, int, error) {
+	var out [2][]int64
+	if len(rows) == 0 {
+		return out, 0, errorf(StatusInvalidArgument, "pad batch: no rows; pass at least one")
+	}
+	if o.MaxLength < 0 {
+		return out, 0, errorf(StatusInvalidArgument, "pad batch: MaxLength %d < 0", o.MaxLength)
+	}
+	var ids []int64
+	lengths := make([]int64, len(rows))
+	for i, r := range rows {
+		ids = append(ids, r...)
+		lengths[i] = int64(len(r))
+	}
+	var width int
+	err := call(func() {
+		pad := func(flat, mask []int64) int {
+			return int(capi.Pad_batch(bytesOf(ids), bytesOf(lengths), b2i(o.PadLeft), o.PadID,
+				int64(o.MaxLength), b2i(o.Truncation), int(o.TruncationSide), b2i(o.PadToMaxLength),
+				bytesOf(flat), bytesOf(mask)))
+		}
+		width = pad(nil, nil)
+		out[0] = make([]int64, len(rows)*width)
+		out[1] = make([]int64, len(rows)*width)
+		if width > 0 {
+			pad(out[0], out[1])
+		}
+	})
+	return out, width, err
 }

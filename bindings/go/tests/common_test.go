@@ -33,6 +33,8 @@ var sourceFixtures = map[string]string{
 	"OSLO_HEADER":           "include/oslo.h",
 	"OSLO_TRAIN_CASE":       "tests/bindings/train_gpt2_tiny.txt",
 	"OSLO_TOKREF":           "tests/bindings/tokenizer_batch_reference.txt",
+	"OSLO_BATCHREF":         "tests/tokenizer/batch_reference.txt",
+	"OSLO_PADREF":           "tests/tokenizer/pad_reference.txt",
 }
 
 // fixture is the path the environment variable name gives, else the

@@ -46,39 +46,20 @@ func parseLongs(line string) ([]int64, error) {
 
 func readTokReference(t *testing.T) []tokCase {
 	t.Helper()
-	b, err := os.ReadFile(env(t, "OSLO_TOKREF"))
-	must(t, err)
-	var lines []string
-	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		if !strings.HasPrefix(l, "#") {
-			lines = append(lines, l)
-		}
-	}
 	var cases []tokCase
-	for i := 0; i < len(lines); {
-		h := strings.Split(lines[i], " ")
-		c := tokCase{fixture: h[1], padding: oslo.PadRight, special: h[4] == "1"}
-		if h[2] == "left" {
+	// fixture side pad special n
+	for _, r := range readRefCases(t, env(t, "OSLO_TOKREF"), 5, "text") {
+		c := tokCase{fixture: r.head[0], padding: oslo.PadRight, special: r.head[3] == "1",
+			texts: r.items, ids: r.ids, mask: r.mask}
+		if r.head[1] == "left" {
 			c.padding = oslo.PadLeft
 		}
-		if h[3] != "default" {
-			p, err := strconv.ParseInt(h[3], 10, 64)
+		if r.head[2] != "default" {
+			p, err := strconv.ParseInt(r.head[2], 10, 64)
 			must(t, err)
 			c.pad = &p
 		}
-		n, err := strconv.Atoi(h[5])
-		must(t, err)
-		for k := 0; k < n; k++ {
-			text := lines[i+1+3*k]
-			c.texts = append(c.texts, strings.TrimPrefix(strings.TrimPrefix(text, "text"), " "))
-			ids, err := parseLongs(lines[i+2+3*k])
-			must(t, err)
-			mask, err := parseLongs(lines[i+3+3*k])
-			must(t, err)
-			c.ids, c.mask = append(c.ids, ids), append(c.mask, mask)
-		}
 		cases = append(cases, c)
-		i += 1 + 3*n
 	}
 	return cases
 }

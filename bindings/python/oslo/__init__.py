@@ -33,6 +33,7 @@ __all__ = [
     "InvalidArgumentError", "OutOfMemoryError", "BackendUnavailableError", "CommError",
     "TimeoutError", "IOError", "FormatError", "ShapeError", "DTypeError", "ConfigError",
     "NotSupportedError", "InternalError", "merge", "reshard", "inspect", "version", "from_dlpack",
+    "pad_batch",
 ]
 
 __version__ = _c.version_string()
@@ -934,16 +935,61 @@ def _ragged(what, rows):
     return [_int_row(what, i, r) for i, r in enumerate(rows)]
 
 
-def _pad(rows, pad_id):
-    """Rows padded on the right to the longest: (ids [batch, seq] int64,
-    mask [batch, seq] int64 with 1 on the real tokens)."""
-    seq = max(len(r) for r in rows)
-    ids = _np.full((len(rows), seq), pad_id, dtype=_np.int64)
-    mask = _np.zeros((len(rows), seq), dtype=_np.int64)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = r
-        mask[i, :len(r)] = 1
+def _side(what, name, v):
+    """0 for "right", 1 for "left" (oslo_side)."""
+    if v not in ("right", "left"):
+        raise _refuse(what, f"{name} must be \"right\" or \"left\", not {v!r}")
+    return 1 if v == "left" else 0
+
+
+def _pad_rows(rows, pad_id, padding_side="right", max_length=0, truncation=False,
+              truncation_side="right", pad_to_max_length=False):
+    """oslo_pad_batch of int64 rows: (ids [batch, seq] int64, mask [batch,
+    seq] int64 with 1 on the real tokens)."""
+    lengths = _np.array([len(r) for r in rows], dtype=_np.int64)
+    flat = _np.concatenate(rows).astype(_np.int64, copy=False) if len(rows) else _np.empty(0,
+                                                                                          _np.int64)
+    args = (flat, lengths, _side("pad_batch", "padding_side", padding_side), int(pad_id),
+            int(max_length), int(truncation),
+            _side("pad_batch", "truncation_side", truncation_side), int(pad_to_max_length))
+    seq = _c.pad_batch(*args, None, None)
+    ids = _np.empty((len(rows), seq), dtype=_np.int64)
+    mask = _np.empty((len(rows), seq), dtype=_np.int64)
+    if ids.size:
+        _c.pad_batch(*args, ids, mask)
     return ids, mask
+
+
+def pad_batch(rows, pad_id, padding=True, padding_side="right", max_length=None,
+              truncation=False, truncation_side="right"):
+    """Pads rows of token ids of any lengths into a BatchEncoding of
+    [batch, seq] int64 arrays ("input_ids", "attention_mask": 1 on real
+    tokens, 0 on padding), as Hugging Face's tokenizer.pad (and
+    DataCollatorWithPadding) does (oslo_pad_batch). rows: a list of lists
+    (or 1-D arrays) of ints, or a 2-D integer array. pad_id: the id under
+    padding (>= 0). padding: True or "longest" (to the longest row) or
+    "max_length" (to max_length). max_length: the most ids a row may hold
+    (None: no limit); a longer row is cut with truncation=True (from
+    truncation_side, "right" or "left") and refused without it."""
+    what = "pad_batch"
+    if isinstance(rows, _np.ndarray) and rows.ndim != 2:
+        raise _refuse(what, f"takes rows of ids: a 2-D array, not one of shape {rows.shape}")
+    if not isinstance(rows, _np.ndarray) and (isinstance(rows, (str, bytes, _Mapping)) or
+                                              not hasattr(rows, "__len__")):
+        raise _refuse(what, f"takes a list of rows of ids, not {type(rows).__name__}")
+    rows = _ragged(what, rows)
+    if not rows:
+        raise _refuse(what, "got no rows; pass at least one")
+    if not _is_id(pad_id) or pad_id < 0:
+        raise _refuse(what, f"pad_id must be an int >= 0, not {pad_id!r}")
+    if padding not in (True, "longest", "max_length"):
+        raise _refuse(what, f"padding must be True, \"longest\" or \"max_length\", not "
+                            f"{padding!r}")
+    if max_length is not None and (not _is_id(max_length) or max_length < 1):
+        raise _refuse(what, f"max_length must be None or an int >= 1, not {max_length!r}")
+    ids, mask = _pad_rows(rows, pad_id, padding_side, max_length or 0, bool(truncation),
+                          truncation_side, padding == "max_length")
+    return BatchEncoding(input_ids=ids, attention_mask=mask)
 
 
 class BatchEncoding(dict):
@@ -1088,7 +1134,7 @@ class Model(_Handle):
                                     "padding is made here)")
             texts = [x] if kind == "text" else list(x)
             # Encoded and right padded in one call (oslo_tokenizer_encode_batch).
-            ids, built = self.tokenizer._encode_batch(texts, True, "right", self._pad_id(), 0)
+            ids, built = self.tokenizer._encode_batch(texts, True, "right", self._pad_id())
             lengths = built.sum(axis=1).tolist()
             for i, (t, n) in enumerate(zip(texts, lengths)):
                 if n == 0:
@@ -1099,7 +1145,7 @@ class Model(_Handle):
                 if r.size == 0:
                     raise _refuse(what, f"row {i} has no tokens")
             lengths = [len(r) for r in rows]
-            ids, built = _pad(rows, self._pad_id())
+            ids, built = _pad_rows(rows, self._pad_id())
         ragged = min(lengths) != max(lengths)
 
         def extra(name, v):
@@ -1113,7 +1159,7 @@ class Model(_Handle):
             if [len(r) for r in vr] != lengths:
                 raise ShapeError(f"{what}: {name} rows have lengths {[len(r) for r in vr]}, "
                                  f"the ids {lengths}", Status.SHAPE)
-            return _pad(vr, 0)[0]
+            return _pad_rows(vr, 0)[0]
 
         m = extra("mask", mask)
         if m is None and ragged:
@@ -1474,17 +1520,23 @@ class Tokenizer(_Handle):
         return ids.tolist()
 
     def __call__(self, text, padding=False, add_special_tokens=True, padding_side="right",
-                 pad_id=None, max_length=None, return_tensors=None):
+                 pad_id=None, max_length=None, return_tensors=None, truncation=False,
+                 truncation_side="right"):
         """Encodes a text or a list of texts as Hugging Face's
-        tokenizer(texts, padding=True) does, returning a BatchEncoding with
-        "input_ids" and "attention_mask" (1 on real tokens, 0 on padding).
-        padding: False (rows keep their lengths), True or "longest" (pad to
-        the longest row) or "max_length" (pad to max_length; a longer row is
-        an error: nothing is truncated). padding_side: "right" or "left".
-        pad_id: the id under padding (None: the tokenizer's padding token,
-        else 0). return_tensors: None (lists of ints) or "np" ([batch, seq]
-        int64 arrays; rows must then be of equal length). A single text
-        gives one list each (or [1, seq] arrays), as in Hugging Face."""
+        tokenizer(texts, padding=True, truncation=..., max_length=...) does,
+        returning a BatchEncoding with "input_ids" and "attention_mask" (1
+        on real tokens, 0 on padding). padding: False (rows keep their
+        lengths), True or "longest" (pad to the longest row) or "max_length"
+        (pad to max_length). max_length: the most ids a row may hold (None:
+        no limit); truncation=True cuts a longer row's text ids from
+        truncation_side ("right" or "left"), keeping its special tokens;
+        without truncation a longer row is an error (Hugging Face would
+        only warn). padding_side: "right" or "left". pad_id: the id under
+        padding (None: the tokenizer's padding token, else 0).
+        return_tensors: None (lists of ints) or "np" ([batch, seq] int64
+        arrays; rows must then be of equal length). A single text gives one
+        list each (or [1, seq] arrays), as in Hugging Face. The texts are
+        encoded once (oslo_tokenizer_encode_batch)."""
         what = "tokenizer"
         single = isinstance(text, str)
         if single:
@@ -1512,9 +1564,12 @@ class Tokenizer(_Handle):
         else:
             raise _refuse(what, f"padding must be True, False, \"longest\", \"max_length\" "
                                 f"or \"do_not_pad\", not {padding!r}")
-        if padding_side not in ("right", "left"):
-            raise _refuse(what, f"padding_side must be \"right\" or \"left\", not "
-                                f"{padding_side!r}")
+        if max_length is not None and (not _is_id(max_length) or max_length < 1):
+            raise _refuse(what, f"max_length must be None or an int >= 1, not {max_length!r}")
+        if truncation and max_length is None:
+            raise _refuse(what, "truncation=True needs max_length")
+        _side(what, "padding_side", padding_side)
+        _side(what, "truncation_side", truncation_side)
         if return_tensors not in (None, "np"):
             raise _refuse(what, f"return_tensors must be None or \"np\", not {return_tensors!r}")
         if pad_id is None:
@@ -1523,11 +1578,14 @@ class Tokenizer(_Handle):
         elif not _is_id(pad_id) or pad_id < 0:
             raise _refuse(what, f"pad_id must be an int >= 0, not {pad_id!r}")
         ids, mask = self._encode_batch(texts, add_special_tokens, padding_side, pad_id,
-                                       max_length if mode == "max_length" else 0)
+                                       max_length or 0, bool(truncation), truncation_side,
+                                       mode == "max_length")
         if mode is None:
-            # Padded on the right: each row's real tokens come first.
             lengths = mask.sum(axis=1)
-            ids = [r[:n].tolist() for r, n in zip(ids, lengths)]
+            if padding_side == "left":
+                ids = [r[len(r) - n:].tolist() for r, n in zip(ids, lengths)]
+            else:
+                ids = [r[:n].tolist() for r, n in zip(ids, lengths)]
             mask = [[1] * int(n) for n in lengths]
         else:
             ids, mask = ids.tolist(), mask.tolist()
@@ -1541,27 +1599,40 @@ class Tokenizer(_Handle):
             ids, mask = ids[0], mask[0]
         return BatchEncoding(input_ids=ids, attention_mask=mask)
 
-    def _encode_batch(self, texts, add_special_tokens, padding_side, pad_id, max_length):
+    def _encode_batch(self, texts, add_special_tokens, padding_side, pad_id, max_length=0,
+                      truncation=False, truncation_side="right", pad_to_max_length=False):
         """oslo_tokenizer_encode_batch of a list of str: (ids, mask) as
         [batch, seq] int64 arrays, padded on padding_side ("right" or
-        "left") with pad_id to the longest row, or to max_length when it is
-        not 0 (a longer row is an error)."""
+        "left") with pad_id to the longest row, or to max_length with
+        pad_to_max_length; max_length (0: none) cuts longer rows with
+        truncation and refuses them without. Each text is encoded once: the
+        first call's capacity holds every row a text's bytes can make (a
+        second call only when a row comes out longer)."""
         data = [t.encode("utf-8") for t in texts]
         lengths = _np.array([len(d) for d in data], dtype=_np.int64)
         text = b"".join(data)
-        side = 1 if padding_side == "left" else 0
-        args = (text, lengths, int(add_special_tokens), side, int(pad_id), int(max_length), 0, 0,
-                int(max_length > 0))
+        args = (text, lengths, int(add_special_tokens),
+                _side("tokenizer", "padding_side", padding_side), int(pad_id), int(max_length),
+                int(truncation), _side("tokenizer", "truncation_side", truncation_side),
+                int(pad_to_max_length))
+        guess = max(len(d) for d in data) + 8
+        if pad_to_max_length:
+            guess = max_length
+        elif max_length:
+            guess = min(guess, max_length)
         h = self._handle()
-        seq = h.encode_batch(*args, None, None)
-        ids = _np.empty((len(data), seq), dtype=_np.int64)
-        mask = _np.empty((len(data), seq), dtype=_np.int64)
-        if ids.size:
+        ids = _np.empty(len(data) * guess, dtype=_np.int64)
+        mask = _np.empty(len(data) * guess, dtype=_np.int64)
+        seq = h.encode_batch(*args, ids, mask)
+        if len(data) * seq > ids.size:
+            ids = _np.empty(len(data) * seq, dtype=_np.int64)
+            mask = _np.empty(len(data) * seq, dtype=_np.int64)
             seq2 = h.encode_batch(*args, ids, mask)
             if seq2 != seq:
                 raise InternalError(f"encode_batch: {seq2} ids a row after sizing {seq}",
                                     Status.INTERNAL)
-        return ids, mask
+        n = len(data) * seq
+        return ids[:n].reshape(len(data), seq), mask[:n].reshape(len(data), seq)
 
     def decode(self, ids, skip_special_tokens=False):
         """Text of token ids."""

@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -56,26 +55,19 @@ public class UsersTest {
     return v;
   }
 
-  static List<TokCase> readReference() throws IOException {
-    List<String> lines = Files.readAllLines(Path.of(OsloTest.property("oslo.tokref")));
-    lines.removeIf(l -> l.startsWith("#"));
+  static List<TokCase> readReference() throws Exception {
     List<TokCase> cases = new ArrayList<>();
-    for (int i = 0; i < lines.size();) {
-      String[] h = lines.get(i).split(" ");
+    // fixture side pad special n
+    for (OptionsTest.Case r : OptionsTest.read("oslo.tokref", 5, "text")) {
       TokCase c = new TokCase();
-      c.fixture = h[1];
-      c.side = h[2].equals("left") ? Padding.LEFT : Padding.RIGHT;
-      c.pad = h[3].equals("default") ? -1 : Long.parseLong(h[3]);
-      c.special = h[4].equals("1");
-      int n = Integer.parseInt(h[5]);
-      for (int k = 0; k < n; ++k) {
-        String t = lines.get(i + 1 + 3 * k);
-        c.texts.add(t.equals("text") ? "" : t.substring(5));
-        c.ids.add(longs(lines.get(i + 2 + 3 * k)));
-        c.mask.add(longs(lines.get(i + 3 + 3 * k)));
-      }
+      c.fixture = r.head[0];
+      c.side = r.head[1].equals("left") ? Padding.LEFT : Padding.RIGHT;
+      c.pad = r.head[2].equals("default") ? -1 : Long.parseLong(r.head[2]);
+      c.special = r.head[3].equals("1");
+      c.texts = r.items;
+      c.ids = r.ids;
+      c.mask = r.mask;
       cases.add(c);
-      i += 1 + 3 * n;
     }
     return cases;
   }
