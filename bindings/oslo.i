@@ -275,7 +275,7 @@ struct oslo_optimizer {};
 /* ------------------------------------------------------------------------ */
 
 %inline %{
-/* Run-time version of the library ("0.2.0"). */
+/* Run-time version of the library ("0.3.0"). */
 static const char *bind_version_string(void) { return oslo_version_string(); }
 
 /* Static name of a status ("OSLO_ERR_TIMEOUT: timed out"). */

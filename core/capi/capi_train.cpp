@@ -122,8 +122,8 @@ oslo::Trainer& trainer_of(oslo_optimizer* o, const char* fn) {
 extern "C" {
 
 oslo_status oslo_optimizer_options_init(oslo_optimizer_options* options, unsigned int version) {
-  const oslo_status st = guard(
-      [&] { refuse_02_version(version, "oslo_optimizer_options_init", "options"); });
+  const oslo_status st =
+      guard([&] { refuse_02_version(version, "oslo_optimizer_options_init", "options"); });
   return st != OSLO_OK ? st : kOptimizerOptions.init(options, version);
 }
 

@@ -424,25 +424,11 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
   named(oslo_optimizer_options_init(nullptr, OSLO_OPTIMIZER_OPTIONS_VERSION),
         OSLO_ERR_INVALID_ARGUMENT, "NULL", "options_init(NULL)");
   named(oslo_optimizer_options_init(&o, 99), OSLO_ERR_INVALID_ARGUMENT, "99", "unknown version");
-  // oslo 0.2's versions 2 to 4 (with the training settings) are refused by
-  // name, at _init and at create, pointing to the migration tool.
-  for (unsigned v = 2; v <= 4; ++v)
-    named(oslo_optimizer_options_init(&o, v), OSLO_ERR_INVALID_ARGUMENT, "migrate-0.3",
-          "0.2's optimizer options version " + std::to_string(v));
-  named(oslo_train_options_init(nullptr, OSLO_TRAIN_OPTIONS_VERSION), OSLO_ERR_INVALID_ARGUMENT,
-        "NULL", "train_options_init(NULL)");
-  named(oslo_train_options_init(&o_train, 2), OSLO_ERR_INVALID_ARGUMENT, "oslo_train_options",
-        "unknown train options version");
   ok_or_die(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION), "options_init");
   ok_or_die(oslo_train_options_init(&o_train, OSLO_TRAIN_OPTIONS_VERSION), "train_options_init");
-  check(o.version == 1 && o_train.version == 1, "0.3's options structs start at version 1");
   check(o.kind == OSLO_OPTIMIZER_ADAMW && o.lr == 1e-3 && o.beta2 == 0.999 &&
             o.loss_scaling == -1 && o.init_scale == 65536.0 && o.growth_interval == 2000,
         "defaults are PyTorch's");
-  check(o_train.grad_accum_steps == 1 && o_train.zero_stage == 0 &&
-            o_train.bucket_bytes == 25 << 20 && o_train.micro_batches == 1 &&
-            o_train.pipeline_head_split == 0,
-        "train defaults: no accumulation, DDP's 25 MiB buckets, one micro-batch");
   auto bad = [&](void (*edit)(oslo_optimizer_options&), const char* needle, const char* what) {
     oslo_optimizer_options b;
     ok_or_die(oslo_optimizer_options_init(&b, OSLO_OPTIMIZER_OPTIONS_VERSION), "init");
@@ -451,17 +437,7 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
     named(oslo_optimizer_create(m, &b, nullptr, &x), OSLO_ERR_INVALID_ARGUMENT, needle, what);
     check(x == nullptr, std::string(what) + ": no optimizer made");
   };
-  auto bad_train = [&](void (*edit)(oslo_train_options&), oslo_status want, const char* needle,
-                       const char* what) {
-    oslo_train_options b;
-    ok_or_die(oslo_train_options_init(&b, OSLO_TRAIN_OPTIONS_VERSION), "init");
-    edit(b);
-    oslo_optimizer* x = nullptr;
-    named(oslo_optimizer_create(m, nullptr, &b, &x), want, needle, what);
-    check(x == nullptr, std::string(what) + ": no optimizer made");
-  };
   bad([](oslo_optimizer_options& b) { b.version = 0; }, "version", "version 0");
-  bad([](oslo_optimizer_options& b) { b.version = 4; }, "migrate-0.3", "0.2's version 4 at create");
   bad([](oslo_optimizer_options& b) { b.kind = static_cast<oslo_optimizer_kind>(7); }, "kind",
       "unknown kind");
   bad([](oslo_optimizer_options& b) { b.schedule = static_cast<oslo_lr_schedule>(9); }, "schedule",
@@ -485,23 +461,12 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
         b.nesterov = 1;
       },
       "Nesterov", "Nesterov without momentum");
-  bad_train([](oslo_train_options& b) { b.version = 0; }, OSLO_ERR_INVALID_ARGUMENT, "version",
-            "train version 0");
-  bad_train([](oslo_train_options& b) { b.grad_accum_steps = 0; }, OSLO_ERR_INVALID_ARGUMENT,
-            "grad_accum_steps", "no micro-batches per step");
-  bad_train([](oslo_train_options& b) { b.pipeline_head_split = 1.5; }, OSLO_ERR_INVALID_ARGUMENT,
-            "pipeline_head_split", "head split 1.5");
-  // One stage: the head split needs pipeline stages.
-  bad_train([](oslo_train_options& b) { b.pipeline_head_split = -1; }, OSLO_ERR_NOT_SUPPORTED,
-            "pipeline stages", "head split on one stage");
-  {
-    // Both NULL: the defaults of both.
-    oslo_optimizer* x = nullptr;
-    ok_or_die(oslo_optimizer_create(m, nullptr, nullptr, &x), "create with the defaults");
-    oslo_optimizer_destroy(x);
-  }
-  named(oslo_optimizer_create(nullptr, &o, &o_train, &opt), OSLO_ERR_INVALID_ARGUMENT, "model", "NULL model");
-  named(oslo_optimizer_create(m, &o, &o_train, nullptr), OSLO_ERR_INVALID_ARGUMENT, "out", "NULL out");
+  // The train options' checks and the pipeline statistics:
+  // test_model_capi_train.cpp.
+  named(oslo_optimizer_create(nullptr, &o, &o_train, &opt), OSLO_ERR_INVALID_ARGUMENT, "model",
+        "NULL model");
+  named(oslo_optimizer_create(m, &o, &o_train, nullptr), OSLO_ERR_INVALID_ARGUMENT, "out",
+        "NULL out");
   {
     // An encoder trains from a gradient of its hidden states.
     oslo_model* enc = load(ctx, encoder);
@@ -586,39 +551,6 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
   check(r.loss == plain, "activation checkpointing: the same loss");
   ok_or_die(oslo_optimizer_zero_grad(opt), "zero_grad");
   oslo_optimizer_destroy(opt);
-
-  // The pipeline statistics are the model's last train step's: zeros when
-  // it ran no schedule (one stage, one micro-batch), this rank's seconds
-  // when it did (micro_batches 2 from the train options; one stage, so no
-  // bubble beyond the rank's own waits), zeros again after a plain step.
-  {
-    named(oslo_model_pipeline_stats(nullptr, nullptr, nullptr, nullptr),
-          OSLO_ERR_INVALID_ARGUMENT, "model", "pipeline_stats(NULL)");
-    oslo_model* pm = load(ctx, fix);
-    double c = -1, w = -1, bub = -1;
-    ok_or_die(oslo_model_pipeline_stats(pm, &c, &w, &bub), "pipeline_stats before");
-    check(c == 0 && w == 0 && bub == 0, "pipeline stats: zeros before a train step");
-    oslo_train_options two;
-    ok_or_die(oslo_train_options_init(&two, OSLO_TRAIN_OPTIONS_VERSION), "train options");
-    two.micro_batches = 2;
-    oslo_optimizer* po = nullptr;
-    ok_or_die(oslo_optimizer_create(pm, &o, &two, &po), "optimizer with 2 micro-batches");
-    ok_or_die(oslo_model_train_step(pm, po, ids.data(), nullptr, mask.data(), 2, 4, &r),
-              "train_step, 2 micro-batches");
-    ok_or_die(oslo_model_pipeline_stats(pm, &c, &w, nullptr), "pipeline_stats after");
-    ok_or_die(oslo_model_pipeline_stats(pm, nullptr, nullptr, &bub), "pipeline_stats bubble");
-    check(c > 0 && w >= c && bub >= 0 && bub < 1,
-          "pipeline stats after 2 micro-batches: compute " + std::to_string(c) + " s, wall " +
-              std::to_string(w) + " s, bubble " + std::to_string(bub));
-    ok_or_die(oslo_model_pipeline_stats(other, &c, &w, &bub), "pipeline_stats other");
-    check(c == 0 && w == 0 && bub == 0, "pipeline stats: another model's are its own");
-    ok_or_die(oslo_model_train_step(pm, nullptr, ids.data(), nullptr, mask.data(), 2, 4, &r),
-              "plain train_step");
-    ok_or_die(oslo_model_pipeline_stats(pm, &c, &w, &bub), "pipeline_stats after plain");
-    check(c == 0 && w == 0 && bub == 0, "pipeline stats: zeros after a step without schedule");
-    oslo_optimizer_destroy(po);
-    oslo_model_destroy(pm);
-  }
 
   // Loss scaling by a power of two changes no bit of the update (scaled
   // gradients are unscaled exactly), and the scale grows after

@@ -39,7 +39,7 @@ __version__ = _c.version_string()
 
 
 def version():
-    """Run-time version of the library, e.g. "0.2.0"."""
+    """Run-time version of the library, e.g. "0.3.0"."""
     return _c.version_string()
 
 
