@@ -25,9 +25,9 @@ oslo_optimizer_pipeline_stats(OPT, ...) becomes oslo_model_pipeline_stats
 of the same file (MODEL its first argument).
 
 Running it again on a migrated file changes nothing. What it cannot rewrite
-(an optimizer options struct reached through a pointer, a parameter or a
-member, a version given by number, an optimizer it cannot trace to its
-model) is reported as FILE:LINE: messages to fix by hand; the exit status is
+(an optimizer options struct reached through a pointer or a parameter,
+or declared with an initialiser list, a version given by number, an
+optimizer it cannot trace to its model) is reported as FILE:LINE: messages to fix by hand; the exit status is
 then 1. Comments and strings are left alone; do not run it on oslo.h.
 """
 import re
@@ -127,6 +127,9 @@ def migrate(src, path, problems):
     refs = {m.group(1) for m in REF.finditer(src) if mask[m.start(1)]}
     for r in refs:
         decls.pop(r, None)
+    # Declared in a form not rewritten (`= {0}`, several declarators, ...).
+    others = {m.group(1) for m in re.finditer(r"\b" + OPT_TYPE + r"\s+(\w+)", src)
+              if mask[m.start()] and m.group(1) not in decls}
     # Which variables need a companion: those whose training fields are used,
     # and copies of (or sources of) such variables.
     need = set()
@@ -136,9 +139,10 @@ def migrate(src, path, problems):
         var = m.group(1)
         if var in decls and "." in m.group(2):
             need.add(var)
-        elif var in refs:
+        elif var in refs or var in others:
             problems.append("%s:%d: %s%s%s: move this training field to an oslo_train_options by "
-                            "hand (%s is an oslo_optimizer_options reference or pointer)" %
+                            "hand (%s is an oslo_optimizer_options reference, pointer or declaration this tool "
+                            "does not rewrite)" %
                             (path, line_of(src, m.start()), var, m.group(2).strip(), m.group(3),
                              var))
     changed = True
