@@ -51,8 +51,9 @@ void refuse_02_version(unsigned version, const char* fn, const char* arg) {
                "oslo_train_options: python3 tools/migrate-0.3.py rewrites a 0.2 program");
 }
 
-oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo_train_options& t2,
-                                     const oslo::Model& model, const char* fn) {
+oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o,
+                                     const oslo_train_options& train, const oslo::Model& model,
+                                     const char* fn) {
   oslo::TrainerOptions t;
   oslo::OptimizerOptions& p = t.optimizer;
   switch (o.kind) {
@@ -92,11 +93,11 @@ oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo
   t.scaler.growth_factor = o.growth_factor;
   t.scaler.backoff_factor = o.backoff_factor;
   t.scaler.growth_interval = o.growth_interval;
-  t.grad_accum_steps = t2.grad_accum_steps;
-  t.data_parallel.zero_stage = t2.zero_stage;
-  t.data_parallel.bucket_bytes = t2.bucket_bytes;
-  t.micro_batches = t2.micro_batches;
-  t.pipeline_head_split = t2.pipeline_head_split;
+  t.grad_accum_steps = train.grad_accum_steps;
+  t.data_parallel.zero_stage = train.zero_stage;
+  t.data_parallel.bucket_bytes = train.bucket_bytes;
+  t.micro_batches = train.micro_batches;
+  t.pipeline_head_split = train.pipeline_head_split;
   return t;
 }
 
@@ -184,12 +185,13 @@ oslo_status oslo_model_train_step(oslo_model* model, oslo_optimizer* optimizer, 
       if (model->impl->pipeline_size() > 1 || t.options().micro_batches > 1)
         model->last_pipeline = t.pipeline_stats();
     } else if (model->impl->pipeline_size() > 1) {
-      model->last_pipeline =
+      const oslo::PipelineStats st =
           model->impl->training().pipeline_loss_backward(id, lab, m, batch, seq, 1, 1.f);
-      r.loss = model->last_pipeline.loss;
+      r.loss = st.loss;
       if (!std::isfinite(r.loss))
         oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": the loss is ", r.loss,
                    " (no label kept, or non-finite logits)");
+      model->last_pipeline = st;
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     } else {
       r.loss = model->impl->training().loss_backward(id, lab, m, batch, seq, 1.f);
