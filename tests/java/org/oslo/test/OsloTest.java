@@ -656,17 +656,21 @@ public class OsloTest {
 
   /**
    * An optimizer keeps its model: the model closed first is destroyed when
-   * the optimizer is closed. OptimizerOptions has the C defaults; a bad
-   * option is refused, named.
+   * the optimizer is closed. OptimizerOptions and TrainOptions have the C
+   * defaults; a bad option is refused, named.
    */
   @Test
   void optimizerKeepsModel() {
-    try (Context ctx = new Context(); OptimizerOptions o = new OptimizerOptions()) {
+    try (Context ctx = new Context(); OptimizerOptions o = new OptimizerOptions();
+        TrainOptions t = new TrainOptions()) {
       assertEquals(OptimizerKind.ADAMW, o.getKind());
       assertEquals(1e-3, o.getLr());
       assertEquals(LRSchedule.CONSTANT, o.getSchedule());
-      assertEquals(1, o.getGradAccumSteps());
       assertEquals(-1, o.getLossScaling());
+      assertEquals(1, t.getGradAccumSteps());
+      assertEquals(0, t.getZeroStage());
+      assertEquals(1, t.getMicroBatches());
+      assertEquals(0.0, t.getPipelineHeadSplit());
       Model m = new Model(ctx, property("oslo.fixture"));
       o.setLr(-1);
       OsloException e = assertThrows(OsloException.class, () -> new Optimizer(m, o));
