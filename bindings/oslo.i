@@ -140,8 +140,9 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %ignore OSLO_API;
 %ignore OSLO_H;
 /* Options structs the classes fill themselves (the language layers take
-   keyword arguments); oslo_generate_options and oslo_optimizer_options are
-   exposed (see below), and oslo_train_step_result as a result struct. */
+   keyword arguments); oslo_generate_options, oslo_optimizer_options and
+   oslo_train_options are exposed (see below), and oslo_train_step_result
+   as a result struct. */
 %ignore oslo_parallel_linear_options;
 %ignore oslo_parallel_embedding_options;
 %ignore oslo_vocab_parallel_cross_entropy_options;
@@ -154,6 +155,8 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %ignore OSLO_MERGE_OPTIONS_VERSION;
 %ignore OSLO_OPTIMIZER_OPTIONS_VERSION;
 %ignore oslo_optimizer_options::version;
+%ignore OSLO_TRAIN_OPTIONS_VERSION;
+%ignore oslo_train_options::version;
 /* The train state travels as three integers (Optimizer save/load_checkpoint). */
 %ignore oslo_train_state;
 %ignore OSLO_GENERATE_OPTIONS_VERSION;
@@ -187,6 +190,7 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %rename(ModelInfo) oslo_model_info;
 %rename(Optimizer) oslo_optimizer;
 %rename(OptimizerOptions) oslo_optimizer_options;
+%rename(TrainOptions) oslo_train_options;
 %rename(TrainStepResult) oslo_train_step_result;
 %rename(version_string) bind_version_string;
 %rename(status_string) bind_status_string;
@@ -275,7 +279,7 @@ struct oslo_optimizer {};
 /* ------------------------------------------------------------------------ */
 
 %inline %{
-/* Run-time version of the library ("0.2.0"). */
+/* Run-time version of the library ("0.3.0"). */
 static const char *bind_version_string(void) { return oslo_version_string(); }
 
 /* Static name of a status ("OSLO_ERR_TIMEOUT: timed out"). */
@@ -908,10 +912,18 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   void m_set_activation_checkpointing(int enabled) {
     oslo_bind_check(oslo_model_set_activation_checkpointing($self, enabled));
   }
+  /* oslo_model_pipeline_stats; out: float64 [3], this rank's compute and
+     wall seconds of the model's last train step's pipeline schedule and
+     the bubble over all stages (zeros when it ran none). Not collective. */
+  void m_pipeline_stats(void *out, size_t out_bytes) {
+    if (!oslo_bind_bytes("pipeline_stats: out", out_bytes, 3 * 8)) return;
+    double *d = (double *)out;
+    oslo_bind_check(oslo_model_pipeline_stats($self, &d[0], &d[1], &d[2]));
+  }
 }
 
 /* ------------------------------------------------------------------------ */
-/* Training: Optimizer, its options and the train step's result              */
+/* Training: Optimizer, its options, the train options, the step's result   */
 /* ------------------------------------------------------------------------ */
 
 /* Options of the optimizer with PyTorch's and Hugging Face Trainer's
@@ -933,6 +945,25 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   ~oslo_optimizer_options() { free($self); }
 }
 
+/* How the training runs (accumulation, ZeRO, DDP buckets, pipeline
+   micro-batches), with its defaults (oslo_train_options_init). */
+%extend oslo_train_options {
+  oslo_train_options() {
+    oslo_train_options *o = (oslo_train_options *)calloc(1, sizeof *o);
+    if (!o) {
+      oslo_bind_fail(OSLO_ERR_OUT_OF_MEMORY, "TrainOptions: %llu bytes",
+                     (unsigned long long)sizeof *o);
+      return NULL;
+    }
+    if (!oslo_bind_check(oslo_train_options_init(o, OSLO_TRAIN_OPTIONS_VERSION))) {
+      free(o);
+      return NULL;
+    }
+    return o;
+  }
+  ~oslo_train_options() { free($self); }
+}
+
 %extend oslo_train_step_result {
   ~oslo_train_step_result() { free($self); }
 }
@@ -944,17 +975,26 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
    of this class (save_checkpoint / load_checkpoint). */
 %newobject oslo_optimizer::m_step;
 %extend oslo_optimizer {
-  /* oslo_optimizer_create; options NULL: the defaults. Not collective. */
-  oslo_optimizer(oslo_model *model, const oslo_optimizer_options *options) {
+  /* oslo_optimizer_create; options, train NULL: their defaults. Not
+     collective. */
+  oslo_optimizer(oslo_model *model, const oslo_optimizer_options *options,
+                 const oslo_train_options *train) {
     oslo_optimizer *o = NULL;
     oslo_optimizer_options c;
+    oslo_train_options t;
+    /* The structs were made by OptimizerOptions() and TrainOptions(): their
+       versions are ours. */
     if (options) {
-      /* The struct was made by OptimizerOptions(): its version is ours. */
       c = *options;
       c.version = OSLO_OPTIMIZER_OPTIONS_VERSION;
       options = &c;
     }
-    oslo_bind_check(oslo_optimizer_create(model, options, &o));
+    if (train) {
+      t = *train;
+      t.version = OSLO_TRAIN_OPTIONS_VERSION;
+      train = &t;
+    }
+    oslo_bind_check(oslo_optimizer_create(model, options, train, &o));
     return o;
   }
   ~oslo_optimizer() { oslo_optimizer_destroy($self); }
@@ -971,14 +1011,6 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
   }
   /* oslo_optimizer_zero_grad. Not collective. */
   void m_zero_grad() { oslo_bind_check(oslo_optimizer_zero_grad($self)); }
-  /* oslo_optimizer_pipeline_stats; out: float64 [3], this rank's compute
-     and wall seconds of the last train step's pipeline schedule and the
-     bubble over all stages. Not collective. */
-  void m_pipeline_stats(void *out, size_t out_bytes) {
-    if (!oslo_bind_bytes("pipeline_stats: out", out_bytes, 3 * 8)) return;
-    double *d = (double *)out;
-    oslo_bind_check(oslo_optimizer_pipeline_stats($self, &d[0], &d[1], &d[2]));
-  }
   /* oslo_checkpoint_save with the train state (seed, epoch, data
      position). Collective over the world group. */
   void m_save_checkpoint(const char *dir, int64_t seed, int64_t epoch, int64_t data_position) {

@@ -19,7 +19,7 @@ set(CPACK_PACKAGE_VENDOR "oslo developers")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(OSLO_DEB_MAINTAINER "oslo developers" CACHE STRING
     "Maintainer field of the Debian packages (Name <email>)")
-set(OSLO_DEB_RELEASE 1 CACHE STRING "Debian revision of the packages (the -N of 0.2.0-N)")
+set(OSLO_DEB_RELEASE 1 CACHE STRING "Debian revision of the packages (the -N of 0.3.0-N)")
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
@@ -63,7 +63,7 @@ set(CPACK_COMPONENT_DEV_DESCRIPTION
     "oslo: tensor-parallel transformer models behind a C ABI (development files)
 The header oslo.h (with oslo/dlpack.h), the liboslo.so link, the pkg-config
 file (pkg-config --cflags --libs oslo) and the CMake package
-(find_package(oslo 0.2 REQUIRED), target oslo::oslo).")
+(find_package(oslo 0.3 REQUIRED), target oslo::oslo).")
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME oslo-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION science)

@@ -21,7 +21,7 @@ endif()
 set(_oslo_wheel_targets oslo oslo_sentencepiece oslo_python oslo_cli oslo-run)
 set_target_properties(${_oslo_wheel_targets} PROPERTIES INSTALL_RPATH "$ORIGIN")
 # liboslo under its SONAME only: a wheel (a zip) has no symbolic links, so
-# liboslo.so.0.2.0 and its links would be as many copies. install(FILES)
+# liboslo.so.0.3.0 and its links would be as many copies. install(FILES)
 # does not rewrite the RUNPATH: liboslo is linked with the install one
 # ($ORIGIN; its dependencies are the system's, in the build tree too).
 set_target_properties(oslo PROPERTIES BUILD_WITH_INSTALL_RPATH ON)

@@ -94,9 +94,12 @@
  *
  * Stability: 0.x is pre-stable. 0.2 settled names, argument order and
  * options structs ahead of the Python, Java and Go bindings (CHANGELOG.md
- * lists every change from 0.1). From 0.2 on, functions are only added; a
- * changed meaning gets a new name (a _v2 suffix) and the old one keeps
- * working; options structs grow as described above.
+ * lists every change from 0.1). 0.3 moved the training settings out of
+ * oslo_optimizer_options into oslo_train_options and the pipeline
+ * statistics from the optimizer to the model (tools/migrate-0.3.py
+ * rewrites a 0.2 program). Otherwise functions are only added; a changed
+ * meaning gets a new name (a _v2 suffix) and the old one keeps working;
+ * options structs grow as described above.
  *
  * This header is C99 and compiles with -std=c99 -pedantic -Werror.
  */
@@ -107,9 +110,9 @@
 #include <stdint.h>
 
 #define OSLO_VERSION_MAJOR 0
-#define OSLO_VERSION_MINOR 2
+#define OSLO_VERSION_MINOR 3
 #define OSLO_VERSION_PATCH 0
-#define OSLO_VERSION_STRING "0.2.0"
+#define OSLO_VERSION_STRING "0.3.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, for compile-time comparisons. */
 #define OSLO_VERSION_NUMBER \
   (OSLO_VERSION_MAJOR * 10000 + OSLO_VERSION_MINOR * 100 + OSLO_VERSION_PATCH)
@@ -1429,7 +1432,7 @@ OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsign
  * only); each rank loads only its stage's weights. Forward, embed and
  * generate then run stage by stage and return the same results on every
  * rank; training runs the stages as a pipeline (oslo_model_train_step with
- * an optimizer's micro_batches), and a model with fewer blocks than stages fails to load
+ * the train options' micro_batches), and a model with fewer blocks than stages fails to load
  * (OSLO_ERR_INVALID_ARGUMENT). Collective over the world
  * group: if any rank fails, every rank returns the status of the lowest
  * failing rank with a message naming it.
@@ -1660,7 +1663,7 @@ OSLO_API oslo_status oslo_checkpoint_inspect(const char *path, int json, char *o
  * transformers computes it: labels shifted inside, -100 ignored, the mean
  * over the labels kept) and the backward on one micro-batch, adding to the
  * model's gradients. With an optimizer it also takes the optimizer step
- * after every grad_accum_steps micro-batches: unscale (loss scaling),
+ * after every grad_accum_steps (oslo_train_options) micro-batches: unscale (loss scaling),
  * global gradient norm, skip on non-finite gradients, clip, learning rate
  * from the schedule, AdamW or SGD update, zero the gradients. Hugging Face
  * Trainer's semantics; every rank takes every decision alike. Models train
@@ -1692,10 +1695,17 @@ typedef enum oslo_lr_schedule {
   OSLO_LR_SCHEDULE_ENUM_MAX_ = 2147483647
 } oslo_lr_schedule;
 
-#define OSLO_OPTIMIZER_OPTIONS_VERSION 4
+/* Version 1 is oslo 0.3's layout: the update rule only. oslo 0.2's
+ * versions 2 to 4, which also held the training settings now in
+ * oslo_train_options, are refused with OSLO_ERR_INVALID_ARGUMENT naming
+ * tools/migrate-0.3.py. */
+#define OSLO_OPTIMIZER_OPTIONS_VERSION 1
 
-/** Options of oslo_optimizer_create (versioned). Defaults are PyTorch's
- * (optimizers, GradScaler) and Hugging Face Trainer's (parameter groups). */
+/** Options of the update rule of oslo_optimizer_create (versioned), as
+ * torch.optim's constructor arguments, its LR scheduler and
+ * torch.amp.GradScaler's. Defaults are PyTorch's (optimizers, GradScaler)
+ * and Hugging Face Trainer's (parameter groups). How the training runs
+ * (accumulation, data and pipeline parallelism) is in oslo_train_options. */
 typedef struct oslo_optimizer_options {
   unsigned int version;     /**< OSLO_OPTIMIZER_OPTIONS_VERSION; set by _init */
   oslo_optimizer_kind kind; /**< default OSLO_OPTIMIZER_ADAMW */
@@ -1712,7 +1722,6 @@ typedef struct oslo_optimizer_options {
   int64_t warmup_steps;      /**< optimizer steps of linear warmup (default 0) */
   int64_t total_steps;       /**< the schedule's length (linear, cosine need > 0) */
   double max_grad_norm;      /**< > 0: clip the global gradient norm to it (default 0: off) */
-  int64_t grad_accum_steps;  /**< micro-batches per optimizer step (default 1) */
   /** Dynamic loss scaling (torch.amp.GradScaler): -1 (default) on for f16
    * models, off otherwise; 0 off; 1 on. */
   int loss_scaling;
@@ -1720,12 +1729,35 @@ typedef struct oslo_optimizer_options {
   double growth_factor;    /**< default 2 */
   double backoff_factor;   /**< default 0.5 */
   int64_t growth_interval; /**< default 2000 */
-  /* Version 2: data parallelism. When the context's data-parallel size is
-   * above 1, the optimizer averages the gradients over the data-parallel
-   * group as PyTorch's DistributedDataParallel does: in buckets, in the
-   * order the backward finishes them, each reduced on a communication
-   * thread while the backward goes on, only on the last micro-batch of an
-   * accumulation window. */
+} oslo_optimizer_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass OSLO_OPTIMIZER_OPTIONS_VERSION).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown version, one of oslo
+ * 0.2's versions 2 to 4: named, with the migration tool).
+ * Thread-safety: thread-safe.
+ * Ownership: writes the caller's struct.
+ */
+OSLO_API oslo_status oslo_optimizer_options_init(oslo_optimizer_options *options,
+                                                 unsigned int version);
+
+#define OSLO_TRAIN_OPTIONS_VERSION 1
+
+/** How oslo_model_train_step trains with an optimizer (versioned):
+ * gradient accumulation, data parallelism (DeepSpeed's ZeRO stages,
+ * PyTorch DDP's buckets) and pipeline parallelism (Megatron-LM's
+ * micro-batches). The parallel sizes themselves are the context's
+ * (oslo_context_options). Passed to oslo_optimizer_create (NULL: the
+ * defaults, plain DDP-style training without accumulation). */
+typedef struct oslo_train_options {
+  unsigned int version;     /**< OSLO_TRAIN_OPTIONS_VERSION; set by _init */
+  int64_t grad_accum_steps; /**< micro-batches per optimizer step (default 1) */
+  /* Data parallelism. When the context's data-parallel size is above 1,
+   * the optimizer averages the gradients over the data-parallel group as
+   * PyTorch's DistributedDataParallel does: in buckets, in the order the
+   * backward finishes them, each reduced on a communication thread while
+   * the backward goes on, only on the last micro-batch of an accumulation
+   * window. */
   /** ZeRO stage (DeepSpeed's): 0 (default) none; 1 optimizer state and f32
    * masters partitioned over the data-parallel group; 2 gradients too
    * (reduce-scattered); 3 parameters of two or more dimensions too (each
@@ -1737,7 +1769,7 @@ typedef struct oslo_optimizer_options {
   /** Bytes of f32 gradient per bucket (default 25 MiB, as DDP's
    * bucket_cap_mb). */
   int64_t bucket_bytes;
-  /* Version 3: pipeline parallelism. */
+  /* Pipeline parallelism. */
   /** Micro-batches each oslo_model_train_step's batch is cut into (it must
    * divide the batch; default 1). With pipeline stages (the context's
    * pipeline-parallel size above 1) they run through the stages in
@@ -1749,7 +1781,6 @@ typedef struct oslo_optimizer_options {
    * micro-batch of grad_accum_steps. Needs zero_stage 0 or 1 when above 1
    * or with pipeline stages (OSLO_ERR_NOT_SUPPORTED otherwise). */
   int64_t micro_batches;
-  /* Version 4: the pipeline's head split. */
   /** With pipeline stages and tied word embeddings (GPT-2 and the like;
    * with or without virtual stages): the first stage, which holds the same token
    * table, also runs the head and the loss of the first tokens of every
@@ -1766,33 +1797,34 @@ typedef struct oslo_optimizer_options {
    * (another value), OSLO_ERR_NOT_SUPPORTED (no pipeline stages); at the
    * train step: OSLO_ERR_NOT_SUPPORTED (an untied head). */
   double pipeline_head_split;
-} oslo_optimizer_options;
+} oslo_train_options;
 
 /**
- * Sets `options` to the defaults of `version` (pass OSLO_OPTIMIZER_OPTIONS_VERSION).
+ * Sets `options` to the defaults of `version` (pass OSLO_TRAIN_OPTIONS_VERSION).
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown version).
  * Thread-safety: thread-safe.
  * Ownership: writes the caller's struct.
  */
-OSLO_API oslo_status oslo_optimizer_options_init(oslo_optimizer_options *options,
-                                                 unsigned int version);
+OSLO_API oslo_status oslo_train_options_init(oslo_train_options *options, unsigned int version);
 
 /**
  * Creates an optimizer over every parameter of `model` (this rank's
- * slices). Optimizer state (AdamW's moments, SGD's momentum, f32 master
- * weights of a bf16/f16 model) is f32 and sliced like its parameter (with
- * ZeRO: only this data-parallel rank's part of it). Makes the model's
- * gradients (zero); with data parallelism starts the communication thread.
- * Not collective.
+ * slices), with the update rule of `options` and the training settings of
+ * `train` (either NULL: its defaults). Optimizer state (AdamW's moments,
+ * SGD's momentum, f32 master weights of a bf16/f16 model) is f32 and
+ * sliced like its parameter (with ZeRO: only this data-parallel rank's
+ * part of it). Makes the model's gradients (zero); with data parallelism
+ * starts the communication thread. Not collective.
  * Ownership: the caller owns *out (oslo_optimizer_destroy), which keeps
  * `model` (and its context) alive until destroyed: it may be destroyed
- * after them; options (NULL: defaults) are read during the call.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, a bad option: named),
- * OSLO_ERR_OUT_OF_MEMORY.
+ * after them; `options` and `train` are read during the call.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL model or out, a bad option:
+ * named), OSLO_ERR_NOT_SUPPORTED (a training setting the model's context
+ * cannot run: named), OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: per model.
  */
 OSLO_API oslo_status oslo_optimizer_create(oslo_model *model, const oslo_optimizer_options *options,
-                                           oslo_optimizer **out);
+                                           const oslo_train_options *train, oslo_optimizer **out);
 
 /**
  * Frees an optimizer (NULL is a no-op); its model keeps its parameters and
@@ -1823,7 +1855,8 @@ typedef struct oslo_train_step_result {
  * with labels [batch, seq] (NULL: the ids, with -100 where the mask is 0)
  * and an attention mask (NULL: all 1; padding may be on either side).
  * Gradients accumulate in the model. With `optimizer` (over this model),
- * the loss is scaled by its loss scale / grad_accum_steps and the optimizer
+ * the loss is scaled by its loss scale / its train options'
+ * grad_accum_steps and the optimizer
  * steps when the micro-batch completes an accumulation window; with NULL,
  * gradients of the plain loss accumulate and nothing steps. Fills *result
  * (may be NULL); the loss is the same on every rank.
@@ -1836,7 +1869,8 @@ typedef struct oslo_train_step_result {
  * fails them all).
  * With pipeline stages (pipeline-parallel size above 1) every stage passes
  * the same batch (checked over the pipeline group too); it runs as the
- * optimizer's micro_batches micro-batches through the stages (one without
+ * optimizer's micro_batches (oslo_train_options) micro-batches through
+ * the stages (one without
  * an optimizer), the loss comes from the last stage to every rank, and a
  * tied embedding's two copies (first and last stage) get the sum of their
  * gradients before each update, so they stay equal. A schedule that fails
@@ -1857,19 +1891,20 @@ OSLO_API oslo_status oslo_model_train_step(oslo_model *model, oslo_optimizer *op
                                            oslo_train_step_result *result);
 
 /**
- * The pipeline schedule of `optimizer`'s last oslo_model_train_step: this
- * rank's seconds of compute (its forwards and backwards) and of wall time
- * (also its waits for other stages and the transfers), and the bubble over
- * all stages, 1 - (the stages' compute seconds summed) / (stages x the
- * longest stage's wall time): (P - 1) / (M + P - 1) in theory for P equal
- * stages and M micro-batches. Any output pointer may be NULL; zeros before
- * a step ran.
- * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL optimizer).
+ * The pipeline schedule of `model`'s last oslo_model_train_step (with or
+ * without an optimizer): this rank's seconds of compute (its forwards and
+ * backwards) and of wall time (also its waits for other stages and the
+ * transfers), and the bubble over all stages, 1 - (the stages' compute
+ * seconds summed) / (stages x the longest stage's wall time): (P - 1) /
+ * (M + P - 1) in theory for P equal stages and M micro-batches. Zeros
+ * before a train step, after a step that failed, and after one that ran no
+ * pipeline schedule (one stage and micro_batches 1). Any output pointer
+ * may be NULL.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL model).
  * Thread-safety: per context. Ownership: writes the non-NULL outputs.
  */
-OSLO_API oslo_status oslo_optimizer_pipeline_stats(const oslo_optimizer *optimizer,
-                                                   double *compute_s, double *wall_s,
-                                                   double *bubble);
+OSLO_API oslo_status oslo_model_pipeline_stats(const oslo_model *model, double *compute_s,
+                                               double *wall_s, double *bubble);
 
 /**
  * One micro-batch of any model (encoders included) trained from a loss the

@@ -104,7 +104,8 @@ OSLO_JCLASSDOC(struct oslo_param_set, "class", "Named parameters for gradient cl
 OSLO_JCLASSDOC(struct oslo_generate_options, "class", "Options of Model.generate with Hugging Face's defaults (greedy, 20 new tokens).")
 OSLO_JCLASSDOC(struct oslo_model_info, "class", "Sizes of a loaded model, as in its config.json.")
 OSLO_JCLASSDOC(struct oslo_optimizer, "class", "An optimizer over every parameter of a Model (this rank's slices) with its learning-rate schedule, gradient clipping, accumulation and loss scaler; Model.trainStep steps it. It keeps its model: closing the model while the optimizer is open destroys the model when the optimizer is closed.")
-OSLO_JCLASSDOC(struct oslo_optimizer_options, "class", "Options of an Optimizer with PyTorch's defaults (AdamW lr 1e-3, betas 0.9 0.999, eps 1e-8, no weight decay, constant schedule, no clipping, no accumulation) and Hugging Face Trainer's (no weight decay for 1-D parameters unless decay1d). Data parallelism (a context whose data-parallel size is above 1) averages gradients over the data group as PyTorch's DDP, in buckets of bucketBytes (default 25 MiB); zeroStage 1 partitions optimizer state and f32 masters over the data group, 2 the gradients too (DeepSpeed ZeRO; 3 is refused with NOT_SUPPORTED).")
+OSLO_JCLASSDOC(struct oslo_optimizer_options, "class", "The update rule of an Optimizer with PyTorch's defaults (AdamW lr 1e-3, betas 0.9 0.999, eps 1e-8, no weight decay, constant schedule, no clipping, loss scaling for f16 models) and Hugging Face Trainer's (no weight decay for 1-D parameters unless decay1d). How the training runs is in TrainOptions.")
+OSLO_JCLASSDOC(struct oslo_train_options, "class", "How Model.trainStep trains with an Optimizer, with the defaults of oslo_train_options_init: gradAccumSteps micro-batches per optimizer step (default 1). Data parallelism (a context whose data-parallel size is above 1) averages gradients over the data group as PyTorch's DDP, in buckets of bucketBytes (default 25 MiB); zeroStage 1 partitions optimizer state and f32 masters over the data group, 2 the gradients too, 3 the parameters too (DeepSpeed ZeRO). Pipeline parallelism: microBatches cuts each trainStep's batch into that many micro-batches (Megatron-LM's 1F1B through the stages); pipelineHeadSplit runs part of the tied head on the first stage (0 off, a fraction in (0, 1], -1 balanced).")
 OSLO_JCLASSDOC(struct oslo_train_step_result, "class", "What Model.trainStep and Optimizer.step report; meanLoss, gradNorm and lr are meaningful when getStepped() (gradNorm is NaN when neither clipping nor loss scaling asked for it).")
 OSLO_JCLASSDOC(oslo_optimizer_kind, "enum", "Update rules of an Optimizer: ADAMW (torch.optim.AdamW) or SGD (torch.optim.SGD: momentum, dampening, Nesterov).")
 OSLO_JCLASSDOC(oslo_lr_schedule, "enum", "Learning-rate schedules as transformers' get_scheduler: CONSTANT, CONSTANT_WITH_WARMUP, LINEAR and COSINE (linear warmup, then decay to 0 at totalSteps).")
@@ -167,15 +168,16 @@ OSLO_JDOC(oslo_model::m_save, "Saves a parallel checkpoint in {@code dir}. Colle
 OSLO_JDOC(oslo_model::m_train_step, "One micro-batch of causal-LM training on [batch, seq] I64 ids: forward, loss (labels shifted inside, -100 ignored; labels null: the ids with -100 where the mask is 0; mask null: all 1) and backward, adding to the gradients; with an optimizer (null: none) over this model it steps after every gradAccumSteps micro-batches. Direct buffers, no copy. Collective.")
 OSLO_JDOC(oslo_model::m_backward, "Backward from a loss on the last hidden states: adds the parameter gradients of [batch, seq] I64 ids (mask null: all 1; token_type_ids null: all 0) for {@code grad_hidden} [batch, seq, hidden] F32 (d loss / d hidden states); with an optimizer (null: only accumulate) over this model it steps after every gradAccumSteps micro-batches. The result's loss is 0. Direct buffers, no copy. Collective.")
 OSLO_JDOC(oslo_model::m_set_activation_checkpointing, "Recomputes each block in the backward of trainStep instead of keeping its activations (equal gradients, less memory).")
-OSLO_JDOC(oslo_optimizer::oslo_optimizer, "An optimizer over every parameter of {@code model} ({@code options} null: the defaults); not collective.")
+OSLO_JDOC(oslo_optimizer::oslo_optimizer, "An optimizer over every parameter of {@code model} with the update rule of {@code options} and the training settings of {@code train} (either null: its defaults); not collective.")
 OSLO_JDOC(oslo_optimizer::m_step, "The optimizer step now from the gradients accumulated so far (however many micro-batches), then zeroes them. Collective.")
 OSLO_JDOC(oslo_optimizer::m_zero_grad, "Zeroes the model's gradients and restarts the accumulation window.")
 /* The train state travels as TrainState (Optimizer.saveCheckpoint and
    loadCheckpoint in the javacode below): the raw forms are private. */
 %javamethodmodifiers oslo_optimizer::m_save_checkpoint "private";
 %javamethodmodifiers oslo_optimizer::m_load_checkpoint "private";
-%javamethodmodifiers oslo_optimizer::m_pipeline_stats "private";
+%javamethodmodifiers oslo_model::m_pipeline_stats "private";
 OSLO_JDOC(oslo_optimizer_options::oslo_optimizer_options, "PyTorch's and Hugging Face Trainer's defaults (AdamW, lr 1e-3).")
+OSLO_JDOC(oslo_train_options::oslo_train_options, "The defaults: no accumulation, no ZeRO, DDP's 25 MiB buckets, one micro-batch, no head split.")
 OSLO_JDOC(oslo_tokenizer::oslo_tokenizer, "Loads the tokenizer of a model folder.")
 OSLO_JDOC(oslo_tokenizer::m_encode, "Encodes UTF-8 text (a direct buffer) into {@code out} (I64, null: only count); returns the full count.")
 OSLO_JDOC(oslo_tokenizer::m_decode, "Decodes I64 ids into UTF-8 bytes in {@code out} (null: only size); returns the full length in bytes.")
@@ -307,7 +309,8 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
 %typemap(javainterfaces) struct oslo_context, struct oslo_tensor, struct oslo_model,
     struct oslo_tokenizer, struct oslo_parallel_linear, struct oslo_parallel_embedding,
     struct oslo_param_set, struct oslo_generate_options, struct oslo_model_info,
-    struct oslo_optimizer, struct oslo_optimizer_options, struct oslo_train_step_result
+    struct oslo_optimizer, struct oslo_optimizer_options, struct oslo_train_options,
+    struct oslo_train_step_result
     "AutoCloseable"
 %typemap(javafinalize) struct oslo_context, struct oslo_tensor, struct oslo_model,
     struct oslo_parallel_linear, struct oslo_parallel_embedding, struct oslo_param_set,
@@ -1211,6 +1214,20 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
   public TrainStepResult backward(long[] ids, float[] gradHidden, Optimizer optimizer) {
     return backward(new long[][] {ids}, null, null, gradHidden, optimizer);
   }
+
+  /**
+   * The pipeline schedule of this model's last trainStep: {this rank's
+   * compute seconds, its wall seconds, the bubble over all stages} (1 - the
+   * stages' compute summed / (stages x the longest wall time)); zeros
+   * before a step and after one that ran no schedule (one stage,
+   * microBatches 1). Not collective.
+   */
+  public double[] pipelineStats() {
+    java.nio.DoubleBuffer out =
+        java.nio.ByteBuffer.allocateDirect(24).order(java.nio.ByteOrder.nativeOrder()).asDoubleBuffer();
+    pipelineStats(out);
+    return new double[] {out.get(0), out.get(1), out.get(2)};
+  }
 %}
 %typemap(javacode) struct oslo_optimizer %{
   private Object model;
@@ -1220,9 +1237,14 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     return (Model) model;
   }
 
-  /** An optimizer with the default options (AdamW, lr 1e-3). */
+  /** An optimizer with the default options (AdamW, lr 1e-3) and training settings. */
   public Optimizer(Model model) {
-    this(model, null);
+    this(model, null, null);
+  }
+
+  /** An optimizer with {@code options} (null: the defaults) and the default training settings. */
+  public Optimizer(Model model, OptimizerOptions options) {
+    this(model, options, null);
   }
 
   /** Frees the optimizer (the model keeps its parameters); safe to call more than once. */
@@ -1256,21 +1278,15 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     loadCheckpoint(dir, out);
     return new TrainState(out.get(0), out.get(1), out.get(2));
   }
-
-  /**
-   * The pipeline schedule of the last trainStep: {this rank's compute
-   * seconds, its wall seconds, the bubble over all stages} (1 - the
-   * stages' compute summed / (stages x the longest wall time)); zeros
-   * before a step. Not collective.
-   */
-  public double[] pipelineStats() {
-    java.nio.DoubleBuffer out =
-        java.nio.ByteBuffer.allocateDirect(24).order(java.nio.ByteOrder.nativeOrder()).asDoubleBuffer();
-    pipelineStats(out);
-    return new double[] {out.get(0), out.get(1), out.get(2)};
-  }
 %}
 %typemap(javacode) struct oslo_optimizer_options %{
+  /** Frees the options; safe to call more than once. */
+  @Override
+  public void close() {
+    delete();
+  }
+%}
+%typemap(javacode) struct oslo_train_options %{
   /** Frees the options; safe to call more than once. */
   @Override
   public void close() {

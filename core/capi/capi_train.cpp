@@ -22,21 +22,37 @@ OSLO_OPTIONS(
       o.beta2 = 0.999;
       o.eps = 1e-8;
       o.schedule = OSLO_LR_CONSTANT;
-      o.grad_accum_steps = 1;
       o.loss_scaling = -1;
       o.init_scale = 65536.0;
       o.growth_factor = 2.0;
       o.backoff_factor = 0.5;
       o.growth_interval = 2000;
+    },
+    OSLO_OPTIONS_END(oslo_optimizer_options, growth_interval));
+
+OSLO_OPTIONS(
+    kTrainOptions, oslo_train_options, OSLO_TRAIN_OPTIONS_VERSION,
+    [](oslo_train_options& o) {
+      o.grad_accum_steps = 1;
       o.bucket_bytes = 25 << 20;
       o.micro_batches = 1;
     },
-    OSLO_OPTIONS_END(oslo_optimizer_options, growth_interval),
-    OSLO_OPTIONS_END(oslo_optimizer_options, bucket_bytes),
-    OSLO_OPTIONS_END(oslo_optimizer_options, micro_batches),
-    OSLO_OPTIONS_END(oslo_optimizer_options, pipeline_head_split));
+    OSLO_OPTIONS_END(oslo_train_options, pipeline_head_split));
 
-oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo::Model& model,
+// oslo 0.2's oslo_optimizer_options were versions 1 to 4 with the training
+// settings in them; 0.3 restarted at 1. A 0.2 program that names a version
+// by number (not OSLO_OPTIMIZER_OPTIONS_VERSION) gets told why.
+void refuse_02_version(unsigned version, const char* fn, const char* arg) {
+  if (version >= 2 && version <= 4)
+    oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", arg, " version ", version,
+               " is oslo 0.2's oslo_optimizer_options layout (with the training settings); 0.3 "
+               "knows version 1 (OSLO_OPTIMIZER_OPTIONS_VERSION), with grad_accum_steps, "
+               "zero_stage, bucket_bytes, micro_batches and pipeline_head_split in "
+               "oslo_train_options: python3 tools/migrate-0.3.py rewrites a 0.2 program");
+}
+
+oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o,
+                                     const oslo_train_options& train, const oslo::Model& model,
                                      const char* fn) {
   oslo::TrainerOptions t;
   oslo::OptimizerOptions& p = t.optimizer;
@@ -68,7 +84,6 @@ oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo
   t.warmup_steps = o.warmup_steps;
   t.total_steps = o.total_steps;
   t.max_grad_norm = o.max_grad_norm;
-  t.grad_accum_steps = o.grad_accum_steps;
   if (o.loss_scaling < -1 || o.loss_scaling > 1)
     oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": options.loss_scaling ", o.loss_scaling,
                " is not -1 (on for f16 models), 0 or 1");
@@ -78,10 +93,11 @@ oslo::TrainerOptions trainer_options(const oslo_optimizer_options& o, const oslo
   t.scaler.growth_factor = o.growth_factor;
   t.scaler.backoff_factor = o.backoff_factor;
   t.scaler.growth_interval = o.growth_interval;
-  t.data_parallel.zero_stage = o.zero_stage;
-  t.data_parallel.bucket_bytes = o.bucket_bytes;
-  t.micro_batches = o.micro_batches;
-  t.pipeline_head_split = o.pipeline_head_split;
+  t.grad_accum_steps = train.grad_accum_steps;
+  t.data_parallel.zero_stage = train.zero_stage;
+  t.data_parallel.bucket_bytes = train.bucket_bytes;
+  t.micro_batches = train.micro_batches;
+  t.pipeline_head_split = train.pipeline_head_split;
   return t;
 }
 
@@ -107,21 +123,29 @@ oslo::Trainer& trainer_of(oslo_optimizer* o, const char* fn) {
 extern "C" {
 
 oslo_status oslo_optimizer_options_init(oslo_optimizer_options* options, unsigned int version) {
-  return kOptimizerOptions.init(options, version);
+  const oslo_status st =
+      guard([&] { refuse_02_version(version, "oslo_optimizer_options_init", "options"); });
+  return st != OSLO_OK ? st : kOptimizerOptions.init(options, version);
+}
+
+oslo_status oslo_train_options_init(oslo_train_options* options, unsigned int version) {
+  return kTrainOptions.init(options, version);
 }
 
 oslo_status oslo_optimizer_create(oslo_model* model, const oslo_optimizer_options* options,
-                                  oslo_optimizer** out) {
+                                  const oslo_train_options* train, oslo_optimizer** out) {
   if (out) *out = nullptr;
   return guard([&] {
     const char* fn = "oslo_optimizer_create";
     need(out, fn, "out");
     need(model, fn, "model");
+    if (options) refuse_02_version(options->version, fn, "options");
     const oslo_optimizer_options o = kOptimizerOptions.read_or_defaults(options, fn, "options");
+    const oslo_train_options t = kTrainOptions.read_or_defaults(train, fn, "train");
     oslo::Model& m = *model->impl;
     auto h = std::make_unique<oslo_optimizer>();
     h->model = model->impl;
-    h->impl = std::make_unique<oslo::Trainer>(m, trainer_options(o, m, fn));
+    h->impl = std::make_unique<oslo::Trainer>(m, trainer_options(o, t, m, fn));
     *out = h.release();
   });
 }
@@ -154,13 +178,20 @@ oslo_status oslo_model_train_step(oslo_model* model, oslo_optimizer* optimizer, 
           if (mask[i] == 0) lab[i] = -100;
     }
     oslo::TrainStepResult r;
+    model->last_pipeline = oslo::PipelineStats{};  // zeros unless this step runs a schedule
     if (optimizer) {
-      r = optimizer->impl->train_step(id, lab, m, batch, seq);
+      oslo::Trainer& t = *optimizer->impl;
+      r = t.train_step(id, lab, m, batch, seq);
+      if (model->impl->pipeline_size() > 1 || t.options().micro_batches > 1)
+        model->last_pipeline = t.pipeline_stats();
     } else if (model->impl->pipeline_size() > 1) {
-      r.loss = model->impl->training().pipeline_loss_backward(id, lab, m, batch, seq, 1, 1.f).loss;
+      const oslo::PipelineStats st =
+          model->impl->training().pipeline_loss_backward(id, lab, m, batch, seq, 1, 1.f);
+      r.loss = st.loss;
       if (!std::isfinite(r.loss))
         oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": the loss is ", r.loss,
                    " (no label kept, or non-finite logits)");
+      model->last_pipeline = st;
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     } else {
       r.loss = model->impl->training().loss_backward(id, lab, m, batch, seq, 1.f);
@@ -170,11 +201,11 @@ oslo_status oslo_model_train_step(oslo_model* model, oslo_optimizer* optimizer, 
   });
 }
 
-oslo_status oslo_optimizer_pipeline_stats(const oslo_optimizer* optimizer, double* compute_s,
-                                          double* wall_s, double* bubble) {
+oslo_status oslo_model_pipeline_stats(const oslo_model* model, double* compute_s, double* wall_s,
+                                      double* bubble) {
   return guard([&] {
-    need(optimizer, "oslo_optimizer_pipeline_stats", "optimizer");
-    const oslo::PipelineStats& st = optimizer->impl->pipeline_stats();
+    need(model, "oslo_model_pipeline_stats", "model");
+    const oslo::PipelineStats& st = model->last_pipeline;
     if (compute_s) *compute_s = st.compute_s;
     if (wall_s) *wall_s = st.wall_s;
     if (bubble) *bubble = st.bubble;

@@ -58,6 +58,9 @@ struct oslo_model {
   // Shared with the optimizers made over it; holds its context
   // (oslo::capi::share_model).
   std::shared_ptr<oslo::Model> impl;
+  // The pipeline schedule of the last oslo_model_train_step through this
+  // handle (oslo_model_pipeline_stats; zeros when it ran none).
+  oslo::PipelineStats last_pipeline;
 };
 
 struct oslo_optimizer {

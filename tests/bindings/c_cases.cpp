@@ -685,17 +685,19 @@ void train_gpt2_tiny(int threads, const std::string& fixture, const std::string&
         check(size_of(ctx.get(), OSLO_GROUP_TENSOR) == 2, "TP=2");
         Model m = load_model(ctx.get(), fixture);
         oslo_optimizer_options o;
+        oslo_train_options o_train;
         OK(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION));
+        OK(oslo_train_options_init(&o_train, OSLO_TRAIN_OPTIONS_VERSION));
         o.kind = OSLO_OPTIMIZER_ADAMW;
         o.lr = 2e-3;
         o.weight_decay = 0.01;
         o.schedule = OSLO_LR_COSINE;
         o.warmup_steps = 3;
         o.total_steps = static_cast<int64_t>(c.losses.size());
-        o.grad_accum_steps = c.accum;
+        o_train.grad_accum_steps = c.accum;
         o.max_grad_norm = 1.0;
         oslo_optimizer* raw = nullptr;
-        OK(oslo_optimizer_create(m.get(), &o, &raw));
+        OK(oslo_optimizer_create(m.get(), &o, &o_train, &raw));
         Optimizer opt(raw);
         // A token outside the vocabulary: a named error on every rank.
         std::vector<int64_t> bad = c.ids[0];
@@ -741,12 +743,14 @@ void train_error_in_flight(int threads, const std::string& fixture) {
         check(size_of(ctx.get(), OSLO_GROUP_DATA) == world, "DP=" + std::to_string(world));
         Model m = load_model(ctx.get(), fixture);
         oslo_optimizer_options o;
+        oslo_train_options o_train;
         OK(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION));
+        OK(oslo_train_options_init(&o_train, OSLO_TRAIN_OPTIONS_VERSION));
         o.kind = OSLO_OPTIMIZER_SGD;
         o.lr = 0.1;
-        o.zero_stage = 3;
+        o_train.zero_stage = 3;
         oslo_optimizer* raw = nullptr;
-        OK(oslo_optimizer_create(m.get(), &o, &raw));
+        OK(oslo_optimizer_create(m.get(), &o, &o_train, &raw));
         Optimizer opt(raw);
         const std::vector<int64_t> ids = {5, 9, 14, 3, 7, 1, 2, 8};
         std::vector<int64_t> bad = ids;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs oslo into a temporary prefix and builds the out-of-tree example
 # project (examples/outside) against it both ways a user would: with
-# pkg-config (its Makefile) and with find_package(oslo 0.2 REQUIRED) (its
+# pkg-config (its Makefile) and with find_package(oslo 0.3 REQUIRED) (its
 # CMakeLists.txt). Each program runs under the installed oslo-run on 2 ranks
 # and must match the unsharded computation. The prefix is then moved and both
 # builds are repeated: the installed package files are relocatable. A small
@@ -90,7 +90,7 @@ check_prefix() {
   rm -f "$tmp"/ld_debug*
   passed=$((passed + 1))
 
-  echo "== [$tag] find_package(oslo 0.2 REQUIRED)"
+  echo "== [$tag] find_package(oslo 0.3 REQUIRED)"
   rm -rf "$tmp/build-cmake"
   cmake -S "$tmp/outside" -B "$tmp/build-cmake" -DCMAKE_PREFIX_PATH="$prefix" \
     -DTP_MLP_SOURCE="$tmp/outside/prog.c" >/dev/null
@@ -105,8 +105,8 @@ mv "$tmp/prefix" "$tmp/moved-prefix"
 check_prefix "$tmp/moved-prefix" moved
 
 # Versions the package does not provide are refused: a later one, and while
-# oslo is 0.x an earlier minor one (0.1's API differs from 0.2's).
-for v in 9.0 0.1; do
+# oslo is 0.x the earlier minor ones (0.1's and 0.2's APIs differ from 0.3's).
+for v in 9.0 0.1 0.2; do
   mkdir -p "$tmp/v$v"
   cat >"$tmp/v$v/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.20)

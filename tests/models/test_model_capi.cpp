@@ -420,20 +420,21 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
   oslo_model* other = load(ctx, fix);
   oslo_optimizer* opt = nullptr;
   oslo_optimizer_options o;
+  oslo_train_options o_train;
   named(oslo_optimizer_options_init(nullptr, OSLO_OPTIMIZER_OPTIONS_VERSION),
         OSLO_ERR_INVALID_ARGUMENT, "NULL", "options_init(NULL)");
   named(oslo_optimizer_options_init(&o, 99), OSLO_ERR_INVALID_ARGUMENT, "99", "unknown version");
   ok_or_die(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION), "options_init");
+  ok_or_die(oslo_train_options_init(&o_train, OSLO_TRAIN_OPTIONS_VERSION), "train_options_init");
   check(o.kind == OSLO_OPTIMIZER_ADAMW && o.lr == 1e-3 && o.beta2 == 0.999 &&
-            o.grad_accum_steps == 1 && o.loss_scaling == -1 && o.init_scale == 65536.0 &&
-            o.growth_interval == 2000,
+            o.loss_scaling == -1 && o.init_scale == 65536.0 && o.growth_interval == 2000,
         "defaults are PyTorch's");
   auto bad = [&](void (*edit)(oslo_optimizer_options&), const char* needle, const char* what) {
     oslo_optimizer_options b;
     ok_or_die(oslo_optimizer_options_init(&b, OSLO_OPTIMIZER_OPTIONS_VERSION), "init");
     edit(b);
     oslo_optimizer* x = nullptr;
-    named(oslo_optimizer_create(m, &b, &x), OSLO_ERR_INVALID_ARGUMENT, needle, what);
+    named(oslo_optimizer_create(m, &b, nullptr, &x), OSLO_ERR_INVALID_ARGUMENT, needle, what);
     check(x == nullptr, std::string(what) + ": no optimizer made");
   };
   bad([](oslo_optimizer_options& b) { b.version = 0; }, "version", "version 0");
@@ -443,8 +444,6 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
       "unknown schedule");
   bad([](oslo_optimizer_options& b) { b.lr = std::nan(""); }, "lr", "NaN lr");
   bad([](oslo_optimizer_options& b) { b.beta1 = 1.0; }, "betas", "beta1 = 1");
-  bad([](oslo_optimizer_options& b) { b.grad_accum_steps = 0; }, "grad_accum_steps",
-      "no micro-batches per step");
   bad([](oslo_optimizer_options& b) { b.schedule = OSLO_LR_COSINE; }, "total_steps",
       "cosine without total_steps");
   bad([](oslo_optimizer_options& b) { b.max_grad_norm = -1; }, "max_grad_norm",
@@ -462,34 +461,18 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
         b.nesterov = 1;
       },
       "Nesterov", "Nesterov without momentum");
-  bad([](oslo_optimizer_options& b) { b.pipeline_head_split = 1.5; }, "pipeline_head_split",
-      "head split 1.5");
-  {
-    // Version 3 (before the head split): its bytes only; the split stays off.
-    // The bytes past version 3's fields are garbage (a NaN), never read.
-    oslo_optimizer_options v3;
-    std::memset(static_cast<void*>(&v3), 0xff, sizeof v3);
-    ok_or_die(oslo_optimizer_options_init(&v3, 3), "init v3");
-    check(v3.version == 3 && v3.micro_batches == 1 && std::isnan(v3.pipeline_head_split),
-          "version 3 init writes version 3's fields only");
-    oslo_optimizer* x = nullptr;
-    ok_or_die(oslo_optimizer_create(m, &v3, &x), "create with version 3");
-    oslo_optimizer_destroy(x);
-    // One stage: the head split needs pipeline stages.
-    oslo_optimizer_options one;
-    ok_or_die(oslo_optimizer_options_init(&one, OSLO_OPTIMIZER_OPTIONS_VERSION), "init");
-    one.pipeline_head_split = -1;
-    named(oslo_optimizer_create(m, &one, &x), OSLO_ERR_NOT_SUPPORTED, "pipeline stages",
-          "head split on one stage");
-  }
-  named(oslo_optimizer_create(nullptr, &o, &opt), OSLO_ERR_INVALID_ARGUMENT, "model", "NULL model");
-  named(oslo_optimizer_create(m, &o, nullptr), OSLO_ERR_INVALID_ARGUMENT, "out", "NULL out");
+  // The train options' checks and the pipeline statistics:
+  // test_model_capi_train.cpp.
+  named(oslo_optimizer_create(nullptr, &o, &o_train, &opt), OSLO_ERR_INVALID_ARGUMENT, "model",
+        "NULL model");
+  named(oslo_optimizer_create(m, &o, &o_train, nullptr), OSLO_ERR_INVALID_ARGUMENT, "out",
+        "NULL out");
   {
     // An encoder trains from a gradient of its hidden states.
     oslo_model* enc = load(ctx, encoder);
     oslo_model_info info;
     ok_or_die(oslo_model_get_info(enc, &info, nullptr), "info");
-    ok_or_die(oslo_optimizer_create(enc, &o, &opt), "optimizer over an encoder");
+    ok_or_die(oslo_optimizer_create(enc, &o, &o_train, &opt), "optimizer over an encoder");
     const int64_t eids[6] = {2, 40, 41, 7, 99, 3}, etypes[6] = {0, 0, 0, 1, 1, 1};
     std::vector<float> hid(static_cast<size_t>(6 * info.hidden_size));
     ok_or_die(oslo_model_forward(enc, eids, nullptr, etypes, 2, 3, OSLO_MODEL_OUTPUT_HIDDEN,
@@ -546,7 +529,7 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
   const double loss0 = r.loss;
   check(r.stepped == 0 && std::isfinite(loss0) && loss0 > 0, "no optimizer: a loss, no step");
   check(logits(m, ids, {1, 1, 1, 1, 1, 1, 1, 1}, 1, 8) == before, "no optimizer: weights kept");
-  ok_or_die(oslo_optimizer_create(m, &o, &opt), "optimizer_create");
+  ok_or_die(oslo_optimizer_create(m, &o, &o_train, &opt), "optimizer_create");
   named(oslo_model_train_step(other, opt, ids.data(), nullptr, mask.data(), 2, 4, &r),
         OSLO_ERR_INVALID_ARGUMENT, "another model", "an optimizer over another model");
   // The explicit labels equal to the default (ids, -100 under the mask).
@@ -574,13 +557,14 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
   // growth_interval finite steps.
   oslo_model* fresh = load(ctx, fix);
   oslo_optimizer_options s = o;
+  oslo_train_options s_train = o_train;
   s.max_grad_norm = 1.0;
   oslo_optimizer* plain_opt = nullptr;
-  ok_or_die(oslo_optimizer_create(other, &s, &plain_opt), "unscaled optimizer");
+  ok_or_die(oslo_optimizer_create(other, &s, &s_train, &plain_opt), "unscaled optimizer");
   s.loss_scaling = 1;
   s.init_scale = 1024;
   s.growth_interval = 2;
-  ok_or_die(oslo_optimizer_create(fresh, &s, &opt), "scaled optimizer");
+  ok_or_die(oslo_optimizer_create(fresh, &s, &s_train, &opt), "scaled optimizer");
   oslo_train_step_result q;
   for (int i = 0; i < 2; ++i) {
     ok_or_die(oslo_model_train_step(fresh, opt, ids.data(), nullptr, mask.data(), 2, 4, &r),
@@ -606,10 +590,11 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
     const std::string dir = "/tmp/oslo-capi-train-ckpt-" + std::to_string(getpid());
     oslo_model* a = load(ctx, fix);
     oslo_optimizer_options c = o;
-    c.grad_accum_steps = 2;
+    oslo_train_options c_train = o_train;
+    c_train.grad_accum_steps = 2;
     c.max_grad_norm = 1.0;
     oslo_optimizer* oa = nullptr;
-    ok_or_die(oslo_optimizer_create(a, &c, &oa), "optimizer a");
+    ok_or_die(oslo_optimizer_create(a, &c, &c_train, &oa), "optimizer a");
     const oslo_train_state st = {7, 1, 42};
     ok_or_die(oslo_model_train_step(a, oa, ids.data(), nullptr, mask.data(), 2, 4, &r), "a 1");
     named(oslo_checkpoint_save(oa, dir.c_str(), &st), OSLO_ERR_INVALID_ARGUMENT, "micro-batch",
@@ -627,7 +612,7 @@ int run_train_errors(const std::string& fix, const std::string& encoder) {
     }
     oslo_model* b = load(ctx, dir);
     oslo_optimizer* ob = nullptr;
-    ok_or_die(oslo_optimizer_create(b, &c, &ob), "optimizer b");
+    ok_or_die(oslo_optimizer_create(b, &c, &c_train, &ob), "optimizer b");
     oslo_train_state got = {0, 0, 0};
     named(oslo_checkpoint_load(ob, fix.c_str(), &got), OSLO_ERR_FORMAT, "not a training checkpoint",
           "load of a plain model folder");
@@ -667,15 +652,17 @@ int run_destroy_order(const std::string& fix) {
   for (int zero : {0, 3}) {
     const std::string z = "ZeRO-" + std::to_string(zero) + ": ";
     oslo_optimizer_options o;
+    oslo_train_options o_train;
     ok_or_die(oslo_optimizer_options_init(&o, OSLO_OPTIMIZER_OPTIONS_VERSION), "options_init");
+    ok_or_die(oslo_train_options_init(&o_train, OSLO_TRAIN_OPTIONS_VERSION), "options_init");
     o.kind = OSLO_OPTIMIZER_SGD;
     o.lr = 0.1;
-    o.zero_stage = zero;
+    o_train.zero_stage = zero;
     // 1. The optimizer after its model: it keeps the model it trains.
     oslo_context* ctx = make_context();
     oslo_model* m = load(ctx, fix);
     oslo_optimizer* opt = nullptr;
-    ok_or_die(oslo_optimizer_create(m, &o, &opt), "optimizer_create");
+    ok_or_die(oslo_optimizer_create(m, &o, &o_train, &opt), "optimizer_create");
     ok_or_die(oslo_model_train_step(m, opt, ids.data(), nullptr, nullptr, 2, 4, &r), "train_step");
     const double first = r.loss;
     oslo_model_destroy(m);
@@ -688,7 +675,7 @@ int run_destroy_order(const std::string& fix) {
     //    destroyed in that order (what a traceback holding the optimizer left).
     ctx = make_context();
     m = load(ctx, fix);
-    ok_or_die(oslo_optimizer_create(m, &o, &opt), "optimizer_create");
+    ok_or_die(oslo_optimizer_create(m, &o, &o_train, &opt), "optimizer_create");
     const oslo_status st = oslo_model_train_step(m, opt, ids.data(), bad.data(), nullptr, 2, 4, &r);
     const std::string msg = st == OSLO_OK ? "" : oslo_last_error();
     check(
@@ -705,7 +692,7 @@ int run_destroy_order(const std::string& fix) {
     // 3. The optimizer after the context, then the model last.
     ctx = make_context();
     m = load(ctx, fix);
-    ok_or_die(oslo_optimizer_create(m, &o, &opt), "optimizer_create");
+    ok_or_die(oslo_optimizer_create(m, &o, &o_train, &opt), "optimizer_create");
     oslo_context_destroy(ctx);
     oslo_optimizer_destroy(opt);
     oslo_model_destroy(m);

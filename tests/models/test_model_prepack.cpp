@@ -56,7 +56,7 @@ struct Run {
     must(oslo_optimizer_options_init(&oo, OSLO_OPTIMIZER_OPTIONS_VERSION), "optimizer options");
     oo.kind = OSLO_OPTIMIZER_SGD;
     oo.lr = 0.5;
-    must(oslo_optimizer_create(m, &oo, &opt), "optimizer");
+    must(oslo_optimizer_create(m, &oo, nullptr, &opt), "optimizer");
   }
   ~Run() {
     oslo_optimizer_destroy(opt);

@@ -350,7 +350,8 @@ def cross_entropy_bad_args():
 
 def train_options(fixture):
     """oslo.Optimizer's keyword defaults are the C ABI's
-    (oslo_optimizer_options_init); kinds and schedules by name; bad options
+    (oslo_optimizer_options_init, and oslo_train_options_init for the
+    training settings, which OptimizerOptions no longer has); kinds and schedules by name; bad options
     refused with InvalidArgumentError naming them; one train step without an
     optimizer, then a step; activation checkpointing; the data-parallel
     options (zero_stage 1 and 2 with a small bucket_bytes train on a TP=1
@@ -362,6 +363,13 @@ def train_options(fixture):
     d = {k: p.default for k, p in inspect.signature(oslo.Optimizer).parameters.items()
          if p.default is not inspect.Parameter.empty}
     c = oslo.capi.OptimizerOptions()
+    t = oslo.capi.TrainOptions()
+    train_keys = ("grad_accum_steps", "zero_stage", "bucket_bytes", "micro_batches",
+                  "pipeline_head_split")
+    # The training settings are oslo_train_options' (0.3), no longer the
+    # optimizer options'.
+    for k in train_keys:
+        check(not hasattr(c, k) and hasattr(t, k), f"{k} is a TrainOptions field")
     for k, v in d.items():
         if k == "betas":
             got = (c.beta1, c.beta2)
@@ -372,7 +380,7 @@ def train_options(fixture):
         elif k == "loss_scaling":
             got, v = c.loss_scaling, -1
         else:
-            got = getattr(c, k)
+            got = getattr(t if k in train_keys else c, k)
         check(got == v, f"default {k}: Python {v!r}, C {got!r}")
     check(len(d) == 23, sorted(d))
     check(d["zero_stage"] == 0 and d["bucket_bytes"] == 25 << 20 and d["micro_batches"] == 1 and

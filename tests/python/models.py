@@ -251,7 +251,7 @@ def train_gpt2_tiny_pp2(*args):
     of PyTorch's loop passed as one batch that the pipeline cuts into the
     same micro-batches (Optimizer micro_batches), 20 AdamW steps: every mean
     loss within 1e-4 (relative) of PyTorch's, on both stages;
-    pipeline_stats reports this rank's compute and wall seconds and a
+    Model.pipeline_stats reports this rank's compute and wall seconds and a
     bubble in [0, 1)."""
     (fixture, data), threads = _split(args)
     batches, losses = _train_case(data)
@@ -264,7 +264,7 @@ def train_gpt2_tiny_pp2(*args):
             opt = oslo.Optimizer(m, lr=2e-3, weight_decay=0.01, schedule="cosine",
                                  warmup_steps=3, total_steps=len(losses), micro_batches=accum,
                                  max_grad_norm=1.0)
-            check(opt.pipeline_stats() == (0.0, 0.0, 0.0), "no step yet: zeros")
+            check(m.pipeline_stats() == (0.0, 0.0, 0.0), "no step yet: zeros")
             worst = 0.0
             for k in range(len(losses)):
                 group = batches[k * accum:(k + 1) * accum]
@@ -276,7 +276,7 @@ def train_gpt2_tiny_pp2(*args):
                 check(err < 1e-4, f"step {k}: loss {r.mean_loss!r} vs PyTorch {losses[k]!r} "
                       f"(relative error {err:.3g})")
                 worst = max(worst, err)
-                compute, wall, bubble = opt.pipeline_stats()
+                compute, wall, bubble = m.pipeline_stats()
                 check(0 < compute <= wall and 0 <= bubble < 1,
                       f"step {k}: pipeline stats {compute}, {wall}, {bubble}")
             if ctx.rank() == 0:

@@ -119,6 +119,7 @@ struct Plan {
   int64_t pp = 1, tp = 1, dp = 1, M = 1, zero = 0;
   int64_t G = 0;  // rows per global micro-batch: dp x B
   oslo_optimizer_options oo;
+  oslo_train_options to;
   std::string save_dir, log_path;
 };
 
@@ -208,7 +209,9 @@ Plan plan_run(const Args& a) {
   p.G = dp * B;
 
   oslo_optimizer_options& oo = p.oo;
+  oslo_train_options& to = p.to;
   check(oslo_optimizer_options_init(&oo, OSLO_OPTIMIZER_OPTIONS_VERSION), "options");
+  check(oslo_train_options_init(&to, OSLO_TRAIN_OPTIONS_VERSION), "train options");
   const std::string kind = a.get("optimizer", "adamw");
   if (kind == "adamw")
     oo.kind = OSLO_OPTIMIZER_ADAMW;
@@ -236,17 +239,17 @@ Plan plan_run(const Args& a) {
   oo.max_grad_norm = real_at_least("max-grad-norm", 0, 1.0, false);
   oo.warmup_steps = warmup;
   oo.total_steps = p.steps;
-  oo.grad_accum_steps = p.K;
-  oo.zero_stage = static_cast<int>(zero);
-  oo.bucket_bytes = bucket_bytes;
-  oo.micro_batches = M;
+  to.grad_accum_steps = p.K;
+  to.zero_stage = static_cast<int>(zero);
+  to.bucket_bytes = bucket_bytes;
+  to.micro_batches = M;
   if (a.has("pipeline-head-split")) {
     const std::string hs = a.get("pipeline-head-split");
     if (hs == "auto") {
-      oo.pipeline_head_split = -1;
+      to.pipeline_head_split = -1;
     } else {
-      oo.pipeline_head_split = to_num(hs, "--pipeline-head-split");
-      if (!(oo.pipeline_head_split > 0 && oo.pipeline_head_split <= 1))
+      to.pipeline_head_split = to_num(hs, "--pipeline-head-split");
+      if (!(to.pipeline_head_split > 0 && to.pipeline_head_split <= 1))
         die_all("--pipeline-head-split must be auto or a fraction in (0, 1], got " + hs, 2);
     }
     if (pp < 2) die_all("--pipeline-head-split needs --pp 2 or more", 2);
@@ -396,7 +399,7 @@ void train_steps(const Plan& p, const TrainData& data, int64_t rows, int64_t per
     }
     if (!r.stepped) die("internal: no optimizer step after --grad-accum micro-batches");
     double bubble = 0;
-    if (p.pp > 1) check(oslo_optimizer_pipeline_stats(opt, nullptr, nullptr, &bubble), "pipeline");
+    if (p.pp > 1) check(oslo_model_pipeline_stats(m, nullptr, nullptr, &bubble), "pipeline");
     const double dt = since(ts), elapsed = since(t0);
     trained_tokens += G * S * K;
     if (std::isnan(first_loss)) first_loss = r.mean_loss;
@@ -522,7 +525,7 @@ int cmd_train(int argc, char** argv) {
   oslo_optimizer* raw_opt = nullptr;
   // Every rank refuses the options alike: each says why (the launcher may
   // stop rank 0 before it prints when another rank exits first).
-  if (const oslo_status st = oslo_optimizer_create(m, &p.oo, &raw_opt); st != OSLO_OK)
+  if (const oslo_status st = oslo_optimizer_create(m, &p.oo, &p.to, &raw_opt); st != OSLO_OK)
     die_all(std::string("optimizer: ") + oslo_status_string(st) + ": " + oslo_last_error());
   auto opt_guard = own(raw_opt, oslo_optimizer_destroy);
   oslo_optimizer* opt = opt_guard.get();

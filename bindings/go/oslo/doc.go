@@ -26,9 +26,12 @@
 // Context alive, and Context.Close closes those still open first; an
 // Optimizer keeps its Model alive the same way (Model.Close closes it).
 //
-// Training: NewOptimizer(m, OptimizerOptions{...}) over a model, then
-// Model.TrainStep per micro-batch (it steps the optimizer after every
-// GradAccumSteps of them), or Optimizer.Step and ZeroGrad by hand;
+// Training: NewOptimizer(m, OptimizerOptions{...}, TrainOptions{...}) over
+// a model (the update rule, then how the training runs: accumulation,
+// ZeRO, pipeline micro-batches), then Model.TrainStep per micro-batch (it
+// steps the optimizer after every GradAccumSteps of them), or
+// Optimizer.Step and ZeroGrad by hand; Model.PipelineStats reports the
+// last step's pipeline schedule;
 // Model.Backward trains from a loss on the hidden states (an encoder's).
 // Optimizer.SaveCheckpoint and LoadCheckpoint save and resume training
 // (weights, optimizer state and a TrainState) bit-exactly.

@@ -447,5 +447,5 @@ func Inspect(path string, asJSON bool) (string, error) {
 	return s, err
 }
 
-// Version is the run-time version of the library, e.g. "0.2.0".
+// Version is the run-time version of the library, e.g. "0.3.0".
 func Version() string { return capi.Version_string() }

@@ -38,11 +38,13 @@ const (
 	LossScalingOn   LossScaling = 2
 )
 
-// OptimizerOptions configure NewOptimizer. The zero value is AdamW with
-// PyTorch's defaults (lr 1e-3, betas 0.9 and 0.999, eps 1e-8, no weight
-// decay), a constant learning rate, no clipping and one micro-batch per
-// step; every zero field means the C default (oslo_optimizer_options_init),
-// and the pointer fields are those whose zero is a value of its own.
+// OptimizerOptions configure the update rule of NewOptimizer. The zero
+// value is AdamW with PyTorch's defaults (lr 1e-3, betas 0.9 and 0.999,
+// eps 1e-8, no weight decay), a constant learning rate and no clipping;
+// every zero field means the C default (oslo_optimizer_options_init), and
+// the pointer fields are those whose zero is a value of its own. How the
+// training runs (accumulation, ZeRO, pipeline micro-batches) is in
+// TrainOptions.
 type OptimizerOptions struct {
 	Kind        OptimizerKind // AdamW (default) or SGD
 	LR          float64       // base learning rate; 0: 1e-3
@@ -60,12 +62,19 @@ type OptimizerOptions struct {
 	WarmupSteps    int64       // optimizer steps of linear warmup
 	TotalSteps     int64       // the schedule's length (LRLinear, LRCosine need > 0)
 	MaxGradNorm    float64     // > 0: clip the global gradient norm to it; 0: off
-	GradAccumSteps int64       // micro-batches per optimizer step; 0: 1
 	LossScaling    LossScaling // LossScalingAuto (default), LossScalingOff, LossScalingOn
 	InitScale      float64     // initial loss scale; 0: 65536
 	GrowthFactor   float64     // 0: 2
 	BackoffFactor  float64     // 0: 0.5
 	GrowthInterval int64       // 0: 2000
+}
+
+// TrainOptions configure how Model.TrainStep trains with an Optimizer
+// (oslo_train_options): the zero value is one micro-batch per optimizer
+// step, no ZeRO, DDP's 25 MiB buckets and one pipeline micro-batch; every
+// zero field means the C default (oslo_train_options_init).
+type TrainOptions struct {
+	GradAccumSteps int64 // micro-batches (TrainStep calls) per optimizer step; 0: 1
 	// Data parallelism (a context whose data-parallel size is above 1):
 	// the gradients are averaged over the data group as PyTorch's DDP does,
 	// in buckets of BucketBytes of f32 gradient (0: 25 MiB). ZeroStage
@@ -74,12 +83,12 @@ type OptimizerOptions struct {
 	// parameters too.
 	ZeroStage   int
 	BucketBytes int64
-	// Pipeline parallelism (C ABI version 3): each TrainStep's rows are cut
+	// Pipeline parallelism: each TrainStep's rows are cut
 	// into MicroBatches micro-batches (0: 1; it must divide the rows), run
 	// through the pipeline stages in 1F1B order (one after the other on
 	// one stage); ZeroStage 0 or 1 when above 1 or with stages.
 	MicroBatches int64
-	// The pipeline's head split (C ABI version 4; tied word embeddings, one
+	// The pipeline's head split (tied word embeddings, one
 	// model chunk per rank): 0 off; a fraction in (0, 1] of each
 	// micro-batch's tokens whose head and loss the first stage runs with
 	// its token table; -1 the share that equalises the first and last
@@ -111,9 +120,6 @@ func (o *OptimizerOptions) fill(c capi.OptimizerOptions) {
 	c.SetWarmup_steps(o.WarmupSteps)
 	c.SetTotal_steps(o.TotalSteps)
 	c.SetMax_grad_norm(o.MaxGradNorm)
-	if o.GradAccumSteps != 0 {
-		c.SetGrad_accum_steps(o.GradAccumSteps)
-	}
 	c.SetLoss_scaling(map[LossScaling]int{LossScalingAuto: -1, LossScalingOff: 0, LossScalingOn: 1}[o.LossScaling])
 	if o.InitScale != 0 {
 		c.SetInit_scale(o.InitScale)
@@ -127,14 +133,21 @@ func (o *OptimizerOptions) fill(c capi.OptimizerOptions) {
 	if o.GrowthInterval != 0 {
 		c.SetGrowth_interval(o.GrowthInterval)
 	}
-	c.SetZero_stage(o.ZeroStage)
-	if o.BucketBytes != 0 {
-		c.SetBucket_bytes(o.BucketBytes)
+}
+
+// fill writes the fields set in t over c (made with the C defaults).
+func (t *TrainOptions) fill(c capi.TrainOptions) {
+	if t.GradAccumSteps != 0 {
+		c.SetGrad_accum_steps(t.GradAccumSteps)
 	}
-	if o.MicroBatches != 0 {
-		c.SetMicro_batches(o.MicroBatches)
+	c.SetZero_stage(t.ZeroStage)
+	if t.BucketBytes != 0 {
+		c.SetBucket_bytes(t.BucketBytes)
 	}
-	c.SetPipeline_head_split(o.PipelineHeadSplit)
+	if t.MicroBatches != 0 {
+		c.SetMicro_batches(t.MicroBatches)
+	}
+	c.SetPipeline_head_split(t.PipelineHeadSplit)
 }
 
 // TrainStepResult is what Model.TrainStep and Optimizer.Step report.
@@ -161,8 +174,8 @@ func result(c capi.TrainStepResult) TrainStepResult {
 }
 
 // Optimizer updates every parameter of a Model (this rank's slices), with
-// its learning-rate schedule, gradient clipping, accumulation and loss
-// scaler (oslo_optimizer). It depends on its model: the model stays alive
+// its learning-rate schedule, gradient clipping and loss scaler, and runs
+// the train steps with its TrainOptions (oslo_optimizer). It depends on its model: the model stays alive
 // while the optimizer is reachable, and Model.Close closes the optimizer
 // first.
 type Optimizer struct {
@@ -171,9 +184,10 @@ type Optimizer struct {
 	model *Model
 }
 
-// NewOptimizer creates an optimizer over the parameters of m and makes the
-// model's gradients (zero). Not collective.
-func NewOptimizer(m *Model, o OptimizerOptions) (*Optimizer, error) {
+// NewOptimizer creates an optimizer over the parameters of m with the
+// update rule o and the training settings t, and makes the model's
+// gradients (zero). Not collective.
+func NewOptimizer(m *Model, o OptimizerOptions, t TrainOptions) (*Optimizer, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
@@ -186,7 +200,10 @@ func NewOptimizer(m *Model, o OptimizerOptions) (*Optimizer, error) {
 		opts := capi.NewOptimizerOptions()
 		defer capi.DeleteOptimizerOptions(opts)
 		o.fill(opts)
-		c = capi.NewOptimizer(m.m, opts)
+		topts := capi.NewTrainOptions()
+		defer capi.DeleteTrainOptions(topts)
+		t.fill(topts)
+		c = capi.NewOptimizer(m.m, opts, topts)
 	})
 	runtime.KeepAlive(m)
 	if err != nil {
@@ -245,17 +262,18 @@ func (o *Optimizer) ZeroGrad() error {
 	return err
 }
 
-// PipelineStats returns the pipeline schedule of the last train step
-// (oslo_optimizer_pipeline_stats): this rank's compute and wall seconds
-// and the bubble over all stages, 1 - (the stages' compute summed) /
-// (stages x the longest wall time); zeros before a step. Not collective.
-func (o *Optimizer) PipelineStats() (computeS, wallS, bubble float64, err error) {
-	if err = o.check(); err != nil {
+// PipelineStats returns the pipeline schedule of the model's last
+// TrainStep (oslo_model_pipeline_stats): this rank's compute and wall
+// seconds and the bubble over all stages, 1 - (the stages' compute summed)
+// / (stages x the longest wall time); zeros before a step and after one
+// that ran no schedule (one stage, MicroBatches 1). Not collective.
+func (m *Model) PipelineStats() (computeS, wallS, bubble float64, err error) {
+	if err = m.check(); err != nil {
 		return
 	}
 	out := make([]int64, 3) // three float64, as their bits
-	err = call(func() { o.o.Pipeline_stats(bytesOf(out)) })
-	runtime.KeepAlive(o)
+	err = call(func() { m.m.Pipeline_stats(bytesOf(out)) })
+	runtime.KeepAlive(m)
 	f := func(i int) float64 { return math.Float64frombits(uint64(out[i])) }
 	return f(0), f(1), f(2), err
 }

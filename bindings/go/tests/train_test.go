@@ -96,9 +96,8 @@ func TestTrainGpt2TinyTp2W2(t *testing.T) {
 		defer m.Close()
 		opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{
 			Kind: oslo.AdamW, LR: 2e-3, WeightDecay: 0.01, Schedule: oslo.LRCosine,
-			WarmupSteps: 3, TotalSteps: int64(len(c.losses)), GradAccumSteps: int64(c.accum),
-			MaxGradNorm: 1.0,
-		})
+			WarmupSteps: 3, TotalSteps: int64(len(c.losses)), MaxGradNorm: 1.0,
+		}, oslo.TrainOptions{GradAccumSteps: int64(c.accum)})
 		if err != nil {
 			return err
 		}
@@ -148,14 +147,14 @@ func TestOptimizerDependsOnModel(t *testing.T) {
 	defer ctx.Close()
 	m, err := oslo.LoadModel(ctx, filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny"))
 	must(t, err)
-	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{Schedule: oslo.LRLinear})
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{Schedule: oslo.LRLinear}, oslo.TrainOptions{})
 	wantErr(t, "a linear schedule without TotalSteps", err, oslo.ErrInvalidArgument)
 	if !strings.Contains(err.Error(), "total_steps") {
 		t.Fatalf("the error does not name total_steps: %v", err)
 	}
-	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{LossScaling: 7})
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{LossScaling: 7}, oslo.TrainOptions{})
 	wantErr(t, "LossScaling 7", err, oslo.ErrInvalidArgument)
-	opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1, MaxGradNorm: 1})
+	opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1, MaxGradNorm: 1}, oslo.TrainOptions{})
 	must(t, err)
 	if opt.Model() != m {
 		t.Fatal("Model() is not the model")
@@ -196,12 +195,12 @@ func TestOptimizerDataParallelOptions(t *testing.T) {
 	m, err := oslo.LoadModel(ctx, filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny"))
 	must(t, err)
 	defer m.Close()
-	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{ZeroStage: 7})
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{}, oslo.TrainOptions{ZeroStage: 7})
 	wantErr(t, "ZeroStage 7", err, oslo.ErrInvalidArgument)
 	if !strings.Contains(err.Error(), "zero_stage") {
 		t.Fatalf("the error does not name zero_stage: %v", err)
 	}
-	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{BucketBytes: 2})
+	_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{}, oslo.TrainOptions{BucketBytes: 2})
 	wantErr(t, "BucketBytes 2", err, oslo.ErrInvalidArgument)
 	if !strings.Contains(err.Error(), "bucket_bytes") {
 		t.Fatalf("the error does not name bucket_bytes: %v", err)
@@ -211,8 +210,8 @@ func TestOptimizerDataParallelOptions(t *testing.T) {
 	for stage := 0; stage <= 3; stage++ { // a fresh model each
 		mz, err := oslo.LoadModel(ctx, filepath.Join(env(t, "OSLO_FIXTURES"), "gpt2-tiny"))
 		must(t, err)
-		opt, err := oslo.NewOptimizer(mz, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1,
-			ZeroStage: stage, BucketBytes: 4096})
+		opt, err := oslo.NewOptimizer(mz, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1},
+			oslo.TrainOptions{ZeroStage: stage, BucketBytes: 4096})
 		must(t, err)
 		for i := 0; i < 3; i++ {
 			r, err := mz.TrainStep(ids, nil, nil, opt)
@@ -235,10 +234,11 @@ func TestOptimizerDataParallelOptions(t *testing.T) {
 	}
 }
 
-// The pipeline options (C ABI version 3): MicroBatches 2 over 2 rows on
-// one stage trains with the loss of one 2-row batch and reports its
-// schedule's times (PipelineStats zeros before); 3 micro-batches of 2 rows
-// and ZeroStage 2 with micro-batches are errors naming the cause.
+// The pipeline training options (TrainOptions): MicroBatches 2 over 2 rows
+// on one stage trains with the loss of one 2-row batch and
+// Model.PipelineStats reports its schedule's times (zeros before a step
+// and after a step without one); 3 micro-batches of 2 rows and ZeroStage 2
+// with micro-batches are errors naming the cause.
 func TestOptimizerPipelineOptions(t *testing.T) {
 	ctx := soloContext(t)
 	defer ctx.Close()
@@ -248,10 +248,10 @@ func TestOptimizerPipelineOptions(t *testing.T) {
 	for k, micro := range []int64{1, 2} {
 		m, err := oslo.LoadModel(ctx, fixture)
 		must(t, err)
-		opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1,
-			MicroBatches: micro})
+		opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1},
+			oslo.TrainOptions{MicroBatches: micro})
 		must(t, err)
-		c, w, b, err := opt.PipelineStats()
+		c, w, b, err := m.PipelineStats()
 		must(t, err)
 		if c != 0 || w != 0 || b != 0 {
 			t.Fatalf("PipelineStats before a step: %v %v %v", c, w, b)
@@ -259,13 +259,16 @@ func TestOptimizerPipelineOptions(t *testing.T) {
 		r, err := m.TrainStep(ids, nil, nil, opt)
 		must(t, err)
 		losses[k] = r.Loss
-		c, w, b, err = opt.PipelineStats()
+		c, w, b, err = m.PipelineStats()
 		must(t, err)
 		if micro == 2 && !(c > 0 && c <= w && b >= 0 && b < 1) {
 			t.Fatalf("PipelineStats after a 2-micro-batch step: %v %v %v", c, w, b)
 		}
+		if micro == 1 && (c != 0 || w != 0 || b != 0) {
+			t.Fatalf("PipelineStats after a step without schedule: %v %v %v", c, w, b)
+		}
 		if micro == 2 {
-			bad, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{MicroBatches: 3})
+			bad, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{}, oslo.TrainOptions{MicroBatches: 3})
 			must(t, err)
 			_, err = m.TrainStep(ids, nil, nil, bad)
 			wantErr(t, "3 micro-batches of 2 rows", err, oslo.ErrInvalidArgument)
@@ -273,16 +276,16 @@ func TestOptimizerPipelineOptions(t *testing.T) {
 				t.Fatalf("the error does not name the micro-batches: %v", err)
 			}
 			must(t, bad.Close())
-			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{MicroBatches: 2, ZeroStage: 2})
+			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{}, oslo.TrainOptions{MicroBatches: 2, ZeroStage: 2})
 			wantErr(t, "ZeroStage 2 with micro-batches", err, oslo.ErrNotSupported)
-			// The head split (version 4) reaches the C options: a bad value and
+			// The head split reaches the C train options: a bad value and
 			// one stage are refused naming it.
-			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{PipelineHeadSplit: 2})
+			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{}, oslo.TrainOptions{PipelineHeadSplit: 2})
 			wantErr(t, "PipelineHeadSplit 2", err, oslo.ErrInvalidArgument)
 			if !strings.Contains(err.Error(), "pipeline_head_split") {
 				t.Fatalf("the error does not name pipeline_head_split: %v", err)
 			}
-			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{PipelineHeadSplit: -1})
+			_, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{}, oslo.TrainOptions{PipelineHeadSplit: -1})
 			wantErr(t, "PipelineHeadSplit on one stage", err, oslo.ErrNotSupported)
 		}
 		must(t, opt.Close())
@@ -339,7 +342,7 @@ func TestTrainingCheckpointResume(t *testing.T) {
 		m, err := oslo.LoadModel(ctx, fixture)
 		must(t, err)
 		defer m.Close()
-		opt, err := oslo.NewOptimizer(m, opts)
+		opt, err := oslo.NewOptimizer(m, opts, oslo.TrainOptions{})
 		must(t, err)
 		defer opt.Close()
 		for i := 0; i < 2; i++ {
@@ -359,7 +362,7 @@ func TestTrainingCheckpointResume(t *testing.T) {
 	m, err := oslo.LoadModel(ctx, dir)
 	must(t, err)
 	defer m.Close()
-	opt, err := oslo.NewOptimizer(m, opts)
+	opt, err := oslo.NewOptimizer(m, opts, oslo.TrainOptions{})
 	must(t, err)
 	defer opt.Close()
 	s, err := opt.LoadCheckpoint(dir)
@@ -377,7 +380,7 @@ func TestTrainingCheckpointResume(t *testing.T) {
 	m2, err := oslo.LoadModel(ctx, fixture)
 	must(t, err)
 	defer m2.Close()
-	opt2, err := oslo.NewOptimizer(m2, opts)
+	opt2, err := oslo.NewOptimizer(m2, opts, oslo.TrainOptions{})
 	must(t, err)
 	defer opt2.Close()
 	_, err = opt2.LoadCheckpoint(fixture)
@@ -400,7 +403,7 @@ func TestEncoderBackward(t *testing.T) {
 	types := [][]int64{{0, 0, 1}, {0, 1, 1}}
 	h, err := m.Forward(ids, nil, types, oslo.Hidden)
 	must(t, err)
-	opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.05})
+	opt, err := oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.05}, oslo.TrainOptions{})
 	must(t, err)
 	defer opt.Close()
 	_, err = m.Backward(ids, nil, types, h[:len(h)-1], opt)
@@ -480,7 +483,8 @@ func trainErrorInFlight(cfg string, world int, dir string) error {
 		}
 		m, err = oslo.LoadModel(ctx, dir)
 		must(err)
-		opt, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1, ZeroStage: 3})
+		opt, err = oslo.NewOptimizer(m, oslo.OptimizerOptions{Kind: oslo.SGD, LR: 0.1},
+			oslo.TrainOptions{ZeroStage: 3})
 		must(err)
 		res, err := m.TrainStep(ids, nil, nil, opt)
 		must(err)

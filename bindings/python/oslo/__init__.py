@@ -40,7 +40,7 @@ __version__ = _c.version_string()
 
 
 def version():
-    """Run-time version of the library, e.g. "0.2.0"."""
+    """Run-time version of the library, e.g. "0.3.0"."""
     return _c.version_string()
 
 
@@ -1323,6 +1323,17 @@ class Model(_Handle):
         keeping its activations (equal gradients, less memory)."""
         self._handle().set_activation_checkpointing(1 if enabled else 0)
 
+    def pipeline_stats(self):
+        """The pipeline schedule of this model's last train_step
+        (oslo_model_pipeline_stats): (this rank's compute seconds, its wall
+        seconds, the bubble over all stages: 1 - the stages' compute summed
+        / (stages x the longest wall time)); zeros before a step and after
+        one that ran no schedule (one stage, micro_batches 1). Not
+        collective."""
+        out = _np.zeros(3, _np.float64)
+        self._handle().pipeline_stats(out)
+        return float(out[0]), float(out[1]), float(out[2])
+
 
 # ---------------------------------------------------------------------------
 # Training
@@ -1357,16 +1368,21 @@ class TrainStepResult:
 
 class Optimizer(_Handle):
     """An optimizer over every parameter of a Model (this rank's slices),
-    with its learning-rate schedule, gradient clipping, accumulation and
-    loss scaler (oslo_optimizer_create). Defaults are PyTorch's
-    (torch.optim.AdamW / SGD, torch.amp.GradScaler) and Hugging Face
-    Trainer's (no weight decay for 1-D parameters unless decay_1d).
+    with its learning-rate schedule, gradient clipping and loss scaler, and
+    the training settings it runs the train steps with
+    (oslo_optimizer_create). Defaults are PyTorch's (torch.optim.AdamW /
+    SGD, torch.amp.GradScaler) and Hugging Face Trainer's (no weight decay
+    for 1-D parameters unless decay_1d).
 
-    kind: "adamw" or "sgd" (OptimizerKind); schedule: "constant",
-    "constant_with_warmup", "linear" or "cosine" (LRSchedule; linear and
-    cosine need total_steps > 0); max_grad_norm > 0 clips the global
-    gradient norm; grad_accum_steps: micro-batches per optimizer step;
-    loss_scaling: None (on for f16 models), True or False.
+    The update rule (oslo_optimizer_options): kind: "adamw" or "sgd"
+    (OptimizerKind); schedule: "constant", "constant_with_warmup", "linear"
+    or "cosine" (LRSchedule; linear and cosine need total_steps > 0);
+    max_grad_norm > 0 clips the global gradient norm; loss_scaling: None
+    (on for f16 models), True or False.
+
+    The training settings (oslo_train_options): grad_accum_steps:
+    micro-batches per optimizer step; zero_stage, bucket_bytes,
+    micro_batches and pipeline_head_split below.
 
     Data parallelism is automatic: when the context's data-parallel size is
     above 1, the gradients are averaged over the data-parallel group as
@@ -1385,7 +1401,8 @@ class Optimizer(_Handle):
     (tied word embeddings, one model chunk per rank): 0 (default) off; a
     fraction in (0, 1] of each micro-batch's tokens whose head and loss the
     first stage runs with its token table; -1 the share that equalises the
-    first and last stage's products.
+    first and last stage's products. Model.pipeline_stats() reports the
+    schedule of the last train_step.
 
     The optimizer keeps its model open; closing the model closes it first.
     Not collective to create; step() is collective over the tensor group
@@ -1415,17 +1432,18 @@ class Optimizer(_Handle):
         o.warmup_steps = int(warmup_steps)
         o.total_steps = int(total_steps)
         o.max_grad_norm = float(max_grad_norm)
-        o.grad_accum_steps = int(grad_accum_steps)
         o.loss_scaling = -1 if loss_scaling is None else (1 if loss_scaling else 0)
         o.init_scale = float(init_scale)
         o.growth_factor = float(growth_factor)
         o.backoff_factor = float(backoff_factor)
         o.growth_interval = int(growth_interval)
-        o.zero_stage = int(zero_stage)
-        o.bucket_bytes = int(bucket_bytes)
-        o.micro_batches = int(micro_batches)
-        o.pipeline_head_split = float(pipeline_head_split)
-        super().__init__(_c.Optimizer(model._handle(), o), model)
+        t = _c.TrainOptions()
+        t.grad_accum_steps = int(grad_accum_steps)
+        t.zero_stage = int(zero_stage)
+        t.bucket_bytes = int(bucket_bytes)
+        t.micro_batches = int(micro_batches)
+        t.pipeline_head_split = float(pipeline_head_split)
+        super().__init__(_c.Optimizer(model._handle(), o, t), model)
         self._model = model
 
     @property
@@ -1441,15 +1459,6 @@ class Optimizer(_Handle):
     def zero_grad(self):
         """Zeroes the model's gradients and restarts the accumulation window."""
         self._handle().zero_grad()
-
-    def pipeline_stats(self):
-        """The pipeline schedule of the last train_step: (this rank's compute
-        seconds, its wall seconds, the bubble over all stages: 1 - the
-        stages' compute summed / (stages x the longest wall time)); zeros
-        before a step. Not collective."""
-        out = _np.zeros(3, _np.float64)
-        self._handle().pipeline_stats(out)
-        return float(out[0]), float(out[1]), float(out[2])
 
     def save_checkpoint(self, dir, seed=0, epoch=0, data_position=0):
         """Saves a training checkpoint (oslo_checkpoint_save): the model's

@@ -63,7 +63,7 @@ public final class Oslo {
   /**
    * The run-time version of the library.
    *
-   * @return e.g. "0.2.0"
+   * @return e.g. "0.3.0"
    */
   public static String version() {
     return capi.version_string();

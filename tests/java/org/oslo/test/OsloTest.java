@@ -43,6 +43,7 @@ import org.oslo.Status;
 import org.oslo.Tensor;
 import org.oslo.Tokenizer;
 import org.oslo.TrainState;
+import org.oslo.TrainOptions;
 import org.oslo.TrainStepResult;
 
 /**
@@ -552,7 +553,8 @@ public class OsloTest {
     Ranks.run(cfg -> {
       try (Context ctx = new Context(cfg);
           Model m = new Model(ctx, fixture, DType.F32);
-          OptimizerOptions o = new OptimizerOptions()) {
+          OptimizerOptions o = new OptimizerOptions();
+          TrainOptions t = new TrainOptions()) {
         assertEquals(2, ctx.size(Group.TENSOR));
         o.setKind(OptimizerKind.ADAMW);
         o.setLr(2e-3);
@@ -560,10 +562,10 @@ public class OsloTest {
         o.setSchedule(LRSchedule.COSINE);
         o.setWarmupSteps(3);
         o.setTotalSteps(steps);
-        o.setGradAccumSteps(accum);
+        t.setGradAccumSteps(accum);
         o.setMaxGradNorm(1.0);
         assertFalse(o.getDecay1d(), "1-D parameters without weight decay by default");
-        try (Optimizer opt = new Optimizer(m, o)) {
+        try (Optimizer opt = new Optimizer(m, o, t)) {
           assertSame(m, opt.model());
           for (int i = 0; i < n; ++i) {
             TrainStepResult r = m.trainStep(ids[i], mask[i], opt);
@@ -624,13 +626,14 @@ public class OsloTest {
       Model[] m = new Model[1];
       Optimizer[] opt = new Optimizer[1];
       OsloException e = assertThrows(OsloException.class, () -> {
-        try (Context ctx = new Context(cfg); OptimizerOptions o = new OptimizerOptions()) {
+        try (Context ctx = new Context(cfg); OptimizerOptions o = new OptimizerOptions();
+            TrainOptions t = new TrainOptions()) {
           assertEquals(world, ctx.size(Group.DATA), "DP");
           m[0] = new Model(ctx, fixture, DType.F32);
           o.setKind(OptimizerKind.SGD);
           o.setLr(0.1);
-          o.setZeroStage(3);
-          opt[0] = new Optimizer(m[0], o);
+          t.setZeroStage(3);
+          opt[0] = new Optimizer(m[0], o, t);
           assertTrue(m[0].trainStep(ids, null, opt[0]).getStepped(), "a good ZeRO-3 step first");
           m[0].trainStep(ids, bad, null, opt[0]);
         }
@@ -653,17 +656,21 @@ public class OsloTest {
 
   /**
    * An optimizer keeps its model: the model closed first is destroyed when
-   * the optimizer is closed. OptimizerOptions has the C defaults; a bad
-   * option is refused, named.
+   * the optimizer is closed. OptimizerOptions and TrainOptions have the C
+   * defaults; a bad option is refused, named.
    */
   @Test
   void optimizerKeepsModel() {
-    try (Context ctx = new Context(); OptimizerOptions o = new OptimizerOptions()) {
+    try (Context ctx = new Context(); OptimizerOptions o = new OptimizerOptions();
+        TrainOptions t = new TrainOptions()) {
       assertEquals(OptimizerKind.ADAMW, o.getKind());
       assertEquals(1e-3, o.getLr());
       assertEquals(LRSchedule.CONSTANT, o.getSchedule());
-      assertEquals(1, o.getGradAccumSteps());
       assertEquals(-1, o.getLossScaling());
+      assertEquals(1, t.getGradAccumSteps());
+      assertEquals(0, t.getZeroStage());
+      assertEquals(1, t.getMicroBatches());
+      assertEquals(0.0, t.getPipelineHeadSplit());
       Model m = new Model(ctx, property("oslo.fixture"));
       o.setLr(-1);
       OsloException e = assertThrows(OsloException.class, () -> new Optimizer(m, o));
@@ -693,7 +700,7 @@ public class OsloTest {
   }
 
   /**
-   * The data-parallel options (C ABI version 2): zeroStage 0 and 25 MiB
+   * The data-parallel training options (TrainOptions): zeroStage 0 and 25 MiB
    * buckets by default; on a TP=1 context ZeRO stages 1, 2 and 3 with a
    * small bucketBytes train (SGD lowers the loss) with the losses of stage
    * 0; stage 7 and bucketBytes 2 are INVALID_ARGUMENT, each named.
@@ -702,27 +709,28 @@ public class OsloTest {
   void optimizerDataParallelOptions() {
     try (Context ctx = new Context();
         OptimizerOptions o = new OptimizerOptions();
+        TrainOptions t = new TrainOptions();
         Model m = new Model(ctx, property("oslo.fixture"))) {
-      assertEquals(0, o.getZeroStage());
-      assertEquals(25L << 20, o.getBucketBytes());
-      o.setZeroStage(7);
-      OsloException e = assertThrows(OsloException.class, () -> new Optimizer(m, o));
+      assertEquals(0, t.getZeroStage());
+      assertEquals(25L << 20, t.getBucketBytes());
+      t.setZeroStage(7);
+      OsloException e = assertThrows(OsloException.class, () -> new Optimizer(m, null, t));
       assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
       assertTrue(e.getMessage().contains("zero_stage"), e.getMessage());
-      o.setZeroStage(1);
-      o.setBucketBytes(2);
-      e = assertThrows(OsloException.class, () -> new Optimizer(m, o));
+      t.setZeroStage(1);
+      t.setBucketBytes(2);
+      e = assertThrows(OsloException.class, () -> new Optimizer(m, o, t));
       assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
       assertTrue(e.getMessage().contains("bucket_bytes"), e.getMessage());
       o.setKind(OptimizerKind.SGD);
       o.setLr(0.1);
-      o.setBucketBytes(4096);
+      t.setBucketBytes(4096);
       long[][] ids = {{5, 9, 14, 3}};
       double[][] losses = new double[4][3];
       for (int stage = 0; stage <= 3; ++stage) { // a fresh model each
-        o.setZeroStage(stage);
+        t.setZeroStage(stage);
         try (Model mz = new Model(ctx, property("oslo.fixture"));
-            Optimizer opt = new Optimizer(mz, o)) {
+            Optimizer opt = new Optimizer(mz, o, t)) {
           for (int i = 0; i < 3; ++i) {
             try (TrainStepResult r = mz.trainStep(ids, null, opt)) {
               assertTrue(r.getStepped() && r.getStep() == i + 1, "ZeRO-" + stage + ": " + r);
@@ -739,47 +747,51 @@ public class OsloTest {
   }
 
   /**
-   * The pipeline options (C ABI version 3): microBatches 1 by default; 2
-   * micro-batches of one row on one stage give the loss of the 2-row batch
-   * and pipelineStats reports the schedule (zeros before a step); 3 of 2
-   * rows is INVALID_ARGUMENT naming the micro-batches.
+   * The pipeline training options (TrainOptions): microBatches 1 by
+   * default; 2 micro-batches of one row on one stage give the loss of the
+   * 2-row batch and Model.pipelineStats reports the schedule (zeros before
+   * a step and after a step without one); 3 of 2 rows is INVALID_ARGUMENT
+   * naming the micro-batches.
    */
   @Test
   void optimizerPipelineOptions() {
     try (Context ctx = new Context();
-        OptimizerOptions o = new OptimizerOptions()) {
-      assertEquals(1L, o.getMicroBatches());
+        OptimizerOptions o = new OptimizerOptions();
+        TrainOptions t = new TrainOptions()) {
+      assertEquals(1L, t.getMicroBatches());
       o.setKind(OptimizerKind.SGD);
       o.setLr(0.1);
       long[][] ids = {{5, 9, 14, 3}, {7, 8, 21, 40}};
       double[] losses = new double[2];
       for (int k = 0; k < 2; ++k) {
-        o.setMicroBatches(k + 1);
+        t.setMicroBatches(k + 1);
         try (Model m = new Model(ctx, property("oslo.fixture"));
-            Optimizer opt = new Optimizer(m, o)) {
-          double[] st = opt.pipelineStats();
+            Optimizer opt = new Optimizer(m, o, t)) {
+          double[] st = m.pipelineStats();
           assertTrue(st[0] == 0 && st[1] == 0 && st[2] == 0, "zeros before a step");
           try (TrainStepResult r = m.trainStep(ids, null, opt)) {
             losses[k] = r.getLoss();
           }
-          st = opt.pipelineStats();
-          if (k == 1) {
+          st = m.pipelineStats();
+          if (k == 0) {
+            assertTrue(st[0] == 0 && st[1] == 0 && st[2] == 0, "one micro-batch: no schedule");
+          } else {
             assertTrue(st[0] > 0 && st[0] <= st[1] && st[2] >= 0 && st[2] < 1,
                 java.util.Arrays.toString(st));
-            o.setMicroBatches(3);
-            try (Optimizer bad = new Optimizer(m, o)) {
+            t.setMicroBatches(3);
+            try (Optimizer bad = new Optimizer(m, o, t)) {
               OsloException e = assertThrows(OsloException.class, () -> m.trainStep(ids, null, bad));
               assertEquals(Status.INVALID_ARGUMENT, e.status(), e.toString());
               assertTrue(e.getMessage().contains("micro-batches"), e.getMessage());
             }
-            // The head split (options version 4) reaches the C options: on one
-            // stage it is NOT_SUPPORTED, naming it.
-            o.setMicroBatches(2);
-            o.setPipelineHeadSplit(-1);
-            OsloException e = assertThrows(OsloException.class, () -> new Optimizer(m, o));
+            // The head split reaches the C train options: on one stage it
+            // is NOT_SUPPORTED, naming it.
+            t.setMicroBatches(2);
+            t.setPipelineHeadSplit(-1);
+            OsloException e = assertThrows(OsloException.class, () -> new Optimizer(m, o, t));
             assertEquals(Status.NOT_SUPPORTED, e.status(), e.toString());
             assertTrue(e.getMessage().contains("pipeline_head_split"), e.getMessage());
-            o.setPipelineHeadSplit(0);
+            t.setPipelineHeadSplit(0);
           }
         }
       }
