@@ -650,8 +650,8 @@ typedef struct oslo_backend_iface {
   oslo_status (*attention_backward)(void *self, const oslo_bk_view *dq, const oslo_bk_view *dk,
                                     const oslo_bk_view *dv, const oslo_bk_view *q,
                                     const oslo_bk_view *k, const oslo_bk_view *v,
-                                    const oslo_bk_view *dout, const oslo_bk_view *mask,
-                                    float scale, int causal, int64_t causal_offset);
+                                    const oslo_bk_view *dout, const oslo_bk_view *mask, float scale,
+                                    int causal, int64_t causal_offset);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
