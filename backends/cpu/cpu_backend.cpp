@@ -330,7 +330,8 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 }
 // Every required op in every dtype the core uses, and every fused op
 // (attention, residual norm, rotary embedding, product + activation,
-// argmax, norm backward; AdamW in f32) in the float dtypes.
+// argmax, norm backward, attention backward; AdamW in f32) in the float
+// dtypes.
 int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
   if (op == OSLO_BK_OP_PACKED_MATMUL) {
@@ -345,7 +346,7 @@ int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   const bool flt = dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
                  op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX ||
-                 op == OSLO_BK_OP_NORM_BACKWARD)
+                 op == OSLO_BK_OP_NORM_BACKWARD || op == OSLO_BK_OP_ATTENTION_BACKWARD)
              ? 1
              : 0;
 }
@@ -407,6 +408,14 @@ oslo_status attention(void* self, const V* out, const V* q, const V* k, const V*
     cpu::attention(I.threads, *out, *q, *k, *v, mask, scale, causal != 0, offset);
   });
 }
+oslo_status attention_backward(void* self, const V* dq, const V* dk, const V* dv, const V* q,
+                               const V* k, const V* v, const V* dout, const V* mask, float scale,
+                               int causal, int64_t offset) {
+  return guard(self, [&](Instance& I) {
+    cpu::attention_backward(I.threads, *dq, *dk, *dv, *q, *k, *v, *dout, mask, scale, causal != 0,
+                            offset);
+  });
+}
 oslo_status residual_norm(void* self, const V* out, const V* x, const V* y, const V* bias,
                           const V* gamma, const V* beta, float eps, int rms) {
   return guard(self, [&](Instance& I) {
@@ -438,6 +447,7 @@ struct Table {
   OSLO_BACKEND_ENTRIES(V2_QUEUE, )
   OSLO_BACKEND_ENTRIES(FUSED, )
   OSLO_BACKEND_ENTRIES(PACKED, )
+  OSLO_BACKEND_ENTRIES(TRAIN, )
 };
 
 }  // namespace

@@ -40,6 +40,10 @@ void norm_backward(int threads, const V& grad_x, const V* grad_gamma, const V* g
                    const V& x, const V* gamma, const V& dy, float eps, bool rms);
 void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,
                float scale, bool causal, int64_t causal_offset);
+// The gradients of attention() (cpu_attention_bw.cpp).
+void attention_backward(int threads, const V& dq, const V& dk, const V& dv, const V& q,
+                        const V& k, const V& v, const V& dout, const V* mask, float scale,
+                        bool causal, int64_t causal_offset);
 void gather_rows(int threads, const V& out, const V& table, const V& ids, int64_t offset,
                  int64_t limit);
 void scatter_add_rows(int threads, const V& table, const V& ids, const V& src, int64_t offset);

@@ -141,6 +141,11 @@ class Backend {
   // and grad_beta ([H] f32, nullable) accumulated.
   void norm_backward(const View& grad_x, const View* grad_gamma, const View* grad_beta,
                      const View& x, const View* gamma, const View& dy, float eps, bool rms);
+  // The gradients of attention() (oslo_backend.h's attention_backward): dq
+  // [B, Hq, S, D], dk and dv [B, Hkv, T, D] overwritten.
+  void attention_backward(const View& dq, const View& dk, const View& dv, const View& q,
+                          const View& k, const View& v, const View& dout, const View* mask,
+                          float scale, bool causal, int64_t causal_offset);
   // One AdamW update in place (oslo_backend.h's adamw: f32, contiguous).
   void adamw(const View& p, const View& g, const View& m, const View& v, float decay, float beta1,
              float beta2, float step_size, float bc2_sqrt, float eps);
@@ -208,6 +213,9 @@ class Backend {
   void compose_argmax(const View& index, const View& value, const View& x, int64_t valid);
   void compose_norm_backward(const View& grad_x, const View* grad_gamma, const View* grad_beta,
                              const View& x, const View* gamma, const View& dy, float eps, bool rms);
+  void compose_attention_backward(const View& dq, const View& dk, const View& dv, const View& q,
+                                  const View& k, const View& v, const View& dout, const View* mask,
+                                  float scale, bool causal, int64_t causal_offset);
   void compose_adamw(const View& p, const View& g, const View& m, const View& v, float decay,
                      float beta1, float beta2, float step_size, float bc2_sqrt, float eps);
 

@@ -1,5 +1,6 @@
 // The fused ops of the backend seam (oslo_backend.h: attention,
-// residual_norm, rope, matmul_act, argmax, norm_backward, adamw): the backend's own entry when it
+// residual_norm, rope, matmul_act, argmax, norm_backward, adamw; attention_backward is in
+// fused_attention.cpp): the backend's own entry when it
 // offers one for the dtype, else the composition below from the required entries. The compositions
 // are the reference: the conformance suite checks every backend's fused entry against them (and
 // both against f64).
@@ -92,7 +93,9 @@ bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
       (op == OSLO_BK_OP_RESIDUAL_NORM && t_.residual_norm) || (op == OSLO_BK_OP_ROPE && t_.rope) ||
       (op == OSLO_BK_OP_MATMUL_ACT && t_.matmul_act) || (op == OSLO_BK_OP_ARGMAX && t_.argmax) ||
       (op == OSLO_BK_OP_NORM_BACKWARD && t_.norm_backward) ||
-      (op == OSLO_BK_OP_ADAMW && t_.adamw) || op == OSLO_BK_OP_MATMUL_MIXED;
+      (op == OSLO_BK_OP_ADAMW && t_.adamw) ||
+      (op == OSLO_BK_OP_ATTENTION_BACKWARD && t_.attention_backward) ||
+      op == OSLO_BK_OP_MATMUL_MIXED;
   return entry && op_supported(op, dtype);
 }
 

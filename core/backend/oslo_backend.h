@@ -208,6 +208,8 @@ typedef enum oslo_bk_op {
   /** pack_weight() / matmul_packed() / packed_free(): products against a
    * weight kept in the backend's preferred layout (dtype: the weight's). */
   OSLO_BK_OP_PACKED_MATMUL = 1032,
+  /** attention_backward(): the gradients of attention() (training). */
+  OSLO_BK_OP_ATTENTION_BACKWARD = 1033,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -627,6 +629,29 @@ typedef struct oslo_backend_iface {
   oslo_status (*host_alloc)(void *self, size_t bytes, void **out);
   /** Releases memory of host_alloc() (NULL: nothing). Any thread. */
   void (*host_free)(void *self, void *ptr);
+
+  /* -- training ------------------------------------------------------------------
+   * Optional and past OSLO_BACKEND_IFACE_V2_STAGING_SIZE; a fused op as those
+   * above (called only when op_supported() says yes, else composed in
+   * core/backend/fused_attention.cpp, the reference). */
+
+  /** OSLO_BK_OP_ATTENTION_BACKWARD (op_supported's dtype: q's, k's, v's and
+   * dout's, which they share). The gradients of attention(out, q, k, v, mask,
+   * scale, causal, causal_offset) (same shapes, grouped queries and mask
+   * rule) given dout = dL/dout [B, Hq, S, D]: with p the probabilities
+   * attention() computes (recomputed from q and k, kept in f32),
+   *   dp[i, j] = dout[i] . v[j],  ds[i, j] = scale p[i, j] (dp[i, j] - sum_j p dp)
+   *   dq[i] = sum_j ds[i, j] k[j],  dk[j] = sum_{i, heads of the group} ds q[i],
+   *   dv[j] = sum_{i, heads of the group} p[i, j] dout[i]
+   * dq [B, Hq, S, D], dk and dv [B, Hkv, T, D], any float dtype and strides,
+   * overwritten (not accumulated); they may not overlap the inputs or each
+   * other. A query whose every key is left out or masked by -inf has p = 0.
+   * f32 accumulation. */
+  oslo_status (*attention_backward)(void *self, const oslo_bk_view *dq, const oslo_bk_view *dk,
+                                    const oslo_bk_view *dv, const oslo_bk_view *q,
+                                    const oslo_bk_view *k, const oslo_bk_view *v,
+                                    const oslo_bk_view *dout, const oslo_bk_view *mask, float scale,
+                                    int causal, int64_t causal_offset);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
@@ -647,6 +672,11 @@ typedef struct oslo_backend_iface {
  * host_alloc, host_free) after the prepacked-weight ones. */
 #define OSLO_BACKEND_IFACE_V2_STAGING_SIZE \
   (offsetof(oslo_backend_iface, host_free) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the training entry (attention_backward)
+ * after the staging ones. */
+#define OSLO_BACKEND_IFACE_V2_TRAIN_SIZE \
+  (offsetof(oslo_backend_iface, attention_backward) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -736,11 +766,12 @@ OSLO_BK_SLOT_(packed_free, 62);
 OSLO_BK_SLOT_(check_memory, 63);
 OSLO_BK_SLOT_(host_alloc, 64);
 OSLO_BK_SLOT_(host_free, 65);
+OSLO_BK_SLOT_(attention_backward, 66);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_STAGING_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after host_free needs its own size macro");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_TRAIN_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after attention_backward needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

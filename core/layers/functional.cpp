@@ -61,51 +61,19 @@ void norm_backward(Backend& be, const std::shared_ptr<Backend>& bp, const View& 
   be.binary(OSLO_BK_ADD, dx, dx, view(t));
 }
 
-void attention_backward(Backend& be, const std::shared_ptr<Backend>& bp, const AttentionShape& a,
-                        const View& q, const View& k, const View& v, const View& dout,
-                        const View& mask, const View& dq, const View& dk, const View& dv) {
-  const int64_t B = a.B, S = a.S, D = a.head_dim, nkv = a.kv_heads, g = a.heads / a.kv_heads;
-  const int64_t BH = B * nkv;
-  auto f32 = [&](std::vector<int64_t> shape) { return scratch(bp, OSLO_DTYPE_F32, shape); };
+void attention_backward(Backend& be, const AttentionShape& a, const View& q, const View& k,
+                        const View& v, const View& dout, const View& mask, const View& dq,
+                        const View& dk, const View& dv) {
+  const int64_t B = a.B, S = a.S, D = a.head_dim;
   // [B * S, heads * D] columns as [B, heads, S, D].
   auto heads4 = [&](const View& t, int64_t heads) {
     const int64_t rs = t.strides[0];
     return strided(t.data, t.dtype, {B, heads, S, D}, {S * rs, D, rs, 1});
   };
-  // Queries grouped by key/value head: [B, nkv, g, S, D] <-> [B*nkv, g*S, D].
-  auto grouped = [&](const View& t) {
-    const int64_t rs = t.strides[0];
-    return strided(t.data, t.dtype, {B, nkv, g, S, D}, {S * rs, g * D, D, rs, 1});
-  };
-  auto packed5 = [&](const Tensor& t) {
-    return strided(t.data(), OSLO_DTYPE_F32, {B, nkv, g, S, D},
-                   {nkv * g * S * D, g * S * D, S * D, D, 1});
-  };
-  auto packed4 = [&](const Tensor& t) {
-    return strided(t.data(), OSLO_DTYPE_F32, {B, nkv, S, D}, {nkv * S * D, S * D, D, 1});
-  };
-  Tensor qc = f32({BH, g * S, D}), doc = f32({BH, g * S, D});
-  Tensor kc = f32({BH, S, D}), vc = f32({BH, S, D});
-  be.convert(packed5(qc), grouped(q));
-  be.convert(packed5(doc), grouped(dout));
-  be.convert(packed4(kc), heads4(k, nkv));
-  be.convert(packed4(vc), heads4(v, nkv));
-  auto tr3 = [&](const Tensor& t) { return transposed(view(t)); };
-  Tensor P = f32({BH, g * S, S}), dP = f32({BH, g * S, S}), dS = f32({BH, g * S, S});
-  be.matmul(view(P), view(qc), tr3(kc));
-  const View p5 = strided(P.data(), OSLO_DTYPE_F32, {B, nkv, g, S, S},
-                          {nkv * g * S * S, g * S * S, S * S, S, 1});
-  const View m5 = strided(mask.data, OSLO_DTYPE_F32, {B, 1, 1, 1, S}, {S, 0, 0, 0, 1});
-  be.softmax(p5, p5, &m5, a.scale, a.causal, 0);
-  Tensor dqc = f32({BH, g * S, D}), dkc = f32({BH, S, D}), dvc = f32({BH, S, D});
-  be.matmul(view(dvc), tr3(P), view(doc));  // dV = P^T dO
-  be.matmul(view(dP), view(doc), tr3(vc));  // dP = dO V^T
-  be.softmax_backward(view(dS), view(P), view(dP), a.scale);
-  be.matmul(view(dqc), view(dS), view(kc));  // dQ = dS K
-  be.matmul(view(dkc), tr3(dS), view(qc));   // dK = dS^T Q
-  be.convert(grouped(dq), packed5(dqc));
-  be.convert(heads4(dk, nkv), packed4(dkc));
-  be.convert(heads4(dv, nkv), packed4(dvc));
+  const View m = strided(mask.data, mask.dtype, {B, S}, {mask.strides[0], mask.strides[1]});
+  be.attention_backward(heads4(dq, a.heads), heads4(dk, a.kv_heads), heads4(dv, a.kv_heads),
+                        heads4(q, a.heads), heads4(k, a.kv_heads), heads4(v, a.kv_heads),
+                        heads4(dout, a.heads), &m, a.scale, a.causal, 0);
 }
 
 }  // namespace oslo

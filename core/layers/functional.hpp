@@ -53,19 +53,20 @@ void norm_backward(Backend& be, const std::shared_ptr<Backend>& bp, const View& 
                    const View& w, const View& dw, const View* db, const View& dy, float eps,
                    bool rms, bool accumulate);
 
-// Scaled dot-product attention's backward, composed from products and the
-// softmax's backward (the probabilities recomputed from q and k). q and
-// dout are [B * S, nh * D] column views (any row stride), k and v
-// [B * S, nkv * D], nh a multiple of nkv (grouped queries); mask is the
-// additive key mask [B, S] f32. Writes dq, dk, dv in their forward's
-// layouts (overwritten).
+// Scaled dot-product attention's backward: the backend's attention_backward
+// (its fused entry, or the composition from products and the softmax's
+// backward in core/backend/fused_attention.cpp; the probabilities recomputed
+// from q and k). q and dout are [B * S, nh * D] column views (any row
+// stride), k and v [B * S, nkv * D], nh a multiple of nkv (grouped queries);
+// mask is the additive key mask [B, S] f32. Writes dq, dk, dv in their
+// forward's layouts (overwritten).
 struct AttentionShape {
   int64_t B = 0, S = 0, heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 1.f;
   bool causal = true;
 };
-void attention_backward(Backend& be, const std::shared_ptr<Backend>& bp, const AttentionShape& a,
-                        const View& q, const View& k, const View& v, const View& dout,
-                        const View& mask, const View& dq, const View& dk, const View& dv);
+void attention_backward(Backend& be, const AttentionShape& a, const View& q, const View& k,
+                        const View& v, const View& dout, const View& mask, const View& dq,
+                        const View& dk, const View& dv);
 
 }  // namespace oslo

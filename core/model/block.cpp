@@ -449,7 +449,7 @@ void Block::backward(const BlockWeights& L, const BlockActs& sv, Tensor& dx) con
   as.head_dim = D_;
   as.scale = 1.0f / std::sqrt(static_cast<float>(D_));
   as.causal = tr_.causal;
-  attention_backward(be_, bp_, as, q, k, v, view(datt), e_.key_mask, dqv, dkv, dvv);
+  attention_backward(be_, as, q, k, v, view(datt), e_.key_mask, dqv, dkv, dvv);
   if (tr_.rotary) {  // the transpose of a rotation is the rotation back
     rope(dqv, e_.nhl, e_.nsin);
     rope(dkv, e_.nkvl, e_.nsin);

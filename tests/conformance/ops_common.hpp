@@ -233,5 +233,6 @@ void test_argmax(const std::shared_ptr<Backend>& be);          // test_ops_fused
 void test_norm_backward(const std::shared_ptr<Backend>& be);   // test_ops_fused.cpp
 void test_adamw(const std::shared_ptr<Backend>& be);           // test_ops_fused.cpp
 void test_fused(const std::shared_ptr<Backend>& be);           // test_ops_fused.cpp
+void test_attention_backward(const std::shared_ptr<Backend>& be);  // test_ops_attention_bw.cpp
 
 }  // namespace conf

@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
       {"gather_scatter", test_gather_scatter},
       {"abi_v2", test_abi_v2},
       {"fused", test_fused},
+      {"attention_backward", test_attention_backward},
   };
   for (auto& g : groups) {
     g_case = g.first;
