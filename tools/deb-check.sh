@@ -97,7 +97,7 @@ make -s -C "$work/outside" SRC=prog.c tp_mlp
 oslo-run --nproc-per-node 2 "$work/outside/tp_mlp" >"$work/pc.out"
 ranks_match "$work/pc.out"
 
-echo "== examples/outside with find_package(oslo 0.2 REQUIRED)"
+echo "== examples/outside with find_package(oslo 0.3 REQUIRED)"
 cmake -S "$work/outside" -B "$work/build-cmake" -DTP_MLP_SOURCE="$work/outside/prog.c" >/dev/null
 cmake --build "$work/build-cmake" >/dev/null
 oslo-run --nproc-per-node 2 "$work/build-cmake/tp_mlp" >"$work/cmake.out"
