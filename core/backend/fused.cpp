@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/backend/backend.hpp"
+#include "core/backend/compose_util.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/common/shape_str.hpp"
@@ -19,42 +20,10 @@
 namespace oslo {
 namespace {
 
-// Stream-ordered scratch memory of one composition.
-class Scratch {
- public:
-  Scratch(Backend& be, oslo_dtype dt, const std::vector<int64_t>& shape) : be_(be) {
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    bytes_ = static_cast<size_t>(n) * dtype_size(dt);
-    p_ = be_.allocate_async(bytes_);
-    v_ = make_view(p_, dt, shape);
-  }
-  ~Scratch() { be_.deallocate_async(p_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  const View& view() const { return v_; }
-
- private:
-  Backend& be_;
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-  View v_;
-};
-
-View strided(void* data, oslo_dtype dt, const std::vector<int64_t>& shape,
-             const std::vector<int64_t>& strides) {
-  View v = make_view(data, dt, shape);
-  for (size_t i = 0; i < strides.size(); ++i) v.strides[i] = strides[i];
-  return v;
-}
-
-std::string dims(const View& v) {
-  return shape_str(std::vector<int64_t>(v.shape, v.shape + v.ndim));
-}
-
-bool is_float(oslo_dtype dt) {
-  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
-}
+using compose::dims;
+using compose::is_float;
+using compose::Scratch;
+using compose::strided;
 
 // The shape checks of attention(), shared by the fused and composed paths
 // so both refuse the same input with the same message.

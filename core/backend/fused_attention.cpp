@@ -7,51 +7,18 @@
 #include <vector>
 
 #include "core/backend/backend.hpp"
+#include "core/backend/compose_util.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/common/shape_str.hpp"
-#include "core/tensor/view.hpp"
 
 namespace oslo {
 namespace {
 
-View strided(void* data, oslo_dtype dt, const std::vector<int64_t>& shape,
-             const std::vector<int64_t>& strides) {
-  View v = make_view(data, dt, shape);
-  for (size_t i = 0; i < strides.size(); ++i) v.strides[i] = strides[i];
-  return v;
-}
-
-std::string dims(const View& v) {
-  return shape_str(std::vector<int64_t>(v.shape, v.shape + v.ndim));
-}
-
-bool is_float(oslo_dtype dt) {
-  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
-}
-
-// Stream-ordered f32 scratch of one composition.
-class Buf {
- public:
-  Buf(Backend& be, const std::vector<int64_t>& shape) : be_(be) {
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    bytes_ = static_cast<size_t>(n) * 4;
-    p_ = be_.allocate_async(bytes_);
-    v_ = make_view(p_, OSLO_DTYPE_F32, shape);
-  }
-  ~Buf() { be_.deallocate_async(p_, bytes_); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  const View& view() const { return v_; }
-  void* data() const { return p_; }
-
- private:
-  Backend& be_;
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-  View v_;
-};
+using compose::dims;
+using compose::is_float;
+using compose::Scratch;
+using compose::strided;
 
 }  // namespace
 
@@ -113,21 +80,21 @@ void Backend::compose_attention_backward(const View& dq, const View& dk, const V
     return strided(t.data, t.dtype, {B, Hkv, g, S, D},
                    {t.strides[0], g * t.strides[1], t.strides[1], t.strides[2], t.strides[3]});
   };
-  auto packed5 = [&](const Buf& t) {
+  auto packed5 = [&](const Scratch& t) {
     return strided(t.data(), OSLO_DTYPE_F32, {B, Hkv, g, S, D},
                    {Hkv * g * S * D, g * S * D, S * D, D, 1});
   };
-  auto packed4 = [&](const Buf& t) {
+  auto packed4 = [&](const Scratch& t) {
     return strided(t.data(), OSLO_DTYPE_F32, {B, Hkv, T, D}, {Hkv * T * D, T * D, D, 1});
   };
-  auto tr3 = [&](const Buf& t) { return transposed(t.view()); };
-  Buf qc(*this, {BH, g * S, D}), doc(*this, {BH, g * S, D});
-  Buf kc(*this, {BH, T, D}), vc(*this, {BH, T, D});
+  auto tr3 = [&](const Scratch& t) { return compose::swap_last(t.view()); };
+  Scratch qc(*this, {BH, g * S, D}), doc(*this, {BH, g * S, D});
+  Scratch kc(*this, {BH, T, D}), vc(*this, {BH, T, D});
   convert(packed5(qc), grouped(q));
   convert(packed5(doc), grouped(dout));
   convert(packed4(kc), k);
   convert(packed4(vc), v);
-  Buf P(*this, {BH, g * S, T}), dP(*this, {BH, g * S, T}), dS(*this, {BH, g * S, T});
+  Scratch P(*this, {BH, g * S, T}), dP(*this, {BH, g * S, T}), dS(*this, {BH, g * S, T});
   matmul(P.view(), qc.view(), tr3(kc));
   const View p5 = strided(P.data(), OSLO_DTYPE_F32, {B, Hkv, g, S, T},
                           {Hkv * g * S * T, g * S * T, S * T, T, 1});
@@ -136,12 +103,12 @@ void Backend::compose_attention_backward(const View& dq, const View& dk, const V
     m5 = strided(mask->data, mask->dtype, {B, 1, 1, 1, T},
                  {mask->strides[0], 0, 0, 0, mask->strides[1]});
   softmax(p5, p5, mask ? &m5 : nullptr, scale, causal, offset);
-  Buf dqc(*this, {BH, g * S, D}), dkc(*this, {BH, T, D}), dvc(*this, {BH, T, D});
-  matmul(dvc.view(), transposed(P.view()), doc.view());  // dV = P^T dO
-  matmul(dP.view(), doc.view(), tr3(vc));                // dP = dO V^T
+  Scratch dqc(*this, {BH, g * S, D}), dkc(*this, {BH, T, D}), dvc(*this, {BH, T, D});
+  matmul(dvc.view(), compose::swap_last(P.view()), doc.view());  // dV = P^T dO
+  matmul(dP.view(), doc.view(), tr3(vc));                        // dP = dO V^T
   softmax_backward(dS.view(), P.view(), dP.view(), scale);
-  matmul(dqc.view(), dS.view(), kc.view());              // dQ = dS K
-  matmul(dkc.view(), transposed(dS.view()), qc.view());  // dK = dS^T Q
+  matmul(dqc.view(), dS.view(), kc.view());                      // dQ = dS K
+  matmul(dkc.view(), compose::swap_last(dS.view()), qc.view());  // dK = dS^T Q
   convert(grouped(dq), packed5(dqc));
   convert(dk, packed4(dkc));
   convert(dv, packed4(dvc));
