@@ -12,6 +12,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/comm/leader.hpp"
 #include "core/common/error.hpp"
 
 namespace oslo {
@@ -84,30 +85,12 @@ class Agreement {
     if (c_ && !buf.empty()) c_->broadcast(buf.data(), buf.size(), 0);
   }
   // Runs `decide` on rank 0, which fills msg[1..]; msg[0] becomes its
-  // outcome (0 or 1 as decide returns, or -status when it threw). Every rank
-  // then holds rank 0's msg; rank 0's error is rethrown there, the others
-  // throw one naming it.
+  // outcome (0 or 1 as decide returns); every rank then holds rank 0's msg
+  // (core/comm/leader.hpp: a failure on rank 0 fails every rank).
   template <typename Fn>
   void agree(std::vector<int64_t>& msg, int64_t step, Fn&& decide) {
-    std::exception_ptr err;
-    if (decides()) {
-      try {
-        msg[0] = decide() ? 1 : 0;
-      } catch (const Error& e) {
-        msg[0] = -static_cast<int64_t>(e.status());
-        err = std::current_exception();
-      } catch (...) {
-        msg[0] = -static_cast<int64_t>(OSLO_ERR_INTERNAL);
-        err = std::current_exception();
-      }
-    }
-    share(msg);
-    if (err) std::rethrow_exception(err);
-    if (msg[0] < 0) {
-      const auto st = static_cast<oslo_status>(-msg[0]);
-      fail(st, "generate: rank 0 of the agreement group failed at step ", step, " (",
-           oslo_status_string(st), "); its error says why");
-    }
+    leader_decides(c_, msg, "generate: the agreement group at step " + std::to_string(step),
+                   [&] { return decide() ? 1 : 0; });
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/comm/leader.hpp"
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/tensor/view.hpp"
@@ -422,39 +423,29 @@ void Engine::run_plan(const StepPlan& plan, std::vector<Event>& events) {
     const Tensor h = rows_of(full);
     logits = runner_.logits_of(view(h), static_cast<int64_t>(full.size()));
   }
-  std::unordered_map<int64_t, int64_t> next;  // request id -> token
+  // msg = [outcome, token per sampled chunk], the leader's.
   std::vector<int64_t> msg(1, 0);
-  std::exception_ptr err;
-  if (leader_) {
-    try {
-      for (size_t i = 0; i < greedy.size(); ++i) {
-        OSLO_CHECK(choice[i].logit == choice[i].logit, OSLO_ERR_INVALID_ARGUMENT,
-                   "serving: the model returned NaN logits for request ", greedy[i]->seq->id);
-        next[greedy[i]->seq->id] = choice[i].token;
-      }
-      const int64_t V = stack_.cfg.vocab_size;
-      for (size_t i = 0; i < full.size(); ++i) {
-        const Live& l = *live_.at(full[i]->seq->id);
-        next[l.id] = choose_token(logits.data() + static_cast<int64_t>(i) * V, V, l.seq->tokens,
-                                  l.generated, l.req.options, 0);
-      }
-    } catch (const Error& e) {
-      msg[0] = -static_cast<int64_t>(e.status());
-      err = std::current_exception();
-    } catch (...) {
-      msg[0] = -static_cast<int64_t>(OSLO_ERR_INTERNAL);
-      err = std::current_exception();
-    }
-  }
   for (const Chunk& c : plan.chunks)
-    if (c.sample) msg.push_back(err ? 0 : (leader_ ? next.at(c.seq->id) : 0));
-  if (ctl_) ctl_->broadcast(msg.data(), msg.size(), 0);
-  if (err) std::rethrow_exception(err);
-  if (msg[0] < 0) {
-    const auto st = static_cast<oslo_status>(-msg[0]);
-    fail(st, "serving: rank 0 failed to choose the step's tokens (", oslo_status_string(st),
-         "); its error says why");
-  }
+    if (c.sample) msg.push_back(0);
+  leader_decides(ctl_, msg, "serving: the step's tokens", [&] {
+    std::unordered_map<int64_t, int64_t> chosen;  // request id -> token
+    for (size_t i = 0; i < greedy.size(); ++i) {
+      OSLO_CHECK(choice[i].logit == choice[i].logit, OSLO_ERR_INVALID_ARGUMENT,
+                 "serving: the model returned NaN logits for request ", greedy[i]->seq->id);
+      chosen[greedy[i]->seq->id] = choice[i].token;
+    }
+    const int64_t V = stack_.cfg.vocab_size;
+    for (size_t i = 0; i < full.size(); ++i) {
+      const Live& l = *live_.at(full[i]->seq->id);
+      chosen[l.id] = choose_token(logits.data() + static_cast<int64_t>(i) * V, V, l.seq->tokens,
+                                  l.generated, l.req.options, 0);
+    }
+    size_t k = 1;
+    for (const Chunk& c : plan.chunks)
+      if (c.sample) msg[k++] = chosen.at(c.seq->id);
+    return 0;
+  });
+  std::unordered_map<int64_t, int64_t> next;  // request id -> token
   {
     size_t k = 1;
     for (const Chunk& c : plan.chunks)
