@@ -1209,8 +1209,8 @@ OSLO_API oslo_status oslo_tokenizer_special_id(const oslo_tokenizer *tok, oslo_s
 
 /** Which end of a row padding fills or truncation cuts. */
 typedef enum oslo_side {
-  OSLO_SIDE_RIGHT = 0, /**< after the tokens; truncation drops the last ids */
-  OSLO_SIDE_LEFT = 1,  /**< before the tokens; truncation drops the first ids */
+  OSLO_SIDE_RIGHT = 0,                   /**< after the tokens; truncation drops the last ids */
+  OSLO_SIDE_LEFT = 1,                    /**< before the tokens; truncation drops the first ids */
   OSLO_SIDE_ENUM_MIN_ = -2147483647 - 1, /* not values: see oslo_dtype */
   OSLO_SIDE_ENUM_MAX_ = 2147483647
 } oslo_side;
@@ -1285,8 +1285,8 @@ OSLO_API oslo_status oslo_tokenizer_encode_batch_options_init(
  * Thread-safety: thread-safe.
  */
 OSLO_API oslo_status oslo_tokenizer_encode_batch(const oslo_tokenizer *tok,
-                                                 const char *const *texts,
-                                                 const size_t *text_lens, size_t n,
+                                                 const char *const *texts, const size_t *text_lens,
+                                                 size_t n,
                                                  const oslo_tokenizer_encode_batch_options *options,
                                                  int64_t *ids, int64_t *mask, size_t capacity,
                                                  size_t *length);
@@ -1531,7 +1531,7 @@ OSLO_API oslo_status oslo_model_embed(oslo_model *model, const int64_t *ids, con
                                       int64_t batch, int64_t seq, int normalize, float *out,
                                       size_t capacity);
 
-#define OSLO_GENERATE_OPTIONS_VERSION 1
+#define OSLO_GENERATE_OPTIONS_VERSION 2
 
 /** Options of oslo_model_generate (versioned). Defaults are Hugging Face's. */
 typedef struct oslo_generate_options {
@@ -1551,6 +1551,14 @@ typedef struct oslo_generate_options {
   /** Id fed after EOS and used for left padding; -1 (default): the config's
    * pad_token_id, else its first EOS id. */
   int64_t pad_token_id;
+  /* version 2 */
+  /** Hugging Face's repetition_penalty (> 0; default 1: off): the score of
+   * every token already in the row (prompt and generated) is divided by it
+   * when positive, multiplied when negative. */
+  float repetition_penalty;
+  /** EOS cannot be chosen before this many new tokens (default 0; needs EOS
+   * ids). */
+  int64_t min_new_tokens;
 } oslo_generate_options;
 
 /**
@@ -1583,6 +1591,302 @@ OSLO_API oslo_status oslo_model_generate(oslo_model *model, const int64_t *promp
                                          const int64_t *prompt_lengths, int64_t batch,
                                          const oslo_generate_options *options, int64_t *out_tokens,
                                          int64_t *out_lengths, float *out_scores);
+
+/* ------------------------------------------------------------------------ */
+/* Serving engine (docs/SERVING.md)                                          */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A request-level serving engine over a loaded causal model: requests are
+ * added at any time and run together, one model step at a time over every
+ * running request (continuous batching: a step mixes one decode token of
+ * each running request with chunks of new prompts), with a paged KV cache
+ * (fixed-size blocks from a pool, a block table per request), prefix reuse
+ * (requests sharing a prompt prefix share its full blocks) and streaming
+ * output. A request's tokens are the tokens oslo_model_generate gives that
+ * request alone (greedy, and sampling with the same seed).
+ *
+ * When the pool runs out of blocks, the youngest running request is
+ * preempted: its blocks are freed and it is recomputed later (its tokens
+ * do not change); a request that could never fit is refused when added.
+ *
+ * Two ways to drive it (pick one per engine; mixing them is refused):
+ *  - Stepping by hand: oslo_engine_step runs one step on the calling thread
+ *    and oslo_engine_get_event reads what it produced.
+ *  - Driven: oslo_engine_run steps on a thread of the caller's until the
+ *    engine is shut down, and any thread reads a request's output with
+ *    oslo_engine_next (which steps the engine itself when nothing runs
+ *    oslo_engine_run, so one thread alone can use it); or, with
+ *    options.on_event, every event goes to that callback.
+ *
+ * Ranks: under tensor and pipeline parallelism every rank of the world
+ * group creates an engine over its model and drives it (oslo_engine_run, or
+ * oslo_engine_step in a loop); requests are added, cancelled and read on
+ * world rank 0 only, which decides every step, and the others follow. A
+ * rank that fails or dies fails every rank's step with a named error
+ * (OSLO_ERR_COMM or OSLO_ERR_TIMEOUT after the context's timeout), never a
+ * hang. oslo_engine_shutdown on rank 0 ends every rank's engine.
+ * Data-parallel size must be 1 (one engine per replica).
+ *
+ * While an engine lives, its model and context belong to the thread that
+ * steps it (oslo_engine_step, oslo_engine_run, or oslo_engine_next when it
+ * steps): make no other call on them meanwhile.
+ */
+typedef struct oslo_engine oslo_engine;
+
+/** Why a request finished. */
+typedef enum oslo_finish_reason {
+  OSLO_FINISH_NONE = 0,      /**< not finished: more output follows */
+  OSLO_FINISH_LENGTH = 1,    /**< max_new_tokens generated */
+  OSLO_FINISH_EOS = 2,       /**< an EOS id was generated (it is the last token) */
+  OSLO_FINISH_STOP = 3,      /**< a stop string appeared (the text ends before it) */
+  OSLO_FINISH_CANCELLED = 4, /**< oslo_engine_cancel or oslo_engine_shutdown */
+  OSLO_FINISH_ERROR = 5,     /**< the step failed: see the event's status and error */
+  OSLO_FINISH_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_FINISH_ENUM_MAX_ = 2147483647
+} oslo_finish_reason;
+
+/** Where a request is (oslo_engine_request_state). */
+typedef enum oslo_request_state {
+  OSLO_REQUEST_UNKNOWN = 0,  /**< never added, or finished and its last output read */
+  OSLO_REQUEST_WAITING = 1,  /**< added; waiting for KV blocks or a place in a step */
+  OSLO_REQUEST_RUNNING = 2,  /**< its prompt is being computed or it is generating */
+  OSLO_REQUEST_FINISHED = 3, /**< finished; output left to read with oslo_engine_next */
+  OSLO_REQUEST_STATE_ENUM_MIN_ = -2147483647 - 1,
+  OSLO_REQUEST_STATE_ENUM_MAX_ = 2147483647
+} oslo_request_state;
+
+/**
+ * What one step did for one request. Its pointers are owned by the engine:
+ * valid until the next oslo_engine_step on it (for oslo_engine_get_event), or
+ * until the callback returns (options.on_event).
+ */
+typedef struct oslo_engine_event {
+  int64_t request_id;
+  const int64_t *tokens; /**< the request's new tokens (usually 1; 0 when it only finished) */
+  size_t num_tokens;
+  /** Their text, NUL-terminated, whole UTF-8 characters only (bytes of a
+   * character not yet complete, or of a possible stop string, come with a
+   * later event); "" without a tokenizer. */
+  const char *text;
+  size_t text_length;
+  oslo_finish_reason finish; /**< OSLO_FINISH_NONE while the request runs */
+  oslo_status status;        /**< OSLO_FINISH_ERROR: the failure's status; else OSLO_OK */
+  const char *error;         /**< OSLO_FINISH_ERROR: the failure's message; else "" */
+} oslo_engine_event;
+
+/** Called once per event, on the thread that steps, before the step returns.
+ * It must not call back into the engine except oslo_engine_add,
+ * oslo_engine_cancel, oslo_engine_shutdown and oslo_engine_stats. */
+typedef void (*oslo_engine_callback)(void *user_data, const oslo_engine_event *event);
+
+#define OSLO_ENGINE_OPTIONS_VERSION 1
+
+/** Options of oslo_engine_create (versioned). */
+typedef struct oslo_engine_options {
+  unsigned int version;    /**< OSLO_ENGINE_OPTIONS_VERSION; set by _init */
+  int64_t num_blocks;      /**< KV blocks on each rank; 0 (default): what kv_memory_bytes holds */
+  int64_t kv_memory_bytes; /**< KV memory per rank when num_blocks is 0 (default 1 GiB) */
+  int64_t block_size;      /**< tokens per KV block, [1, 4096] (default 16) */
+  int64_t max_seqs;        /**< running requests at most (default 64) */
+  int64_t max_step_tokens; /**< tokens per step, decode and prompt chunks (default 512) */
+  int prefix_caching;      /**< 1 (default): share full blocks of equal prompt prefixes */
+  int64_t idle_wait_ms;    /**< how long a step with nothing to do waits for work (default 20) */
+  /** Decodes the output to text and enables stop strings and
+   * oslo_engine_add_text; NULL (default): token ids only. The engine keeps
+   * its own reference: the tokenizer may be destroyed first. */
+  const oslo_tokenizer *tokenizer;
+  /** NULL (default): events go to oslo_engine_get_event (stepping by hand) or to
+   * each request's queue (oslo_engine_next). Else every event goes to it. */
+  oslo_engine_callback on_event;
+  void *user_data; /**< passed to on_event */
+} oslo_engine_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass OSLO_ENGINE_OPTIONS_VERSION).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, unknown version).
+ * Thread-safety: thread-safe.
+ * Ownership: writes the caller's struct.
+ */
+OSLO_API oslo_status oslo_engine_options_init(oslo_engine_options *options, unsigned int version);
+
+/**
+ * Creates an engine over `model` (a causal language model; any tensor and
+ * pipeline layout, CPU or CUDA) and allocates its KV pool on each rank.
+ * Collective over the world group only in its later steps: creation itself
+ * communicates nothing.
+ * Ownership: the caller owns *out (oslo_engine_destroy); the engine keeps
+ * the model (and its context) and the tokenizer alive. On failure *out is
+ * NULL.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, bad options: named),
+ * OSLO_ERR_NOT_SUPPORTED (an encoder model, data-parallel size above 1),
+ * OSLO_ERR_OUT_OF_MEMORY (the KV pool).
+ * Thread-safety: per context.
+ */
+OSLO_API oslo_status oslo_engine_create(oslo_model *model, const oslo_engine_options *options,
+                                        oslo_engine **out);
+
+/**
+ * Destroys an engine. On world rank 0 of an engine not yet shut down it
+ * shuts it down first, so the other ranks' engines end too (their steps
+ * return; a failing rank is not waited for beyond the context's timeout).
+ * Live requests end; NULL does nothing.
+ * Ownership: `engine` is invalid afterwards.
+ * Errors: none.
+ * Thread-safety: no other call may use the engine meanwhile (shut it down
+ * and let oslo_engine_run return first).
+ */
+OSLO_API void oslo_engine_destroy(oslo_engine *engine);
+
+/**
+ * Queues a request: `prompt_length` token ids, continued as `options` says
+ * (NULL: oslo_generate_options' defaults; num_beams must be 1; EOS ids
+ * NULL: the model config's), stopped early by any of `num_stop` stop
+ * strings (needs the engine's tokenizer). Sets *out_request_id (1, 2, ...).
+ * World rank 0 only.
+ * Ownership: every argument is read during the call only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, an empty prompt, a token outside
+ * the vocabulary, bad options, stop strings without a tokenizer or empty,
+ * prompt + max_new_tokens beyond the model's positions or the whole KV
+ * pool, not rank 0, an engine shut down: each named).
+ * Thread-safety: thread-safe (any thread, also while another steps).
+ */
+OSLO_API oslo_status oslo_engine_add(oslo_engine *engine, const int64_t *prompt_ids,
+                                     size_t prompt_length, const oslo_generate_options *options,
+                                     const char *const *stop, size_t num_stop,
+                                     int64_t *out_request_id);
+
+/**
+ * oslo_engine_add with a text prompt (NUL-terminated UTF-8), encoded by the
+ * engine's tokenizer (its special tokens added when add_special_tokens is
+ * nonzero, as Hugging Face's pipelines do).
+ * Errors: as oslo_engine_add; OSLO_ERR_INVALID_ARGUMENT also when the engine
+ * has no tokenizer or the text is not UTF-8.
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_engine_add_text(oslo_engine *engine, const char *prompt,
+                                          int add_special_tokens,
+                                          const oslo_generate_options *options,
+                                          const char *const *stop, size_t num_stop,
+                                          int64_t *out_request_id);
+
+/**
+ * Cancels a waiting or running request: its KV blocks are freed at the next
+ * step, which reports it finished with OSLO_FINISH_CANCELLED. *found (may be
+ * NULL) is 1 when the request was live, 0 when not (unknown, or already
+ * finished: nothing happens). World rank 0 only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL engine, not rank 0).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_engine_cancel(oslo_engine *engine, int64_t request_id, int *found);
+
+/**
+ * Shuts the engine down on every rank at the next step: live requests
+ * finish with OSLO_FINISH_CANCELLED, later adds are refused, oslo_engine_run
+ * returns and later steps do nothing. World rank 0 only.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, not rank 0).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_engine_shutdown(oslo_engine *engine);
+
+/**
+ * Runs one step on every rank together: new requests and cancels are taken
+ * in, then one model step over what the scheduler picked. Sets
+ * *num_events (may be NULL) to the number of events it produced, read with
+ * oslo_engine_get_event (with options.on_event they also go to the callback).
+ * With nothing to do, rank 0 first waits up to idle_wait_ms for work.
+ * A failure (the model, a rank) finishes every live request with
+ * OSLO_FINISH_ERROR (in this step's events) and returns its status.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, the engine driven by
+ * oslo_engine_run / oslo_engine_next), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT,
+ * OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: one thread at a time (the model's).
+ */
+OSLO_API oslo_status oslo_engine_step(oslo_engine *engine, size_t *num_events);
+
+/**
+ * Event `index` of the last oslo_engine_step (in the step's order; a
+ * finished request's event is its last).
+ * Ownership: *event's pointers are the engine's, valid until its next step.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, index out of range).
+ * Thread-safety: the stepping thread.
+ */
+OSLO_API oslo_status oslo_engine_get_event(const oslo_engine *engine, size_t index,
+                                           oslo_engine_event *event);
+
+/**
+ * Steps the engine until it is shut down (then returns OSLO_OK), delivering
+ * each event to options.on_event or to its request's queue
+ * (oslo_engine_next). The usual way to drive every rank other than 0, and
+ * rank 0 from a thread of its own.
+ * A failed step finishes every live request with OSLO_FINISH_ERROR and
+ * returns its status (run it again to go on, if the cause has gone).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, the engine stepped by hand, run
+ * already running), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT, OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: one thread at a time (the model's).
+ */
+OSLO_API oslo_status oslo_engine_run(oslo_engine *engine);
+
+/**
+ * Waits for output of request `request_id` and takes it: the tokens and
+ * text it produced since the last call, and *finish. At most
+ * tokens_capacity tokens and text_capacity - 1 bytes of text (whole UTF-8
+ * characters, then a NUL) are taken; the rest stays for the next call, and
+ * *finish is OSLO_FINISH_NONE until everything has been taken. After the
+ * call that returns a finish reason the request is forgotten.
+ * When no output is there, the call waits up to timeout_ms (>= 0; 0 only
+ * looks), and when no thread is in oslo_engine_run and none is stepping in
+ * another oslo_engine_next, it steps the engine itself meanwhile (the
+ * events of other requests go to their queues).
+ * A request that failed returns its failure's status and message (after
+ * its last output), with *finish = OSLO_FINISH_ERROR.
+ * Ownership: writes the caller's arrays (tokens may be NULL when
+ * tokens_capacity is 0, text NULL when text_capacity is 0: then nothing of
+ * that kind is taken). num_tokens, text_length (without the NUL) and finish
+ * are required.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, a request not live, the engine
+ * stepped by hand or with options.on_event, not rank 0), OSLO_ERR_TIMEOUT
+ * (no output within timeout_ms: nothing taken; call again), and the
+ * request's failure.
+ * Thread-safety: thread-safe: any number of threads, each reading its own
+ * requests (two threads reading one request share its output).
+ */
+OSLO_API oslo_status oslo_engine_next(oslo_engine *engine, int64_t request_id, int64_t timeout_ms,
+                                      int64_t *tokens, size_t tokens_capacity, size_t *num_tokens,
+                                      char *text, size_t text_capacity, size_t *text_length,
+                                      oslo_finish_reason *finish);
+
+/**
+ * Where request `request_id` is (OSLO_REQUEST_UNKNOWN for ids never added or
+ * forgotten).
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_engine_request_state(const oslo_engine *engine, int64_t request_id,
+                                               oslo_request_state *state);
+
+/** What oslo_engine_get_stats reports (counts since creation, or now). */
+typedef struct oslo_engine_stats {
+  int64_t running;          /**< requests running now */
+  int64_t waiting;          /**< requests waiting now */
+  int64_t blocks_used;      /**< KV blocks in use (this rank) */
+  int64_t blocks_total;     /**< KV blocks in the pool (this rank) */
+  int64_t block_size;       /**< tokens per block */
+  int64_t cached_tokens;    /**< tokens in the KV cache of running requests */
+  int64_t kv_bytes_used;    /**< bytes of the blocks in use (this rank) */
+  int64_t steps;            /**< steps that ran the model */
+  int64_t prompt_tokens;    /**< prompt tokens computed (prefix hits not counted) */
+  int64_t generated_tokens; /**< tokens generated */
+  int64_t prefix_queries;   /**< full prompt blocks looked up in the prefix index */
+  int64_t prefix_hits;      /**< of which found (shared, not recomputed) */
+} oslo_engine_stats;
+
+/**
+ * Fills *stats. The numbers are those of the last step's end.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_engine_get_stats(const oslo_engine *engine, oslo_engine_stats *stats);
 
 /**
  * Saves the model as a parallel checkpoint in `dir`: one safetensors file per
