@@ -271,6 +271,13 @@ struct oslo_optimizer {};
 %immutable oslo_train_step_result::lr;
 %immutable oslo_train_step_result::loss_scale;
 %immutable oslo_train_step_result::step;
+/* The serving engine (oslo_engine_*): not wrapped yet; the bindings'
+ * engine classes come with their own interface file. */
+%ignore oslo_engine_event;
+%ignore oslo_engine_stats;
+%ignore oslo_engine_options;
+%ignore oslo_engine_callback;
+%rename("$ignore", regextarget=1) "^oslo_engine_";
 
 %include "oslo.h"
 
