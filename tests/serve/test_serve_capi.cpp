@@ -57,6 +57,7 @@ struct Case {
   int64_t max_new;
   int sample;
   uint64_t seed;
+  float repetition_penalty = 1.0f;  // oslo_generate_options v2
 };
 
 std::vector<Case> cases() {
@@ -67,6 +68,7 @@ std::vector<Case> cases() {
     k.max_new = 3 + (i * 5) % 9;
     k.sample = i % 2;
     k.seed = static_cast<uint64_t>(100 + i);
+    if (i == 4) k.repetition_penalty = 3.0f;
     c.push_back(k);
   }
   return c;
@@ -79,6 +81,7 @@ oslo_generate_options options_of(const Case& k) {
   o.do_sample = k.sample;
   o.seed = k.seed;
   o.top_k = 20;
+  o.repetition_penalty = k.repetition_penalty;
   static const int64_t no_eos = 0;
   o.eos_token_ids = &no_eos;  // non-NULL, none: every request runs its length
   o.num_eos_token_ids = 0;
@@ -159,6 +162,12 @@ void one_rank() {
   const std::vector<Case> cs = cases();
   std::vector<std::vector<int64_t>> want;
   for (const Case& k : cs) want.push_back(generate_alone(m, k));
+  {
+    Case plain = cs[4];
+    plain.repetition_penalty = 1.0f;
+    check(generate_alone(m, plain) != want[4],
+          "oslo_generate_options v2: repetition_penalty changes generate's tokens");
+  }
 
   // Options.
   oslo_engine_options eo;
