@@ -9,10 +9,10 @@
 //    tile; a longer one (prefill) is cut into tiles of 64 queries.
 //  - Online softmax over the blocks the tile's last query sees (causal: no
 //    block past it is read): a running max, sum and output per row, rescaled
-//    as blocks come. Small tiles score a block with attention's row kernels
+//    as blocks come, in steps of whole blocks (at least 64 keys). Small
+//    tiles score each block where it lies with attention's row kernels
 //    (cpu_fused.cpp: dots and axpys, AVX2 + FMA where the CPU has them);
-//    prefill tiles take the keys in steps of whole blocks (at least 64
-//    keys), packed for two oneDNN products per step.
+//    prefill tiles pack a step's keys and values for two oneDNN products.
 //  - When the items are fewer than twice the threads (few sequences
 //    decoding), each small tile's blocks are split into ranges with their own
 //    running state, merged at the end (split-K, as flash-decoding does).
@@ -127,25 +127,34 @@ void run_item(const Step& s, const Item& it, float* part, Work& w) {
   const int64_t t_end = std::min(it.b1 * bs, first_pos + nq);
   const std::vector<int64_t>& ids = s.ids[static_cast<size_t>(it.c)];
   std::vector<int64_t> lim(static_cast<size_t>(R));
+  const int64_t per_step = std::max<int64_t>(1, kKeys / bs) * bs;  // whole blocks, >= 64 keys
   if (nq < kTileMin) {
-    // Block by block through the row kernels.
+    // Steps of whole blocks through the row kernels, each block read where
+    // it lies: the scores of a step's blocks side by side in sc, one online
+    // update per step, then the values block by block.
     const AttentionRowKernels& rk = attention_row_kernels();
-    w.sc.resize(static_cast<size_t>(R * bs));
-    for (int64_t t = it.b0 * bs; t < t_end; t += bs) {
-      const int64_t b = ids[static_cast<size_t>(t / bs)], mk = std::min(bs, t_end - t);
-      const float* K = slab(s.kp, b, it.kh, mk, bs, D, w.kbuf.data());
-      for (int64_t r = 0; r < R; ++r)
-        rk.dots(w.qt.data() + r * D, K, D, mk, D, w.sc.data() + r * mk);
+    w.sc.resize(static_cast<size_t>(R * per_step));
+    for (int64_t t = it.b0 * bs; t < t_end; t += per_step) {
+      const int64_t mk = std::min(per_step, t_end - t);
+      for (int64_t u = 0; u < mk; u += bs) {
+        const int64_t b = ids[static_cast<size_t>((t + u) / bs)], n = std::min(bs, mk - u);
+        const float* K = slab(s.kp, b, it.kh, n, bs, D, w.kbuf.data());
+        for (int64_t r = 0; r < R; ++r)
+          rk.dots(w.qt.data() + r * D, K, D, n, D, w.sc.data() + r * mk + u);
+      }
       online_update(w.sc.data(), R, mk, nq, first_pos, t, acc, m, l, D, lim.data());
-      const float* Vb = slab(s.vp, b, it.kh, mk, bs, D, w.vbuf.data());
-      for (int64_t r = 0; r < R; ++r)
-        if (lim[static_cast<size_t>(r)] > 0)
-          rk.axpys(w.sc.data() + r * mk, Vb, D, lim[static_cast<size_t>(r)], D, acc + r * D);
+      for (int64_t u = 0; u < mk; u += bs) {
+        const int64_t b = ids[static_cast<size_t>((t + u) / bs)], n = std::min(bs, mk - u);
+        const float* Vb = slab(s.vp, b, it.kh, n, bs, D, w.vbuf.data());
+        for (int64_t r = 0; r < R; ++r) {
+          const int64_t seen = std::min(n, lim[static_cast<size_t>(r)] - u);
+          if (seen > 0) rk.axpys(w.sc.data() + r * mk + u, Vb, D, seen, D, acc + r * D);
+        }
+      }
     }
     return;
   }
   // Prefill tiles: steps of whole blocks, packed, two products per step.
-  const int64_t per_step = std::max<int64_t>(1, kKeys / bs) * bs;
   w.sc.resize(static_cast<size_t>(R * per_step));
   for (int64_t t = it.b0 * bs; t < t_end; t += per_step) {
     const int64_t mk = std::min(per_step, t_end - t);
