@@ -227,6 +227,7 @@ oslo_status fused_paged_attention(void* self, const oslo_bk_view* out, const osl
       a.first[a.count + 1] = a.first[a.count] + n;
       ++a.count;
     }
+    if (launches.empty()) return;  // every chunk empty
     if (!in.capturing) {
       const int64_t width = block_table->shape[1];
       if (num_chunks * width >= INT_MAX)
