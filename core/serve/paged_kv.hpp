@@ -48,7 +48,8 @@ class PagedKV {
   void copy_block(int64_t src, int64_t dst);
   // The chunks of the next step (their block tables must cover start + n
   // tokens): the tables go to the backend's memory as one [chunks, blocks]
-  // i64 table, used by every attend() until the next begin_step().
+  // i64 table, used by every attend() until the next begin_step(). Throws
+  // OSLO_ERR_INTERNAL when a chunk's table is shorter than its tokens need.
   void begin_step(const std::vector<PagedChunk>& chunks);
   // Local layer `layer`'s attention for the step begun: q, k, v are the
   // step's rotated projections ([tokens, heads * D] column views), out
