@@ -283,7 +283,8 @@ inline size_t dtype_size(oslo_dtype dtype) {
   X(free_async) X(device_name) X(memory_info) X(op_supported) X(native_stream)            \
   X(stream_wait_event) X(attention) X(residual_norm) X(rope) X(matmul_act) X(argmax)      \
   X(norm_backward) X(adamw) X(graph_begin) X(graph_end) X(pack_weight) X(matmul_packed)   \
-  X(packed_free) X(check_memory) X(host_alloc) X(host_free) X(attention_backward)
+  X(packed_free) X(check_memory) X(host_alloc) X(host_free) X(attention_backward)         \
+  X(paged_attention)
 // clang-format on
 
 // One entry of a backend's struct: `fn` as the table's field `entry`, a
@@ -311,6 +312,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
 //   PACKED    pack_weight, matmul_packed, packed_free
 //   STAGING   check_memory, host_alloc, host_free
 //   TRAIN     attention_backward
+//   SERVE     paged_attention
 // clang-format off
 #define OSLO_BACKEND_GROUP_COMPUTE(X, p)                                                 \
   X(convert, p, convert) X(fill, p, fill) X(matmul, p, matmul) X(binary, p, binary)     \
@@ -352,6 +354,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
 #define OSLO_BACKEND_GROUP_STAGING(X, p)                                                 \
   X(check_memory, p, check_memory) X(host_alloc, p, host_alloc) X(host_free, p, host_free)
 #define OSLO_BACKEND_GROUP_TRAIN(X, p) X(attention_backward, p, attention_backward)
+#define OSLO_BACKEND_GROUP_SERVE(X, p) X(paged_attention, p, paged_attention)
 // clang-format on
 
 #define OSLO_BACKEND_ENTRY_FROM_(entry, p, name) OSLO_BACKEND_ENTRY(entry, p##name);

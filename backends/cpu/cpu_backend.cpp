@@ -330,8 +330,8 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 }
 // Every required op in every dtype the core uses, and every fused op
 // (attention, residual norm, rotary embedding, product + activation,
-// argmax, norm backward, attention backward; AdamW in f32) in the float
-// dtypes.
+// argmax, norm backward, attention backward, paged attention; AdamW in f32)
+// in the float dtypes.
 int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
   if (op == OSLO_BK_OP_PACKED_MATMUL) {
@@ -346,7 +346,8 @@ int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   const bool flt = dtype == OSLO_DTYPE_F32 || dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
                  op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX ||
-                 op == OSLO_BK_OP_NORM_BACKWARD || op == OSLO_BK_OP_ATTENTION_BACKWARD)
+                 op == OSLO_BK_OP_NORM_BACKWARD || op == OSLO_BK_OP_ATTENTION_BACKWARD ||
+                 op == OSLO_BK_OP_PAGED_ATTENTION)
              ? 1
              : 0;
 }
@@ -416,6 +417,14 @@ oslo_status attention_backward(void* self, const V* dq, const V* dk, const V* dv
                             offset);
   });
 }
+oslo_status paged_attention(void* self, const V* out, const V* q, const V* k_pool, const V* v_pool,
+                            const V* block_table, const int64_t* chunks, int64_t num_chunks,
+                            float scale) {
+  return guard(self, [&](Instance& I) {
+    cpu::paged_attention(I.threads, *out, *q, *k_pool, *v_pool, *block_table, chunks, num_chunks,
+                         scale);
+  });
+}
 oslo_status residual_norm(void* self, const V* out, const V* x, const V* y, const V* bias,
                           const V* gamma, const V* beta, float eps, int rms) {
   return guard(self, [&](Instance& I) {
@@ -448,6 +457,7 @@ struct Table {
   OSLO_BACKEND_ENTRIES(FUSED, )
   OSLO_BACKEND_ENTRIES(PACKED, )
   OSLO_BACKEND_ENTRIES(TRAIN, )
+  OSLO_BACKEND_ENTRIES(SERVE, )
 };
 
 }  // namespace

@@ -125,10 +125,7 @@ __attribute__((target("avx2,fma"))) void axpys_avx2(const float* p, const float*
   }
 }
 
-struct RowKernels {
-  void (*dots)(const float*, const float*, int64_t, int64_t, int64_t, float*);
-  void (*axpys)(const float*, const float*, int64_t, int64_t, int64_t, float*);
-};
+using RowKernels = AttentionRowKernels;
 
 const RowKernels& row_kernels() {
   static const RowKernels k = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
@@ -260,6 +257,10 @@ void prefill_tiles(int threads, const V& out, const V& q, const Rows& K, const R
 }
 
 }  // namespace
+
+const AttentionRowKernels& attention_row_kernels() {
+  return row_kernels();
+}
 
 void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,
                float scale, bool causal, int64_t offset) {

@@ -44,6 +44,9 @@ void attention(int threads, const V& out, const V& q, const V& k, const V& v, co
 void attention_backward(int threads, const V& dq, const V& dk, const V& dv, const V& q,
                         const V& k, const V& v, const V& dout, const V* mask, float scale,
                         bool causal, int64_t causal_offset);
+// One serving step's attention through block tables (cpu_paged_attention.cpp).
+void paged_attention(int threads, const V& out, const V& q, const V& k_pool, const V& v_pool,
+                     const V& block_table, const int64_t* chunks, int64_t num_chunks, float scale);
 void gather_rows(int threads, const V& out, const V& table, const V& ids, int64_t offset,
                  int64_t limit);
 void scatter_add_rows(int threads, const V& table, const V& ids, const V& src, int64_t offset);
@@ -63,6 +66,16 @@ double exp_sum_f64(float* o, const float* a, int64_t n, float shift, bool sum);
 // o[i] = exp(a[i]) (o may be a): within 2 ulp of std::exp, inf above
 // ln(FLT_MAX), through the denormals to 0 below, NaN stays NaN.
 void exp_f32(float* o, const float* a, int64_t n);
+
+// Attention's row kernels (cpu_fused.cpp; AVX2 + FMA when the CPU has them,
+// picked once), over n rows of length D at base + j * stride:
+//   dots:  s[j] = q . row[j]          axpys: acc[d] += sum_j p[j] row[j][d]
+struct AttentionRowKernels {
+  void (*dots)(const float* q, const float* base, int64_t stride, int64_t n, int64_t D, float* s);
+  void (*axpys)(const float* p, const float* base, int64_t stride, int64_t n, int64_t D,
+                float* acc);
+};
+const AttentionRowKernels& attention_row_kernels();
 
 // Matmul state (cached oneDNN primitives) lives in the instance.
 class Matmul;

@@ -457,13 +457,15 @@ oslo_status set_num_threads(void* self, int n) {
   });
 }
 
-// The table: every entry but the prepacked weights.
+// The table: every entry but the prepacked weights and attention_backward
+// (both composed by the core).
 struct Plugin {
   static constexpr const char* name = "cuda";
   OSLO_BACKEND_ENTRIES(REQUIRED, op_)
   OSLO_BACKEND_ENTRIES(COMM, )
   OSLO_BACKEND_ENTRIES(V2_QUEUE, )
   OSLO_BACKEND_ENTRIES(FUSED, fused_)
+  OSLO_BACKEND_ENTRIES(SERVE, fused_)
   OSLO_BACKEND_ENTRIES(GRAPHS, )
   OSLO_BACKEND_ENTRIES(STAGING, )
 };

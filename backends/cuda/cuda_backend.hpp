@@ -209,11 +209,13 @@ void check_float(const oslo_bk_view* v, const char* what, bool output);
 
 // The table's entries, with oslo_backend.h's signatures (the glue's
 // OSLO_BACKEND_DECLARE): the compute entries op_<entry> (cuda_ops.cu, the
-// matmul in cuda_matmul.cpp), the fused ones fused_<entry> (cuda_fused.cu),
+// matmul in cuda_matmul.cpp), the fused ones fused_<entry> (cuda_fused.cu;
+// fused_paged_attention in cuda_paged.cu),
 // the ABI v2 queue entries and graph_begin/graph_end (cuda_v2.cpp), the
 // communicators (cuda_comm.cpp); the rest are in cuda_backend.cpp.
 OSLO_BACKEND_DECLARE(COMPUTE, op_)
 OSLO_BACKEND_DECLARE(FUSED, fused_)
+OSLO_BACKEND_DECLARE(SERVE, fused_)
 OSLO_BACKEND_DECLARE(V2_QUEUE, )
 OSLO_BACKEND_DECLARE(GRAPHS, )
 OSLO_BACKEND_DECLARE(COMM, )
@@ -232,6 +234,13 @@ void naive_gemm(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a, cons
 // layout.
 bool skinny_matmul(Instance& in, const oslo_bk_view& c, const oslo_bk_view& a,
                    const oslo_bk_view& b, const oslo_bk_view* bias, float alpha, float beta);
+
+// The flag protocol of the checking kernels (cuda_ops.cu): flag_reset()
+// sets the instance's device flag to "none" before a check kernel, which
+// atomicMin()s the first failing position into it; flag_read() reads it back
+// (a wait point; refused while recording) and returns that position or -1.
+void flag_reset(Instance& in);
+int64_t flag_read(Instance& in);
 
 // Fails naming `what` when the instance is recording (it would wait for work
 // that has not run).

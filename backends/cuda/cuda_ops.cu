@@ -174,8 +174,9 @@ void run_ew(Instance& in, const Ew& e, int kind, int op, float alpha, float valu
   launched("element-wise kernel");
 }
 
-// The flag protocol of the checking kernels: set the flag to "none", run,
-// read it back (a wait point), return the first failing position or -1.
+}  // namespace
+
+// The flag protocol of the checking kernels (cuda_backend.hpp).
 constexpr int kNoFlag = 0x7f7f7f7f;
 void flag_reset(Instance& in) {
   check_cuda(cudaMemsetAsync(in.flag, 0x7f, sizeof(int), in.stream), "cudaMemsetAsync");
@@ -187,6 +188,8 @@ int64_t flag_read(Instance& in) {
   check_cuda(cudaStreamSynchronize(in.stream), "cudaStreamSynchronize");
   return *in.host_flag == kNoFlag ? -1 : *in.host_flag;
 }
+
+namespace {
 
 // -- reduce -------------------------------------------------------------------
 

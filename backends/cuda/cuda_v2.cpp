@@ -96,14 +96,15 @@ int op_supported(void*, oslo_bk_op op_arg, oslo_dtype dtype) {
   const int op = enum_value(op_arg);
   if (!is_float(dtype) && !is_int(dtype)) return 0;
   if (op >= OSLO_BK_OP_CONVERT && op <= OSLO_BK_OP_SCATTER_ADD_COLS) return 1;
-  // The fused entries (cuda_fused.cu): float dtypes; AdamW in f32 only.
+  // The fused entries (cuda_fused.cu, cuda_paged.cu): float dtypes; AdamW in f32 only.
   switch (op) {
     case OSLO_BK_OP_ATTENTION:
     case OSLO_BK_OP_RESIDUAL_NORM:
     case OSLO_BK_OP_ROPE:
     case OSLO_BK_OP_MATMUL_ACT:
     case OSLO_BK_OP_ARGMAX:
-    case OSLO_BK_OP_NORM_BACKWARD: return is_float(dtype) ? 1 : 0;
+    case OSLO_BK_OP_NORM_BACKWARD:
+    case OSLO_BK_OP_PAGED_ATTENTION: return is_float(dtype) ? 1 : 0;
     case OSLO_BK_OP_ADAMW: return dtype == OSLO_DTYPE_F32 ? 1 : 0;
     case OSLO_BK_OP_MATMUL_MIXED: return dtype == OSLO_DTYPE_BF16 || dtype == OSLO_DTYPE_F16;
     default: return 0;

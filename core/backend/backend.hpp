@@ -146,6 +146,16 @@ class Backend {
   void attention_backward(const View& dq, const View& dk, const View& dv, const View& q,
                           const View& k, const View& v, const View& dout, const View* mask,
                           float scale, bool causal, int64_t causal_offset);
+  // One serving step's causal attention over a paged KV cache
+  // (oslo_backend.h's paged_attention): out and q [tokens, Hq, D], the
+  // pools [num_blocks, Hkv, block_size, D] (each block contiguous),
+  // block_table [num_chunks, M] I64 in the backend's memory, and chunks the
+  // host array of num_chunks triples (row, start, n). Throws OSLO_ERR_SHAPE,
+  // OSLO_ERR_DTYPE or OSLO_ERR_INVALID_ARGUMENT (a block id outside the
+  // pools, overlapping chunks) naming the problem.
+  void paged_attention(const View& out, const View& q, const View& k_pool, const View& v_pool,
+                       const View& block_table, const int64_t* chunks, int64_t num_chunks,
+                       float scale);
   // One AdamW update in place (oslo_backend.h's adamw: f32, contiguous).
   void adamw(const View& p, const View& g, const View& m, const View& v, float decay, float beta1,
              float beta2, float step_size, float bc2_sqrt, float eps);
@@ -216,6 +226,9 @@ class Backend {
   void compose_attention_backward(const View& dq, const View& dk, const View& dv, const View& q,
                                   const View& k, const View& v, const View& dout, const View* mask,
                                   float scale, bool causal, int64_t causal_offset);
+  void compose_paged_attention(const View& out, const View& q, const View& k_pool,
+                               const View& v_pool, const View& block_table, const int64_t* chunks,
+                               int64_t num_chunks, float scale);
   void compose_adamw(const View& p, const View& g, const View& m, const View& v, float decay,
                      float beta1, float beta2, float step_size, float bc2_sqrt, float eps);
 

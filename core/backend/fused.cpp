@@ -1,6 +1,6 @@
 // The fused ops of the backend seam (oslo_backend.h: attention,
 // residual_norm, rope, matmul_act, argmax, norm_backward, adamw; attention_backward is in
-// fused_attention.cpp): the backend's own entry when it
+// fused_attention.cpp, paged_attention in fused_paged.cpp): the backend's own entry when it
 // offers one for the dtype, else the composition below from the required entries. The compositions
 // are the reference: the conformance suite checks every backend's fused entry against them (and
 // both against f64).
@@ -64,6 +64,7 @@ bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
       (op == OSLO_BK_OP_NORM_BACKWARD && t_.norm_backward) ||
       (op == OSLO_BK_OP_ADAMW && t_.adamw) ||
       (op == OSLO_BK_OP_ATTENTION_BACKWARD && t_.attention_backward) ||
+      (op == OSLO_BK_OP_PAGED_ATTENTION && t_.paged_attention) ||
       op == OSLO_BK_OP_MATMUL_MIXED;
   return entry && op_supported(op, dtype);
 }

@@ -210,6 +210,9 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_PACKED_MATMUL = 1032,
   /** attention_backward(): the gradients of attention() (training). */
   OSLO_BK_OP_ATTENTION_BACKWARD = 1033,
+  /** paged_attention(): causal attention of a ragged batch of chunks over a
+   * paged key/value cache, read through block tables (serving). */
+  OSLO_BK_OP_PAGED_ATTENTION = 1034,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -652,6 +655,37 @@ typedef struct oslo_backend_iface {
                                     const oslo_bk_view *k, const oslo_bk_view *v,
                                     const oslo_bk_view *dout, const oslo_bk_view *mask, float scale,
                                     int causal, int64_t causal_offset);
+
+  /* -- serving -------------------------------------------------------------------
+   * Optional and past OSLO_BACKEND_IFACE_V2_TRAIN_SIZE; a fused op as those
+   * above (called only when op_supported() says yes, else composed in
+   * core/backend/fused_paged.cpp: the blocks gathered, then attention()). */
+
+  /** OSLO_BK_OP_PAGED_ATTENTION (op_supported's dtype: q's, k_pool's and
+   * v_pool's, which they share). One serving step's attention over a paged
+   * KV cache. The pools k_pool and v_pool are [num_blocks, Hkv, bs, D]
+   * (bs: the block size), each block contiguous (strides[1..3] = bs * D, D,
+   * 1; blocks any stride apart). chunks, in HOST memory (read before the
+   * call returns), holds num_chunks triples (row_c, start_c, n_c): chunk c
+   * continues one sequence with n_c queries, rows row_c .. row_c + n_c - 1
+   * of q [tokens, Hq, D] (any strides), at positions start_c ..
+   * start_c + n_c - 1. Its keys are K_c[kh, t] = k_pool[b, kh, t % bs]
+   * with b = block_table[c, t / bs] (block_table: [num_chunks, M] I64 in
+   * device memory; entries past ceil((start_c + n_c) / bs) are not read),
+   * V_c likewise, and for query i (position p = start_c + i) and head h:
+   *   out[row_c + i, h, :] = sum_{t <= p} s_t V_c[h / g, t, :],
+   *   s = softmax_{t <= p}(scale * q[row_c + i, h, :] . K_c[h / g, t, :])
+   * (causal; g = Hq / Hkv, grouped queries). Keys [0, start_c + n_c) must be
+   * in the pools already, the chunk's own included (the caller stores them
+   * first). out [tokens, Hq, D], any float dtype and strides; rows of no
+   * chunk are left as they are; chunks' rows may not overlap. A block id
+   * outside [0, num_blocks) fails with OSLO_ERR_INVALID_ARGUMENT naming it
+   * (a device backend may read the ids back to check them, a wait point).
+   * f32 accumulation, the probabilities kept in f32. */
+  oslo_status (*paged_attention)(void *self, const oslo_bk_view *out, const oslo_bk_view *q,
+                                 const oslo_bk_view *k_pool, const oslo_bk_view *v_pool,
+                                 const oslo_bk_view *block_table, const int64_t *chunks,
+                                 int64_t num_chunks, float scale);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
@@ -677,6 +711,11 @@ typedef struct oslo_backend_iface {
  * after the staging ones. */
 #define OSLO_BACKEND_IFACE_V2_TRAIN_SIZE \
   (offsetof(oslo_backend_iface, attention_backward) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the serving entry (paged_attention) after
+ * the training one. */
+#define OSLO_BACKEND_IFACE_V2_SERVE_SIZE \
+  (offsetof(oslo_backend_iface, paged_attention) + sizeof(void (*)(void)))
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -767,11 +806,12 @@ OSLO_BK_SLOT_(check_memory, 63);
 OSLO_BK_SLOT_(host_alloc, 64);
 OSLO_BK_SLOT_(host_free, 65);
 OSLO_BK_SLOT_(attention_backward, 66);
+OSLO_BK_SLOT_(paged_attention, 67);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_TRAIN_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after attention_backward needs its own size macro");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_SERVE_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after paged_attention needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

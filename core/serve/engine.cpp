@@ -442,10 +442,11 @@ void Engine::run_plan(const StepPlan& plan, std::vector<Event>& events) {
     prompt_tokens += std::max<int64_t>(0, std::min(c.start + c.n, c.seq->prompt_len) - c.start);
   }
   const int64_t T = static_cast<int64_t>(ids.size());
+  kv_->begin_step(chunks);
   const Tensor hidden = runner_.run_stack(
       ids, positions, {}, 1, T,
       [&](size_t li, const View& q, const View& k, const View& v, const View& out) {
-        kv_->attend(li, chunks, q, k, v, out);
+        kv_->attend(li, q, k, v, out);
       },
       true);
   sched_->commit(plan);

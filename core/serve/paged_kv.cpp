@@ -43,10 +43,33 @@ void PagedKV::copy_block(int64_t src, int64_t dst) {
     }
 }
 
-void PagedKV::attend(size_t li, const std::vector<PagedChunk>& chunks, const View& q, const View& k,
-                     const View& v, const View& out) {
+void PagedKV::begin_step(const std::vector<PagedChunk>& chunks) {
+  chunks_ = chunks;
+  triples_.clear();
+  int64_t width = 1;
+  for (const PagedChunk& c : chunks) {
+    const int64_t nb = (c.start + c.n + block_size_ - 1) / block_size_;
+    OSLO_CHECK(c.blocks && static_cast<int64_t>(c.blocks->size()) >= nb, OSLO_ERR_INTERNAL,
+               "paged KV cache: a chunk reaching position ", c.start + c.n - 1, " has ",
+               c.blocks ? c.blocks->size() : 0, " blocks");
+    width = std::max(width, nb);
+    triples_.insert(triples_.end(), {c.row, c.start, c.n});
+  }
+  const int64_t C = static_cast<int64_t>(chunks.size());
+  std::vector<int64_t> host(static_cast<size_t>(C * width), 0);
+  for (int64_t c = 0; c < C; ++c) {
+    const PagedChunk& pc = chunks[static_cast<size_t>(c)];
+    const int64_t nb = (pc.start + pc.n + block_size_ - 1) / block_size_;
+    std::copy(pc.blocks->begin(), pc.blocks->begin() + nb, host.begin() + c * width);
+  }
+  table_ = scratch(s_.ctx.backend_ptr(), OSLO_DTYPE_I64, {C, width});
+  if (C > 0)
+    s_.ctx.backend().copy(table_.data(), host.data(), host.size() * sizeof(int64_t),
+                          CopyKind::HostToDevice);
+}
+
+void PagedKV::attend(size_t li, const View& q, const View& k, const View& v, const View& out) {
   Backend& be = s_.ctx.backend();
-  const auto& bp = s_.ctx.backend_ptr();
   const int64_t D = s_.cfg.head_dim, nkvl = s_.nkvl, nhl = s_.nhl, bs = block_size_;
   const int64_t per = nkvl * bs * D;  // one block of one pool
   const int64_t rk = k.strides[0], rv = v.strides[0], rq = q.strides[0], ro = out.strides[0];
@@ -56,7 +79,7 @@ void PagedKV::attend(size_t li, const std::vector<PagedChunk>& chunks, const Vie
   auto slots = [&](const Tensor& pool, int64_t b, int64_t s0, int64_t m) {
     return strided(at(view(pool), b * per + s0 * D), OSLO_DTYPE_F32, {nkvl, m, D}, {bs * D, D, 1});
   };
-  for (const PagedChunk& c : chunks) {
+  for (const PagedChunk& c : chunks_) {
     // Store the chunk's keys and values, block by block.
     for (int64_t p = c.start; p < c.start + c.n;) {
       const int64_t b = (*c.blocks)[static_cast<size_t>(p / bs)], s0 = p % bs;
@@ -67,23 +90,12 @@ void PagedKV::attend(size_t li, const std::vector<PagedChunk>& chunks, const Vie
       p += m;
     }
   }
-  for (const PagedChunk& c : chunks) {
-    // Gather the sequence's keys and values [0, L) into one buffer.
-    const int64_t L = c.start + c.n;
-    Tensor kc = scratch(bp, OSLO_DTYPE_F32, {1, nkvl, L, D});
-    Tensor vc = scratch(bp, OSLO_DTYPE_F32, {1, nkvl, L, D});
-    for (int64_t j = 0; j * bs < L; ++j) {
-      const int64_t b = (*c.blocks)[static_cast<size_t>(j)], m = std::min(bs, L - j * bs);
-      be.convert(strided(at(view(kc), j * bs * D), OSLO_DTYPE_F32, {nkvl, m, D}, {L * D, D, 1}),
-                 slots(kp, b, 0, m));
-      be.convert(strided(at(view(vc), j * bs * D), OSLO_DTYPE_F32, {nkvl, m, D}, {L * D, D, 1}),
-                 slots(vp, b, 0, m));
-    }
-    const View qv = strided(at(q, c.row * rq), q.dtype, {1, nhl, c.n, D}, {c.n * rq, D, rq, 1});
-    const View ov = strided(at(out, c.row * ro), out.dtype, {1, nhl, c.n, D}, {c.n * ro, D, ro, 1});
-    be.attention(ov, qv, view(kc), view(vc), nullptr, 1.0f / std::sqrt(static_cast<float>(D)),
-                 s_.cfg.traits.causal, c.start);
-  }
+  // Every chunk's queries over its blocks, in one call.
+  const int64_t T = q.shape[0];
+  be.paged_attention(strided(out.data, out.dtype, {T, nhl, D}, {ro, D, 1}),
+                     strided(q.data, q.dtype, {T, nhl, D}, {rq, D, 1}), view(kp), view(vp),
+                     view(table_), triples_.data(), static_cast<int64_t>(chunks_.size()),
+                     1.0f / std::sqrt(static_cast<float>(D)));
 }
 
 }  // namespace serve

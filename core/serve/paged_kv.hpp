@@ -6,9 +6,12 @@
 // its own position); each chunk's new keys and values go into its blocks,
 // and its queries attend over its sequence's blocks.
 //
-// The attention here is the composition: a chunk's blocks are gathered into
-// one contiguous [kv heads, length, D] buffer and the backend's attention
-// (fused where it has one) runs over it with the chunk's causal offset.
+// The attention is the backend's paged_attention (oslo_backend.h): queries
+// read the keys and values through the step's block tables, uploaded once
+// per step (begin_step) for every layer. A backend without the entry runs
+// its composition (core/backend/fused_paged.cpp: the blocks gathered, then
+// attention). Storing a chunk's new keys and values stays here, as strided
+// copies (convert) into its blocks before the attention reads them.
 //
 // Not thread-safe: the engine's stepping thread owns it. Collective only
 // through the model calls it plugs into.
@@ -43,16 +46,24 @@ class PagedKV {
 
   // Copies block src to dst in every layer's K and V pool.
   void copy_block(int64_t src, int64_t dst);
-  // Local layer `layer`'s attention for a step: q, k, v are the step's
-  // rotated projections ([tokens, heads * D] column views), out [tokens,
-  // nhl * D]; every chunk's keys and values are stored, then attended.
-  void attend(size_t layer, const std::vector<PagedChunk>& chunks, const View& q, const View& k,
-              const View& v, const View& out);
+  // The chunks of the next step (their block tables must cover start + n
+  // tokens): the tables go to the backend's memory as one [chunks, blocks]
+  // i64 table, used by every attend() until the next begin_step(). Throws
+  // OSLO_ERR_INTERNAL when a chunk's table is shorter than its tokens need.
+  void begin_step(const std::vector<PagedChunk>& chunks);
+  // Local layer `layer`'s attention for the step begun: q, k, v are the
+  // step's rotated projections ([tokens, heads * D] column views), out
+  // [tokens, nhl * D]; every chunk's keys and values are stored, then
+  // attended through the block tables.
+  void attend(size_t layer, const View& q, const View& k, const View& v, const View& out);
 
  private:
   const BlockStack& s_;
   int64_t num_blocks_, block_size_;
   std::vector<Tensor> k_, v_;
+  std::vector<PagedChunk> chunks_;  // the step's, as begin_step() got them
+  std::vector<int64_t> triples_;    // (row, start, n) per chunk
+  Tensor table_;                    // [chunks, blocks] i64, backend memory
 };
 
 }  // namespace serve

@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
       {"abi_v2", test_abi_v2},
       {"fused", test_fused},
       {"attention_backward", test_attention_backward},
+      {"paged_attention", test_paged_attention},
   };
   for (auto& g : groups) {
     g_case = g.first;
