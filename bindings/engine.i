@@ -1,6 +1,8 @@
 /*
  * engine.i - the serving engine of include/oslo.h (oslo_engine_*) for every
- * language; included by bindings/oslo.i after oslo.h.
+ * language; included by bindings/oslo.i just before oslo.h, after the
+ * typemaps. It declares the handle itself, after its support code: SWIG
+ * emits the %extend methods' code where the class is declared.
  *
  * Engine is the SWIG class of oslo_engine. Its methods are the raw forms the
  * language layers build their idioms on (Python: oslo/serve.py, Java:
@@ -118,6 +120,9 @@ static int bind_add_options(const char *what, const oslo_generate_options *optio
   return 1;
 }
 %}
+
+/* The handle, declared to SWIG only (the real type stays opaque). */
+struct oslo_engine {};
 
 /* Limits of an engine with their defaults (oslo_engine_options_init). */
 %extend oslo_engine_options {

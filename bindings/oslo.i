@@ -38,7 +38,7 @@
  *                         the hand-written methods of the generated classes;
  *   go/oslo_go.i          Go's %exception and typemaps.
  * The serving engine's methods, shared by every language, are in
- * engine.i (included at the end, after oslo.h); Java's own part of it is
+ * engine.i (included just before oslo.h); Java's own part of it is
  * java/oslo_java_engine.i (included by java/oslo_java.i).
  * Each language file gives the three kinds of argument that need a typemap
  * one: a shape (int ndim, const int64_t *shape), a read-only memory block
@@ -285,7 +285,6 @@ struct oslo_parallel_linear {};
 struct oslo_parallel_embedding {};
 struct oslo_param_set {};
 struct oslo_optimizer {};
-struct oslo_engine {};
 
 /* What a train step or an optimizer step reports: read-only. */
 %immutable oslo_train_step_result::loss;
@@ -309,6 +308,11 @@ struct oslo_engine {};
 %immutable oslo_engine_stats::generated_tokens;
 %immutable oslo_engine_stats::prefix_queries;
 %immutable oslo_engine_stats::prefix_hits;
+
+/* The serving engine: its support code, its handle (declared there, after
+   that code: SWIG emits the %extend methods where the class is declared)
+   and its methods. */
+%include "engine.i"
 
 %include "oslo.h"
 
@@ -1196,9 +1200,3 @@ static oslo_tensor *bind_tensor_wrap(oslo_context *ctx, void *out, size_t out_by
     return id;
   }
 }
-
-/* ------------------------------------------------------------------------ */
-/* The serving engine                                                        */
-/* ------------------------------------------------------------------------ */
-
-%include "engine.i"

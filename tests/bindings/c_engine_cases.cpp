@@ -103,9 +103,10 @@ Read read_all(oslo_engine* e, int64_t id) {
 
 std::string decode(oslo_tokenizer* t, const std::vector<int64_t>& ids) {
   size_t n = 0;
-  OK(oslo_tokenizer_decode(t, ids.data(), ids.size(), 0, nullptr, 0, &n));
+  // Without special tokens, as the engine decodes.
+  OK(oslo_tokenizer_decode(t, ids.data(), ids.size(), 1, nullptr, 0, &n));
   std::string s(n + 1, '\0');
-  OK(oslo_tokenizer_decode(t, ids.data(), ids.size(), 0, s.data(), s.size(), &n));
+  OK(oslo_tokenizer_decode(t, ids.data(), ids.size(), 1, s.data(), s.size(), &n));
   s.resize(n);
   return s;
 }

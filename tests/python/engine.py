@@ -47,11 +47,12 @@ def _specs(ref):
 
 
 def _expected_text(tok, tokens, finish, eos):
-    """What the pieces' text must join to: the decoded tokens (the EOS
-    token's own text may be left out)."""
-    full = tok.decode(tokens)
+    """What the pieces' text must join to: the tokens decoded without
+    special tokens, as the engine decodes (the EOS token's own text may be
+    left out)."""
+    full = tok.decode(tokens, skip_special_tokens=True)
     if finish == oslo.FinishReason.EOS and tokens and tokens[-1] == eos:
-        return (full, tok.decode(tokens[:-1]))
+        return (full, tok.decode(tokens[:-1], skip_special_tokens=True))
     return (full,)
 
 
@@ -66,7 +67,7 @@ def _check_pieces(what, pieces, want, tok, eos, max_new):
     check(last == expect, f"{what}: finish {last!r}, want {expect!r}")
     if tok is not None:
         check(text in _expected_text(tok, tokens, last, eos),
-              f"{what}: text {text!r} != decoded {tok.decode(tokens)!r}")
+              f"{what}: text {text!r} != decoded {_expected_text(tok, tokens, last, eos)!r}")
     return tokens, text
 
 

@@ -92,13 +92,13 @@ func checkPieces(what string, pieces []oslo.Output, want []int64, eos int64, tok
 		return fmt.Errorf("%s: finish %v, want %v", what, fin, wantFin)
 	}
 	if tok != nil {
-		full, err := tok.Decode(tokens, false)
+		full, err := tok.Decode(tokens, true) // as the engine decodes
 		if err != nil {
 			return err
 		}
 		alt := full
 		if fin == oslo.FinishEOS {
-			if alt, err = tok.Decode(tokens[:len(tokens)-1], false); err != nil {
+			if alt, err = tok.Decode(tokens[:len(tokens)-1], true); err != nil {
 				return err
 			}
 		}
