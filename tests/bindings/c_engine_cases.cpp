@@ -131,7 +131,7 @@ Engine make_engine(oslo_model* m, oslo_tokenizer* tok, int64_t block_size = 0,
   oslo_engine_options eo;
   OK(oslo_engine_options_init(&eo, OSLO_ENGINE_OPTIONS_VERSION));
   if (block_size) eo.block_size = block_size;
-  if (num_blocks) eo.num_blocks = num_blocks;
+  eo.num_blocks = num_blocks ? num_blocks : 256;  // a test needs few (default: 1 GiB of them)
   eo.max_seqs = 8;
   eo.tokenizer = tok;
   oslo_engine* e = nullptr;

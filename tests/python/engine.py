@@ -36,6 +36,9 @@ def _reference(fixture):
     return ref, ref["greedy"]["eos_token_id"]
 
 
+# The tests' engines hold a few hundred KV blocks (the default, 1 GiB of
+# them, is more than a test needs).
+
 # Four requests of different prompts, lengths and sampling, added together.
 def _specs(ref):
     p = ref["prompts"]
@@ -84,6 +87,15 @@ def engine_stream_gpt2(fixture):
         for i in (0, 2):
             t = ref["greedy"]["outputs"][f"greedy_{i}"][len(specs[i][0]):]
             check(want[i] == t, f"generate greedy {i} {want[i]} != transformers' {t}")
+        # generate's options version 2: min_new_tokens holds EOS back (greedy
+        # 0 ends with EOS after 4 tokens), repetition_penalty changes greedy
+        # 1's repeats.
+        g0 = ref["greedy"]["outputs"]["greedy_0"][len(specs[0][0]):]
+        check(g0[-1] == eos and len(g0) < 6, f"greedy 0 ends early: {g0}")
+        held = m.generate(specs[0][0], max_new_tokens=12, eos_token_id=eos, min_new_tokens=6)
+        check(len(held) >= 6 and eos not in held[:6], f"min_new_tokens=6: {held}")
+        rep = m.generate(specs[2][0], max_new_tokens=12, eos_token_id=eos, repetition_penalty=3.0)
+        check(rep != want[2], f"repetition_penalty=3 changes greedy: {rep}")
         text_prompt = ref["prompt_texts"][2]
         gen = m.generate(text_prompt, max_new_tokens=12, eos_token_id=eos)
         tok = m.tokenizer
@@ -142,7 +154,7 @@ def engine_cancel_and_errors(fixture):
     with oslo.Context(SOLO) as ctx, oslo.Model(ctx, fixture) as m:
         vocab = m.info.vocab_size
         alone = m.generate(p[1], max_new_tokens=6, eos_token_id=eos)
-        with oslo.Engine(m) as eng:
+        with oslo.Engine(m, num_blocks=256) as eng:
             r = eng.add(p[0], max_new_tokens=100)
             first = next(r)
             check(first.finish_reason is None and first.tokens, f"first piece {first}")
@@ -177,7 +189,7 @@ def engine_cancel_and_errors(fixture):
         raises(oslo.InvalidArgumentError, oslo.Engine, "model")
         raises(oslo.InvalidArgumentError, oslo.Engine, m, tokenizer="gpt2")
         # Without a tokenizer: token ids only; text prompts and stops refused.
-        with oslo.Engine(m, tokenizer=False) as eng:
+        with oslo.Engine(m, tokenizer=False, num_blocks=256) as eng:
             e = raises(oslo.InvalidArgumentError, eng.add, "Hello")
             check("tokenizer" in e.message, e.message)
             e = raises(oslo.InvalidArgumentError, eng.add, p[1], stop=["x"])
@@ -185,7 +197,7 @@ def engine_cancel_and_errors(fixture):
             c = eng.add(p[1], max_new_tokens=6, eos_token_ids=eos).result()
             check(c.tokens == alone and c.text == "", f"ids only: {c}")
         # Stepping by hand: events; reading through a request is refused.
-        with oslo.Engine(m, tokenizer=False) as eng:
+        with oslo.Engine(m, tokenizer=False, num_blocks=256) as eng:
             a = eng.add(p[1], max_new_tokens=6, eos_token_ids=eos)
             b = eng.add(p[2], max_new_tokens=4, eos_token_ids=eos)
             toks = {a.id: [], b.id: []}
@@ -218,7 +230,7 @@ def engine_asyncio(fixture):
         want = [m.generate(q, max_new_tokens=4 + i % 6, eos_token_id=eos,
                            do_sample=bool(i % 2), seed=i, top_k=30)
                 for i, q in enumerate(prompts)]
-        with oslo.Engine(m, max_seqs=16, reader_threads=4, block_size=8) as eng:
+        with oslo.Engine(m, max_seqs=16, reader_threads=4, block_size=8, num_blocks=512) as eng:
 
             async def one(i):
                 out = []
@@ -270,7 +282,7 @@ def engine_tp2(*args):
         with oslo.Context(cfg) as ctx, oslo.Model(ctx, fixture) as m:
             check(ctx.size(oslo.Group.TENSOR) == 2, "TP=2")
             want = [m.generate(q, eos_token_id=eos, **s) for q, s in specs]
-            with oslo.Engine(m) as eng:
+            with oslo.Engine(m, num_blocks=256) as eng:  # small pools: 2 engines per process
                 if ctx.rank() != 0:
                     eng.run()  # until rank 0 shuts the engine down
                     raises(oslo.InvalidArgumentError, eng.add, specs[0][0])

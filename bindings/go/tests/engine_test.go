@@ -137,6 +137,18 @@ func TestEngineStreamGpt2(t *testing.T) {
 			t.Fatalf("Generate greedy %d %v, transformers' %v", i, want[i], tw)
 		}
 	}
+	// Generate's options version 2: MinNewTokens holds EOS back (greedy 0
+	// ends with EOS after 4 tokens), RepetitionPenalty changes greedy 2.
+	held, err := m.Generate([][]int64{specs[0].prompt}, oslo.GenerateOptions{MaxNewTokens: 12,
+		EOSTokenIDs: specs[0].opts.EOSTokenIDs, MinNewTokens: 6})
+	if err != nil || len(held[0]) < 6 || len(want[0]) >= 6 {
+		t.Fatalf("MinNewTokens 6: %v %v (without: %v)", held, err, want[0])
+	}
+	rep, err := m.Generate([][]int64{specs[2].prompt}, oslo.GenerateOptions{MaxNewTokens: 12,
+		EOSTokenIDs: specs[2].opts.EOSTokenIDs, RepetitionPenalty: 3})
+	if err != nil || reflect.DeepEqual(rep[0], want[2]) {
+		t.Fatalf("RepetitionPenalty 3 changes nothing: %v %v", rep, err)
+	}
 	tok, err := m.Tokenizer()
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +233,7 @@ func TestEngineCancelAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := oslo.NewEngine(m, oslo.EngineOptions{})
+	e, err := oslo.NewEngine(m, oslo.EngineOptions{NumBlocks: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +302,7 @@ func TestEngineCancelAndErrors(t *testing.T) {
 	if _, err := oslo.NewEngine(m, oslo.EngineOptions{BlockSize: -1}); wantStatus(err, oslo.ErrInvalidArgument) != nil {
 		t.Errorf("block size -1: %v", err)
 	}
-	ids, err := oslo.NewEngine(m, oslo.EngineOptions{NoTokenizer: true})
+	ids, err := oslo.NewEngine(m, oslo.EngineOptions{NoTokenizer: true, NumBlocks: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +312,7 @@ func TestEngineCancelAndErrors(t *testing.T) {
 		t.Errorf("a text prompt without a tokenizer: %v", err)
 	}
 	// Stepping by hand: events; streams of such an engine fail.
-	h, err := oslo.NewEngine(m, oslo.EngineOptions{NoTokenizer: true})
+	h, err := oslo.NewEngine(m, oslo.EngineOptions{NoTokenizer: true, NumBlocks: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +364,7 @@ func TestEngineTp2W2(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		e, err := oslo.NewEngine(m, oslo.EngineOptions{})
+		e, err := oslo.NewEngine(m, oslo.EngineOptions{NumBlocks: 256})
 		if err != nil {
 			return err
 		}

@@ -79,6 +79,17 @@ public class EngineTest {
     return new long[][] {p[0], p[1], p[2], longer};
   }
 
+  /**
+   * An engine of 256 KV blocks (a test needs few; the default is 1 GiB of
+   * them), with the model folder's tokenizer or, without, none.
+   */
+  static Engine engine(Model m, boolean tokenizer) {
+    try (EngineOptions o = new EngineOptions()) {
+      o.setNumBlocks(256);
+      return tokenizer ? new Engine(m, o) : new Engine(m, o, null);
+    }
+  }
+
   /** Reads every request on a thread of its own (the Iterator). */
   static List<List<Output>> readAll(Request[] reqs) throws Exception {
     List<CompletableFuture<List<Output>>> fs = new ArrayList<>();
@@ -127,6 +138,16 @@ public class EngineTest {
         Model m = new Model(ctx, fixture)) {
       long[][] want = new long[4][];
       for (int i = 0; i < 4; ++i) want[i] = m.generate(p[i], o[i]);
+      // GenerateOptions version 2: minNewTokens holds EOS back (greedy 0
+      // ends with EOS after 4 tokens), repetitionPenalty changes greedy 2.
+      try (GenerateOptions g = new GenerateOptions(12)) {
+        g.setEosTokenIds(EOS);
+        g.setMinNewTokens(6);
+        assertTrue(want[0].length < 6 && m.generate(p[0], g).length >= 6, "minNewTokens");
+        g.setMinNewTokens(0);
+        g.setRepetitionPenalty(3f);
+        assertFalse(Arrays.equals(want[2], m.generate(p[2], g)), "repetitionPenalty");
+      }
       Tokenizer tok = m.tokenizer();
       try (EngineOptions eo = new EngineOptions()) {
         eo.setBlockSize(4);
@@ -171,7 +192,7 @@ public class EngineTest {
         GenerateOptions hundred = new GenerateOptions(100)) {
       six.setEosTokenIds(EOS);
       long[] alone = m.generate(p[1], six);
-      Engine e = new Engine(m);
+      Engine e = engine(m, true);
       // Cancel mid-stream from a Flow.Subscriber: the request ends CANCELLED.
       Request r = e.add(p[0], hundred);
       CompletableFuture<List<Output>> done = new CompletableFuture<>();
@@ -228,7 +249,7 @@ public class EngineTest {
         assertEquals(Status.INVALID_ARGUMENT, x.status());
       }
       // Stepping by hand: the step's events; without a tokenizer, ids only.
-      try (Engine h = new Engine(m, null, null)) {
+      try (Engine h = engine(m, false)) {
         x = assertThrows(OsloException.class, () -> h.add("Hello", six));
         assertTrue(x.getMessage().contains("tokenizer"), x.getMessage());
         Request a = h.add(p[1], six);
@@ -263,7 +284,7 @@ public class EngineTest {
         assertEquals(2, ctx.size(Group.TENSOR));
         long[][] want = new long[4][];
         for (int i = 0; i < 4; ++i) want[i] = m.generate(p[i], o[i]);
-        try (Engine e = new Engine(m)) {
+        try (Engine e = engine(m, true)) {
           if (ctx.rank(Group.WORLD) != 0) {
             e.run(); // until rank 0 shuts the engine down
             return;
