@@ -191,7 +191,17 @@ void engine_stream_gpt2(int, const std::string& fixture) {
   OK(oslo_engine_add_text(e.get(), text, 1, &o, nullptr, 0, &id));
   const Read full = read_all(e.get(), id);
   check(full.text.size() > 6, "the greedy text '" + full.text + "' holds a stop string");
-  const std::string stop = full.text.substr(3, 3);
+  // Three characters from the fourth (the text may hold multi-byte ones).
+  auto boundary = [&](size_t i) {
+    while (i < full.text.size() && (static_cast<unsigned char>(full.text[i]) & 0xC0) == 0x80) ++i;
+    return i;
+  };
+  size_t from = 0;
+  for (int k = 0; k < 3; ++k) from = boundary(from + 1);
+  size_t to = from;
+  for (int k = 0; k < 3; ++k) to = boundary(to + 1);
+  check(to <= full.text.size(), "the greedy text '" + full.text + "' holds 6 characters");
+  const std::string stop = full.text.substr(from, to - from);
   const char* stops[] = {stop.c_str()};
   OK(oslo_engine_add_text(e.get(), text, 1, &o, stops, 1, &id));
   const Read cut = read_all(e.get(), id);

@@ -182,7 +182,8 @@ def engine_cancel_and_errors(fixture):
             check(c.tokens == alone, f"after the errors: {c.tokens} != {alone}")
         check(eng.closed, "closed by with")
         raises(oslo.InvalidArgumentError, eng.add, p[0])
-        raises(oslo.InvalidArgumentError, lambda: list(r))
+        raises(oslo.InvalidArgumentError, eng.stats)
+        check(list(r) == [], "a finished request yields nothing more")
         # Bad engines.
         raises(oslo.InvalidArgumentError, oslo.Engine, m, block_size=0)
         raises(oslo.InvalidArgumentError, oslo.Engine, m, max_seqs=-3)

@@ -186,10 +186,11 @@ func TestEngineStreamGpt2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all.Text) < 7 {
+	chars := []rune(all.Text)
+	if len(chars) < 7 {
 		t.Fatalf("greedy text %q too short for a stop", all.Text)
 	}
-	stop := all.Text[3:6]
+	stop := string(chars[3:6]) // three characters from the fourth
 	r, err := e.AddText(text, oslo.GenerateOptions{MaxNewTokens: 12, EOSTokenIDs: []int64{ref.Greedy.EOSTokenID}}, stop)
 	if err != nil {
 		t.Fatal(err)
