@@ -28,7 +28,8 @@ public final class Request implements Iterator<Output>, Iterable<Output>, Flow.P
   private final Engine engine;
   private final long id;
   private Output pending;
-  private FinishReason finish;
+  /** Set by the reader; read by finishReason() and state() without the reader's lock. */
+  private volatile FinishReason finish;
   private OsloException error;
   private boolean subscribed;
   private LongBuffer info;
@@ -50,16 +51,14 @@ public final class Request implements Iterator<Output>, Iterable<Output>, Flow.P
     return engine;
   }
 
-  /** Why it finished, once its last piece was read; else null. */
-  public synchronized FinishReason finishReason() {
+  /** Why it finished, once its last piece was read; else null. Not blocked by a reader. */
+  public FinishReason finishReason() {
     return finish;
   }
 
-  /** Where it is (FINISHED once its last piece was read). */
+  /** Where it is (FINISHED once its last piece was read). Not blocked by a reader. */
   public RequestState state() {
-    synchronized (this) {
-      if (finish != null) return RequestState.FINISHED;
-    }
+    if (finish != null) return RequestState.FINISHED;
     return engine.state(id);
   }
 
