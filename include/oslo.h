@@ -1763,6 +1763,7 @@ OSLO_API oslo_status oslo_engine_add(oslo_engine *engine, const int64_t *prompt_
  * Errors: as oslo_engine_add; OSLO_ERR_INVALID_ARGUMENT also when the engine
  * has no tokenizer or the text is not UTF-8.
  * Thread-safety: thread-safe.
+ * Ownership: `prompt` and every other argument are read during the call only.
  */
 OSLO_API oslo_status oslo_engine_add_text(oslo_engine *engine, const char *prompt,
                                           int add_special_tokens,
@@ -1777,6 +1778,7 @@ OSLO_API oslo_status oslo_engine_add_text(oslo_engine *engine, const char *promp
  * finished: nothing happens). World rank 0 only.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL engine, not rank 0).
  * Thread-safety: thread-safe.
+ * Ownership: the caller keeps the engine; writes *found.
  */
 OSLO_API oslo_status oslo_engine_cancel(oslo_engine *engine, int64_t request_id, int *found);
 
@@ -1786,6 +1788,8 @@ OSLO_API oslo_status oslo_engine_cancel(oslo_engine *engine, int64_t request_id,
  * returns and later steps do nothing. World rank 0 only.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, not rank 0).
  * Thread-safety: thread-safe.
+ * Ownership: the caller keeps the engine (destroy it after every stepping call
+ * has returned).
  */
 OSLO_API oslo_status oslo_engine_shutdown(oslo_engine *engine);
 
@@ -1801,6 +1805,7 @@ OSLO_API oslo_status oslo_engine_shutdown(oslo_engine *engine);
  * oslo_engine_run / oslo_engine_next), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT,
  * OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: one thread at a time (the model's).
+ * Ownership: the events are the engine's, valid until its next step.
  */
 OSLO_API oslo_status oslo_engine_step(oslo_engine *engine, size_t *num_events);
 
@@ -1824,6 +1829,7 @@ OSLO_API oslo_status oslo_engine_get_event(const oslo_engine *engine, size_t ind
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, the engine stepped by hand, run
  * already running), OSLO_ERR_COMM, OSLO_ERR_TIMEOUT, OSLO_ERR_OUT_OF_MEMORY.
  * Thread-safety: one thread at a time (the model's).
+ * Ownership: the caller keeps the engine; events go to the callback or the queues.
  */
 OSLO_API oslo_status oslo_engine_run(oslo_engine *engine);
 
@@ -1861,6 +1867,7 @@ OSLO_API oslo_status oslo_engine_next(oslo_engine *engine, int64_t request_id, i
  * forgotten).
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
  * Thread-safety: thread-safe.
+ * Ownership: writes *state.
  */
 OSLO_API oslo_status oslo_engine_request_state(const oslo_engine *engine, int64_t request_id,
                                                oslo_request_state *state);
@@ -1885,6 +1892,7 @@ typedef struct oslo_engine_stats {
  * Fills *stats. The numbers are those of the last step's end.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
  * Thread-safety: thread-safe.
+ * Ownership: writes the caller's *stats.
  */
 OSLO_API oslo_status oslo_engine_get_stats(const oslo_engine *engine, oslo_engine_stats *stats);
 

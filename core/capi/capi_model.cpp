@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/capi/generate_options.hpp"
 #include "core/capi/handles.hpp"
 #include "core/capi/options.hpp"
 #include "core/checkpoint/model_checkpoint.hpp"
@@ -36,8 +37,10 @@ OSLO_OPTIONS(
       o.length_penalty = 1.0f;
       o.eos_token_ids = nullptr;
       o.pad_token_id = -1;
+      o.repetition_penalty = 1.0f;
     },
-    OSLO_OPTIONS_END(oslo_generate_options, pad_token_id));
+    OSLO_OPTIONS_END(oslo_generate_options, pad_token_id),
+    OSLO_OPTIONS_END(oslo_generate_options, min_new_tokens));
 
 OSLO_OPTIONS(
     kMergeOptions, oslo_merge_options, OSLO_MERGE_OPTIONS_VERSION,
@@ -56,6 +59,46 @@ void write_out(const char* fn, const std::vector<float>& v, float* out, size_t c
 }
 
 }  // namespace
+
+namespace oslo {
+namespace capi {
+
+GenerateOptions read_generate_options(const oslo_generate_options* given, const ModelConfig& c,
+                                      const char* fn) {
+  oslo_generate_options o = kGenerateOptions.read_or_defaults(given, fn, "options");
+  GenerateOptions g;
+  g.max_new_tokens = o.max_new_tokens;
+  g.do_sample = o.do_sample != 0;
+  g.temperature = o.temperature;
+  g.top_k = o.top_k;
+  g.top_p = o.top_p;
+  g.seed = o.seed;
+  g.num_beams = o.num_beams;
+  g.length_penalty = o.length_penalty;
+  if (o.early_stopping == 0)
+    g.early_stopping = EarlyStopping::kFalse;
+  else if (o.early_stopping == 1)
+    g.early_stopping = EarlyStopping::kTrue;
+  else if (o.early_stopping == -1)
+    g.early_stopping = EarlyStopping::kNever;
+  else
+    fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": early_stopping must be 0, 1 or -1, got ",
+         o.early_stopping);
+  if (o.eos_token_ids) {
+    if (o.num_eos_token_ids > 1024)
+      fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", o.num_eos_token_ids, " EOS ids (at most 1024)");
+    g.eos_token_ids.assign(o.eos_token_ids, o.eos_token_ids + o.num_eos_token_ids);
+  } else {
+    g.eos_token_ids = c.eos_token_ids;
+  }
+  g.pad_token_id = o.pad_token_id >= 0 ? o.pad_token_id : c.pad_token_id;
+  g.repetition_penalty = o.repetition_penalty;
+  g.min_new_tokens = o.min_new_tokens;
+  return g;
+}
+
+}  // namespace capi
+}  // namespace oslo
 
 extern "C" {
 
@@ -80,9 +123,7 @@ oslo_status oslo_model_generate(oslo_model* model, const int64_t* prompt_ids,
     need(out_lengths, fn, "out_lengths");
     if (batch <= 0 || batch > (1 << 20))
       oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": batch must be in [1, 2^20], got ", batch);
-    oslo_generate_options o = kGenerateOptions.read_or_defaults(options, fn, "options");
     oslo::Model& m = *model->impl;
-    const oslo::ModelConfig& c = m.config();
     std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch));
     int64_t off = 0;
     for (int64_t b = 0; b < batch; ++b) {
@@ -93,39 +134,14 @@ oslo_status oslo_model_generate(oslo_model* model, const int64_t* prompt_ids,
       prompts[static_cast<size_t>(b)].assign(prompt_ids + off, prompt_ids + off + n);
       off += n;
     }
-    oslo::GenerateOptions g;
-    g.max_new_tokens = o.max_new_tokens;
-    g.do_sample = o.do_sample != 0;
-    g.temperature = o.temperature;
-    g.top_k = o.top_k;
-    g.top_p = o.top_p;
-    g.seed = o.seed;
-    g.num_beams = o.num_beams;
-    g.length_penalty = o.length_penalty;
-    if (o.early_stopping == 0)
-      g.early_stopping = oslo::EarlyStopping::kFalse;
-    else if (o.early_stopping == 1)
-      g.early_stopping = oslo::EarlyStopping::kTrue;
-    else if (o.early_stopping == -1)
-      g.early_stopping = oslo::EarlyStopping::kNever;
-    else
-      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": early_stopping must be 0, 1 or -1, got ",
-                 o.early_stopping);
-    if (o.eos_token_ids) {
-      if (o.num_eos_token_ids > 1024)
-        oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": ", o.num_eos_token_ids,
-                   " EOS ids (at most 1024)");
-      g.eos_token_ids.assign(o.eos_token_ids, o.eos_token_ids + o.num_eos_token_ids);
-    } else {
-      g.eos_token_ids = c.eos_token_ids;
-    }
-    g.pad_token_id = o.pad_token_id >= 0 ? o.pad_token_id : c.pad_token_id;
+    const oslo::GenerateOptions g = oslo::capi::read_generate_options(options, m.config(), fn);
+    const int64_t max_new = g.max_new_tokens;
     oslo::GenerateResult r =
         oslo::generate(m.inference(), prompts, g, &m.context().control(OSLO_GROUP_TENSOR));
     for (int64_t b = 0; b < batch; ++b) {
       const auto& t = r.tokens[static_cast<size_t>(b)];
-      int64_t* row = out_tokens + b * o.max_new_tokens;
-      for (int64_t i = 0; i < o.max_new_tokens; ++i)
+      int64_t* row = out_tokens + b * max_new;
+      for (int64_t i = 0; i < max_new; ++i)
         row[i] = i < static_cast<int64_t>(t.size()) ? t[static_cast<size_t>(i)] : -1;
       out_lengths[b] = static_cast<int64_t>(t.size());
       if (out_scores)

@@ -6,10 +6,6 @@
 #include "core/tokenizer/batch.hpp"
 #include "core/tokenizer/tokenizer.hpp"
 
-struct oslo_tokenizer {
-  std::unique_ptr<oslo::Tokenizer> impl;
-};
-
 using oslo::capi::guard;
 using oslo::capi::need;
 

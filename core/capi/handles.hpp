@@ -25,6 +25,7 @@
 #include "core/layers/param_set.hpp"
 #include "core/model/model.hpp"
 #include "core/tensor/tensor.hpp"
+#include "core/tokenizer/tokenizer.hpp"
 #include "core/train/trainer.hpp"
 #include "oslo.h"
 
@@ -61,6 +62,10 @@ struct oslo_model {
   // The pipeline schedule of the last oslo_model_train_step through this
   // handle (oslo_model_pipeline_stats; zeros when it ran none).
   oslo::PipelineStats last_pipeline;
+};
+
+struct oslo_tokenizer {
+  std::shared_ptr<oslo::Tokenizer> impl;  // shared with the engines that decode with it
 };
 
 struct oslo_optimizer {

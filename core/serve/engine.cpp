@@ -260,7 +260,8 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
-void Engine::finish(Live& l, Finish f, std::vector<Event>& events, const std::string& error) {
+void Engine::finish(Live& l, Finish f, std::vector<Event>& events, const std::string& error,
+                    oslo_status status) {
   Event* e = nullptr;
   for (Event& x : events)
     if (x.id == l.id) e = &x;
@@ -272,12 +273,14 @@ void Engine::finish(Live& l, Finish f, std::vector<Event>& events, const std::st
   if (l.text && f != Finish::kStop) e->text += l.text->flush();
   e->finish = f;
   e->error = error;
+  e->status = status;
   sched_->remove(l.id);
   const int64_t id = l.id;
   live_.erase(id);
   std::lock_guard<std::mutex> lock(mu_);
   known_.erase(id);
   cancels_.erase(id);
+  running_ids_.erase(id);
 }
 
 Engine::Incoming Engine::take_incoming() {
@@ -294,12 +297,14 @@ Engine::Incoming Engine::take_incoming() {
     std::sort(in.cancels.begin(), in.cancels.end());
     in.stop = stop_;
   }
-  if (ctl_) {
-    const std::string msg =
-        ctl_->broadcast_string(leader_ ? encode(in.requests, in.cancels, in.stop) : "", 0);
-    if (!leader_) decode_into(msg, in.requests, in.cancels, in.stop);
-  }
   return in;
+}
+
+void Engine::share(Incoming& in) {
+  if (!ctl_) return;
+  const std::string msg =
+      ctl_->broadcast_string(leader_ ? encode(in.requests, in.cancels, in.stop) : "", 0);
+  if (!leader_) decode_into(msg, in.requests, in.cancels, in.stop);
 }
 
 void Engine::apply(Incoming& in, std::vector<Event>& events) {
@@ -331,33 +336,87 @@ void Engine::apply(Incoming& in, std::vector<Event>& events) {
 
 std::vector<Event> Engine::step() {
   std::vector<Event> events;
-  if (stopped_) return events;
+  step(events);
+  return events;
+}
+
+namespace {
+oslo_status status_of(const std::exception& ex) {
+  const auto* e = dynamic_cast<const Error*>(&ex);
+  return e ? e->status() : OSLO_ERR_INTERNAL;
+}
+}  // namespace
+
+void Engine::fail_all(const std::exception& ex, Incoming* taken, std::vector<Event>& events) {
+  const oslo_status st = status_of(ex);
+  // Requests the step took in but never started.
+  if (taken)
+    for (const auto& item : taken->requests) {
+      events.push_back(Event{});
+      Event& e = events.back();
+      e.id = item.first;
+      e.finish = Finish::kError;
+      e.status = st;
+      e.error = ex.what();
+      std::lock_guard<std::mutex> lock(mu_);
+      known_.erase(item.first);
+      cancels_.erase(item.first);
+    }
+  // The cache may be half written: every live request ends.
+  std::vector<int64_t> ids;
+  for (auto& kv : live_) ids.push_back(kv.first);
+  std::sort(ids.begin(), ids.end());
+  for (int64_t id : ids) finish(*live_.at(id), Finish::kError, events, ex.what(), st);
+  publish();
+}
+
+void Engine::publish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = static_cast<int64_t>(sched_->running());
+  stats_.waiting = static_cast<int64_t>(sched_->waiting());
+  stats_.blocks_used = pool_->used_blocks();
+  stats_.kv_bytes_used = stats_.blocks_used * PagedKV::block_bytes(stack_, pool_->block_size());
+  stats_.prefix_queries = pool_->queries();
+  stats_.prefix_hits = pool_->hits();
+  int64_t cached = 0;
+  running_ids_.clear();
+  for (auto& kv : live_) {
+    cached += kv.second->seq->computed;
+    if (kv.second->seq->running) running_ids_.insert(kv.first);
+  }
+  stats_.cached_tokens = cached;
+}
+
+void Engine::step(std::vector<Event>& events) {
+  if (stopped_) return;
   Incoming in = take_incoming();
+  try {
+    share(in);
+  } catch (const std::exception& ex) {
+    fail_all(ex, &in, events);
+    throw;
+  }
   apply(in, events);
-  if (stopped_) return events;
+  if (stopped_) {
+    publish();
+    return;
+  }
   const StepPlan plan = sched_->schedule();
   if (!plan.chunks.empty()) {
     try {
       run_plan(plan, events);
     } catch (const std::exception& ex) {
-      // The cache may be half written: every live request ends.
-      std::vector<int64_t> ids;
-      for (auto& kv : live_) ids.push_back(kv.first);
-      std::sort(ids.begin(), ids.end());
-      for (int64_t id : ids) finish(*live_.at(id), Finish::kError, events, ex.what());
+      fail_all(ex, nullptr, events);
       throw;
     }
   }
+  publish();
+}
+
+State Engine::state(int64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.running = static_cast<int64_t>(sched_->running());
-  stats_.waiting = static_cast<int64_t>(sched_->waiting());
-  stats_.blocks_used = pool_->used_blocks();
-  stats_.prefix_queries = pool_->queries();
-  stats_.prefix_hits = pool_->hits();
-  int64_t cached = 0;
-  for (auto& kv : live_) cached += kv.second->seq->computed;
-  stats_.cached_tokens = cached;
-  return events;
+  if (!known_.count(id)) return State::kUnknown;
+  return running_ids_.count(id) ? State::kRunning : State::kWaiting;
 }
 
 void Engine::run_plan(const StepPlan& plan, std::vector<Event>& events) {

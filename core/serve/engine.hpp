@@ -29,6 +29,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -79,13 +80,18 @@ struct Event {
   std::vector<int64_t> tokens;
   std::string text;
   Finish finish = Finish::kNone;
-  std::string error;  // finish == kError: why
+  oslo_status status = OSLO_OK;  // finish == kError: the failure's status
+  std::string error;             // finish == kError: why
 };
+
+// Where a live request is (Engine::state).
+enum class State { kUnknown = 0, kWaiting, kRunning };
 
 struct EngineStats {
   int64_t running = 0, waiting = 0;
   int64_t blocks_used = 0, blocks_total = 0, block_size = 0;
   int64_t cached_tokens = 0;  // tokens in the KV cache (running requests)
+  int64_t kv_bytes_used = 0;  // bytes of the blocks in use
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
   int64_t prefix_queries = 0, prefix_hits = 0;
 };
@@ -121,9 +127,10 @@ class Engine {
   // come in the step's order; a finished request's event is its last.
   // Nothing to do: the leader waits up to idle_wait_ms for work, and then
   // (several ranks) still exchanges an empty step. A failure (the model, a
-  // rank) throws, after finishing every live request with kError in the
-  // events of that call (lost with the exception: the next step returns
-  // nothing for them). One thread.
+  // rank) throws, after finishing every live request (and every request
+  // the step took in) with kError in `events`. One thread.
+  void step(std::vector<Event>& events);
+  // The same, returning the events (lost when it throws).
   std::vector<Event> step();
   // Whether no request is waiting or running (and none was added since the
   // last step). Any thread.
@@ -132,6 +139,10 @@ class Engine {
   bool stopped() const;
   bool leader() const { return leader_; }
   EngineStats stats() const;
+  // Where request `id` is: waiting (queued, or in the scheduler without a
+  // place in the batch), running, or unknown (never added, or finished).
+  // Any thread.
+  State state(int64_t id) const;
 
  private:
   struct Live;
@@ -139,9 +150,17 @@ class Engine {
   // The step's new requests, cancels and stop flag: the leader's own,
   // shared with the other ranks.
   Incoming take_incoming();
+  // Sends the leader's Incoming to the other ranks (several ranks).
+  void share(Incoming& in);
+  // After a failed step: every live request, and those `taken` in, ends
+  // with kError.
+  void fail_all(const std::exception& ex, Incoming* taken, std::vector<Event>& events);
+  // The stats and running ids as of now (end of a step).
+  void publish();
   void apply(Incoming& in, std::vector<Event>& events);
   void run_plan(const StepPlan& plan, std::vector<Event>& events);
-  void finish(Live& l, Finish f, std::vector<Event>& events, const std::string& error = "");
+  void finish(Live& l, Finish f, std::vector<Event>& events, const std::string& error = "",
+              oslo_status status = OSLO_OK);
 
   InferenceRunner& runner_;
   const BlockStack& stack_;
@@ -160,6 +179,7 @@ class Engine {
   std::condition_variable work_;
   std::deque<std::pair<int64_t, Request>> inbox_;
   std::unordered_set<int64_t> cancels_, known_;
+  std::unordered_set<int64_t> running_ids_;  // as of the last step's end
   bool stop_ = false, stop_seen_ = false;
   int64_t next_id_ = 1;
   EngineStats stats_;
