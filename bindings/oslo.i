@@ -37,6 +37,9 @@
  *   java/oslo_java.i      Java's %exception, names, Javadoc, typemaps and
  *                         the hand-written methods of the generated classes;
  *   go/oslo_go.i          Go's %exception and typemaps.
+ * The serving engine's methods, shared by every language, are in
+ * engine.i (included just before oslo.h); Java's own part of it is
+ * java/oslo_java_engine.i (included by java/oslo_java.i).
  * Each language file gives the three kinds of argument that need a typemap
  * one: a shape (int ndim, const int64_t *shape), a read-only memory block
  * (const void *INBUF, size_t INBYTES) and a writable one (void *OUTBUF,
@@ -175,6 +178,17 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %ignore oslo_generate_options::version;
 %ignore oslo_generate_options::eos_token_ids;
 %ignore oslo_generate_options::num_eos_token_ids;
+/* The serving engine (engine.i): its options without the version, the
+   callback (every language reads output through oslo_engine_next or
+   Engine.step) and the tokenizer (an argument of the constructor); events
+   are read field by field (Engine.step's raw form). */
+%ignore OSLO_ENGINE_OPTIONS_VERSION;
+%ignore oslo_engine_options::version;
+%ignore oslo_engine_options::tokenizer;
+%ignore oslo_engine_options::on_event;
+%ignore oslo_engine_options::user_data;
+%ignore oslo_engine_event;
+%ignore oslo_engine_callback;
 /* Method names are written m_<name> (so the generated C helper, named
    <struct>_<method>, never clashes with oslo.h's oslo_<object>_<name>). */
 %rename("%(strip:[m_])s", %$ismember, %$isfunction) "";
@@ -192,6 +206,11 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %rename(OptimizerOptions) oslo_optimizer_options;
 %rename(TrainOptions) oslo_train_options;
 %rename(TrainStepResult) oslo_train_step_result;
+%rename(Engine) oslo_engine;
+%rename(EngineOptions) oslo_engine_options;
+%rename(EngineStats) oslo_engine_stats;
+%rename(FinishReason) oslo_finish_reason;
+%rename(RequestState) oslo_request_state;
 %rename(version_string) bind_version_string;
 %rename(status_string) bind_status_string;
 %rename(model_merge) bind_model_merge;
@@ -227,7 +246,9 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
   (const void *eos_token_ids, size_t eos_token_ids_bytes),
   (const void *text, size_t text_bytes),
   (const void *lengths, size_t lengths_bytes),
-  (const void *token, size_t token_bytes)
+  (const void *token, size_t token_bytes),
+  (const void *stop, size_t stop_bytes),
+  (const void *stop_lengths, size_t stop_lengths_bytes)
 };
 %apply (void *OUTBUF, size_t OUTBYTES) {
   (void *dst, size_t dst_bytes),
@@ -235,7 +256,8 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
   (void *out_tokens, size_t out_tokens_bytes),
   (void *out_lengths, size_t out_lengths_bytes),
   (void *out_scores, size_t out_scores_bytes),
-  (void *out_mask, size_t out_mask_bytes)
+  (void *out_mask, size_t out_mask_bytes),
+  (void *out_text, size_t out_text_bytes)
 };
 
 /* ------------------------------------------------------------------------ */
@@ -253,6 +275,8 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %nodefaultctor oslo_model_info;
 %nodefaultctor oslo_optimizer;
 %nodefaultctor oslo_train_step_result;
+%nodefaultctor oslo_engine;
+%nodefaultctor oslo_engine_stats;
 struct oslo_context {};
 struct oslo_tensor {};
 struct oslo_model {};
@@ -271,13 +295,24 @@ struct oslo_optimizer {};
 %immutable oslo_train_step_result::lr;
 %immutable oslo_train_step_result::loss_scale;
 %immutable oslo_train_step_result::step;
-/* The serving engine (oslo_engine_*): not wrapped yet; the bindings'
- * engine classes come with their own interface file. */
-%ignore oslo_engine_event;
-%ignore oslo_engine_stats;
-%ignore oslo_engine_options;
-%ignore oslo_engine_callback;
-%rename("$ignore", regextarget=1) "^oslo_engine_";
+/* What oslo_engine_get_stats reports: read-only. */
+%immutable oslo_engine_stats::running;
+%immutable oslo_engine_stats::waiting;
+%immutable oslo_engine_stats::blocks_used;
+%immutable oslo_engine_stats::blocks_total;
+%immutable oslo_engine_stats::block_size;
+%immutable oslo_engine_stats::cached_tokens;
+%immutable oslo_engine_stats::kv_bytes_used;
+%immutable oslo_engine_stats::steps;
+%immutable oslo_engine_stats::prompt_tokens;
+%immutable oslo_engine_stats::generated_tokens;
+%immutable oslo_engine_stats::prefix_queries;
+%immutable oslo_engine_stats::prefix_hits;
+
+/* The serving engine: its support code, its handle (declared there, after
+   that code: SWIG emits the %extend methods where the class is declared)
+   and its methods. */
+%include "engine.i"
 
 %include "oslo.h"
 

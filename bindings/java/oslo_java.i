@@ -1495,3 +1495,6 @@ static size_t oslo_bind_buffer_esize(JNIEnv *env, jobject buf) {
     long cPtr = $jnicall;
     return (cPtr == 0) ? null : new Tensor(cPtr, $owner).keep(ctx, out, null);
   }
+
+/* The serving engine (bindings/engine.i): its Java names, typemaps and methods. */
+%include "java/oslo_java_engine.i"

@@ -183,6 +183,7 @@ OSLO_PY_HANDLE(oslo_param_set, "ParamSet")
 OSLO_PY_HANDLE(oslo_model, "Model")
 OSLO_PY_HANDLE(oslo_optimizer, "Optimizer")
 OSLO_PY_HANDLE(oslo_tokenizer, "Tokenizer")
+OSLO_PY_HANDLE(oslo_engine, "Engine")
 
 /* Typemaps */
 /* A shape: any sequence of ints. */

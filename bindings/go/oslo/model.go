@@ -322,6 +322,56 @@ type GenerateOptions struct {
 	EarlyStopping int      // beams: 0 Hugging Face's False, 1 True, -1 "never"
 	EOSTokenIDs   []int64  // a row stops after one of these; nil or empty: the config's
 	PadTokenID    *int64   // fed after EOS and used for left padding; nil: the config's
+	// RepetitionPenalty divides the score of every token already in the
+	// row (multiplies a negative one), as Hugging Face's; 0: 1 (off).
+	RepetitionPenalty float32
+	// MinNewTokens keeps EOS from being chosen before this many new tokens.
+	MinNewTokens int64
+}
+
+// toC fills the C options (made and freed by the caller) with o's fields,
+// maxNew new tokens at most. Runs inside call (the setters cannot fail).
+func (o GenerateOptions) toC(c capi.GenerateOptions, maxNew int64) {
+	c.SetMax_new_tokens(maxNew)
+	c.SetDo_sample(b2i(o.DoSample))
+	if o.Temperature != 0 {
+		c.SetTemperature(o.Temperature)
+	}
+	if o.TopK > 0 {
+		c.SetTop_k(o.TopK)
+	} else if o.TopK < 0 {
+		c.SetTop_k(0)
+	}
+	if o.TopP != 0 {
+		c.SetTop_p(o.TopP)
+	}
+	c.SetSeed(o.Seed)
+	if o.NumBeams != 0 {
+		c.SetNum_beams(o.NumBeams)
+	}
+	if o.LengthPenalty != nil {
+		c.SetLength_penalty(*o.LengthPenalty)
+	}
+	c.SetEarly_stopping(o.EarlyStopping)
+	if o.PadTokenID != nil {
+		c.SetPad_token_id(*o.PadTokenID)
+	}
+	if o.RepetitionPenalty != 0 {
+		c.SetRepetition_penalty(o.RepetitionPenalty)
+	}
+	c.SetMin_new_tokens(o.MinNewTokens)
+}
+
+// maxNewTokens is o.MaxNewTokens with its default (20 for 0).
+func (o GenerateOptions) maxNewTokens(what string) (int64, error) {
+	maxNew := o.MaxNewTokens
+	if maxNew == 0 {
+		maxNew = 20
+	}
+	if maxNew < 0 {
+		return 0, errorf(StatusInvalidArgument, "%s: MaxNewTokens %d < 0", what, maxNew)
+	}
+	return maxNew, nil
 }
 
 // Generate continues each prompt (rows may differ in length) and returns
@@ -351,44 +401,18 @@ func (m *Model) GenerateScores(prompts [][]int64, o GenerateOptions) ([][]int64,
 		ids = append(ids, p...)
 		lens[i] = int64(len(p))
 	}
-	maxNew := o.MaxNewTokens
-	if maxNew == 0 {
-		maxNew = 20
-	}
-	if maxNew < 0 {
-		return nil, nil, errorf(StatusInvalidArgument, "generate: MaxNewTokens %d < 0", maxNew)
+	maxNew, err := o.maxNewTokens("generate")
+	if err != nil {
+		return nil, nil, err
 	}
 	b := len(prompts)
 	tokens := make([]int64, int64(b)*maxNew)
 	lengths := make([]int64, b)
 	scores := make([]float32, b)
-	err := call(func() {
+	err = call(func() {
 		c := capi.NewGenerateOptions()
 		defer capi.DeleteGenerateOptions(c)
-		c.SetMax_new_tokens(maxNew)
-		c.SetDo_sample(b2i(o.DoSample))
-		if o.Temperature != 0 {
-			c.SetTemperature(o.Temperature)
-		}
-		if o.TopK > 0 {
-			c.SetTop_k(o.TopK)
-		} else if o.TopK < 0 {
-			c.SetTop_k(0)
-		}
-		if o.TopP != 0 {
-			c.SetTop_p(o.TopP)
-		}
-		c.SetSeed(o.Seed)
-		if o.NumBeams != 0 {
-			c.SetNum_beams(o.NumBeams)
-		}
-		if o.LengthPenalty != nil {
-			c.SetLength_penalty(*o.LengthPenalty)
-		}
-		c.SetEarly_stopping(o.EarlyStopping)
-		if o.PadTokenID != nil {
-			c.SetPad_token_id(*o.PadTokenID)
-		}
+		o.toC(c, maxNew)
 		m.m.Generate(bytesOf(ids), bytesOf(lens), int64(b), c, bytesOf(o.EOSTokenIDs), bytesOf(tokens),
 			bytesOf(lengths), bytesOf(scores))
 	})

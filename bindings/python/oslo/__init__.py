@@ -13,14 +13,13 @@ InvalidArgumentError "this ... is closed").
 import enum
 import json
 import os
-import threading
 import typing as _typing
-import weakref
 from collections.abc import Mapping as _Mapping
 
 import numpy as _np
 
 from . import capi as _c
+from ._handle import _Handle, _destroy
 from ._errors import (BackendUnavailableError, CommError, ConfigError, DTypeError, Error,
                       FormatError, InternalError, InvalidArgumentError, IOError,
                       NotSupportedError, OutOfMemoryError, ShapeError, Status, TimeoutError)
@@ -33,7 +32,8 @@ __all__ = [
     "InvalidArgumentError", "OutOfMemoryError", "BackendUnavailableError", "CommError",
     "TimeoutError", "IOError", "FormatError", "ShapeError", "DTypeError", "ConfigError",
     "NotSupportedError", "InternalError", "merge", "reshard", "inspect", "version", "from_dlpack",
-    "pad_batch",
+    "pad_batch", "Engine", "Request", "Output", "Completion", "Event", "EngineStats",
+    "FinishReason", "RequestState",
 ]
 
 __version__ = _c.version_string()
@@ -149,115 +149,6 @@ def _dtype(d):
         return _FROM_NP[_np.dtype(d)]
     except (TypeError, KeyError):
         raise DTypeError(f"no oslo dtype for {d!r}", Status.DTYPE) from None
-
-
-# ---------------------------------------------------------------------------
-# Handles and their lifetimes
-# ---------------------------------------------------------------------------
-
-_lifetime = threading.Lock()
-
-
-# The release_<handle> function of each SWIG class (bindings/python/
-# oslo_python_extend.i): destroys the C object now and leaves the SWIG
-# object empty, so a reference to it that outlives close() (a local of a
-# frame that a traceback keeps) neither destroys it later, after its
-# parents, nor reaches freed memory: passing it to any call raises
-# InvalidArgumentError "this ... is closed".
-_RELEASE = {_c.Context: _c.release_context, _c.Tensor: _c.release_tensor,
-            _c.ParallelLinear: _c.release_parallel_linear,
-            _c.ParallelEmbedding: _c.release_parallel_embedding,
-            _c.ParamSet: _c.release_param_set, _c.Model: _c.release_model,
-            _c.Optimizer: _c.release_optimizer, _c.Tokenizer: _c.release_tokenizer}
-
-
-def _destroy(h):
-    """Destroys the C object of SWIG object h now when h owns it (a
-    borrowed one is only emptied), whoever else still references h."""
-    release = _RELEASE.get(type(h))
-    if release is not None:
-        release(h)
-    # else not a handle class: its destructor runs with its last reference
-
-
-class _Handle:
-    """Owns one SWIG object (`_h`, destroyed by close() through _destroy:
-    oslo_*_destroy), or borrows one (a layer's parameter tensors: never
-    destroyed here, only emptied).
-
-    An object depends on its parents (a tensor, layer or model on its
-    context; a borrowed tensor on its layer; a parameter set on its context
-    and on everything added to it): it holds them and is counted in them.
-    close() closes the dependants first; when the garbage collector
-    finalises a parent before its dependants (a reference cycle), the
-    parent's destruction waits until the last dependant is gone.
-    """
-
-    _h = None
-    _parents = ()
-
-    def __init__(self, h, parent=None):
-        self._h = h
-        self._nchildren = 0
-        self._close_pending = False
-        self._children = weakref.WeakSet()
-        self._parents = []
-        if parent is not None:
-            self._depend_on(parent)
-
-    def _depend_on(self, parent):
-        parent._handle()  # a closed parent cannot take dependants
-        with _lifetime:
-            parent._nchildren += 1
-            parent._children.add(self)
-            self._parents.append(parent)
-
-    @property
-    def closed(self):
-        return self._h is None
-
-    def _handle(self):
-        h = self._h
-        if h is None:
-            raise InvalidArgumentError(f"this {type(self).__name__} is closed",
-                                       Status.INVALID_ARGUMENT)
-        return h
-
-    def close(self):
-        """Destroys the object (its dependants first). Idempotent."""
-        for child in list(self._children):
-            child.close()
-        self._release()
-
-    def _release(self):
-        with _lifetime:
-            if self._h is None:
-                return
-            if self._nchildren > 0:
-                self._close_pending = True
-                return
-            h, self._h = self._h, None
-            parents, self._parents = self._parents, []
-        _destroy(h)  # now, even if a traceback's frame still holds h
-        for parent in parents:
-            with _lifetime:
-                parent._nchildren -= 1
-                parent._children.discard(self)
-                last = parent._nchildren == 0 and parent._close_pending
-            if last:
-                parent._release()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self._release()
-        except Exception:  # interpreter shutdown: modules may be gone
-            pass
 
 
 # ---------------------------------------------------------------------------
@@ -1018,6 +909,29 @@ class Generation(_typing.NamedTuple):
     score: float
 
 
+def _generate_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
+                      repetition_penalty, min_new_tokens):
+    """A GenerateOptions (oslo_generate_options, version 2) with the
+    fields Model.generate and Engine.add share."""
+    o = _c.GenerateOptions()
+    o.max_new_tokens = int(max_new_tokens)
+    o.do_sample = 1 if do_sample else 0
+    o.temperature = float(temperature)
+    o.top_k = int(top_k)
+    o.top_p = float(top_p)
+    o.seed = int(seed)
+    o.repetition_penalty = float(repetition_penalty)
+    o.min_new_tokens = int(min_new_tokens)
+    return o
+
+
+def _eos_ids(eos_token_id):
+    """EOS ids as a contiguous int64 array (one id or a list), or None."""
+    if eos_token_id is None:
+        return None
+    return _np.ascontiguousarray(_np.atleast_1d(_np.asarray(eos_token_id, dtype=_np.int64)))
+
+
 def _ids_2d(x, name):
     a = _np.ascontiguousarray(x, dtype=_np.int64)
     if a.ndim == 1:
@@ -1197,7 +1111,7 @@ class Model(_Handle):
     def generate(self, prompts, max_new_tokens=20, num_beams=1, do_sample=False,
                  temperature=1.0, top_k=50, top_p=1.0, seed=0, length_penalty=1.0,
                  early_stopping=False, eos_token_id=None, pad_token_id=None,
-                 return_scores=False):
+                 return_scores=False, repetition_penalty=1.0, min_new_tokens=0):
         """Continues each prompt. A prompt of token ids (a list of ints; or
         a list of such lists, of any lengths; or a tokenizer's output, whose
         mask selects each row's tokens) gives the new tokens of each as a
@@ -1206,7 +1120,10 @@ class Model(_Handle):
         encoded by the model's tokenizer) gives a Generation (or a list of
         them): .text, the new text without special tokens; .ids, the new
         token ids; .score. Ragged prompts are batched with left padding
-        inside. Defaults are Hugging Face's."""
+        inside. repetition_penalty (> 0; 1: off) divides the score of every
+        token already in the row (multiplies a negative one);
+        min_new_tokens keeps EOS from being chosen before that many new
+        tokens. Defaults are Hugging Face's."""
         what = "generate"
         kind = _kind(what, prompts)
         if kind == "encoding":
@@ -1233,21 +1150,13 @@ class Model(_Handle):
                 raise _refuse(what, f"prompt {i} has no tokens")
         lengths = _np.array([len(p) for p in rows], dtype=_np.int64)
         flat = _np.ascontiguousarray(_np.concatenate(rows))
-        o = _c.GenerateOptions()
-        o.max_new_tokens = int(max_new_tokens)
-        o.do_sample = 1 if do_sample else 0
-        o.temperature = float(temperature)
-        o.top_k = int(top_k)
-        o.top_p = float(top_p)
-        o.seed = int(seed)
+        o = _generate_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
+                              repetition_penalty, min_new_tokens)
         o.num_beams = int(num_beams)
         o.length_penalty = float(length_penalty)
         o.early_stopping = (-1 if early_stopping == "never" else 1 if early_stopping else 0)
         o.pad_token_id = -1 if pad_token_id is None else int(pad_token_id)
-        eos = None
-        if eos_token_id is not None:
-            eos = _np.ascontiguousarray(
-                _np.atleast_1d(_np.asarray(eos_token_id, dtype=_np.int64)))
+        eos = _eos_ids(eos_token_id)
         b = len(rows)
         tokens = _np.empty((b, max(int(max_new_tokens), 0)), dtype=_np.int64)
         lens = _np.empty(b, dtype=_np.int64)
@@ -1685,3 +1594,8 @@ def from_dlpack(ctx, obj):
     """Imports a DLPack producer (an object with __dlpack__) as an oslo.Tensor
     sharing its memory."""
     return Tensor._from_dlpack(ctx, obj)
+
+
+# The serving engine (oslo/serve.py; it builds on the classes above).
+from .serve import (Completion, Engine, EngineStats, Event, FinishReason, Output,  # noqa: E402
+                    Request, RequestState)

@@ -14,6 +14,9 @@ from ._errors import (BackendUnavailableError as BackendUnavailableError,
                       NotSupportedError as NotSupportedError,
                       OutOfMemoryError as OutOfMemoryError, ShapeError as ShapeError,
                       Status as Status, TimeoutError as TimeoutError)
+from .serve import (Completion as Completion, Engine as Engine, EngineStats as EngineStats,
+                    Event as Event, FinishReason as FinishReason, Output as Output,
+                    Request as Request, RequestState as RequestState)
 
 __version__: str
 
@@ -244,14 +247,16 @@ class Model(_Handle):
                  top_p: float = ..., seed: int = ..., length_penalty: float = ...,
                  early_stopping: Union[bool, str] = ...,
                  eos_token_id: Union[None, int, Sequence[int]] = ...,
-                 pad_token_id: Optional[int] = ..., return_scores: bool = ...) -> Generation: ...
+                 pad_token_id: Optional[int] = ..., return_scores: bool = ...,
+                 repetition_penalty: float = ..., min_new_tokens: int = ...) -> Generation: ...
     @overload
     def generate(self, prompts: _Ids, max_new_tokens: int = ..., num_beams: int = ...,
                  do_sample: bool = ..., temperature: float = ..., top_k: int = ...,
                  top_p: float = ..., seed: int = ..., length_penalty: float = ...,
                  early_stopping: Union[bool, str] = ...,
                  eos_token_id: Union[None, int, Sequence[int]] = ...,
-                 pad_token_id: Optional[int] = ..., return_scores: bool = ...) -> Any: ...
+                 pad_token_id: Optional[int] = ..., return_scores: bool = ...,
+                 repetition_penalty: float = ..., min_new_tokens: int = ...) -> Any: ...
     def save(self, dir: _Path) -> None: ...
     def train_step(self, ids: npt.ArrayLike, labels: Optional[npt.ArrayLike] = ...,
                    mask: Optional[npt.ArrayLike] = ...,
