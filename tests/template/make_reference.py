@@ -17,6 +17,11 @@ It writes reference.json with two tables:
       environment (chat_template_utils._compile_jinja_template: trim_blocks, lstrip_blocks,
       raise_exception, tojson, namespace, loop controls) with given variables: the text,
       or the error class when Jinja2 raised.
+  "folders": for each folder in folders/ (a tokenizer.json with chat templates in
+      tokenizer_config.json as a string or a named list, or in chat_template.jinja, special
+      tokens in special_tokens_map.json, none, or one that does not parse): what
+      AutoTokenizer.from_pretrained(folder).apply_chat_template renders, with and without
+      add_generation_prompt and tools.
 The C++ tests (test_template_reference.cpp, test_template_expr.cpp) compare oslo's renders
 with these; nothing runs Python at test time.
 """
@@ -268,6 +273,32 @@ def expressions():
     return out
 
 
+FOLDER_CHAT = [m(S, "Be kind."), m(U, "  Hello, world!  "), m(A, "Hi."), m(U, "Bye")]
+
+
+def folders():
+    """AutoTokenizer.from_pretrained(folder).apply_chat_template for the folders in folders/."""
+    from transformers import AutoTokenizer
+    out = []
+    base = os.path.join(HERE, "folders")
+    for name in sorted(os.listdir(base)):
+        tok = AutoTokenizer.from_pretrained(os.path.join(base, name))
+        case = {"folder": name, "has_chat_template": tok.chat_template is not None,
+                "special_tokens": tok.special_tokens_map, "renders": []}
+        for agp in (False, True):
+            for variables in ({}, {"tools": TOOLS[:1]}):
+                r = {"add_generation_prompt": agp, "variables": variables, "messages": FOLDER_CHAT}
+                try:
+                    r["expected"] = tok.apply_chat_template(FOLDER_CHAT, tokenize=False, add_generation_prompt=agp,
+                                                            **variables)
+                except Exception as e:
+                    r["error"] = type(e).__name__
+                    r["message"] = str(e)
+                case["renders"].append(r)
+        out.append(case)
+    return out
+
+
 def main():
     ref = {
         "generator": "tests/template/make_reference.py",
@@ -275,11 +306,13 @@ def main():
         "jinja2": jinja2.__version__,
         "families": families(),
         "expressions": expressions(),
+        "folders": folders(),
     }
     with open(os.path.join(HERE, "reference.json"), "w", encoding="utf-8") as f:
         json.dump(ref, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    print(f"{len(ref['families'])} family cases, {len(ref['expressions'])} expression cases")
+    print(f"{len(ref['families'])} family cases, {len(ref['expressions'])} expression cases, "
+          f"{len(ref['folders'])} folders")
 
 
 if __name__ == "__main__":
