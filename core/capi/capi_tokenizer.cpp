@@ -62,8 +62,7 @@ std::vector<std::pair<std::string, std::string>> special_tokens(const oslo::Toke
 }
 
 const oslo::tmpl::Template& parsed(const oslo::ChatTemplates::Entry& e) {
-  if (!e.parsed)
-    oslo::fail(e.status, "chat template '", e.name, "' does not parse: ", e.error);
+  if (!e.parsed) oslo::fail(e.status, "chat template '", e.name, "' does not parse: ", e.error);
   return *e.parsed;
 }
 
@@ -295,8 +294,8 @@ oslo_status oslo_tokenizer_has_chat_template(const oslo_tokenizer* tok, int* has
   });
 }
 
-oslo_status oslo_tokenizer_get_chat_template(const oslo_tokenizer* tok, const char* name,
-                                             char* out, size_t capacity, size_t* length) {
+oslo_status oslo_tokenizer_get_chat_template(const oslo_tokenizer* tok, const char* name, char* out,
+                                             size_t capacity, size_t* length) {
   return guard([&] {
     const char* fn = "oslo_tokenizer_get_chat_template";
     need(tok, fn, "tok");
@@ -307,8 +306,9 @@ oslo_status oslo_tokenizer_get_chat_template(const oslo_tokenizer* tok, const ch
     if (name) {
       for (const auto& x : all.entries())
         if (x.name == name) e = &x;
-      if (!e) oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": the tokenizer has no chat template named ",
-                         oslo::quote(name));
+      if (!e)
+        oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": the tokenizer has no chat template named ",
+                   oslo::quote(name));
     } else {
       try {
         e = all.select(nullptr, false);
@@ -348,7 +348,8 @@ oslo_status oslo_chat_template_apply(const oslo_tokenizer* tok, const char* mess
     need(messages_json, fn, "messages_json");
     need(length, fn, "length");
     if (capacity > 0) need(out, fn, "out");
-    const oslo_chat_template_options o = kChatTemplateOptions.read_or_defaults(options, fn, "options");
+    const oslo_chat_template_options o =
+        kChatTemplateOptions.read_or_defaults(options, fn, "options");
     if (!tok && !o.chat_template)
       oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn,
                  ": tok is NULL and options->chat_template is NULL: pass a tokenizer or a "

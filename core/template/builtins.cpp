@@ -70,51 +70,100 @@ struct TestDef {
   std::vector<Param> params;
   TestFn fn;
 };
-bool int_like(const Value& v) { return v.type() == Value::Type::kInt; }
+bool int_like(const Value& v) {
+  return v.type() == Value::Type::kInt;
+}
 const std::vector<TestDef>& tests() {
   using T = Value::Type;
   auto one = [] { return std::vector<Param>{{"other", Value(), true}}; };
   static const std::vector<TestDef> kTests = {
-      {"defined", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return !v.is_undefined(); }},
-      {"undefined", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.is_undefined(); }},
+      {"defined",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) { return !v.is_undefined(); }},
+      {"undefined",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) { return v.is_undefined(); }},
       {"none", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.is_none(); }},
-      {"boolean", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.type() == T::kBool; }},
-      {"true", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.type() == T::kBool && v.as_bool(); }},
-      {"false", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.type() == T::kBool && !v.as_bool(); }},
+      {"boolean",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) { return v.type() == T::kBool; }},
+      {"true",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) {
+         return v.type() == T::kBool && v.as_bool();
+       }},
+      {"false",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) {
+         return v.type() == T::kBool && !v.as_bool();
+       }},
       {"integer", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return int_like(v); }},
-      {"float", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.type() == T::kFloat; }},
+      {"float",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) { return v.type() == T::kFloat; }},
       {"number", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.is_number(); }},
       {"string", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.is_string(); }},
       {"mapping", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.is_dict(); }},
-      {"iterable", {}, [](Renderer&, const Value& v, std::vector<Value>&) {
+      {"iterable",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
        }},
-      {"sequence", {}, [](Renderer&, const Value& v, std::vector<Value>&) {
+      {"sequence",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
        }},
-      {"callable", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.type() == T::kFunction; }},
-      {"odd", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return need_int(v, "odd", "value") % 2 != 0; }},
-      {"even", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return need_int(v, "even", "value") % 2 == 0; }},
-      {"divisibleby", {{"num", Value(), true}}, [](Renderer&, const Value& v, std::vector<Value>& a) {
+      {"callable",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) { return v.type() == T::kFunction; }},
+      {"odd",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) {
+         return need_int(v, "odd", "value") % 2 != 0;
+       }},
+      {"even",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) {
+         return need_int(v, "even", "value") % 2 == 0;
+       }},
+      {"divisibleby",
+       {{"num", Value(), true}},
+       [](Renderer&, const Value& v, std::vector<Value>& a) {
          const int64_t n = need_int(a[0], "divisibleby", "num");
          if (n == 0) type_error("integer division or modulo by zero");
          return need_int(v, "divisibleby", "value") % n == 0;
        }},
-      {"lower", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.is_string() && pystr::is_lower(v.str()); }},
-      {"upper", {}, [](Renderer&, const Value& v, std::vector<Value>&) { return v.is_string() && pystr::is_upper(v.str()); }},
-      {"sameas", one(), [](Renderer&, const Value& v, std::vector<Value>& a) {
+      {"lower",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) {
+         return v.is_string() && pystr::is_lower(v.str());
+       }},
+      {"upper",
+       {},
+       [](Renderer&, const Value& v, std::vector<Value>&) {
+         return v.is_string() && pystr::is_upper(v.str());
+       }},
+      {"sameas", one(),
+       [](Renderer&, const Value& v, std::vector<Value>& a) {
          if (v.type() != a[0].type()) return false;
          if (v.is_none() || v.type() == T::kBool) return equal(v, a[0]);
          if (v.type() == T::kNamespace) return &v.ns_data() == &a[0].ns_data();
          return equal(v, a[0]) && (int_like(v) || v.is_string());
        }},
-      {"eq", one(), [](Renderer&, const Value& v, std::vector<Value>& a) { return equal(v, a[0]); }},
-      {"ne", one(), [](Renderer&, const Value& v, std::vector<Value>& a) { return !equal(v, a[0]); }},
+      {"eq", one(),
+       [](Renderer&, const Value& v, std::vector<Value>& a) { return equal(v, a[0]); }},
+      {"ne", one(),
+       [](Renderer&, const Value& v, std::vector<Value>& a) { return !equal(v, a[0]); }},
       {"lt", one(), [](Renderer&, const Value& v, std::vector<Value>& a) { return less(v, a[0]); }},
       {"gt", one(), [](Renderer&, const Value& v, std::vector<Value>& a) { return less(a[0], v); }},
-      {"le", one(), [](Renderer&, const Value& v, std::vector<Value>& a) { return !less(a[0], v); }},
-      {"ge", one(), [](Renderer&, const Value& v, std::vector<Value>& a) { return !less(v, a[0]); }},
-      {"in", {{"seq", Value(), true}}, [](Renderer& r, const Value& v, std::vector<Value>& a) {
+      {"le", one(),
+       [](Renderer&, const Value& v, std::vector<Value>& a) { return !less(a[0], v); }},
+      {"ge", one(),
+       [](Renderer&, const Value& v, std::vector<Value>& a) { return !less(v, a[0]); }},
+      {"in",
+       {{"seq", Value(), true}},
+       [](Renderer& r, const Value& v, std::vector<Value>& a) {
          if (a[0].is_string()) {
            if (!v.is_string()) type_error("'in <string>' requires string as left operand");
            return a[0].str().find(v.str()) != std::string::npos;
@@ -131,9 +180,9 @@ struct Alias {
   const char* alias;
   const char* name;
 };
-const Alias kTestAliases[] = {{"equalto", "eq"}, {"==", "eq"}, {"!=", "ne"}, {"lessthan", "lt"},
-                              {"<", "lt"},       {"greaterthan", "gt"}, {">", "gt"},
-                              {"<=", "le"},      {">=", "ge"}};
+const Alias kTestAliases[] = {{"equalto", "eq"},  {"==", "eq"}, {"!=", "ne"},
+                              {"lessthan", "lt"}, {"<", "lt"},  {"greaterthan", "gt"},
+                              {">", "gt"},        {"<=", "le"}, {">=", "ge"}};
 
 }  // namespace
 
@@ -232,10 +281,13 @@ Value g_namespace(Renderer&, CallArgs& args) {
   if (d->depth > kMaxValueDepth) type_error("a namespace nested too deep");
   return Value::ns(std::move(d));
 }
-Value g_dict(Renderer&, CallArgs& args) { return Value::dict(dict_args("dict", args)); }
+Value g_dict(Renderer&, CallArgs& args) {
+  return Value::dict(dict_args("dict", args));
+}
 
 Value g_raise_exception(Renderer&, CallArgs& args) {
-  std::vector<Value> a = bind_args("raise_exception", {{"message", Value(), true}}, std::move(args));
+  std::vector<Value> a =
+      bind_args("raise_exception", {{"message", Value(), true}}, std::move(args));
   throw RenderError{OSLO_ERR_INVALID_ARGUMENT, "raise_exception: " + to_str(a[0]),
                     RenderError::kNoPos};
 }
@@ -263,7 +315,8 @@ const Builtin kGlobals[] = {{"range", g_range},
 Value global_function(std::string_view name) {
   for (const Builtin& b : kGlobals)
     if (name == b.name)
-      return Value::function(std::shared_ptr<const Function>(std::shared_ptr<const Function>(), &b));
+      return Value::function(
+          std::shared_ptr<const Function>(std::shared_ptr<const Function>(), &b));
   return Value();
 }
 
@@ -277,7 +330,8 @@ Value call_str_method(Renderer& r, const std::string& s, const std::string& m, C
     return r.make_string(pystr::strip(s, chars, m != "rstrip", m != "lstrip"));
   }
   if (m == "split" || m == "rsplit") {
-    auto a = bind_args(fn, {{"sep", Value::none()}, {"maxsplit", Value::integer(-1)}}, std::move(args));
+    auto a =
+        bind_args(fn, {{"sep", Value::none()}, {"maxsplit", Value::integer(-1)}}, std::move(args));
     const std::string* sep = a[0].is_none() ? nullptr : &need_str(a[0], fn, "sep");
     return str_list(r, pystr::split(s, sep, need_int(a[1], fn, "maxsplit"), m == "rsplit"));
   }
@@ -304,13 +358,16 @@ Value call_str_method(Renderer& r, const std::string& s, const std::string& m, C
                                         : pystr::capitalize(s));
   }
   if (m == "replace") {
-    auto a = bind_args(fn, {{"old", Value(), true}, {"new", Value(), true}, {"count", Value::integer(-1)}},
-                       std::move(args));
+    auto a = bind_args(
+        fn, {{"old", Value(), true}, {"new", Value(), true}, {"count", Value::integer(-1)}},
+        std::move(args));
     const std::string& old = need_str(a[0], fn, "old");
     const std::string& repl = need_str(a[1], fn, "new");
     const int64_t count = need_int(a[2], fn, "count");
-    if (!old.empty()) r.charge(s.size() / old.size() * repl.size());
-    else r.charge((s.size() + 1) * repl.size());
+    if (!old.empty())
+      r.charge(s.size() / old.size() * repl.size());
+    else
+      r.charge((s.size() + 1) * repl.size());
     return r.make_string(pystr::replace(s, old, repl, count));
   }
   if (m == "find" || m == "rfind" || m == "count") {
@@ -379,11 +436,10 @@ struct BoundMethod : Function {
   }
 };
 
-const char* const kStrMethods[] = {"strip",   "lstrip",  "rstrip",   "split",   "rsplit",
-                                   "splitlines", "startswith", "endswith", "upper", "lower",
-                                   "title",   "capitalize", "replace", "find",    "rfind",
-                                   "count",   "join",    "isdigit",  "isspace", "islower",
-                                   "isupper", "format"};
+const char* const kStrMethods[] = {
+    "strip", "lstrip",  "rstrip",  "split",      "rsplit",  "splitlines", "startswith", "endswith",
+    "upper", "lower",   "title",   "capitalize", "replace", "find",       "rfind",      "count",
+    "join",  "isdigit", "isspace", "islower",    "isupper", "format"};
 const char* const kDictMethods[] = {"items", "keys", "values", "get"};
 }  // namespace
 

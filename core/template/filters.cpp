@@ -32,7 +32,9 @@ int64_t need_int(const Value& v, const char* fn) {
     type_error(std::string(fn) + ": expected an integer, got '" + type_name(v) + "'");
   return v.as_int();
 }
-std::string text_of(const Value& v) { return to_str(v); }
+std::string text_of(const Value& v) {
+  return to_str(v);
+}
 
 Value length_of(const Value& v) {
   switch (v.type()) {
@@ -165,11 +167,12 @@ Value f_replace(Renderer& r, const Value& v, Args& a, CallArgs&) {
 }
 
 Value f_indent(Renderer& r, const Value& v, Args& a, CallArgs&) {
-  const std::string ind = a[0].is_string()
-                              ? a[0].str()
-                              : std::string(static_cast<size_t>(std::clamp<int64_t>(
-                                                need_int(a[0], "indent width"), 0, 256)),
-                                            ' ');
+  const std::string ind =
+      a[0].is_string()
+          ? a[0].str()
+          : std::string(
+                static_cast<size_t>(std::clamp<int64_t>(need_int(a[0], "indent width"), 0, 256)),
+                ' ');
   std::vector<std::string> lines = pystr::splitlines(text_of(v) + "\n");
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -253,9 +256,9 @@ std::vector<Value> sorted(Renderer& r, const Value& v, bool reverse, bool case_s
   r.count_iterations(items.size());
   std::vector<std::pair<Value, Value>> keyed;
   for (Value& x : items)
-    keyed.emplace_back(
-        sort_key(attribute.is_none() ? x : attribute_path(r, x, text_of(attribute)), case_sensitive),
-        x);
+    keyed.emplace_back(sort_key(attribute.is_none() ? x : attribute_path(r, x, text_of(attribute)),
+                                case_sensitive),
+                       x);
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& p, const auto& q) {
     return reverse ? less(q.first, p.first) : less(p.first, q.first);
   });
@@ -273,38 +276,71 @@ Value min_max(Renderer& r, const Value& v, Args& a, bool max) {
 const std::vector<FilterDef>& filters() {
   using P = std::vector<Param>;
   static const std::vector<FilterDef> kFilters = {
-      {"tojson", P{{"ensure_ascii", Value::boolean(false)}, {"indent", Value::none()},
-                   {"separators", Value::none()}, {"sort_keys", Value::boolean(false)}}, f_tojson},
-      {"trim", P{{"chars", Value::none()}}, [](Renderer& r, const Value& v, Args& a, CallArgs&) {
+      {"tojson",
+       P{{"ensure_ascii", Value::boolean(false)},
+         {"indent", Value::none()},
+         {"separators", Value::none()},
+         {"sort_keys", Value::boolean(false)}},
+       f_tojson},
+      {"trim", P{{"chars", Value::none()}},
+       [](Renderer& r, const Value& v, Args& a, CallArgs&) {
          const std::string chars = a[0].is_none() ? std::string() : text_of(a[0]);
-         return r.make_string(pystr::strip(text_of(v), a[0].is_none() ? nullptr : &chars, true, true));
+         return r.make_string(
+             pystr::strip(text_of(v), a[0].is_none() ? nullptr : &chars, true, true));
        }},
       {"length", P{}, [](Renderer&, const Value& v, Args&, CallArgs&) { return length_of(v); }},
       {"count", P{}, [](Renderer&, const Value& v, Args&, CallArgs&) { return length_of(v); }},
-      {"upper", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return r.make_string(pystr::upper(text_of(v))); }},
-      {"lower", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return r.make_string(pystr::lower(text_of(v))); }},
-      {"title", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return r.make_string(pystr::jinja_title(text_of(v))); }},
-      {"capitalize", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return r.make_string(pystr::capitalize(text_of(v))); }},
-      {"string", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return v.is_string() ? v : r.make_string(text_of(v)); }},
-      {"safe", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return v.is_string() ? v : r.make_string(text_of(v)); }},
+      {"upper", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) {
+         return r.make_string(pystr::upper(text_of(v)));
+       }},
+      {"lower", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) {
+         return r.make_string(pystr::lower(text_of(v)));
+       }},
+      {"title", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) {
+         return r.make_string(pystr::jinja_title(text_of(v)));
+       }},
+      {"capitalize", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) {
+         return r.make_string(pystr::capitalize(text_of(v)));
+       }},
+      {"string", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) {
+         return v.is_string() ? v : r.make_string(text_of(v));
+       }},
+      {"safe", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) {
+         return v.is_string() ? v : r.make_string(text_of(v));
+       }},
       {"join", P{{"d", Value::string("")}, {"attribute", Value::none()}}, f_join},
-      {"default", P{{"default_value", Value::string("")}, {"boolean", Value::boolean(false)}}, f_default},
+      {"default", P{{"default_value", Value::string("")}, {"boolean", Value::boolean(false)}},
+       f_default},
       {"d", P{{"default_value", Value::string("")}, {"boolean", Value::boolean(false)}}, f_default},
-      {"first", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return f_first_last(r, v, false); }},
-      {"last", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return f_first_last(r, v, true); }},
-      {"replace", P{{"old", Value(), true}, {"new", Value(), true}, {"count", Value::none()}}, f_replace},
+      {"first", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) { return f_first_last(r, v, false); }},
+      {"last", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) { return f_first_last(r, v, true); }},
+      {"replace", P{{"old", Value(), true}, {"new", Value(), true}, {"count", Value::none()}},
+       f_replace},
       {"int", P{{"default", Value::integer(0)}, {"base", Value::integer(10)}}, f_int},
       {"float", P{{"default", Value::number(0.0)}}, f_float},
-      {"list", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) { return Value::list(r.iterate(v)); }},
-      {"items", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) {
+      {"list", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) { return Value::list(r.iterate(v)); }},
+      {"items", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) {
          if (v.is_undefined()) return Value::list({});
-         if (!v.is_dict()) type_error(std::string("items: expected a mapping, got '") + type_name(v) + "'");
+         if (!v.is_dict())
+           type_error(std::string("items: expected a mapping, got '") + type_name(v) + "'");
          std::vector<Value> out;
-         for (const auto& kv : v.dict().items) out.push_back(Value::list({Value::string(kv.first), kv.second}, true));
+         for (const auto& kv : v.dict().items)
+           out.push_back(Value::list({Value::string(kv.first), kv.second}, true));
          r.charge(out.size() * sizeof(Value));
          return Value::list(std::move(out));
        }},
-      {"reverse", P{}, [](Renderer& r, const Value& v, Args&, CallArgs&) {
+      {"reverse", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs&) {
          if (v.is_string()) {
            auto cps = pystr::decode(v.str());
            std::reverse(cps.begin(), cps.end());
@@ -314,8 +350,10 @@ const std::vector<FilterDef>& filters() {
          std::reverse(items.begin(), items.end());
          return Value::list(std::move(items));
        }},
-      {"abs", P{}, [](Renderer&, const Value& v, Args&, CallArgs&) {
-         if (!v.is_number()) type_error(std::string("bad operand type for abs(): '") + type_name(v) + "'");
+      {"abs", P{},
+       [](Renderer&, const Value& v, Args&, CallArgs&) {
+         if (!v.is_number())
+           type_error(std::string("bad operand type for abs(): '") + type_name(v) + "'");
          if (v.type() == Value::Type::kFloat) return Value::number(std::fabs(v.as_float()));
          if (v.as_int() == INT64_MIN) type_error("integer overflow");
          return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
@@ -323,18 +361,30 @@ const std::vector<FilterDef>& filters() {
       {"round", P{{"precision", Value::integer(0)}, {"method", Value::string("common")}},
        [](Renderer&, const Value& v, Args& a, CallArgs&) {
          if (!v.is_number()) type_error("round: expected a number");
-         const double scale = std::pow(10.0, static_cast<double>(need_int(a[0], "round precision")));
+         const double scale =
+             std::pow(10.0, static_cast<double>(need_int(a[0], "round precision")));
          const std::string m = text_of(a[1]);
          const double x = v.as_float() * scale;
          double y;
-         if (m == "common") y = std::nearbyint(x);
-         else if (m == "floor") y = std::floor(x);
-         else if (m == "ceil") y = std::ceil(x);
-         else type_error("round: method must be 'common', 'ceil' or 'floor'");
+         if (m == "common")
+           y = std::nearbyint(x);
+         else if (m == "floor")
+           y = std::floor(x);
+         else if (m == "ceil")
+           y = std::ceil(x);
+         else
+           type_error("round: method must be 'common', 'ceil' or 'floor'");
          return Value::number(y / scale);
        }},
-      {"indent", P{{"width", Value::integer(4)}, {"first", Value::boolean(false)}, {"blank", Value::boolean(false)}}, f_indent},
-      {"sort", P{{"reverse", Value::boolean(false)}, {"case_sensitive", Value::boolean(false)}, {"attribute", Value::none()}},
+      {"indent",
+       P{{"width", Value::integer(4)},
+         {"first", Value::boolean(false)},
+         {"blank", Value::boolean(false)}},
+       f_indent},
+      {"sort",
+       P{{"reverse", Value::boolean(false)},
+         {"case_sensitive", Value::boolean(false)},
+         {"attribute", Value::none()}},
        [](Renderer& r, const Value& v, Args& a, CallArgs&) {
          return Value::list(sorted(r, v, a[0].truthy(), a[1].truthy(), a[2]));
        }},
@@ -343,7 +393,8 @@ const std::vector<FilterDef>& filters() {
          std::vector<Value> out, seen;
          for (const Value& x : r.iterate(v)) {
            r.count_iterations(1);
-           Value k = sort_key(a[1].is_none() ? x : attribute_path(r, x, text_of(a[1])), a[0].truthy());
+           Value k =
+               sort_key(a[1].is_none() ? x : attribute_path(r, x, text_of(a[1])), a[0].truthy());
            bool dup = false;
            for (const Value& s : seen) dup = dup || equal(s, k);
            if (!dup) {
@@ -367,20 +418,26 @@ const std::vector<FilterDef>& filters() {
              total = Value::number(total.as_float() + y.as_float());
            } else {
              int64_t s;
-             if (__builtin_add_overflow(total.as_int(), y.as_int(), &s)) type_error("integer overflow");
+             if (__builtin_add_overflow(total.as_int(), y.as_int(), &s))
+               type_error("integer overflow");
              total = Value::integer(s);
            }
          }
          return total;
        }},
-      {"dictsort", P{{"case_sensitive", Value::boolean(false)}, {"by", Value::string("key")}, {"reverse", Value::boolean(false)}},
+      {"dictsort",
+       P{{"case_sensitive", Value::boolean(false)},
+         {"by", Value::string("key")},
+         {"reverse", Value::boolean(false)}},
        [](Renderer& r, const Value& v, Args& a, CallArgs&) {
          if (!v.is_dict()) type_error("dictsort: expected a mapping");
          const bool by_value = text_of(a[1]) == "value";
          std::vector<Value> pairs;
-         for (const auto& kv : v.dict().items) pairs.push_back(Value::list({Value::string(kv.first), kv.second}, true));
+         for (const auto& kv : v.dict().items)
+           pairs.push_back(Value::list({Value::string(kv.first), kv.second}, true));
          std::vector<std::pair<Value, Value>> keyed;
-         for (Value& p : pairs) keyed.emplace_back(sort_key(p.items()[by_value ? 1 : 0], a[0].truthy()), p);
+         for (Value& p : pairs)
+           keyed.emplace_back(sort_key(p.items()[by_value ? 1 : 0], a[0].truthy()), p);
          std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& p, const auto& q) {
            return a[2].truthy() ? less(q.first, p.first) : less(p.first, q.first);
          });
@@ -390,10 +447,24 @@ const std::vector<FilterDef>& filters() {
          return Value::list(std::move(out));
        }},
       {"map", P{}, f_map, true},
-      {"select", P{}, [](Renderer& r, const Value& v, Args&, CallArgs& c) { return select_impl(r, v, c, false, true); }, true},
-      {"reject", P{}, [](Renderer& r, const Value& v, Args&, CallArgs& c) { return select_impl(r, v, c, false, false); }, true},
-      {"selectattr", P{}, [](Renderer& r, const Value& v, Args&, CallArgs& c) { return select_impl(r, v, c, true, true); }, true},
-      {"rejectattr", P{}, [](Renderer& r, const Value& v, Args&, CallArgs& c) { return select_impl(r, v, c, true, false); }, true},
+      {"select", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs& c) {
+         return select_impl(r, v, c, false, true);
+       },
+       true},
+      {"reject", P{},
+       [](Renderer& r, const Value& v, Args&, CallArgs& c) {
+         return select_impl(r, v, c, false, false);
+       },
+       true},
+      {"selectattr", P{},
+       [](Renderer& r, const Value& v, Args&,
+          CallArgs& c) { return select_impl(r, v, c, true, true); },
+       true},
+      {"rejectattr", P{},
+       [](Renderer& r, const Value& v, Args&,
+          CallArgs& c) { return select_impl(r, v, c, true, false); },
+       true},
   };
   return kFilters;
 }
@@ -417,10 +488,10 @@ Value apply_filter(Renderer& r, int index, const Value& v, CallArgs args) {
   // Undefined input the way Undefined's own methods do; the lenient ones:
   const std::string_view n = f.name;
   if (v.is_undefined() && n != "default" && n != "d" && n != "length" && n != "count" &&
-      n != "list" && n != "items" && n != "join" && n != "string" && n != "safe" &&
-      n != "first" && n != "last" && n != "trim" && n != "upper" && n != "lower" &&
-      n != "title" && n != "capitalize" && n != "replace" && n != "int" && n != "float" &&
-      n != "indent" && n != "unique" && n != "sort" && n != "reverse")
+      n != "list" && n != "items" && n != "join" && n != "string" && n != "safe" && n != "first" &&
+      n != "last" && n != "trim" && n != "upper" && n != "lower" && n != "title" &&
+      n != "capitalize" && n != "replace" && n != "int" && n != "float" && n != "indent" &&
+      n != "unique" && n != "sort" && n != "reverse")
     undefined_error(v);
   Args a = bind_args(f.name, f.params, std::move(args));
   return f.fn(r, v, a, args);

@@ -122,8 +122,7 @@ class Lexer {
 
   size_t find_tag(size_t from) const {
     for (size_t i = s_.find('{', from); i != std::string::npos; i = s_.find('{', i + 1)) {
-      if (i + 1 < s_.size() && (s_[i + 1] == '{' || s_[i + 1] == '%' || s_[i + 1] == '#'))
-        return i;
+      if (i + 1 < s_.size() && (s_[i + 1] == '{' || s_[i + 1] == '%' || s_[i + 1] == '#')) return i;
     }
     return std::string::npos;
   }
@@ -227,8 +226,8 @@ class Lexer {
           if (s_.compare(i, 2, o) == 0) op = o;
         if (op.empty()) {
           if (!std::strchr("+-/*%~[](){}><=.:|,;", c))
-            syntax_error(at, std::string("unexpected character ") + repr(Value::string(
-                                                                        s_.substr(i, 1))));
+            syntax_error(
+                at, std::string("unexpected character ") + repr(Value::string(s_.substr(i, 1))));
           op = std::string(1, c);
         }
         if (op == "(" || op == "[" || op == "{") {
@@ -255,7 +254,8 @@ class Lexer {
   }
   size_t number(size_t i) {
     const uint32_t at = static_cast<uint32_t>(i);
-    const bool after_dot = !out_.empty() && out_.back().kind == Token::kOp && out_.back().text == ".";
+    const bool after_dot =
+        !out_.empty() && out_.back().kind == Token::kOp && out_.back().text == ".";
     auto clean = [](std::string t) {
       std::string r;
       for (char ch : t)
@@ -271,7 +271,8 @@ class Lexer {
     bool is_float = false;
     if (!after_dot) {
       size_t k = j;
-      if (k + 1 < s_.size() && s_[k] == '.' && std::isdigit(static_cast<unsigned char>(s_[k + 1]))) {
+      if (k + 1 < s_.size() && s_[k] == '.' &&
+          std::isdigit(static_cast<unsigned char>(s_[k + 1]))) {
         k = digits(k + 1);
         is_float = true;
       }
@@ -362,7 +363,9 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex(const std::string& source) { return Lexer(source).run(); }
+std::vector<Token> lex(const std::string& source) {
+  return Lexer(source).run();
+}
 
 }  // namespace tmpl
 }  // namespace oslo

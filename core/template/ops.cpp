@@ -11,7 +11,9 @@ namespace {
   type_error("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" +
              type_name(b) + "'");
 }
-[[noreturn]] void overflow() { type_error("integer overflow (oslo's integers are 64-bit)"); }
+[[noreturn]] void overflow() {
+  type_error("integer overflow (oslo's integers are 64-bit)");
+}
 
 bool is_int(const Value& v) {
   return v.type() == Value::Type::kInt || v.type() == Value::Type::kBool;
@@ -84,7 +86,8 @@ Value Renderer::binary(const std::string& op, const Value& a, const Value& b) {
     const Value* count = is_int(a) ? &a : &b;
     if (is_int(*count) && (seq->is_string() || seq->is_list())) {
       const int64_t n = count->as_int() < 0 ? 0 : count->as_int();
-      const size_t unit = seq->is_string() ? seq->str().size() : seq->items().size() * sizeof(Value);
+      const size_t unit =
+          seq->is_string() ? seq->str().size() : seq->items().size() * sizeof(Value);
       if (unit && static_cast<uint64_t>(n) > limits_.max_output_bytes / unit)
         type_error("a repetition of more than " + std::to_string(limits_.max_output_bytes) +
                    " bytes");
@@ -165,8 +168,7 @@ bool Renderer::compare(const std::string& op, const Value& a, const Value& b) {
           }
         break;
       case Value::Type::kDict: found = a.is_string() && b.dict().find(a.str()) != nullptr; break;
-      default:
-        type_error(std::string("argument of type '") + type_name(b) + "' is not iterable");
+      default: type_error(std::string("argument of type '") + type_name(b) + "' is not iterable");
     }
     return op == "in" ? found : !found;
   }

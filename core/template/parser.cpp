@@ -51,8 +51,8 @@ class Parser {
     Parser& p;
     explicit Depth(Parser& parser, uint32_t pos) : p(parser) {
       if (++p.depth_ > kMaxParseDepth)
-        syntax_error(pos, "template nested deeper than " + std::to_string(kMaxParseDepth) +
-                              " levels");
+        syntax_error(pos,
+                     "template nested deeper than " + std::to_string(kMaxParseDepth) + " levels");
     }
     ~Depth() { --p.depth_; }
   };
@@ -79,7 +79,8 @@ class Parser {
       syntax_error(cur().pos, std::string("expected '") + op + "', got " + describe(cur()));
   }
   std::string expect_name() {
-    if (cur().kind != Token::kName) syntax_error(cur().pos, "expected a name, got " + describe(cur()));
+    if (cur().kind != Token::kName)
+      syntax_error(cur().pos, "expected a name, got " + describe(cur()));
     std::string n = cur().text;
     next();
     return n;
@@ -105,8 +106,8 @@ class Parser {
       const Token& t = cur();
       if (t.kind == Token::kEof) {
         if (!ends.empty())
-          syntax_error(t.pos, std::string("unexpected end of template, expected '") + ends[0] +
-                                  "'");
+          syntax_error(t.pos,
+                       std::string("unexpected end of template, expected '") + ends[0] + "'");
         return body;
       }
       if (t.kind == Token::kText) {
@@ -332,8 +333,8 @@ class Parser {
     std::vector<ExprPtr> operands;
     std::vector<std::string> ops;
     for (;;) {
-      if (cur().kind == Token::kOp && (is_op("==") || is_op("!=") || is_op("<") ||
-                                       is_op("<=") || is_op(">") || is_op(">="))) {
+      if (cur().kind == Token::kOp &&
+          (is_op("==") || is_op("!=") || is_op("<") || is_op("<=") || is_op(">") || is_op(">="))) {
         ops.push_back(cur().text);
         next();
       } else if (is_name("in")) {
@@ -426,7 +427,8 @@ class Parser {
       } else {
         int base = 10;
         std::string digits = t.text;
-        if (digits.size() > 1 && digits[0] == '0' && std::isalpha(static_cast<unsigned char>(digits[1]))) {
+        if (digits.size() > 1 && digits[0] == '0' &&
+            std::isalpha(static_cast<unsigned char>(digits[1]))) {
           const char b = static_cast<char>(std::tolower(static_cast<unsigned char>(digits[1])));
           base = b == 'x' ? 16 : b == 'o' ? 8 : 2;
           digits = digits.substr(2);
@@ -530,7 +532,8 @@ class Parser {
       if (!first) expect_op(",");
       first = false;
       if (skip_op(")")) break;
-      if (is_op("*") || is_op("**")) syntax_error(cur().pos, "*args and **kwargs are not supported");
+      if (is_op("*") || is_op("**"))
+        syntax_error(cur().pos, "*args and **kwargs are not supported");
       if (cur().kind == Token::kName && peek().kind == Token::kOp && peek().text == "=") {
         std::string k = expect_name();
         next();
@@ -596,7 +599,9 @@ class Parser {
 
 }  // namespace
 
-Body parse(const std::vector<Token>& tokens) { return Parser(tokens).parse_all(); }
+Body parse(const std::vector<Token>& tokens) {
+  return Parser(tokens).parse_all();
+}
 
 }  // namespace tmpl
 }  // namespace oslo

@@ -38,7 +38,9 @@ Renderer::DepthGuard::DepthGuard(Renderer& rr) : r(rr) {
 Renderer::Renderer(const Limits& limits, const std::vector<std::pair<std::string, Value>>& vars)
     : limits_(limits), globals_{vars, nullptr}, scope_(&globals_), out_(nullptr) {}
 
-std::string Renderer::run(const Body& body) { return capture(body, scope_); }
+std::string Renderer::run(const Body& body) {
+  return capture(body, scope_);
+}
 
 void Renderer::step() {
   if (++steps_ > limits_.max_steps)
@@ -233,18 +235,19 @@ Renderer::Flow Renderer::exec_for(const Stmt& s) {
     *cycle->index = i;
     const int64_t k = static_cast<int64_t>(i);
     const int64_t left = static_cast<int64_t>(n - i);
-    Value loop = Value::dict({{"index", Value::integer(k + 1)},
-                              {"index0", Value::integer(k)},
-                              {"revindex", Value::integer(left)},
-                              {"revindex0", Value::integer(left - 1)},
-                              {"first", Value::boolean(i == 0)},
-                              {"last", Value::boolean(i + 1 == n)},
-                              {"length", length},
-                              {"previtem", i > 0 ? items[i - 1] : Value::undefined("there is no previous item")},
-                              {"nextitem", i + 1 < n ? items[i + 1] : Value::undefined("there is no next item")},
-                              {"depth", Value::integer(1)},
-                              {"depth0", Value::integer(0)},
-                              {"cycle", cycle_fn}});
+    Value loop = Value::dict(
+        {{"index", Value::integer(k + 1)},
+         {"index0", Value::integer(k)},
+         {"revindex", Value::integer(left)},
+         {"revindex0", Value::integer(left - 1)},
+         {"first", Value::boolean(i == 0)},
+         {"last", Value::boolean(i + 1 == n)},
+         {"length", length},
+         {"previtem", i > 0 ? items[i - 1] : Value::undefined("there is no previous item")},
+         {"nextitem", i + 1 < n ? items[i + 1] : Value::undefined("there is no next item")},
+         {"depth", Value::integer(1)},
+         {"depth0", Value::integer(0)},
+         {"cycle", cycle_fn}});
     Scope inner{{}, scope_};
     Scope* saved = scope_;
     scope_ = &inner;
@@ -365,8 +368,8 @@ Value Renderer::eval_inner(const Expr& e) {
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
         Value k = eval(*e.args[i]);
         if (!k.is_string())
-          throw_error(OSLO_ERR_NOT_SUPPORTED, std::string("dict keys other than strings (a ") +
-                                                  type_name(k) + ")");
+          throw_error(OSLO_ERR_NOT_SUPPORTED,
+                      std::string("dict keys other than strings (a ") + type_name(k) + ")");
         Value v = eval(*e.args[i + 1]);
         bool found = false;
         for (auto& kv : items)
@@ -386,8 +389,7 @@ Value Renderer::eval_inner(const Expr& e) {
     case Expr::kSlice: {
       Value obj = eval(*e.args[0]);
       Value parts[3];
-      for (int i = 0; i < 3; ++i)
-        parts[i] = e.args[1 + i] ? eval(*e.args[1 + i]) : Value::none();
+      for (int i = 0; i < 3; ++i) parts[i] = e.args[1 + i] ? eval(*e.args[1 + i]) : Value::none();
       return slice(obj, parts[0], parts[1], parts[2]);
     }
     case Expr::kCall: {
@@ -408,7 +410,8 @@ Value Renderer::eval_inner(const Expr& e) {
       if (e.name == "not") return Value::boolean(!v.truthy());
       if (v.is_undefined()) undefined_error(v);
       if (!v.is_number())
-        type_error(std::string("bad operand type for unary ") + e.name + ": '" + type_name(v) + "'");
+        type_error(std::string("bad operand type for unary ") + e.name + ": '" + type_name(v) +
+                   "'");
       if (e.name == "+") return v.type() == Value::Type::kBool ? Value::integer(v.as_int()) : v;
       if (v.type() == Value::Type::kFloat) return Value::number(-v.as_float());
       if (v.as_int() == INT64_MIN) type_error("integer overflow (oslo's integers are 64-bit)");
@@ -438,7 +441,8 @@ Value Renderer::eval_inner(const Expr& e) {
     }
     case Expr::kCond:
       if (eval(*e.args[0]).truthy()) return eval(*e.args[1]);
-      return e.args[2] ? eval(*e.args[2]) : Value::undefined("the condition was false and there is no else");
+      return e.args[2] ? eval(*e.args[2])
+                       : Value::undefined("the condition was false and there is no else");
   }
   return Value();
 }
@@ -521,7 +525,8 @@ Value Renderer::getitem(const Value& obj, const Value& key) {
       break;
     default: break;
   }
-  return Value::undefined(std::string("'") + type_name(obj) + " object' has no element " + repr(key));
+  return Value::undefined(std::string("'") + type_name(obj) + " object' has no element " +
+                          repr(key));
 }
 
 Value Renderer::slice(const Value& obj, const Value& start, const Value& stop, const Value& stepv) {
@@ -529,7 +534,8 @@ Value Renderer::slice(const Value& obj, const Value& start, const Value& stop, c
   auto as_index = [](const Value& v, const char* what) -> std::optional<int64_t> {
     if (v.is_none()) return std::nullopt;
     if (v.type() != Value::Type::kInt && v.type() != Value::Type::kBool)
-      type_error(std::string("slice ") + what + " must be an integer or None, not '" + type_name(v) + "'");
+      type_error(std::string("slice ") + what + " must be an integer or None, not '" +
+                 type_name(v) + "'");
     return v.as_int();
   };
   const auto b = as_index(start, "start"), e = as_index(stop, "stop"), st = as_index(stepv, "step");

@@ -57,7 +57,9 @@ uint32_t to_lower(uint32_t c) {
 uint32_t to_title(uint32_t c) {
   return static_cast<uint32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c)));
 }
-bool is_cased(uint32_t c) { return to_upper(c) != c || to_lower(c) != c || to_title(c) != c; }
+bool is_cased(uint32_t c) {
+  return to_upper(c) != c || to_lower(c) != c || to_title(c) != c;
+}
 }  // namespace
 
 std::string upper(const std::string& s) {
@@ -231,16 +233,20 @@ int64_t count(const std::string& s, const std::string& sub) {
 bool is_lower(const std::string& s) {
   bool cased = false;
   for (uint32_t c : decode(s)) {
-    if (to_upper(c) != c && to_lower(c) == c) cased = true;
-    else if (to_lower(c) != c) return false;
+    if (to_upper(c) != c && to_lower(c) == c)
+      cased = true;
+    else if (to_lower(c) != c)
+      return false;
   }
   return cased;
 }
 bool is_upper(const std::string& s) {
   bool cased = false;
   for (uint32_t c : decode(s)) {
-    if (to_lower(c) != c && to_upper(c) == c) cased = true;
-    else if (to_upper(c) != c) return false;
+    if (to_lower(c) != c && to_upper(c) == c)
+      cased = true;
+    else if (to_upper(c) != c)
+      return false;
   }
   return cased;
 }

@@ -19,9 +19,9 @@ size_t length(const std::string& s);  // in code points
 std::string strip(const std::string& s, const std::string* chars, bool left, bool right);
 std::string upper(const std::string& s);
 std::string lower(const std::string& s);
-std::string capitalize(const std::string& s);  // str.capitalize
-std::string title(const std::string& s);       // str.title
-std::string jinja_title(const std::string& s); // Jinja's |title filter
+std::string capitalize(const std::string& s);   // str.capitalize
+std::string title(const std::string& s);        // str.title
+std::string jinja_title(const std::string& s);  // Jinja's |title filter
 // sep == nullptr: runs of whitespace. maxsplit < 0: no limit.
 std::vector<std::string> split(const std::string& s, const std::string* sep, int64_t maxsplit,
                                bool from_right);

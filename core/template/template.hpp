@@ -29,11 +29,11 @@ struct Stmt;
 // Bounds on one render, so that no template (a hostile one included) can
 // hang, exhaust memory or overflow the stack.
 struct Limits {
-  uint64_t max_steps = 20'000'000;          // expressions and statements evaluated
-  uint64_t max_loop_iterations = 1'000'000; // for-loop iterations, all loops together
-  int max_depth = 250;                      // nesting of evaluation, macro calls included
-  size_t max_output_bytes = size_t(64) << 20;     // the rendered text (and any one string)
-  uint64_t max_work_bytes = uint64_t(1) << 30;    // bytes of strings built, all together
+  uint64_t max_steps = 20'000'000;              // expressions and statements evaluated
+  uint64_t max_loop_iterations = 1'000'000;     // for-loop iterations, all loops together
+  int max_depth = 250;                          // nesting of evaluation, macro calls included
+  size_t max_output_bytes = size_t(64) << 20;   // the rendered text (and any one string)
+  uint64_t max_work_bytes = uint64_t(1) << 30;  // bytes of strings built, all together
 };
 
 class Template {

@@ -16,7 +16,9 @@ namespace tmpl {
 void throw_error(oslo_status status, std::string message) {
   throw RenderError{status, std::move(message), RenderError::kNoPos};
 }
-void type_error(std::string message) { throw_error(OSLO_ERR_INVALID_ARGUMENT, std::move(message)); }
+void type_error(std::string message) {
+  throw_error(OSLO_ERR_INVALID_ARGUMENT, std::move(message));
+}
 
 const Value* DictData::find(std::string_view key) const {
   for (const auto& kv : items)

@@ -103,13 +103,9 @@ class Value {
 
   bool as_bool() const { return u_.b; }
   int64_t as_int() const { return type_ == Type::kBool ? (u_.b ? 1 : 0) : u_.i; }
-  double as_float() const {
-    return type_ == Type::kFloat ? u_.f : static_cast<double>(as_int());
-  }
+  double as_float() const { return type_ == Type::kFloat ? u_.f : static_cast<double>(as_int()); }
   const std::string& str() const { return *static_cast<const std::string*>(p_.get()); }
-  const std::vector<Value>& items() const {
-    return static_cast<const ListData*>(p_.get())->items;
-  }
+  const std::vector<Value>& items() const { return static_cast<const ListData*>(p_.get())->items; }
   const DictData& dict() const { return *static_cast<const DictData*>(p_.get()); }
   DictData& ns_data() const {
     return *const_cast<DictData*>(static_cast<const DictData*>(p_.get()));

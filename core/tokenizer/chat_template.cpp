@@ -48,13 +48,15 @@ ChatTemplates ChatTemplates::from_config_value(const nlohmann::json& v, const st
     return t;
   }
   if (!v.is_array())
-    fail(OSLO_ERR_FORMAT, name, ": chat_template: expected a string or a list of {\"name\", "
-                                "\"template\"} objects");
+    fail(OSLO_ERR_FORMAT, name,
+         ": chat_template: expected a string or a list of {\"name\", "
+         "\"template\"} objects");
   for (const auto& item : v) {
     if (!item.is_object() || !item.contains("name") || !item["name"].is_string() ||
         !item.contains("template") || !item["template"].is_string())
-      fail(OSLO_ERR_FORMAT, name, ": chat_template: each entry must be {\"name\": string, "
-                                  "\"template\": string}");
+      fail(OSLO_ERR_FORMAT, name,
+           ": chat_template: each entry must be {\"name\": string, "
+           "\"template\": string}");
     t.add(item["name"].get<std::string>(), item["template"].get<std::string>());
   }
   return t;
@@ -78,8 +80,8 @@ ChatTemplates ChatTemplates::load(const std::string& dir, std::string_view confi
     for (const auto& f : names) t.add(f.substr(0, f.size() - 6), tok::read_file(extra + "/" + f));
   }
   if (!t.empty() || config_json.empty()) return t;
-  const nlohmann::json c = nlohmann::json::parse(config_json.begin(), config_json.end(), nullptr,
-                                                 false);
+  const nlohmann::json c =
+      nlohmann::json::parse(config_json.begin(), config_json.end(), nullptr, false);
   if (c.is_object() && c.contains("chat_template"))
     return from_config_value(c["chat_template"], quote_path(dir + "/tokenizer_config.json"));
   return t;
@@ -106,8 +108,9 @@ const ChatTemplates::Entry* ChatTemplates::select(const char* requested, bool ha
   if (!dflt) {
     std::string names;
     for (const auto& e : entries_) names += (names.empty() ? "" : ", ") + e.name;
-    fail(OSLO_ERR_INVALID_ARGUMENT, "the tokenizer has several chat templates and none named "
-                                    "'default': name one (",
+    fail(OSLO_ERR_INVALID_ARGUMENT,
+         "the tokenizer has several chat templates and none named "
+         "'default': name one (",
          names, ")");
   }
   return dflt;

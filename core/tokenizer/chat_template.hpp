@@ -54,7 +54,7 @@ class ChatTemplates {
 };
 
 struct ChatTemplateInput {
-  std::string_view messages_json;   // a JSON array of message objects
+  std::string_view messages_json;  // a JSON array of message objects
   bool add_generation_prompt = false;
   std::string_view variables_json;  // empty, or a JSON object of more variables
   // bos_token, eos_token, ... (name, text) for the tokens the tokenizer has.

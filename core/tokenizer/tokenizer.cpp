@@ -265,7 +265,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   std::unique_ptr<Tokenizer> t = ends_with(file, ".model")
                                      ? tok::make_sp_tokenizer(bytes, name, config)
                                      : tok::make_hf_tokenizer(bytes, name, config);
-  if (is_dir(path)) t->chat_ = std::make_shared<const ChatTemplates>(ChatTemplates::load(path, config));
+  if (is_dir(path))
+    t->chat_ = std::make_shared<const ChatTemplates>(ChatTemplates::load(path, config));
   return t;
 }
 

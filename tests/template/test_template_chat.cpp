@@ -161,12 +161,13 @@ void folders(const std::string& dir, const json& ref) {
     });
     check(o.status == OSLO_OK && o.text.rfind("TOOLS ", 0) == 0, "get_chat_template by name");
     // A template chosen by name, and a caller's template instead of the tokenizer's.
-    const Out named = apply(tok, R"([{"role": "user", "content": "x"}])", "tool_use",
-                            R"({"tools": [1]})", false);
+    const Out named =
+        apply(tok, R"([{"role": "user", "content": "x"}])", "tool_use", R"({"tools": [1]})", false);
     check(named.status == OSLO_OK && named.text == "TOOLS [1]\n[user] x\n", "template by name");
-    const Out own = apply(tok, R"([{"role": "user", "content": "x"}])", "{{ bos_token }}!{{ messages[0].content }}",
-                          "", false);
-    check(own.status == OSLO_OK && own.text == "<|endoftext|>!x", "the caller's template: " + own.error);
+    const Out own = apply(tok, R"([{"role": "user", "content": "x"}])",
+                          "{{ bos_token }}!{{ messages[0].content }}", "", false);
+    check(own.status == OSLO_OK && own.text == "<|endoftext|>!x",
+          "the caller's template: " + own.error);
     oslo_tokenizer_destroy(tok);
   }
 }
@@ -181,16 +182,22 @@ void bad_input(const std::string& dir) {
   size_t len = 0;
   char buf[8];
   int has = 0;
-  check(oslo_tokenizer_has_chat_template(nullptr, &has) == OSLO_ERR_INVALID_ARGUMENT, "has: NULL tok");
-  check(oslo_tokenizer_has_chat_template(tok, nullptr) == OSLO_ERR_INVALID_ARGUMENT, "has: NULL has");
+  check(oslo_tokenizer_has_chat_template(nullptr, &has) == OSLO_ERR_INVALID_ARGUMENT,
+        "has: NULL tok");
+  check(oslo_tokenizer_has_chat_template(tok, nullptr) == OSLO_ERR_INVALID_ARGUMENT,
+        "has: NULL has");
   check(oslo_tokenizer_apply_chat_template(nullptr, msg, 0, nullptr, 0, &len) ==
-            OSLO_ERR_INVALID_ARGUMENT, "NULL tok");
+            OSLO_ERR_INVALID_ARGUMENT,
+        "NULL tok");
   check(oslo_tokenizer_apply_chat_template(tok, nullptr, 0, nullptr, 0, &len) ==
-            OSLO_ERR_INVALID_ARGUMENT, "NULL messages");
+            OSLO_ERR_INVALID_ARGUMENT,
+        "NULL messages");
   check(oslo_tokenizer_apply_chat_template(tok, msg, 0, nullptr, 0, nullptr) ==
-            OSLO_ERR_INVALID_ARGUMENT, "NULL length");
+            OSLO_ERR_INVALID_ARGUMENT,
+        "NULL length");
   check(oslo_tokenizer_apply_chat_template(tok, msg, 0, nullptr, 5, &len) ==
-            OSLO_ERR_INVALID_ARGUMENT, "NULL out with capacity");
+            OSLO_ERR_INVALID_ARGUMENT,
+        "NULL out with capacity");
   struct Bad {
     const char* json;
     const char* needle;
@@ -208,8 +215,9 @@ void bad_input(const std::string& dir) {
   for (int i = 0; i < 200; ++i) deep += "[";
   for (int i = 0; i < 200; ++i) deep += "]";
   deep += "}]";
-  check(oslo_tokenizer_apply_chat_template(tok, deep.c_str(), 0, nullptr, 0, &len) == OSLO_ERR_FORMAT,
-        "messages nested too deep");
+  check(
+      oslo_tokenizer_apply_chat_template(tok, deep.c_str(), 0, nullptr, 0, &len) == OSLO_ERR_FORMAT,
+      "messages nested too deep");
   // Truncation: OSLO_OK, *length the full length, no NUL when it does not fit.
   std::memset(buf, 'z', sizeof buf);
   check(oslo_tokenizer_apply_chat_template(tok, msg, 0, buf, 4, &len) == OSLO_OK && len > 8 &&
@@ -246,13 +254,15 @@ void bad_input(const std::string& dir) {
   check(oslo_chat_template_apply(tok, msg, &o, nullptr, 0, &len) == OSLO_ERR_INVALID_ARGUMENT &&
             std::strstr(oslo_last_error(), "nope"),
         "raise_exception");
-  o.chat_template = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+  o.chat_template =
+      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
   check(oslo_chat_template_apply(tok, msg, &o, nullptr, 0, &len) == OSLO_ERR_INVALID_ARGUMENT &&
             std::strstr(oslo_last_error(), "loop iterations"),
         "a hostile template stops at a limit");
 
   // Threads: one tokenizer, many renders at once, all equal.
-  const std::string conv = R"([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])";
+  const std::string conv =
+      R"([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])";
   std::string want;
   {
     size_t l = 0;

@@ -69,8 +69,8 @@ void reference_table(const nlohmann::ordered_json& ref) {
             name + ": want OSLO_ERR_FORMAT with a position, got " + (r.ok ? r.out : r.error));
     } else {
       check(!r.ok && r.status == OSLO_ERR_INVALID_ARGUMENT && r.error.rfind("line ", 0) == 0,
-            name + ": want OSLO_ERR_INVALID_ARGUMENT (jinja2: " +
-                c["error"].get<std::string>() + "), got " + (r.ok ? r.out : r.error));
+            name + ": want OSLO_ERR_INVALID_ARGUMENT (jinja2: " + c["error"].get<std::string>() +
+                "), got " + (r.ok ? r.out : r.error));
       // transformers' raise_exception message comes through.
       if (c["error"] == "TemplateError")
         check(r.error.find(c["message"].get<std::string>()) != std::string::npos,
@@ -84,8 +84,7 @@ void expect_error(const std::string& what, const std::string& src, oslo_status s
                   const std::string& needle, const Limits& limits = Limits()) {
   const auto t0 = std::chrono::steady_clock::now();
   const Result r = render(src, nlohmann::ordered_json::object(), limits);
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   check(!r.ok && r.status == status && r.error.find(needle) != std::string::npos,
         what + ": want status " + std::to_string(status) + " with '" + needle + "', got " +
             (r.ok ? "output" : std::to_string(r.status) + " " + r.error));
@@ -99,26 +98,30 @@ void hostile() {
                kInv, "loop iterations");
   expect_error("range beyond the sandbox's", "{{ range(10000000) | length }}", kInv,
                "range too big");
-  expect_error("doubling string", "{% set ns = namespace(s='xx') %}{% for i in range(100) %}"
-                                  "{% set ns.s = ns.s + ns.s %}{% endfor %}",
+  expect_error("doubling string",
+               "{% set ns = namespace(s='xx') %}{% for i in range(100) %}"
+               "{% set ns.s = ns.s + ns.s %}{% endfor %}",
                kInv, "bytes");
   expect_error("string repetition", "{{ 'x' * 1000000000 }}", kInv, "repetition");
   expect_error("list repetition", "{{ [1] * 1000000000 }}", kInv, "repetition");
-  expect_error("unbounded macro recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-               kInv, "nests deeper");
-  expect_error("deep parentheses", "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}",
-               kFmt, "nested deeper");
+  expect_error("unbounded macro recursion",
+               "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", kInv, "nests deeper");
+  expect_error("deep parentheses",
+               "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", kFmt,
+               "nested deeper");
   std::string ifs;
   for (int i = 0; i < 3000; ++i) ifs += "{% if true %}";
   expect_error("deep blocks", ifs, kFmt, "nested deeper");
   expect_error("deep unary", "{{ " + std::string(3000, '-') + "1 }}", kFmt, "nested deeper");
-  expect_error("deep list value", "{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
-                                  "{% set ns.l = [ns.l] %}{% endfor %}",
+  expect_error("deep list value",
+               "{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
+               "{% set ns.l = [ns.l] %}{% endfor %}",
                kInv, "nested deeper");
   expect_error("namespace cycle", "{% set ns = namespace() %}{% set ns.me = ns %}",
                OSLO_ERR_NOT_SUPPORTED, "namespace inside a namespace");
-  expect_error("quadratic copies", "{% set ns = namespace(s='x' * 1000000) %}"
-                                   "{% for i in range(100000) %}{% set ns.t = ns.s ~ 'y' %}{% endfor %}",
+  expect_error("quadratic copies",
+               "{% set ns = namespace(s='x' * 1000000) %}"
+               "{% for i in range(100000) %}{% set ns.t = ns.s ~ 'y' %}{% endfor %}",
                kInv, "bytes of strings");
   expect_error("integer overflow", "{{ 9223372036854775807 + 1 }}", kInv, "overflow");
   expect_error("big literal", "{{ 99999999999999999999 }}", kFmt, "out of range");
@@ -151,8 +154,9 @@ void hostile() {
                small);
   small = Limits();
   small.max_work_bytes = 1000;
-  expect_error("work limit", "{% for i in range(100) %}{% set s = 'abcdefghijklmnop' ~ i %}{% endfor %}",
-               kInv, "bytes of strings", small);
+  expect_error("work limit",
+               "{% for i in range(100) %}{% set s = 'abcdefghijklmnop' ~ i %}{% endfor %}", kInv,
+               "bytes of strings", small);
   // A template too large to parse at all.
   expect_error("source too large", std::string(Template::kMaxSourceBytes + 1, 'x'), kFmt,
                "at most");
