@@ -1445,6 +1445,11 @@ typedef struct oslo_chat_template_options {
    * tokens of the same name (transformers' **kwargs). May not set
    * "messages" or "add_generation_prompt". */
   const char *variables_json;
+  /** nonzero: the render ends inside the last message, so the model
+   * continues it (a prefilled assistant answer), as transformers'
+   * continue_final_message=True: the text after the last message's content
+   * is cut. Not with add_generation_prompt. Default 0. */
+  int continue_final_message;
 } oslo_chat_template_options;
 
 /**
@@ -1468,7 +1473,9 @@ OSLO_API oslo_status oslo_chat_template_options_init(oslo_chat_template_options 
  * Errors: those of oslo_tokenizer_apply_chat_template, and
  * OSLO_ERR_INVALID_ARGUMENT for NULL tok without options->chat_template, an
  * options version of 0 or newer than the library's, variables_json not a
- * JSON object or setting messages / add_generation_prompt.
+ * JSON object or setting messages / add_generation_prompt,
+ * continue_final_message with add_generation_prompt, or a final message
+ * whose content the template does not render).
  * Thread-safety: thread-safe.
  */
 OSLO_API oslo_status oslo_chat_template_apply(const oslo_tokenizer *tok, const char *messages_json,

@@ -47,7 +47,7 @@ OSLO_OPTIONS(
 OSLO_OPTIONS(
     kChatTemplateOptions, oslo_chat_template_options, OSLO_CHAT_TEMPLATE_OPTIONS_VERSION,
     [](oslo_chat_template_options&) {},
-    OSLO_OPTIONS_END(oslo_chat_template_options, variables_json));
+    OSLO_OPTIONS_END(oslo_chat_template_options, continue_final_message));
 
 // The special tokens a template sees: transformers' special_tokens_map.
 std::vector<std::pair<std::string, std::string>> special_tokens(const oslo::Tokenizer& t) {
@@ -72,6 +72,7 @@ std::string render_chat(const char* fn, const oslo_tokenizer* tok, const char* m
   oslo::ChatTemplateInput in;
   in.messages_json = messages_json;
   in.add_generation_prompt = o.add_generation_prompt != 0;
+  in.continue_final_message = o.continue_final_message != 0;
   if (o.variables_json) in.variables_json = o.variables_json;
   if (tok) in.special_tokens = special_tokens(*tok->impl);
   bool has_tools = false;

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/common/error.hpp"
+#include "core/template/strings.hpp"
 #include "core/tokenizer/internal.hpp"
 
 namespace oslo {
@@ -166,12 +167,67 @@ tmpl::Value message_value(const nlohmann::ordered_json& m, size_t index) {
 }
 }  // namespace
 
+namespace {
+// transformers' continue_final_message: the tag appended to the last
+// message's text before rendering, and where the render is cut after.
+constexpr const char* kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+// Appends kContinueTag to the last message's content (a string, or the last
+// content block with a "text"); returns the content's text before it.
+std::string tag_final_message(nlohmann::ordered_json& messages, const tmpl::Template& t) {
+  nlohmann::ordered_json& last = messages.back();
+  if (!last.is_object() || !last.contains("content") || last["content"].is_null())
+    fail(OSLO_ERR_INVALID_ARGUMENT,
+         "continue_final_message is set but the final message has no \"content\" to continue");
+  if (t.source().find("content") == std::string::npos)
+    fail(OSLO_ERR_INVALID_ARGUMENT,
+         "continue_final_message is set but the chat template never reads \"content\"");
+  nlohmann::ordered_json& c = last["content"];
+  if (c.is_string()) {
+    std::string text = c.get<std::string>();
+    c = text + kContinueTag;
+    return text;
+  }
+  if (c.is_array())
+    for (auto it = c.rbegin(); it != c.rend(); ++it)
+      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) {
+        std::string text = (*it)["text"].get<std::string>();
+        (*it)["text"] = text + kContinueTag;
+        return text;
+      }
+  fail(OSLO_ERR_INVALID_ARGUMENT,
+       "continue_final_message is set but the final message has no text to continue");
+}
+
+std::string py_strip(const std::string& s, bool left) {
+  return tmpl::pystr::strip(s, nullptr, left, true);
+}
+
+// Cuts the render at the tag, as transformers does.
+std::string cut_at_tag(std::string rendered, const std::string& final_text) {
+  const std::string tag = kContinueTag, bare = py_strip(tag, true);
+  if (rendered.find(py_strip(final_text, true)) == std::string::npos ||
+      rendered.find(bare) == std::string::npos)
+    fail(OSLO_ERR_INVALID_ARGUMENT,
+         "continue_final_message is set but the final message does not appear in the rendered "
+         "chat (the template changes it)");
+  const size_t at = rendered.rfind(bare);
+  if (rendered.compare(at, tag.size(), tag) == 0) return rendered.substr(0, at);
+  return py_strip(rendered.substr(0, at), false);
+}
+}  // namespace
+
 std::string apply_chat_template(const tmpl::Template& t, const ChatTemplateInput& in) {
-  const nlohmann::ordered_json messages = parse_json(in.messages_json, "messages_json");
+  nlohmann::ordered_json messages = parse_json(in.messages_json, "messages_json");
   if (!messages.is_array())
     fail(OSLO_ERR_INVALID_ARGUMENT, "messages_json must be a JSON array of message objects");
   if (messages.empty())
     fail(OSLO_ERR_INVALID_ARGUMENT, "cannot apply a chat template to an empty conversation");
+  if (in.continue_final_message && in.add_generation_prompt)
+    fail(OSLO_ERR_INVALID_ARGUMENT,
+         "continue_final_message and add_generation_prompt are not compatible");
+  std::string final_text;
+  if (in.continue_final_message) final_text = tag_final_message(messages, t);
   std::vector<tmpl::Value> msgs;
   for (size_t i = 0; i < messages.size(); ++i) msgs.push_back(message_value(messages[i], i));
 
@@ -206,7 +262,9 @@ std::string apply_chat_template(const tmpl::Template& t, const ChatTemplateInput
   put("tools", tools);
   put("documents", documents);
   put("add_generation_prompt", tmpl::Value::boolean(in.add_generation_prompt));
-  return t.render(vars);
+  std::string rendered = t.render(vars);
+  if (in.continue_final_message) return cut_at_tag(std::move(rendered), final_text);
+  return rendered;
 }
 
 }  // namespace oslo

@@ -56,6 +56,9 @@ class ChatTemplates {
 struct ChatTemplateInput {
   std::string_view messages_json;  // a JSON array of message objects
   bool add_generation_prompt = false;
+  // transformers' continue_final_message=True: cut the render after the
+  // last message's content.
+  bool continue_final_message = false;
   std::string_view variables_json;  // empty, or a JSON object of more variables
   // bos_token, eos_token, ... (name, text) for the tokens the tokenizer has.
   std::vector<std::pair<std::string, std::string>> special_tokens;
@@ -67,7 +70,9 @@ struct ChatTemplateInput {
 // add_generation_prompt, the special tokens and the variables. Throws
 // oslo::Error: OSLO_ERR_INVALID_ARGUMENT (messages not a non-empty JSON array
 // of objects, variables not a JSON object or naming messages /
-// add_generation_prompt, invalid JSON: the message says which, or any
+// add_generation_prompt, invalid JSON, continue_final_message with
+// add_generation_prompt or a final message the render does not hold: the
+// message says which, or any
 // failure while rendering, raise_exception included), OSLO_ERR_FORMAT (JSON
 // nested deeper than 64 levels).
 std::string apply_chat_template(const tmpl::Template& t, const ChatTemplateInput& in);

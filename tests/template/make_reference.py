@@ -140,6 +140,12 @@ def families():
                         "messages": msgs, "add_generation_prompt": agp, "variables": variables}
                 case.update(render_family(name, source, msgs, agp, variables))
                 cases.append(case)
+            if conv in ("ends_assistant", "multi", "tricky"):  # a prefilled last message
+                case = {"family": name, "template": fn, "conversation": conv, "special_tokens": SPECIAL[name],
+                        "messages": msgs, "add_generation_prompt": False, "variables": variables,
+                        "continue_final_message": True}
+                case.update(render_family(name, source, msgs, False, dict(variables, continue_final_message=True)))
+                cases.append(case)
     return cases
 
 

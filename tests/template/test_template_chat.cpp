@@ -68,10 +68,11 @@ Out sized(F fn) {
 }
 
 Out apply(const oslo_tokenizer* tok, const std::string& messages, const char* tmpl,
-          const std::string& variables, bool agp) {
+          const std::string& variables, bool agp, bool cont = false) {
   oslo_chat_template_options o;
   oslo_chat_template_options_init(&o, OSLO_CHAT_TEMPLATE_OPTIONS_VERSION);
   o.add_generation_prompt = agp ? 1 : 0;
+  o.continue_final_message = cont ? 1 : 0;
   o.chat_template = tmpl;
   o.variables_json = variables.empty() ? nullptr : variables.c_str();
   return sized([&](char* out, size_t cap, size_t* len) {
@@ -85,11 +86,12 @@ void families(const std::string& dir, const json& ref) {
     const std::string src = read(dir + "/fixtures/" + c["template"].get<std::string>());
     json vars = c["special_tokens"];
     for (auto it = c["variables"].begin(); it != c["variables"].end(); ++it) vars[it.key()] = *it;
+    const bool cont = c.value("continue_final_message", false);
     const Out r = apply(nullptr, c["messages"].dump(), src.c_str(), vars.dump(),
-                        c["add_generation_prompt"].get<bool>());
-    const std::string name = c["family"].get<std::string>() + "/" +
-                             c["conversation"].get<std::string>() +
-                             (c["add_generation_prompt"].get<bool>() ? " +gen" : "");
+                        c["add_generation_prompt"].get<bool>(), cont);
+    const std::string name =
+        c["family"].get<std::string>() + "/" + c["conversation"].get<std::string>() +
+        (c["add_generation_prompt"].get<bool>() ? " +gen" : "") + (cont ? " +continue" : "");
     if (c.contains("expected")) {
       check(r.status == OSLO_OK && r.text == c["expected"].get<std::string>(),
             name + "\n  want " + c["expected"].dump() + "\n  got  " +
@@ -246,6 +248,16 @@ void bad_input(const std::string& dir) {
   check(over.status == OSLO_OK && over.text.find("[[P]]") != std::string::npos,
         "variables replace special tokens");
   o.variables_json = nullptr;
+  o.continue_final_message = 1;
+  o.add_generation_prompt = 1;
+  check(oslo_chat_template_apply(tok, msg, &o, nullptr, 0, &len) == OSLO_ERR_INVALID_ARGUMENT &&
+            std::strstr(oslo_last_error(), "not compatible"),
+        "continue_final_message with add_generation_prompt");
+  o.add_generation_prompt = 0;
+  o.chat_template = "{% for m in messages %}{{ m.role }}{% endfor %}";
+  check(oslo_chat_template_apply(tok, msg, &o, nullptr, 0, &len) == OSLO_ERR_INVALID_ARGUMENT,
+        "continue_final_message with a template that never reads content");
+  o.continue_final_message = 0;
   o.chat_template = "{% for m in messages %}{{ m.content }";
   check(oslo_chat_template_apply(tok, msg, &o, nullptr, 0, &len) == OSLO_ERR_FORMAT &&
             std::strstr(oslo_last_error(), "line 1"),
