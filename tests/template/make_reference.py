@@ -7,7 +7,8 @@ Run with the Hugging Face test environment (transformers 5, Jinja2 >= 3.1.6), e.
 
 It writes reference.json with two tables:
   "families": for every template in fixtures/*.jinja (LLaMA-2 chat, LLaMA-3 and 3.1
-      instruct, Mistral instruct v0.1 and v0.3, ChatML / Qwen2, Qwen2.5 with tools,
+      instruct, Mistral instruct v0.1 and v0.3, ChatML / Qwen2, Qwen2.5 with tools, Qwen3
+      (thinking, tools),
       Gemma and Gemma 3, Phi-3, Zephyr) and several conversations (with and without a
       system message, multi-turn, quotes / newlines / unicode, tool calls, roles that
       break the template's rules), with add_generation_prompt off and on:
@@ -46,6 +47,7 @@ SPECIAL = {
     "mistral_v3": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
     "chatml": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     "qwen25": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    "qwen3": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     "gemma": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"},
     "gemma3": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
     "phi3": {"bos_token": "<s>", "eos_token": "<|endoftext|>", "unk_token": "<unk>"},
@@ -109,6 +111,11 @@ EXTRA_CASES = [
         {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
         {"role": "tool", "content": {"temp": -3}}], {"tools": TOOLS, "date_string": "01 Jan 2025"}),
     ("mistral_v3", "tools", TOOL_CHAT[1:], {"tools": TOOLS}),
+    ("qwen3", "thinking", [m(S, "sys"), m(U, "q1"), m(A, "<think>\nreason\n</think>\n\nans1"), m(U, "q2")], {}),
+    ("qwen3", "tools_no_thinking", [m(U, "q1"), {"role": A, "content": "", "tool_calls": [
+        {"function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]}, {"role": "tool", "content": "3"},
+        {"role": "tool", "content": "again 3"}, m(A, "done", reasoning_content="hmm")],
+     {"tools": TOOLS, "enable_thinking": False}),
 ]
 
 

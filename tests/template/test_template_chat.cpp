@@ -1,6 +1,6 @@
 // Chat templates through the C ABI (oslo.h only; nlohmann reads the
 // reference): every family render of reference.json (transformers'
-// apply_chat_template of LLaMA-2/3/3.1, Mistral v0.1/v0.3, ChatML, Qwen2.5,
+// apply_chat_template of LLaMA-2/3/3.1, Mistral v0.1/v0.3, ChatML, Qwen2.5, Qwen3,
 // Gemma 1/3, Phi-3 and Zephyr templates) through oslo_chat_template_apply;
 // tokenizer folders (templates in tokenizer_config.json as a string or a
 // named list, chat_template.jinja, special_tokens_map.json, none, broken)
