@@ -2,12 +2,13 @@
 // Jinja2 environment: the "expressions" table of reference.json (small
 // templates: operators, literals, filters, tests, statements, whitespace
 // control, errors), then hostile templates that must end in a named error
-// within the limits, never a crash or a hang.
+// within the limits, never a crash or a hang, and a deterministic fuzz.
 // Usage: test_template_expr path/to/reference.json
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -164,6 +165,53 @@ void hostile() {
   const Result ok = render("{% for i in range(10) %}{{ i }}{% endfor %}", {});
   check(ok.ok && ok.out == "0123456789", "a small loop renders");
 }
+// Deterministic fuzzing: the reference's templates and the family
+// templates, bytes inserted, deleted and copied at random; each render ends
+// in OSLO_OK or a named error (never OSLO_ERR_INTERNAL, a crash or a hang;
+// tools/test.sh runs this under ASan + UBSan).
+void fuzz(const nlohmann::ordered_json& ref, const std::string& fixtures) {
+  std::vector<std::string> sources;
+  for (const auto& c : ref["expressions"]) sources.push_back(c["template"].get<std::string>());
+  for (const char* f : {"llama31", "qwen25", "qwen3", "mistral_v3", "gemma3", "zephyr"}) {
+    std::ifstream in(fixtures + "/" + f + ".jinja");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    sources.push_back(ss.str());
+  }
+  const nlohmann::ordered_json vars = nlohmann::ordered_json::parse(
+      R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+          {"role": "assistant", "content": "a"}], "add_generation_prompt": true,
+          "bos_token": "<s>", "eos_token": "</s>", "tools": null, "x": [1, {"a": "b"}]})");
+  const std::string alphabet = "{}%#-+()[]'\"|.~ \n\\abcxyz0123456789=<>!,:*/";
+  std::mt19937 rng(20261129);
+  int counts[3] = {0, 0, 0};
+  for (int i = 0; i < 5000; ++i) {
+    std::string s = sources[rng() % sources.size()];
+    const int edits = 1 + static_cast<int>(rng() % 6);
+    for (int e = 0; e < edits; ++e) {
+      const size_t p = s.empty() ? 0 : rng() % (s.size() + 1);
+      const unsigned op = rng() % 10;
+      if (op < 4) {
+        s.insert(p, 1, alphabet[rng() % alphabet.size()]);
+      } else if (op < 8) {
+        if (!s.empty()) s.erase(std::min(p, s.size() - 1), 1);
+      } else if (!s.empty()) {
+        const size_t q = rng() % s.size();
+        s.insert(p, s.substr(q, 1 + rng() % 20));
+      }
+    }
+    const Result r = render(s, vars);
+    const bool named = r.ok || r.status == OSLO_ERR_FORMAT ||
+                       r.status == OSLO_ERR_INVALID_ARGUMENT || r.status == OSLO_ERR_NOT_SUPPORTED;
+    if (!named)
+      check(false, "fuzz case " + std::to_string(i) + ": status " + std::to_string(r.status) + " " +
+                       r.error);
+    ++counts[r.ok ? 0 : r.status == OSLO_ERR_FORMAT ? 1 : 2];
+  }
+  check(counts[0] > 100 && counts[1] > 100 && counts[2] > 10, "the fuzz cases are varied");
+  std::cout << "fuzz: " << counts[0] << " rendered, " << counts[1] << " refused when parsing, "
+            << counts[2] << " failed when rendering\n";
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,6 +225,8 @@ int main(int argc, char** argv) {
   const nlohmann::ordered_json ref = nlohmann::ordered_json::parse(ss.str());
   reference_table(ref);
   hostile();
+  const std::string path = argv[1];
+  fuzz(ref, path.substr(0, path.find_last_of('/') + 1) + "fixtures");
   std::cout << g_passed << " passed, " << g_failed << " failed\n";
   return g_failed ? 1 : 0;
 }
