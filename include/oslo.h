@@ -1363,7 +1363,7 @@ OSLO_API oslo_status oslo_pad_batch(const int64_t *const *rows, const size_t *ro
 
 /**
  * Whether the tokenizer came with a chat template: *has is 1 when its folder
- * held chat_template.jinja, additional_chat_templates/ *.jinja or a
+ * held chat_template.jinja, additional_chat_templates/NAME.jinja or a
  * "chat_template" in tokenizer_config.json (a string or a list of
  * {"name", "template"}), else 0. A template that does not parse still
  * counts: applying it returns the parse error.
