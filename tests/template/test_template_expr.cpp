@@ -89,7 +89,7 @@ void expect_error(const std::string& what, const std::string& src, oslo_status s
   check(!r.ok && r.status == status && r.error.find(needle) != std::string::npos,
         what + ": want status " + std::to_string(status) + " with '" + needle + "', got " +
             (r.ok ? "output" : std::to_string(r.status) + " " + r.error));
-  check(s < 30, what + ": took " + std::to_string(s) + " s");
+  check(s < 120, what + ": took " + std::to_string(s) + " s (a hang?)");
 }
 
 void hostile() {
