@@ -3,7 +3,7 @@
 
 Run with the Hugging Face test environment (transformers 5, Jinja2 >= 3.1.6), e.g.
 
-    /work/main/build/venv-hf/bin/python tests/tokenizer/../template/make_reference.py
+    /work/main/build/venv-hf/bin/python tests/template/make_reference.py
 
 It writes reference.json with two tables:
   "families": for every template in fixtures/*.jinja (LLaMA-2 chat, LLaMA-3 and 3.1
