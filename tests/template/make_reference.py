@@ -5,7 +5,7 @@ Run with the Hugging Face test environment (transformers 5, Jinja2 >= 3.1.6), e.
 
     /work/main/build/venv-hf/bin/python tests/template/make_reference.py
 
-It writes reference.json with two tables:
+It writes reference.json with three tables:
   "families": for every template in fixtures/*.jinja (LLaMA-2 chat, LLaMA-3 and 3.1
       instruct, Mistral instruct v0.1 and v0.3, ChatML / Qwen2, Qwen2.5 with tools, Qwen3
       (thinking, tools),
