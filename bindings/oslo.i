@@ -189,6 +189,15 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %ignore oslo_engine_options::user_data;
 %ignore oslo_engine_event;
 %ignore oslo_engine_callback;
+/* Chat templates: not wrapped yet (their language methods come with the
+   next bindings change; tests/bindings/abi_covered.sh lists them). */
+%ignore oslo_chat_template_options;
+%ignore OSLO_CHAT_TEMPLATE_OPTIONS_VERSION;
+%ignore oslo_chat_template_options_init;
+%ignore oslo_chat_template_apply;
+%ignore oslo_tokenizer_has_chat_template;
+%ignore oslo_tokenizer_get_chat_template;
+%ignore oslo_tokenizer_apply_chat_template;
 /* Method names are written m_<name> (so the generated C helper, named
    <struct>_<method>, never clashes with oslo.h's oslo_<object>_<name>). */
 %rename("%(strip:[m_])s", %$ismember, %$isfunction) "";

@@ -1359,6 +1359,129 @@ OSLO_API oslo_status oslo_pad_batch(const int64_t *const *rows, const size_t *ro
                                     const oslo_pad_batch_options *options, int64_t *ids,
                                     int64_t *mask, size_t capacity, size_t *length);
 
+/* Chat templates ---------------------------------------------------------- */
+
+/**
+ * Whether the tokenizer came with a chat template: *has is 1 when its folder
+ * held chat_template.jinja, additional_chat_templates/NAME.jinja or a
+ * "chat_template" in tokenizer_config.json (a string or a list of
+ * {"name", "template"}), else 0. A template that does not parse still
+ * counts: applying it returns the parse error.
+ * Ownership: writes *has.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_has_chat_template(const oslo_tokenizer *tok, int *has);
+
+/**
+ * The source text of one of the tokenizer's chat templates: `name` NULL
+ * for the one oslo_tokenizer_apply_chat_template uses, else a template's
+ * name ("default", "tool_use", ...). Writes at most `capacity` bytes with
+ * oslo_tokenizer_decode's sizing rule (NUL when it fits; *length is always
+ * the full length).
+ * Ownership: all memory stays the caller's.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok or length, NULL out with
+ * capacity > 0, no chat template, no template of that name, several
+ * templates and none named "default" with name NULL).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_get_chat_template(const oslo_tokenizer *tok, const char *name,
+                                                      char *out, size_t capacity, size_t *length);
+
+/**
+ * Renders a conversation with the tokenizer's chat template into the
+ * prompt text, exactly as transformers'
+ * tokenizer.apply_chat_template(messages, tokenize=False,
+ * add_generation_prompt=...) does (Jinja2 as transformers configures it:
+ * trim_blocks, lstrip_blocks, raise_exception, strftime_now, namespace,
+ * tojson; the variables messages, add_generation_prompt, tools = None,
+ * documents = None, and bos_token, eos_token, unk_token, pad_token,
+ * cls_token, sep_token, mask_token for those the tokenizer has).
+ * `messages_json`: a NUL-terminated JSON array of message objects
+ * ({"role": "user", "content": "..."}; any other keys are passed on, keys
+ * whose value is null are dropped as transformers drops them). Encode the
+ * result with add_special_tokens 0: the template writes the special tokens.
+ * docs/TOKENIZERS.md lists the Jinja2 subset implemented.
+ * Output: at most `capacity` bytes with oslo_tokenizer_decode's sizing rule
+ * (NUL when it fits; *length is always the full length, so a first call
+ * with capacity 0 sizes the buffer).
+ * Ownership: all memory stays the caller's.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL tok, messages_json or length;
+ * NULL out with capacity > 0; no chat template; messages_json not a
+ * non-empty JSON array of objects; the template failed while rendering:
+ * raise_exception("...") from the template (the message holds its text),
+ * an undefined value used, a type error, or a limit passed (20 million
+ * evaluation steps, a million loop iterations, 64 MiB of output, nesting
+ * 250 deep): the message gives the template's line and column),
+ * OSLO_ERR_FORMAT (the template does not parse or uses a Jinja2 feature
+ * oslo lacks: the message gives the line and column; JSON nested deeper
+ * than 64 levels), OSLO_ERR_NOT_SUPPORTED (a construct oslo evaluates
+ * only partly, named in the message), OSLO_ERR_OUT_OF_MEMORY.
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_tokenizer_apply_chat_template(const oslo_tokenizer *tok,
+                                                        const char *messages_json,
+                                                        int add_generation_prompt, char *out,
+                                                        size_t capacity, size_t *length);
+
+#define OSLO_CHAT_TEMPLATE_OPTIONS_VERSION 1
+
+/**
+ * Options of oslo_chat_template_apply (versioned; see "Options structs").
+ * The defaults are oslo_tokenizer_apply_chat_template's with
+ * add_generation_prompt 0.
+ */
+typedef struct oslo_chat_template_options {
+  unsigned int version;      /**< OSLO_CHAT_TEMPLATE_OPTIONS_VERSION; set by _init */
+  int add_generation_prompt; /**< nonzero: end with the assistant's header (default 0) */
+  /** NULL (default): the tokenizer's template ("tool_use" when the
+   * variables hold tools and the tokenizer has one, else "default"); the
+   * name of one of the tokenizer's templates; or a template's own source
+   * text (transformers' chat_template= argument). */
+  const char *chat_template;
+  /** NULL (default), or a NUL-terminated JSON object of more variables:
+   * "tools" (a list of JSON schemas), "documents", or anything a template
+   * reads (date_string, enable_thinking, ...); they replace the special
+   * tokens of the same name (transformers' **kwargs). May not set
+   * "messages" or "add_generation_prompt". */
+  const char *variables_json;
+  /** nonzero: the render ends inside the last message, so the model
+   * continues it (a prefilled assistant answer), as transformers'
+   * continue_final_message=True: the text after the last message's content
+   * is cut. Not with add_generation_prompt. Default 0. */
+  int continue_final_message;
+} oslo_chat_template_options;
+
+/**
+ * Sets `options` to the defaults of `version` (pass
+ * OSLO_CHAT_TEMPLATE_OPTIONS_VERSION).
+ * Ownership: writes the caller's struct.
+ * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL, version 0 or unknown).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_chat_template_options_init(oslo_chat_template_options *options,
+                                                     unsigned int version);
+
+/**
+ * oslo_tokenizer_apply_chat_template with options: a template of the
+ * caller's (or one of the tokenizer's by name), more variables (tools ...).
+ * `tok` may be NULL when options->chat_template is a template's source: the
+ * special tokens are then only what variables_json sets. `options` NULL:
+ * the defaults. Output with oslo_tokenizer_decode's sizing rule.
+ * Ownership: all memory stays the caller's (options and its strings are
+ * read during the call only).
+ * Errors: those of oslo_tokenizer_apply_chat_template, and
+ * OSLO_ERR_INVALID_ARGUMENT for NULL tok without options->chat_template, an
+ * options version of 0 or newer than the library's, variables_json not a
+ * JSON object or setting messages / add_generation_prompt,
+ * continue_final_message with add_generation_prompt, or a final message
+ * whose content the template does not render).
+ * Thread-safety: thread-safe.
+ */
+OSLO_API oslo_status oslo_chat_template_apply(const oslo_tokenizer *tok, const char *messages_json,
+                                              const oslo_chat_template_options *options, char *out,
+                                              size_t capacity, size_t *length);
+
 /* ======================================================================
  * Models: Hugging Face transformers split over the tensor-parallel group.
  *

@@ -4,6 +4,7 @@
 #include "core/capi/handles.hpp"
 #include "core/capi/options.hpp"
 #include "core/tokenizer/batch.hpp"
+#include "core/tokenizer/chat_template.hpp"
 #include "core/tokenizer/tokenizer.hpp"
 
 using oslo::capi::guard;
@@ -38,6 +39,53 @@ OSLO_OPTIONS(
       o.truncation_side = OSLO_SIDE_RIGHT;
     },
     OSLO_OPTIONS_END(oslo_pad_batch_options, pad_to_max_length));
+
+OSLO_OPTIONS(
+    kChatTemplateOptions, oslo_chat_template_options, OSLO_CHAT_TEMPLATE_OPTIONS_VERSION,
+    [](oslo_chat_template_options&) {},
+    OSLO_OPTIONS_END(oslo_chat_template_options, continue_final_message));
+
+// The special tokens a template sees: transformers' special_tokens_map.
+std::vector<std::pair<std::string, std::string>> special_tokens(const oslo::Tokenizer& t) {
+  static const char* kNames[] = {"bos_token", "eos_token", "pad_token", "unk_token",
+                                 "cls_token", "sep_token", "mask_token"};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (int k = 0; k < static_cast<int>(oslo::SpecialToken::kCount); ++k) {
+    std::string text = t.special_token_text(static_cast<oslo::SpecialToken>(k));
+    if (!text.empty()) out.emplace_back(kNames[k], std::move(text));
+  }
+  return out;
+}
+
+const oslo::tmpl::Template& parsed(const oslo::ChatTemplates::Entry& e) {
+  if (!e.parsed) oslo::fail(e.status, "chat template '", e.name, "' does not parse: ", e.error);
+  return *e.parsed;
+}
+
+// Renders for oslo_tokenizer_apply_chat_template / oslo_chat_template_apply.
+std::string render_chat(const char* fn, const oslo_tokenizer* tok, const char* messages_json,
+                        const oslo_chat_template_options& o) {
+  oslo::ChatTemplateInput in;
+  in.messages_json = messages_json;
+  in.add_generation_prompt = o.add_generation_prompt != 0;
+  in.continue_final_message = o.continue_final_message != 0;
+  if (o.variables_json) in.variables_json = o.variables_json;
+  if (tok) in.special_tokens = special_tokens(*tok->impl);
+  bool has_tools = false;
+  if (o.variables_json) {
+    const auto v = nlohmann::json::parse(o.variables_json, nullptr, false);
+    has_tools = v.is_object() && v.contains("tools") && !v["tools"].is_null();
+  }
+  try {
+    const oslo::ChatTemplates::Entry* e =
+        tok ? tok->impl->chat_templates().select(o.chat_template, has_tools) : nullptr;
+    if (e) return oslo::apply_chat_template(parsed(*e), in);
+    const oslo::tmpl::Template t(o.chat_template);
+    return oslo::apply_chat_template(t, in);
+  } catch (const oslo::Error& err) {
+    oslo::fail(err.status(), fn, ": ", err.what());
+  }
+}
 
 oslo::Side side(oslo_side s, const char* fn, const char* field) {
   if (s == OSLO_SIDE_RIGHT) return oslo::Side::kRight;
@@ -232,6 +280,78 @@ oslo_status oslo_tokenizer_special_id(const oslo_tokenizer* tok, oslo_special_to
     if (w < 0 || w >= static_cast<int>(oslo::SpecialToken::kCount))
       oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": unknown special token ", w);
     *id = tok->impl->special_id(static_cast<oslo::SpecialToken>(w));
+  });
+}
+
+oslo_status oslo_tokenizer_has_chat_template(const oslo_tokenizer* tok, int* has) {
+  return guard([&] {
+    need(tok, "oslo_tokenizer_has_chat_template", "tok");
+    need(has, "oslo_tokenizer_has_chat_template", "has");
+    *has = tok->impl->chat_templates().empty() ? 0 : 1;
+  });
+}
+
+oslo_status oslo_tokenizer_get_chat_template(const oslo_tokenizer* tok, const char* name, char* out,
+                                             size_t capacity, size_t* length) {
+  return guard([&] {
+    const char* fn = "oslo_tokenizer_get_chat_template";
+    need(tok, fn, "tok");
+    need(length, fn, "length");
+    if (capacity > 0) need(out, fn, "out");
+    const oslo::ChatTemplates& all = tok->impl->chat_templates();
+    const oslo::ChatTemplates::Entry* e = nullptr;
+    if (name) {
+      for (const auto& x : all.entries())
+        if (x.name == name) e = &x;
+      if (!e)
+        oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn, ": the tokenizer has no chat template named ",
+                   oslo::quote(name));
+    } else {
+      try {
+        e = all.select(nullptr, false);
+      } catch (const oslo::Error& err) {
+        oslo::fail(err.status(), fn, ": ", err.what());
+      }
+    }
+    copy_out(e->source, out, capacity, length);
+  });
+}
+
+oslo_status oslo_tokenizer_apply_chat_template(const oslo_tokenizer* tok, const char* messages_json,
+                                               int add_generation_prompt, char* out,
+                                               size_t capacity, size_t* length) {
+  return guard([&] {
+    const char* fn = "oslo_tokenizer_apply_chat_template";
+    need(tok, fn, "tok");
+    need(messages_json, fn, "messages_json");
+    need(length, fn, "length");
+    if (capacity > 0) need(out, fn, "out");
+    oslo_chat_template_options o = kChatTemplateOptions.read_or_defaults(nullptr, fn, "options");
+    o.add_generation_prompt = add_generation_prompt;
+    copy_out(render_chat(fn, tok, messages_json, o), out, capacity, length);
+  });
+}
+
+oslo_status oslo_chat_template_options_init(oslo_chat_template_options* options,
+                                            unsigned int version) {
+  return kChatTemplateOptions.init(options, version);
+}
+
+oslo_status oslo_chat_template_apply(const oslo_tokenizer* tok, const char* messages_json,
+                                     const oslo_chat_template_options* options, char* out,
+                                     size_t capacity, size_t* length) {
+  return guard([&] {
+    const char* fn = "oslo_chat_template_apply";
+    need(messages_json, fn, "messages_json");
+    need(length, fn, "length");
+    if (capacity > 0) need(out, fn, "out");
+    const oslo_chat_template_options o =
+        kChatTemplateOptions.read_or_defaults(options, fn, "options");
+    if (!tok && !o.chat_template)
+      oslo::fail(OSLO_ERR_INVALID_ARGUMENT, fn,
+                 ": tok is NULL and options->chat_template is NULL: pass a tokenizer or a "
+                 "template");
+    copy_out(render_chat(fn, tok, messages_json, o), out, capacity, length);
   });
 }
 

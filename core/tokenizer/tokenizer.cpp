@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.hpp"
+#include "core/tokenizer/chat_template.hpp"
 #include "core/tokenizer/internal.hpp"
 
 namespace oslo {
@@ -165,6 +166,8 @@ void Tokenizer::apply_special_config(std::string_view config_json, const std::st
     if (it == c.end()) continue;
     if (it->is_null()) {  // an explicit null: no such token (transformers' None)
       special_[k] = -1;
+      special_text_[k].clear();
+      special_cleared_[k] = true;
       continue;
     }
     const json* v = &*it;
@@ -177,7 +180,21 @@ void Tokenizer::apply_special_config(std::string_view config_json, const std::st
       fail(OSLO_ERR_FORMAT, name, ": ", kKeys[k], ": expected a string or {\"content\": ...}");
     auto id = token_to_id(v->get_ref<const std::string&>());
     special_[k] = id ? *id : -1;
+    special_text_[k] = v->get<std::string>();
+    special_cleared_[k] = false;
   }
+}
+
+std::string Tokenizer::special_token_text(SpecialToken which) const {
+  const int k = static_cast<int>(which);
+  if (!special_text_[k].empty() || special_cleared_[k]) return special_text_[k];
+  if (special_[k] < 0) return std::string();
+  return id_to_token(special_[k]).value_or(std::string());
+}
+
+const ChatTemplates& Tokenizer::chat_templates() const {
+  static const ChatTemplates kNone;
+  return chat_ ? *chat_ : kNone;
 }
 
 namespace {
@@ -245,13 +262,25 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   const std::string bytes = tok::read_file(file);
   const std::string name = quote_path(file);
   // A .model file is a SentencePiece protobuf; anything else must be JSON.
-  if (ends_with(file, ".model")) return tok::make_sp_tokenizer(bytes, name, config);
-  return tok::make_hf_tokenizer(bytes, name, config);
+  std::unique_ptr<Tokenizer> t = ends_with(file, ".model")
+                                     ? tok::make_sp_tokenizer(bytes, name, config)
+                                     : tok::make_hf_tokenizer(bytes, name, config);
+  if (is_dir(path))
+    t->chat_ = std::make_shared<const ChatTemplates>(ChatTemplates::load(path, config));
+  return t;
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text, const std::string& name,
                                                 std::string_view config_json) {
-  return tok::make_hf_tokenizer(json_text, name, config_json);
+  std::unique_ptr<Tokenizer> t = tok::make_hf_tokenizer(json_text, name, config_json);
+  if (!config_json.empty()) {
+    const nlohmann::json c =
+        nlohmann::json::parse(config_json.begin(), config_json.end(), nullptr, false);
+    if (c.is_object() && c.contains("chat_template"))
+      t->chat_ = std::make_shared<const ChatTemplates>(
+          ChatTemplates::from_config_value(c["chat_template"], name + " (config)"));
+  }
+  return t;
 }
 
 }  // namespace oslo

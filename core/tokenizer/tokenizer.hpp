@@ -22,6 +22,8 @@
 
 namespace oslo {
 
+class ChatTemplates;
+
 // Which special token special_id() returns. Values match oslo_special_token.
 enum class SpecialToken { kBos = 0, kEos, kPad, kUnk, kCls, kSep, kMask, kCount };
 
@@ -50,9 +52,19 @@ class Tokenizer {
 
   // The id of a special token, or -1 if the tokenizer defines none.
   int64_t special_id(SpecialToken which) const { return special_[static_cast<int>(which)]; }
+  // The text of a special token as transformers' special_tokens_map gives it
+  // (the config's string, else the token's spelling), or "" if there is none.
+  std::string special_token_text(SpecialToken which) const;
+  // The chat templates found with the tokenizer (see chat_template.hpp);
+  // empty when there are none.
+  const ChatTemplates& chat_templates() const;
 
  protected:
   int64_t special_[static_cast<int>(SpecialToken::kCount)] = {-1, -1, -1, -1, -1, -1, -1};
+  // The config's text of each special token ("" if the config names none).
+  std::string special_text_[static_cast<int>(SpecialToken::kCount)];
+  bool special_cleared_[static_cast<int>(SpecialToken::kCount)] = {};
+  std::shared_ptr<const ChatTemplates> chat_;
   // Reads bos_token, eos_token, ... from tokenizer_config.json-like JSON
   // text (a string or {"content": ...}) and sets the ids of those found.
   void apply_special_config(std::string_view config_json, const std::string& name);
