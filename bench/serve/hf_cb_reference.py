@@ -17,9 +17,10 @@ The manager's settings: paged KV cache with transformers' default page size
 gives the oslo engine), at most 512 tokens per batch (oslo's
 max_step_tokens) and as many requests per batch as the workload has, block
 sharing (prefix caching) on, its default. The attention implementation
-asked for is --attn (default "sdpa", transformers' default on the CPU; CB
-runs it over its paged cache, "paged|sdpa"); flash attention is not
-available on the CPU. One untimed warm-up run of two short requests first,
+asked for is --attn (default "sdpa", transformers' default on the CPU;
+transformers 5.24 runs it over its paged cache as it is: the "paged|"
+prefix is only kept for "paged|eager"; the JSON line names what ran);
+flash attention is not available on the CPU. One untimed warm-up run of two short requests first,
 through a manager of its own.
 """
 import argparse
@@ -56,6 +57,7 @@ def run(model, reqs, page_size):
                            max_new_tokens=max(n for _, n in reqs))
     manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
     manager.start()
+    attn = model.config._attn_implementation  # what CB runs (it restores the model's at stop)
     try:
         t0 = time.perf_counter()
         ids = [manager.add_request(p, request_id=f"r{i}", max_new_tokens=n, eos_token_id=-1,
@@ -82,7 +84,7 @@ def run(model, reqs, page_size):
         if len(r.generated_tokens) != n:
             raise RuntimeError(f"{rid}: {len(r.generated_tokens)} tokens, expected {n}")
         ttft.append(r.timestamps[0] - t0)
-    return secs, ttft, manager.continuous_batching_config
+    return secs, ttft, manager.continuous_batching_config, attn
 
 
 def main():
@@ -100,11 +102,11 @@ def main():
     reqs = read_workload(a.workload)
     page = ContinuousBatchingConfig().page_size
     run(model, [(p[:8], 2) for p, _ in reqs[:2]], page)  # warm-up
-    secs, ttft, cfg = run(model, reqs, page)
+    secs, ttft, cfg, attn = run(model, reqs, page)
     out_tokens = sum(n for _, n in reqs)
     print(json.dumps({
         "engine": "transformers continuous batching", "version": transformers.__version__,
-        "torch": torch.__version__, "threads": a.threads, "attn": model.config._attn_implementation,
+        "torch": torch.__version__, "threads": a.threads, "attn": attn,
         "page_size": cfg.page_size, "num_blocks": cfg.num_blocks, "max_batch_tokens": cfg.max_batch_tokens,
         "requests": len(reqs), "prompt_tokens": sum(len(p) for p, _ in reqs), "output_tokens": out_tokens,
         "seconds": round(secs, 3), "tok_s": round(out_tokens / secs, 2),
