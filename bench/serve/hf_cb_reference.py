@@ -20,8 +20,8 @@ sharing (prefix caching) on, its default. The attention implementation
 asked for is --attn (default "sdpa", transformers' default on the CPU;
 transformers 5.24 runs it over its paged cache as it is: the "paged|"
 prefix is only kept for "paged|eager"; the JSON line names what ran);
-flash attention is not available on the CPU. One untimed warm-up run of two short requests first,
-through a manager of its own.
+flash attention is not available on the CPU. One untimed warm-up run of
+two short requests first, through a manager of its own.
 """
 import argparse
 import json
