@@ -14,7 +14,8 @@ for offline use either). Its ids 0-255 are the 256 bytes, 256-50255 are
 <|endoftext|>, as in GPT-2. The benchmarks feed token ids, never text, so
 the tokenizer only has to be valid and of the right size. Folders made
 before n_ctx and the tokenizer were added get them without their weights
-being redone.
+being redone. bench/serve/make_llama_small.py imports write_tokenizer from
+here.
 """
 import json
 import os
@@ -62,22 +63,27 @@ def write_tokenizer(folder, vocab_size, max_len):
                    "unk_token": eos, "add_prefix_space": False, "model_max_length": max_len}, f, indent=2)
 
 
-out = sys.argv[1]
-if not os.path.exists(os.path.join(out, "bf16", "model.safetensors")):
-    torch.manual_seed(0)
-    m = GPT2LMHeadModel(GPT2Config()).eval()  # the gpt2 (small) shape
-    m.save_pretrained(os.path.join(out, "f32"))
-    m.to(torch.bfloat16).save_pretrained(os.path.join(out, "bf16"))
-cfg = GPT2Config.from_pretrained(os.path.join(out, "f32"))
-for dt in ("f32", "bf16"):
-    path = os.path.join(out, dt, "config.json")
-    with open(path) as f:
-        c = json.load(f)
-    if "n_ctx" not in c:
-        c["n_ctx"] = c["n_positions"]
-        with open(path, "w") as f:
-            json.dump(c, f, indent=2, sort_keys=True)
-            f.write("\n")
-    if not os.path.exists(os.path.join(out, dt, "tokenizer.json")):
-        write_tokenizer(os.path.join(out, dt), cfg.vocab_size, cfg.n_positions)
-print(out)
+def main():
+    out = sys.argv[1]
+    if not os.path.exists(os.path.join(out, "bf16", "model.safetensors")):
+        torch.manual_seed(0)
+        m = GPT2LMHeadModel(GPT2Config()).eval()  # the gpt2 (small) shape
+        m.save_pretrained(os.path.join(out, "f32"))
+        m.to(torch.bfloat16).save_pretrained(os.path.join(out, "bf16"))
+    cfg = GPT2Config.from_pretrained(os.path.join(out, "f32"))
+    for dt in ("f32", "bf16"):
+        path = os.path.join(out, dt, "config.json")
+        with open(path) as f:
+            c = json.load(f)
+        if "n_ctx" not in c:
+            c["n_ctx"] = c["n_positions"]
+            with open(path, "w") as f:
+                json.dump(c, f, indent=2, sort_keys=True)
+                f.write("\n")
+        if not os.path.exists(os.path.join(out, dt, "tokenizer.json")):
+            write_tokenizer(os.path.join(out, dt), cfg.vocab_size, cfg.n_positions)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
