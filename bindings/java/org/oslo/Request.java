@@ -118,9 +118,9 @@ public final class Request implements Iterator<Output>, Iterable<Output>, Flow.P
       int f = Math.toIntExact(info.get(2));
       if (!got || (n == 0 && nb == 0 && f == 0)) continue;
       long[] t = new long[n];
-      tokens.get(0, t);
+      tokens.duplicate().position(0).get(t); // Java 11: no absolute bulk get
       byte[] b = new byte[nb];
-      text.get(0, b);
+      text.duplicate().position(0).get(b);
       FinishReason r = FinishReason.of(f);
       if (r != null) finish = r;
       return new Output(t, new String(b, StandardCharsets.UTF_8), r);
