@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "core/template/value.hpp"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tmpl {

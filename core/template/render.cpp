@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "core/template/builtins.hpp"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tmpl {

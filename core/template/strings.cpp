@@ -7,7 +7,7 @@
 
 #include "core/template/lexer.hpp"
 #include "core/template/value.hpp"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tmpl {

@@ -5,7 +5,7 @@
 #include "core/template/lexer.hpp"
 #include "core/template/parser.hpp"
 #include "core/template/render.hpp"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tmpl {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tmpl {

@@ -18,7 +18,7 @@
 #include "core/common/error.hpp"
 #include "core/tokenizer/internal.hpp"
 #include "core/tokenizer/regex.hpp"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tok {

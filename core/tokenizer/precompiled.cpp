@@ -1,7 +1,7 @@
 #include "core/tokenizer/precompiled.hpp"
 
 #include "core/common/error.hpp"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tok {

@@ -4,7 +4,7 @@
 #include <pcre2.h>
 
 #include "core/common/error.hpp"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tok {

@@ -27,7 +27,7 @@
 #include "core/common/own_dir.hpp"
 #include "core/tokenizer/internal.hpp"
 #include "core/tokenizer/spm_shim/oslo_spm.h"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 namespace oslo {
 namespace tok {

@@ -11,7 +11,7 @@
 
 #include "core/tokenizer/hf_pipeline.hpp"
 #include "core/tokenizer/precompiled.hpp"
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 #include "tests/tokenizer/tok_test_util.hpp"
 
 // cmocka last (its fail() macro clashes with oslo::fail).

@@ -1,4 +1,4 @@
-#include "core/tokenizer/unicode.hpp"
+#include "core/common/unicode.hpp"
 
 #include <utf8proc.h>
 
