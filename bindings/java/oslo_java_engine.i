@@ -274,9 +274,9 @@ OSLO_JDOC(oslo_engine_options::oslo_engine_options, "The defaults of oslo_engine
         java.nio.ByteBuffer text = nx == 0 ? null : java.nio.ByteBuffer.allocateDirect(nx);
         nativeEvent(i, info, toks, text);
         long[] t = new long[nt];
-        if (toks != null) toks.get(0, t);
+        if (toks != null) toks.duplicate().position(0).get(t); // Java 11
         byte[] b = new byte[nx];
-        if (text != null) text.get(0, b);
+        if (text != null) text.duplicate().position(0).get(b);
         FinishReason f = FinishReason.of(Math.toIntExact(info.get(3)));
         OsloException err = f == FinishReason.ERROR
             ? new OsloException(Math.toIntExact(info.get(4)), nativeEventError(i)) : null;
