@@ -158,7 +158,7 @@ bool is_punctuation(uint32_t cp) {
   }
 }
 
-bool is_bert_punctuation(uint32_t cp) {
+bool is_ascii_or_unicode_punctuation(uint32_t cp) {
   const bool ascii_punct = (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) ||
                            (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126);
   return ascii_punct || is_punctuation(cp);
@@ -178,7 +178,7 @@ bool is_other(uint32_t cp) {
   return c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CO;
 }
 
-bool is_control_bert(uint32_t cp) {
+bool is_other_but_tab_newline(uint32_t cp) {
   if (cp == '\t' || cp == '\n' || cp == '\r') return false;
   return is_other(cp);
 }

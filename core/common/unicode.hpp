@@ -25,16 +25,16 @@ std::string utf8_lossy(std::string_view bytes);
 enum class NormForm { kNFC, kNFD, kNFKC, kNFKD };
 std::string normalize(std::string_view s, NormForm form);
 
-bool is_whitespace(uint32_t cp);        // Rust char::is_whitespace (White_Space)
-bool is_punctuation(uint32_t cp);       // Unicode P* categories
-bool is_bert_punctuation(uint32_t cp);  // ASCII punctuation or P*
-bool is_mark_nonspacing(uint32_t cp);   // Mn
-bool is_mark(uint32_t cp);              // M* (Mn, Mc, Me)
-bool is_other(uint32_t cp);             // Cc, Cf, Co (unicode_categories' is_other)
-bool is_control_bert(uint32_t cp);      // is_other, except \t \n \r
-bool is_numeric(uint32_t cp);           // N*
-bool is_alphanumeric(uint32_t cp);      // L*, N*
-bool is_word_char(uint32_t cp);         // regex \w: Alphabetic, M*, Nd, Pc, ZWNJ, ZWJ
+bool is_whitespace(uint32_t cp);                    // Rust char::is_whitespace (White_Space)
+bool is_punctuation(uint32_t cp);                   // Unicode P* categories
+bool is_ascii_or_unicode_punctuation(uint32_t cp);  // ASCII punctuation or P*
+bool is_mark_nonspacing(uint32_t cp);               // Mn
+bool is_mark(uint32_t cp);                          // M* (Mn, Mc, Me)
+bool is_other(uint32_t cp);                         // Cc, Cf, Co (unicode_categories' is_other)
+bool is_other_but_tab_newline(uint32_t cp);         // is_other, except \t \n \r
+bool is_numeric(uint32_t cp);                       // N*
+bool is_alphanumeric(uint32_t cp);                  // L*, N*
+bool is_word_char(uint32_t cp);                     // regex \w: Alphabetic, M*, Nd, Pc, ZWNJ, ZWJ
 // Rust char::to_lowercase (full mapping) appended to out.
 void append_lowercase(std::string& out, uint32_t cp);
 // Byte offsets where the extended grapheme clusters (UAX #29) of s (valid

@@ -42,7 +42,7 @@ struct BertNormalizer : Normalizer {
       size_t start = i;
       uint32_t cp = next_cp(s, i);
       if (clean_text) {
-        if (cp == 0 || cp == 0xFFFD || is_control_bert(cp)) continue;
+        if (cp == 0 || cp == 0xFFFD || is_other_but_tab_newline(cp)) continue;
         if (is_whitespace(cp)) {
           t += ' ';
           continue;

@@ -40,7 +40,8 @@ struct BertPre : PreTokenizer {
     Pieces words;
     split_by(p, char_matches(p.text, is_whitespace), Behavior::kRemoved, false, words);
     for (auto& w : words)
-      split_by(w, char_matches(w.text, is_bert_punctuation), Behavior::kIsolated, false, out);
+      split_by(w, char_matches(w.text, is_ascii_or_unicode_punctuation), Behavior::kIsolated, false,
+               out);
   }
 };
 
@@ -60,7 +61,7 @@ struct WhitespacePre : PreTokenizer {
 struct PunctuationPre : PreTokenizer {
   Behavior behavior = Behavior::kIsolated;
   void split(const Piece& p, Pieces& out) const override {
-    split_by(p, char_matches(p.text, is_bert_punctuation), behavior, false, out);
+    split_by(p, char_matches(p.text, is_ascii_or_unicode_punctuation), behavior, false, out);
   }
 };
 
