@@ -24,6 +24,8 @@ flash attention is not available on the CPU. One untimed warm-up run of
 two short requests first, through a manager of its own.
 """
 import argparse
+import os
+import sys
 import json
 import math
 import time
@@ -32,21 +34,8 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-
-def read_workload(path):
-    reqs = []
-    with open(path) as f:
-        for line in f:
-            v = [int(x) for x in line.split()]
-            if v:
-                reqs.append((v[1:], v[0]))
-    return reqs
-
-
-def percentile(v, p):  # nearest rank, as bench_serve
-    v = sorted(v)
-    k = math.ceil(p * len(v))
-    return v[min(len(v) - 1, max(k - 1, 0))]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from workload import percentile, read_workload  # noqa: E402
 
 
 def run(model, reqs, page_size):

@@ -29,30 +29,18 @@ token) and time to first token p50/p99 (from the start to the step that
 chose a request's first token). One untimed warm-up decode first.
 """
 import argparse
+import os
+import sys
 import ctypes
 import json
-import math
 import time
 
 import numpy as np
 
 import llama_cpp as L
 
-
-def read_workload(path):
-    reqs = []
-    with open(path) as f:
-        for line in f:
-            v = [int(x) for x in line.split()]
-            if v:
-                reqs.append((v[1:], v[0]))
-    return reqs
-
-
-def percentile(v, p):  # nearest rank, as bench_serve
-    v = sorted(v)
-    k = math.ceil(p * len(v))
-    return v[min(len(v) - 1, max(k - 1, 0))]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from workload import percentile, read_workload  # noqa: E402
 
 
 def main():
