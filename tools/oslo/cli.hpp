@@ -117,5 +117,6 @@ int cmd_merge(int argc, char** argv);
 int cmd_reshard(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_train(int argc, char** argv);
+int cmd_serve(int argc, char** argv);  // only with OSLO_CLI_SERVE (cpp-httplib)
 
 }  // namespace oslo_cli

@@ -1,5 +1,5 @@
 // The `oslo` command: generate text, embed sentences, fine-tune (train),
-// merge, reshard and inspect checkpoints, one file per command
+// merge, reshard and inspect checkpoints, serve over HTTP, one file per command
 // (cmd_<name>.cpp; cli.hpp holds what they share). Multi-rank under
 // oslo-run (the tensor-parallel size is the world size unless --tp says
 // otherwise); only rank 0 prints. Models, tokenizers and checkpoints go
@@ -23,6 +23,7 @@ const char* kHelp =
     "  reshard   parallel checkpoint or HF folder -> parallel checkpoint at another TP\n"
     "  inspect   tensors, dtypes, shapes and layout of any checkpoint or HF folder\n"
     "  train     fine-tune a causal model on a .txt or .jsonl corpus; checkpoints\n"
+    "  serve     an OpenAI-compatible HTTP server (continuous batching, streaming)\n"
     "Run multi-rank commands under oslo-run, e.g.\n"
     "  oslo-run --nproc-per-node 2 oslo embed --model DIR --sentence 'a' --sentence 'b'\n";
 
@@ -42,6 +43,16 @@ int main(int argc, char** argv) {
     if (cmd == "reshard") return cmd_reshard(argc, argv);
     if (cmd == "inspect") return cmd_inspect(argc, argv);
     if (cmd == "train") return cmd_train(argc, argv);
+    if (cmd == "serve") {
+#ifdef OSLO_CLI_SERVE
+      return cmd_serve(argc, argv);
+#else
+      std::fprintf(stderr,
+                   "oslo: this oslo was built without `oslo serve` (it needs cpp-httplib: "
+                   "Debian's libcpp-httplib-dev)\n");
+      return 2;
+#endif
+    }
     std::fprintf(stderr, "oslo: unknown command \"%s\"\n%s", cmd.c_str(), kHelp);
     return 2;
   } catch (const Fail& f) {
