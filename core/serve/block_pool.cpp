@@ -107,18 +107,21 @@ bool BlockPool::same(int64_t b, Key parent, const int64_t* tokens) const {
   return std::equal(have, have + block_size_, tokens);
 }
 
+int64_t BlockPool::find(Key parent, const int64_t* tokens) const {
+  if (!prefix_caching_) return -1;
+  auto range = index_.equal_range(hash(parent, tokens));
+  for (auto it = range.first; it != range.second; ++it)
+    if (same(it->second, parent, tokens)) return it->second;
+  return -1;
+}
+
 int64_t BlockPool::lookup(Key parent, const int64_t* tokens) {
   ++queries_;
-  if (!prefix_caching_) return -1;
-  const uint64_t h = hash(parent, tokens);
-  auto range = index_.equal_range(h);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (!same(it->second, parent, tokens)) continue;
-    retain(it->second);
-    ++hits_;
-    return it->second;
-  }
-  return -1;
+  const int64_t b = find(parent, tokens);
+  if (b < 0) return -1;
+  retain(b);
+  ++hits_;
+  return b;
 }
 
 BlockPool::Key BlockPool::publish(int64_t b, Key parent, const int64_t* tokens) {

@@ -65,6 +65,8 @@ class BlockPool {
   // `parent`, retained for the caller (a free one is in use again), or -1.
   // Counts a query and, when found, a hit.
   int64_t lookup(Key parent, const int64_t* tokens);
+  // lookup() without taking the block or counting: -1 or the block.
+  int64_t find(Key parent, const int64_t* tokens) const;
   // Publishes in-use block b as holding `tokens` after `parent` and returns
   // its key. If a block with that content is already published, b stays
   // unpublished and that block's key is returned (the caller keeps its own

@@ -107,6 +107,34 @@ int64_t Scheduler::match_prefix(Sequence& s) {
   return s.computed - start;
 }
 
+bool Scheduler::filled_by_plan(const Sequence& s, const StepPlan& plan) const {
+  if (!pool_.prefix_caching() || plan.chunks.empty()) return false;
+  const int64_t bs = pool_.block_size();
+  const int64_t len = static_cast<int64_t>(s.tokens.size());
+  // Where s's computation would start: past its published blocks and the
+  // ones the index holds after them (what match_prefix would take).
+  if (s.keys.size() != s.blocks.size() ||
+      s.computed != static_cast<int64_t>(s.blocks.size()) * bs)
+    return false;
+  int64_t j = static_cast<int64_t>(s.blocks.size());
+  BlockPool::Key parent = j ? s.keys.back() : 0;
+  for (; (j + 1) * bs <= len; ++j) {
+    const int64_t b = pool_.find(parent, s.tokens.data() + j * bs);
+    if (b < 0) break;
+    parent = pool_.key_of(b);
+  }
+  const int64_t end = (j + 1) * bs;  // the next block's end
+  if (end > s.prompt_len) return false;  // not a full prompt block
+  for (const Chunk& c : plan.chunks) {
+    const Sequence& t = *c.seq;
+    if (&t == &s || c.start >= end || c.start + c.n < end ||
+        static_cast<int64_t>(t.tokens.size()) < end)
+      continue;
+    if (std::equal(s.tokens.begin(), s.tokens.begin() + end, t.tokens.begin())) return true;
+  }
+  return false;
+}
+
 bool Scheduler::reserve(Sequence& s, int64_t upto, StepPlan& plan) {
   const int64_t bs = pool_.block_size();
   const size_t j = static_cast<size_t>(s.computed / bs);
@@ -154,6 +182,7 @@ StepPlan Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence& s = *running_[i];
     const int64_t len = static_cast<int64_t>(s.tokens.size());
+    if (filled_by_plan(s, plan)) continue;
     s.cached_tokens += match_prefix(s);
     const int64_t n = std::min(len - s.computed, budget);
     if (n <= 0) continue;
@@ -172,9 +201,14 @@ StepPlan Scheduler::schedule() {
     budget -= n;
   }
   if (!plan.preempted.empty()) return plan;
-  while (budget > 0 && !waiting_.empty() &&
+  size_t w = 0;  // the waiting request looked at
+  while (budget > 0 && w < waiting_.size() &&
          static_cast<int64_t>(running_.size()) < limits_.max_seqs) {
-    Sequence& s = *waiting_.front();
+    Sequence& s = *waiting_[w];
+    if (filled_by_plan(s, plan)) {
+      ++w;  // next step; those behind it may go first
+      continue;
+    }
     const int64_t hit = match_prefix(s);
     const int64_t len = static_cast<int64_t>(s.tokens.size());
     const int64_t n = std::min(len - s.computed, budget);
@@ -182,7 +216,7 @@ StepPlan Scheduler::schedule() {
       free_blocks(s, &plan);  // waits, first in line, for blocks to free up
       break;
     }
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     s.running = true;
     s.cached_tokens += hit;
     running_.push_back(&s);

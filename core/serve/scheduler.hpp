@@ -131,6 +131,12 @@ class Scheduler {
   // while its prompt is computed chunk by chunk); returns the tokens found
   // (s.computed moves over them).
   int64_t match_prefix(Sequence& s);
+  // Whether a chunk already in `plan` fills, this step, the full prompt
+  // block that s would compute next after what the prefix index holds for
+  // it (same tokens after the same prefix): s then waits a step and finds
+  // that block published instead of computing it again (requests sharing
+  // a system prompt that arrive together compute it once).
+  bool filled_by_plan(const Sequence& s, const StepPlan& plan) const;
   void free_blocks(Sequence& s, StepPlan* plan);
   void preempt(Sequence& s, StepPlan& plan);
 

@@ -273,6 +273,12 @@ void test_prefix_reuse(void**) {
   if (work[1] * 8 > work[0])
     fail_msg("prompt tokens computed with prefix reuse %lld, without %lld: more than 1/8",
              (long long)work[1], (long long)work[0]);
+  // The system prompt (25 full blocks) is computed once: the first request
+  // computes its 416 tokens; the others, held back while those blocks are
+  // computed, then take them from the index and compute their own 16.
+  if (work[1] != 416 + 31 * 16)
+    fail_msg("prompt tokens computed with prefix reuse %lld, the ideal %d", (long long)work[1],
+             416 + 31 * 16);
   assert_true(out[0] == out[1]);
 }
 
