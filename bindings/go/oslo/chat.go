@@ -173,9 +173,11 @@ func (t *Tokenizer) ChatTemplate(name string) (string, error) {
 // ...) renders it. messages is the JSON text of an array of message
 // objects (a string, []byte or json.RawMessage), or any value
 // encoding/json writes as one: []ChatMessage, []map[string]any, a slice of
-// one's own structs. Keys whose value is null are dropped. opts nil: the
-// defaults. Encode the text without special tokens (Encode(text, false)):
-// the template writes them.
+// one's own structs. Keys whose value is null are dropped. encoding/json
+// writes a map's keys sorted: where a template prints an object as it is
+// (tools and tool call arguments through tojson) and their order matters,
+// pass structs or json.RawMessage. opts nil: the defaults. Encode the text
+// without special tokens (Encode(text, false)): the template writes them.
 //
 // Errors: StatusInvalidArgument (no chat template, messages that are not
 // a non-empty array of objects, the template's raise_exception with its

@@ -70,9 +70,6 @@ def _variables(what, tools, documents, kwargs):
             raise _refuse(what, f"{k} is a tokenization option of transformers; oslo returns "
                                 f"the text (or, with tokenize=True, its ids): encode it "
                                 f"with Tokenizer.__call__ for {k}")
-    for k in ("messages", "add_generation_prompt"):
-        if k in kwargs:
-            raise _refuse(what, f"{k} is an argument of its own, not a template variable")
     v = dict(kwargs)
     if tools is not None:
         v["tools"] = list(tools) if isinstance(tools, tuple) else tools
