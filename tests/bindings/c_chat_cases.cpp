@@ -158,9 +158,9 @@ struct Checker {
       const size_t sp = e.find(' ');
       const std::string status = "OSLO_ERR_" + e.substr(0, sp), sub = unescape(e.substr(sp + 1));
       const std::string got = oslo_status_string(res.status);
-      check(got.rfind(status + ":", 0) == 0 && res.error.find(sub) != std::string::npos,
-            label + ": want " + status + " with '" + sub + "', got " + got + " '" + res.error +
-                "'");
+      check(
+          got.rfind(status + ":", 0) == 0 && res.error.find(sub) != std::string::npos,
+          label + ": want " + status + " with '" + sub + "', got " + got + " '" + res.error + "'");
       return;
     }
     check(res.status == OSLO_OK, label + ": " + res.error);
