@@ -39,7 +39,10 @@
  *   go/oslo_go.i          Go's %exception and typemaps.
  * The serving engine's methods, shared by every language, are in
  * engine.i (included just before oslo.h); Java's own part of it is
- * java/oslo_java_engine.i (included by java/oslo_java.i).
+ * java/oslo_java_engine.i (included by java/oslo_java.i). The chat
+ * templates' raw methods, shared likewise, are in chat_template.i (included
+ * just before engine.i; it declares the tokenizer's handle); Java's names
+ * and methods of the tokenizer are in java/oslo_java_tokenizer.i.
  * Each language file gives the three kinds of argument that need a typemap
  * one: a shape (int ndim, const int64_t *shape), a read-only memory block
  * (const void *INBUF, size_t INBYTES) and a writable one (void *OUTBUF,
@@ -189,15 +192,10 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %ignore oslo_engine_options::user_data;
 %ignore oslo_engine_event;
 %ignore oslo_engine_callback;
-/* Chat templates: not wrapped yet (their language methods come with the
-   next bindings change; tests/bindings/abi_covered.sh lists them). */
+/* Chat templates (chat_template.i): their options are arguments of
+   Tokenizer.apply_chat_template and chat_template_apply. */
 %ignore oslo_chat_template_options;
 %ignore OSLO_CHAT_TEMPLATE_OPTIONS_VERSION;
-%ignore oslo_chat_template_options_init;
-%ignore oslo_chat_template_apply;
-%ignore oslo_tokenizer_has_chat_template;
-%ignore oslo_tokenizer_get_chat_template;
-%ignore oslo_tokenizer_apply_chat_template;
 /* Method names are written m_<name> (so the generated C helper, named
    <struct>_<method>, never clashes with oslo.h's oslo_<object>_<name>). */
 %rename("%(strip:[m_])s", %$ismember, %$isfunction) "";
@@ -226,6 +224,7 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 %rename(model_reshard) bind_model_reshard;
 %rename(checkpoint_inspect) bind_checkpoint_inspect;
 %rename(pad_batch) bind_pad_batch;
+%rename(chat_template_apply) bind_chat_template_apply;
 %include "stdint.i"
 
 /* Objects returned to the caller, freed by the class's destructor. */
@@ -289,7 +288,6 @@ static unsigned long long oslo_bind_model_width(const oslo_model *m, oslo_model_
 struct oslo_context {};
 struct oslo_tensor {};
 struct oslo_model {};
-struct oslo_tokenizer {};
 struct oslo_parallel_linear {};
 struct oslo_parallel_embedding {};
 struct oslo_param_set {};
@@ -317,6 +315,12 @@ struct oslo_optimizer {};
 %immutable oslo_engine_stats::generated_tokens;
 %immutable oslo_engine_stats::prefix_queries;
 %immutable oslo_engine_stats::prefix_hits;
+
+/* The chat templates: their support code, the tokenizer's handle (declared
+   there, after that code, as the engine's below) and its chat methods, and
+   the template without a tokenizer. Before engine.i, whose constructor
+   takes a tokenizer. */
+%include "chat_template.i"
 
 /* The serving engine: its support code, its handle (declared there, after
    that code: SWIG emits the %extend methods where the class is declared)

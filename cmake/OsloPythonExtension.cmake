@@ -24,6 +24,7 @@ function(oslo_python_extension target pkg_dir oslo_include_dir oslo_target)
             -o ${wrap} ${_oslo_bindings_dir}/oslo.i
     DEPENDS ${_oslo_bindings_dir}/oslo.i ${_oslo_bindings_dir}/python/oslo_python.i
             ${_oslo_bindings_dir}/python/oslo_python_extend.i ${_oslo_bindings_dir}/engine.i
+            ${_oslo_bindings_dir}/chat_template.i
             ${oslo_include_dir}/oslo.h
     COMMENT "SWIG: bindings/oslo.i -> Python"
     VERBATIM)
@@ -36,7 +37,8 @@ function(oslo_python_extension target pkg_dir oslo_include_dir oslo_target)
   # not always use; every other warning of -Wall -Wextra stays on.
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   # The pure-Python layer and its type stubs next to the extension.
-  foreach(f __init__.py __main__.py _errors.py _handle.py serve.py __init__.pyi py.typed)
+  foreach(f __init__.py __main__.py _chat.py _errors.py _handle.py serve.py __init__.pyi
+            py.typed)
     configure_file(${_oslo_bindings_dir}/python/oslo/${f} ${pkg_dir}/${f} COPYONLY)
   endforeach()
 endfunction()

@@ -42,6 +42,6 @@ endforeach()
 # The package folder the extension was built into (bindings/CMakeLists.txt).
 set(_pkg ${CMAKE_BINARY_DIR}/bindings/python/oslo)
 install(FILES ${_pkg}/capi.py ${_pkg}/__init__.py ${_pkg}/__main__.py ${_pkg}/_errors.py
-              ${_pkg}/_handle.py ${_pkg}/serve.py
+              ${_pkg}/_handle.py ${_pkg}/serve.py ${_pkg}/_chat.py
               ${_pkg}/__init__.pyi ${_pkg}/py.typed
         DESTINATION oslo COMPONENT wheel)

@@ -655,6 +655,12 @@ int main(int argc, char** argv) {
       {"engine_stream_gpt2", [&](auto& a) { engine_stream_gpt2(threads, arg(a, 1)); }},
       {"engine_cancel_and_errors", [&](auto& a) { engine_cancel_and_errors(threads, arg(a, 1)); }},
       {"engine_tp2_w2", [&](auto& a) { engine_tp2(threads, arg(a, 1)); }},
+      {"chat_template_folder",
+       [&](auto& a) { chat_template_case("folder", arg(a, 1), arg(a, 2)); }},
+      {"chat_template_options",
+       [&](auto& a) { chat_template_case("options", arg(a, 1), arg(a, 2)); }},
+      {"chat_template_errors",
+       [&](auto& a) { chat_template_case("errors", arg(a, 1), arg(a, 2)); }},
   };
   if (args.empty() || !cases.count(args[0])) {
     std::fprintf(stderr, "usage: c_cases CASE [--threads N] [ARGS...]; cases:");

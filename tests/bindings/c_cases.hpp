@@ -1,5 +1,6 @@
 // Shared by the C column of the cases every binding repeats
-// (tests/bindings/cases.txt): c_cases.cpp and c_engine_cases.cpp. Test
+// (tests/bindings/cases.txt): c_cases.cpp, c_engine_cases.cpp and
+// c_chat_cases.cpp. Test
 // scaffolding only (failures as exceptions, owning handles, ranks as
 // threads or oslo-run processes); every oslo call is a plain C call.
 #pragma once
@@ -179,5 +180,11 @@ inline Model load_model(oslo_context* ctx, const std::string& dir) {
 void engine_stream_gpt2(int threads, const std::string& fixture);
 void engine_cancel_and_errors(int threads, const std::string& fixture);
 void engine_tp2(int threads, const std::string& fixture);
+
+// The chat template cases (c_chat_cases.cpp): the records of case `which`
+// (folder, options, errors) of chat_template_reference.txt; template_dir is
+// tests/template (its folders/ and fixtures/).
+void chat_template_case(const std::string& which, const std::string& reference,
+                        const std::string& template_dir);
 
 }  // namespace cases

@@ -36,7 +36,8 @@ for c in lib dev; do
 done
 libdir=$(dirname "$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -1)")
 unset CGO_CFLAGS CGO_LDFLAGS CGO_CPPFLAGS OSLO_FIXTURES OSLO_MINILM OSLO_MINILM_REFERENCE \
-  OSLO_HEADER OSLO_TRAIN_CASE OSLO_TOKREF OSLO_BATCHREF OSLO_PADREF WORLD_SIZE RANK
+  OSLO_HEADER OSLO_TRAIN_CASE OSLO_TOKREF OSLO_BATCHREF OSLO_PADREF OSLO_CHATREF OSLO_TEMPLATES \
+  WORLD_SIZE RANK
 
 if [ "$mode" = proxy ]; then
   module=$5 version=$6 run=$7 c_example=$8 model=$9 ref=${10}

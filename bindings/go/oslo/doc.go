@@ -16,6 +16,13 @@
 // tokenizer(texts, padding=True) does, which EmbedBatch and GenerateBatch
 // take as they are.
 //
+// Chat templates: Tokenizer.ApplyChatTemplate renders a conversation with
+// the tokenizer folder's chat template into the prompt text, as
+// transformers' apply_chat_template(messages, tokenize=False) does
+// (ChatTemplateOptions: a template by name or source, Tools, Variables,
+// ContinueFinalMessage); ApplyChatTemplate renders a template of one's own
+// without a tokenizer.
+//
 // Errors: every failing call returns an *Error (Status and Message); use
 // errors.Is with the sentinels (ErrConfig, ErrShape, ...) or errors.As. No
 // call panics on bad input: a nil or closed handle, a slice of the wrong

@@ -35,6 +35,8 @@ var sourceFixtures = map[string]string{
 	"OSLO_TOKREF":           "tests/bindings/tokenizer_batch_reference.txt",
 	"OSLO_BATCHREF":         "tests/tokenizer/batch_reference.txt",
 	"OSLO_PADREF":           "tests/tokenizer/pad_reference.txt",
+	"OSLO_CHATREF":          "tests/bindings/chat_template_reference.txt",
+	"OSLO_TEMPLATES":        "tests/template",
 }
 
 // fixture is the path the environment variable name gives, else the

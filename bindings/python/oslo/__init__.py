@@ -18,7 +18,9 @@ from collections.abc import Mapping as _Mapping
 
 import numpy as _np
 
+from . import _chat
 from . import capi as _c
+from ._chat import apply_chat_template
 from ._handle import _Handle, _destroy
 from ._errors import (BackendUnavailableError, CommError, ConfigError, DTypeError, Error,
                       FormatError, InternalError, InvalidArgumentError, IOError,
@@ -33,7 +35,7 @@ __all__ = [
     "TimeoutError", "IOError", "FormatError", "ShapeError", "DTypeError", "ConfigError",
     "NotSupportedError", "InternalError", "merge", "reshard", "inspect", "version", "from_dlpack",
     "pad_batch", "Engine", "Request", "Output", "Completion", "Event", "EngineStats",
-    "FinishReason", "RequestState",
+    "FinishReason", "RequestState", "apply_chat_template",
 ]
 
 __version__ = _c.version_string()
@@ -1588,6 +1590,52 @@ class Tokenizer(_Handle):
             which = SpecialToken[which.upper()]
         i = self._handle().special_id(int(which))
         return None if i < 0 else i
+
+    # Chat templates (oslo/_chat.py).
+
+    @property
+    def has_chat_template(self):
+        """Whether the tokenizer's folder came with a chat template
+        (chat_template.jinja, additional_chat_templates/ or
+        tokenizer_config.json's "chat_template")."""
+        return bool(self._handle().has_chat_template())
+
+    def get_chat_template(self, name=None):
+        """The source text of the chat template `name` ("default",
+        "tool_use", ...; None: the one apply_chat_template uses).
+        InvalidArgumentError when there is none of that name."""
+        return _chat.source(self._handle().get_chat_template, name)
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, *, chat_template=None,
+                            tools=None, documents=None, continue_final_message=False,
+                            tokenize=False, **kwargs):
+        """The prompt text of a conversation, exactly as transformers'
+        tokenizer.apply_chat_template(messages, tokenize=False, ...) renders
+        it. messages: a list of message dicts ({"role": "user", "content":
+        "Hi"}; other keys are passed on, those whose value is None dropped),
+        or a list of such lists (a batch: a list of texts). chat_template:
+        None (the tokenizer's: "tool_use" when tools are given and it has
+        one, else its default), the name of one of its templates, or a
+        template's source text. tools (JSON schemas), documents and any
+        other keyword argument (date_string, enable_thinking, ...) are the
+        template's variables, as transformers' **kwargs. continue_final_message:
+        end inside the last message, so the model continues it (not with
+        add_generation_prompt). tokenize=True returns the ids of the text
+        instead (encoded without adding special tokens: the template writes
+        them), as transformers' default does. Errors: InvalidArgumentError
+        (no chat template, messages that are not a list of message dicts,
+        the template's raise_exception with its text, an undefined value,
+        a transformers tokenization option such as return_tensors),
+        FormatError (a template that does not parse, with its line and
+        column), NotSupportedError."""
+        text = _chat.render(self._handle().apply_chat_template, "apply_chat_template", messages,
+                            add_generation_prompt, chat_template, tools, documents,
+                            continue_final_message, kwargs)
+        if not tokenize:
+            return text
+        if isinstance(text, list):
+            return [self.encode(t, add_special_tokens=False) for t in text]
+        return self.encode(text, add_special_tokens=False)
 
 
 def from_dlpack(ctx, obj):

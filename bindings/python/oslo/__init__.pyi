@@ -1,7 +1,7 @@
 import enum
 import os
-from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
-                    overload)
+from typing import (Any, Dict, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union, overload)
 
 import numpy as np
 import numpy.typing as npt
@@ -67,6 +67,8 @@ class LRSchedule(enum.IntEnum):
 _DTypeLike = Union[DType, str, np.dtype, type]
 _TensorLike = Union["Tensor", np.ndarray]
 _Path = Union[str, os.PathLike]
+# A chat message: {"role": "user", "content": "Hi"} (any JSON value).
+_Message = Mapping[str, Any]
 
 class _Handle:
     @property
@@ -322,3 +324,41 @@ class Tokenizer(_Handle):
     def token_to_id(self, token: Union[str, bytes]) -> Optional[int]: ...
     def id_to_token(self, id: int) -> str: ...
     def special_id(self, which: Union[SpecialToken, str]) -> Optional[int]: ...
+    @property
+    def has_chat_template(self) -> bool: ...
+    def get_chat_template(self, name: Optional[str] = ...) -> str: ...
+    @overload
+    def apply_chat_template(self, messages: Sequence[_Message], add_generation_prompt: bool = ...,
+                            *, chat_template: Optional[str] = ...,
+                            tools: Optional[Sequence[Any]] = ...,
+                            documents: Optional[Sequence[Any]] = ...,
+                            continue_final_message: bool = ...,
+                            tokenize: Literal[False] = ..., **kwargs: Any) -> str: ...
+    @overload
+    def apply_chat_template(self, messages: Sequence[Sequence[_Message]],
+                            add_generation_prompt: bool = ..., *,
+                            chat_template: Optional[str] = ...,
+                            tools: Optional[Sequence[Any]] = ...,
+                            documents: Optional[Sequence[Any]] = ...,
+                            continue_final_message: bool = ...,
+                            tokenize: Literal[False] = ..., **kwargs: Any) -> List[str]: ...
+    @overload
+    def apply_chat_template(self, messages: Sequence[Any], add_generation_prompt: bool = ..., *,
+                            chat_template: Optional[str] = ...,
+                            tools: Optional[Sequence[Any]] = ...,
+                            documents: Optional[Sequence[Any]] = ...,
+                            continue_final_message: bool = ..., tokenize: Literal[True],
+                            **kwargs: Any) -> Any: ...
+
+@overload
+def apply_chat_template(chat_template: str, messages: Sequence[_Message],
+                        add_generation_prompt: bool = ..., *,
+                        tools: Optional[Sequence[Any]] = ...,
+                        documents: Optional[Sequence[Any]] = ...,
+                        continue_final_message: bool = ..., **kwargs: Any) -> str: ...
+@overload
+def apply_chat_template(chat_template: str, messages: Sequence[Sequence[_Message]],
+                        add_generation_prompt: bool = ..., *,
+                        tools: Optional[Sequence[Any]] = ...,
+                        documents: Optional[Sequence[Any]] = ...,
+                        continue_final_message: bool = ..., **kwargs: Any) -> List[str]: ...

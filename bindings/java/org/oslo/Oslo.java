@@ -1,8 +1,9 @@
 package org.oslo;
 
 /**
- * The library as a whole: loading the JNI library, the version, and the
- * checkpoint tools that need no context (merge, reshard, inspect).
+ * The library as a whole: loading the JNI library, the version, the
+ * checkpoint tools that need no context (merge, reshard, inspect), and chat
+ * templates without a tokenizer (applyChatTemplate).
  */
 public final class Oslo {
   private static boolean loaded;
@@ -77,6 +78,45 @@ public final class Oslo {
    */
   public static String statusString(Status status) {
     return capi.status_string(status.swigValue());
+  }
+
+  /**
+   * Renders a conversation with a chat template of one's own, without a
+   * tokenizer (oslo_chat_template_apply with no tokenizer): the special
+   * tokens ({@code bos_token}, {@code eos_token}, ...) are then only what
+   * the options' variables set. {@link Tokenizer#applyChatTemplate(String,
+   * ChatTemplateOptions)} renders with a tokenizer's templates.
+   *
+   * @param chatTemplate the template's source text (Jinja2, as transformers
+   *     runs it)
+   * @param messagesJson a JSON array of message objects, such as
+   *     {@code [{"role": "user", "content": "Hi"}]}
+   * @param options null: the defaults; its chat template must be unset (the
+   *     template is {@code chatTemplate})
+   * @return the prompt text
+   * @throws OsloException INVALID_ARGUMENT (an empty template, a template
+   *     in the options too, bad messages or variables, the template's
+   *     raise_exception with its text, an undefined value), FORMAT (a
+   *     template that does not parse: its line and column), NOT_SUPPORTED
+   */
+  public static String applyChatTemplate(String chatTemplate, String messagesJson,
+      ChatTemplateOptions options) {
+    final String what = "applyChatTemplate";
+    ChatTemplateOptions o = options == null ? new ChatTemplateOptions() : options;
+    if (chatTemplate == null || chatTemplate.isEmpty())
+      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(),
+          what + ": the chat template is empty (without a tokenizer there is no template of "
+              + "its own; Tokenizer.applyChatTemplate uses the tokenizer's)");
+    if (o.getChatTemplate() != null && !o.getChatTemplate().isEmpty())
+      throw new OsloException(Status.INVALID_ARGUMENT.swigValue(),
+          what + ": the template is given twice (as the argument and in the options)");
+    java.nio.ByteBuffer m = ChatTemplateOptions.messages(what, messagesJson);
+    java.nio.ByteBuffer t = ChatTemplateOptions.utf8(chatTemplate);
+    java.nio.ByteBuffer v = ChatTemplateOptions.utf8(o.getVariablesJson());
+    boolean agp = o.getAddGenerationPrompt();
+    boolean cont = o.getContinueFinalMessage();
+    return ChatTemplateOptions.sized(what,
+        out -> capi.chat_template_apply(m, agp, t, v, cont, out));
   }
 
   /**
