@@ -7,6 +7,10 @@
 // which must be refused with a named OSLO_ERR_FORMAT (never a crash). With a
 // folder written by test_gguf_compat.py: files from gguf-py's GGUFWriter
 // read back and compared (metadata, tensor bytes, dequantized values).
+// `--corpus DIR` replays a fuzz corpus; `--write-seeds DIR` writes its seeds.
+#include <dirent.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -486,9 +490,57 @@ void test_gguf_py_files(void**) {
   assert_int_equal(files, 3);
 }
 
+// Replays a corpus (tests/gguf/corpus: seeds and fuzzer finds): files named
+// ok-* must be accepted, bad-* refused, any file either accepted with all
+// invariants holding or refused with a named OSLO_ERR_FORMAT.
+int replay(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return std::perror(dir.c_str()), 2;
+  while (struct dirent* e = readdir(d))
+    if (e->d_name[0] != '.') names.push_back(e->d_name);
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  int failures = 0, accepted = 0;
+  for (const std::string& n : names) {
+    std::ifstream in(dir + "/" + n, std::ios::binary);
+    const std::string b((std::istreambuf_iterator<char>(in)), {});
+    const bool ok = gguf_check::check_buffer(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+    accepted += ok;
+    if ((n.rfind("ok-", 0) == 0 && !ok) || (n.rfind("bad-", 0) == 0 && ok)) {
+      std::fprintf(stderr, "FAIL %s: %s\n", n.c_str(), ok ? "accepted" : "refused");
+      ++failures;
+    }
+  }
+  std::printf("corpus: %zu files, %d accepted, %d failures\n", names.size(), accepted, failures);
+  return failures || names.size() < 3 ? 1 : 0;
+}
+
+// Writes the seed files of the corpus.
+int write_seeds(const std::string& dir) {
+  const auto put = [&](const char* name, const std::string& b) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << b;
+  };
+  put("ok-v3.gguf", good_file(3));
+  put("ok-v2.gguf", good_file(2));
+  Bytes k;
+  k.str("general.alignment").u32(4).u32(64);
+  put("ok-align64.gguf", make_file(3, 1, k.b, {{"t", 0, {8}, 64, 32}}, 64));
+  std::vector<TensorSpec> ts = some_tensors();
+  ts[5].offset = 352;
+  ts[5].nbytes = 0;
+  put("bad-overlap.gguf", make_file(3, kAllKvs, all_kvs(), ts));
+  ts = some_tensors();
+  ts[2].type = 13;
+  put("bad-q5k.gguf", make_file(3, kAllKvs, all_kvs(), ts));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--corpus") return replay(argv[2]);
+  if (argc == 3 && std::string(argv[1]) == "--write-seeds") return write_seeds(argv[2]);
   if (argc > 1) g_dir = argv[1];
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid),
