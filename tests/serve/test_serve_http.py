@@ -252,6 +252,17 @@ def hostile(s):
                 sock.recv(4096)
             except OSError:
                 pass
+    # A client that stalls mid-request (slowloris) is dropped after
+    # --http-timeout (3 s here), not held forever.
+    with socket.create_connection((s.host, s.port), timeout=20) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.time()
+        try:
+            data = sock.recv(4096)
+        except OSError:
+            data = b""
+        waited = time.time() - t0
+        check(2 <= waited <= 15, f"a stalled client dropped after {waited:.1f} s ({data[:60]!r})")
     r = s.post(c, good)
     check(r.status_code == 200, f"still serving after hostile input: {r.text}")
     m = s.metrics()
@@ -387,7 +398,7 @@ def chat(s):
 
 
 def main():
-    a = Server("one")
+    a = Server("one", "--http-timeout", "3")
     try:
         basics(a)
         hostile(a)

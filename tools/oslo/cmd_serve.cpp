@@ -19,7 +19,8 @@ const char* kServeHelp =
     "usage: oslo serve --model DIR [--host ADDR] [--port N] [--served-model-name NAME]\n"
     "                  [--chat-template FILE] [--api-key KEY] [--kv-memory MIB | --kv-blocks N]\n"
     "                  [--block-size N] [--max-seqs N] [--max-step-tokens N]\n"
-    "                  [--no-prefix-caching] [--http-threads N] [--max-body MIB] [--quiet]\n"
+    "                  [--no-prefix-caching] [--http-threads N] [--max-body MIB]\n"
+    "                  [--http-timeout SECONDS] [--quiet]\n"
     "                  [--dtype f32|bf16|f16] [--tokenizer DIR] [--tp N] [--pp N]\n"
     "                  [--threads N] [--device cpu|cuda[:N]] [--backend NAME]\n"
     "                  [--backend-options JSON] [--communicator auto|backend|host]\n"
@@ -60,7 +61,7 @@ int cmd_serve(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"no-prefix-caching", "quiet", "help"},
                  model_options({"host", "port", "served-model-name", "chat-template", "api-key",
                                 "kv-memory", "kv-blocks", "block-size", "max-seqs",
-                                "max-step-tokens", "http-threads", "max-body"}));
+                                "max-step-tokens", "http-threads", "max-body", "http-timeout"}));
   if (a.has("help")) return std::printf("%s", kServeHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   // Signals: SIGPIPE never kills (a client gone mid-write is an error on
@@ -88,6 +89,11 @@ int cmd_serve(int argc, char** argv) {
     const int64_t m = to_int(a.get("max-body"), "--max-body");
     if (m < 1 || m > 4096) die_all("--max-body must be in [1, 4096] MiB", 2);
     http.max_body = static_cast<size_t>(m) << 20;
+  }
+  if (a.has("http-timeout")) {
+    const int64_t t = to_int(a.get("http-timeout"), "--http-timeout");
+    if (t < 1 || t > 86400) die_all("--http-timeout must be in [1, 86400] seconds", 2);
+    http.timeout_s = static_cast<int>(t);
   }
   const char* env_key = std::getenv("OSLO_API_KEY");
   http.api_key = a.get("api-key", env_key ? env_key : "");

@@ -18,7 +18,7 @@ struct HttpConfig {
   int threads = 64;            // connections served at once
   size_t max_body = 8u << 20;  // bytes; larger bodies get 413
   std::string api_key;         // "": no authentication
-  int timeout_s = 600;         // socket read / write timeout
+  int timeout_s = 60;          // socket read / write timeout (--http-timeout)
   bool log_requests = true;    // one line per request on stderr
 };
 
