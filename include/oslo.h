@@ -202,6 +202,18 @@ typedef enum oslo_dtype {
   OSLO_DTYPE_BF16 = 2,
   OSLO_DTYPE_I32 = 3, /**< token ids and labels */
   OSLO_DTYPE_I64 = 4, /**< token ids and labels */
+  /* Block-quantized weight formats (docs/QUANTIZATION.md). The innermost
+     dimension (a row) is stored as whole blocks, each a scale (and more)
+     followed by packed integers, so there is no element size: a tensor of
+     shape [..., K] takes rows * (K / block elements) * block bytes. They are
+     storage for the weights of linear layers: a model's or a checkpoint's
+     "dtype" may name them, and oslo_model_get_tensor_info reports them;
+     calls that take element data (tensors, collectives, activations) refuse
+     them with OSLO_ERR_DTYPE. */
+  OSLO_DTYPE_Q8_0 = 16, /**< blocks of 32: f16 scale, 32 int8 (34 bytes); GGUF Q8_0 */
+  OSLO_DTYPE_Q4_0 = 17, /**< blocks of 32: f16 scale, 32 4-bit (18 bytes); GGUF Q4_0 */
+  OSLO_DTYPE_Q4_K = 18, /**< super-blocks of 256 (144 bytes); GGUF Q4_K */
+  OSLO_DTYPE_Q6_K = 19, /**< super-blocks of 256 (210 bytes); GGUF Q6_K */
   /* Not values: they make every int a valid value of the type, so a bad value
      passed from C is reported as an error instead of being undefined in C++. */
   OSLO_DTYPE_ENUM_MIN_ = -2147483647 - 1,

@@ -284,7 +284,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
   X(stream_wait_event) X(attention) X(residual_norm) X(rope) X(matmul_act) X(argmax)      \
   X(norm_backward) X(adamw) X(graph_begin) X(graph_end) X(pack_weight) X(matmul_packed)   \
   X(packed_free) X(check_memory) X(host_alloc) X(host_free) X(attention_backward)         \
-  X(paged_attention)
+  X(paged_attention) X(dequantize) X(matmul_quant)
 // clang-format on
 
 // One entry of a backend's struct: `fn` as the table's field `entry`, a
@@ -313,6 +313,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
 //   STAGING   check_memory, host_alloc, host_free
 //   TRAIN     attention_backward
 //   SERVE     paged_attention
+//   QUANT     dequantize, matmul_quant
 // clang-format off
 #define OSLO_BACKEND_GROUP_COMPUTE(X, p)                                                 \
   X(convert, p, convert) X(fill, p, fill) X(matmul, p, matmul) X(binary, p, binary)     \
@@ -355,6 +356,8 @@ inline size_t dtype_size(oslo_dtype dtype) {
   X(check_memory, p, check_memory) X(host_alloc, p, host_alloc) X(host_free, p, host_free)
 #define OSLO_BACKEND_GROUP_TRAIN(X, p) X(attention_backward, p, attention_backward)
 #define OSLO_BACKEND_GROUP_SERVE(X, p) X(paged_attention, p, paged_attention)
+#define OSLO_BACKEND_GROUP_QUANT(X, p) \
+  X(dequantize, p, dequantize) X(matmul_quant, p, matmul_quant)
 // clang-format on
 
 #define OSLO_BACKEND_ENTRY_FROM_(entry, p, name) OSLO_BACKEND_ENTRY(entry, p##name);

@@ -156,6 +156,26 @@ class Backend {
   void paged_attention(const View& out, const View& q, const View& k_pool, const View& v_pool,
                        const View& block_table, const int64_t* chunks, int64_t num_chunks,
                        float scale);
+  // The values of a block-quantized weight w [N, K] (oslo_backend.h's
+  // dequantize) into out [N, K], any float dtype: the backend's entry, else
+  // the host reference of core/quant (through copy() when the backend's
+  // memory is not the host's). Throws OSLO_ERR_DTYPE (w not block-quantized,
+  // out not float) or OSLO_ERR_SHAPE (shapes differ, rows not whole blocks,
+  // w's row stride not whole blocks or its column stride not 1).
+  void dequantize(const View& out, const View& w);
+  // c = act(a @ w^T + bias) * gate (act null: c = a @ w^T + bias, gate must
+  // be null) with w [N, K] block-quantized (oslo_backend.h's matmul_quant):
+  // a [M, K] f32, c [M, N] f32, bias [N] and gate [M, N] f32. The backend's
+  // entry (which may quantize a to 8 bits per block, within the bound
+  // oslo_backend.h states), else w dequantized into f32 scratch and
+  // matmul_act/matmul. Throws OSLO_ERR_DTYPE or OSLO_ERR_SHAPE naming the
+  // operand.
+  void matmul_quant(const View& c, const View& a, const View& w, const View* bias,
+                    const oslo_bk_unary* act, const View* gate);
+  // The composed path of matmul_quant (what the conformance suite compares
+  // the entry with).
+  void compose_matmul_quant(const View& c, const View& a, const View& w, const View* bias,
+                            const oslo_bk_unary* act, const View* gate);
   // One AdamW update in place (oslo_backend.h's adamw: f32, contiguous).
   void adamw(const View& p, const View& g, const View& m, const View& v, float decay, float beta1,
              float beta2, float step_size, float bc2_sqrt, float eps);

@@ -213,6 +213,10 @@ typedef enum oslo_bk_op {
   /** paged_attention(): causal attention of a ragged batch of chunks over a
    * paged key/value cache, read through block tables (serving). */
   OSLO_BK_OP_PAGED_ATTENTION = 1034,
+  /** dequantize(): a block-quantized weight's values in a float dtype. */
+  OSLO_BK_OP_DEQUANTIZE = 1035,
+  /** matmul_quant(): c = act(a @ w^T + bias) * gate with w block-quantized. */
+  OSLO_BK_OP_MATMUL_QUANT = 1036,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -686,6 +690,38 @@ typedef struct oslo_backend_iface {
                                  const oslo_bk_view *k_pool, const oslo_bk_view *v_pool,
                                  const oslo_bk_view *block_table, const int64_t *chunks,
                                  int64_t num_chunks, float scale);
+
+  /* -- quantized weights -----------------------------------------------------------
+   * Optional and past OSLO_BACKEND_IFACE_V2_SERVE_SIZE (each on its own); fused
+   * ops as those above (called only when op_supported(op, w's dtype) says
+   * yes; else the core dequantizes on the host through copy(), its reference
+   * in core/quant, and multiplies with matmul()). A weight in a
+   * block-quantized dtype (oslo.h's OSLO_DTYPE_Q8_0, Q4_0, Q4_K, Q6_K; byte
+   * layouts in docs/QUANTIZATION.md) is a 2-D view w [N, K] with strides
+   * {S, 1}: S (elements, >= K) and K are multiples of the dtype's block
+   * elements, and row n starts n * S / block_elems * block_bytes bytes after
+   * w.data. */
+
+  /** OSLO_BK_OP_DEQUANTIZE (op_supported's dtype: w's). out [N, K], any
+   * float dtype and strides = the values of w [N, K], each computed as
+   * llama.cpp's dequantize_row_* does (f32, no fused multiply-add) and
+   * rounded once to out's dtype. Any bytes are valid input (a NaN or inf
+   * scale gives NaN or inf values). */
+  oslo_status (*dequantize)(void *self, const oslo_bk_view *out, const oslo_bk_view *w);
+  /** OSLO_BK_OP_MATMUL_QUANT (op_supported's dtype: w's). With act_on 0
+   * (act ignored, gate NULL)   c = a @ dequantize(w)^T + bias;
+   * with act_on 1              c = act(a @ dequantize(w)^T + bias) * gate;
+   * a [M, K] f32 (unit column stride), w [N, K] as above, bias [N] f32 or
+   * NULL, gate [M, N] f32 or NULL, c [M, N] f32 (unit column stride; may
+   * not overlap a). The backend may quantize each block of 32 values of a
+   * row of a to 8 bits (llama.cpp's Q8_0/Q8_K activations) and accumulate
+   * integer dot products: each output then differs from the exact product
+   * of a and dequantize(w) by at most sum over the blocks b of the row of
+   * (max_b |a| / 254) * sum_{k in b} |w[n, k]| (+ f32 rounding), the bound
+   * the conformance suite checks. */
+  oslo_status (*matmul_quant)(void *self, const oslo_bk_view *c, const oslo_bk_view *a,
+                              const oslo_bk_view *w, const oslo_bk_view *bias, int act_on,
+                              oslo_bk_unary act, const oslo_bk_view *gate);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
@@ -716,6 +752,11 @@ typedef struct oslo_backend_iface {
  * the training one. */
 #define OSLO_BACKEND_IFACE_V2_SERVE_SIZE \
   (offsetof(oslo_backend_iface, paged_attention) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the quantized-weight entries (dequantize,
+ * matmul_quant) after the serving one. */
+#define OSLO_BACKEND_IFACE_V2_QUANT_SIZE \
+  (offsetof(oslo_backend_iface, matmul_quant) + sizeof(void (*)(void)))
 
 /* Every entry's slot pinned by static asserts (oslo_backend_slots.h). */
 #include "oslo_backend_slots.h" /* next to this file */

@@ -1,5 +1,7 @@
 #include "core/checkpoint/manifest.hpp"
 
+#include "core/common/dtype.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,7 +56,16 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
+bool ManifestTensor::quantized() const {
+  return dtype_is_block(quant);
+}
+
 uint64_t ManifestTensor::nbytes() const {
+  if (quantized() && !shape.empty()) {
+    uint64_t rows = 1;
+    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= static_cast<uint64_t>(shape[i]);
+    return rows * dtype_bytes(quant, shape.back());
+  }
   uint64_t n = 1;
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);  // validated when read
   return n * st::dtype_bits(dtype) / 8;

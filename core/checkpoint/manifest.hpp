@@ -76,7 +76,13 @@ struct ManifestTensor {
   std::vector<int64_t> shape;                          // global shape
   int split_dim = -1;                                  // -1: stored whole (one shard)
   std::vector<ManifestShard> shards;                   // sorted by offset, tiling split_dim
-  uint64_t nbytes() const;                             // bytes of the whole tensor
+  // A block-quantized tensor (docs/QUANTIZATION.md): its block dtype
+  // (OSLO_DTYPE_Q8_0, ...), stored as rows of whole blocks (dtype U8);
+  // `shape` is then the logical shape in elements, its last dimension whole
+  // blocks. OSLO_DTYPE_F32 (the default): a plain tensor of `dtype`.
+  oslo_dtype quant = OSLO_DTYPE_F32;
+  bool quantized() const;
+  uint64_t nbytes() const;  // bytes of the whole tensor
 };
 
 // A whole manifest. Version 1 has no model_config, extra_files, bytes or

@@ -13,6 +13,7 @@
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/common/shape_str.hpp"
+#include "core/quant/quant.hpp"
 #include "core/tensor/view.hpp"
 
 namespace oslo {
@@ -100,6 +101,77 @@ constexpr uint64_t kStageBytes = uint64_t{16} << 20;
 // Load
 // --------------------------------------------------------------------------
 
+namespace {
+
+// A block-quantized local tensor [R, C] (a linear's weight). When the source
+// holds the tensor in the same format and layout, its blocks are copied as
+// they are (a cut along the row must fall on block boundaries); otherwise
+// the local values are loaded in f32 (a quantized source dequantizes them)
+// and quantized on the host, row by row, so a rank only ever quantizes its
+// own slice.
+void load_block(WeightSource& src, const SourceTensor& t, PlacedTensor& pt, Backend& backend,
+                std::vector<char>& stage, uint64_t& staging) {
+  const Placement& p = pt.placement;
+  const oslo_dtype q = pt.tensor.dtype();
+  const std::vector<int64_t>& ls = pt.tensor.shape();
+  const std::string who = "tensor " + quote(p.name);
+  int64_t be, bb;
+  dtype_block(q, &be, &bb);
+  OSLO_CHECK(ls.size() == 2 && ls[1] % be == 0, OSLO_ERR_SHAPE, who, ": a ", dtype_name(q),
+             " tensor must be 2-D with rows of whole blocks of ", be, ", got ", shape_str(ls));
+  const int64_t R = ls[0], C = ls[1];
+  const size_t rb = dtype_bytes(q, C), bytes = rb * static_cast<size_t>(R);
+  char* dev = static_cast<char*>(pt.tensor.data());
+  if (t.quantized() && t.quant == q && !p.transpose) {
+    if (stage.size() < 2 * bytes) stage.resize(2 * bytes);
+    staging = std::max<uint64_t>(staging, 2 * bytes);
+    char* host = stage.data();
+    char* seg = stage.data() + bytes;
+    std::memset(host, 0, bytes);  // padding rows or blocks
+    if (p.split_dim < 0) {
+      src.read_box(t, -1, 0, 0, st::Dtype::U8, host);
+    } else if (p.split_dim == 0) {
+      for (const Segment& s : p.segments)
+        src.read_box(t, 0, s.global_start, s.length, st::Dtype::U8,
+                     host + static_cast<size_t>(s.local_start) * rb);
+    } else {
+      for (const Segment& s : p.segments) {
+        OSLO_CHECK(s.global_start % be == 0 && s.length % be == 0 && s.local_start % be == 0,
+                   OSLO_ERR_SHAPE, who, ": the slice [", s.global_start, ", ",
+                   s.global_start + s.length, ") of its rows would split a block of ", be,
+                   " elements of ", dtype_name(q),
+                   "; use a tensor-parallel size that cuts rows at multiples of ", be);
+        src.read_box(t, 1, s.global_start, s.length, st::Dtype::U8, seg);
+        copy_rows({R, C / be}, 1, s.local_start / be, s.length / be, static_cast<size_t>(bb), host,
+                  seg, false);
+      }
+    }
+    backend.copy(dev, host, bytes, CopyKind::HostToDevice);
+    return;
+  }
+  // The f32 values of the local slice, then quantized row by row.
+  const quant::Format f = quant::format_of_dtype(q);
+  OSLO_CHECK(quant::can_quantize(f), OSLO_ERR_NOT_SUPPORTED, who, ": quantizing to ", dtype_name(q),
+             " is not supported yet (load a file that holds it in ", dtype_name(q),
+             ", or choose q8_0 or q4_0)");
+  std::vector<PlacedTensor> one(1);
+  one[0].placement = p;
+  one[0].tensor = Tensor::zeros(pt.tensor.storage()->backend, OSLO_DTYPE_F32, ls);
+  load_placed(src, one, backend);
+  std::vector<float> vals(static_cast<size_t>(R * C));
+  backend.copy(vals.data(), one[0].tensor.data(), vals.size() * sizeof(float),
+               CopyKind::DeviceToHost);
+  one.clear();
+  if (stage.size() < bytes) stage.resize(bytes);
+  staging = std::max<uint64_t>(staging, bytes);
+  for (int64_t r = 0; r < R; ++r)
+    quant::quantize_row(f, vals.data() + r * C, stage.data() + static_cast<size_t>(r) * rb,
+                        static_cast<uint64_t>(C));
+  backend.copy(dev, stage.data(), bytes, CopyKind::HostToDevice);
+}
+
+}  // namespace
+
 void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend& backend,
                  ModelLoadStats* stats, const ProgressFn& progress) {
   const uint64_t b0 = src.bytes_read(), c0 = src.read_calls(), f0 = src.files_opened();
@@ -120,10 +192,14 @@ void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend&
                shape_str(pt.tensor.shape()), " but the placement needs ",
                shape_str(p.local_shape()));
     oslo_dtype sdt;
-    OSLO_CHECK(
-        st::to_oslo(t.dtype, &sdt) && dtype_is_float(sdt) == dtype_is_float(pt.tensor.dtype()),
-        OSLO_ERR_DTYPE, who, ": cannot load ", st::dtype_name(t.dtype), " from ",
-        quote_path(src.path()), " into a ", dtype_name(pt.tensor.dtype()), " tensor");
+    const bool to_block = dtype_is_block(pt.tensor.dtype());
+    OSLO_CHECK(t.quantized()
+                   ? (to_block || dtype_is_float(pt.tensor.dtype()))
+                   : st::to_oslo(t.dtype, &sdt) &&
+                         dtype_is_float(sdt) == (to_block || dtype_is_float(pt.tensor.dtype())),
+               OSLO_ERR_DTYPE, who, ": cannot load ",
+               t.quantized() ? dtype_name(t.quant) : st::dtype_name(t.dtype), " from ",
+               quote_path(src.path()), " into a ", dtype_name(pt.tensor.dtype()), " tensor");
     if (p.split_dim < 0)
       src.check_tensor(t);
     else
@@ -141,6 +217,12 @@ void load_placed(WeightSource& src, std::vector<PlacedTensor>& tensors, Backend&
     const Placement& p = pt.placement;
     const SourceTensor& t = *srcs[i];
     const oslo_dtype dt = pt.tensor.dtype();
+    if (dtype_is_block(dt)) {
+      load_block(src, t, pt, backend, stage, staging);
+      done += pt.tensor.nbytes();
+      if (progress) progress(done, total);
+      continue;
+    }
     const st::Dtype out = st::from_oslo(dt);
     const size_t es = dtype_size(dt);
     char* dev = static_cast<char*>(pt.tensor.data());

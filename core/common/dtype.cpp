@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "core/common/error.hpp"
 
 namespace oslo {
@@ -86,7 +88,55 @@ size_t dtype_size(oslo_dtype dt) {
     case OSLO_DTYPE_I64: return 8;
     default: break;
   }
+  if (dtype_is_block(dt)) {
+    int64_t e, b;
+    dtype_block(dt, &e, &b);
+    fail(OSLO_ERR_DTYPE, dtype_name(dt), " is a block-quantized format (", e, " elements in ", b,
+         " bytes), not an element type: this operation takes f32, f16, bf16, i32 or i64");
+  }
   fail(OSLO_ERR_DTYPE, "unknown dtype ", static_cast<int>(dt));
+}
+
+bool dtype_is_block(int dt) {
+  return dt == OSLO_DTYPE_Q8_0 || dt == OSLO_DTYPE_Q4_0 || dt == OSLO_DTYPE_Q4_K ||
+         dt == OSLO_DTYPE_Q6_K;
+}
+
+bool dtype_known(int dt) {
+  return dtype_valid(dt) || dtype_is_block(dt);
+}
+
+void dtype_block(oslo_dtype dt, int64_t* elems, int64_t* bytes) {
+  switch (dt) {
+    case OSLO_DTYPE_Q8_0: *elems = 32, *bytes = 34; return;
+    case OSLO_DTYPE_Q4_0: *elems = 32, *bytes = 18; return;
+    case OSLO_DTYPE_Q4_K: *elems = 256, *bytes = 144; return;
+    case OSLO_DTYPE_Q6_K: *elems = 256, *bytes = 210; return;
+    default: break;
+  }
+  *elems = 1;
+  *bytes = static_cast<int64_t>(dtype_size(dt));
+}
+
+size_t dtype_bytes(oslo_dtype dt, int64_t elements) {
+  int64_t e, b;
+  dtype_block(dt, &e, &b);
+  OSLO_CHECK(elements >= 0 && elements % e == 0, OSLO_ERR_SHAPE, dtype_name(dt), ": ", elements,
+             " elements are not whole blocks of ", e);
+  return static_cast<size_t>(elements / e) * static_cast<size_t>(b);
+}
+
+bool dtype_parse(const char* name, oslo_dtype* out) {
+  static const oslo_dtype all[] = {OSLO_DTYPE_F32,  OSLO_DTYPE_F16,  OSLO_DTYPE_BF16,
+                                   OSLO_DTYPE_I32,  OSLO_DTYPE_I64,  OSLO_DTYPE_Q8_0,
+                                   OSLO_DTYPE_Q4_0, OSLO_DTYPE_Q4_K, OSLO_DTYPE_Q6_K};
+  if (!name) return false;
+  for (oslo_dtype d : all)
+    if (std::strcmp(name, dtype_name(d)) == 0) {
+      *out = d;
+      return true;
+    }
+  return false;
 }
 
 const char* dtype_name(oslo_dtype dt) {
@@ -96,6 +146,10 @@ const char* dtype_name(oslo_dtype dt) {
     case OSLO_DTYPE_BF16: return "bf16";
     case OSLO_DTYPE_I32: return "i32";
     case OSLO_DTYPE_I64: return "i64";
+    case OSLO_DTYPE_Q8_0: return "q8_0";
+    case OSLO_DTYPE_Q4_0: return "q4_0";
+    case OSLO_DTYPE_Q4_K: return "q4_k";
+    case OSLO_DTYPE_Q6_K: return "q6_k";
     default: break;
   }
   return "unknown";

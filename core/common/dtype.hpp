@@ -10,10 +10,28 @@
 
 namespace oslo {
 
-size_t dtype_size(oslo_dtype dt);       // throws on an unknown dtype
-const char* dtype_name(oslo_dtype dt);  // "f32", ...; "unknown" for bad values
+// Bytes of one element. Throws OSLO_ERR_DTYPE on an unknown dtype and on a
+// block-quantized one (no element size: use dtype_bytes).
+size_t dtype_size(oslo_dtype dt);
+const char* dtype_name(oslo_dtype dt);  // "f32", ..., "q8_0"; "unknown" for bad values
+// The element dtypes (f32, f16, bf16, i32, i64): what calls taking element
+// data accept. False for the block-quantized ones.
 bool dtype_valid(int dt);
 bool dtype_is_float(oslo_dtype dt);
+// The block-quantized weight dtypes (OSLO_DTYPE_Q8_0 ...).
+bool dtype_is_block(int dt);
+// Any dtype a weight may be stored in: dtype_valid or dtype_is_block.
+bool dtype_known(int dt);
+// Elements and bytes of one block: 1 and dtype_size for element dtypes.
+// Throws OSLO_ERR_DTYPE on an unknown dtype.
+void dtype_block(oslo_dtype dt, int64_t* elems, int64_t* bytes);
+// Bytes of `elements` consecutive elements (a whole row or a run of rows):
+// elements * dtype_size, or for a block dtype whole blocks (OSLO_ERR_SHAPE
+// naming the block size when `elements` is not a multiple of it).
+size_t dtype_bytes(oslo_dtype dt, int64_t elements);
+// Parses "f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "q4_k", "q6_k"
+// (exact, lower case); false if unknown.
+bool dtype_parse(const char* name, oslo_dtype* out);
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;

@@ -18,6 +18,12 @@ View in_dtype(Backend& be, const std::shared_ptr<Backend>& bp, const View& t, os
 void linear_forward(Backend& be, const std::shared_ptr<Backend>& bp, const View& y, const View& x,
                     const View& w, const View* b, const oslo_bk_unary* act, const View* gate,
                     const PackedWeight* packed) {
+  if (dtype_is_block(w.dtype)) {  // weight-only quantized: f32 activations
+    Tensor conv;
+    const View xf = in_dtype(be, bp, x, OSLO_DTYPE_F32, &conv);
+    be.matmul_quant(y, xf, w, b, act, gate);
+    return;
+  }
   View xv = x;
   Tensor conv;
   const bool mixed = x.dtype == OSLO_DTYPE_F32 && be.uses_fused(OSLO_BK_OP_MATMUL_MIXED, w.dtype);
@@ -33,6 +39,10 @@ void linear_forward(Backend& be, const std::shared_ptr<Backend>& bp, const View&
 void linear_backward(Backend& be, const std::shared_ptr<Backend>& bp, const View& dy, const View& x,
                      const View& w, const View* dw, const View* db, const View* dx,
                      bool dx_accumulate) {
+  OSLO_CHECK(!dtype_is_block(w.dtype), OSLO_ERR_NOT_SUPPORTED,
+             "training: the backward of a linear with ", dtype_name(w.dtype),
+             " (block-quantized) weights is not supported; load the model in f32, f16 or bf16 "
+             "to train it");
   Tensor dy_keep, x_keep;
   const View dyw = in_dtype(be, bp, dy, w.dtype, &dy_keep);
   if (dw) {

@@ -11,6 +11,7 @@
 #include "core/checkpoint/weight_source.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "core/common/shape_str.hpp"
 #include "core/pipeline/schedule.hpp"
 #include "core/tensor/view.hpp"
 
@@ -20,6 +21,27 @@ namespace {
 
 std::string join_path(const std::string& a, const std::string& b) {
   return a.empty() ? b : a + "/" + b;
+}
+
+// The weights of the blocks' products: what a block-quantized dtype applies to.
+bool is_linear_weight_role(const std::string& role) {
+  static const char* const roles[] = {"qkv_w", "q_w",    "k_w",       "v_w",   "o_w",
+                                      "up_w",  "gate_w", "gate_up_w", "down_w"};
+  for (const char* r : roles)
+    if (role == r) return true;
+  return false;
+}
+
+// A block-quantized local tensor holds whole blocks in every row.
+void check_quantized_placement(const Placement& p, oslo_dtype q, int tp, int rank) {
+  const std::vector<int64_t> ls = p.local_shape();
+  int64_t be, bb;
+  dtype_block(q, &be, &bb);
+  OSLO_CHECK(ls.size() == 2 && ls[1] % be == 0, OSLO_ERR_SHAPE, "model: tensor \"", p.name,
+             "\": this rank's slice ", shape_str(ls), " (tensor-parallel rank ", rank, " of ", tp,
+             ") has rows that are not whole blocks of ", be, " elements of ", dtype_name(q),
+             "; use a tensor-parallel size that cuts rows at multiples of ", be,
+             ", or a float dtype");
 }
 
 oslo_dtype dtype_from_torch(const std::string& s) {
@@ -47,13 +69,25 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
                ": no model config (config.json, or model_config in the checkpoint manifest)");
     ModelConfig cfg = ModelConfig::parse(src.config_json(), path + "/config.json");
     oslo_dtype dt = dtype_from_torch(cfg.torch_dtype);
+    // Block-quantized dtypes apply to the linear weights of the blocks
+    // (quantized at load unless the source holds them so); the other
+    // matrices (embeddings, head) keep the source's float dtype. Without a
+    // dtype, weights a source holds quantized (GGUF) stay as they are.
+    oslo_dtype quant = OSLO_DTYPE_F32;
+    bool keep_quantized = o.dtype < 0;
     if (o.dtype >= 0) {
-      OSLO_CHECK(dtype_valid(static_cast<oslo_dtype>(o.dtype)) &&
-                     dtype_is_float(static_cast<oslo_dtype>(o.dtype)),
-                 OSLO_ERR_DTYPE, "model: dtype must be f32, f16 or bf16, got ", o.dtype);
-      dt = static_cast<oslo_dtype>(o.dtype);
+      const oslo_dtype want = static_cast<oslo_dtype>(o.dtype);
+      OSLO_CHECK((dtype_valid(want) && dtype_is_float(want)) || dtype_is_block(want),
+                 OSLO_ERR_DTYPE,
+                 "model: dtype must be f32, f16, bf16 or a block-quantized one (q8_0, q4_0, q4_k, "
+                 "q6_k), got ",
+                 o.dtype);
+      if (dtype_is_block(want))
+        quant = want;
+      else
+        dt = want;
     }
-    m.reset(new Model(ctx, std::move(cfg), dt));
+    m.reset(new Model(ctx, std::move(cfg), dtype_is_block(quant) ? quant : dt));
     BlockStack& S = *m->stack_;
     m->source_ = path;
     S.tp = ctx.topology().tp_size();
@@ -105,7 +139,19 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
       const Placement& p = pt.placement;
       PlacedTensor t;
       t.placement = p;
-      t.tensor = Tensor::zeros(be, pt.f32 ? OSLO_DTYPE_F32 : dt, t.placement.local_shape());
+      oslo_dtype tdt = pt.f32 ? OSLO_DTYPE_F32 : dt;
+      if (pt.layer >= 0 && is_linear_weight_role(pt.role)) {
+        const SourceTensor* st = src.find(p.name);
+        if (dtype_is_block(quant))
+          tdt = quant;
+        else if (keep_quantized && st && st->quantized())
+          tdt = st->quant;
+        if (dtype_is_block(tdt)) {
+          if (!dtype_is_block(m->dtype_)) m->dtype_ = tdt;
+          check_quantized_placement(p, tdt, S.tp, S.rank);
+        }
+      }
+      t.tensor = Tensor::zeros(be, tdt, t.placement.local_shape());
       m->params_.push_back(std::move(t));
     }
     load_placed(src, m->params_, *be);
@@ -114,6 +160,7 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
       oslo_dtype dt = t.tensor.dtype();
       const SourceTensor* st = src.find(t.placement.name);
       if (st && !safetensors::to_oslo(st->dtype, &dt)) dt = t.tensor.dtype();
+      if (dtype_is_block(t.tensor.dtype())) dt = t.tensor.dtype();
       m->stored_dtype_.push_back(dt);
     }
   });

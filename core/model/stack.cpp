@@ -242,7 +242,8 @@ void BlockStack::make_packs() {
   for (const auto& L : layers)
     for (const Tensor* w : {&L->qkv_w, &L->q_w, &L->k_w, &L->v_w, &L->o_w, &L->gate_up_w, &L->up_w,
                             &L->gate_w, &L->down_w}) {
-      if (!w->defined() || w->ndim() != 2 || packs_.count(w->data())) continue;
+      if (!w->defined() || w->ndim() != 2 || packs_.count(w->data()) || dtype_is_block(w->dtype()))
+        continue;
       std::unique_ptr<PackedWeight> p = Backend::pack_weight(bp, transposed(view(*w)));
       if (!p) return;  // the backend packs none of this dtype: stop asking
       packs_.emplace(w->data(), std::move(p));

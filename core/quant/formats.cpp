@@ -2,6 +2,7 @@
 // tensor sizes, and the shard-boundary check.
 #include <cstring>
 
+#include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/quant/quant.hpp"
 
@@ -54,6 +55,34 @@ std::string named(const std::string& tensor) {
 const char* format_name(Format f) {
   const int i = static_cast<int>(f);
   return i >= 0 && i < kFormatCount ? kFormats[i].name : "unknown";
+}
+
+Format format_of_dtype(int dtype) {
+  switch (dtype) {
+    case OSLO_DTYPE_F32: return Format::F32;
+    case OSLO_DTYPE_F16: return Format::F16;
+    case OSLO_DTYPE_BF16: return Format::BF16;
+    case OSLO_DTYPE_Q8_0: return Format::Q8_0;
+    case OSLO_DTYPE_Q4_0: return Format::Q4_0;
+    case OSLO_DTYPE_Q4_K: return Format::Q4_K;
+    case OSLO_DTYPE_Q6_K: return Format::Q6_K;
+    default: break;
+  }
+  fail(OSLO_ERR_DTYPE, "no block format for dtype ", dtype_name(static_cast<oslo_dtype>(dtype)),
+       " (", dtype, ")");
+}
+
+int dtype_of_format(Format f) {
+  switch (f) {
+    case Format::F32: return OSLO_DTYPE_F32;
+    case Format::F16: return OSLO_DTYPE_F16;
+    case Format::BF16: return OSLO_DTYPE_BF16;
+    case Format::Q8_0: return OSLO_DTYPE_Q8_0;
+    case Format::Q4_0: return OSLO_DTYPE_Q4_0;
+    case Format::Q4_K: return OSLO_DTYPE_Q4_K;
+    case Format::Q6_K: return OSLO_DTYPE_Q6_K;
+  }
+  fail(OSLO_ERR_INVALID_ARGUMENT, "unknown block format ", static_cast<int>(f));
 }
 
 bool parse_format(const std::string& name, Format* out) {

@@ -39,6 +39,12 @@ const char* format_name(Format f);
 // Parses an exact lower-case name from format_name; false if unknown.
 bool parse_format(const std::string& name, Format* out);
 
+// The format of a block-quantized oslo dtype (OSLO_DTYPE_Q8_0 -> Q8_0, ...;
+// also F32/F16/BF16). OSLO_ERR_DTYPE naming the dtype for any other.
+Format format_of_dtype(int dtype);
+// The oslo dtype of a format (as an int: oslo.h's oslo_dtype values).
+int dtype_of_format(Format f);
+
 // GGUF's (ggml's) numeric type id: F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12,
 // Q6_K 14, BF16 30.
 uint32_t gguf_type_id(Format f);

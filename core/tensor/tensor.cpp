@@ -58,7 +58,15 @@ int64_t Tensor::numel() const {
   return numel_of(shape_);
 }
 size_t Tensor::nbytes() const {
-  return static_cast<size_t>(numel()) * dtype_size(dtype_);
+  return bytes_of(dtype_, shape_);
+}
+
+size_t Tensor::bytes_of(oslo_dtype dtype, const std::vector<int64_t>& shape) {
+  if (!dtype_is_block(dtype)) return static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  OSLO_CHECK(!shape.empty(), OSLO_ERR_SHAPE, "tensor: a ", dtype_name(dtype),
+             " tensor needs at least one dimension (its rows of blocks)");
+  const int64_t k = shape.back();
+  return static_cast<size_t>(numel_of(shape) / (k ? k : 1)) * (k ? dtype_bytes(dtype, k) : 0);
 }
 
 float* Tensor::f32() const {
@@ -67,7 +75,13 @@ float* Tensor::f32() const {
 }
 
 void Tensor::zero() {
-  if (storage_) storage_->backend->fill(make_view(data(), dtype_, shape_), 0.0);
+  if (!storage_) return;
+  if (dtype_is_block(dtype_)) {  // every block is an even number of bytes
+    storage_->backend->fill(make_view(data(), OSLO_DTYPE_F16, {static_cast<int64_t>(nbytes() / 2)}),
+                            0.0);
+    return;
+  }
+  storage_->backend->fill(make_view(data(), dtype_, shape_), 0.0);
 }
 
 std::string Tensor::describe() const {
@@ -85,10 +99,10 @@ Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype,
 
 Tensor Tensor::empty_like_shape(std::shared_ptr<Backend> backend, oslo_dtype dtype,
                                 const std::vector<int64_t>& shape) {
-  OSLO_CHECK(dtype_valid(dtype), OSLO_ERR_DTYPE, "tensor: unknown dtype ", static_cast<int>(dtype));
+  OSLO_CHECK(dtype_known(dtype), OSLO_ERR_DTYPE, "tensor: unknown dtype ", static_cast<int>(dtype));
   check_shape(shape);
   auto s = std::make_shared<Storage>();
-  s->bytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  s->bytes = bytes_of(dtype, shape);
   s->data = backend->allocate(s->bytes);
   s->owned = true;
   s->backend = std::move(backend);

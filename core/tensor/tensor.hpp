@@ -28,7 +28,8 @@ struct Storage {
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates a zero-filled tensor.
+  // Allocates a zero-filled tensor (any dtype_known dtype; wrap takes the
+  // element dtypes only).
   static Tensor empty_like_shape(std::shared_ptr<Backend> backend, oslo_dtype dtype,
                                  const std::vector<int64_t>& shape);
   static Tensor zeros(std::shared_ptr<Backend> backend, oslo_dtype dtype,
@@ -55,6 +56,10 @@ class Tensor {
   // Validates a shape: 0 <= ndim <= OSLO_MAX_DIMS, extents >= 0, no overflow.
   static void check_shape(const std::vector<int64_t>& shape);
   static int64_t numel_of(const std::vector<int64_t>& shape);
+  // Bytes of a tensor of this dtype and shape; for a block-quantized dtype
+  // its rows of whole blocks (OSLO_ERR_SHAPE when the last dimension is not
+  // whole blocks).
+  static size_t bytes_of(oslo_dtype dtype, const std::vector<int64_t>& shape);
   static std::string shape_str(const std::vector<int64_t>& shape);
 
  private:

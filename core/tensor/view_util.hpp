@@ -24,15 +24,16 @@ inline View strided(void* data, oslo_dtype dt, std::initializer_list<int64_t> sh
   return v;
 }
 
-// The address `elements` elements past v's start.
+// The address `elements` elements past v's start (for a block-quantized
+// dtype, whole blocks: a multiple of the block size, else OSLO_ERR_SHAPE).
 inline char* at(const View& v, int64_t elements) {
-  return static_cast<char*>(v.data) + elements * static_cast<int64_t>(dtype_size(v.dtype));
+  return static_cast<char*>(v.data) + dtype_bytes(v.dtype, elements);
 }
 
-// Rows [r0, r0 + count) of a view.
+// Rows [r0, r0 + count) of a view (any dtype: a block-quantized row stride
+// is whole blocks).
 inline View row_range(View v, int64_t r0, int64_t count) {
-  v.data =
-      static_cast<char*>(v.data) + r0 * v.strides[0] * static_cast<int64_t>(dtype_size(v.dtype));
+  v.data = static_cast<char*>(v.data) + dtype_bytes(v.dtype, r0 * v.strides[0]);
   v.shape[0] = count;
   return v;
 }
