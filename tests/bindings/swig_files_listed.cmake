@@ -48,5 +48,6 @@ endforeach()
 list(LENGTH found n)
 message("${n} interface files included, ${bad} not listed or not included")
 if(bad GREATER 0 OR n LESS 10)
-  message(FATAL_ERROR "the SWIG dependencies of cmake/OsloSwigInterface.cmake are not the interface's files")
+  message(FATAL_ERROR "the SWIG dependencies of cmake/OsloSwigInterface.cmake are not the "
+                      "interface's files")
 endif()
