@@ -334,7 +334,8 @@ Inspection inspect(const std::string& path) {
   for (const SourceTensor& t : src.tensors()) {
     InspectTensor it;
     it.name = t.name;
-    it.dtype = st::dtype_name(t.dtype);
+    // A block-quantized tensor shows its format ("q8_0"), stored as U8.
+    it.dtype = t.quantized() ? dtype_name(t.quant) : st::dtype_name(t.dtype);
     it.shape = t.shape;
     it.split_dim = t.split_dim;
     it.bytes = t.nbytes();
@@ -416,6 +417,17 @@ std::string render_text(const Inspection& in) {
   o += "tensors:  " + std::to_string(in.tensors.size()) + ", " + human_bytes(in.total_bytes) +
        " (" + std::to_string(in.total_bytes) + " bytes) in " + std::to_string(in.files.size()) +
        " file" + (in.files.size() == 1 ? "" : "s") + "\n";
+  {
+    // Bytes per format, largest first: how much of the model each holds.
+    std::map<std::string, uint64_t> by;
+    for (const InspectTensor& t : in.tensors) by[t.dtype] += t.bytes;
+    std::vector<std::pair<uint64_t, std::string>> v;
+    for (const auto& kv : by) v.push_back({kv.second, kv.first});
+    std::sort(v.rbegin(), v.rend());
+    o += "dtypes:  ";
+    for (const auto& e : v) o += " " + e.second + " " + human_bytes(e.first);
+    o += "\n";
+  }
   if (in.has_config) {
     o += "config:  ";
     if (in.config_summary.empty()) o += " (no known keys)";
