@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
       {"fused", test_fused},
       {"attention_backward", test_attention_backward},
       {"paged_attention", test_paged_attention},
+      {"quant", test_quant},
   };
   for (auto& g : groups) {
     g_case = g.first;
