@@ -128,8 +128,7 @@ size_t check_weight(const V& w, const char* op) {
              "(q8_0, q4_0, q4_k, q6_k), got ", dtype_name(w.dtype));
   int64_t be, bb;
   dtype_block(w.dtype, &be, &bb);
-  OSLO_CHECK(w.ndim == 2, OSLO_ERR_SHAPE, op, ": the weight must be 2-D [N, K], got ",
-             shape_of(w));
+  OSLO_CHECK(w.ndim == 2, OSLO_ERR_SHAPE, op, ": the weight must be 2-D [N, K], got ", shape_of(w));
   OSLO_CHECK(w.shape[0] >= 0 && w.shape[1] >= 0 && w.shape[1] % be == 0, OSLO_ERR_SHAPE, op,
              ": weight ", shape_of(w), " ", dtype_name(w.dtype), ": K = ", w.shape[1],
              " is not whole blocks of ", be);
@@ -215,8 +214,8 @@ void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRow
 }
 
 // o [M, N] (ld N) = a @ w^T through dequantized tiles of w and sgemm.
-void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, int64_t M,
-                  int64_t N, int64_t K, float* o) {
+void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, int64_t M, int64_t N,
+                  int64_t K, float* o) {
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   std::vector<float> tile(static_cast<size_t>(std::min(N, kTile) * K));
   for (int64_t n0 = 0; n0 < N; n0 += kTile) {
@@ -229,8 +228,9 @@ void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, i
     const dnnl_status_t st =
         dnnl_sgemm('N', 'T', M, nt_rows, K, 1.f, reinterpret_cast<const float*>(a.data),
                    a.strides[0], tile.data(), K, 0.f, o + n0, N);
-    OSLO_CHECK(st == dnnl_success, OSLO_ERR_INTERNAL, "matmul_quant: dnnl_sgemm failed with status ",
-               static_cast<int>(st), " for m=", M, " n=", nt_rows, " k=", K);
+    OSLO_CHECK(st == dnnl_success, OSLO_ERR_INTERNAL,
+               "matmul_quant: dnnl_sgemm failed with status ", static_cast<int>(st), " for m=", M,
+               " n=", nt_rows, " k=", K);
   }
 }
 
@@ -242,10 +242,10 @@ bool quant_supported(oslo_dtype dtype) {
 
 void dequantize(int threads, const V& out, const V& w) {
   const size_t stride = check_weight(w, "dequantize");
-  OSLO_CHECK(out.dtype == OSLO_DTYPE_F32 || out.dtype == OSLO_DTYPE_F16 ||
-                 out.dtype == OSLO_DTYPE_BF16,
-             OSLO_ERR_DTYPE, "dequantize: the output must be f32, f16 or bf16, got ",
-             dtype_name(out.dtype));
+  OSLO_CHECK(
+      out.dtype == OSLO_DTYPE_F32 || out.dtype == OSLO_DTYPE_F16 || out.dtype == OSLO_DTYPE_BF16,
+      OSLO_ERR_DTYPE, "dequantize: the output must be f32, f16 or bf16, got ",
+      dtype_name(out.dtype));
   OSLO_CHECK(out.ndim == 2 && out.shape[0] == w.shape[0] && out.shape[1] == w.shape[1],
              OSLO_ERR_SHAPE, "dequantize: output ", shape_of(out), " differs from weight ",
              shape_of(w));
@@ -281,14 +281,14 @@ void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias
              "] with unit column stride");
   if (bias)
     OSLO_CHECK(bias->dtype == OSLO_DTYPE_F32 && bias->ndim == 1 && bias->shape[0] == N,
-               OSLO_ERR_SHAPE, "matmul_quant: bias ", shape_of(*bias), " ",
-               dtype_name(bias->dtype), " must be f32 [", N, "]");
+               OSLO_ERR_SHAPE, "matmul_quant: bias ", shape_of(*bias), " ", dtype_name(bias->dtype),
+               " must be f32 [", N, "]");
   const V* gate = activation ? activation->gate : nullptr;
   if (gate)
     OSLO_CHECK(gate->dtype == OSLO_DTYPE_F32 && gate->ndim == 2 && gate->shape[0] == M &&
                    gate->shape[1] == N,
-               OSLO_ERR_SHAPE, "matmul_quant: gate ", shape_of(*gate), " ",
-               dtype_name(gate->dtype), " must be f32 [", M, ", ", N, "]");
+               OSLO_ERR_SHAPE, "matmul_quant: gate ", shape_of(*gate), " ", dtype_name(gate->dtype),
+               " must be f32 [", M, ", ", N, "]");
   if (M == 0 || N == 0) return;
   OSLO_CHECK(c.data && (a.data || K == 0), OSLO_ERR_INVALID_ARGUMENT,
              "matmul_quant: a or c has no data");

@@ -44,7 +44,7 @@ struct QuantRow {
 // rows[r] (r < R, 1 <= R <= 4), accumulated in f32 block by block.
 using QuantDotFn = void (*)(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float* out);
 struct QuantKernels {
-  const char* isa;  // "avx512vnni", "avxvnni", "avx2" or "scalar"
+  const char* isa;    // "avx512vnni", "avxvnni", "avx2" or "scalar"
   QuantDotFn dot[4];  // q8_0, q4_0, q4_k, q6_k
 };
 // The kernels of the best instruction set this CPU has (picked once); with

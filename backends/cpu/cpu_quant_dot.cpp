@@ -104,7 +104,7 @@ void scalar_q6_k(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float
       const uint8_t* qh = w + 128 + 32 * hf;
       for (int c = 0; c < 4; ++c) {
         for (int l = 0; l < 32; ++l) {
-          const int low = c == 0 ? ql[l] & 0xF
+          const int low = c == 0   ? ql[l] & 0xF
                           : c == 1 ? ql[l + 32] & 0xF
                           : c == 2 ? ql[l] >> 4
                                    : ql[l + 32] >> 4;
@@ -166,9 +166,9 @@ const QuantKernels* quant_kernels(const char* force_isa) {
 #ifdef OSLO_QK_VNNI
   static const QuantKernels k_vnni{
       "avxvnni", {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k}};
-  static const QuantKernels k_vnni512{"avx512vnni",
-                                      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0,
-                                       avx512vnni::dot_q4_k, avx512vnni::dot_q6_k}};
+  static const QuantKernels k_vnni512{
+      "avx512vnni",
+      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k}};
   static const bool has_vnni = has_avx2 && __builtin_cpu_supports("avxvnni");
   static const bool has_vnni512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
                                   __builtin_cpu_supports("avx512vl") &&

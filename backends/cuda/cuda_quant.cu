@@ -71,12 +71,13 @@ __device__ __forceinline__ float deq(int dt, const uint8_t* b, int j) {
       const uint8_t* ql = b + 64 * h;
       const uint8_t* qh = b + 128 + 32 * h;
       const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * h;
-      const int low = c == 0 ? ql[l] & 0xF : c == 1 ? ql[l + 32] & 0xF : c == 2 ? ql[l] >> 4
-                                                                               : ql[l + 32] >> 4;
+      const int low = c == 0   ? ql[l] & 0xF
+                      : c == 1 ? ql[l + 32] & 0xF
+                      : c == 2 ? ql[l] >> 4
+                               : ql[l + 32] >> 4;
       const int q = (low | (((qh[l] >> (2 * c)) & 3) << 4)) - 32;
       const float d = half_at(b + 208);
-      return __fmul_rn(__fmul_rn(d, static_cast<float>(sc[l / 16 + 2 * c])),
-                       static_cast<float>(q));
+      return __fmul_rn(__fmul_rn(d, static_cast<float>(sc[l / 16 + 2 * c])), static_cast<float>(q));
     }
   }
 }
@@ -153,15 +154,16 @@ QW check_weight(const oslo_bk_view* w, const char* op) {
   int64_t be, bb;
   block_of(w->dtype, &be, &bb);
   if (be == 0)
-    fail(OSLO_ERR_DTYPE, std::string(op) + ": the weight must be block-quantized (q8_0, q4_0, "
-                                           "q4_k, q6_k), got dtype " +
+    fail(OSLO_ERR_DTYPE, std::string(op) +
+                             ": the weight must be block-quantized (q8_0, q4_0, "
+                             "q4_k, q6_k), got dtype " +
                              std::to_string(enum_value(w->dtype)));
   if (w->ndim != 2 || w->shape[0] < 0 || w->shape[1] < 0)
-    fail(OSLO_ERR_SHAPE, std::string(op) + ": the weight must be 2-D [N, K], got " +
-                             shape_string(*w));
+    fail(OSLO_ERR_SHAPE,
+         std::string(op) + ": the weight must be 2-D [N, K], got " + shape_string(*w));
   if (w->shape[1] % be)
-    fail(OSLO_ERR_SHAPE, std::string(op) + ": weight " + shape_string(*w) + ": K = " +
-                             std::to_string(w->shape[1]) + " is not whole blocks of " +
+    fail(OSLO_ERR_SHAPE, std::string(op) + ": weight " + shape_string(*w) +
+                             ": K = " + std::to_string(w->shape[1]) + " is not whole blocks of " +
                              std::to_string(be));
   if (w->shape[0] > 1 && (w->strides[0] % be || w->strides[0] < w->shape[1]))
     fail(OSLO_ERR_SHAPE, std::string(op) + ": weight " + shape_string(*w) + ": row stride " +
@@ -179,7 +181,8 @@ void check_f32_matrix(const oslo_bk_view* v, int64_t rows, int64_t cols, const c
   if (v == nullptr) fail(OSLO_ERR_INVALID_ARGUMENT, std::string("matmul_quant: NULL ") + what);
   if (v->dtype != OSLO_DTYPE_F32)
     fail(OSLO_ERR_DTYPE, std::string("matmul_quant: ") + what + " must be f32");
-  if (v->ndim != 2 || v->shape[0] != rows || v->shape[1] != cols || (cols > 1 && v->strides[1] != 1))
+  if (v->ndim != 2 || v->shape[0] != rows || v->shape[1] != cols ||
+      (cols > 1 && v->strides[1] != 1))
     fail(OSLO_ERR_SHAPE, std::string("matmul_quant: ") + what + " " + shape_string(*v) +
                              " must be [" + std::to_string(rows) + ", " + std::to_string(cols) +
                              "] with unit column stride");
@@ -207,8 +210,8 @@ oslo_status fused_dequantize(void* self, const oslo_bk_view* out, const oslo_bk_
     if (!is_float(out->dtype))
       fail(OSLO_ERR_DTYPE, "dequantize: the output must be f32, f16 or bf16");
     if (out->ndim != 2 || out->shape[0] != w->shape[0] || out->shape[1] != w->shape[1])
-      fail(OSLO_ERR_SHAPE, "dequantize: output " + shape_string(*out) + " differs from weight " +
-                               shape_string(*w));
+      fail(OSLO_ERR_SHAPE,
+           "dequantize: output " + shape_string(*out) + " differs from weight " + shape_string(*w));
     const int64_t N = w->shape[0], K = w->shape[1];
     if (N * K == 0) return;
     check_view(out, "dequantize output", true);
@@ -232,7 +235,8 @@ oslo_status fused_matmul_quant(void* self, const oslo_bk_view* c, const oslo_bk_
     if (bias && (bias->dtype != OSLO_DTYPE_F32 || bias->ndim != 1 || bias->shape[0] != N))
       fail(OSLO_ERR_SHAPE, "matmul_quant: bias " + shape_string(*bias) + " must be f32 [" +
                                std::to_string(N) + "]");
-    if (!act_on && gate) fail(OSLO_ERR_INVALID_ARGUMENT, "matmul_quant: a gate needs an activation");
+    if (!act_on && gate)
+      fail(OSLO_ERR_INVALID_ARGUMENT, "matmul_quant: a gate needs an activation");
     if (gate) check_f32_matrix(gate, M, N, "gate");
     if (act_on && act != OSLO_BK_GELU && act != OSLO_BK_GELU_TANH && act != OSLO_BK_SILU &&
         act != OSLO_BK_RELU && act != OSLO_BK_TANH)
@@ -262,10 +266,10 @@ oslo_status fused_matmul_quant(void* self, const oslo_bk_view* c, const oslo_bk_
         if (bias) bsub = sub(*bias, n0, nt, 4);
         oslo_bk_view gsub{};
         if (gate) gsub = sub(*gate, n0, nt, 4);
-        const oslo_status st =
-            act_on ? fused_matmul_act(self, &ct, a, &bt, bias ? &bsub : nullptr, act_arg,
-                                      gate ? &gsub : nullptr)
-                   : op_matmul(self, &ct, a, &bt, bias ? &bsub : nullptr, 1.f, 0.f);
+        const oslo_status st = act_on
+                                   ? fused_matmul_act(self, &ct, a, &bt, bias ? &bsub : nullptr,
+                                                      act_arg, gate ? &gsub : nullptr)
+                                   : op_matmul(self, &ct, a, &bt, bias ? &bsub : nullptr, 1.f, 0.f);
         if (st != OSLO_OK) fail(st, in.error);
       }
       return;
@@ -289,9 +293,9 @@ oslo_status fused_matmul_quant(void* self, const oslo_bk_view* c, const oslo_bk_
     }
     epilogue_kernel<<<blocks_for(M * N, 256), 256, 0, in.stream>>>(
         static_cast<float*>(c->data), c->strides[0], static_cast<const float*>(acc.p), M, N,
-        bias ? static_cast<const float*>(bias->data) : nullptr, bias ? bias->strides[0] : 0,
-        act_on, act, gate ? static_cast<const float*>(gate->data) : nullptr,
-        gate ? gate->strides[0] : 0, gate ? gate->strides[1] : 0);
+        bias ? static_cast<const float*>(bias->data) : nullptr, bias ? bias->strides[0] : 0, act_on,
+        act, gate ? static_cast<const float*>(gate->data) : nullptr, gate ? gate->strides[0] : 0,
+        gate ? gate->strides[1] : 0);
     launched("matmul_quant epilogue kernel");
   });
 }

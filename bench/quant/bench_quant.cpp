@@ -45,9 +45,9 @@ float rndf() {
 struct Engine {
   std::string name;
   oslo_dtype dt;
-  size_t bytes = 0;                 // of one weight
+  size_t bytes = 0;  // of one weight
   std::vector<std::vector<uint8_t>> copies;
-  std::vector<double> ms;           // per round
+  std::vector<double> ms;  // per round
 };
 
 // The weight [N, K] in dtype dt from the f32 values x.
@@ -97,8 +97,9 @@ void gemv(int rounds) {
   const int64_t shapes[][2] = {{4096, 4096}, {768, 3072}, {3072, 768}};
   const oslo_dtype dts[] = {OSLO_DTYPE_F32,  OSLO_DTYPE_BF16, OSLO_DTYPE_Q8_0,
                             OSLO_DTYPE_Q4_0, OSLO_DTYPE_Q4_K, OSLO_DTYPE_Q6_K};
-  std::printf("| threads | N x K | weight | bytes | best ms | median ms | GB/s (median) | "
-              "time / f32 |\n|--:|---|---|--:|--:|--:|--:|--:|\n");
+  std::printf(
+      "| threads | N x K | weight | bytes | best ms | median ms | GB/s (median) | "
+      "time / f32 |\n|--:|---|---|--:|--:|--:|--:|--:|\n");
   for (int threads : {1, 2}) {
     BackendOptions o;
     o.num_threads = threads;
@@ -152,8 +153,9 @@ void gemv(int rounds) {
 void prefill(int rounds) {
   const int64_t N = 4096, K = 4096;
   const int threads = 2;
-  std::printf("| weight | M | integer ms (best, median) | dequantize + sgemm ms (best, median) | "
-              "faster |\n|---|--:|---|---|---|\n");
+  std::printf(
+      "| weight | M | integer ms (best, median) | dequantize + sgemm ms (best, median) | "
+      "faster |\n|---|--:|---|---|---|\n");
   std::vector<float> x(static_cast<size_t>(N * K));
   for (auto& e : x) e = rndf();
   for (oslo_dtype dt : {OSLO_DTYPE_Q8_0, OSLO_DTYPE_Q4_K}) {
@@ -174,8 +176,7 @@ void prefill(int rounds) {
       const double m0 = median(t[0]), m1 = median(t[1]);
       std::printf("| %s | %lld | %.2f, %.2f | %.2f, %.2f | %s |\n", dtype_name(dt), (long long)M,
                   *std::min_element(t[0].begin(), t[0].end()), m0,
-                  *std::min_element(t[1].begin(), t[1].end()), m1,
-                  m0 < m1 ? "integer" : "sgemm");
+                  *std::min_element(t[1].begin(), t[1].end()), m1, m0 < m1 ? "integer" : "sgemm");
       std::fflush(stdout);
     }
   }
