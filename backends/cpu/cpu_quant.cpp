@@ -7,7 +7,7 @@
 // out's dtype; threads split the rows.
 //
 // matmul_quant, two paths by the number of rows M of a:
-//   - M < kQuantGemmRows (decode, small batches): each row of a is quantized
+//   - M < quant_gemm_rows (decode, batches, short prompts): each row of a is quantized
 //     once to 8 bits per block of 32 (f32 scale amax / 127, round to
 //     nearest: error at most amax / 254 per value, the bound oslo_backend.h
 //     states) and the weight rows are dotted in integer arithmetic
@@ -15,9 +15,11 @@
 //     Threads split N into chunks of kChunk rows; within a chunk, tiles of
 //     four rows of a go over the chunk's weight rows, so each weight block
 //     is read once per four rows (the chunk stays in L2 across tiles).
-//   - M >= kQuantGemmRows (prefill): tiles of kTile weight rows are
+//   - M >= quant_gemm_rows (prefill): tiles of kTile weight rows are
 //     dequantized into f32 and multiplied with oneDNN's sgemm (measured in
-//     bench/quant: faster from M = 128 on with two threads on Zen 3).
+//     bench/quant --prefill at two threads on Zen 3: faster from between 256
+//     and 512 rows on for q8_0, between 128 and 256 for q4_k; the switch is
+//     at 384 and 192).
 // Bias, activation and gate are applied per output row into c, from an f32
 // scratch (the gate may be c itself).
 #include "backends/cpu/cpu_quant.hpp"
@@ -240,6 +242,10 @@ bool quant_supported(oslo_dtype dtype) {
   return fmt_index(dtype) >= 0;
 }
 
+int64_t quant_gemm_rows(oslo_dtype dtype) {
+  return dtype == OSLO_DTYPE_Q4_K || dtype == OSLO_DTYPE_Q6_K ? 192 : 384;
+}
+
 void dequantize(int threads, const V& out, const V& w) {
   const size_t stride = check_weight(w, "dequantize");
   OSLO_CHECK(
@@ -301,7 +307,7 @@ void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias
   const int fmt = fmt_index(w.dtype);
   std::vector<float> o(static_cast<size_t>(M * N), 0.f);
   if (K > 0) {
-    if (M >= gemm_rows && a.strides[0] >= K) {
+    if (M >= (gemm_rows >= 0 ? gemm_rows : quant_gemm_rows(w.dtype)) && a.strides[0] >= K) {
       product_gemm(threads, fmt, a, w, stride, M, N, K, o.data());
     } else {
       QuantRows qa;

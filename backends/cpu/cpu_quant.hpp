@@ -24,13 +24,15 @@ void dequantize(int threads, const V& out, const V& w);
 // c [M, N] = a [M, K] @ dequantize(w)^T (+ bias), then with `activation`
 // act(...) * gate: oslo_backend.h's matmul_quant, including its error bound
 // (each block of 32 values of a row of a is quantized to 8 bits with an f32
-// scale). Threads split N. From kQuantGemmRows rows of a on, the product
-// goes through oneDNN's f32 GEMM on dequantized tiles of w instead (exact
-// up to f32 rounding); `gemm_rows` moves that switch (bench/quant measures
-// both paths with it). Throws as dequantize.
-constexpr int64_t kQuantGemmRows = 128;
+// scale). Threads split N. From quant_gemm_rows(w's dtype) rows of a on, the
+// product goes through oneDNN's f32 GEMM on dequantized tiles of w instead
+// (exact up to f32 rounding); `gemm_rows` (>= 0) moves that switch
+// (bench/quant measures both paths with it). Throws as dequantize.
 void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias,
-                  const Matmul::Activation* activation, int64_t gemm_rows = kQuantGemmRows);
+                  const Matmul::Activation* activation, int64_t gemm_rows = -1);
+// The rows of a from which matmul_quant multiplies through the GEMM: 384 for
+// q8_0 and q4_0, 192 for the K-quants (bench_quant --prefill, Zen 3).
+int64_t quant_gemm_rows(oslo_dtype dtype);
 
 // The row-dot kernels (cpu_quant_dot.cpp), for the SIMD level of this CPU.
 // A row of activations quantized in blocks of 32: q (K int8), d (K / 32 f32

@@ -10,7 +10,7 @@
 //
 // --prefill: M = 16 .. 512 against a 4096 x 4096 weight (q8_0, q4_k) at 2
 // threads, the CPU backend's integer path (quantized activations, tiles of
-// four rows) against its dequantize + sgemm path, to pick kQuantGemmRows.
+// four rows) against its dequantize + sgemm path, to pick quant_gemm_rows.
 //
 // Usage: bench_quant [--rounds R] [--prefill]
 #include <algorithm>

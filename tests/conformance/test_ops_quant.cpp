@@ -17,10 +17,11 @@
 // activation (Lipschitz constant at most 1.2 for those matmul_act supports)
 // and the gate; and the mean of error / bound over a case's outputs at most
 // 0.25 (independent rounding errors cancel; a subtly wrong kernel does not
-// stay that far under the worst case everywhere). Shapes: K = 32/256/4096 (the K-quants from 256),
-// N = 1/7/96, M = 1/3/64/300 (both sides of the CPU's switch to a GEMM at M = 128), bias, act and
-// gate (separate or c itself) on and off. Errors: a weight that is not block-quantized, K not whole
-// blocks, wrong a/c dtype or shape, all named.
+// stay that far under the worst case everywhere). Shapes: K = 32/256/4096
+// (the K-quants from 256), N = 1/7/96, M = 1/3/64/300/512 (both sides of the
+// CPU's switch to a GEMM: M = 192 for the K-quants, 384 for q8_0/q4_0), bias,
+// act and gate (separate or c itself) on and off. Errors: a weight that is
+// not block-quantized, K not whole blocks, wrong a/c dtype or shape, named.
 #include <algorithm>
 
 #include "core/quant/quant.hpp"
@@ -220,7 +221,7 @@ void matmul_quant_cases(const std::shared_ptr<Backend>& be) {
   };
   const Shape shapes[] = {{1, 1, 32},    {3, 7, 32},     {1, 96, 256},  {3, 7, 256},
                           {64, 7, 256},  {300, 7, 256},  {1, 96, 4096}, {3, 7, 4096},
-                          {64, 96, 256}, {300, 96, 512}, {1, 7, 4096}};
+                          {64, 96, 256}, {300, 96, 512}, {1, 7, 4096},  {512, 7, 256}};
   const oslo_bk_unary acts[] = {OSLO_BK_GELU, OSLO_BK_SILU, OSLO_BK_RELU, OSLO_BK_GELU_TANH,
                                 OSLO_BK_TANH};
   int variant = 0;
