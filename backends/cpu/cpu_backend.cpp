@@ -22,6 +22,7 @@
 #include "backends/common/oslo_backend_glue.hpp"
 #include "backends/cpu/cpu_matmul.hpp"
 #include "backends/cpu/cpu_ops.hpp"
+#include "backends/cpu/cpu_quant.hpp"
 #include "core/backend/oslo_backend.h"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
@@ -331,9 +332,11 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 // Every required op in every dtype the core uses, and every fused op
 // (attention, residual norm, rotary embedding, product + activation,
 // argmax, norm backward, attention backward, paged attention; AdamW in f32)
-// in the float dtypes.
+// in the float dtypes; dequantize and matmul_quant for the block dtypes.
 int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
+  if (op == OSLO_BK_OP_DEQUANTIZE || op == OSLO_BK_OP_MATMUL_QUANT)
+    return cpu::quant_supported(dtype) ? 1 : 0;
   if (op == OSLO_BK_OP_PACKED_MATMUL) {
     int yes = 0;
     guard(self, [&](Instance& I) { yes = I.matmul.can_pack(dtype) ? 1 : 0; });
@@ -425,6 +428,23 @@ oslo_status paged_attention(void* self, const V* out, const V* q, const V* k_poo
                          scale);
   });
 }
+// Block-quantized weights (cpu_quant.cpp).
+oslo_status dequantize(void* self, const V* out, const V* w) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(out && w, OSLO_ERR_INVALID_ARGUMENT, "dequantize: NULL argument");
+    cpu::dequantize(I.threads, *out, *w);
+  });
+}
+oslo_status matmul_quant(void* self, const V* c, const V* a, const V* w, const V* bias, int act_on,
+                         oslo_bk_unary act, const V* gate) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(c && a && w, OSLO_ERR_INVALID_ARGUMENT, "matmul_quant: NULL argument");
+    OSLO_CHECK(act_on || !gate, OSLO_ERR_INVALID_ARGUMENT,
+               "matmul_quant: a gate without an activation");
+    const cpu::Matmul::Activation epi{act, gate};
+    cpu::matmul_quant(I.threads, *c, *a, *w, bias, act_on ? &epi : nullptr);
+  });
+}
 oslo_status residual_norm(void* self, const V* out, const V* x, const V* y, const V* bias,
                           const V* gamma, const V* beta, float eps, int rms) {
   return guard(self, [&](Instance& I) {
@@ -458,6 +478,7 @@ struct Table {
   OSLO_BACKEND_ENTRIES(PACKED, )
   OSLO_BACKEND_ENTRIES(TRAIN, )
   OSLO_BACKEND_ENTRIES(SERVE, )
+  OSLO_BACKEND_ENTRIES(QUANT, )
 };
 
 }  // namespace

@@ -216,9 +216,14 @@ void check_float(const oslo_bk_view* v, const char* what, bool output);
 OSLO_BACKEND_DECLARE(COMPUTE, op_)
 OSLO_BACKEND_DECLARE(FUSED, fused_)
 OSLO_BACKEND_DECLARE(SERVE, fused_)
+OSLO_BACKEND_DECLARE(QUANT, fused_)  // cuda_quant.cu
 OSLO_BACKEND_DECLARE(V2_QUEUE, )
 OSLO_BACKEND_DECLARE(GRAPHS, )
 OSLO_BACKEND_DECLARE(COMM, )
+
+// Whether dequantize / matmul_quant take weights of this dtype (cuda_quant.cu:
+// q8_0, q4_0, q4_k, q6_k).
+bool quant_dtype(oslo_dtype dt);
 
 // Kernels used by the matmul (cuda_ops.cu): c = acc + beta * c + bias
 // (acc f32 [batch, M, N] contiguous), and a plain strided GEMM for the cases

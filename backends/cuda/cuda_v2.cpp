@@ -94,6 +94,9 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 
 int op_supported(void*, oslo_bk_op op_arg, oslo_dtype dtype) {
   const int op = enum_value(op_arg);
+  // Block-quantized weights (cuda_quant.cu).
+  if (op == OSLO_BK_OP_DEQUANTIZE || op == OSLO_BK_OP_MATMUL_QUANT)
+    return quant_dtype(dtype) ? 1 : 0;
   if (!is_float(dtype) && !is_int(dtype)) return 0;
   if (op >= OSLO_BK_OP_CONVERT && op <= OSLO_BK_OP_SCATTER_ADD_COLS) return 1;
   // The fused entries (cuda_fused.cu, cuda_paged.cu): float dtypes; AdamW in f32 only.

@@ -1,0 +1,195 @@
+// The row-dot kernels of matmul_quant (cpu_quant.hpp's QuantKernels): one
+// weight row of a block format against up to four rows of activations
+// quantized to 8 bits in blocks of 32 (f32 scale per block, int16 sums per
+// 16). Integer products per block of 32, scaled and accumulated in f32:
+//   - scalar: portable C++ (any CPU);
+//   - avx2: _mm256_maddubs_epi16 (unsigned weight bytes x signed activation
+//     bytes, pairs summed to int16) then _mm256_madd_epi16 with ones (int32);
+//   - avxvnni / avx512vnni: _mm256_dpbusd (the same four products summed
+//     straight into int32; the AVX512-VNNI build uses its 256-bit EVEX form).
+// q8_0's signed weights go in as |w| against a * sign(w); q4_0, q4_k and
+// q6_k's unsigned codes go in as they are, their offsets (8, the min, 32)
+// taken off with the activations' block sums. Picked at run time with
+// __builtin_cpu_supports; a set the compiler cannot target is left out.
+#include <immintrin.h>
+
+#include <cstring>
+#include <string>
+
+#include "backends/cpu/cpu_quant.hpp"
+#include "core/common/dtype.hpp"
+
+namespace oslo {
+namespace cpu {
+namespace {
+
+// Q4_K's 6-bit scales and mins of the eight sub-blocks (llama.cpp's
+// get_scale_min_k4).
+inline void scale_min_k4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = q[j] & 63;
+    mn[j] = q[j + 4] & 63;
+  }
+  for (int j = 4; j < 8; ++j) {
+    sc[j] = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    mn[j] = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+inline float half_of(const uint8_t* p) {
+  return f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8)));
+}
+
+// --- scalar ---------------------------------------------------------------
+
+int32_t idot32(const int8_t* q, const int* u) {
+  int32_t s = 0;
+  for (int i = 0; i < 32; ++i) s += q[i] * u[i];
+  return s;
+}
+
+void scalar_q8_0(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float* out) {
+  for (int r = 0; r < R; ++r) out[r] = 0.f;
+  int u[32];
+  for (int64_t b = 0; b < K / 32; ++b, w += 34) {
+    const float dw = half_of(w);
+    for (int i = 0; i < 32; ++i) u[i] = static_cast<int8_t>(w[2 + i]);
+    for (int r = 0; r < R; ++r)
+      out[r] += dw * rows[r].d[b] * static_cast<float>(idot32(rows[r].q + 32 * b, u));
+  }
+}
+
+void scalar_q4_0(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float* out) {
+  for (int r = 0; r < R; ++r) out[r] = 0.f;
+  int u[32];
+  for (int64_t b = 0; b < K / 32; ++b, w += 18) {
+    const float dw = half_of(w);
+    for (int i = 0; i < 16; ++i) {
+      u[i] = (w[2 + i] & 0xF) - 8;
+      u[i + 16] = (w[2 + i] >> 4) - 8;
+    }
+    for (int r = 0; r < R; ++r)
+      out[r] += dw * rows[r].d[b] * static_cast<float>(idot32(rows[r].q + 32 * b, u));
+  }
+}
+
+void scalar_q4_k(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float* out) {
+  for (int r = 0; r < R; ++r) out[r] = 0.f;
+  int u[32];
+  for (int64_t s = 0; s < K / 256; ++s, w += 144) {
+    const float d = half_of(w), dmin = half_of(w + 2);
+    uint8_t sc[8], mn[8];
+    scale_min_k4(w + 4, sc, mn);
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* x = w + 16 + 32 * (j / 2);
+      for (int i = 0; i < 32; ++i) u[i] = j % 2 ? x[i] >> 4 : x[i] & 0xF;
+      const int64_t b = 8 * s + j;
+      for (int r = 0; r < R; ++r) {
+        const int32_t sum = rows[r].s16[2 * b] + rows[r].s16[2 * b + 1];
+        out[r] += rows[r].d[b] * (d * sc[j] * static_cast<float>(idot32(rows[r].q + 32 * b, u)) -
+                                  dmin * mn[j] * static_cast<float>(sum));
+      }
+    }
+  }
+}
+
+void scalar_q6_k(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float* out) {
+  for (int r = 0; r < R; ++r) out[r] = 0.f;
+  int u[32];
+  for (int64_t s = 0; s < K / 256; ++s, w += 210) {
+    const float d = half_of(w + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    for (int hf = 0; hf < 2; ++hf) {
+      const uint8_t* ql = w + 64 * hf;
+      const uint8_t* qh = w + 128 + 32 * hf;
+      for (int c = 0; c < 4; ++c) {
+        for (int l = 0; l < 32; ++l) {
+          const int low = c == 0   ? ql[l] & 0xF
+                          : c == 1 ? ql[l + 32] & 0xF
+                          : c == 2 ? ql[l] >> 4
+                                   : ql[l + 32] >> 4;
+          u[l] = (low | (((qh[l] >> (2 * c)) & 3) << 4)) - 32;
+        }
+        const int g = 8 * hf + 2 * c;
+        const int64_t b = 8 * s + 4 * hf + c;
+        for (int r = 0; r < R; ++r) {
+          const int8_t* q = rows[r].q + 32 * b;
+          int32_t s0 = 0, s1 = 0;
+          for (int i = 0; i < 16; ++i) {
+            s0 += q[i] * u[i];
+            s1 += q[i + 16] * u[i + 16];
+          }
+          out[r] += d * rows[r].d[b] * static_cast<float>(sc[g] * s0 + sc[g + 1] * s1);
+        }
+      }
+    }
+  }
+}
+
+// --- SIMD -------------------------------------------------------------------
+
+#define QK_NS avx2
+#define QK_TARGET "avx2,fma,f16c"
+#define QK_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+#include "backends/cpu/cpu_quant_simd.inc"
+#undef QK_NS
+#undef QK_TARGET
+#undef QK_DOT
+
+#if defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#define OSLO_QK_VNNI 1
+#define QK_NS avxvnni
+#define QK_TARGET "avx2,fma,f16c,avxvnni"
+#define QK_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+#include "backends/cpu/cpu_quant_simd.inc"
+#undef QK_NS
+#undef QK_TARGET
+#undef QK_DOT
+
+#define QK_NS avx512vnni
+#define QK_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
+#define QK_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#include "backends/cpu/cpu_quant_simd.inc"
+#undef QK_NS
+#undef QK_TARGET
+#undef QK_DOT
+#endif
+
+}  // namespace
+
+const QuantKernels* quant_kernels(const char* force_isa) {
+  static const QuantKernels scalar{"scalar", {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k}};
+  static const QuantKernels k_avx2{
+      "avx2", {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k}};
+  static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                               __builtin_cpu_supports("f16c");
+#ifdef OSLO_QK_VNNI
+  static const QuantKernels k_vnni{
+      "avxvnni", {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k}};
+  static const QuantKernels k_vnni512{
+      "avx512vnni",
+      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k}};
+  static const bool has_vnni = has_avx2 && __builtin_cpu_supports("avxvnni");
+  static const bool has_vnni512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
+                                  __builtin_cpu_supports("avx512vl") &&
+                                  __builtin_cpu_supports("avx512vnni");
+#endif
+  if (force_isa) {
+    const std::string isa = force_isa;
+    if (isa == "scalar") return &scalar;
+    if (isa == "avx2") return has_avx2 ? &k_avx2 : nullptr;
+#ifdef OSLO_QK_VNNI
+    if (isa == "avxvnni") return has_vnni ? &k_vnni : nullptr;
+    if (isa == "avx512vnni") return has_vnni512 ? &k_vnni512 : nullptr;
+#endif
+    return nullptr;
+  }
+#ifdef OSLO_QK_VNNI
+  if (has_vnni512) return &k_vnni512;
+  if (has_vnni) return &k_vnni;
+#endif
+  return has_avx2 ? &k_avx2 : &scalar;
+}
+
+}  // namespace cpu
+}  // namespace oslo

@@ -1,0 +1,124 @@
+// The CPU backend's row-dot kernels of matmul_quant (backends/cpu/
+// cpu_quant_dot.cpp) on every instruction set this CPU has: scalar always,
+// avx2, avxvnni and avx512vnni where present (the others are reported as
+// skipped). The conformance suite only reaches the set the CPU dispatches
+// to; this runs each one directly.
+//
+// Weights: q8_0 and q4_0 rows from core/quant's quantize_row of random
+// floats, q4_k and q6_k random bytes with sane f16 scales, K = 256 and 2048,
+// each against 1 to 4 rows of activations quantized here (int8 codes, one
+// f32 scale per 32, int16 sums per 16: cpu_quant.hpp's QuantRow). The
+// reference is the f64 sum of (code * scale) * w over the row, with w from
+// core/quant's dequantize_row: the kernels' only error against it is f32
+// rounding, checked at 1e-5 * sum |code * scale * w| (+1e-6). Exit 0 when all
+// pass, 1 otherwise.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/cpu_quant.hpp"
+#include "core/common/dtype.hpp"
+#include "core/quant/quant.hpp"
+
+using namespace oslo;
+
+namespace {
+
+uint64_t g_seed = 99;
+float rndf() {  // uniform in [-1, 1]
+  g_seed = g_seed * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<float>(static_cast<int64_t>(g_seed >> 11) % 2000001 - 1000000) * 1e-6f;
+}
+
+int g_failed = 0, g_passed = 0;
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+}  // namespace
+
+int main() {
+  const oslo_dtype dts[] = {OSLO_DTYPE_Q8_0, OSLO_DTYPE_Q4_0, OSLO_DTYPE_Q4_K, OSLO_DTYPE_Q6_K};
+  const char* isas[] = {"scalar", "avx2", "avxvnni", "avx512vnni"};
+  std::printf("dispatched: %s\n", cpu::quant_kernels()->isa);
+  for (const char* isa : isas) {
+    const cpu::QuantKernels* k = cpu::quant_kernels(isa);
+    if (!k) {
+      std::printf("%s: skipped (this CPU lacks it)\n", isa);
+      continue;
+    }
+    for (int f = 0; f < 4; ++f) {
+      const oslo_dtype dt = dts[f];
+      const quant::Format fm = quant::format_of_dtype(dt);
+      for (int64_t K : {int64_t(256), int64_t(2048)}) {
+        std::vector<uint8_t> w(quant::row_bytes(fm, static_cast<uint64_t>(K)));
+        if (quant::can_quantize(fm)) {
+          std::vector<float> x(static_cast<size_t>(K));
+          for (auto& e : x) e = rndf() * (1.f + rndf());
+          quant::quantize_row(fm, x.data(), w.data(), static_cast<uint64_t>(K));
+        } else {
+          for (auto& b : w) b = static_cast<uint8_t>(rndf() * 127.f + 128.f);
+          const size_t bb = dt == OSLO_DTYPE_Q4_K ? 144 : 210;
+          for (size_t o = 0; o < w.size(); o += bb) {
+            if (dt == OSLO_DTYPE_Q4_K) {
+              put_f16(&w[o], 0.002f + 0.001f * rndf());
+              put_f16(&w[o + 2], 0.004f + 0.002f * rndf());
+            } else {
+              put_f16(&w[o + 208], 0.001f + 0.0005f * rndf());
+            }
+          }
+        }
+        std::vector<float> wr(static_cast<size_t>(K));
+        quant::dequantize_row(fm, w.data(), wr.data(), static_cast<uint64_t>(K));
+        // Four rows of codes: full range, small, zeros in a block, -127..127.
+        std::vector<int8_t> q(static_cast<size_t>(4 * K));
+        std::vector<float> d(static_cast<size_t>(4 * K / 32));
+        std::vector<int16_t> s16(static_cast<size_t>(4 * K / 16));
+        cpu::QuantRow rows[4];
+        double want[4], tol[4];
+        for (int r = 0; r < 4; ++r) {
+          want[r] = 0;
+          tol[r] = 1e-6;
+          for (int64_t b = 0; b < K / 32; ++b) {
+            const float db = (r == 2 && b == 1) ? 0.f : 0.01f * (1.f + std::fabs(rndf()));
+            d[static_cast<size_t>(r * K / 32 + b)] = db;
+            int ss[2] = {0, 0};
+            for (int i = 0; i < 32; ++i) {
+              const int qi = (r == 2 && b == 1) ? 0
+                             : r == 3           ? (i % 2 ? 127 : -127)
+                                      : static_cast<int>(std::lrint(rndf() * (r ? 20 : 127)));
+              q[static_cast<size_t>(r * K + 32 * b + i)] = static_cast<int8_t>(qi);
+              ss[i / 16] += qi;
+              const double t = static_cast<double>(qi) * db * wr[static_cast<size_t>(32 * b + i)];
+              want[r] += t;
+              tol[r] += 1e-5 * std::fabs(t);
+            }
+            s16[static_cast<size_t>(r * K / 16 + 2 * b)] = static_cast<int16_t>(ss[0]);
+            s16[static_cast<size_t>(r * K / 16 + 2 * b + 1)] = static_cast<int16_t>(ss[1]);
+          }
+          rows[r] = cpu::QuantRow{q.data() + r * K, d.data() + r * K / 32, s16.data() + r * K / 16};
+        }
+        for (int R = 1; R <= 4; ++R) {
+          float out[4];
+          k->dot[f](w.data(), K, rows, R, out);
+          for (int r = 0; r < R; ++r) {
+            const double e = std::fabs(out[r] - want[r]);
+            if (e <= tol[r]) {
+              ++g_passed;
+            } else {
+              ++g_failed;
+              std::printf("FAIL %s %s K%lld R%d row %d: %.9g, want %.9g (error %.3g > %.3g)\n", isa,
+                          dtype_name(dt), (long long)K, R, r, out[r], want[r], e, tol[r]);
+            }
+          }
+        }
+      }
+    }
+    std::printf("%s: checked\n", isa);
+  }
+  std::printf("cpu quant kernels: %d passed, %d failed\n", g_passed, g_failed);
+  return g_failed ? 1 : 0;
+}
