@@ -4,7 +4,7 @@ dequant_fixture.py made, for the inputs of the original fixture's reference
 (its reference.safetensors and reference.json), written as a reference file
 model_ref_test reads with --ref.
 
-    python hf_quant_refs.py DEQUANT_DIR FIXTURE OUT.safetensors
+    python hf_quant_refs.py DEQUANT_DIR FIXTURE OUT.safetensors [--no-greedy]
 """
 import json
 import os
@@ -39,7 +39,8 @@ def main():
         refs[f"logits_{side}"] = o.logits.float().contiguous()
         refs[f"hidden_{side}"] = o.hidden_states[-1].float().contiguous()
     eos = meta.get("generation_eos_token_id", -1)
-    for i, p in enumerate(meta.get("prompts", [])):
+    prompts = [] if "--no-greedy" in sys.argv[4:] else meta.get("prompts", [])
+    for i, p in enumerate(prompts):
         if f"greedy_{i}" not in ref:
             continue
         ids = torch.tensor([p])

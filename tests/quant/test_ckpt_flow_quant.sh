@@ -6,7 +6,7 @@
 # reshard 2 -> 1 keeps the blocks too; TP 4 would cut the tiny fixture's
 # rows of 64 into 16s, inside a block, and is refused by name; merge writes
 # a Hugging Face folder with the weights dequantized, within TOL of the
-# quantized model.
+# quantized model computed through the core's composition.
 # Usage: test_ckpt_flow_quant.sh OSLO_RUN TEST_BIN FIXTURE WORKDIR DTYPE TOL
 set -eu
 run=$1 bin=$2 fix=$3 work=$4 dtype=$5 tol=$6
@@ -35,6 +35,9 @@ grep -q "\"quant\": \"$dtype\"" "$work/tp1/oslo_checkpoint.json"
 "$run" --nproc-per-node 1 "$bin" same "$fix" "$work/tp1"
 "$run" --nproc-per-node 2 "$bin" same "$fix" "$work/tp1"
 "$bin" merge "$work/tp2" "$work/merged" "$fix"
-OSLO_TEST_SAME_TOL="$tol" "$run" --nproc-per-node 2 "$bin" same "$fix" "$work/merged"
+# Through the core's composition (the weights dequantized, then an f32
+# product) the merged f32 folder computes what the quantized model does.
+OSLO_FUSED_OPS=0 OSLO_TEST_SAME_TOL="$tol" "$run" --nproc-per-node 2 "$bin" same "$fix" \
+  "$work/merged"
 rm -rf "$work"
 echo "quantized checkpoint flow ok"
