@@ -12,6 +12,10 @@ converter):
 The files (all deterministic: fixed seeds, one thread):
   - llama-tiny-gqa-f32.gguf: tests/models/fixtures/llama-tiny-gqa (2 layers,
     hidden 64, GQA 4/2 heads) converted by convert_hf_to_gguf.py --outtype f32;
+  - qwen2-tiny-f16.gguf: tests/models/fixtures/qwen2-tiny (q/k/v biases, a
+    byte-level BPE tokenizer: tokenizer.ggml.model "gpt2") converted with
+    --outtype f16; its pre-tokenizer is GPT-2's, which the converter does not
+    recognise by hash, so it is told "gpt-2" as bench/model/make_gguf.py does;
   - llama-256-{q8_0,q4_0,q4_k,q6_k}.gguf: a seeded LLaMA (1 layer, hidden 256,
     intermediate 512, 4 heads of 64, 2 KV heads, tied embeddings, the
     llama-tiny tokenizer) written as an HF folder in a temporary directory,
@@ -40,6 +44,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 LLAMA_FIXTURE = os.path.join(ROOT, "tests", "models", "fixtures", "llama-tiny-gqa")
+QWEN2_FIXTURE = os.path.join(ROOT, "tests", "models", "fixtures", "qwen2-tiny")
 
 PROMPTS = [[1, 45, 300, 17, 99], [1, 5, 6, 7, 8, 9, 10, 11, 12], [1, 400]]
 STEPS = 16
@@ -100,6 +105,16 @@ def write_llama_256(folder):
 def convert(conv_dir, model, out, outtype):
     sys.path.insert(0, conv_dir)
     import convert_hf_to_gguf
+    from conversion.base import TextModel
+    if not hasattr(TextModel, "_oslo_pre"):
+        TextModel._oslo_pre = TextModel.get_vocab_base_pre
+
+        def vocab_base_pre(self, tokenizer):
+            if os.path.realpath(self.dir_model) == os.path.realpath(QWEN2_FIXTURE):
+                return "gpt-2"
+            return TextModel._oslo_pre(self, tokenizer)
+
+        TextModel.get_vocab_base_pre = vocab_base_pre
     argv = sys.argv
     sys.argv = [convert_hf_to_gguf.__file__, model, "--outfile", out, "--outtype", outtype]
     try:
@@ -158,6 +173,7 @@ def main():
     conv_dir, fixtures = sys.argv[1:]
     os.makedirs(fixtures, exist_ok=True)
     convert(conv_dir, LLAMA_FIXTURE, os.path.join(fixtures, "llama-tiny-gqa-f32.gguf"), "f32")
+    convert(conv_dir, QWEN2_FIXTURE, os.path.join(fixtures, "qwen2-tiny-f16.gguf"), "f16")
     with tempfile.TemporaryDirectory() as tmp:
         hf = os.path.join(tmp, "llama-256")
         os.makedirs(hf)
