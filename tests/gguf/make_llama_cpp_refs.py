@@ -16,18 +16,22 @@ The files (all deterministic: fixed seeds, one thread):
     byte-level BPE tokenizer: tokenizer.ggml.model "gpt2") converted with
     --outtype f16; its pre-tokenizer is GPT-2's, which the converter does not
     recognise by hash, so it is told "gpt-2" as bench/model/make_gguf.py does;
+  - (llama.cpp runs with an f32 KV cache, type_k = type_v = 0, so that the
+    only difference left is its quantized activations);
   - llama-256-{q8_0,q4_0,q4_k,q6_k}.gguf: a seeded LLaMA (1 layer, hidden 256,
-    intermediate 512, 4 heads of 64, 2 KV heads, tied embeddings, the
-    llama-tiny tokenizer) written as an HF folder in a temporary directory,
+    intermediate 256, 4 heads of 64, 2 KV heads, a head that maps token t's
+    embedding to token perm[t] so that greedy decoding has clear margins,
+    the llama-tiny tokenizer) written as an HF folder in a temporary directory,
     converted to f32 GGUF by the converter and quantized by llama.cpp's
     quantizer (llama_model_quantize, ftypes MOSTLY_Q8_0, MOSTLY_Q4_0,
     MOSTLY_Q4_K_M, MOSTLY_Q6_K; llama.cpp picks the types of some tensors
     itself, e.g. Q6_K for token_embd in Q4_K_M). Every quantized row is 256
-    or 512 elements, whole K-quant super-blocks.
+    elements, whole K-quant super-blocks.
 
 For every file the JSON holds llama.cpp's logits of the last position for
 each prompt (token ids, so that tokenization does not enter), its 16 greedy
-tokens after each prompt, and for the tokenizer llama.cpp's tokenize()
+tokens after each prompt with the gap between its two best logits at each
+step, and for the tokenizer llama.cpp's tokenize()
 (add_bos=True, special=False) of STRINGS.
 
 --check re-runs llama.cpp on the fixtures and writes the same JSON to OUT
@@ -78,22 +82,30 @@ def write_llama_256(folder):
     """A seeded LLaMA HF folder whose rows are whole K-quant super-blocks."""
     from safetensors.numpy import save_file
     rng = np.random.default_rng(35)
-    H, I, NH, KV, D, V = 256, 512, 4, 2, 64, 515
+    H, I, NH, KV, D, V = 256, 256, 4, 2, 64, 515
     t = {}
-    t["model.embed_tokens.weight"] = rng.normal(0, 0.2, (V, H)).astype(np.float32)
+    t["model.embed_tokens.weight"] = rng.normal(0, 1.0, (V, H)).astype(np.float32)
     p = "model.layers.0."
     for name, shape in [("self_attn.q_proj", (NH * D, H)), ("self_attn.k_proj", (KV * D, H)),
                         ("self_attn.v_proj", (KV * D, H)), ("self_attn.o_proj", (H, NH * D)),
                         ("mlp.gate_proj", (I, H)), ("mlp.up_proj", (I, H)),
                         ("mlp.down_proj", (H, I))]:
-        t[p + name + ".weight"] = rng.normal(0, 2.0 / np.sqrt(shape[1]), shape).astype(np.float32)
+        t[p + name + ".weight"] = rng.normal(0, 1.0 / np.sqrt(shape[1]), shape).astype(np.float32)
     for name in ["input_layernorm", "post_attention_layernorm"]:
         t[p + name + ".weight"] = (1.0 + rng.normal(0, 0.1, (H,))).astype(np.float32)
     t["model.norm.weight"] = (1.0 + rng.normal(0, 0.1, (H,))).astype(np.float32)
+    # The head reads the embedding of token t as the logit of token perm[t]:
+    # the greedy next token is mostly decided by the residual's embedding
+    # part, with margins well above llama.cpp's activation rounding, while
+    # attention and MLP still move every logit.
+    perm = rng.permutation(V)
+    head = np.empty_like(t["model.embed_tokens.weight"])
+    head[perm] = t["model.embed_tokens.weight"]
+    t["lm_head.weight"] = (0.25 * head).astype(np.float32)
     save_file(t, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
     cfg = json.load(open(os.path.join(LLAMA_FIXTURE, "config.json")))
     cfg.update(hidden_size=H, intermediate_size=I, num_attention_heads=NH, num_key_value_heads=KV,
-               head_dim=D, num_hidden_layers=1, vocab_size=V, tie_word_embeddings=True,
+               head_dim=D, num_hidden_layers=1, vocab_size=V, tie_word_embeddings=False,
                rope_theta=10000.0)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -136,18 +148,22 @@ def quantize(src, dst, ftype):
 def run_llama_cpp(path):
     import llama_cpp
     llm = llama_cpp.Llama(model_path=path, n_ctx=128, n_threads=1, n_threads_batch=1,
-                          logits_all=True, verbose=False, seed=0)
-    out = {"logits": [], "greedy": [], "tokenize": []}
+                          logits_all=True, verbose=False, seed=0, type_k=0, type_v=0)
+    out = {"logits": [], "greedy": [], "greedy_gaps": [], "tokenize": []}
     for ids in PROMPTS:
         llm.reset()
         llm.eval(ids)
         out["logits"].append([float(x) for x in np.asarray(llm.scores[llm.n_tokens - 1])])
-        gen = []
+        gen, gaps = [], []
         for _ in range(STEPS):
-            nxt = int(np.argmax(np.asarray(llm.scores[llm.n_tokens - 1])))
+            row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+            nxt = int(np.argmax(row))
+            top2 = np.sort(row)[-2:]
             gen.append(nxt)
+            gaps.append(float(top2[1] - top2[0]))
             llm.eval([nxt])
         out["greedy"].append(gen)
+        out["greedy_gaps"].append(gaps)
     for s in STRINGS:
         out["tokenize"].append(llm.tokenize(s.encode("utf-8"), add_bos=True, special=False))
     return out

@@ -13,12 +13,20 @@
 // (oslo dequantizes GGUF blocks exactly as ggml does), but llama.cpp's CPU
 // kernels multiply Q8_0/Q4_0 weights with activations quantized to 8 bits
 // per block of 32 (Q8_0) and K-quant weights with activations quantized to
-// Q8_K: each dot product then carries a relative error of about 2^-8 of the
-// activations' block maxima, which through the block's norms and the head
-// amounts to a few hundredths of a logit on these fixtures. The test allows
-// kLogitTol * max(1, max |logit|) (kLogitTol = 0.02: logits here are of
-// size 5-15, so up to 0.1-0.3 absolute); greedy tokens must be equal (the
-// fixtures' top-2 gaps are well above that error).
+// Q8_K (the references run with an f32 KV cache, so nothing else differs).
+// Rounding an activation block to 8 bits moves each element by up to
+// max/254, about 0.5 % of its RMS; through the block and the head this
+// measured at most 0.0043 x max |logit| on the quantized fixtures (0.2 of
+// logits up to 48), and an independent float64 NumPy forward over gguf-py's
+// dequantized weights differs from llama.cpp by the same amounts. F16
+// weights (qwen2-tiny-f16) also round activations to f16 in llama.cpp
+// (0.0009 x max); f32 files agree to 1e-6. The test allows
+// kLogitTol * max(1, max |logit|), kLogitTol = 0.01. Greedy tokens must be
+// equal; only from a step where llama.cpp's own top-2 gap is within twice
+// the logit difference measured for that prompt (a near-tie that its
+// rounding may decide either way) is the rest of the row not compared, and
+// at least half of all steps must be compared (the LLaMA fixture's head is
+// built for wide margins, see make_llama_cpp_refs.py).
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +47,7 @@ namespace {
 
 int g_fail = 0;
 int g_rank = 0;
-constexpr double kLogitTol = 0.02;
+constexpr double kLogitTol = 0.01;
 
 void check(bool ok, const std::string& what) {
   if (!ok) ++g_fail;
@@ -101,9 +109,9 @@ std::vector<int64_t> greedy(oslo_model* m, const std::vector<int64_t>& prompt, i
   oslo_generate_options o;
   ok_or_die(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "init");
   o.max_new_tokens = steps;
-  const int64_t no_eos = -7;  // no row stops early: llama.cpp's reference ran all steps
-  o.eos_token_ids = &no_eos;
-  o.num_eos_token_ids = 1;
+  const int64_t none = 0;  // no EOS ids: no row stops early, as llama.cpp's reference ran
+  o.eos_token_ids = &none;
+  o.num_eos_token_ids = 0;
   o.pad_token_id = 0;
   const int64_t len = static_cast<int64_t>(prompt.size());
   std::vector<int64_t> out(static_cast<size_t>(steps));
@@ -171,6 +179,7 @@ int run_llama(const std::string& refs_path, const std::string& dir, const std::s
   const auto prompts = refs.at("prompts");
   const int64_t steps = refs.at("steps").get<int64_t>();
   const std::string tag = file + " (" + dtype + ")";
+  int64_t compared = 0, total = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const auto ids = prompts[p].get<std::vector<int64_t>>();
     const std::vector<float> all = logits(m, ids);
@@ -190,9 +199,22 @@ int run_llama(const std::string& refs_path, const std::string& dir, const std::s
               std::to_string(mx) + ")");
     const std::vector<int64_t> got = greedy(m, ids, steps);
     const auto wg = ref.at("greedy")[p].get<std::vector<int64_t>>();
-    check(got == wg, tag + ": greedy tokens of prompt " + std::to_string(p) + " equal llama.cpp's " +
-                         ids_text(wg) + (got == wg ? "" : ", got " + ids_text(got)));
+    const auto gaps = ref.at("greedy_gaps")[p].get<std::vector<double>>();
+    const double tie = 2 * md;
+    size_t k = 0;
+    bool ok = got.size() == wg.size();
+    for (; ok && k < wg.size(); ++k) {
+      if (gaps[k] <= tie) break;  // a near-tie for llama.cpp: the rest may differ
+      if (got[k] != wg[k]) ok = false;
+    }
+    compared += static_cast<int64_t>(k);
+    total += static_cast<int64_t>(wg.size());
+    check(ok, tag + ": greedy tokens of prompt " + std::to_string(p) + " equal llama.cpp's " +
+                  ids_text(wg) + " (" + std::to_string(k) + " steps before a near-tie)" +
+                  (ok ? "" : ", got " + ids_text(got)));
   }
+  check(compared * 2 >= total, tag + ": " + std::to_string(compared) + " of " +
+                                       std::to_string(total) + " greedy steps compared");
   oslo_tokenizer* tok = nullptr;
   ok_or_die(oslo_tokenizer_load(path.c_str(), &tok), "tokenizer of " + path);
   const auto strings = refs.at("strings");
@@ -256,7 +278,8 @@ int run_errors(const std::string& gguf, const std::string& tmp) {
        OSLO_ERR_NOT_SUPPORTED, {"'mamba'", "llama, qwen2"}},
       {"missing tensor", patched(bytes, "blk.1.ffn_up.weight", "ffn_up", "ffn_xx"),
        OSLO_ERR_FORMAT, {"'blk.1.ffn_up.weight'", "missing"}},
-      {"unknown tensor", patched(bytes, "output.weight", "output.weight", "outpux.weight"),
+      {"unknown tensor", patched(bytes, std::string("\x0d\0\0\0\0\0\0\0output.weight", 21),
+               "output.weight", "outpux.weight"),
        OSLO_ERR_NOT_SUPPORTED, {"'outpux.weight'", "no Hugging Face counterpart"}},
       {"shape disagreeing with the metadata",
        patched(bytes, "llama.feed_forward_length", le32(128), le32(96)), OSLO_ERR_FORMAT,
