@@ -5,6 +5,8 @@
 //   gguf_model_test llama REFS.json DIR FILE DTYPE logits within tolerance of llama.cpp's,
 //                                                  greedy tokens and tokenize() ids equal
 //   gguf_model_test errors GGUF TMPDIR             hostile files -> named errors
+//   gguf_model_test dump GGUF DTYPE OUT            (rank 0 writes) logits of every position
+//   gguf_model_test compare A B TOL                two dumps equal within TOL x max |logit|
 //
 // DTYPE: "keep" (the default load: quantized tensors stay quantized) or a
 // float dtype ("f32": every tensor dequantized at load).
@@ -310,6 +312,47 @@ int run_errors(const std::string& gguf, const std::string& tmp) {
   return g_fail ? 1 : 0;
 }
 
+const std::vector<std::vector<int64_t>> kDumpPrompts = {
+    {1, 45, 300, 17, 99}, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, {1, 400}};
+
+int run_dump(const std::string& gguf, const std::string& dtype, const std::string& out) {
+  oslo_context* ctx = make_context();
+  oslo_model* m = load(ctx, gguf, dtype);
+  std::vector<float> all;
+  for (const auto& ids : kDumpPrompts) {
+    const std::vector<float> l = logits(m, ids);
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  if (g_rank == 0) {
+    std::ofstream f(out, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(all.data()),
+            static_cast<std::streamsize>(all.size() * sizeof(float)));
+    check(f.good(), "wrote " + std::to_string(all.size()) + " logits of " + gguf + " to " + out);
+  }
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+int run_compare(const std::string& a, const std::string& b, double tol) {
+  const std::string x = slurp(a), y = slurp(b);
+  check(!x.empty() && x.size() == y.size() && x.size() % sizeof(float) == 0,
+        "dumps " + a + " and " + b + " hold the same number of logits");
+  if (g_fail) return 1;
+  const size_t n = x.size() / sizeof(float);
+  std::vector<float> fx(n), fy(n);
+  std::memcpy(fx.data(), x.data(), x.size());
+  std::memcpy(fy.data(), y.data(), y.size());
+  double md = 0, mx = 0;
+  for (size_t i = 0; i < n; ++i) {
+    md = std::max(md, std::fabs(static_cast<double>(fx[i]) - fy[i]));
+    mx = std::max(mx, std::fabs(static_cast<double>(fx[i])));
+  }
+  check(md <= tol * std::max(1.0, mx), "logits equal (max diff " + std::to_string(md) +
+                                           ", max |logit| " + std::to_string(mx) + ")");
+  return g_fail ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -317,8 +360,10 @@ int main(int argc, char** argv) {
   if (mode == "hf" && argc == 4) return run_hf(argv[2], argv[3]);
   if (mode == "llama" && argc == 6) return run_llama(argv[2], argv[3], argv[4], argv[5]);
   if (mode == "errors" && argc == 4) return run_errors(argv[2], argv[3]);
+  if (mode == "dump" && argc == 5) return run_dump(argv[2], argv[3], argv[4]);
+  if (mode == "compare" && argc == 5) return run_compare(argv[2], argv[3], std::atof(argv[4]));
   std::fprintf(stderr,
                "usage: gguf_model_test hf GGUF HF_DIR | llama REFS.json DIR FILE DTYPE | "
-               "errors GGUF TMPDIR\n");
+               "errors GGUF TMPDIR | dump GGUF DTYPE OUT | compare A B TOL\n");
   return 2;
 }
