@@ -107,23 +107,22 @@ void WeightSource::open_gguf() {
   };
   const int64_t L = positive(A + "block_count"), H = positive(A + "embedding_length"),
                 I = positive(A + "feed_forward_length"), NH = positive(A + "attention.head_count");
-  const int64_t NKV = g.find(A + "attention.head_count_kv")
-                          ? positive(A + "attention.head_count_kv")
-                          : NH;
-  OSLO_CHECK(L <= 100000 && NH % NKV == 0, OSLO_ERR_FORMAT, where, ": ", A,
-             "attention.head_count ", NH, " is not a multiple of head_count_kv ", NKV);
+  const int64_t NKV =
+      g.find(A + "attention.head_count_kv") ? positive(A + "attention.head_count_kv") : NH;
+  OSLO_CHECK(L <= 100000 && NH % NKV == 0, OSLO_ERR_FORMAT, where, ": ", A, "attention.head_count ",
+             NH, " is not a multiple of head_count_kv ", NKV);
   int64_t D = H / NH;
   if (g.find(A + "attention.key_length")) D = positive(A + "attention.key_length");
   OSLO_CHECK(H % NH == 0 || g.find(A + "attention.key_length"), OSLO_ERR_FORMAT, where,
              ": embedding_length ", H, " is not a multiple of head_count ", NH);
   if (g.find(A + "attention.value_length"))
-    OSLO_CHECK(g.get_int(A + "attention.value_length") == D, OSLO_ERR_NOT_SUPPORTED, where, ": ",
-               A, "attention.value_length ", g.get_int(A + "attention.value_length"),
+    OSLO_CHECK(g.get_int(A + "attention.value_length") == D, OSLO_ERR_NOT_SUPPORTED, where, ": ", A,
+               "attention.value_length ", g.get_int(A + "attention.value_length"),
                " differs from key_length ", D, " (not supported)");
   const int64_t rot = g.get_int(A + "rope.dimension_count", D);
   OSLO_CHECK(rot == D, OSLO_ERR_NOT_SUPPORTED, where, ": ", A, "rope.dimension_count ", rot,
-             " differs from the head size ", D, " (partial rotary is not supported for ",
-             arch_name, ")");
+             " differs from the head size ", D, " (partial rotary is not supported for ", arch_name,
+             ")");
   const std::string scaling = g.get_string(A + "rope.scaling.type", "none");
   OSLO_CHECK(scaling == "none", OSLO_ERR_NOT_SUPPORTED, where, ": ", A, "rope.scaling.type ",
              quote(scaling), " is not supported (only unscaled rotary embeddings)");
@@ -141,12 +140,12 @@ void WeightSource::open_gguf() {
   // Tensors, renamed, with the shape the metadata says each must have.
   const bool tied = !g.find_tensor("output.weight");
   std::map<std::string, std::vector<int64_t>> want;  // HF name -> HF shape
-  std::map<std::string, std::string> gname;           // HF name -> GGUF name
+  std::map<std::string, std::string> gname;          // HF name -> GGUF name
   auto expect = [&](const std::string& gn, const std::string& hf, std::vector<int64_t> shape,
                     bool required) {
     if (!required && !g.find_tensor(gn)) return;
-    OSLO_CHECK(g.find_tensor(gn), OSLO_ERR_FORMAT, where, ": tensor ", quote(gn),
-               " is missing (a ", arch_name, " model of ", L, " blocks needs it)");
+    OSLO_CHECK(g.find_tensor(gn), OSLO_ERR_FORMAT, where, ": tensor ", quote(gn), " is missing (a ",
+               arch_name, " model of ", L, " blocks needs it)");
     want[hf] = std::move(shape);
     gname[hf] = gn;
   };
@@ -258,8 +257,8 @@ void WeightSource::read_box_gguf(const SourceTensor& t, int dim, int64_t start, 
   const gguf::TensorInfo& ti = *e.info;
   const quant::Format f = ti.format;
   const int nd = static_cast<int>(t.shape.size());
-  OSLO_CHECK(nd <= 2 || dim < 0, OSLO_ERR_NOT_SUPPORTED, "tensor ", quote(t.name),
-             ": a box of a ", nd, "-D GGUF tensor can only be read whole");
+  OSLO_CHECK(nd <= 2 || dim < 0, OSLO_ERR_NOT_SUPPORTED, "tensor ", quote(t.name), ": a box of a ",
+             nd, "-D GGUF tensor can only be read whole");
   // The tensor as rows of C elements; the box as rows [r0, r1), columns [c0, c1).
   const int64_t C = nd == 0 ? 1 : t.shape[nd - 1];
   const int64_t R = C == 0 ? 0 : static_cast<int64_t>(ti.elements) / std::max<int64_t>(C, 1);
@@ -278,8 +277,8 @@ void WeightSource::read_box_gguf(const SourceTensor& t, int dim, int64_t start, 
   const bool raw = out == t.dtype;
   if (!raw)
     OSLO_CHECK(st::to_oslo(out, &want) && dtype_is_float(want), OSLO_ERR_DTYPE, "tensor ",
-               quote(t.name), ": cannot read ",
-               block ? quant::format_name(f) : dtype_name(stored), " as ", st::dtype_name(out));
+               quote(t.name), ": cannot read ", block ? quant::format_name(f) : dtype_name(stored),
+               " as ", st::dtype_name(out));
   if (raw && block)
     quant::check_shard_range(f, t.name, {static_cast<uint64_t>(R), static_cast<uint64_t>(C)}, 1,
                              static_cast<uint64_t>(c0), static_cast<uint64_t>(c1));
@@ -287,11 +286,11 @@ void WeightSource::read_box_gguf(const SourceTensor& t, int dim, int64_t start, 
   const uint8_t* base = gguf_->file.view(ti).data;
   const size_t os = raw ? 1 : dtype_size(want);
   // Bytes of one box row in `dst`.
-  const size_t drow = raw ? (block ? static_cast<size_t>((c1 - c0) / static_cast<int64_t>(
-                                                                        quant::block_elems(f)) *
-                                                                    quant::block_bytes(f))
-                                   : static_cast<size_t>(c1 - c0) * dtype_size(stored))
-                          : static_cast<size_t>(c1 - c0) * os;
+  const size_t drow =
+      raw ? (block ? static_cast<size_t>((c1 - c0) / static_cast<int64_t>(quant::block_elems(f)) *
+                                         quant::block_bytes(f))
+                   : static_cast<size_t>(c1 - c0) * dtype_size(stored))
+          : static_cast<size_t>(c1 - c0) * os;
   std::vector<float> row;
   char* d = static_cast<char*>(dst);
   for (int64_t r = r0; r < r1; ++r, d += drow) {
@@ -304,16 +303,15 @@ void WeightSource::read_box_gguf(const SourceTensor& t, int dim, int64_t start, 
     }
     const uint8_t* src = base + static_cast<uint64_t>(g) * rb;
     if (raw) {
-      const size_t off = block ? static_cast<size_t>(c0 / static_cast<int64_t>(
-                                                              quant::block_elems(f)) *
-                                                     quant::block_bytes(f))
-                               : static_cast<size_t>(c0) * dtype_size(stored);
+      const size_t off =
+          block ? static_cast<size_t>(c0 / static_cast<int64_t>(quant::block_elems(f)) *
+                                      quant::block_bytes(f))
+                : static_cast<size_t>(c0) * dtype_size(stored);
       std::memcpy(d, src + off, drow);
     } else if (block) {
       row.resize(static_cast<size_t>(C));
       quant::dequantize_row(f, src, row.data(), static_cast<uint64_t>(C));
-      convert_host(OSLO_DTYPE_F32, row.data() + c0, want, d, static_cast<size_t>(c1 - c0),
-                   t.name);
+      convert_host(OSLO_DTYPE_F32, row.data() + c0, want, d, static_cast<size_t>(c1 - c0), t.name);
     } else {
       convert_host(stored, src + static_cast<size_t>(c0) * dtype_size(stored), want, d,
                    static_cast<size_t>(c1 - c0), t.name);

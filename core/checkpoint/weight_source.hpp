@@ -32,9 +32,9 @@ namespace oslo {
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 enum class SourceKind {
-  HfSingle,        // folder with model.safetensors
-  HfSharded,       // folder with model.safetensors.index.json + model-*.safetensors
-  OsloCheckpoint,  // folder with oslo_checkpoint.json
+  HfSingle,         // folder with model.safetensors
+  HfSharded,        // folder with model.safetensors.index.json + model-*.safetensors
+  OsloCheckpoint,   // folder with oslo_checkpoint.json
   SafetensorsFile,  // one .safetensors file
   GgufFile          // one llama.cpp .gguf file (gguf_source.cpp)
 };
@@ -76,15 +76,20 @@ struct SourceLayout {
 class WeightSource {
  public:
   // Opens `path`: a folder (oslo_checkpoint.json wins over model.safetensors,
-  // which wins over model.safetensors.index.json, as transformers does) or a
+  // which wins over model.safetensors.index.json, as transformers does), a
   // .safetensors file, or a .gguf file (a file whose name ends in ".gguf":
-  // see gguf_source.cpp for the architectures read and the checks). Validates the manifest or index and the safetensors
-  // headers it needs to list tensors (an HF folder: every file's header; an
-  // oslo checkpoint: headers are read when a shard is first used).
+  // see gguf_source.cpp for the architectures read and the checks).
+  // Validates the manifest or index and the safetensors headers it needs to
+  // list tensors (an HF folder: every file's header; an oslo checkpoint:
+  // headers are read when a shard is first used; a GGUF file: the whole
+  // header, the metadata and every tensor against it).
   // Errors: OSLO_ERR_IO (missing path or file, unreadable), OSLO_ERR_FORMAT
   // (corrupt index/manifest/header, weight_map naming a file outside the
   // folder, a tensor in two files, shards with holes or overlaps: the
-  // message names the file and the tensor or field).
+  // message names the file and the tensor or field; a GGUF file: a missing
+  // tensor or one whose shape disagrees with the metadata),
+  // OSLO_ERR_NOT_SUPPORTED (a GGUF architecture or tensor oslo does not read,
+  // named).
   explicit WeightSource(const std::string& path, ReadMode mode = ReadMode::Pread);
   ~WeightSource();
   WeightSource(const WeightSource&) = delete;

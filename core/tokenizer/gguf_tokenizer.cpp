@@ -68,8 +68,8 @@ std::unique_ptr<Tokenizer> make_gguf_tokenizer(const std::string& path) {
              " is not supported (oslo reads \"llama\" and \"gpt2\")");
   const std::vector<gguf::Value>& tokens = g.get_array("tokenizer.ggml.tokens");
   const size_t V = tokens.size();
-  OSLO_CHECK(V > 0 && V < (size_t{1} << 31), OSLO_ERR_FORMAT, where,
-             ": tokenizer.ggml.tokens has ", V, " tokens");
+  OSLO_CHECK(V > 0 && V < (size_t{1} << 31), OSLO_ERR_FORMAT, where, ": tokenizer.ggml.tokens has ",
+             V, " tokens");
   std::vector<std::string> text(V);
   for (size_t i = 0; i < V; ++i) {
     OSLO_CHECK(tokens[i].type == gguf::ValueType::STRING, OSLO_ERR_FORMAT, where,
@@ -134,8 +134,8 @@ std::unique_ptr<Tokenizer> make_gguf_tokenizer(const std::string& path) {
     std::vector<double> score(V, 0.0);
     if (g.find("tokenizer.ggml.scores")) {
       const std::vector<gguf::Value>& sc = g.get_array("tokenizer.ggml.scores");
-      OSLO_CHECK(sc.size() == V, OSLO_ERR_FORMAT, where, ": tokenizer.ggml.scores has ",
-                 sc.size(), " entries for ", V, " tokens");
+      OSLO_CHECK(sc.size() == V, OSLO_ERR_FORMAT, where, ": tokenizer.ggml.scores has ", sc.size(),
+                 " entries for ", V, " tokens");
       for (size_t i = 0; i < V; ++i) {
         OSLO_CHECK(sc[i].is_float(), OSLO_ERR_FORMAT, where, ": tokenizer.ggml.scores[", i,
                    "] is not a float");
@@ -178,10 +178,10 @@ std::unique_ptr<Tokenizer> make_gguf_tokenizer(const std::string& path) {
     norms.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}});
     j["normalizer"] = {{"type", "Sequence"}, {"normalizers", norms}};
     j["pre_tokenizer"] = nullptr;
-    json dec = json::array(
-        {{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
-         {{"type", "ByteFallback"}},
-         {{"type", "Fuse"}}});
+    json dec =
+        json::array({{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
+                     {{"type", "ByteFallback"}},
+                     {{"type", "Fuse"}}});
     if (flag("add_space_prefix", true))
       dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
     j["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
@@ -195,8 +195,8 @@ std::unique_ptr<Tokenizer> make_gguf_tokenizer(const std::string& path) {
     } else if (pre == "qwen2") {
       regex = kQwen2Regex;
     } else {
-      OSLO_CHECK(pre == "default" || pre == "gpt-2" || pre == "gpt2", OSLO_ERR_NOT_SUPPORTED,
-                 where, ": tokenizer.ggml.pre ", quote(pre),
+      OSLO_CHECK(pre == "default" || pre == "gpt-2" || pre == "gpt2", OSLO_ERR_NOT_SUPPORTED, where,
+                 ": tokenizer.ggml.pre ", quote(pre),
                  " is not supported (oslo reads \"gpt-2\", \"default\", \"llama-bpe\", "
                  "\"qwen2\")");
     }

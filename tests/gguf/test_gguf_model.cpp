@@ -53,7 +53,8 @@ constexpr double kLogitTol = 0.01;
 
 void check(bool ok, const std::string& what) {
   if (!ok) ++g_fail;
-  if (!ok || g_rank == 0) std::printf("[rank %d] %s: %s\n", g_rank, what.c_str(), ok ? "ok" : "FAIL");
+  if (!ok || g_rank == 0)
+    std::printf("[rank %d] %s: %s\n", g_rank, what.c_str(), ok ? "ok" : "FAIL");
 }
 
 void ok_or_die(oslo_status st, const std::string& what) {
@@ -159,8 +160,8 @@ int run_hf(const std::string& gguf, const std::string& hf) {
       mx = std::max(mx, std::fabs(static_cast<double>(lb[i])));
     }
     check(la.size() == lb.size() && md <= 1e-5 * std::max(1.0, mx),
-          "logits of " + ids_text(ids) + " equal the HF folder's (max diff " +
-              std::to_string(md) + ")");
+          "logits of " + ids_text(ids) + " equal the HF folder's (max diff " + std::to_string(md) +
+              ")");
     check(greedy(a, ids, 8) == greedy(b, ids, 8), "greedy tokens of " + ids_text(ids) + " equal");
   }
   oslo_model_destroy(a);
@@ -197,8 +198,8 @@ int run_llama(const std::string& refs_path, const std::string& dir, const std::s
     }
     check(md <= kLogitTol * std::max(1.0, mx),
           tag + ": last-position logits of prompt " + std::to_string(p) +
-              " within tolerance of llama.cpp's (max diff " + std::to_string(md) + ", max |logit| " +
-              std::to_string(mx) + ")");
+              " within tolerance of llama.cpp's (max diff " + std::to_string(md) +
+              ", max |logit| " + std::to_string(mx) + ")");
     const std::vector<int64_t> got = greedy(m, ids, steps);
     const auto wg = ref.at("greedy")[p].get<std::vector<int64_t>>();
     const auto gaps = ref.at("greedy_gaps")[p].get<std::vector<double>>();
@@ -216,7 +217,7 @@ int run_llama(const std::string& refs_path, const std::string& dir, const std::s
                   (ok ? "" : ", got " + ids_text(got)));
   }
   check(compared * 2 >= total, tag + ": " + std::to_string(compared) + " of " +
-                                       std::to_string(total) + " greedy steps compared");
+                                   std::to_string(total) + " greedy steps compared");
   oslo_tokenizer* tok = nullptr;
   ok_or_die(oslo_tokenizer_load(path.c_str(), &tok), "tokenizer of " + path);
   const auto strings = refs.at("strings");
@@ -232,9 +233,9 @@ int run_llama(const std::string& refs_path, const std::string& dir, const std::s
                        ids_text(want) + ", oslo " + ids_text(got));
     }
   }
-  check(same == static_cast<int>(strings.size()),
-        tag + ": " + std::to_string(same) + " of " + std::to_string(strings.size()) +
-            " strings tokenize to llama.cpp's ids");
+  check(same == static_cast<int>(strings.size()), tag + ": " + std::to_string(same) + " of " +
+                                                      std::to_string(strings.size()) +
+                                                      " strings tokenize to llama.cpp's ids");
   oslo_tokenizer_destroy(tok);
   oslo_model_destroy(m);
   oslo_context_destroy(ctx);
@@ -276,21 +277,28 @@ int run_errors(const std::string& gguf, const std::string& tmp) {
   };
   // Metadata values follow their key: u32 type, then the value.
   const std::vector<Case> cases = {
-      {"unknown architecture", patched(bytes, "general.architecture", "llama", "mamba"),
-       OSLO_ERR_NOT_SUPPORTED, {"'mamba'", "llama, qwen2"}},
-      {"missing tensor", patched(bytes, "blk.1.ffn_up.weight", "ffn_up", "ffn_xx"),
-       OSLO_ERR_FORMAT, {"'blk.1.ffn_up.weight'", "missing"}},
-      {"unknown tensor", patched(bytes, std::string("\x0d\0\0\0\0\0\0\0output.weight", 21),
-               "output.weight", "outpux.weight"),
-       OSLO_ERR_NOT_SUPPORTED, {"'outpux.weight'", "no Hugging Face counterpart"}},
+      {"unknown architecture",
+       patched(bytes, "general.architecture", "llama", "mamba"),
+       OSLO_ERR_NOT_SUPPORTED,
+       {"'mamba'", "llama, qwen2"}},
+      {"missing tensor",
+       patched(bytes, "blk.1.ffn_up.weight", "ffn_up", "ffn_xx"),
+       OSLO_ERR_FORMAT,
+       {"'blk.1.ffn_up.weight'", "missing"}},
+      {"unknown tensor",
+       patched(bytes, std::string("\x0d\0\0\0\0\0\0\0output.weight", 21), "output.weight",
+               "outpux.weight"),
+       OSLO_ERR_NOT_SUPPORTED,
+       {"'outpux.weight'", "no Hugging Face counterpart"}},
       {"shape disagreeing with the metadata",
-       patched(bytes, "llama.feed_forward_length", le32(128), le32(96)), OSLO_ERR_FORMAT,
+       patched(bytes, "llama.feed_forward_length", le32(128), le32(96)),
+       OSLO_ERR_FORMAT,
        {"'blk.0.ffn_down.weight'", "[64, 128]", "[64, 96]"}},
       {"type oslo does not read",
-       patched(bytes, "blk.0.attn_norm.weight",
-               std::string("\x40\0\0\0\0\0\0\0\0\0\0\0", 12),
+       patched(bytes, "blk.0.attn_norm.weight", std::string("\x40\0\0\0\0\0\0\0\0\0\0\0", 12),
                std::string("\x40\0\0\0\0\0\0\0\x0d\0\0\0", 12)),
-       OSLO_ERR_FORMAT, {"blk.0.attn_norm.weight", "Q5_K"}},
+       OSLO_ERR_FORMAT,
+       {"blk.0.attn_norm.weight", "Q5_K"}},
   };
   int k = 0;
   for (const Case& c : cases) {
