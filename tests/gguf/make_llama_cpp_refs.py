@@ -31,8 +31,10 @@ The files (all deterministic: fixed seeds, one thread):
 For every file the JSON holds llama.cpp's logits of the last position for
 each prompt (token ids, so that tokenization does not enter), its 16 greedy
 tokens after each prompt with the gap between its two best logits at each
-step, and for the tokenizer llama.cpp's tokenize()
-(add_bos=True, special=False) of STRINGS.
+step, for the tokenizer llama.cpp's tokenize() (add_bos=True,
+special=False) of STRINGS, and for a file with tokenizer.chat_template (the
+llama-256 files: CHAT_TEMPLATE in their tokenizer_config.json) the template
+rendered by Jinja2 for CHAT_MESSAGES.
 
 --check re-runs llama.cpp on the fixtures and writes the same JSON to OUT
 (the live test gguf_model_live compares it with oslo).
@@ -75,6 +77,11 @@ STRINGS = [
     "under_score and dash-word",
 ]
 
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}"
+                 "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
+CHAT_MESSAGES = [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": "Hello, w\u00f6rld!"}]
+
 FTYPES = {"q8_0": 7, "q4_0": 2, "q4_k": 15, "q6_k": 18}
 
 
@@ -109,9 +116,12 @@ def write_llama_256(folder):
                rope_theta=10000.0)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    for n in ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
-              "generation_config.json"):
+    for n in ("tokenizer.model", "tokenizer.json", "generation_config.json"):
         shutil.copyfile(os.path.join(LLAMA_FIXTURE, n), os.path.join(folder, n))
+    tc = json.load(open(os.path.join(LLAMA_FIXTURE, "tokenizer_config.json")))
+    tc["chat_template"] = CHAT_TEMPLATE  # the converter writes tokenizer.chat_template
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f, indent=2)
 
 
 def convert(conv_dir, model, out, outtype):
@@ -166,6 +176,16 @@ def run_llama_cpp(path):
         out["greedy_gaps"].append(gaps)
     for s in STRINGS:
         out["tokenize"].append(llm.tokenize(s.encode("utf-8"), add_bos=True, special=False))
+    template = llm.metadata.get("tokenizer.chat_template")
+    if template:
+        # The file's template rendered by Jinja2 as transformers sets it up.
+        import jinja2
+        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        tok = lambda k: llm._model.token_get_text(int(llm.metadata[k]))
+        out["chat"] = {"messages": CHAT_MESSAGES, "rendered": env.from_string(template).render(
+            messages=CHAT_MESSAGES, add_generation_prompt=True,
+            bos_token=tok("tokenizer.ggml.bos_token_id"),
+            eos_token=tok("tokenizer.ggml.eos_token_id"))}
     return out
 
 

@@ -3,7 +3,8 @@
 //
 //   gguf_model_test hf GGUF HF_DIR                 the GGUF's logits == the HF folder's (1e-5)
 //   gguf_model_test llama REFS.json DIR FILE DTYPE logits within tolerance of llama.cpp's,
-//                                                  greedy tokens and tokenize() ids equal
+//                                                  greedy tokens and tokenize() ids equal,
+//                                                  the chat template rendered as Jinja2
 //   gguf_model_test errors GGUF TMPDIR             hostile files -> named errors
 //   gguf_model_test dump GGUF DTYPE OUT            (rank 0 writes) logits of every position
 //   gguf_model_test compare A B TOL                two dumps equal within TOL x max |logit|
@@ -236,6 +237,24 @@ int run_llama(const std::string& refs_path, const std::string& dir, const std::s
   check(same == static_cast<int>(strings.size()), tag + ": " + std::to_string(same) + " of " +
                                                       std::to_string(strings.size()) +
                                                       " strings tokenize to llama.cpp's ids");
+  // The chat template of the metadata (tokenizer.chat_template), rendered as
+  // Jinja2 renders it.
+  int has = 0;
+  ok_or_die(oslo_tokenizer_has_chat_template(tok, &has), "has_chat_template");
+  check(has == (ref.contains("chat") ? 1 : 0),
+        tag + ": chat template " + (has ? "present" : "absent") + " as in the file");
+  if (ref.contains("chat") && has) {
+    const std::string msgs = ref.at("chat").at("messages").dump();
+    const std::string want = ref.at("chat").at("rendered").get<std::string>();
+    size_t n = 0;
+    ok_or_die(oslo_tokenizer_apply_chat_template(tok, msgs.c_str(), 1, nullptr, 0, &n), "chat");
+    std::string got(n + 1, '\0');
+    ok_or_die(oslo_tokenizer_apply_chat_template(tok, msgs.c_str(), 1, &got[0], got.size(), &n),
+              "chat");
+    got.resize(n);
+    check(got == want, tag + ": chat template renders " + nlohmann::json(want).dump() +
+                           (got == want ? "" : ", got " + nlohmann::json(got).dump()));
+  }
   oslo_tokenizer_destroy(tok);
   oslo_model_destroy(m);
   oslo_context_destroy(ctx);
