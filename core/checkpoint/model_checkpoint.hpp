@@ -159,7 +159,7 @@ void reshard(const std::string& src, const std::string& dst, int new_tp, const P
 using InspectShard = ManifestShard;
 struct InspectTensor {
   std::string name;
-  std::string dtype;  // safetensors name: "F32", "BF16", ...
+  std::string dtype;  // safetensors name ("F32", "BF16", ...), or "q8_0", ... when quantized
   std::vector<int64_t> shape;
   int split_dim = -1;
   uint64_t bytes = 0;

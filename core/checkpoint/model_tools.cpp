@@ -127,11 +127,13 @@ void reshard(const std::string& src_path, const std::string& dst, int new_tp,
   for (int r = 0; r < new_tp; ++r) {
     std::vector<const Placement*> ps;
     std::vector<st::Dtype> dts;
+    std::vector<oslo_dtype> quants;  // quantized tensors keep their blocks
     for (const Placement& p : plans[r]) {
       ps.push_back(&p);
       dts.push_back(out_dtype(src.at(p.name)));
+      quants.push_back(src.at(p.name).quant);
     }
-    plan_pieces(ps, dts, &rank_plans[r]);
+    plan_pieces(ps, dts, quants, &rank_plans[r]);
     for (size_t ri : rank_plans[r].stored) total += rank_plans[r].records[ri].bytes;
   }
   if (options.progress) options.progress(0, total);
@@ -198,8 +200,12 @@ void merge(const std::string& src_path, const std::string& dst_arg, const MergeO
   TrainingSection training;
   if (src.training(&training))
     for (const std::string& n : training.optimizer_tensors()) skip.insert(n);
+  // A Hugging Face folder holds no block-quantized tensors: they are written
+  // dequantized (f32, or the dtype asked for). `reshard --tp 1` keeps them
+  // quantized, in an oslo checkpoint.
   auto out_dtype = [&](const SourceTensor& t) {
     oslo_dtype od;
+    if (t.quantized()) return options.convert ? st::from_oslo(options.dtype) : st::Dtype::F32;
     if (options.convert && st::to_oslo(t.dtype, &od) && dtype_is_float(od))
       return st::from_oslo(options.dtype);
     return t.dtype;
@@ -328,7 +334,8 @@ Inspection inspect(const std::string& path) {
   for (const SourceTensor& t : src.tensors()) {
     InspectTensor it;
     it.name = t.name;
-    it.dtype = st::dtype_name(t.dtype);
+    // A block-quantized tensor shows its format ("q8_0"), stored as U8.
+    it.dtype = t.quantized() ? dtype_name(t.quant) : st::dtype_name(t.dtype);
     it.shape = t.shape;
     it.split_dim = t.split_dim;
     it.bytes = t.nbytes();
@@ -410,6 +417,17 @@ std::string render_text(const Inspection& in) {
   o += "tensors:  " + std::to_string(in.tensors.size()) + ", " + human_bytes(in.total_bytes) +
        " (" + std::to_string(in.total_bytes) + " bytes) in " + std::to_string(in.files.size()) +
        " file" + (in.files.size() == 1 ? "" : "s") + "\n";
+  {
+    // Bytes per format, largest first: how much of the model each holds.
+    std::map<std::string, uint64_t> by;
+    for (const InspectTensor& t : in.tensors) by[t.dtype] += t.bytes;
+    std::vector<std::pair<uint64_t, std::string>> v;
+    for (const auto& kv : by) v.push_back({kv.second, kv.first});
+    std::sort(v.rbegin(), v.rend());
+    o += "dtypes:  ";
+    for (const auto& e : v) o += " " + e.second + " " + human_bytes(e.first);
+    o += "\n";
+  }
   if (in.has_config) {
     o += "config:  ";
     if (in.config_summary.empty()) o += " (no known keys)";

@@ -2,6 +2,8 @@
 // numbers, the context, model and tokenizer.
 #include "tools/oslo/cli.hpp"
 
+#include "core/common/dtype.hpp"
+
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -90,7 +92,11 @@ int dtype_of(const std::string& s) {
   if (s == "f32" || s == "float32") return OSLO_DTYPE_F32;
   if (s == "bf16" || s == "bfloat16") return OSLO_DTYPE_BF16;
   if (s == "f16" || s == "float16") return OSLO_DTYPE_F16;
-  die("--dtype must be f32, bf16 or f16, got \"" + s + "\"", 2);
+  oslo_dtype q;
+  if (oslo::dtype_parse(s.c_str(), &q) && oslo::dtype_is_block(q)) return q;
+  die("--dtype must be f32, bf16, f16 or a quantized format (q8_0, q4_0, q4_k, q6_k), got \"" + s +
+          "\"",
+      2);
 }
 
 std::vector<std::string> model_options(std::vector<std::string> own) {

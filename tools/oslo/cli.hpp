@@ -62,7 +62,9 @@ Args parse(int argc, char** argv, int first, const std::vector<std::string>& fla
 int64_t to_int(const std::string& s, const std::string& what);
 double to_num(const std::string& s, const std::string& what);
 
-// --dtype f32|bf16|f16 as an oslo_dtype (-1 for ""; else status 2).
+// --dtype f32|bf16|f16 or a block-quantized format (q8_0, q4_0, q4_k,
+// q6_k: a model's dtype, docs/QUANTIZATION.md) as an oslo_dtype (-1 for "";
+// else status 2). Merge and reshard take the float ones only.
 int dtype_of(const std::string& s);
 
 // The valued options of every command that loads a model on a context
@@ -115,6 +117,7 @@ int cmd_generate(int argc, char** argv);
 int cmd_embed(int argc, char** argv);
 int cmd_merge(int argc, char** argv);
 int cmd_reshard(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_serve(int argc, char** argv);  // only with OSLO_CLI_SERVE (cpp-httplib)

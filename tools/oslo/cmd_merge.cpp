@@ -29,6 +29,8 @@ int cmd_merge(int argc, char** argv) {
   if (a.has("dtype")) {
     o.convert = true;
     o.dtype = static_cast<oslo_dtype>(dtype_of(a.get("dtype")));
+    if (o.dtype != OSLO_DTYPE_F32 && o.dtype != OSLO_DTYPE_BF16 && o.dtype != OSLO_DTYPE_F16)
+      die("--dtype must be f32, bf16 or f16 here; `oslo quantize` makes a quantized checkpoint", 2);
   }
   o.progress = progress("merge");
   oslo::merge(a.pos[0], a.pos[1], o);

@@ -21,6 +21,7 @@ const char* kHelp =
     "  embed     sentence embeddings and their similarity table (encoders, e.g. MiniLM)\n"
     "  merge     parallel checkpoint -> one ordinary Hugging Face folder\n"
     "  reshard   parallel checkpoint or HF folder -> parallel checkpoint at another TP\n"
+    "  quantize  HF folder or checkpoint -> quantized parallel checkpoint (q8_0, q4_0)\n"
     "  inspect   tensors, dtypes, shapes and layout of any checkpoint or HF folder\n"
     "  train     fine-tune a causal model on a .txt or .jsonl corpus; checkpoints\n"
     "  serve     an OpenAI-compatible HTTP server (continuous batching, streaming)\n"
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
     if (cmd == "embed") return cmd_embed(argc, argv);
     if (cmd == "merge") return cmd_merge(argc, argv);
     if (cmd == "reshard") return cmd_reshard(argc, argv);
+    if (cmd == "quantize") return cmd_quantize(argc, argv);
     if (cmd == "inspect") return cmd_inspect(argc, argv);
     if (cmd == "train") return cmd_train(argc, argv);
     if (cmd == "serve") {
