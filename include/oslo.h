@@ -1116,7 +1116,9 @@ typedef enum oslo_special_token {
 /**
  * Loads a tokenizer from `path`: a folder (its tokenizer.json, else its
  * tokenizer.model; tokenizer_config.json and special_tokens_map.json, when
- * present, name the special tokens) or a tokenizer.json or .model file.
+ * present, name the special tokens), a tokenizer.json or .model file, or a
+ * llama.cpp .gguf file (the tokenizer of its tokenizer.ggml.* metadata,
+ * "llama" or "gpt2", giving llama.cpp's ids; its chat template).
  * Ownership: the caller owns *out and frees it with oslo_tokenizer_destroy;
  * `path` is read during the call only. On failure *out is NULL.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL path or out), OSLO_ERR_IO (missing
@@ -1562,8 +1564,12 @@ typedef struct oslo_model_options {
 OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsigned int version);
 
 /**
- * Loads the model at `path` (a Hugging Face folder or an oslo parallel
- * checkpoint directory) into this rank's share of the tensor group. Each rank
+ * Loads the model at `path` (a Hugging Face folder, an oslo parallel
+ * checkpoint directory, or a llama.cpp .gguf file of a "llama" or "qwen2"
+ * model: its config and tokenizer come from its metadata, Q8_0/Q4_0/Q4_K/
+ * Q6_K weights stay quantized unless options' dtype asks for a float dtype;
+ * docs/QUANTIZATION.md "GGUF files") into this rank's share of the tensor
+ * group. Each rank
  * reads only the byte ranges of its own slices. With a pipeline-parallel
  * size P > 1 the blocks are split over the P stages as evenly as possible
  * (Colossal-AI's partition_uniform; later stages take the remainder) or by
@@ -1582,7 +1588,7 @@ OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsign
  * until destroyed.
  * Errors: OSLO_ERR_INVALID_ARGUMENT (NULL ctx/path/out, bad options),
  * OSLO_ERR_IO (missing folder or files), OSLO_ERR_FORMAT (bad config.json,
- * index or safetensors, missing tensor: named), OSLO_ERR_SHAPE (a tensor's
+ * index, safetensors or GGUF, missing tensor: named), OSLO_ERR_SHAPE (a tensor's
  * shape differs from the config's: both named), OSLO_ERR_DTYPE,
  * OSLO_ERR_NOT_SUPPORTED (model type, option, or heads not divisible by the
  * tensor-parallel size), OSLO_ERR_OUT_OF_MEMORY, OSLO_ERR_COMM,

@@ -17,6 +17,7 @@
 
 #include "core/checkpoint/box_copy.hpp"
 #include "core/checkpoint/fs_util.hpp"
+#include "core/checkpoint/gguf_source.hpp"
 #include "core/checkpoint/manifest.hpp"
 #include "core/common/convert.hpp"
 #include "core/common/dtype.hpp"
@@ -34,6 +35,7 @@ const char* source_kind_name(SourceKind k) {
     case SourceKind::HfSharded: return "hf-sharded";
     case SourceKind::OsloCheckpoint: return "oslo-checkpoint";
     case SourceKind::SafetensorsFile: return "safetensors-file";
+    case SourceKind::GgufFile: return "gguf-file";
   }
   return "unknown";
 }
@@ -183,6 +185,9 @@ WeightSource::WeightSource(const std::string& path, ReadMode mode) : path_(path)
                ? " (pytorch_model.bin is not supported: convert it to safetensors)"
                : "");
     }
+  } else if (is_regular(path) && is_gguf_path(path)) {
+    folder_ = fsutil::parent_dir(path);
+    open_gguf();
   } else if (is_regular(path)) {
     folder_ = fsutil::parent_dir(path);
     kind_ = SourceKind::SafetensorsFile;
@@ -344,6 +349,7 @@ const SourceTensor& WeightSource::at(const std::string& name) const {
 }
 
 void WeightSource::check_tensor(const SourceTensor& t, int dim, int64_t start, int64_t len) {
+  if (gguf_) return;  // every tensor was checked against the file when it was opened
   for (const SourceShard& sh : t.shards) {
     if (dim >= 0 && dim == t.split_dim &&
         (sh.offset >= start + len || sh.offset + sh.length <= start))
@@ -373,6 +379,10 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
     OSLO_CHECK(start >= 0 && len >= 0 && start <= t.shape[dim] && len <= t.shape[dim] - start,
                OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(t.name), ": box [", start, ", ",
                start + len, ") along dimension ", dim, " is outside its extent ", t.shape[dim]);
+  if (gguf_) {
+    read_box_gguf(t, dim, start, len, out, dst);
+    return;
+  }
   if (t.quantized()) {
     read_box_quantized(t, dim, start, len, out, dst);
     return;

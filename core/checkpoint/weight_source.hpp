@@ -1,7 +1,11 @@
 // Reading model weights from disk, whatever their layout: a Hugging Face
 // folder (model.safetensors, or model-*.safetensors with
 // model.safetensors.index.json), an oslo parallel checkpoint (manifest
-// version 1 or 2, see FORMAT.md), or a single .safetensors file. Every tensor
+// version 1 or 2, see FORMAT.md), a single .safetensors file, or a llama.cpp
+// .gguf file of a LLaMA-family model (docs/QUANTIZATION.md "GGUF files":
+// its tensors renamed and laid out as Hugging Face's, block-quantized ones
+// listed with ManifestTensor::quant, and a config.json made from its
+// metadata). Every tensor
 // keeps its Hugging Face name and layout; a WeightSource lists them (dtype,
 // global shape) and reads any "box" of one (the full extent in every
 // dimension but one, a run [start, start + len) along it) into a host buffer,
@@ -28,13 +32,14 @@ namespace oslo {
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 enum class SourceKind {
-  HfSingle,        // folder with model.safetensors
-  HfSharded,       // folder with model.safetensors.index.json + model-*.safetensors
-  OsloCheckpoint,  // folder with oslo_checkpoint.json
-  SafetensorsFile  // one .safetensors file
+  HfSingle,         // folder with model.safetensors
+  HfSharded,        // folder with model.safetensors.index.json + model-*.safetensors
+  OsloCheckpoint,   // folder with oslo_checkpoint.json
+  SafetensorsFile,  // one .safetensors file
+  GgufFile          // one llama.cpp .gguf file (gguf_source.cpp)
 };
-const char* source_kind_name(
-    SourceKind k);  // "hf-single", "hf-sharded", "oslo-checkpoint", "safetensors-file"
+// "hf-single", "hf-sharded", "oslo-checkpoint", "safetensors-file", "gguf-file"
+const char* source_kind_name(SourceKind k);
 
 // The files of a Hugging Face model folder, besides its weights and
 // config.json (which a source reads itself), that belong to the model and
@@ -71,14 +76,20 @@ struct SourceLayout {
 class WeightSource {
  public:
   // Opens `path`: a folder (oslo_checkpoint.json wins over model.safetensors,
-  // which wins over model.safetensors.index.json, as transformers does) or a
-  // .safetensors file. Validates the manifest or index and the safetensors
-  // headers it needs to list tensors (an HF folder: every file's header; an
-  // oslo checkpoint: headers are read when a shard is first used).
+  // which wins over model.safetensors.index.json, as transformers does), a
+  // .safetensors file, or a .gguf file (a file whose name ends in ".gguf":
+  // see gguf_source.cpp for the architectures read and the checks).
+  // Validates the manifest or index and the safetensors headers it needs to
+  // list tensors (an HF folder: every file's header; an oslo checkpoint:
+  // headers are read when a shard is first used; a GGUF file: the whole
+  // header, the metadata and every tensor against it).
   // Errors: OSLO_ERR_IO (missing path or file, unreadable), OSLO_ERR_FORMAT
   // (corrupt index/manifest/header, weight_map naming a file outside the
   // folder, a tensor in two files, shards with holes or overlaps: the
-  // message names the file and the tensor or field).
+  // message names the file and the tensor or field; a GGUF file: a missing
+  // tensor or one whose shape disagrees with the metadata),
+  // OSLO_ERR_NOT_SUPPORTED (a GGUF architecture or tensor oslo does not read,
+  // named).
   explicit WeightSource(const std::string& path, ReadMode mode = ReadMode::Pread);
   ~WeightSource();
   WeightSource(const WeightSource&) = delete;
@@ -109,7 +120,8 @@ class WeightSource {
   bool training(TrainingSection* out) const;
 
   // The model config as JSON text: config.json of an HF folder, the
-  // manifest's model_config of a version-2 checkpoint; empty if none.
+  // manifest's model_config of a version-2 checkpoint, the config.json
+  // transformers would have for a .gguf file's model; empty if none.
   const std::string& config_json() const { return config_json_; }
   // Other files to carry along: plain names inside folder(). For an HF
   // folder the model's own files that it holds, from model_file_names()
@@ -125,7 +137,10 @@ class WeightSource {
   // `dst`, a contiguous row-major host buffer of that box in dtype `out`.
   // `out` equal to the stored dtype copies bytes as they are (any dtype);
   // otherwise both must be F32/F16/BF16 or both I32/I64 (i64 -> i32 fails
-  // with OSLO_ERR_DTYPE for a value that does not fit). Reads only the bytes
+  // with OSLO_ERR_DTYPE for a value that does not fit). A block-quantized
+  // tensor (t.quant set, stored U8) reads as U8 (its blocks as they are; a
+  // box along the last dimension must start and end at block boundaries)
+  // or as F32/F16/BF16 (dequantized). Reads only the bytes
   // of the box. When a stored piece with a checksum has been read from its
   // first to its last byte in order (over any number of calls), its CRC32C
   // is verified (OSLO_ERR_FORMAT "checksum mismatch"). Errors:
@@ -160,6 +175,11 @@ class WeightSource {
   void open_hf_index();
   void open_oslo();
   void list_extra_files(bool hf);
+  // GGUF files (gguf_source.cpp).
+  struct Gguf;
+  void open_gguf();
+  void read_box_gguf(const SourceTensor& t, int dim, int64_t start, int64_t len,
+                     safetensors::Dtype out, void* dst);
 
   std::string path_, folder_;
   SourceKind kind_ = SourceKind::HfSingle;
@@ -173,6 +193,7 @@ class WeightSource {
   std::vector<std::string> extra_files_;
   std::map<std::string, nlohmann::json> sections_;
   std::map<std::string, std::unique_ptr<File>> files_;
+  std::unique_ptr<Gguf> gguf_;
   struct CrcProgress {
     uint64_t next = 0;
     uint32_t crc = 0;

@@ -63,6 +63,8 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
 
 std::unique_ptr<Tokenizer> make_hf_tokenizer(std::string_view json_text, const std::string& name,
                                              std::string_view config_json);
+// The tokenizer of a llama.cpp .gguf file's metadata (gguf_tokenizer.cpp).
+std::unique_ptr<Tokenizer> make_gguf_tokenizer(const std::string& path);
 std::unique_ptr<Tokenizer> make_sp_tokenizer(const std::string& model_bytes,
                                              const std::string& name, std::string_view config_json);
 

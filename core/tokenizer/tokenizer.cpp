@@ -258,6 +258,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
     config = folder_config(path);
   } else if (!is_file(path)) {
     fail(OSLO_ERR_IO, "no tokenizer at ", quote_path(path), " (no such file or folder)");
+  } else if (ends_with(path, ".gguf") || ends_with(path, ".GGUF")) {
+    return tok::make_gguf_tokenizer(path);
   }
   const std::string bytes = tok::read_file(file);
   const std::string name = quote_path(file);

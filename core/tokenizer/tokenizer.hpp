@@ -2,7 +2,8 @@
 //
 // Tokenizer::load reads a folder (tokenizer.json preferred, else
 // tokenizer.model, plus tokenizer_config.json / special_tokens_map.json when
-// present) or a single tokenizer.json / tokenizer.model file. See
+// present), a single tokenizer.json / tokenizer.model file, or a llama.cpp
+// .gguf file (the tokenizer its metadata describes, gguf_tokenizer.cpp). See
 // docs/TOKENIZERS.md for what is supported and how it matches Hugging Face.
 //
 // A loaded tokenizer is immutable: every method is const and may be called

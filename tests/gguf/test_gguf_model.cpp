@@ -1,0 +1,396 @@
+// llama.cpp's GGUF files run as oslo models, through the C ABI, one rank per
+// process under oslo-run (the tensor-parallel size is the world size):
+//
+//   gguf_model_test hf GGUF HF_DIR                 the GGUF's logits == the HF folder's (1e-5)
+//   gguf_model_test llama REFS.json DIR FILE DTYPE logits within tolerance of llama.cpp's,
+//                                                  greedy tokens and tokenize() ids equal,
+//                                                  the chat template rendered as Jinja2
+//   gguf_model_test errors GGUF TMPDIR             hostile files -> named errors
+//   gguf_model_test dump GGUF DTYPE OUT            (rank 0 writes) logits of every position
+//   gguf_model_test compare A B TOL                two dumps equal within TOL x max |logit|
+//
+// DTYPE: "keep" (the default load: quantized tensors stay quantized) or a
+// float dtype ("f32": every tensor dequantized at load).
+//
+// Tolerance against llama.cpp: both sides use the same weights bit for bit
+// (oslo dequantizes GGUF blocks exactly as ggml does), but llama.cpp's CPU
+// kernels multiply Q8_0/Q4_0 weights with activations quantized to 8 bits
+// per block of 32 (Q8_0) and K-quant weights with activations quantized to
+// Q8_K (the references run with an f32 KV cache, so nothing else differs).
+// Rounding an activation block to 8 bits moves each element by up to
+// max/254, about 0.5 % of its RMS; through the block and the head this
+// measured at most 0.0043 x max |logit| on the quantized fixtures (0.2 of
+// logits up to 48), and an independent float64 NumPy forward over gguf-py's
+// dequantized weights differs from llama.cpp by the same amounts. F16
+// weights (qwen2-tiny-f16) also round activations to f16 in llama.cpp
+// (0.0009 x max); f32 files agree to 1e-6. The test allows
+// kLogitTol * max(1, max |logit|), kLogitTol = 0.01. Greedy tokens must be
+// equal; only from a step where llama.cpp's own top-2 gap is within twice
+// the logit difference measured for that prompt (a near-tie that its
+// rounding may decide either way) is the rest of the row not compared, and
+// at least half of all steps must be compared (the LLaMA fixture's head is
+// built for wide margins, see make_llama_cpp_refs.py).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "oslo.h"
+#include "tests/common/test_backend.hpp"
+
+namespace {
+
+int g_fail = 0;
+int g_rank = 0;
+constexpr double kLogitTol = 0.01;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) ++g_fail;
+  if (!ok || g_rank == 0)
+    std::printf("[rank %d] %s: %s\n", g_rank, what.c_str(), ok ? "ok" : "FAIL");
+}
+
+void ok_or_die(oslo_status st, const std::string& what) {
+  if (st != OSLO_OK) {
+    std::fprintf(stderr, "[rank %d] %s: %s: %s\n", g_rank, what.c_str(), oslo_status_string(st),
+                 oslo_last_error());
+    std::exit(1);
+  }
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+oslo_context* make_context() {
+  const char* ws = std::getenv("WORLD_SIZE");
+  const int world = ws ? std::atoi(ws) : 1;
+  const std::string cfg = "{\"tensor_parallel_size\": " + std::to_string(world) +
+                          ", \"timeout_seconds\": 120" + oslo_test::test_backend_members() + "}";
+  const bool any = world > 1 || ws || !oslo_test::test_backend_members().empty();
+  oslo_context* ctx = nullptr;
+  ok_or_die(oslo_context_create(any ? cfg.c_str() : nullptr, &ctx), "context");
+  ok_or_die(oslo_context_rank(ctx, OSLO_GROUP_WORLD, &g_rank), "rank");
+  return ctx;
+}
+
+oslo_model* load(oslo_context* ctx, const std::string& path, const std::string& dtype) {
+  oslo_model_options o;
+  ok_or_die(oslo_model_options_init(&o, OSLO_MODEL_OPTIONS_VERSION), "options");
+  if (dtype == "f32") o.dtype = OSLO_DTYPE_F32;
+  if (dtype == "bf16") o.dtype = OSLO_DTYPE_BF16;
+  if (dtype == "f16") o.dtype = OSLO_DTYPE_F16;
+  oslo_model* m = nullptr;
+  ok_or_die(oslo_model_load(ctx, path.c_str(), &o, &m), "load " + path + " (" + dtype + ")");
+  return m;
+}
+
+// Logits of every position of one sequence.
+std::vector<float> logits(oslo_model* m, const std::vector<int64_t>& ids) {
+  oslo_model_info info;
+  ok_or_die(oslo_model_get_info(m, &info, nullptr), "info");
+  const int64_t s = static_cast<int64_t>(ids.size());
+  std::vector<int64_t> mask(ids.size(), 1);
+  std::vector<float> out(static_cast<size_t>(s * info.vocab_size));
+  ok_or_die(oslo_model_forward(m, ids.data(), mask.data(), nullptr, 1, s, OSLO_MODEL_OUTPUT_LOGITS,
+                               out.data(), out.size()),
+            "forward");
+  return out;
+}
+
+std::vector<int64_t> greedy(oslo_model* m, const std::vector<int64_t>& prompt, int64_t steps) {
+  oslo_generate_options o;
+  ok_or_die(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "init");
+  o.max_new_tokens = steps;
+  const int64_t none = 0;  // no EOS ids: no row stops early, as llama.cpp's reference ran
+  o.eos_token_ids = &none;
+  o.num_eos_token_ids = 0;
+  o.pad_token_id = 0;
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  std::vector<int64_t> out(static_cast<size_t>(steps));
+  int64_t n = 0;
+  ok_or_die(oslo_model_generate(m, prompt.data(), &len, 1, &o, out.data(), &n, nullptr),
+            "generate");
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::vector<int64_t> encode(oslo_tokenizer* t, const std::string& text) {
+  size_t n = 0;
+  ok_or_die(oslo_tokenizer_encode(t, text.data(), text.size(), 1, nullptr, 0, &n), "encode");
+  std::vector<int64_t> ids(n);
+  ok_or_die(oslo_tokenizer_encode(t, text.data(), text.size(), 1, ids.data(), n, &n), "encode");
+  return ids;
+}
+
+std::string ids_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+int run_hf(const std::string& gguf, const std::string& hf) {
+  oslo_context* ctx = make_context();
+  oslo_model* a = load(ctx, gguf, "keep");
+  oslo_model* b = load(ctx, hf, "keep");
+  oslo_model_info ia, ib;
+  ok_or_die(oslo_model_get_info(a, &ia, nullptr), "info");
+  ok_or_die(oslo_model_get_info(b, &ib, nullptr), "info");
+  check(ia.vocab_size == ib.vocab_size && ia.hidden_size == ib.hidden_size &&
+            ia.num_layers == ib.num_layers && ia.num_heads == ib.num_heads &&
+            ia.num_kv_heads == ib.num_kv_heads && ia.max_positions == ib.max_positions,
+        "config made from the GGUF metadata equals config.json");
+  for (const std::vector<int64_t>& ids :
+       {std::vector<int64_t>{1, 45, 300, 17, 99}, std::vector<int64_t>{1, 5, 6, 7, 8, 9, 10, 11},
+        std::vector<int64_t>{3}}) {
+    const std::vector<float> la = logits(a, ids), lb = logits(b, ids);
+    double md = 0, mx = 0;
+    for (size_t i = 0; i < la.size(); ++i) {
+      md = std::max(md, std::fabs(static_cast<double>(la[i]) - lb[i]));
+      mx = std::max(mx, std::fabs(static_cast<double>(lb[i])));
+    }
+    check(la.size() == lb.size() && md <= 1e-5 * std::max(1.0, mx),
+          "logits of " + ids_text(ids) + " equal the HF folder's (max diff " + std::to_string(md) +
+              ")");
+    check(greedy(a, ids, 8) == greedy(b, ids, 8), "greedy tokens of " + ids_text(ids) + " equal");
+  }
+  oslo_model_destroy(a);
+  oslo_model_destroy(b);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+int run_llama(const std::string& refs_path, const std::string& dir, const std::string& file,
+              const std::string& dtype) {
+  const auto refs = nlohmann::json::parse(slurp(refs_path));
+  const auto& ref = refs.at("files").at(file);
+  const std::string path = dir + "/" + file;
+  oslo_context* ctx = make_context();
+  oslo_model* m = load(ctx, path, dtype);
+  oslo_model_info info;
+  ok_or_die(oslo_model_get_info(m, &info, nullptr), "info");
+  const auto prompts = refs.at("prompts");
+  const int64_t steps = refs.at("steps").get<int64_t>();
+  const std::string tag = file + " (" + dtype + ")";
+  int64_t compared = 0, total = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const auto ids = prompts[p].get<std::vector<int64_t>>();
+    const std::vector<float> all = logits(m, ids);
+    const auto want = ref.at("logits")[p].get<std::vector<double>>();
+    const size_t V = static_cast<size_t>(info.vocab_size);
+    check(want.size() == V, tag + ": vocabulary " + std::to_string(V));
+    if (want.size() != V) continue;
+    const float* last = all.data() + (ids.size() - 1) * V;
+    double md = 0, mx = 0;
+    for (size_t i = 0; i < V; ++i) {
+      md = std::max(md, std::fabs(last[i] - want[i]));
+      mx = std::max(mx, std::fabs(want[i]));
+    }
+    check(md <= kLogitTol * std::max(1.0, mx),
+          tag + ": last-position logits of prompt " + std::to_string(p) +
+              " within tolerance of llama.cpp's (max diff " + std::to_string(md) +
+              ", max |logit| " + std::to_string(mx) + ")");
+    const std::vector<int64_t> got = greedy(m, ids, steps);
+    const auto wg = ref.at("greedy")[p].get<std::vector<int64_t>>();
+    const auto gaps = ref.at("greedy_gaps")[p].get<std::vector<double>>();
+    const double tie = 2 * md;
+    size_t k = 0;
+    bool ok = got.size() == wg.size();
+    for (; ok && k < wg.size(); ++k) {
+      if (gaps[k] <= tie) break;  // a near-tie for llama.cpp: the rest may differ
+      if (got[k] != wg[k]) ok = false;
+    }
+    compared += static_cast<int64_t>(k);
+    total += static_cast<int64_t>(wg.size());
+    check(ok, tag + ": greedy tokens of prompt " + std::to_string(p) + " equal llama.cpp's " +
+                  ids_text(wg) + " (" + std::to_string(k) + " steps before a near-tie)" +
+                  (ok ? "" : ", got " + ids_text(got)));
+  }
+  check(compared * 2 >= total, tag + ": " + std::to_string(compared) + " of " +
+                                   std::to_string(total) + " greedy steps compared");
+  oslo_tokenizer* tok = nullptr;
+  ok_or_die(oslo_tokenizer_load(path.c_str(), &tok), "tokenizer of " + path);
+  const auto strings = refs.at("strings");
+  int same = 0;
+  for (size_t i = 0; i < strings.size(); ++i) {
+    const std::string s = strings[i].get<std::string>();
+    const auto want = ref.at("tokenize")[i].get<std::vector<int64_t>>();
+    const std::vector<int64_t> got = encode(tok, s);
+    if (got == want) {
+      ++same;
+    } else {
+      check(false, tag + ": tokenize " + nlohmann::json(s).dump() + ": llama.cpp " +
+                       ids_text(want) + ", oslo " + ids_text(got));
+    }
+  }
+  check(same == static_cast<int>(strings.size()), tag + ": " + std::to_string(same) + " of " +
+                                                      std::to_string(strings.size()) +
+                                                      " strings tokenize to llama.cpp's ids");
+  // The chat template of the metadata (tokenizer.chat_template), rendered as
+  // Jinja2 renders it.
+  int has = 0;
+  ok_or_die(oslo_tokenizer_has_chat_template(tok, &has), "has_chat_template");
+  check(has == (ref.contains("chat") ? 1 : 0),
+        tag + ": chat template " + (has ? "present" : "absent") + " as in the file");
+  if (ref.contains("chat") && has) {
+    const std::string msgs = ref.at("chat").at("messages").dump();
+    const std::string want = ref.at("chat").at("rendered").get<std::string>();
+    size_t n = 0;
+    ok_or_die(oslo_tokenizer_apply_chat_template(tok, msgs.c_str(), 1, nullptr, 0, &n), "chat");
+    std::string got(n + 1, '\0');
+    ok_or_die(oslo_tokenizer_apply_chat_template(tok, msgs.c_str(), 1, &got[0], got.size(), &n),
+              "chat");
+    got.resize(n);
+    check(got == want, tag + ": chat template renders " + nlohmann::json(want).dump() +
+                           (got == want ? "" : ", got " + nlohmann::json(got).dump()));
+  }
+  oslo_tokenizer_destroy(tok);
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+// The file with the first `from` after `after` replaced by `to` (same length).
+std::string patched(const std::string& bytes, const std::string& after, const std::string& from,
+                    const std::string& to) {
+  size_t at = bytes.find(after);
+  if (at == std::string::npos || from.size() != to.size()) {
+    std::fprintf(stderr, "cannot patch %s\n", after.c_str());
+    std::exit(1);
+  }
+  at = bytes.find(from, at);
+  if (at == std::string::npos) {
+    std::fprintf(stderr, "cannot patch %s\n", from.c_str());
+    std::exit(1);
+  }
+  std::string out = bytes;
+  out.replace(at, from.size(), to);
+  return out;
+}
+
+std::string le32(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+  return s;
+}
+
+int run_errors(const std::string& gguf, const std::string& tmp) {
+  oslo_context* ctx = make_context();
+  const std::string bytes = slurp(gguf);
+  struct Case {
+    const char* name;
+    std::string data;
+    oslo_status want;
+    std::vector<std::string> parts;
+  };
+  // Metadata values follow their key: u32 type, then the value.
+  const std::vector<Case> cases = {
+      {"unknown architecture",
+       patched(bytes, "general.architecture", "llama", "mamba"),
+       OSLO_ERR_NOT_SUPPORTED,
+       {"'mamba'", "llama, qwen2"}},
+      {"missing tensor",
+       patched(bytes, "blk.1.ffn_up.weight", "ffn_up", "ffn_xx"),
+       OSLO_ERR_FORMAT,
+       {"'blk.1.ffn_up.weight'", "missing"}},
+      {"unknown tensor",
+       patched(bytes, std::string("\x0d\0\0\0\0\0\0\0output.weight", 21), "output.weight",
+               "outpux.weight"),
+       OSLO_ERR_NOT_SUPPORTED,
+       {"'outpux.weight'", "no Hugging Face counterpart"}},
+      {"shape disagreeing with the metadata",
+       patched(bytes, "llama.feed_forward_length", le32(128), le32(96)),
+       OSLO_ERR_FORMAT,
+       {"'blk.0.ffn_down.weight'", "[64, 128]", "[64, 96]"}},
+      {"type oslo does not read",
+       patched(bytes, "blk.0.attn_norm.weight", std::string("\x40\0\0\0\0\0\0\0\0\0\0\0", 12),
+               std::string("\x40\0\0\0\0\0\0\0\x0d\0\0\0", 12)),
+       OSLO_ERR_FORMAT,
+       {"blk.0.attn_norm.weight", "Q5_K"}},
+  };
+  int k = 0;
+  for (const Case& c : cases) {
+    const std::string p = tmp + "/hostile-" + std::to_string(k++) + ".gguf";
+    {
+      std::ofstream f(p, std::ios::binary);
+      f << c.data;
+    }
+    oslo_model* m = nullptr;
+    const oslo_status st = oslo_model_load(ctx, p.c_str(), nullptr, &m);
+    const std::string msg = st == OSLO_OK ? "" : oslo_last_error();
+    bool named = true;
+    for (const std::string& part : c.parts) named = named && msg.find(part) != std::string::npos;
+    check(st == c.want && named && !m,
+          std::string(c.name) + ": " + oslo_status_string(st) + ": " + msg);
+    if (m) oslo_model_destroy(m);
+  }
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+const std::vector<std::vector<int64_t>> kDumpPrompts = {
+    {1, 45, 300, 17, 99}, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, {1, 400}};
+
+int run_dump(const std::string& gguf, const std::string& dtype, const std::string& out) {
+  oslo_context* ctx = make_context();
+  oslo_model* m = load(ctx, gguf, dtype);
+  std::vector<float> all;
+  for (const auto& ids : kDumpPrompts) {
+    const std::vector<float> l = logits(m, ids);
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  if (g_rank == 0) {
+    std::ofstream f(out, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(all.data()),
+            static_cast<std::streamsize>(all.size() * sizeof(float)));
+    check(f.good(), "wrote " + std::to_string(all.size()) + " logits of " + gguf + " to " + out);
+  }
+  oslo_model_destroy(m);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
+int run_compare(const std::string& a, const std::string& b, double tol) {
+  const std::string x = slurp(a), y = slurp(b);
+  check(!x.empty() && x.size() == y.size() && x.size() % sizeof(float) == 0,
+        "dumps " + a + " and " + b + " hold the same number of logits");
+  if (g_fail) return 1;
+  const size_t n = x.size() / sizeof(float);
+  std::vector<float> fx(n), fy(n);
+  std::memcpy(fx.data(), x.data(), x.size());
+  std::memcpy(fy.data(), y.data(), y.size());
+  double md = 0, mx = 0;
+  for (size_t i = 0; i < n; ++i) {
+    md = std::max(md, std::fabs(static_cast<double>(fx[i]) - fy[i]));
+    mx = std::max(mx, std::fabs(static_cast<double>(fx[i])));
+  }
+  check(md <= tol * std::max(1.0, mx), "logits equal (max diff " + std::to_string(md) +
+                                           ", max |logit| " + std::to_string(mx) + ")");
+  return g_fail ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "hf" && argc == 4) return run_hf(argv[2], argv[3]);
+  if (mode == "llama" && argc == 6) return run_llama(argv[2], argv[3], argv[4], argv[5]);
+  if (mode == "errors" && argc == 4) return run_errors(argv[2], argv[3]);
+  if (mode == "dump" && argc == 5) return run_dump(argv[2], argv[3], argv[4]);
+  if (mode == "compare" && argc == 5) return run_compare(argv[2], argv[3], std::atof(argv[4]));
+  std::fprintf(stderr,
+               "usage: gguf_model_test hf GGUF HF_DIR | llama REFS.json DIR FILE DTYPE | "
+               "errors GGUF TMPDIR | dump GGUF DTYPE OUT | compare A B TOL\n");
+  return 2;
+}
