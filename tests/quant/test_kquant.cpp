@@ -88,14 +88,16 @@ void test_golden(void**) {
         }
       }
       blocks += got.size() / q::block_bytes(f);
-      // The bytes decode to the inputs within a few steps of the scale
-      // (finite, moderate inputs: all but the 1e9 case).
-      if (name != "huger") {
+      // The bytes decode to the inputs within a few steps of the scale, for
+      // blocks whose scales are normal f16 numbers (not the 1e-6, 1e-30
+      // and 1e9 cases, where llama.cpp's f16 scales underflow or overflow).
+      {
         std::vector<float> y(x.size());
         q::dequantize_rows(f, got.data(), y.data(), rows, cols);
         for (size_t b = 0; b < x.size() / 256; ++b) {
           float amax = 0;
           for (size_t j = 0; j < 256; ++j) amax = std::fmax(amax, std::fabs(x[b * 256 + j]));
+          if (amax < 1e-2f || amax > 1e5f) continue;
           const float tol = (f == Format::Q4_K ? 0.25f : 0.06f) * amax + 1e-30f;
           for (size_t j = 0; j < 256; ++j) {
             const float e = std::fabs(x[b * 256 + j] - y[b * 256 + j]);
