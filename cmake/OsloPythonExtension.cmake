@@ -8,7 +8,17 @@
 # by the in-tree build (bindings/CMakeLists.txt) and by the stand-alone
 # project pip builds (bindings/python/CMakeLists.txt). Needs SWIG_EXECUTABLE
 # and Python3 (Development.Module) found by the caller.
+#
+# OSLO_PYTHON_PACKAGE_FILES: the files of the package besides the extension
+# (bindings/python/oslo and SWIG's capi.py), by name, for whatever installs
+# the package (bindings/python/CMakeLists.txt, cmake/OsloWheel.cmake).
 set(_oslo_bindings_dir ${CMAKE_CURRENT_LIST_DIR}/../bindings)
+include(${CMAKE_CURRENT_LIST_DIR}/OsloSwigInterface.cmake)
+set(_oslo_python_sources __init__.py __main__.py _chat.py _errors.py _handle.py _enums.py
+    _tensor.py _layers.py _inputs.py _model.py _train.py _tokenizer.py serve.py __init__.pyi
+    py.typed)
+set(OSLO_PYTHON_PACKAGE_FILES capi.py ${_oslo_python_sources}
+    CACHE INTERNAL "the files of the Python package besides the extension")
 function(oslo_python_extension target pkg_dir oslo_include_dir oslo_target)
   set(wrap ${CMAKE_CURRENT_BINARY_DIR}/capi_wrap.c)
   # -DSWIGWORDSIZE64: int64_t is long on LP64 Linux (SWIG's stdint.i assumes
@@ -21,11 +31,8 @@ function(oslo_python_extension target pkg_dir oslo_include_dir oslo_target)
     OUTPUT ${wrap} ${pkg_dir}/capi.py
     COMMAND ${CMAKE_COMMAND} -E make_directory ${pkg_dir}
     COMMAND ${SWIG_EXECUTABLE} -python -Wall ${defs} -I${oslo_include_dir} -outdir ${pkg_dir}
-            -o ${wrap} ${_oslo_bindings_dir}/oslo.i
-    DEPENDS ${_oslo_bindings_dir}/oslo.i ${_oslo_bindings_dir}/python/oslo_python.i
-            ${_oslo_bindings_dir}/python/oslo_python_extend.i ${_oslo_bindings_dir}/engine.i
-            ${_oslo_bindings_dir}/chat_template.i
-            ${oslo_include_dir}/oslo.h
+            -o ${wrap} ${OSLO_SWIG_INTERFACE}
+    DEPENDS ${OSLO_SWIG_INTERFACE_PYTHON} ${oslo_include_dir}/oslo.h
     COMMENT "SWIG: bindings/oslo.i -> Python"
     VERBATIM)
   Python3_add_library(${target} MODULE WITH_SOABI ${wrap})
@@ -37,8 +44,7 @@ function(oslo_python_extension target pkg_dir oslo_include_dir oslo_target)
   # not always use; every other warning of -Wall -Wextra stays on.
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   # The pure-Python layer and its type stubs next to the extension.
-  foreach(f __init__.py __main__.py _chat.py _errors.py _handle.py serve.py __init__.pyi
-            py.typed)
+  foreach(f ${_oslo_python_sources})
     configure_file(${_oslo_bindings_dir}/python/oslo/${f} ${pkg_dir}/${f} COPYONLY)
   endforeach()
 endfunction()

@@ -41,7 +41,6 @@ foreach(_p ${_oslo_plugins})
 endforeach()
 # The package folder the extension was built into (bindings/CMakeLists.txt).
 set(_pkg ${CMAKE_BINARY_DIR}/bindings/python/oslo)
-install(FILES ${_pkg}/capi.py ${_pkg}/__init__.py ${_pkg}/__main__.py ${_pkg}/_errors.py
-              ${_pkg}/_handle.py ${_pkg}/serve.py ${_pkg}/_chat.py
-              ${_pkg}/__init__.pyi ${_pkg}/py.typed
-        DESTINATION oslo COMPONENT wheel)
+# Its files (cmake/OsloPythonExtension.cmake).
+list(TRANSFORM OSLO_PYTHON_PACKAGE_FILES PREPEND ${_pkg}/ OUTPUT_VARIABLE _oslo_py_files)
+install(FILES ${_oslo_py_files} DESTINATION oslo COMPONENT wheel)

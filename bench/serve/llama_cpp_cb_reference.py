@@ -7,6 +7,7 @@ sampler chain), no EOS check (every request runs its full length), the GGUF
 made from the same model folder (bench/model/make_gguf.py, f32).
 
     python llama_cpp_cb_reference.py MODEL.gguf WORKLOAD --threads N [--kv-type f32|f16]
+                                     [--kv slot|unified]
 
 The loop is llama.cpp's server's (tools/server, update_slots) without HTTP:
 one slot per request (n_parallel = the number of requests, all admitted at
@@ -16,9 +17,13 @@ of the slots still reading theirs, in arrival order, up to n_batch = 512
 tokens per step (oslo's max_step_tokens; the server's default n_batch is
 2048, split into ubatches of 512), logits only on a prompt's last token;
 one llama_decode; each row with logits chooses its slot's next token. A
-finished slot's KV cells are freed (llama_memory_seq_rm). The context: one
-unified KV cache (kv_unified) of n_ctx = the whole workload's tokens, rounded
-up to 256 (so every request fits at once, as in the other rows),
+finished slot's KV cells are freed (llama_memory_seq_rm). The context, by
+--kv: "slot" (the default) gives every slot its own KV stream (kv_unified
+off) of the longest request's tokens rounded up to 256, so each step's
+attention reads only its own sequence's cells; "unified" makes one KV cache
+shared by all slots (kv_unified on) of the whole workload's tokens rounded up
+to 256, whose attention spans the whole buffer. Either way every request
+fits at once, as in the other rows;
 n_seq_max = the number of requests, n_threads = n_threads_batch = N,
 KV cache in --kv-type (default f32, the dtype of the weights and of oslo's
 KV pool), flash attention as llama.cpp's default decides (printed).
@@ -50,6 +55,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-type", choices=("f32", "f16"), default="f32")
     ap.add_argument("--n-batch", type=int, default=512)
+    ap.add_argument("--kv", choices=("slot", "unified"), default="slot")
     a = ap.parse_args()
     reqs = read_workload(a.workload)
     nreq = len(reqs)
@@ -64,11 +70,15 @@ def main():
     vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
     cp = L.llama_context_default_params()
     total = sum(len(p) + n for p, n in reqs)
-    cp.n_ctx = (total + 255) // 256 * 256
+    longest = max(len(p) + n for p, n in reqs)
+    if a.kv == "unified":
+        cp.n_ctx = (total + 255) // 256 * 256
+    else:
+        cp.n_ctx = nreq * ((longest + 255) // 256 * 256)
     cp.n_batch = n_batch
     cp.n_ubatch = n_batch
     cp.n_seq_max = nreq
-    cp.kv_unified = True
+    cp.kv_unified = a.kv == "unified"
     cp.n_threads = a.threads
     cp.n_threads_batch = a.threads
     kv = L.GGML_TYPE_F32 if a.kv_type == "f32" else L.GGML_TYPE_F16
@@ -149,7 +159,7 @@ def main():
     fa = getattr(cpa, "flash_attn_type", None)
     print(json.dumps({
         "engine": "llama.cpp continuous batching", "version": L.__version__, "threads": a.threads,
-        "kv_cache": a.kv_type, "flash_attn_type": fa, "n_batch": n_batch, "n_ctx": cp.n_ctx,
+        "kv_cache": a.kv_type, "kv": a.kv, "flash_attn_type": fa, "n_batch": n_batch, "n_ctx": cp.n_ctx,
         "requests": nreq, "prompt_tokens": sum(len(p) for p, _ in reqs), "output_tokens": out_tokens,
         "seconds": round(secs, 3), "tok_s": round(out_tokens / secs, 2),
         "ttft_p50_ms": round(percentile(first, 0.5) * 1e3, 1),

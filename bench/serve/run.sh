@@ -21,7 +21,8 @@
 #   bash bench/serve/run.sh [ROUNDS]      (ROUNDS defaults to 5)
 #
 # Environment: MODELS="gpt2 llama" (either or both); HF=0 leaves out
-# transformers, LLAMA_CPP=0 llama.cpp; SLOW_ROUNDS=N runs the slow rows
+# transformers, LLAMA_CPP=0 llama.cpp; LLAMA_CPP_KV=slot (default: a KV
+# stream per slot) or unified (one KV cache for every slot); SLOW_ROUNDS=N runs the slow rows
 # (request by request, transformers) only in the first N rounds (default:
 # every round); PY / LPY: the interpreters of the HF venv
 # (tools/test-venv.sh build --hf) and of the llama.cpp venv
@@ -38,6 +39,7 @@ slow_rounds=${SLOW_ROUNDS:-$rounds}
 models=${MODELS:-gpt2 llama}
 hf=${HF:-1}
 llama_cpp=${LLAMA_CPP:-1}
+llama_cpp_kv=${LLAMA_CPP_KV:-slot}
 py=${PY:-$(bash tools/test-venv.sh build --hf)}
 if [ "$llama_cpp" = 1 ]; then lpy=${LPY:-$(bash bench/model/llama_cpp_venv.sh build)}; fi
 cmake --build build -j2 --target bench_serve >/dev/null
@@ -90,8 +92,9 @@ for r in $(seq "$rounds"); do
       fi
     fi
     if [ "$llama_cpp" = 1 ]; then
-      row "llama.cpp continuous batching, 2 threads" "$name" \
-        "$lpy" bench/serve/llama_cpp_cb_reference.py "$m.gguf" "$w" --threads 2
+      row "llama.cpp continuous batching ($llama_cpp_kv KV), 2 threads" "$name" \
+        "$lpy" bench/serve/llama_cpp_cb_reference.py "$m.gguf" "$w" --threads 2 \
+        --kv "$llama_cpp_kv"
     fi
   done
 done

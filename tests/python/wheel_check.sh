@@ -55,6 +55,8 @@ echo "wheel: $(basename "$whl") ($(du -k "$whl" | cut -f1) KiB)"
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 want = ["oslo/__init__.py", "oslo/__main__.py", "oslo/capi.py", "oslo/liboslo.so.0",
+        "oslo/_enums.py", "oslo/_tensor.py", "oslo/_layers.py", "oslo/_inputs.py",
+        "oslo/_model.py", "oslo/_train.py", "oslo/_tokenizer.py", "oslo/serve.py",
         "oslo/liboslo_sentencepiece.so", "oslo/oslo", "oslo/oslo-run"]
 want += [f"oslo/liboslo_backend_{p}.so" for p in sys.argv[2:]]
 missing = [w for w in want if w not in names]

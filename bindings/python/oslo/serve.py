@@ -28,10 +28,12 @@ import typing as _typing
 
 import numpy as _np
 
-from . import Model, Tokenizer, _eos_ids, _generate_options, _int_arg, _int_row, _refuse
 from . import capi as _c
 from ._errors import Error, InvalidArgumentError, Status, make as _make_error
 from ._handle import _Handle
+from ._inputs import _int_arg, _int_row, _refuse
+from ._model import Model, _eos_ids, _generate_options
+from ._tokenizer import Tokenizer
 
 __all__ = ["Engine", "Request", "Output", "Completion", "Event", "EngineStats", "FinishReason",
            "RequestState"]
