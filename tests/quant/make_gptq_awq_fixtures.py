@@ -9,7 +9,9 @@ The model is tests/models/fixtures/llama-tiny-gqa's (its config, tokenizer
 and generation config) widened to hidden_size 128 / intermediate_size 256 /
 head_dim 32, because groups of 128 inputs need in_features that are
 multiples of 128 (the fixture's hidden size is 64). Its weights are seeded
-N(0, 0.2) like the fixture's, f16 (GPTQ/AWQ checkpoints are f16 models).
+N(0, 0.2) like the fixture's, rounded to f16 (the dense tensors are stored
+f16; config.json keeps the fixture's torch_dtype float32, so a model runs in
+f32).
 Every linear of the blocks (q/k/v/o, gate/up/down) is quantized with GPTQ's
 round-to-nearest quantizer (no calibration: the layout is what is tested):
 per output row and group of 128 inputs, xmin = min(0, min w), xmax = max(0,
@@ -127,7 +129,7 @@ def dequant(q, zero, scale, cols_group):
 def main(out):
     os.makedirs(out, exist_ok=True)
     cfg = json.load(open(os.path.join(BASE, "config.json")))
-    cfg.update(hidden_size=128, intermediate_size=256, head_dim=32, torch_dtype="float16")
+    cfg.update(hidden_size=128, intermediate_size=256, head_dim=32)  # torch_dtype float32
     H, I, V, L = 128, 256, cfg["vocab_size"], cfg["num_hidden_layers"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], 32
     rng = np.random.default_rng(35)
