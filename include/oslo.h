@@ -1525,9 +1525,15 @@ typedef struct oslo_model oslo_model;
 typedef struct oslo_model_options {
   unsigned int version; /**< OSLO_MODEL_OPTIONS_VERSION; set by _init */
   /** Dtype of the weight matrices and embedding tables: -1 (default) keeps
-   * the checkpoint's (config.json's torch_dtype), else OSLO_DTYPE_F32,
-   * OSLO_DTYPE_F16 or OSLO_DTYPE_BF16. Norms and biases are always f32;
-   * activations are f32, products accumulate in f32. */
+   * the checkpoint's (config.json's torch_dtype; weights a file holds
+   * block-quantized stay so), else OSLO_DTYPE_F32, OSLO_DTYPE_F16 or
+   * OSLO_DTYPE_BF16, or a block-quantized dtype (OSLO_DTYPE_Q8_0,
+   * OSLO_DTYPE_Q4_0, ...; docs/QUANTIZATION.md): the weights of the blocks'
+   * linear layers are then quantized at load, each rank only its own slice
+   * (OSLO_ERR_SHAPE naming the tensor when a slice's rows are not whole
+   * blocks), while the embeddings and the head keep the checkpoint's float
+   * dtype; such a model runs inference but cannot train. Norms and biases
+   * are always f32; activations are f32, products accumulate in f32. */
   int dtype;
   /* Version 2: pipeline stages. */
   /** Model chunks per pipeline rank (Megatron-LM's virtual pipeline size;

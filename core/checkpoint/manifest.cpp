@@ -60,6 +60,21 @@ bool ManifestTensor::quantized() const {
   return dtype_is_block(quant);
 }
 
+std::vector<uint64_t> stored_piece_shape(oslo_dtype quant, const std::vector<int64_t>& shape,
+                                         int split_dim, int64_t length) {
+  std::vector<uint64_t> b(shape.begin(), shape.end());
+  if (split_dim >= 0) b[split_dim] = static_cast<uint64_t>(length);
+  if (!dtype_is_block(quant) || b.empty()) return b;
+  uint64_t rows = 1;
+  for (size_t i = 0; i + 1 < b.size(); ++i) rows *= b[i];
+  return {rows, dtype_bytes(quant, static_cast<int64_t>(b.back()))};
+}
+
+uint64_t box_nbytes(st::Dtype dtype, oslo_dtype quant, const std::vector<int64_t>& shape,
+                    int split_dim, int64_t length) {
+  return st::tensor_nbytes(dtype, stored_piece_shape(quant, shape, split_dim, length));
+}
+
 uint64_t ManifestTensor::nbytes() const {
   if (quantized() && !shape.empty()) {
     uint64_t rows = 1;
@@ -158,12 +173,39 @@ std::vector<std::string> top_level_keys(int version) {
 ManifestTensor read_tensor(const StrictJson& sc, const std::string& name, const json& t, bool v2,
                            const std::unordered_set<std::string>& file_set) {
   const std::string where = "tensor " + quote(name);
-  sc.exact_keys(t, where, {"dtype", "shape", "split_dim", "shards"});
+  const bool has_quant = t.is_object() && t.contains("quant");
+  if (has_quant)
+    sc.exact_keys(t, where, {"dtype", "shape", "split_dim", "shards", "quant"});
+  else
+    sc.exact_keys(t, where, {"dtype", "shape", "split_dim", "shards"});
   ManifestTensor mt;
   mt.name = name;
-  mt.dtype = sc.dtype(t["dtype"], where + ".dtype");
+  if (has_quant) {  // stored as bytes: U8, which no oslo dtype names
+    if (sc.string(t["dtype"], where + ".dtype") != "U8")
+      sc.bad(where + ".dtype", "a quantized tensor is stored as U8");
+    mt.dtype = st::Dtype::U8;
+  } else {
+    mt.dtype = sc.dtype(t["dtype"], where + ".dtype");
+  }
   mt.shape = sc.shape(t["shape"], where + ".shape");
   const int nd = static_cast<int>(mt.shape.size());
+  int64_t qblock = 1;
+  if (has_quant) {
+    // A block-quantized tensor (docs/QUANTIZATION.md): stored as U8 rows of
+    // whole blocks; `shape` is the logical one.
+    const std::string q = sc.string(t["quant"], where + ".quant");
+    oslo_dtype qd;
+    if (!dtype_parse(q.c_str(), &qd) || !dtype_is_block(qd))
+      sc.bad(where + ".quant",
+             quote(q) + " is not a block-quantized dtype (q8_0, q4_0, q4_k, q6_k)");
+    if (nd < 1) sc.bad(where + ".shape", "a quantized tensor has at least one dimension");
+    int64_t bb;
+    dtype_block(qd, &qblock, &bb);
+    if (mt.shape[nd - 1] % qblock != 0)
+      sc.bad(where + ".shape", "rows of " + std::to_string(mt.shape[nd - 1]) +
+                                   " elements are not whole blocks of " + std::to_string(qblock));
+    mt.quant = qd;
+  }
   mt.split_dim = static_cast<int>(sc.integer(t["split_dim"], where + ".split_dim", -1, nd - 1));
   const json& shards = t["shards"];
   if (!shards.is_array()) sc.bad(where + ".shards", "must be an array");
@@ -204,6 +246,12 @@ ManifestTensor read_tensor(const StrictJson& sc, const std::string& name, const 
       ms.crc32c = static_cast<uint32_t>(std::stoul(c, nullptr, 16));
       ms.has_crc = true;
     }
+    if (mt.quantized() && mt.split_dim == nd - 1 &&
+        (ms.offset % qblock != 0 || ms.length % qblock != 0))
+      sc.bad(sw,
+             "a shard of a quantized tensor must start and end on a block boundary (blocks "
+             "of " +
+                 std::to_string(qblock) + ")");
     mt.shards.push_back(ms);
   }
   if (mt.split_dim < 0) {
@@ -229,9 +277,7 @@ ManifestTensor read_tensor(const StrictJson& sc, const std::string& name, const 
   if (v2) {
     // The recorded byte sizes must match dtype and shape.
     for (const ManifestShard& s : mt.shards) {
-      uint64_t n = st::dtype_bits(mt.dtype) / 8;
-      for (int d = 0; d < nd; ++d)
-        n *= static_cast<uint64_t>(d == mt.split_dim ? s.length : mt.shape[d]);
+      const uint64_t n = box_nbytes(mt.dtype, mt.quant, mt.shape, mt.split_dim, s.length);
       if (n != s.bytes)
         sc.bad(where + ".shards", "shard " + quote(s.key) + " records " + std::to_string(s.bytes) +
                                       " bytes, its shape needs " + std::to_string(n));
@@ -481,6 +527,7 @@ std::string manifest_text(const Manifest& m) {
     }
     ojson jt;
     jt["dtype"] = st::dtype_name(t.dtype);
+    if (t.quantized()) jt["quant"] = dtype_name(t.quant);
     jt["shape"] = t.shape;
     jt["split_dim"] = t.split_dim;
     jt["shards"] = std::move(shards);
@@ -516,7 +563,8 @@ std::vector<ManifestTensor> assemble_tensors(const std::vector<ManifestPiece>& p
     for (const ManifestPiece* r : kv.second)
       if (r->pp == pp0 && (!ref || r->tp < ref->tp)) ref = r;
     for (const ManifestPiece* r : kv.second)
-      OSLO_CHECK(r->dtype == ref->dtype && r->shape == ref->shape && r->split_dim == ref->split_dim,
+      OSLO_CHECK(r->dtype == ref->dtype && r->quant == ref->quant && r->shape == ref->shape &&
+                     r->split_dim == ref->split_dim,
                  OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(name), ": rank tp", r->tp, "/pp",
                  r->pp, " holds ", st::dtype_name(r->dtype), " ", shape_str(r->shape),
                  " split_dim ", r->split_dim, " but rank tp", ref->tp, "/pp", ref->pp, " holds ",
@@ -531,6 +579,7 @@ std::vector<ManifestTensor> assemble_tensors(const std::vector<ManifestPiece>& p
     ManifestTensor t;
     t.name = name;
     t.dtype = ref->dtype;
+    t.quant = ref->quant;
     t.shape = ref->shape;
     t.split_dim = ref->split_dim;
     auto shard_of = [](const ManifestPiece* r) {

@@ -160,8 +160,19 @@ struct ManifestPiece {
   uint64_t bytes = 0;  // version 2
   uint32_t crc = 0;    // version 2
   std::string file;
-  int tp = 0, pp = 0;  // the writing rank's position
+  int tp = 0, pp = 0;                 // the writing rank's position
+  oslo_dtype quant = OSLO_DTYPE_F32;  // block dtype of a quantized tensor (dtype U8)
 };
+
+// Bytes of a box of a tensor of this stored dtype (and block dtype `quant`
+// when quantized, ManifestTensor::quant) and logical shape whose extent
+// along split_dim is `length` (split_dim -1: the whole shape).
+uint64_t box_nbytes(safetensors::Dtype dtype, oslo_dtype quant, const std::vector<int64_t>& shape,
+                    int split_dim, int64_t length);
+// The shape a stored piece of such a box has in its safetensors file: the
+// box's shape, or for a quantized tensor [rows, bytes per row] (U8).
+std::vector<uint64_t> stored_piece_shape(oslo_dtype quant, const std::vector<int64_t>& shape,
+                                         int split_dim, int64_t length);
 
 // Builds the manifest's tensors (sorted by name) from the pieces of every
 // rank. A tensor held by several pipeline stages (tied weights) is taken

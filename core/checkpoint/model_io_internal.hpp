@@ -81,9 +81,11 @@ struct RankPlan {
   ProduceFn produce;                   // (index into records, buffer)
 };
 
-// Plans the pieces of one rank from placements (dtype per placement).
+// Plans the pieces of one rank from placements (stored dtype per placement,
+// and its block dtype for a quantized tensor, else OSLO_DTYPE_F32).
 void plan_pieces(const std::vector<const Placement*>& placements,
-                 const std::vector<safetensors::Dtype>& dtypes, RankPlan* plan);
+                 const std::vector<safetensors::Dtype>& dtypes,
+                 const std::vector<oslo_dtype>& quants, RankPlan* plan);
 
 // Writes one rank's shard file; fills bytes/crc/file/tp/pp of its records.
 void write_rank_file(const std::string& dir, const std::string& file, const std::string& save_id,

@@ -41,7 +41,8 @@ json record_to_json(const ManifestPiece& r) {
               {"crc", r.crc},
               {"file", r.file},
               {"tp", r.tp},
-              {"pp", r.pp}};
+              {"pp", r.pp},
+              {"quant", static_cast<int>(r.quant)}};
 }
 
 ManifestPiece record_from_json(const json& j) {
@@ -58,6 +59,7 @@ ManifestPiece record_from_json(const json& j) {
   r.bytes = j.at("bytes").get<uint64_t>();
   r.crc = j.at("crc").get<uint32_t>();
   r.file = j.at("file").get<std::string>();
+  r.quant = static_cast<oslo_dtype>(j.at("quant").get<int>());
   r.tp = j.at("tp").get<int>();
   r.pp = j.at("pp").get<int>();
   return r;
@@ -135,12 +137,14 @@ std::vector<uint32_t> write_streaming(
 
 // Plans the pieces of one rank from placements (dtype per placement).
 void plan_pieces(const std::vector<const Placement*>& placements,
-                 const std::vector<st::Dtype>& dtypes, RankPlan* plan) {
+                 const std::vector<st::Dtype>& dtypes, const std::vector<oslo_dtype>& quants,
+                 RankPlan* plan) {
   for (size_t i = 0; i < placements.size(); ++i) {
     const Placement& p = *placements[i];
     ManifestPiece base;
     base.name = p.name;
     base.dtype = dtypes[i];
+    base.quant = quants[i];
     base.shape = p.global_shape;
     base.split_dim = p.split_dim;
     bool any = false;
@@ -151,7 +155,7 @@ void plan_pieces(const std::vector<const Placement*>& placements,
         r.stored = true;
         r.offset = 0;
         r.length = p.global_shape.empty() ? 1 : p.global_shape[0];
-        r.bytes = st::tensor_nbytes(r.dtype, std::vector<uint64_t>(r.shape.begin(), r.shape.end()));
+        r.bytes = box_nbytes(r.dtype, r.quant, r.shape, -1, 0);
         plan->stored.push_back(plan->records.size());
         plan->records.push_back(r);
         any = true;
@@ -164,9 +168,7 @@ void plan_pieces(const std::vector<const Placement*>& placements,
         r.stored = true;
         r.offset = s.global_start;
         r.length = s.length;
-        std::vector<uint64_t> shp(r.shape.begin(), r.shape.end());
-        shp[p.split_dim] = static_cast<uint64_t>(s.length);
-        r.bytes = st::tensor_nbytes(r.dtype, shp);
+        r.bytes = box_nbytes(r.dtype, r.quant, r.shape, p.split_dim, s.length);
         plan->stored.push_back(plan->records.size());
         plan->records.push_back(r);
         any = true;
@@ -186,9 +188,8 @@ void write_rank_file(const std::string& dir, const std::string& file, const std:
     ManifestPiece& r = plan.records[ri];
     OSLO_CHECK(keys.insert(r.key).second, OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(r.name),
                ": key ", quote(r.key), " is used twice in one shard file");
-    std::vector<uint64_t> shp(r.shape.begin(), r.shape.end());
-    if (r.split_dim >= 0) shp[r.split_dim] = static_cast<uint64_t>(r.length);
-    entries.push_back({r.key, r.dtype, shp, nullptr});
+    entries.push_back(
+        {r.key, r.dtype, stored_piece_shape(r.quant, r.shape, r.split_dim, r.length), nullptr});
   }
   auto meta = shard_metadata(save_id, tp, tp_size, pp, pp_size);
   std::vector<uint32_t> crcs = write_streaming(
@@ -341,11 +342,19 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
       fsutil::make_dirs(dir);
       std::vector<const Placement*> ps;
       std::vector<st::Dtype> dts;
+      std::vector<oslo_dtype> quants;
       for (const PlacedTensor& pt : tensors) {
         ps.push_back(&pt.placement);
-        dts.push_back(st::from_oslo(pt.tensor.dtype()));
+        const oslo_dtype dt = pt.tensor.dtype();
+        const bool q = dtype_is_block(dt);
+        OSLO_CHECK(!q || (!pt.placement.transpose && pt.tensor.ndim() == 2), OSLO_ERR_NOT_SUPPORTED,
+                   "tensor ", quote(pt.placement.name), ": saving a ", dtype_name(dt),
+                   " tensor the model holds transposed from its file's layout (GPT-2's Conv1D) "
+                   "is not supported; save the model loaded in a float dtype");
+        dts.push_back(q ? st::Dtype::U8 : st::from_oslo(dt));
+        quants.push_back(q ? dt : OSLO_DTYPE_F32);
       }
-      plan_pieces(ps, dts, &plan);
+      plan_pieces(ps, dts, quants, &plan);
       std::map<std::string, size_t> by_name;
       for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].placement.name] = i;
       // The HF-layout local tensor of the last tensor fetched from the backend.
@@ -357,8 +366,12 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
         const Placement& p = pt.placement;
         Backend& be = pt.tensor.backend();
         const oslo_dtype dt = pt.tensor.dtype();
-        const size_t es = dtype_size(dt);
-        const std::vector<int64_t> lshape = hf_local_shape(p);
+        // A block-quantized tensor [R, C] is copied in units of whole blocks.
+        int64_t blk = 1, bb = 0;
+        if (dtype_is_block(dt)) dtype_block(dt, &blk, &bb);
+        const size_t es = dtype_is_block(dt) ? static_cast<size_t>(bb) : dtype_size(dt);
+        std::vector<int64_t> lshape = hf_local_shape(p);
+        if (dtype_is_block(dt)) lshape.back() /= blk;
         if (cached != r.name) {
           host.resize(pt.tensor.nbytes());
           if (p.transpose) {
@@ -380,8 +393,9 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
           if (s.owner && s.global_start == r.offset) seg = &s;
         OSLO_CHECK(seg, OSLO_ERR_INTERNAL, "segment vanished");
         buf.resize(static_cast<size_t>(r.bytes));
-        copy_rows(lshape, p.split_dim, seg->local_start, seg->length, es, host.data(), buf.data(),
-                  true);
+        const int64_t unit = p.split_dim == static_cast<int>(lshape.size()) - 1 ? blk : 1;
+        copy_rows(lshape, p.split_dim, seg->local_start / unit, seg->length / unit, es, host.data(),
+                  buf.data(), true);
       };
       uint64_t total = 0, done = 0;
       for (size_t ri : plan.stored) total += plan.records[ri].bytes;

@@ -127,11 +127,13 @@ void reshard(const std::string& src_path, const std::string& dst, int new_tp,
   for (int r = 0; r < new_tp; ++r) {
     std::vector<const Placement*> ps;
     std::vector<st::Dtype> dts;
+    std::vector<oslo_dtype> quants;  // quantized tensors keep their blocks
     for (const Placement& p : plans[r]) {
       ps.push_back(&p);
       dts.push_back(out_dtype(src.at(p.name)));
+      quants.push_back(src.at(p.name).quant);
     }
-    plan_pieces(ps, dts, &rank_plans[r]);
+    plan_pieces(ps, dts, quants, &rank_plans[r]);
     for (size_t ri : rank_plans[r].stored) total += rank_plans[r].records[ri].bytes;
   }
   if (options.progress) options.progress(0, total);
@@ -198,8 +200,12 @@ void merge(const std::string& src_path, const std::string& dst_arg, const MergeO
   TrainingSection training;
   if (src.training(&training))
     for (const std::string& n : training.optimizer_tensors()) skip.insert(n);
+  // A Hugging Face folder holds no block-quantized tensors: they are written
+  // dequantized (f32, or the dtype asked for). `reshard --tp 1` keeps them
+  // quantized, in an oslo checkpoint.
   auto out_dtype = [&](const SourceTensor& t) {
     oslo_dtype od;
+    if (t.quantized()) return options.convert ? st::from_oslo(options.dtype) : st::Dtype::F32;
     if (options.convert && st::to_oslo(t.dtype, &od) && dtype_is_float(od))
       return st::from_oslo(options.dtype);
     return t.dtype;

@@ -1,5 +1,7 @@
 #include "core/checkpoint/weight_source.hpp"
 
+#include "core/quant/quant.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -353,8 +355,8 @@ void WeightSource::check_tensor(const SourceTensor& t, int dim, int64_t start, i
     File& f = file(sh.file);
     if (f.checked.count(sh.key)) continue;
     const st::TensorInfo& ti = f.reader->at(sh.key);
-    std::vector<uint64_t> expect(t.shape.begin(), t.shape.end());
-    if (t.split_dim >= 0) expect[t.split_dim] = static_cast<uint64_t>(sh.length);
+    const std::vector<uint64_t> expect =
+        stored_piece_shape(t.quant, t.shape, t.split_dim, t.split_dim >= 0 ? sh.length : 0);
     OSLO_CHECK(ti.dtype == t.dtype && ti.shape == expect, OSLO_ERR_FORMAT, f.path, ": tensor ",
                quote(sh.key), " is ", st::dtype_name(ti.dtype), " ",
                shape_str(std::vector<int64_t>(ti.shape.begin(), ti.shape.end())),
@@ -376,6 +378,10 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
     OSLO_CHECK(start >= 0 && len >= 0 && start <= t.shape[dim] && len <= t.shape[dim] - start,
                OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(t.name), ": box [", start, ", ",
                start + len, ") along dimension ", dim, " is outside its extent ", t.shape[dim]);
+  if (t.quantized()) {
+    read_box_quantized(t, dim, start, len, out, dst);
+    return;
+  }
   const bool raw = out == t.dtype;
   oslo_dtype sdt = OSLO_DTYPE_F32, ddt = OSLO_DTYPE_F32;
   if (!raw) {
@@ -428,6 +434,66 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
     if (!raw)
       bs.convert = [&](const void* from, void* to, size_t n) {
         convert_host(sdt, from, ddt, to, n, t.name);
+      };
+    copy_box(bs, slo, shi, sorg, sshape, lo, bshape, dst, &bounce);
+  }
+}
+
+// A block-quantized tensor: its boxes are copied in units of whole blocks
+// (the stored piece [rows, row bytes] is the unit layout [..., K / block]),
+// as bytes (out U8) or dequantized (out F32/F16/BF16).
+void WeightSource::read_box_quantized(const SourceTensor& t, int dim, int64_t start, int64_t len,
+                                      st::Dtype out, void* dst) {
+  const int nd = static_cast<int>(t.shape.size());
+  const std::string who = "tensor " + quote(t.name);
+  oslo_dtype ddt = OSLO_DTYPE_F32;
+  const bool raw = out == st::Dtype::U8;
+  OSLO_CHECK(raw || (st::to_oslo(out, &ddt) && dtype_is_float(ddt)), OSLO_ERR_DTYPE, who, " (",
+             dtype_name(t.quant), ") reads as U8 (its blocks) or as f32, f16 or bf16, not ",
+             st::dtype_name(out));
+  int64_t be, bb;
+  dtype_block(t.quant, &be, &bb);
+  if (dim == nd - 1)
+    OSLO_CHECK(start % be == 0 && len % be == 0, OSLO_ERR_INVALID_ARGUMENT, who, ": the box [",
+               start, ", ", start + len, ") of its rows would split a block of ", be,
+               " elements of ", dtype_name(t.quant));
+  check_tensor(t, dim, start, len);
+  auto units = [&](int d, int64_t v) { return d == nd - 1 ? v / be : v; };
+  std::vector<int64_t> ushape(t.shape);
+  ushape[nd - 1] /= be;
+  std::vector<int64_t> lo(nd, 0), hi(ushape);
+  if (dim >= 0) {
+    lo[dim] = units(dim, start);
+    hi[dim] = units(dim, start + len);
+  }
+  for (int k = 0; k < nd; ++k)
+    if (hi[k] <= lo[k]) return;  // empty box
+  std::vector<int64_t> bshape(nd);
+  for (int k = 0; k < nd; ++k) bshape[k] = hi[k] - lo[k];
+  const quant::Format f = quant::format_of_dtype(t.quant);
+  std::vector<char> bounce;
+  std::vector<float> vals;
+  for (const SourceShard& sh : t.shards) {
+    std::vector<int64_t> slo = lo, shi = hi, sorg(nd, 0), sshape(ushape);
+    if (t.split_dim >= 0) {
+      const int s = t.split_dim;
+      sorg[s] = units(s, sh.offset);
+      sshape[s] = units(s, sh.length);
+      slo[s] = std::max(slo[s], sorg[s]);
+      shi[s] = std::min(shi[s], sorg[s] + sshape[s]);
+      if (shi[s] <= slo[s]) continue;
+    }
+    File& fl = file(sh.file);
+    const st::TensorInfo& ti = fl.reader->at(sh.key);
+    BoxSource bs;
+    bs.read = [&](uint64_t off, uint64_t n, void* d) { read_bytes(sh, fl, ti, off, n, d); };
+    bs.src_size = static_cast<size_t>(bb);
+    bs.dst_size = raw ? static_cast<size_t>(bb) : static_cast<size_t>(be) * dtype_size(ddt);
+    if (!raw)
+      bs.convert = [&](const void* from, void* to, size_t n) {
+        vals.resize(n * static_cast<size_t>(be));
+        quant::dequantize_row(f, from, vals.data(), vals.size());
+        from_f32(ddt, vals.data(), to, vals.size());
       };
     copy_box(bs, slo, shi, sorg, sshape, lo, bshape, dst, &bounce);
   }

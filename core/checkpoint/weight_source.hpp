@@ -159,6 +159,8 @@ class WeightSource {
   File& file(const std::string& name);
   void read_bytes(const SourceShard& sh, File& f, const safetensors::TensorInfo& ti,
                   uint64_t offset, uint64_t bytes, void* dst);
+  void read_box_quantized(const SourceTensor& t, int dim, int64_t start, int64_t len,
+                          safetensors::Dtype out, void* dst);
   void open_hf_single(const std::string& file);
   void open_hf_index();
   void open_oslo();

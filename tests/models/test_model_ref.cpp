@@ -4,12 +4,14 @@
 // equal transformers' reference within the tolerance.
 //
 //   model_ref_test FIXTURE_DIR --tp N [--pp P [--virtual V] [--layers A,B,...]]
-//                  [--dtype f32|bf16] [--tol X]
+//                  [--dtype f32|bf16|q8_0|q4_0|...] [--tol X] [--ref FILE]
 //                  [--backend NAME]
 //
 // --pp splits the blocks over P pipeline stages (tp x pp ranks as threads):
 // every rank must return the same outputs.
 // --backend runs the model on another backend (e.g. cuda: the GPU oracle).
+// --ref compares with another reference file of the same inputs (a
+// block-quantized dtype: tests/quant/test_quant_model.sh makes one).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
   std::vector<int> layers;  // --layers A,B,...: explicit blocks per (virtual) stage
   int virtual_stages = 1;   // --virtual V: model chunks per stage
   double tol = 1e-4;
+  std::string ref_file;  // --ref: another reference file (default: the fixture's)
   // --backend, else OSLO_TEST_BACKEND, else cpu; OSLO_TEST_COMMUNICATOR
   // (tests/common/test_backend.hpp) picks the communicator.
   std::string backend = std::getenv("OSLO_TEST_BACKEND") && *std::getenv("OSLO_TEST_BACKEND")
@@ -82,8 +85,15 @@ int main(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tp")) tp = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--pp")) pp = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--dtype"))
-      dtype = !std::strcmp(argv[i + 1], "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
+    if (!std::strcmp(argv[i], "--dtype")) {
+      oslo_dtype d;
+      if (!dtype_parse(argv[i + 1], &d)) {
+        std::fprintf(stderr, "unknown dtype %s\n", argv[i + 1]);
+        return 2;
+      }
+      dtype = d;
+    }
+    if (!std::strcmp(argv[i], "--ref")) ref_file = argv[i + 1];
     if (!std::strcmp(argv[i], "--tol")) tol = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
     if (!std::strcmp(argv[i], "--virtual")) virtual_stages = std::atoi(argv[i + 1]);
@@ -94,7 +104,7 @@ int main(int argc, char** argv) {
         c = *end == ',' ? end + 1 : end;
       }
   }
-  Ref ref(dir + "/reference.safetensors");
+  Ref ref(ref_file.empty() ? dir + "/reference.safetensors" : ref_file);
   const std::string store = temp_dir("oslo-model");
   std::vector<std::thread> th;
   for (int r = 0; r < tp * pp; ++r) {

@@ -37,6 +37,12 @@ class DType(enum.IntEnum):
     BF16 = _c.OSLO_DTYPE_BF16
     I32 = _c.OSLO_DTYPE_I32
     I64 = _c.OSLO_DTYPE_I64
+    #: Block-quantized weight formats (docs/QUANTIZATION.md): a model's
+    #: dtype, not a tensor's.
+    Q8_0 = _c.OSLO_DTYPE_Q8_0
+    Q4_0 = _c.OSLO_DTYPE_Q4_0
+    Q4_K = _c.OSLO_DTYPE_Q4_K
+    Q6_K = _c.OSLO_DTYPE_Q6_K
 
 
 class ModelOutput(enum.IntEnum):
