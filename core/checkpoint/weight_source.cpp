@@ -492,10 +492,16 @@ void WeightSource::read_box_quantized(const SourceTensor& t, int dim, int64_t st
     if (!raw)
       bs.convert = [&](const void* from, void* to, size_t n) {
         vals.resize(n * static_cast<size_t>(be));
+        quant::check_blocks(f, from, 1, vals.size(), t.name);  // q4_g128: z, reserved byte
         quant::dequantize_row(f, from, vals.data(), vals.size());
         from_f32(ddt, vals.data(), to, vals.size());
       };
     copy_box(bs, slo, shi, sorg, sshape, lo, bshape, dst, &bounce);
+  }
+  if (raw) {  // blocks read from a file: q4_g128's zero points and reserved bytes
+    uint64_t rows = 1;
+    for (int k = 0; k + 1 < nd; ++k) rows *= static_cast<uint64_t>(bshape[k]);
+    quant::check_blocks(f, dst, rows, static_cast<uint64_t>(bshape[nd - 1] * be), t.name);
   }
 }
 
