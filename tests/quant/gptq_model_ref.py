@@ -11,7 +11,8 @@ transformers, AutoGPTQ and AutoAWQ define) and no quantization_config.
 transformers runs it (f32, eager attention, one thread) on fixed token ids;
 the logits go to WORK_DIR/logits.f32 and the ids to WORK_DIR/ids.i64
 (2 x 9). Then TEST_BINARY (test_gptq_model) loads gptq/, gptq_v2/ and awq/
-with oslo (weights kept in q4_g128) and compares its logits with these.
+with oslo (weights kept in q4_g128) and compares its logits with these,
+then saves the GPTQ model to WORK_DIR/gptq_saved and loads it back.
 """
 import json
 import os
@@ -67,6 +68,7 @@ def main(work, binary):
     ids.astype("<i8").tofile(os.path.join(work, "ids.i64"))
     logits.astype("<f4").tofile(os.path.join(work, "logits.f32"))
     print(f"transformers {transformers.__version__}: logits {logits.shape}")
+    shutil.rmtree(os.path.join(work, "gptq_saved"), ignore_errors=True)  # the binary saves there
     return subprocess.call([binary, work])
 
 

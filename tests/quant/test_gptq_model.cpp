@@ -5,7 +5,8 @@
 // ids in WORK_DIR/ids.i64 and compares the logits with transformers' forward
 // on the dense weights (WORK_DIR/logits.f32): within 1e-4, as the model
 // tests compare f32 models, and the quantized folders equal the dense one
-// to 1e-5 (the same f32 weights).
+// to 1e-5 (the same f32 weights). The GPTQ model saved as an oslo
+// checkpoint (q4_g128 blocks) loads back to the same logits.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,17 +40,19 @@ std::vector<T> slurp(const std::string& path) {
 }
 
 std::vector<float> run(oslo_context* ctx, const std::string& path, const std::vector<int64_t>& ids,
-                       int64_t b, int64_t s, std::string* dtype) {
+                       int64_t b, int64_t s, std::string* dtype, const std::string& save = "") {
   oslo_model* m = nullptr;
   ok_or_die(oslo_model_load(ctx, path.c_str(), nullptr, &m), "load " + path);
+  if (!save.empty()) ok_or_die(oslo_model_save(m, save.c_str()), "save " + save);
   oslo_model_info info;
   ok_or_die(oslo_model_get_info(m, &info, nullptr), "info");
   std::vector<float> out(static_cast<size_t>(b * s * info.vocab_size));
   ok_or_die(oslo_model_forward(m, ids.data(), nullptr, nullptr, b, s, OSLO_MODEL_OUTPUT_LOGITS,
                                out.data(), out.size()),
             "forward " + path);
-  *dtype = info.dtype == OSLO_DTYPE_Q4_G128 ? "q4_g128"
-                                            : "dtype " + std::to_string(static_cast<int>(info.dtype));
+  *dtype = info.dtype == OSLO_DTYPE_Q4_G128
+               ? "q4_g128"
+               : "dtype " + std::to_string(static_cast<int>(info.dtype));
   oslo_model_destroy(m);
   return out;
 }
@@ -86,6 +89,14 @@ int main(int argc, char** argv) {
                 dt.c_str(), d, e);
     bad += !(d <= 1e-4f) + !(e <= 1e-5f) + (dt != "q4_g128");
   }
+  // An oslo checkpoint saved from the GPTQ model keeps the q4_g128 blocks
+  // and loads back to the same logits.
+  const std::string saved = dir + "/gptq_saved";
+  const std::vector<float> a = run(ctx, dir + "/gptq", ids, b, s, &dt, saved);
+  const std::vector<float> c = run(ctx, saved, ids, b, s, &dt);
+  std::printf("gptq saved and loaded (weights %s): max |difference| = %g\n", dt.c_str(),
+              max_diff(a, c));
+  bad += !(max_diff(a, c) == 0.0f) + (dt != "q4_g128");
   oslo_context_destroy(ctx);
   if (bad) std::fprintf(stderr, "FAIL: %d checks\n", bad);
   return bad ? 1 : 0;
