@@ -214,6 +214,8 @@ typedef enum oslo_dtype {
   OSLO_DTYPE_Q4_0 = 17, /**< blocks of 32: f16 scale, 32 4-bit (18 bytes); GGUF Q4_0 */
   OSLO_DTYPE_Q4_K = 18, /**< super-blocks of 256 (144 bytes); GGUF Q4_K */
   OSLO_DTYPE_Q6_K = 19, /**< super-blocks of 256 (210 bytes); GGUF Q6_K */
+  OSLO_DTYPE_Q4_G128 = 20, /**< groups of 128: f16 scale, u8 zero point, u8 0, 64 bytes of
+                                4-bit (68 bytes); x = (q - zero) * scale; GPTQ/AWQ */
   /* Not values: they make every int a valid value of the type, so a bad value
      passed from C is reported as an error instead of being undefined in C++. */
   OSLO_DTYPE_ENUM_MIN_ = -2147483647 - 1,

@@ -151,9 +151,8 @@ void load_block(WeightSource& src, const SourceTensor& t, PlacedTensor& pt, Back
   }
   // The f32 values of the local slice, then quantized row by row.
   const quant::Format f = quant::format_of_dtype(q);
-  OSLO_CHECK(quant::can_quantize(f), OSLO_ERR_NOT_SUPPORTED, who, ": quantizing to ", dtype_name(q),
-             " is not supported yet (load a file that holds it in ", dtype_name(q),
-             ", or choose q8_0 or q4_0)");
+  OSLO_CHECK(quant::can_quantize(f), OSLO_ERR_NOT_SUPPORTED, who, ": oslo cannot quantize to ",
+             dtype_name(q), "; load a file that holds the tensor in ", dtype_name(q));
   std::vector<PlacedTensor> one(1);
   one[0].placement = p;
   one[0].tensor = Tensor::zeros(pt.tensor.storage()->backend, OSLO_DTYPE_F32, ls);

@@ -18,6 +18,7 @@
 #include "core/checkpoint/box_copy.hpp"
 #include "core/checkpoint/fs_util.hpp"
 #include "core/checkpoint/gguf_source.hpp"
+#include "core/checkpoint/gptq_source.hpp"
 #include "core/checkpoint/manifest.hpp"
 #include "core/common/convert.hpp"
 #include "core/common/dtype.hpp"
@@ -197,6 +198,8 @@ WeightSource::WeightSource(const std::string& path, ReadMode mode) : path_(path)
     fail(OSLO_ERR_IO, "weight source ", quote_path(path),
          " does not exist or is not a file or folder");
   }
+  if (kind_ == SourceKind::HfSingle || kind_ == SourceKind::HfSharded)
+    gptq_ = GptqAdapter::open(config_json_, fsutil::join(folder_, "config.json"), tensors_);
   std::sort(tensors_.begin(), tensors_.end(),
             [](const SourceTensor& a, const SourceTensor& b) { return a.name < b.name; });
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
@@ -350,6 +353,7 @@ const SourceTensor& WeightSource::at(const std::string& name) const {
 
 void WeightSource::check_tensor(const SourceTensor& t, int dim, int64_t start, int64_t len) {
   if (gguf_) return;  // every tensor was checked against the file when it was opened
+  if (gptq_ && gptq_->owns(t)) return gptq_->check_tensor(*this, t);
   for (const SourceShard& sh : t.shards) {
     if (dim >= 0 && dim == t.split_dim &&
         (sh.offset >= start + len || sh.offset + sh.length <= start))
@@ -372,6 +376,7 @@ void WeightSource::check_tensor(const SourceTensor& t, int dim, int64_t start, i
 
 void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64_t len,
                             st::Dtype out, void* dst) {
+  if (gptq_ && gptq_->owns(t)) return gptq_->read_box(*this, t, dim, start, len, out, dst);
   const int nd = static_cast<int>(t.shape.size());
   OSLO_CHECK(dim >= -1 && dim < nd, OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(t.name),
              ": box dimension ", dim, " is out of range for ", nd, " dimensions");
@@ -497,10 +502,16 @@ void WeightSource::read_box_quantized(const SourceTensor& t, int dim, int64_t st
     if (!raw)
       bs.convert = [&](const void* from, void* to, size_t n) {
         vals.resize(n * static_cast<size_t>(be));
+        quant::check_blocks(f, from, 1, vals.size(), t.name);  // q4_g128: z, reserved byte
         quant::dequantize_row(f, from, vals.data(), vals.size());
         from_f32(ddt, vals.data(), to, vals.size());
       };
     copy_box(bs, slo, shi, sorg, sshape, lo, bshape, dst, &bounce);
+  }
+  if (raw) {  // blocks read from a file: q4_g128's zero points and reserved bytes
+    uint64_t rows = 1;
+    for (int k = 0; k + 1 < nd; ++k) rows *= static_cast<uint64_t>(bshape[k]);
+    quant::check_blocks(f, dst, rows, static_cast<uint64_t>(bshape[nd - 1] * be), t.name);
   }
 }
 

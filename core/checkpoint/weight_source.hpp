@@ -27,6 +27,8 @@
 
 namespace oslo {
 
+class GptqAdapter;  // gptq_source.hpp
+
 // Progress of a long operation: `done` of `total` units (bytes of tensor
 // data). Called from the thread that runs the operation; may be empty.
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
@@ -90,6 +92,9 @@ class WeightSource {
   // tensor or one whose shape disagrees with the metadata),
   // OSLO_ERR_NOT_SUPPORTED (a GGUF architecture or tensor oslo does not read,
   // named).
+  // An HF folder whose config.json has a GPTQ or AWQ quantization_config
+  // lists each quantized linear as one q4_g128 tensor "<prefix>.weight"
+  // (gptq_source.hpp; its errors too).
   explicit WeightSource(const std::string& path, ReadMode mode = ReadMode::Pread);
   ~WeightSource();
   WeightSource(const WeightSource&) = delete;
@@ -200,6 +205,7 @@ class WeightSource {
     bool broken = false;
   };
   std::map<std::pair<std::string, std::string>, CrcProgress> crc_;
+  std::unique_ptr<GptqAdapter> gptq_;  // GPTQ/AWQ folders: the converted linears
   uint64_t bytes_read_ = 0, read_calls_ = 0, files_opened_ = 0;
 };
 

@@ -99,7 +99,7 @@ size_t dtype_size(oslo_dtype dt) {
 
 bool dtype_is_block(int dt) {
   return dt == OSLO_DTYPE_Q8_0 || dt == OSLO_DTYPE_Q4_0 || dt == OSLO_DTYPE_Q4_K ||
-         dt == OSLO_DTYPE_Q6_K;
+         dt == OSLO_DTYPE_Q6_K || dt == OSLO_DTYPE_Q4_G128;
 }
 
 bool dtype_known(int dt) {
@@ -112,6 +112,7 @@ void dtype_block(oslo_dtype dt, int64_t* elems, int64_t* bytes) {
     case OSLO_DTYPE_Q4_0: *elems = 32, *bytes = 18; return;
     case OSLO_DTYPE_Q4_K: *elems = 256, *bytes = 144; return;
     case OSLO_DTYPE_Q6_K: *elems = 256, *bytes = 210; return;
+    case OSLO_DTYPE_Q4_G128: *elems = 128, *bytes = 68; return;
     default: break;
   }
   *elems = 1;
@@ -127,9 +128,9 @@ size_t dtype_bytes(oslo_dtype dt, int64_t elements) {
 }
 
 bool dtype_parse(const char* name, oslo_dtype* out) {
-  static const oslo_dtype all[] = {OSLO_DTYPE_F32,  OSLO_DTYPE_F16,  OSLO_DTYPE_BF16,
-                                   OSLO_DTYPE_I32,  OSLO_DTYPE_I64,  OSLO_DTYPE_Q8_0,
-                                   OSLO_DTYPE_Q4_0, OSLO_DTYPE_Q4_K, OSLO_DTYPE_Q6_K};
+  static const oslo_dtype all[] = {
+      OSLO_DTYPE_F32,  OSLO_DTYPE_F16,  OSLO_DTYPE_BF16, OSLO_DTYPE_I32,  OSLO_DTYPE_I64,
+      OSLO_DTYPE_Q8_0, OSLO_DTYPE_Q4_0, OSLO_DTYPE_Q4_K, OSLO_DTYPE_Q6_K, OSLO_DTYPE_Q4_G128};
   if (!name) return false;
   for (oslo_dtype d : all)
     if (std::strcmp(name, dtype_name(d)) == 0) {
@@ -150,6 +151,7 @@ const char* dtype_name(oslo_dtype dt) {
     case OSLO_DTYPE_Q4_0: return "q4_0";
     case OSLO_DTYPE_Q4_K: return "q4_k";
     case OSLO_DTYPE_Q6_K: return "q6_k";
+    case OSLO_DTYPE_Q4_G128: return "q4_g128";
     default: break;
   }
   return "unknown";

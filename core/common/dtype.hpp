@@ -29,8 +29,8 @@ void dtype_block(oslo_dtype dt, int64_t* elems, int64_t* bytes);
 // elements * dtype_size, or for a block dtype whole blocks (OSLO_ERR_SHAPE
 // naming the block size when `elements` is not a multiple of it).
 size_t dtype_bytes(oslo_dtype dt, int64_t elements);
-// Parses "f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "q4_k", "q6_k"
-// (exact, lower case); false if unknown.
+// Parses "f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "q4_k", "q6_k",
+// "q4_g128" (exact, lower case); false if unknown.
 bool dtype_parse(const char* name, oslo_dtype* out);
 
 inline float bf16_to_f32(uint16_t h) {

@@ -1,14 +1,16 @@
 // The scalar reference kernels of quant.hpp: dequantize and quantize one row,
 // block by block, in llama.cpp's order of operations (ggml-quants.c:
 // dequantize_row_q8_0, _q4_0, _q4_K, _q6_K, quantize_row_q8_0_ref,
-// _q4_0_ref). This file is compiled with -ffp-contract=off (CMakeLists.txt):
-// a fused multiply-add would round once where llama.cpp rounds twice.
+// _q4_0_ref; the K-quant quantizers are in kquants.cpp), and oslo's Q4_G128.
+// This file is compiled with -ffp-contract=off (CMakeLists.txt): a fused
+// multiply-add would round once where llama.cpp rounds twice.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "core/quant/kernels.hpp"
 #include "core/quant/quant.hpp"
 
 namespace oslo {
@@ -154,7 +156,66 @@ void quant_q4_0(const float* x, uint8_t* b) {
   }
 }
 
+// Q4_G128: f16 d; uint8 z; uint8 reserved (0); uint8 qs[64]: element j
+// (0..63) in the low nibble of qs[j], element j + 64 in its high nibble.
+// x = (q - z) * d: the exact small integer q - z times d, one f32 rounding.
+void deq_q4_g128(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const int z = b[2];
+  for (int j = 0; j < 64; ++j) {
+    y[j] = static_cast<float>((b[4 + j] & 0x0F) - z) * d;
+    y[j + 64] = static_cast<float>((b[4 + j] >> 4) - z) * d;
+  }
+}
+
+// Round to nearest, ties to even, clamped to [lo, hi] (NaN gives lo).
+int rint_clamped(float v, int lo, int hi) {
+  return to_int_clamped(std::nearbyint(v), lo, hi);
+}
+
+// GPTQ's round-to-nearest quantizer for one group of 128 (quant.hpp).
+void quant_q4_g128(const float* x, uint8_t* b) {
+  float lo = 0.0f, hi = 0.0f;  // the range always holds 0
+  for (int j = 0; j < 128; ++j) {
+    lo = std::fmin(lo, x[j]);
+    hi = std::fmax(hi, x[j]);
+  }
+  float d32 = (hi - lo) / 15.0f;
+  if (d32 > 65504.0f) d32 = 65504.0f;  // the largest finite f16
+  const uint16_t dh = f32_to_f16(d32);
+  const float d = f16_to_f32(dh);
+  store16(b, dh);
+  b[3] = 0;
+  if (!(d > 0.0f)) {  // all zeros, or a range below f16's smallest step
+    b[2] = 0;
+    std::memset(b + 4, 0, 64);
+    return;
+  }
+  const int z = rint_clamped(-lo / d, 0, 15);
+  b[2] = static_cast<uint8_t>(z);
+  for (int j = 0; j < 64; ++j) {
+    const int q0 = std::min(15, std::max(0, rint_clamped(x[j] / d, -16, 31) + z));
+    const int q1 = std::min(15, std::max(0, rint_clamped(x[j + 64] / d, -16, 31) + z));
+    b[4 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
+  }
+}
+
 }  // namespace
+
+void check_blocks(Format f, const void* src, uint64_t rows, uint64_t n, const std::string& tensor) {
+  const uint64_t rb = row_bytes(f, n, tensor);
+  if (f != Format::Q4_G128) return;
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t g = 0; g < n / 128; ++g) {
+      const uint8_t* b = s + r * rb + g * 68;
+      if (b[2] > 15 || b[3] != 0)
+        fail(OSLO_ERR_FORMAT, tensor.empty() ? std::string() : "tensor " + quote(tensor) + ": ",
+             "q4_g128 row ", r, ", group ", g, ": ",
+             b[2] > 15 ? "zero point " + std::to_string(b[2]) + " is above 15"
+                       : "reserved byte is " + std::to_string(b[3]) + ", not 0");
+    }
+}
 
 void dequantize_row(Format f, const void* src, float* dst, uint64_t n) {
   const uint64_t nbytes = row_bytes(f, n);
@@ -176,6 +237,7 @@ void dequantize_row(Format f, const void* src, float* dst, uint64_t n) {
     case Format::Q4_0: deq = deq_q4_0; break;
     case Format::Q4_K: deq = deq_q4_k; break;
     case Format::Q6_K: deq = deq_q6_k; break;
+    case Format::Q4_G128: deq = deq_q4_g128; break;
     default: fail(OSLO_ERR_INTERNAL, "dequantize_row: no kernel for ", format_name(f));
   }
   for (uint64_t i = 0; i < n / be; ++i) deq(s + i * bb, dst + i * be);
@@ -204,10 +266,17 @@ void quantize_row(Format f, const float* src, void* dst, uint64_t n) {
     case Format::Q4_0:
       for (uint64_t i = 0; i < n / 32; ++i) quant_q4_0(src + 32 * i, d + 18 * i);
       return;
-    default:
-      fail(OSLO_ERR_NOT_SUPPORTED, "quantizing to ", format_name(f),
-           " is not implemented (oslo reads ", format_name(f), " but writes only q8_0 and q4_0)");
+    case Format::Q4_K:
+      for (uint64_t i = 0; i < n / 256; ++i) quantize_q4_k_block(src + 256 * i, d + 144 * i);
+      return;
+    case Format::Q6_K:
+      for (uint64_t i = 0; i < n / 256; ++i) quantize_q6_k_block(src + 256 * i, d + 210 * i);
+      return;
+    case Format::Q4_G128:
+      for (uint64_t i = 0; i < n / 128; ++i) quant_q4_g128(src + 128 * i, d + 68 * i);
+      return;
   }
+  fail(OSLO_ERR_INVALID_ARGUMENT, "unknown quant format ", static_cast<int>(f));
 }
 
 }  // namespace quant

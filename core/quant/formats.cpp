@@ -11,6 +11,9 @@ namespace quant {
 
 namespace {
 
+// The gguf_id of a format GGUF does not have.
+constexpr uint32_t kNoGguf = UINT32_MAX;
+
 struct FormatDesc {
   const char* name;
   uint32_t gguf_id;
@@ -21,13 +24,14 @@ struct FormatDesc {
 
 // Indexed by Format. Block sizes are llama.cpp's sizeof(block_*) (ggml-common.h).
 constexpr FormatDesc kFormats[kFormatCount] = {
-    {"f32", 0, 1, 4, true},                 //
-    {"f16", 1, 1, 2, true},                 //
-    {"bf16", 30, 1, 2, true},               //
-    {"q8_0", 8, 32, 34, true},              // f16 d, int8 qs[32]
-    {"q4_0", 2, 32, 18, true},              // f16 d, uint8 qs[16]
-    {"q4_k", 12, kSuperBlock, 144, false},  // f16 d, f16 dmin, scales[12], qs[128]
-    {"q6_k", 14, kSuperBlock, 210, false},  // ql[128], qh[64], int8 scales[16], f16 d
+    {"f32", 0, 1, 4, true},                // f32
+    {"f16", 1, 1, 2, true},                // f16
+    {"bf16", 30, 1, 2, true},              // bf16
+    {"q8_0", 8, 32, 34, true},             // f16 d, int8 qs[32]
+    {"q4_0", 2, 32, 18, true},             // f16 d, uint8 qs[16]
+    {"q4_k", 12, kSuperBlock, 144, true},  // f16 d, f16 dmin, scales[12], qs[128]
+    {"q6_k", 14, kSuperBlock, 210, true},  // ql[128], qh[64], int8 scales[16], f16 d
+    {"q4_g128", kNoGguf, 128, 68, true},   // f16 d, uint8 z, uint8 0, uint8 qs[64]
 };
 
 const FormatDesc& desc(Format f) {
@@ -66,6 +70,7 @@ Format format_of_dtype(int dtype) {
     case OSLO_DTYPE_Q4_0: return Format::Q4_0;
     case OSLO_DTYPE_Q4_K: return Format::Q4_K;
     case OSLO_DTYPE_Q6_K: return Format::Q6_K;
+    case OSLO_DTYPE_Q4_G128: return Format::Q4_G128;
     default: break;
   }
   fail(OSLO_ERR_DTYPE, "no block format for dtype ", dtype_name(static_cast<oslo_dtype>(dtype)),
@@ -81,6 +86,7 @@ int dtype_of_format(Format f) {
     case Format::Q4_0: return OSLO_DTYPE_Q4_0;
     case Format::Q4_K: return OSLO_DTYPE_Q4_K;
     case Format::Q6_K: return OSLO_DTYPE_Q6_K;
+    case Format::Q4_G128: return OSLO_DTYPE_Q4_G128;
   }
   fail(OSLO_ERR_INVALID_ARGUMENT, "unknown block format ", static_cast<int>(f));
 }
@@ -96,10 +102,19 @@ bool parse_format(const std::string& name, Format* out) {
 }
 
 uint32_t gguf_type_id(Format f) {
-  return desc(f).gguf_id;
+  const FormatDesc& d = desc(f);
+  OSLO_CHECK(d.gguf_id != kNoGguf, OSLO_ERR_NOT_SUPPORTED, d.name,
+             " is oslo's own format (GPTQ/AWQ groups of 128 with zero points): GGUF has no type "
+             "for it");
+  return d.gguf_id;
+}
+
+bool has_gguf_type(Format f) {
+  return desc(f).gguf_id != kNoGguf;
 }
 
 bool from_gguf_type_id(uint32_t id, Format* out) {
+  if (id == kNoGguf) return false;
   for (int i = 0; i < kFormatCount; ++i) {
     if (kFormats[i].gguf_id == id) {
       *out = static_cast<Format>(i);

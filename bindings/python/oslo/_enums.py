@@ -43,6 +43,7 @@ class DType(enum.IntEnum):
     Q4_0 = _c.OSLO_DTYPE_Q4_0
     Q4_K = _c.OSLO_DTYPE_Q4_K
     Q6_K = _c.OSLO_DTYPE_Q6_K
+    Q4_G128 = _c.OSLO_DTYPE_Q4_G128
 
 
 class ModelOutput(enum.IntEnum):
