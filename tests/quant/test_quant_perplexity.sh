@@ -23,7 +23,7 @@ awk '
     r8 = p["q8_0"] / p["f32"] - 1; r4 = p["q4_0"] / p["f32"] - 1
     printf "f32 %.4f; q8_0 %+.3f%%; q4_0 %+.3f%%\n", p["f32"], 100 * r8, 100 * r4
     bad = 0
-    if (!(p["f32"] > 1 && p["f32"] < 100)) { print "FAIL: f32 perplexity " p["f32"] " (not trained?)"; bad = 1 }
+    if (!(p["f32"] > 1 && p["f32"] < 200)) { print "FAIL: f32 perplexity " p["f32"] " (not trained? uniform over the 515 tokens: 515)"; bad = 1 }
     if ((r8 < 0 ? -r8 : r8) > 0.005) { print "FAIL: q8_0 is more than 0.5 % off"; bad = 1 }
     if ((r4 < 0 ? -r4 : r4) > 0.05) { print "FAIL: q4_0 is more than 5 % off"; bad = 1 }
     exit bad
