@@ -349,7 +349,7 @@ void save_placed(const std::string& dir, const std::vector<PlacedTensor>& tensor
         const bool q = dtype_is_block(dt);
         OSLO_CHECK(!q || (!pt.placement.transpose && pt.tensor.ndim() == 2), OSLO_ERR_NOT_SUPPORTED,
                    "tensor ", quote(pt.placement.name), ": saving a ", dtype_name(dt),
-                   " tensor the model holds transposed from its file's layout (GPT-2's Conv1D) "
+                   " tensor the model holds transposed from its file's layout (a Conv1D weight) "
                    "is not supported; save the model loaded in a float dtype");
         dts.push_back(q ? st::Dtype::U8 : st::from_oslo(dt));
         quants.push_back(q ? dt : OSLO_DTYPE_F32);
