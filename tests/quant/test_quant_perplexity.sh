@@ -16,7 +16,13 @@ cp "$lic/GPL-3" "$work/gpl3.txt"
   tail -n 20 "$work/train.err"
   exit 1
 }
-"$ppl" "$work/ckpt" "$fix" "$lic/Apache-2.0" 64 f32 q8_0 q4_0 | tee "$work/ppl.txt"
+"$ppl" "$work/ckpt" "$fix" "$lic/Apache-2.0" 64 f32 q8_0 q4_0 >"$work/ppl.txt" || {
+  rc=$?
+  cat "$work/ppl.txt"
+  echo "FAIL: $ppl exited with $rc"
+  exit 1
+}
+cat "$work/ppl.txt"
 awk '
   { p[$1] = $3 }
   END {
