@@ -202,6 +202,12 @@ typedef enum oslo_dtype {
   OSLO_DTYPE_BF16 = 2,
   OSLO_DTYPE_I32 = 3, /**< token ids and labels */
   OSLO_DTYPE_I64 = 4, /**< token ids and labels */
+  /** Signed 8-bit integers: the storage of the int8 KV cache
+   * (oslo_generate_options.kv_cache_dtype, oslo_engine_options.kv_dtype;
+   * docs/QUANTIZATION.md), each row of head_dim values with its own f32
+   * scale. Not an element type of the public calls: tensors, collectives and
+   * activations refuse it with OSLO_ERR_DTYPE. */
+  OSLO_DTYPE_I8 = 5,
   /* Block-quantized weight formats (docs/QUANTIZATION.md). The innermost
      dimension (a row) is stored as whole blocks, each a scale (and more)
      followed by packed integers, so there is no element size: a tensor of
@@ -1680,7 +1686,7 @@ OSLO_API oslo_status oslo_model_embed(oslo_model *model, const int64_t *ids, con
                                       int64_t batch, int64_t seq, int normalize, float *out,
                                       size_t capacity);
 
-#define OSLO_GENERATE_OPTIONS_VERSION 2
+#define OSLO_GENERATE_OPTIONS_VERSION 3
 
 /** Options of oslo_model_generate (versioned). Defaults are Hugging Face's. */
 typedef struct oslo_generate_options {
@@ -1708,6 +1714,15 @@ typedef struct oslo_generate_options {
   /** EOS cannot be chosen before this many new tokens (default 0; needs EOS
    * ids). */
   int64_t min_new_tokens;
+  /* version 3 */
+  /** The KV cache's storage: OSLO_DTYPE_F32 (default) or OSLO_DTYPE_I8 (each
+   * key and value row of one token and KV head as int8 with one f32 scale,
+   * max |x| / 127: 3.8x less cache memory at head_dim 64, logits within the
+   * bound docs/QUANTIZATION.md states). Others: OSLO_ERR_DTYPE. A serving
+   * engine's requests use the engine's oslo_engine_options.kv_dtype: the
+   * default f32 here means "the engine's", and OSLO_DTYPE_I8 on an engine
+   * with an f32 cache fails with OSLO_ERR_INVALID_ARGUMENT. */
+  oslo_dtype kv_cache_dtype;
 } oslo_generate_options;
 
 /**
@@ -1829,7 +1844,7 @@ typedef struct oslo_engine_event {
  * oslo_engine_cancel, oslo_engine_shutdown and oslo_engine_stats. */
 typedef void (*oslo_engine_callback)(void *user_data, const oslo_engine_event *event);
 
-#define OSLO_ENGINE_OPTIONS_VERSION 1
+#define OSLO_ENGINE_OPTIONS_VERSION 2
 
 /** Options of oslo_engine_create (versioned). */
 typedef struct oslo_engine_options {
@@ -1849,6 +1864,13 @@ typedef struct oslo_engine_options {
    * each request's queue (oslo_engine_next). Else every event goes to it. */
   oslo_engine_callback on_event;
   void *user_data; /**< passed to on_event */
+  /* version 2 */
+  /** The paged KV cache's storage: OSLO_DTYPE_F32 (default) or OSLO_DTYPE_I8
+   * (int8 rows with one f32 scale per token and KV head, as
+   * oslo_generate_options.kv_cache_dtype; the same kv_memory_bytes then
+   * holds 4 x head_dim / (head_dim + 4) times the blocks). Others:
+   * OSLO_ERR_DTYPE. */
+  oslo_dtype kv_dtype;
 } oslo_engine_options;
 
 /**

@@ -284,7 +284,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
   X(stream_wait_event) X(attention) X(residual_norm) X(rope) X(matmul_act) X(argmax)      \
   X(norm_backward) X(adamw) X(graph_begin) X(graph_end) X(pack_weight) X(matmul_packed)   \
   X(packed_free) X(check_memory) X(host_alloc) X(host_free) X(attention_backward)         \
-  X(paged_attention) X(dequantize) X(matmul_quant)
+  X(paged_attention) X(dequantize) X(matmul_quant) X(quantize_rows) X(dequantize_rows)
 // clang-format on
 
 // One entry of a backend's struct: `fn` as the table's field `entry`, a
@@ -314,6 +314,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
 //   TRAIN     attention_backward
 //   SERVE     paged_attention
 //   QUANT     dequantize, matmul_quant
+//   KV8       quantize_rows, dequantize_rows
 // clang-format off
 #define OSLO_BACKEND_GROUP_COMPUTE(X, p)                                                 \
   X(convert, p, convert) X(fill, p, fill) X(matmul, p, matmul) X(binary, p, binary)     \
@@ -358,6 +359,8 @@ inline size_t dtype_size(oslo_dtype dtype) {
 #define OSLO_BACKEND_GROUP_SERVE(X, p) X(paged_attention, p, paged_attention)
 #define OSLO_BACKEND_GROUP_QUANT(X, p) \
   X(dequantize, p, dequantize) X(matmul_quant, p, matmul_quant)
+#define OSLO_BACKEND_GROUP_KV8(X, p) \
+  X(quantize_rows, p, quantize_rows) X(dequantize_rows, p, dequantize_rows)
 // clang-format on
 
 #define OSLO_BACKEND_ENTRY_FROM_(entry, p, name) OSLO_BACKEND_ENTRY(entry, p##name);
@@ -449,6 +452,8 @@ oslo_backend_iface make_table() {
                 "backend table: pack_weight, matmul_packed and packed_free come together");
   static_assert(all_or_none<has_host_alloc<B>::value, has_host_free<B>::value>(),
                 "backend table: host_alloc and host_free come together");
+  static_assert(all_or_none<has_quantize_rows<B>::value, has_dequantize_rows<B>::value>(),
+                "backend table: quantize_rows and dequantize_rows come together");
   oslo_backend_iface t;
   std::memset(&t, 0, sizeof t);
   t.struct_size = sizeof t;

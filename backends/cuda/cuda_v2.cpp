@@ -97,6 +97,9 @@ int op_supported(void*, oslo_bk_op op_arg, oslo_dtype dtype) {
   // Block-quantized weights (cuda_quant.cu).
   if (op == OSLO_BK_OP_DEQUANTIZE || op == OSLO_BK_OP_MATMUL_QUANT)
     return quant_dtype(dtype) ? 1 : 0;
+  // The int8 KV cache's rows (cuda_kv8.cu): the float side's dtype.
+  if (op == OSLO_BK_OP_QUANTIZE_ROWS || op == OSLO_BK_OP_DEQUANTIZE_ROWS)
+    return is_float(dtype) ? 1 : 0;
   if (!is_float(dtype) && !is_int(dtype)) return 0;
   if (op >= OSLO_BK_OP_CONVERT && op <= OSLO_BK_OP_SCATTER_ADD_COLS) return 1;
   // The fused entries (cuda_fused.cu, cuda_paged.cu): float dtypes; AdamW in f32 only.

@@ -176,6 +176,15 @@ class Backend {
   // the entry with).
   void compose_matmul_quant(const View& c, const View& a, const View& w, const View* bias,
                             const oslo_bk_unary* act, const View* gate);
+  // The int8 KV cache's rows (oslo_backend.h's quantize_rows and
+  // dequantize_rows): x / out [..., D] float (2-4 dimensions, unit last
+  // stride), q the same shape i8, scale [...] f32. quantize_rows writes q
+  // and scale (one f32 scale per row: max |x| / 127); dequantize_rows
+  // writes out = q * scale. The backend's entries, else the host reference
+  // (core/backend/fused_kv8.cpp), exact either way. Throws OSLO_ERR_DTYPE or
+  // OSLO_ERR_SHAPE naming the operand.
+  void quantize_rows(const View& q, const View& scale, const View& x);
+  void dequantize_rows(const View& out, const View& q, const View& scale);
   // One AdamW update in place (oslo_backend.h's adamw: f32, contiguous).
   void adamw(const View& p, const View& g, const View& m, const View& v, float decay, float beta1,
              float beta2, float step_size, float bc2_sqrt, float eps);

@@ -66,7 +66,9 @@ bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
       (op == OSLO_BK_OP_ATTENTION_BACKWARD && t_.attention_backward) ||
       (op == OSLO_BK_OP_PAGED_ATTENTION && t_.paged_attention) ||
       (op == OSLO_BK_OP_DEQUANTIZE && t_.dequantize) ||
-      (op == OSLO_BK_OP_MATMUL_QUANT && t_.matmul_quant) || op == OSLO_BK_OP_MATMUL_MIXED;
+      (op == OSLO_BK_OP_MATMUL_QUANT && t_.matmul_quant) ||
+      (op == OSLO_BK_OP_QUANTIZE_ROWS && t_.quantize_rows) ||
+      (op == OSLO_BK_OP_DEQUANTIZE_ROWS && t_.dequantize_rows) || op == OSLO_BK_OP_MATMUL_MIXED;
   return entry && op_supported(op, dtype);
 }
 

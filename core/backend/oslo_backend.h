@@ -217,6 +217,11 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_DEQUANTIZE = 1035,
   /** matmul_quant(): c = act(a @ w^T + bias) * gate with w block-quantized. */
   OSLO_BK_OP_MATMUL_QUANT = 1036,
+  /** quantize_rows(): float rows to int8 with one f32 scale per row (the
+   * int8 KV cache). */
+  OSLO_BK_OP_QUANTIZE_ROWS = 1037,
+  /** dequantize_rows(): int8 rows and their scales back to a float dtype. */
+  OSLO_BK_OP_DEQUANTIZE_ROWS = 1038,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -722,6 +727,26 @@ typedef struct oslo_backend_iface {
   oslo_status (*matmul_quant)(void *self, const oslo_bk_view *c, const oslo_bk_view *a,
                               const oslo_bk_view *w, const oslo_bk_view *bias, int act_on,
                               oslo_bk_unary act, const oslo_bk_view *gate);
+
+  /* -- the int8 KV cache ---------------------------------------------------------
+   * Optional and past OSLO_BACKEND_IFACE_V2_QUANT_SIZE (both or neither); fused
+   * ops as those above (else the core runs its reference on the host, through
+   * copy() when the backend's memory is not the host's). Rows are the last
+   * dimension: x and q are views [d0, ..., D] of 2 to 4 dimensions with unit
+   * last stride, scale [d0, ...] (one dimension fewer, any strides) f32; q is
+   * OSLO_DTYPE_I8. */
+
+  /** OSLO_BK_OP_QUANTIZE_ROWS (op_supported's dtype: x's; x f32, f16 or
+   * bf16). Per row, in f32: a = the largest |x| (NaN when the row holds a
+   * NaN), d = a / 127, id = d != 0 ? 1 / d : 0; scale = d and each
+   * q = round-half-away(x * id) clamped to [-127, 127], 0 where x * id is
+   * NaN. Exact: every backend writes the same bytes. */
+  oslo_status (*quantize_rows)(void *self, const oslo_bk_view *q, const oslo_bk_view *scale,
+                               const oslo_bk_view *x);
+  /** OSLO_BK_OP_DEQUANTIZE_ROWS (op_supported's dtype: out's; f32, f16 or
+   * bf16). out = (float)q * scale of its row, rounded once to out's dtype. */
+  oslo_status (*dequantize_rows)(void *self, const oslo_bk_view *out, const oslo_bk_view *q,
+                                 const oslo_bk_view *scale);
 } oslo_backend_iface;
 
 /** The size of an ABI v1 table: every entry up to comm_abort. */
@@ -757,6 +782,11 @@ typedef struct oslo_backend_iface {
  * matmul_quant) after the serving one. */
 #define OSLO_BACKEND_IFACE_V2_QUANT_SIZE \
   (offsetof(oslo_backend_iface, matmul_quant) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the int8 KV cache's entries (quantize_rows,
+ * dequantize_rows) after the quantized-weight ones. */
+#define OSLO_BACKEND_IFACE_V2_KV8_SIZE \
+  (offsetof(oslo_backend_iface, dequantize_rows) + sizeof(void (*)(void)))
 
 /* Every entry's slot pinned by static asserts (oslo_backend_slots.h). */
 #include "oslo_backend_slots.h" /* next to this file */

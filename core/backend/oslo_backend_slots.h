@@ -104,11 +104,13 @@ OSLO_BK_SLOT_(attention_backward, 66);
 OSLO_BK_SLOT_(paged_attention, 67);
 OSLO_BK_SLOT_(dequantize, 68);
 OSLO_BK_SLOT_(matmul_quant, 69);
+OSLO_BK_SLOT_(quantize_rows, 70);
+OSLO_BK_SLOT_(dequantize_rows, 71);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_QUANT_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after matmul_quant needs its own size macro");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_KV8_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after dequantize_rows needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

@@ -40,8 +40,10 @@ OSLO_OPTIONS(
       o.tokenizer = nullptr;
       o.on_event = nullptr;
       o.user_data = nullptr;
+      o.kv_dtype = OSLO_DTYPE_F32;
     },
-    OSLO_OPTIONS_END(oslo_engine_options, user_data));
+    OSLO_OPTIONS_END(oslo_engine_options, user_data),
+    OSLO_OPTIONS_END(oslo_engine_options, kv_dtype));
 
 oslo_finish_reason finish_of(oslo::serve::Finish f) {
   switch (f) {
@@ -114,6 +116,7 @@ oslo_status oslo_engine_create(oslo_model* model, const oslo_engine_options* opt
     eo.max_step_tokens = o.max_step_tokens;
     eo.prefix_caching = o.prefix_caching != 0;
     eo.idle_wait_ms = o.idle_wait_ms;
+    eo.kv_dtype = o.kv_dtype;
     oslo::serve::TextStream::Decode decode;
     if (h->tokenizer) {
       const oslo::Tokenizer* t = h->tokenizer.get();

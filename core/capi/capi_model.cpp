@@ -38,9 +38,11 @@ OSLO_OPTIONS(
       o.eos_token_ids = nullptr;
       o.pad_token_id = -1;
       o.repetition_penalty = 1.0f;
+      o.kv_cache_dtype = OSLO_DTYPE_F32;
     },
     OSLO_OPTIONS_END(oslo_generate_options, pad_token_id),
-    OSLO_OPTIONS_END(oslo_generate_options, min_new_tokens));
+    OSLO_OPTIONS_END(oslo_generate_options, min_new_tokens),
+    OSLO_OPTIONS_END(oslo_generate_options, kv_cache_dtype));
 
 OSLO_OPTIONS(
     kMergeOptions, oslo_merge_options, OSLO_MERGE_OPTIONS_VERSION,
@@ -94,6 +96,7 @@ GenerateOptions read_generate_options(const oslo_generate_options* given, const 
   g.pad_token_id = o.pad_token_id >= 0 ? o.pad_token_id : c.pad_token_id;
   g.repetition_penalty = o.repetition_penalty;
   g.min_new_tokens = o.min_new_tokens;
+  g.kv_dtype = o.kv_cache_dtype;
   return g;
 }
 

@@ -86,6 +86,7 @@ size_t dtype_size(oslo_dtype dt) {
     case OSLO_DTYPE_BF16: return 2;
     case OSLO_DTYPE_I32: return 4;
     case OSLO_DTYPE_I64: return 8;
+    case OSLO_DTYPE_I8: return 1;
     default: break;
   }
   if (dtype_is_block(dt)) {
@@ -147,6 +148,7 @@ const char* dtype_name(oslo_dtype dt) {
     case OSLO_DTYPE_BF16: return "bf16";
     case OSLO_DTYPE_I32: return "i32";
     case OSLO_DTYPE_I64: return "i64";
+    case OSLO_DTYPE_I8: return "i8";
     case OSLO_DTYPE_Q8_0: return "q8_0";
     case OSLO_DTYPE_Q4_0: return "q4_0";
     case OSLO_DTYPE_Q4_K: return "q4_k";

@@ -10,8 +10,9 @@
 
 namespace oslo {
 
-// Bytes of one element. Throws OSLO_ERR_DTYPE on an unknown dtype and on a
-// block-quantized one (no element size: use dtype_bytes).
+// Bytes of one element (1 for OSLO_DTYPE_I8, the int8 KV cache's storage,
+// which dtype_valid() still refuses). Throws OSLO_ERR_DTYPE on an unknown
+// dtype and on a block-quantized one (no element size: use dtype_bytes).
 size_t dtype_size(oslo_dtype dt);
 const char* dtype_name(oslo_dtype dt);  // "f32", ..., "q8_0"; "unknown" for bad values
 // The element dtypes (f32, f16, bf16, i32, i64): what calls taking element

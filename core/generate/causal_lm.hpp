@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/common/error.hpp"
+#include "oslo.h"
+
 namespace oslo {
 
 class CausalLM {
@@ -17,6 +20,14 @@ class CausalLM {
   // Starts a new batch of `rows` empty sequences able to grow to `max_len`
   // positions (prompt + generated). Drops any previous cache.
   virtual void reset(int64_t rows, int64_t max_len) = 0;
+  // The KV cache's storage from the next reset() on: OSLO_DTYPE_F32, or
+  // OSLO_DTYPE_I8 where the model keeps an int8 cache (one f32 scale per
+  // token and KV head). The default keeps f32 only: anything else throws
+  // OSLO_ERR_NOT_SUPPORTED.
+  virtual void set_kv_dtype(oslo_dtype dt) {
+    OSLO_CHECK(dt == OSLO_DTYPE_F32, OSLO_ERR_NOT_SUPPORTED,
+               "this model keeps its KV cache in f32 only");
+  }
   // Appends `n` tokens to every row. tokens is [rows, n] row-major; mask is
   // [rows, past + n] (1 = real token, 0 = padding) covering every position so
   // far including the new ones (left padding is how batched prompts of

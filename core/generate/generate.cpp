@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "core/comm/leader.hpp"
+#include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 
 namespace oslo {
@@ -55,6 +56,7 @@ uint64_t fingerprint(const std::vector<std::vector<int64_t>>& prompts, const Gen
   Fnv f;
   f.pod(o.max_new_tokens);
   f.pod(o.min_new_tokens);
+  f.pod(o.kv_dtype);
   f.pod(o.do_sample);
   f.pod(o.temperature);
   f.pod(o.top_k);
@@ -239,6 +241,7 @@ GenerateResult greedy_or_sample(CausalLM& model, const Batch& batch, const Gener
                  " rows");
     }
   };
+  model.set_kv_dtype(opt.kv_dtype);
   model.reset(rows, L0 + opt.max_new_tokens);
   feed(batch.tokens, L0, batch.mask, 0);
   // msg: [outcome, token per row, finished flag per row]
@@ -317,6 +320,7 @@ GenerateResult beam_search(CausalLM& model, const Batch& batch, const GenerateOp
     s.done.resize(nb);
   }
 
+  model.set_kv_dtype(opt.kv_dtype);
   model.reset(rows, L0 + opt.max_new_tokens);
   std::vector<float> logits = model.append(tokens0, L0, mask0);
   std::vector<float> acc(nb * vocab), lsm(vocab), merged;
@@ -466,6 +470,9 @@ void validate_options(const GenerateOptions& o, int64_t vocab) {
   auto bad = [](auto&&... parts) { fail(OSLO_ERR_INVALID_ARGUMENT, "generate: ", parts...); };
   if (o.max_new_tokens < 1) bad("max_new_tokens must be >= 1, got ", o.max_new_tokens);
   if (o.min_new_tokens < 0) bad("min_new_tokens must be >= 0, got ", o.min_new_tokens);
+  if (o.kv_dtype != OSLO_DTYPE_F32 && o.kv_dtype != OSLO_DTYPE_I8)
+    fail(OSLO_ERR_DTYPE, "generate: kv_cache_dtype must be f32 or i8 (int8), got ",
+         dtype_name(o.kv_dtype), " (", static_cast<int>(o.kv_dtype), ")");
   if (o.num_beams < 1) bad("num_beams must be >= 1, got ", o.num_beams);
   if (o.top_k < 0) bad("top_k must be >= 0 (0 = off), got ", o.top_k);
   if (!(o.top_p > 0.0 && o.top_p <= 1.0)) bad("top_p must be in (0, 1] (1 = off), got ", o.top_p);

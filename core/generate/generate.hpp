@@ -76,6 +76,9 @@ struct GenerateOptions {
   // EOS cannot be generated before this many new tokens (HF's
   // MinNewTokensLengthLogitsProcessor; needs eos_token_ids). >= 0.
   int64_t min_new_tokens = 0;
+  // The KV cache's storage: OSLO_DTYPE_F32 or OSLO_DTYPE_I8 (int8 rows, one
+  // f32 scale per token and KV head; docs/QUANTIZATION.md).
+  oslo_dtype kv_dtype = OSLO_DTYPE_F32;
   // false: greedy (num_beams == 1) or beam search; true: sampling.
   bool do_sample = false;
   // Sampling only: logits are divided by it (> 0; 1 = off).

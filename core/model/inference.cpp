@@ -41,19 +41,39 @@ void InferenceRunner::attention(size_t li, const View& q, const View& k, const V
   const int64_t rk = k.strides[0], rv = v.strides[0], rq = q.strides[0];
   // With the cache: rows [row0, row0 + B) of it (a micro-batch of rows).
   const int64_t r0 = use_cache ? row0 * nkvl * Tmax * D : 0;
-  auto cache_at = [&](const Tensor& c) {
-    return strided(at(view(c), r0 + P * D), OSLO_DTYPE_F32, {B, nkvl, S, D},
+  const bool int8 = use_cache && kv_dtype_ == OSLO_DTYPE_I8;
+  const oslo_dtype cdt = int8 ? OSLO_DTYPE_I8 : OSLO_DTYPE_F32;
+  auto cache_at = [&](const Tensor& c, int64_t p0, int64_t n) {
+    return strided(at(view(c), r0 + p0 * D), cdt, {B, nkvl, n, D},
                    {nkvl * Tmax * D, Tmax * D, D, 1});
   };
-  be.convert(cache_at(kc), strided(k.data, k.dtype, {B, nkvl, S, D}, {S * rk, D, rk, 1}));
-  be.convert(cache_at(vc), strided(v.data, v.dtype, {B, nkvl, S, D}, {S * rv, D, rv, 1}));
+  const View knew = strided(k.data, k.dtype, {B, nkvl, S, D}, {S * rk, D, rk, 1});
+  const View vnew = strided(v.data, v.dtype, {B, nkvl, S, D}, {S * rv, D, rv, 1});
+  View kv, vv;
+  Tensor kf, vf;  // int8: the rows [0, T) dequantized
+  if (int8) {
+    // One f32 scale per token and KV head: [rows, nkvl, Tmax].
+    auto scale_at = [&](const Tensor& sc, int64_t p0, int64_t n) {
+      return strided(at(view(sc), row0 * nkvl * Tmax + p0), OSLO_DTYPE_F32, {B, nkvl, n},
+                     {nkvl * Tmax, Tmax, 1});
+    };
+    be.quantize_rows(cache_at(kc, P, S), scale_at(k_scale_[li], P, S), knew);
+    be.quantize_rows(cache_at(vc, P, S), scale_at(v_scale_[li], P, S), vnew);
+    kf = scratch(bp, OSLO_DTYPE_F32, {B, nkvl, T, D});
+    vf = scratch(bp, OSLO_DTYPE_F32, {B, nkvl, T, D});
+    be.dequantize_rows(view(kf), cache_at(kc, 0, T), scale_at(k_scale_[li], 0, T));
+    be.dequantize_rows(view(vf), cache_at(vc, 0, T), scale_at(v_scale_[li], 0, T));
+    kv = view(kf);
+    vv = view(vf);
+  } else {
+    be.convert(cache_at(kc, P, S), knew);
+    be.convert(cache_at(vc, P, S), vnew);
+    kv = cache_at(kc, 0, T);
+    vv = cache_at(vc, 0, T);
+  }
   // Every query head over the cache [0, T) in one call (the backend's fused
   // attention, or its composition from products and a softmax).
   const View qv = strided(q.data, q.dtype, {B, nhl, S, D}, {S * rq, D, rq, 1});
-  const View kv =
-      strided(at(view(kc), r0), OSLO_DTYPE_F32, {B, nkvl, T, D}, {nkvl * Tmax * D, Tmax * D, D, 1});
-  const View vv =
-      strided(at(view(vc), r0), OSLO_DTYPE_F32, {B, nkvl, T, D}, {nkvl * Tmax * D, Tmax * D, D, 1});
   const View ov = strided(out.data, out.dtype, {B, nhl, S, D}, {S * nhl * D, D, nhl * D, 1});
   const View mv = strided(mask.data(), OSLO_DTYPE_F32, {B, T}, {T, 1});
   be.attention(ov, qv, kv, vv, &mv, 1.0f / std::sqrt(static_cast<float>(D)), s_.cfg.traits.causal,
@@ -395,6 +415,12 @@ void InferenceRunner::embed(const std::vector<int64_t>& ids, const std::vector<i
   }
 }
 
+void InferenceRunner::set_kv_dtype(oslo_dtype dt) {
+  OSLO_CHECK(dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_I8, OSLO_ERR_DTYPE,
+             "model: the KV cache is f32 or i8 (int8), not ", dtype_name(dt));
+  kv_dtype_ = dt;
+}
+
 void InferenceRunner::reset(int64_t rows, int64_t max_len) {
   OSLO_CHECK(s_.cfg.traits.causal, OSLO_ERR_NOT_SUPPORTED, s_.cfg.model_type,
              " cannot generate text");
@@ -403,9 +429,15 @@ void InferenceRunner::reset(int64_t rows, int64_t max_len) {
   const auto& bp = s_.ctx.backend_ptr();
   k_cache_.clear();
   v_cache_.clear();
+  k_scale_.clear();
+  v_scale_.clear();
   for (size_t i = 0; i < s_.layers.size(); ++i) {
-    k_cache_.push_back(scratch(bp, OSLO_DTYPE_F32, {rows, s_.nkvl, max_len, s_.cfg.head_dim}));
-    v_cache_.push_back(scratch(bp, OSLO_DTYPE_F32, {rows, s_.nkvl, max_len, s_.cfg.head_dim}));
+    k_cache_.push_back(scratch(bp, kv_dtype_, {rows, s_.nkvl, max_len, s_.cfg.head_dim}));
+    v_cache_.push_back(scratch(bp, kv_dtype_, {rows, s_.nkvl, max_len, s_.cfg.head_dim}));
+    if (kv_dtype_ == OSLO_DTYPE_I8) {
+      k_scale_.push_back(scratch(bp, OSLO_DTYPE_F32, {rows, s_.nkvl, max_len}));
+      v_scale_.push_back(scratch(bp, OSLO_DTYPE_F32, {rows, s_.nkvl, max_len}));
+    }
   }
   rows_ = rows;
   max_len_ = max_len;
@@ -489,6 +521,23 @@ void InferenceRunner::reorder(const std::vector<int64_t>& src) {
              src.size(), " rows, the cache has ", rows_);
   Backend& be = s_.ctx.backend();
   const auto& bp = s_.ctx.backend_ptr();
+  for (int64_t s : src)
+    OSLO_CHECK(s >= 0 && s < rows_, OSLO_ERR_INVALID_ARGUMENT, "model: reorder names row ", s,
+               " of ", rows_);
+  if (kv_dtype_ == OSLO_DTYPE_I8) {
+    // Whole rows copied in the backend's memory (int8 rows and their scales).
+    for (std::vector<Tensor>* caches : {&k_cache_, &v_cache_, &k_scale_, &v_scale_})
+      for (Tensor& c : *caches) {
+        Tensor n = scratch(bp, c.dtype(), c.shape());
+        const size_t row = c.nbytes() / static_cast<size_t>(rows_);
+        for (int64_t i = 0; i < rows_; ++i)
+          be.copy(static_cast<char*>(n.data()) + row * static_cast<size_t>(i),
+                  static_cast<const char*>(c.data()) + row * static_cast<size_t>(src[i]), row,
+                  CopyKind::DeviceToDevice);
+        c = n;
+      }
+    return;
+  }
   Tensor idx = scratch(bp, OSLO_DTYPE_I64, {rows_});
   be.copy(idx.data(), src.data(), idx.nbytes(), CopyKind::HostToDevice);
   const int64_t per = s_.nkvl * max_len_ * s_.cfg.head_dim;

@@ -43,6 +43,11 @@ class InferenceRunner : public CausalLM {
   // CausalLM (generation).
   int64_t vocab_size() const override { return s_.cfg.vocab_size; }
   void reset(int64_t rows, int64_t max_len) override;
+  // F32 (default) or I8: the cache reset() makes from then on (int8 rows of
+  // head_dim with one f32 scale per token and KV head; each attention
+  // dequantizes the rows it reads into f32 scratch of one layer). Throws
+  // OSLO_ERR_DTYPE on any other.
+  void set_kv_dtype(oslo_dtype dt) override;
   std::vector<float> append(const std::vector<int64_t>& tokens, int64_t n,
                             const std::vector<uint8_t>& mask) override;
   std::vector<Choice> append_argmax(const std::vector<int64_t>& tokens, int64_t n,
@@ -107,8 +112,10 @@ class InferenceRunner : public CausalLM {
 
   BlockStack& s_;
   // The KV cache: per local block [rows, local kv heads, max_len, head_dim]
-  // f32.
-  std::vector<Tensor> k_cache_, v_cache_;
+  // f32, or i8 with the scales [rows, local kv heads, max_len] f32 (kv_dtype_
+  // I8).
+  std::vector<Tensor> k_cache_, v_cache_, k_scale_, v_scale_;
+  oslo_dtype kv_dtype_ = OSLO_DTYPE_F32;
   int64_t rows_ = 0, max_len_ = 0, past_ = 0;
   int64_t pipeline_micro_tokens_ = 64;
 };

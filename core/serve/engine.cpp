@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "core/comm/leader.hpp"
+#include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/context/context.hpp"
 #include "core/tensor/view.hpp"
@@ -173,14 +174,14 @@ Engine::Engine(InferenceRunner& runner, const BlockStack& stack, const EngineOpt
              "serving: num_blocks and kv_memory_bytes must be >= 0");
   int64_t blocks = opt.num_blocks;
   if (blocks == 0) {
-    const int64_t per = PagedKV::block_bytes(stack, opt.block_size);
+    const int64_t per = PagedKV::block_bytes(stack, opt.block_size, opt.kv_dtype);
     blocks = per > 0 ? opt.kv_memory_bytes / per : 0;
     OSLO_CHECK(blocks >= 1, OSLO_ERR_INVALID_ARGUMENT, "serving: kv_memory_bytes ",
                opt.kv_memory_bytes, " holds no KV block (", per, " bytes each)");
   }
   pool_ = std::make_unique<BlockPool>(blocks, opt.block_size, opt.prefix_caching);
   sched_ = std::make_unique<Scheduler>(*pool_, SchedulerLimits{opt.max_seqs, opt.max_step_tokens});
-  kv_ = std::make_unique<PagedKV>(stack, blocks, opt.block_size);
+  kv_ = std::make_unique<PagedKV>(stack, blocks, opt.block_size, opt.kv_dtype);
   stats_.blocks_total = blocks;
   stats_.block_size = opt.block_size;
 }
@@ -200,6 +201,10 @@ int64_t Engine::add(Request r) {
   validate_options(r.options, cfg.vocab_size);
   OSLO_CHECK(r.options.num_beams == 1, OSLO_ERR_INVALID_ARGUMENT,
              "request: num_beams must be 1 when serving (beam search: oslo_model_generate)");
+  OSLO_CHECK(r.options.kv_dtype == OSLO_DTYPE_F32 || r.options.kv_dtype == kv_->kv_dtype(),
+             OSLO_ERR_INVALID_ARGUMENT, "request: kv_cache_dtype ", dtype_name(r.options.kv_dtype),
+             ", but the engine's KV cache is ", dtype_name(kv_->kv_dtype()),
+             " (oslo_engine_options.kv_dtype)");
   OSLO_CHECK(r.stop.empty() || decode_, OSLO_ERR_INVALID_ARGUMENT,
              "request: stop strings need the engine's tokenizer");
   for (size_t i = 0; i < r.stop.size(); ++i)
@@ -375,7 +380,8 @@ void Engine::publish() {
   stats_.running = static_cast<int64_t>(sched_->running());
   stats_.waiting = static_cast<int64_t>(sched_->waiting());
   stats_.blocks_used = pool_->used_blocks();
-  stats_.kv_bytes_used = stats_.blocks_used * PagedKV::block_bytes(stack_, pool_->block_size());
+  stats_.kv_bytes_used =
+      stats_.blocks_used * PagedKV::block_bytes(stack_, pool_->block_size(), kv_->kv_dtype());
   stats_.prefix_queries = pool_->queries();
   stats_.prefix_hits = pool_->hits();
   int64_t cached = 0;

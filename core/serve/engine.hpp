@@ -58,6 +58,8 @@ struct EngineOptions {
   bool prefix_caching = true;
   // How long the leader's step() waits for work when there is none.
   int64_t idle_wait_ms = 20;
+  // The paged cache's storage: F32 or I8 (core/serve/paged_kv.hpp).
+  oslo_dtype kv_dtype = OSLO_DTYPE_F32;
 };
 
 // One request: its prompt's token ids and how to continue it (generate()'s

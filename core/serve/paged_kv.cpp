@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 #include "core/tensor/view.hpp"
 #include "core/tensor/view_util.hpp"
@@ -13,34 +14,44 @@ namespace serve {
 using views::at;
 using views::strided;
 
-PagedKV::PagedKV(const BlockStack& stack, int64_t num_blocks, int64_t block_size)
-    : s_(stack), num_blocks_(num_blocks), block_size_(block_size) {
+PagedKV::PagedKV(const BlockStack& stack, int64_t num_blocks, int64_t block_size,
+                 oslo_dtype kv_dtype)
+    : s_(stack), num_blocks_(num_blocks), block_size_(block_size), kv_dtype_(kv_dtype) {
   OSLO_CHECK(num_blocks >= 1 && block_size >= 1, OSLO_ERR_INVALID_ARGUMENT,
              "paged KV cache: num_blocks and block_size must be >= 1, got ", num_blocks, " and ",
              block_size);
+  OSLO_CHECK(kv_dtype == OSLO_DTYPE_F32 || kv_dtype == OSLO_DTYPE_I8, OSLO_ERR_DTYPE,
+             "paged KV cache: kv_dtype must be f32 or i8 (int8), got ", dtype_name(kv_dtype));
+  const int64_t D = s_.cfg.head_dim, nkvl = s_.nkvl;
   const auto& bp = s_.ctx.backend_ptr();
   for (size_t li = 0; li < s_.layers.size(); ++li) {
-    k_.push_back(scratch(bp, OSLO_DTYPE_F32, {num_blocks, s_.nkvl, block_size, s_.cfg.head_dim}));
-    v_.push_back(scratch(bp, OSLO_DTYPE_F32, {num_blocks, s_.nkvl, block_size, s_.cfg.head_dim}));
+    k_.push_back(scratch(bp, kv_dtype, {num_blocks, nkvl, block_size, D}));
+    v_.push_back(scratch(bp, kv_dtype, {num_blocks, nkvl, block_size, D}));
+    if (kv_dtype == OSLO_DTYPE_I8) {
+      ks_.push_back(scratch(bp, OSLO_DTYPE_F32, {num_blocks, nkvl, block_size}));
+      vs_.push_back(scratch(bp, OSLO_DTYPE_F32, {num_blocks, nkvl, block_size}));
+    }
   }
 }
 
-int64_t PagedKV::block_bytes(const BlockStack& stack, int64_t block_size) {
-  return 2 * static_cast<int64_t>(stack.layers.size()) * stack.nkvl * block_size *
-         stack.cfg.head_dim * static_cast<int64_t>(sizeof(float));
+int64_t PagedKV::block_bytes(const BlockStack& stack, int64_t block_size, oslo_dtype kv_dtype) {
+  const int64_t per_row = kv_dtype == OSLO_DTYPE_I8 ? stack.cfg.head_dim + 4  // int8 + a scale
+                                                    : stack.cfg.head_dim * 4;
+  return 2 * static_cast<int64_t>(stack.layers.size()) * stack.nkvl * block_size * per_row;
 }
 
 void PagedKV::copy_block(int64_t src, int64_t dst) {
   OSLO_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, OSLO_ERR_INTERNAL,
              "paged KV cache: copy of block ", src, " to ", dst);
   Backend& be = s_.ctx.backend();
-  const int64_t per = s_.nkvl * block_size_ * s_.cfg.head_dim;
-  const size_t bytes = static_cast<size_t>(per) * sizeof(float);
-  for (size_t li = 0; li < k_.size(); ++li)
-    for (const Tensor* t : {&k_[li], &v_[li]}) {
-      char* base = static_cast<char*>(t->data());
-      be.copy(base + dst * per * 4, base + src * per * 4, bytes, CopyKind::DeviceToDevice);
-    }
+  auto copy_in = [&](const Tensor& t) {
+    const size_t bytes = t.nbytes() / static_cast<size_t>(num_blocks_);
+    char* base = static_cast<char*>(t.data());
+    be.copy(base + static_cast<size_t>(dst) * bytes, base + static_cast<size_t>(src) * bytes, bytes,
+            CopyKind::DeviceToDevice);
+  };
+  for (const std::vector<Tensor>* pools : {&k_, &v_, &ks_, &vs_})
+    for (const Tensor& t : *pools) copy_in(t);
 }
 
 void PagedKV::begin_step(const std::vector<PagedChunk>& chunks) {
@@ -62,10 +73,67 @@ void PagedKV::begin_step(const std::vector<PagedChunk>& chunks) {
     const int64_t nb = (pc.start + pc.n + block_size_ - 1) / block_size_;
     std::copy(pc.blocks->begin(), pc.blocks->begin() + nb, host.begin() + c * width);
   }
+  Backend& be = s_.ctx.backend();
+  if (kv_dtype_ == OSLO_DTYPE_I8) {
+    // The distinct blocks of the step, in first-use order; the tables then
+    // name their places in the staging pools.
+    std::vector<int64_t> place(static_cast<size_t>(num_blocks_), -1), used;
+    for (int64_t c = 0; c < C; ++c) {
+      const PagedChunk& pc = chunks[static_cast<size_t>(c)];
+      const int64_t nb = (pc.start + pc.n + block_size_ - 1) / block_size_;
+      for (int64_t j = 0; j < nb; ++j) {
+        int64_t& id = host[static_cast<size_t>(c * width + j)];
+        OSLO_CHECK(id >= 0 && id < num_blocks_, OSLO_ERR_INTERNAL, "paged KV cache: block id ", id,
+                   " outside the ", num_blocks_, " blocks");
+        int64_t& at_ = place[static_cast<size_t>(id)];
+        if (at_ < 0) {
+          at_ = static_cast<int64_t>(used.size());
+          used.push_back(id);
+        }
+        id = at_;
+      }
+    }
+    num_used_ = static_cast<int64_t>(used.size());
+    used_host_ = std::move(used);
+  }
   table_ = scratch(s_.ctx.backend_ptr(), OSLO_DTYPE_I64, {C, width});
   if (C > 0)
-    s_.ctx.backend().copy(table_.data(), host.data(), host.size() * sizeof(int64_t),
-                          CopyKind::HostToDevice);
+    be.copy(table_.data(), host.data(), host.size() * sizeof(int64_t), CopyKind::HostToDevice);
+}
+
+void PagedKV::stage(size_t li, Tensor* kf, Tensor* vf) {
+  Backend& be = s_.ctx.backend();
+  const auto& bp = s_.ctx.backend_ptr();
+  const int64_t D = s_.cfg.head_dim, nkvl = s_.nkvl, bs = block_size_, U = num_used_;
+  const int64_t rows = nkvl * bs;  // one block's rows of D values
+  const size_t qbytes = static_cast<size_t>(rows * D), sbytes = static_cast<size_t>(rows) * 4;
+  Tensor q8 = scratch(bp, OSLO_DTYPE_I8, {U, rows * D});
+  Tensor sc = scratch(bp, OSLO_DTYPE_F32, {U, rows});
+  for (int kv = 0; kv < 2; ++kv) {
+    const Tensor& pool = kv == 0 ? k_[li] : v_[li];
+    const Tensor& scales = kv == 0 ? ks_[li] : vs_[li];
+    // The step's blocks copied byte for byte into place, a run of
+    // consecutive block ids at a time.
+    for (int64_t j = 0; j < U;) {
+      int64_t n = 1;
+      while (j + n < U &&
+             used_host_[static_cast<size_t>(j + n)] == used_host_[static_cast<size_t>(j)] + n)
+        ++n;
+      const int64_t b = used_host_[static_cast<size_t>(j)];
+      be.copy(static_cast<char*>(q8.data()) + static_cast<size_t>(j) * qbytes,
+              static_cast<const char*>(pool.data()) + static_cast<size_t>(b) * qbytes,
+              static_cast<size_t>(n) * qbytes, CopyKind::DeviceToDevice);
+      be.copy(static_cast<char*>(sc.data()) + static_cast<size_t>(j) * sbytes,
+              static_cast<const char*>(scales.data()) + static_cast<size_t>(b) * sbytes,
+              static_cast<size_t>(n) * sbytes, CopyKind::DeviceToDevice);
+      j += n;
+    }
+    Tensor& out = *(kv == 0 ? kf : vf);
+    out = scratch(bp, OSLO_DTYPE_F32, {U, nkvl, bs, D});
+    be.dequantize_rows(make_view(out.data(), OSLO_DTYPE_F32, {U * rows, D}),
+                       make_view(q8.data(), OSLO_DTYPE_I8, {U * rows, D}),
+                       make_view(sc.data(), OSLO_DTYPE_F32, {U * rows}));
+  }
 }
 
 void PagedKV::attend(size_t li, const View& q, const View& k, const View& v, const View& out) {
@@ -75,9 +143,14 @@ void PagedKV::attend(size_t li, const View& q, const View& k, const View& v, con
   const int64_t rk = k.strides[0], rv = v.strides[0], rq = q.strides[0], ro = out.strides[0];
   const Tensor& kp = k_[li];
   const Tensor& vp = v_[li];
-  // A block's slots [s0, s0 + m) of every kv head: [nkvl, m, D].
+  const bool int8 = kv_dtype_ == OSLO_DTYPE_I8;
+  // A block's slots [s0, s0 + m) of every kv head: [nkvl, m, D], and their
+  // scales [nkvl, m] (int8).
   auto slots = [&](const Tensor& pool, int64_t b, int64_t s0, int64_t m) {
-    return strided(at(view(pool), b * per + s0 * D), OSLO_DTYPE_F32, {nkvl, m, D}, {bs * D, D, 1});
+    return strided(at(view(pool), b * per + s0 * D), kv_dtype_, {nkvl, m, D}, {bs * D, D, 1});
+  };
+  auto scale_slots = [&](const Tensor& sc, int64_t b, int64_t s0, int64_t m) {
+    return strided(at(view(sc), b * nkvl * bs + s0), OSLO_DTYPE_F32, {nkvl, m}, {bs, 1});
   };
   for (const PagedChunk& c : chunks_) {
     // Store the chunk's keys and values, block by block.
@@ -85,17 +158,28 @@ void PagedKV::attend(size_t li, const View& q, const View& k, const View& v, con
       const int64_t b = (*c.blocks)[static_cast<size_t>(p / bs)], s0 = p % bs;
       const int64_t m = std::min(bs - s0, c.start + c.n - p);
       const int64_t r = c.row + p - c.start;
-      be.convert(slots(kp, b, s0, m), strided(at(k, r * rk), k.dtype, {nkvl, m, D}, {D, rk, 1}));
-      be.convert(slots(vp, b, s0, m), strided(at(v, r * rv), v.dtype, {nkvl, m, D}, {D, rv, 1}));
+      const View kn = strided(at(k, r * rk), k.dtype, {nkvl, m, D}, {D, rk, 1});
+      const View vn = strided(at(v, r * rv), v.dtype, {nkvl, m, D}, {D, rv, 1});
+      if (int8) {
+        be.quantize_rows(slots(kp, b, s0, m), scale_slots(ks_[li], b, s0, m), kn);
+        be.quantize_rows(slots(vp, b, s0, m), scale_slots(vs_[li], b, s0, m), vn);
+      } else {
+        be.convert(slots(kp, b, s0, m), kn);
+        be.convert(slots(vp, b, s0, m), vn);
+      }
       p += m;
     }
   }
-  // Every chunk's queries over its blocks, in one call.
+  // Every chunk's queries over its blocks, in one call (int8: over the
+  // step's staged f32 copies of them).
+  Tensor kf, vf;
+  if (int8 && num_used_ > 0) stage(li, &kf, &vf);
   const int64_t T = q.shape[0];
+  if (int8 && num_used_ == 0) return;
   be.paged_attention(strided(out.data, out.dtype, {T, nhl, D}, {ro, D, 1}),
-                     strided(q.data, q.dtype, {T, nhl, D}, {rq, D, 1}), view(kp), view(vp),
-                     view(table_), triples_.data(), static_cast<int64_t>(chunks_.size()),
-                     1.0f / std::sqrt(static_cast<float>(D)));
+                     strided(q.data, q.dtype, {T, nhl, D}, {rq, D, 1}), view(int8 ? kf : kp),
+                     view(int8 ? vf : vp), view(table_), triples_.data(),
+                     static_cast<int64_t>(chunks_.size()), 1.0f / std::sqrt(static_cast<float>(D)));
 }
 
 }  // namespace serve

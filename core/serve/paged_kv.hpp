@@ -13,6 +13,15 @@
 // attention). Storing a chunk's new keys and values stays here, as strided
 // copies (convert) into its blocks before the attention reads them.
 //
+// With kv dtype I8 the pools hold int8 rows of head_dim and a scale pool
+// [num_blocks, local kv heads, block_size] f32 (one scale per token and KV
+// head; oslo_backend.h's quantize_rows). Each layer's attention then
+// copies the step's blocks (the distinct ids of its block tables, found
+// once per step; a run of consecutive ids per copy) into a compact staging
+// pool, dequantizes it into f32 and runs paged_attention over it with the
+// tables renumbered: one layer's f32 copy of the blocks in use, never the
+// whole cache.
+//
 // Not thread-safe: the engine's stepping thread owns it. Collective only
 // through the model calls it plugs into.
 #pragma once
@@ -35,12 +44,17 @@ struct PagedChunk {
 
 class PagedKV {
  public:
-  // Pools for every local block of `stack`. Throws oslo::Error
-  // (OSLO_ERR_OUT_OF_MEMORY) when the backend cannot hold them.
-  PagedKV(const BlockStack& stack, int64_t num_blocks, int64_t block_size);
+  // Pools for every local block of `stack`, in kv_dtype F32 or I8. Throws
+  // oslo::Error: OSLO_ERR_OUT_OF_MEMORY when the backend cannot hold them,
+  // OSLO_ERR_DTYPE for another kv_dtype.
+  PagedKV(const BlockStack& stack, int64_t num_blocks, int64_t block_size,
+          oslo_dtype kv_dtype = OSLO_DTYPE_F32);
 
-  // Bytes of K and V one block takes on this rank, over its local layers.
-  static int64_t block_bytes(const BlockStack& stack, int64_t block_size);
+  // Bytes of K and V (and their scales) one block takes on this rank, over
+  // its local layers.
+  static int64_t block_bytes(const BlockStack& stack, int64_t block_size,
+                             oslo_dtype kv_dtype = OSLO_DTYPE_F32);
+  oslo_dtype kv_dtype() const { return kv_dtype_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
 
@@ -58,12 +72,19 @@ class PagedKV {
   void attend(size_t layer, const View& q, const View& k, const View& v, const View& out);
 
  private:
+  // Int8: the step's staging pools for layer li (gathered, dequantized).
+  void stage(size_t li, Tensor* kf, Tensor* vf);
+
   const BlockStack& s_;
   int64_t num_blocks_, block_size_;
+  oslo_dtype kv_dtype_;
   std::vector<Tensor> k_, v_;
+  std::vector<Tensor> ks_, vs_;     // I8: scales [num_blocks, nkvl, block_size]
+  std::vector<int64_t> used_host_;  // I8: the step's distinct block ids
+  int64_t num_used_ = 0;
   std::vector<PagedChunk> chunks_;  // the step's, as begin_step() got them
   std::vector<int64_t> triples_;    // (row, start, n) per chunk
-  Tensor table_;                    // [chunks, blocks] i64, backend memory
+  Tensor table_;                    // [chunks, blocks] i64 (I8: staging indices)
 };
 
 }  // namespace serve

@@ -99,7 +99,9 @@ Tensor tensor_from_storage(std::shared_ptr<Storage> s, oslo_dtype dtype,
 
 Tensor Tensor::empty_like_shape(std::shared_ptr<Backend> backend, oslo_dtype dtype,
                                 const std::vector<int64_t>& shape) {
-  OSLO_CHECK(dtype_known(dtype), OSLO_ERR_DTYPE, "tensor: unknown dtype ", static_cast<int>(dtype));
+  // I8: the int8 KV cache's storage (internal; the C ABI refuses it).
+  OSLO_CHECK(dtype_known(dtype) || dtype == OSLO_DTYPE_I8, OSLO_ERR_DTYPE, "tensor: unknown dtype ",
+             static_cast<int>(dtype));
   check_shape(shape);
   auto s = std::make_shared<Storage>();
   s->bytes = bytes_of(dtype, shape);

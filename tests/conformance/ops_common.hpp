@@ -236,5 +236,6 @@ void test_fused(const std::shared_ptr<Backend>& be);           // test_ops_fused
 void test_attention_backward(const std::shared_ptr<Backend>& be);  // test_ops_attention_bw.cpp
 void test_paged_attention(const std::shared_ptr<Backend>& be);     // test_ops_paged.cpp
 void test_quant(const std::shared_ptr<Backend>& be);               // test_ops_quant.cpp
+void test_kv8(const std::shared_ptr<Backend>& be);                 // test_ops_kv8.cpp
 
 }  // namespace conf

@@ -12,7 +12,8 @@
 // The cases are split by op family: test_ops_matmul.cpp,
 // test_ops_elementwise.cpp, test_ops_reduce.cpp, test_ops_abi_v2.cpp,
 // test_ops_fused.cpp, test_ops_attention_bw.cpp, test_ops_paged.cpp,
-// test_ops_quant.cpp (block-quantized weights; its own bound, see there)
+// test_ops_quant.cpp (block-quantized weights; its own bound, see there),
+// test_ops_kv8.cpp (the int8 KV cache's rows, byte for byte)
 // (helpers in ops_common.hpp); this file has the dtype conversions and main.
 #include "ops_common.hpp"
 
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
       {"attention_backward", test_attention_backward},
       {"paged_attention", test_paged_attention},
       {"quant", test_quant},
+      {"kv8", test_kv8},
   };
   for (auto& g : groups) {
     g_case = g.first;

@@ -129,7 +129,8 @@ def tensor_create_and_query():
                                     oslo.DType.I32: 4, oslo.DType.I64: 8}[dt], "nbytes")
             check(not t.numpy().any(), "zero-filled")
             t.close()
-        for dt in (oslo.DType.Q8_0, oslo.DType.Q4_0, oslo.DType.Q4_K, oslo.DType.Q6_K):
+        for dt in (oslo.DType.Q8_0, oslo.DType.Q4_0, oslo.DType.Q4_K, oslo.DType.Q6_K,
+                   oslo.DType.I8):
             raises(oslo.DTypeError, ctx.tensor, [2, 32], dt)
         s = ctx.tensor([])
         check(s.shape == () and s.numel == 1, "0-d")

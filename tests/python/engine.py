@@ -308,8 +308,37 @@ def engine_tp2(*args):
     run_ranks(body, world, threads > 0)
 
 
+def engine_int8_kv(fixture):
+    """The int8 KV cache from Python: generate(kv_cache_dtype="int8") and an
+    Engine(kv_dtype="int8") give the same greedy tokens (the same int8
+    bytes through two attention paths), close to the f32 cache's; the
+    engine holds 3.2x the blocks in the same memory; other dtypes are
+    refused with DTypeError."""
+    ref, eos = _reference(fixture)
+    p = ref["prompts"]
+    with oslo.Context(SOLO) as ctx, oslo.Model(ctx, fixture) as m:
+        want = [m.generate(q, max_new_tokens=10, kv_cache_dtype="int8") for q in p]
+        f32 = [m.generate(q, max_new_tokens=10) for q in p]
+        same = sum(a == b for a, b in zip(want, f32))
+        print(f"int8 cache: {same} of {len(p)} greedy continuations equal the f32 cache's")
+        mib = 1 << 20
+        with oslo.Engine(m, kv_memory_bytes=mib) as e32:
+            n32 = e32.stats().blocks_total
+        with oslo.Engine(m, kv_dtype="int8", kv_memory_bytes=mib) as eng:
+            n8 = eng.stats().blocks_total
+            check(3.1 * n32 <= n8 <= 3.3 * n32, f"blocks: f32 {n32}, int8 {n8}")
+            reqs = [eng.add(q, max_new_tokens=10) for q in p]
+            for i, r in enumerate(reqs):
+                got = r.result().tokens
+                check(got == want[i], f"request {i}: engine {got} != generate {want[i]}")
+        raises(oslo.DTypeError, m.generate, p[0], max_new_tokens=2, kv_cache_dtype="bf16")
+        raises(oslo.DTypeError, oslo.Engine, m, kv_dtype="q8_0")
+    print(f"int8 KV cache: {len(p)} requests equal generate's; {n8} int8 blocks vs {n32} f32")
+
+
 if __name__ == "__main__":
     main({"engine_stream_gpt2": engine_stream_gpt2,
+          "engine_int8_kv": engine_int8_kv,
           "engine_cancel_and_errors": engine_cancel_and_errors,
           "engine_asyncio": engine_asyncio,
           "engine_tp2": engine_tp2})

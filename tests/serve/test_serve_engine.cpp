@@ -5,12 +5,14 @@
 // times and the prefix sharing; cancels, stop strings with the model's
 // tokenizer, adders on several threads, and bad requests.
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 
+#include "core/common/dtype.hpp"
 #include "core/context/config.hpp"
 #include "core/context/context.hpp"
 #include "core/generate/generate.hpp"
@@ -73,7 +75,7 @@ std::vector<int64_t> random_prompt(std::mt19937_64& rng, int64_t vocab, size_t l
   return p;
 }
 
-void equal_to_generate(const char* fixture) {
+void equal_to_generate(const char* fixture, oslo_dtype kv = OSLO_DTYPE_F32) {
   Loaded l = load(fixture);
   Model& m = *l.model;
   const int64_t V = m.config().vocab_size;
@@ -96,6 +98,7 @@ void equal_to_generate(const char* fixture) {
       c.o.top_p = 0.9;
     }
     if (i % 4 == 2) c.o.repetition_penalty = 1.3;
+    c.o.kv_dtype = kv;
     if (i == 5) c.o.eos_token_ids = {alone(m, c.prompt, c.o)[2]};  // stops at its 3rd token
     cases.push_back(c);
   }
@@ -103,14 +106,15 @@ void equal_to_generate(const char* fixture) {
   for (const Case& c : cases) want.push_back(alone(m, c.prompt, c.o));
   // Block sizes, budgets and pools: one block per token, chunked prompts,
   // a pool that holds about two requests (waiting and preemption).
-  const EngineOptions variants[] = {
+  EngineOptions variants[] = {
       {0, 1 << 20, 16, 64, 512, true},
       {0, 1 << 20, 1, 3, 5, true},
       {24, 0, 2, 8, 7, true},
       {12, 0, 4, 8, 64, false},
   };
   int vi = 0;
-  for (const EngineOptions& eo : variants) {
+  for (EngineOptions& eo : variants) {
+    eo.kv_dtype = kv;
     Engine e(m.inference(), m.stack(), eo);
     std::map<int64_t, size_t> which;
     std::map<int64_t, Outcome> out;
@@ -134,9 +138,9 @@ void equal_to_generate(const char* fixture) {
     assert_int_equal(st.blocks_used, 0);
     assert_int_equal(st.running + st.waiting, 0);
     print_message(
-        "%s variant %d: %lld steps, %lld prompt tokens computed, %lld generated, "
+        "%s (kv %s) variant %d: %lld steps, %lld prompt tokens computed, %lld generated, "
         "prefix hits %lld/%lld, %lld blocks of %lld\n",
-        fixture, vi, (long long)st.steps, (long long)st.prompt_tokens,
+        fixture, dtype_name(kv), vi, (long long)st.steps, (long long)st.prompt_tokens,
         (long long)st.generated_tokens, (long long)st.prefix_hits, (long long)st.prefix_queries,
         (long long)st.blocks_total, (long long)st.block_size);
     ++vi;
@@ -148,6 +152,42 @@ void test_equal_gpt2(void**) {
 }
 void test_equal_llama_gqa(void**) {
   equal_to_generate("llama-tiny-gqa");
+}
+// The int8 KV cache: the engine's paged int8 blocks (staged, dequantized,
+// paged_attention) against generate()'s contiguous int8 cache (dequantized,
+// attention): the same bytes, so the same tokens; and an int8 engine holds
+// 4 x 16 / (16 + 4) = 3.2x the blocks of an f32 one in the same memory.
+void test_equal_int8(void**) {
+  equal_to_generate("gpt2-tiny", OSLO_DTYPE_I8);
+  equal_to_generate("llama-tiny-gqa", OSLO_DTYPE_I8);
+  Loaded l = load("llama-tiny-gqa");
+  Model& m = *l.model;
+  EngineOptions f32{0, 1 << 20, 16, 8, 64, true}, i8 = f32;
+  i8.kv_dtype = OSLO_DTYPE_I8;
+  const int64_t nf = Engine(m.inference(), m.stack(), f32).stats().blocks_total;
+  const int64_t ni = Engine(m.inference(), m.stack(), i8).stats().blocks_total;
+  if (ni * 10 < nf * 31 || ni * 10 > nf * 33)
+    fail_msg("1 MiB holds %lld f32 blocks and %lld int8 ones (want 3.2x)", (long long)nf,
+             (long long)ni);
+  // A request for an int8 cache on an f32 engine is refused, named.
+  Engine e(m.inference(), m.stack(), f32);
+  GenerateOptions o;
+  o.kv_dtype = OSLO_DTYPE_I8;
+  try {
+    e.add(Request{{1, 2, 3}, o, {}});
+    fail_msg("an int8 request on an f32 engine was accepted");
+  } catch (const Error& err) {
+    assert_int_equal(err.status(), OSLO_ERR_INVALID_ARGUMENT);
+    assert_non_null(std::strstr(err.what(), "kv_cache_dtype"));
+  }
+  EngineOptions bad = f32;
+  bad.kv_dtype = OSLO_DTYPE_BF16;
+  try {
+    Engine(m.inference(), m.stack(), bad);
+    fail_msg("a bf16 KV cache was accepted");
+  } catch (const Error& err) {
+    assert_int_equal(err.status(), OSLO_ERR_DTYPE);
+  }
 }
 
 void test_cancel(void**) {
@@ -388,14 +428,10 @@ void test_rank_gone(void**) {
 std::vector<struct CMUnitTest> engine_tests(const std::string& fixtures) {
   g_fixtures = fixtures;
   return {
-      cmocka_unit_test(test_equal_gpt2),
-      cmocka_unit_test(test_equal_llama_gqa),
-      cmocka_unit_test(test_cancel),
-      cmocka_unit_test(test_stop_strings),
-      cmocka_unit_test(test_concurrent_adders),
-      cmocka_unit_test(test_bad_requests),
-      cmocka_unit_test(test_ranks_tp2),
-      cmocka_unit_test(test_ranks_pp2),
-      cmocka_unit_test(test_rank_gone),
+      cmocka_unit_test(test_equal_gpt2),   cmocka_unit_test(test_equal_llama_gqa),
+      cmocka_unit_test(test_equal_int8),   cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_concurrent_adders),
+      cmocka_unit_test(test_bad_requests), cmocka_unit_test(test_ranks_tp2),
+      cmocka_unit_test(test_ranks_pp2),    cmocka_unit_test(test_rank_gone),
   };
 }

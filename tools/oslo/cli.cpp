@@ -99,6 +99,12 @@ int dtype_of(const std::string& s) {
       2);
 }
 
+oslo_dtype kv_dtype_of(const std::string& s) {
+  if (s.empty() || s == "f32" || s == "float32") return OSLO_DTYPE_F32;
+  if (s == "int8" || s == "i8") return OSLO_DTYPE_I8;
+  die("--kv-dtype must be f32 or int8, got \"" + s + "\"", 2);
+}
+
 std::vector<std::string> model_options(std::vector<std::string> own) {
   for (const char* k :
        {"model", "tokenizer", "dtype", "tp", "pp", "pp-layers", "virtual-stages", "threads",

@@ -66,6 +66,8 @@ double to_num(const std::string& s, const std::string& what);
 // q6_k: a model's dtype, docs/QUANTIZATION.md) as an oslo_dtype (-1 for "";
 // else status 2). Merge and reshard take the float ones only.
 int dtype_of(const std::string& s);
+// --kv-dtype f32|int8 (also i8) as an oslo_dtype (F32 for ""; else status 2).
+oslo_dtype kv_dtype_of(const std::string& s);
 
 // The valued options of every command that loads a model on a context
 // (generate, embed, train), which context(), load_model() and

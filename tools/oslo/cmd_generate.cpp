@@ -29,7 +29,7 @@ const char* kGenerateHelp =
     "                     [--pp N [--pp-layers A,B]] [--threads N] [--device cpu|cuda[:N]] "
     "[--backend NAME]\n"
     "                     [--backend-options JSON] [--communicator auto|backend|host]\n"
-    "                     [--timeout SECONDS]\n"
+    "                     [--timeout SECONDS] [--kv-dtype f32|int8]\n"
     "Generates continuations of the prompts (batched, left-padded) with the KV cache:\n"
     "greedy by default, sampling with --sample, beam search with --num-beams N > 1.\n"
     "Text prompts are tokenized with the model folder's tokenizer (or --tokenizer);\n"
@@ -39,6 +39,8 @@ const char* kGenerateHelp =
     "--device cuda[:N] runs on the CUDA backend (device N, else each rank's local\n"
     "rank); --backend-options passes a JSON object to the backend. --timeout\n"
     "(default: $OSLO_TIMEOUT, else 300) fails the ranks when a peer stops.\n"
+    "--kv-dtype int8 keeps the KV cache in int8 with a scale per token and head\n"
+    "(docs/QUANTIZATION.md).\n"
     "  example: oslo-run --nproc-per-node 2 oslo generate --model M --prompt 'Hello'\n";
 
 }  // namespace
@@ -46,7 +48,7 @@ const char* kGenerateHelp =
 int cmd_generate(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"sample", "ids", "help"},
                  model_options({"prompt", "prompt-ids", "max-new-tokens", "temperature", "top-k",
-                                "top-p", "seed", "num-beams", "length-penalty"}));
+                                "top-p", "seed", "num-beams", "length-penalty", "kv-dtype"}));
   if (a.has("help")) return std::printf("%s", kGenerateHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
   oslo_context* ctx = context(a);
@@ -69,6 +71,7 @@ int cmd_generate(int argc, char** argv) {
   if (a.has("num-beams")) o.num_beams = to_int(a.get("num-beams"), "--num-beams");
   if (a.has("length-penalty"))
     o.length_penalty = static_cast<float>(to_num(a.get("length-penalty"), "--length-penalty"));
+  o.kv_cache_dtype = kv_dtype_of(a.get("kv-dtype", ""));
   if (o.max_new_tokens < 1 || o.max_new_tokens > (1 << 20))
     die("--max-new-tokens must be in [1, 2^20]", 2);
   std::vector<int64_t> flat, lens;

@@ -48,6 +48,9 @@ type EngineOptions struct {
 	// prefixes.
 	NoPrefixCaching bool
 	IdleWaitMs      int64 // how long a step with nothing to do waits for work; 0: 20
+	// KVInt8 stores the paged KV cache as int8 with one scale per token and
+	// KV head: 3-4x the tokens in the same memory.
+	KVInt8 bool
 	// Tokenizer decodes the output to text and enables text prompts and
 	// stop strings; nil: the model folder's when it has one. NoTokenizer:
 	// token ids only.
@@ -157,6 +160,9 @@ func NewEngine(model *Model, o EngineOptions) (*Engine, error) {
 		c.SetPrefix_caching(b2i(!o.NoPrefixCaching))
 		if o.IdleWaitMs != 0 {
 			c.SetIdle_wait_ms(o.IdleWaitMs)
+		}
+		if o.KVInt8 {
+			c.SetKv_dtype(capi.OSLO_DTYPE_I8)
 		}
 		var t capi.Tokenizer = capi.SwigcptrTokenizer(0)
 		if tok != nil {

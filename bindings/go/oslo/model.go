@@ -327,6 +327,10 @@ type GenerateOptions struct {
 	RepetitionPenalty float32
 	// MinNewTokens keeps EOS from being chosen before this many new tokens.
 	MinNewTokens int64
+	// KVCacheInt8 keeps the KV cache in int8, one scale per token and KV
+	// head (docs/QUANTIZATION.md); an Engine's requests use the engine's
+	// EngineOptions.KVInt8 and refuse this on an f32 engine.
+	KVCacheInt8 bool
 }
 
 // toC fills the C options (made and freed by the caller) with o's fields,
@@ -360,6 +364,9 @@ func (o GenerateOptions) toC(c capi.GenerateOptions, maxNew int64) {
 		c.SetRepetition_penalty(o.RepetitionPenalty)
 	}
 	c.SetMin_new_tokens(o.MinNewTokens)
+	if o.KVCacheInt8 {
+		c.SetKv_cache_dtype(capi.OSLO_DTYPE_I8)
+	}
 }
 
 // maxNewTokens is o.MaxNewTokens with its default (20 for 0).

@@ -149,6 +149,27 @@ func TestEngineStreamGpt2(t *testing.T) {
 	if err != nil || reflect.DeepEqual(rep[0], want[2]) {
 		t.Fatalf("RepetitionPenalty 3 changes nothing: %v %v", rep, err)
 	}
+	// Generate's options version 3 and EngineOptions version 2: the int8 KV
+	// cache gives the same tokens from Generate and from an Engine (the same
+	// int8 bytes through two attention paths).
+	g8 := oslo.GenerateOptions{MaxNewTokens: 10, KVCacheInt8: true}
+	w8, err := m.Generate([][]int64{specs[0].prompt}, g8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e8, err := oslo.NewEngine(m, oslo.EngineOptions{NumBlocks: 64, KVInt8: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r8, err := e8.Add(specs[0].prompt, g8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o8, err := r8.Result()
+	e8.Close()
+	if err != nil || !reflect.DeepEqual(o8.Tokens, w8[0]) {
+		t.Fatalf("int8 KV cache: engine %v %v, Generate %v", o8.Tokens, err, w8[0])
+	}
 	tok, err := m.Tokenizer()
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,9 @@ class DType(enum.IntEnum):
     BF16 = _c.OSLO_DTYPE_BF16
     I32 = _c.OSLO_DTYPE_I32
     I64 = _c.OSLO_DTYPE_I64
+    #: int8: the storage of the int8 KV cache (Model.generate's
+    #: kv_cache_dtype, Engine's kv_dtype), not a tensor's.
+    I8 = _c.OSLO_DTYPE_I8
     #: Block-quantized weight formats (docs/QUANTIZATION.md): a model's
     #: dtype, not a tensor's.
     Q8_0 = _c.OSLO_DTYPE_Q8_0
@@ -107,6 +110,17 @@ _FROM_NP = {_np.dtype(_np.float32): DType.F32, _np.dtype(_np.float16): DType.F16
             _np.dtype(_np.int32): DType.I32, _np.dtype(_np.int64): DType.I64}
 # The same as plain ints, for the per-call path of numpy arguments.
 _FROM_NP_INT = {k: int(v) for k, v in _FROM_NP.items()}
+
+
+def _kv_dtype(what, v):
+    """The KV cache's storage from "f32" / "int8" (or "i8", a DType)."""
+    if isinstance(v, str) and v.lower() in ("int8", "i8"):
+        return DType.I8
+    if isinstance(v, str) and v.lower() in ("f32", "float32"):
+        return DType.F32
+    if v in (DType.F32, DType.I8):
+        return DType(v)
+    raise DTypeError(f"{what} {v!r} is not 'f32' or 'int8'", Status.DTYPE)
 
 
 def _dtype(d):

@@ -9,7 +9,7 @@ import typing as _typing
 import numpy as _np
 
 from . import capi as _c
-from ._enums import DType, ModelOutput, _dtype
+from ._enums import DType, ModelOutput, _dtype, _kv_dtype
 from ._errors import Error, InvalidArgumentError, ShapeError, Status
 from ._handle import _Handle
 from ._inputs import _int_arg, _int_row, _kind, _pad_rows, _ragged, _refuse
@@ -59,7 +59,7 @@ class Generation(_typing.NamedTuple):
 
 def _generate_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
                       repetition_penalty, min_new_tokens):
-    """A GenerateOptions (oslo_generate_options, version 2) with the
+    """A GenerateOptions (oslo_generate_options, version 3) with the
     fields Model.generate and Engine.add share."""
     o = _c.GenerateOptions()
     o.max_new_tokens = int(max_new_tokens)
@@ -259,7 +259,8 @@ class Model(_Handle):
     def generate(self, prompts, max_new_tokens=20, num_beams=1, do_sample=False,
                  temperature=1.0, top_k=50, top_p=1.0, seed=0, length_penalty=1.0,
                  early_stopping=False, eos_token_id=None, pad_token_id=None,
-                 return_scores=False, repetition_penalty=1.0, min_new_tokens=0):
+                 return_scores=False, repetition_penalty=1.0, min_new_tokens=0,
+                 kv_cache_dtype="f32"):
         """Continues each prompt. A prompt of token ids (a list of ints; or
         a list of such lists, of any lengths; or a tokenizer's output, whose
         mask selects each row's tokens) gives the new tokens of each as a
@@ -271,7 +272,9 @@ class Model(_Handle):
         inside. repetition_penalty (> 0; 1: off) divides the score of every
         token already in the row (multiplies a negative one);
         min_new_tokens keeps EOS from being chosen before that many new
-        tokens. Defaults are Hugging Face's."""
+        tokens. kv_cache_dtype "int8" keeps the KV cache in int8 with one
+        scale per token and head (docs/QUANTIZATION.md). Defaults are
+        Hugging Face's."""
         what = "generate"
         kind = _kind(what, prompts)
         if kind == "encoding":
@@ -304,6 +307,7 @@ class Model(_Handle):
         o.length_penalty = float(length_penalty)
         o.early_stopping = (-1 if early_stopping == "never" else 1 if early_stopping else 0)
         o.pad_token_id = -1 if pad_token_id is None else int(pad_token_id)
+        o.kv_cache_dtype = int(_kv_dtype("generate: kv_cache_dtype", kv_cache_dtype))
         eos = _eos_ids(eos_token_id)
         b = len(rows)
         tokens = _np.empty((b, max(int(max_new_tokens), 0)), dtype=_np.int64)

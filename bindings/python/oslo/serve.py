@@ -32,6 +32,7 @@ from . import capi as _c
 from ._errors import Error, InvalidArgumentError, Status, make as _make_error
 from ._handle import _Handle
 from ._inputs import _int_arg, _int_row, _refuse
+from ._enums import _kv_dtype
 from ._model import Model, _eos_ids, _generate_options
 from ._tokenizer import Tokenizer
 
@@ -264,7 +265,7 @@ class Engine(_Handle):
 
     def __init__(self, model, tokenizer=None, *, num_blocks=None, kv_memory_bytes=None,
                  block_size=None, max_seqs=None, max_step_tokens=None, prefix_caching=True,
-                 idle_wait_ms=None, reader_threads=None):
+                 idle_wait_ms=None, reader_threads=None, kv_dtype="f32"):
         """model: an oslo.Model (a causal language model). tokenizer: None
         for the model folder's when it has one (text prompts, text output
         and stop strings need one), an oslo.Tokenizer, or False for token
@@ -274,7 +275,9 @@ class Engine(_Handle):
         tokens per step (512); prefix_caching: share the full blocks of
         equal prompt prefixes; idle_wait_ms: how long a step with nothing
         to do waits for work (20). reader_threads: the threads that read
-        requests for `async for` (None: max_seqs + 4)."""
+        requests for `async for` (None: max_seqs + 4). kv_dtype: "f32" or
+        "int8" (the KV cache as int8 rows with one scale per token and
+        head: 3-4x the tokens in the same memory)."""
         if not isinstance(model, Model):
             raise _refuse("Engine", f"takes an oslo.Model, not {type(model).__name__}")
         self._mu = threading.Lock()
@@ -288,6 +291,7 @@ class Engine(_Handle):
             if v is not None:
                 setattr(o, name, _int_arg(f"Engine: {name}", v))
         o.prefix_caching = 1 if prefix_caching else 0
+        o.kv_dtype = int(_kv_dtype("Engine: kv_dtype", kv_dtype))
         if tokenizer is None:
             try:
                 tokenizer = model.tokenizer

@@ -17,6 +17,7 @@ import java.util.concurrent.Flow;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.oslo.Context;
+import org.oslo.DType;
 import org.oslo.Engine;
 import org.oslo.EngineOptions;
 import org.oslo.EngineStats;
@@ -147,6 +148,19 @@ public class EngineTest {
         g.setMinNewTokens(0);
         g.setRepetitionPenalty(3f);
         assertFalse(Arrays.equals(want[2], m.generate(p[2], g)), "repetitionPenalty");
+      }
+      // GenerateOptions version 3 and EngineOptions version 2: the int8 KV
+      // cache gives the same tokens from generate and from an Engine (the
+      // same int8 bytes through two attention paths).
+      try (GenerateOptions g8 = new GenerateOptions(10);
+          EngineOptions eo8 = new EngineOptions()) {
+        g8.setKvCacheDtype(DType.I8);
+        eo8.setKvDtype(DType.I8);
+        eo8.setNumBlocks(64);
+        long[] w8 = m.generate(p[0], g8);
+        try (Engine e8 = new Engine(m, eo8)) {
+          assertArrayEquals(w8, e8.add(p[0], g8).result().getTokens(), "int8 KV cache");
+        }
       }
       Tokenizer tok = m.tokenizer();
       try (EngineOptions eo = new EngineOptions()) {
