@@ -1,12 +1,15 @@
 """Makes the GGUF file of a Hugging Face model folder with llama.cpp's own
 converter, for benchmark 7's llama.cpp reference (bench/model/run.sh):
 
-    python make_gguf.py CONVERTER_DIR MODEL_DIR OUT.gguf f32|bf16
+    python make_gguf.py CONVERTER_DIR MODEL_DIR OUT.gguf f32|bf16|q8_0
 
 CONVERTER_DIR holds convert_hf_to_gguf.py and its conversion/ package, taken
 from the pinned llama-cpp-python sdist by bench/model/llama_cpp_venv.sh; run
 this with that venv's python. The tensors are written in the given type
-(--outtype), so the f32 folder gives an f32 GGUF and the bf16 one a bf16 GGUF.
+(--outtype), so the f32 folder gives an f32 GGUF and the bf16 one a bf16 GGUF;
+q8_0 (the quantized decode benchmark, run_quant.sh) gives the converter's
+own Q8_0 file from the f32 folder: its 2-D weights in Q8_0, norms and biases
+in f32.
 Nothing is done when OUT.gguf is newer than the folder's weights, config
 and tokenizer.
 
@@ -36,7 +39,7 @@ def gpt2_pre_tokenizer(folder):
 
 
 def main():
-    if len(sys.argv) != 5 or sys.argv[4] not in ("f32", "bf16"):
+    if len(sys.argv) != 5 or sys.argv[4] not in ("f32", "bf16", "q8_0"):
         sys.exit(__doc__)
     conv_dir, model, out, dtype = sys.argv[1:]
     inputs = [os.path.join(model, f) for f in ("model.safetensors", "config.json", "tokenizer.json")]
