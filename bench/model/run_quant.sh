@@ -45,7 +45,8 @@
 # oslo / llama.cpp, and decode time / bound.
 #
 # Environment: MODELS="gpt2 llama", FORMATS="q8_0 q4_0 q4_k" (subsets),
-# REPS (default 1), PY / LPY: the interpreters of the HF venv
+# REPS (default 1), BUILD=0 (run the binaries in build/ as they are,
+# without building bench_model and oslo-run first), PY / LPY: the interpreters of the HF venv
 # (tools/test-venv.sh build --hf; only to make the model folders) and of the
 # llama.cpp venv (bench/model/llama_cpp_venv.sh build: llama-cpp-python
 # 0.3.36 built from source for this processor, the first time takes about
@@ -64,7 +65,7 @@ formats=${FORMATS:-q8_0 q4_0 q4_k}
 py=${PY:-$(bash tools/test-venv.sh build --hf)}
 lpy=${LPY:-$(bash bench/model/llama_cpp_venv.sh build)}
 conv="$(dirname "$lpy")/../llama.cpp-convert"
-cmake --build build -j2 --target bench_model oslo-run >/dev/null
+if [ "${BUILD:-1}" = 1 ]; then cmake --build build -j2 --target bench_model oslo-run >/dev/null; fi
 out=build/bench-quant
 mkdir -p "$out"
 : >"$out/log"

@@ -18,7 +18,7 @@ namespace oslo {
 bool is_gguf_path(const std::string& path);
 
 // The architectures (general.architecture) a .gguf source reads, as one
-// comma-separated list for messages: "llama, qwen2".
+// comma-separated list for messages: "gpt2, llama, qwen2".
 const char* gguf_supported_architectures();
 
 // What an open GGUF source keeps: the parsed, mapped file and, per listed
