@@ -27,6 +27,9 @@
 // without it they are estimated for a GPT-2-shaped model in f32 or bf16
 // (12 H^2 per block plus the tied head). bench/model/run_quant.sh passes the
 // bytes of a quantized GGUF file's matrices (bench/model/gguf_quant.py).
+// The expected-memory figures (expected_mib, peak_over_expected) stay the
+// GPT-2 f32/bf16 estimate: for other shapes or block dtypes read only the
+// measured rss_* fields.
 //
 // --pp P: P pipeline stages (the world size divided by P is the tensor-
 // parallel size); --prefill-rows B: the prefill is B prompts of 512 / B
