@@ -1573,8 +1573,8 @@ OSLO_API oslo_status oslo_model_options_init(oslo_model_options *options, unsign
 
 /**
  * Loads the model at `path` (a Hugging Face folder, an oslo parallel
- * checkpoint directory, or a llama.cpp .gguf file of a "llama" or "qwen2"
- * model: its config and tokenizer come from its metadata, Q8_0/Q4_0/Q4_K/
+ * checkpoint directory, or a llama.cpp .gguf file of a "llama", "qwen2" or
+ * "gpt2" model: its config and tokenizer come from its metadata, Q8_0/Q4_0/Q4_K/
  * Q6_K weights stay quantized unless options' dtype asks for a float dtype;
  * docs/QUANTIZATION.md "GGUF files") into this rank's share of the tensor
  * group. Each rank

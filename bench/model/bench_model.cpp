@@ -11,17 +11,34 @@
 // size); rank 0 prints one JSON line. bench/model/run.sh runs it with
 // Hugging Face transformers as the reference in the same run.
 //
-//   bench_model MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME]
+//   bench_model MODEL [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME]
 //               [--prefill-only | --decode-only] [--pp P] [--prefill-rows B]
+//               [--weight-bytes BYTES]
+//
+// MODEL: a model folder or a llama.cpp .gguf file (oslo_model_load; a GGUF
+// file's block-quantized weights stay so, as without --dtype for any
+// source). The JSON line names the weight dtype (f32, bf16, q8_0, q4_0,
+// q4_k, q6_k, ...) and holds the first 8 tokens of the measured 128-token
+// decode ("first_tokens"), so runs of other engines on the same file and
+// prompt can be compared token for token.
+//
+// --weight-bytes BYTES: the bytes of weights one decode step reads in the
+// whole model (before the tensor-parallel split), for the bandwidth bound;
+// without it they are estimated for a GPT-2-shaped model in f32 or bf16
+// (12 H^2 per block plus the tied head). bench/model/run_quant.sh passes the
+// bytes of a quantized GGUF file's matrices (bench/model/gguf_quant.py).
+// The expected-memory figures (expected_mib, peak_over_expected) stay the
+// GPT-2 f32/bf16 estimate: for other shapes or block dtypes read only the
+// measured rss_* fields.
 //
 // --pp P: P pipeline stages (the world size divided by P is the tensor-
 // parallel size); --prefill-rows B: the prefill is B prompts of 512 / B
 // tokens (one generate call, batch B), which pipeline stages run in
 // micro-batches (Model::set_pipeline_micro_tokens).
 //
-// With --backend other than cpu (e.g. cuda) the host bandwidth probe and the
-// bound derived from it are left out (bound_ms 0): the GPU's bound comes
-// from bench/cuda/hf_cuda.py.
+// With --backend other than cpu (e.g. cuda), or with --prefill-only, the
+// host bandwidth probe and the bound derived from it are left out
+// (bound_ms 0): the GPU's bound comes from bench/cuda/hf_cuda.py.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -52,10 +69,12 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Seconds of one generate call (prompt of `prompt` ids, `n` new tokens).
 // Seconds of one generate call: `rows` prompts of `prompt` ids each, `n`
-// new tokens per row.
-double generate(oslo_model* m, int64_t prompt, int64_t n, int64_t vocab, int64_t rows = 1) {
+// new tokens per row (greedy, no EOS). The prompt ids are
+// (i * 7919 + 13 + r * 131) % vocab (row r), as llama_cpp_reference.py's.
+// `tokens`, when given, receives the generated ids.
+double generate(oslo_model* m, int64_t prompt, int64_t n, int64_t vocab, int64_t rows = 1,
+                std::vector<int64_t>* tokens = nullptr) {
   std::vector<int64_t> ids(static_cast<size_t>(prompt * rows)), lens(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     lens[static_cast<size_t>(r)] = prompt;
@@ -73,6 +92,7 @@ double generate(oslo_model* m, int64_t prompt, int64_t n, int64_t vocab, int64_t
   check(oslo_model_generate(m, ids.data(), lens.data(), rows, &o, out.data(), len.data(), nullptr),
         "generate");
   const double t = now() - t0;
+  if (tokens) *tokens = out;
   for (int64_t l : len)
     if (l != n) {
       std::fprintf(stderr, "generated %lld tokens, expected %lld\n", static_cast<long long>(l),
@@ -128,12 +148,14 @@ long current_rss_kib() {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s MODEL_DIR [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME] "
-                 "[--prefill-only | --decode-only] [--pp P] [--prefill-rows B]\n",
+                 "usage: %s MODEL [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME] "
+                 "[--prefill-only | --decode-only] [--pp P] [--prefill-rows B] "
+                 "[--weight-bytes BYTES]\n",
                  argv[0]);
     return 2;
   }
   int threads = 1, reps = 3, dtype = -1, pp = 1, prefill_rows = 1;
+  double weight_bytes = 0;  // --weight-bytes: 0 = the GPT-2 f32/bf16 estimate
   std::string backend = "cpu";
   bool prefill_only = false, decode_only = false;
   for (int i = 2; i < argc; ++i) {
@@ -148,6 +170,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i - 1], "--prefill-rows")) prefill_rows = std::atoi(v);
     if (!std::strcmp(argv[i - 1], "--reps")) reps = std::atoi(v);
     if (!std::strcmp(argv[i - 1], "--backend")) backend = v;
+    if (!std::strcmp(argv[i - 1], "--weight-bytes")) weight_bytes = std::atof(v);
     if (!std::strcmp(argv[i - 1], "--dtype"))
       dtype = !std::strcmp(v, "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
   }
@@ -183,6 +206,7 @@ int main(int argc, char** argv) {
   check(oslo_model_get_info(m, &info, nullptr), "info");
 
   double prefill = 1e30, decode = 1e30;
+  std::vector<int64_t> tokens;
   // Warm-up: one call of each measured kind (as the reference scripts do),
   // so one-time work (oneDNN kernels made for a new shape) is not timed.
   if (!decode_only) generate(m, 512 / prefill_rows, 1, info.vocab_size, prefill_rows);
@@ -194,19 +218,19 @@ int main(int argc, char** argv) {
           std::min(prefill, generate(m, 512 / prefill_rows, 1, info.vocab_size, prefill_rows));
     if (prefill_only) continue;
     const double a = generate(m, 32, 1, info.vocab_size);
-    const double b = generate(m, 32, 129, info.vocab_size);
+    const double b = generate(m, 32, 129, info.vocab_size, 1, &tokens);
     decode = std::min(decode, (b - a) / 128.0);
   }
   // Bytes of weights read per decode step by this rank: every matrix once
   // (the tied head reads the embedding table), in the weight dtype.
   const long peak = peak_rss_kib();  // before the bandwidth probe's 1 GiB
-  const double bw =
-      backend == "cpu" && !decode_only && !prefill_only ? stream_bandwidth(threads) : 0.0;
+  const double bw = backend == "cpu" && !prefill_only ? stream_bandwidth(threads) : 0.0;
   const double wbytes = static_cast<double>(info.dtype == OSLO_DTYPE_F32 ? 4 : 2);
   const double H = static_cast<double>(info.hidden_size), L = static_cast<double>(info.num_layers);
   const double V = static_cast<double>(info.vocab_size);
   const double per_layer = 12.0 * H * H;  // qkv 3H^2, out H^2, MLP 8H^2 (GPT-2: intermediate 4H)
-  const double weights_read = (L * per_layer + V * H) * wbytes / world;
+  const double weights_read =
+      (weight_bytes > 0 ? weight_bytes : (L * per_layer + V * H) * wbytes) / world;
   const double bound = bw > 0 ? weights_read / (bw * 1e9) : 0.0;
   // Expected resident bytes: this rank's weights (all tensors), the KV cache
   // of the longest run (prompt 512 + 1 token, f32) and activations.
@@ -218,6 +242,21 @@ int main(int argc, char** argv) {
   // [heads, S, S]; logits only for the last row.
   const double heads = static_cast<double>(info.num_heads) / world;
   const double act = 513 * 17 * H / world * 4 + 2 * heads * 513 * 513 * 4 + V * 4 * 2;
+  const char* dtype_name = "f32";
+  switch (info.dtype) {
+    case OSLO_DTYPE_BF16: dtype_name = "bf16"; break;
+    case OSLO_DTYPE_F16: dtype_name = "f16"; break;
+    case OSLO_DTYPE_Q8_0: dtype_name = "q8_0"; break;
+    case OSLO_DTYPE_Q4_0: dtype_name = "q4_0"; break;
+    case OSLO_DTYPE_Q4_K: dtype_name = "q4_k"; break;
+    case OSLO_DTYPE_Q6_K: dtype_name = "q6_k"; break;
+    case OSLO_DTYPE_Q4_G128: dtype_name = "q4_g128"; break;
+    default: break;
+  }
+  std::string first = "[";
+  for (size_t i = 0; i < tokens.size() && i < 8; ++i)
+    first += (i ? ", " : "") + std::to_string(tokens[i]);
+  first += "]";
   if (g_rank == 0)
     std::printf(
         "{\"backend\": \"%s\", \"tp\": %d, \"pp\": %d, \"threads\": %d, \"dtype\": \"%s\", "
@@ -225,14 +264,15 @@ int main(int argc, char** argv) {
         "\"decode_tok_s\": %.2f, \"decode_ms\": %.3f, \"stream_gb_s\": %.2f, "
         "\"bound_ms\": %.3f, \"decode_over_bound\": %.3f, \"rss_baseline_mib\": %.1f, "
         "\"rss_context_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_mib\": %.1f, "
-        "\"expected_mib\": %.1f, \"peak_over_expected\": %.3f}\n",
-        backend.c_str(), world / std::max(1, pp), pp, threads,
-        info.dtype == OSLO_DTYPE_BF16 ? "bf16" : "f32", load_s, prefill_rows,
+        "\"expected_mib\": %.1f, \"peak_over_expected\": %.3f, \"weight_bytes\": %.0f, "
+        "\"first_tokens\": %s}\n",
+        backend.c_str(), world / std::max(1, pp), pp, threads, dtype_name, load_s, prefill_rows,
         static_cast<double>(512 / prefill_rows * prefill_rows) / prefill, 1.0 / decode,
         decode * 1e3, bw, bound * 1e3, bound > 0 ? decode / bound : 0.0, rss0 / 1024.0,
         rss_ctx / 1024.0, rss_loaded / 1024.0, peak / 1024.0,
         (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
-        peak / 1024.0 / ((all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0));
+        peak / 1024.0 / ((all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0),
+        weights_read * world, first.c_str());
   oslo_model_destroy(m);
   oslo_context_destroy(ctx);
   return 0;

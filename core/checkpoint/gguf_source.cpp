@@ -1,6 +1,8 @@
 // A llama.cpp .gguf file as a WeightSource: its tensors listed under their
 // Hugging Face names and shapes (GGUF dims reversed; the rotary row order of
-// llama's q/k projections undone at read), block-quantized tensors listed
+// llama's q/k projections undone at read; GPT-2's projections, stored
+// [out, in], listed in Hugging Face's Conv1D layout [in, out] and
+// transposed at read unless their blocks are read), block-quantized tensors listed
 // with ManifestTensor::quant and read either as their blocks (U8) or
 // dequantized (F32/F16/BF16), and the config.json transformers would have
 // for the model, made from the metadata. docs/QUANTIZATION.md ("GGUF
@@ -34,7 +36,7 @@ bool is_gguf_path(const std::string& path) {
 }
 
 const char* gguf_supported_architectures() {
-  return "llama, qwen2";
+  return "gpt2, llama, qwen2";
 }
 
 namespace {
@@ -50,6 +52,7 @@ struct Arch {
 const Arch kArchs[] = {
     {"llama", "llama", "LlamaForCausalLM", true, false},
     {"qwen2", "qwen2", "Qwen2ForCausalLM", false, true},
+    {"gpt2", "gpt2", "GPT2LMHeadModel", false, true},
 };
 
 // GGUF's per-block tensor names and Hugging Face's.
@@ -70,6 +73,17 @@ const BlockName kBlockNames[] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},
     {"attn_norm.weight", "input_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
+};
+
+// GPT-2's (llama.cpp's convert_hf_to_gguf.py GPT2Model): the projections
+// are stored transposed from Hugging Face's Conv1D, as [out, in].
+const BlockName kGpt2BlockNames[] = {
+    {"attn_norm.weight", "ln_1.weight"},          {"attn_norm.bias", "ln_1.bias"},
+    {"attn_qkv.weight", "attn.c_attn.weight"},    {"attn_qkv.bias", "attn.c_attn.bias"},
+    {"attn_output.weight", "attn.c_proj.weight"}, {"attn_output.bias", "attn.c_proj.bias"},
+    {"ffn_norm.weight", "ln_2.weight"},           {"ffn_norm.bias", "ln_2.bias"},
+    {"ffn_up.weight", "mlp.c_fc.weight"},         {"ffn_up.bias", "mlp.c_fc.bias"},
+    {"ffn_down.weight", "mlp.c_proj.weight"},     {"ffn_down.bias", "mlp.c_proj.bias"},
 };
 
 // "blk.N.rest" -> N and rest; false for other names.
@@ -139,8 +153,10 @@ void WeightSource::open_gguf() {
 
   // Tensors, renamed, with the shape the metadata says each must have.
   const bool tied = !g.find_tensor("output.weight");
-  std::map<std::string, std::vector<int64_t>> want;  // HF name -> HF shape
+  const bool gpt2 = arch_name == "gpt2";
+  std::map<std::string, std::vector<int64_t>> want;  // HF name -> shape in the file
   std::map<std::string, std::string> gname;          // HF name -> GGUF name
+  std::set<std::string> transposed;                  // HF names held transposed in the file
   auto expect = [&](const std::string& gn, const std::string& hf, std::vector<int64_t> shape,
                     bool required) {
     if (!required && !g.find_tensor(gn)) return;
@@ -149,10 +165,41 @@ void WeightSource::open_gguf() {
     want[hf] = std::move(shape);
     gname[hf] = gn;
   };
-  expect("token_embd.weight", "model.embed_tokens.weight", {V, H}, true);
-  expect("output_norm.weight", "model.norm.weight", {H}, true);
-  if (!tied) expect("output.weight", "lm_head.weight", {V, H}, true);
-  for (int64_t l = 0; l < L; ++l) {
+  int64_t P = 0;  // GPT-2's learned positions
+  if (gpt2) {
+    OSLO_CHECK(tied, OSLO_ERR_NOT_SUPPORTED, where,
+               ": tensor \"output.weight\": GPT-2 with a head other than the token table is not "
+               "supported");
+    OSLO_CHECK(NKV == NH && D * NH == H, OSLO_ERR_FORMAT, where, ": a gpt2 model has ", A,
+               "attention.head_count_kv = head_count and a head size of embedding_length / "
+               "head_count");
+    P = positive(A + "context_length");
+    expect("token_embd.weight", "transformer.wte.weight", {V, H}, true);
+    expect("position_embd.weight", "transformer.wpe.weight", {P, H}, true);
+    expect("output_norm.weight", "transformer.ln_f.weight", {H}, true);
+    expect("output_norm.bias", "transformer.ln_f.bias", {H}, true);
+    for (int64_t l = 0; l < L; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      const std::string h = "transformer.h." + std::to_string(l) + ".";
+      for (const BlockName& n : kGpt2BlockNames) {
+        const std::string rest = n.gguf;
+        std::vector<int64_t> shape = {H};
+        if (rest == "attn_qkv.weight") shape = {3 * H, H};
+        if (rest == "attn_qkv.bias") shape = {3 * H};
+        if (rest == "attn_output.weight") shape = {H, H};
+        if (rest == "ffn_up.weight") shape = {I, H};
+        if (rest == "ffn_up.bias") shape = {I};
+        if (rest == "ffn_down.weight") shape = {H, I};
+        if (shape.size() == 2) transposed.insert(h + n.hf);
+        expect(b + rest, h + n.hf, shape, true);
+      }
+    }
+  } else {
+    expect("token_embd.weight", "model.embed_tokens.weight", {V, H}, true);
+    expect("output_norm.weight", "model.norm.weight", {H}, true);
+    if (!tied) expect("output.weight", "lm_head.weight", {V, H}, true);
+  }
+  for (int64_t l = 0; l < L && !gpt2; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     const std::string h = "model.layers." + std::to_string(l) + ".";
     for (const BlockName& n : kBlockNames) {
@@ -195,6 +242,8 @@ void WeightSource::open_gguf() {
     SourceTensor t;
     t.name = kv.first;
     t.shape = shape;
+    const bool tr = transposed.count(kv.first) > 0;
+    if (tr) std::reverse(t.shape.begin(), t.shape.end());  // Conv1D's [in, out]
     if (quant::is_quantized(ti.format)) {
       t.dtype = st::Dtype::U8;
       t.quant = static_cast<oslo_dtype>(quant::dtype_of_format(ti.format));
@@ -205,7 +254,7 @@ void WeightSource::open_gguf() {
     sh.file = base;
     sh.key = ti.name;
     sh.offset = 0;
-    sh.length = shape.empty() ? 1 : shape[0];
+    sh.length = t.shape.empty() ? 1 : t.shape[0];
     sh.bytes = ti.nbytes;
     t.shards.push_back(sh);
     tensors_.push_back(t);
@@ -214,29 +263,46 @@ void WeightSource::open_gguf() {
     const bool qk = ti.name.size() > 14 && (ti.name.find(".attn_q.") != std::string::npos ||
                                             ti.name.find(".attn_k.") != std::string::npos);
     if (arch->rotary_permuted && qk) e.head_rows = D;
+    e.transposed = tr;
     gguf_->entries[kv.first] = e;
   }
 
   // config.json as transformers would write it for this model.
   json cfg;
-  cfg["architectures"] = json::array({arch->hf_class});
-  cfg["model_type"] = arch->model_type;
-  cfg["hidden_size"] = H;
-  cfg["intermediate_size"] = I;
-  cfg["num_hidden_layers"] = L;
-  cfg["num_attention_heads"] = NH;
-  cfg["num_key_value_heads"] = NKV;
-  cfg["head_dim"] = D;
-  cfg["hidden_act"] = "silu";
-  cfg["vocab_size"] = V;
-  cfg["max_position_embeddings"] = g.get_int(A + "context_length", 2048);
-  cfg["rms_norm_eps"] = g.get_float(A + "attention.layer_norm_rms_epsilon", 1e-6);
-  cfg["rope_theta"] = g.get_float(A + "rope.freq_base", 10000.0);
-  cfg["tie_word_embeddings"] = tied;
-  cfg["attention_bias"] = arch->qkv_bias;
-  cfg["mlp_bias"] = false;
-  cfg["torch_dtype"] = "float32";
-  if (arch_name == "qwen2") cfg["use_sliding_window"] = false;
+  if (gpt2) {
+    cfg["architectures"] = json::array({arch->hf_class});
+    cfg["model_type"] = arch->model_type;
+    cfg["n_embd"] = H;
+    cfg["n_inner"] = I;
+    cfg["n_layer"] = L;
+    cfg["n_head"] = NH;
+    cfg["n_positions"] = P;
+    cfg["vocab_size"] = V;
+    cfg["layer_norm_epsilon"] = g.get_float(A + "attention.layer_norm_epsilon", 1e-5);
+    cfg["activation_function"] = "gelu_new";  // ggml_gelu: the tanh form
+    cfg["tie_word_embeddings"] = true;
+    cfg["torch_dtype"] = "float32";
+  }
+  if (!gpt2) {
+    cfg["architectures"] = json::array({arch->hf_class});
+    cfg["model_type"] = arch->model_type;
+    cfg["hidden_size"] = H;
+    cfg["intermediate_size"] = I;
+    cfg["num_hidden_layers"] = L;
+    cfg["num_attention_heads"] = NH;
+    cfg["num_key_value_heads"] = NKV;
+    cfg["head_dim"] = D;
+    cfg["hidden_act"] = "silu";
+    cfg["vocab_size"] = V;
+    cfg["max_position_embeddings"] = g.get_int(A + "context_length", 2048);
+    cfg["rms_norm_eps"] = g.get_float(A + "attention.layer_norm_rms_epsilon", 1e-6);
+    cfg["rope_theta"] = g.get_float(A + "rope.freq_base", 10000.0);
+    cfg["tie_word_embeddings"] = tied;
+    cfg["attention_bias"] = arch->qkv_bias;
+    cfg["mlp_bias"] = false;
+    cfg["torch_dtype"] = "float32";
+    if (arch_name == "qwen2") cfg["use_sliding_window"] = false;
+  }
   for (const char* k : {"bos", "eos", "padding"}) {
     const std::string key = std::string("tokenizer.ggml.") + k + "_token_id";
     if (!g.find(key)) continue;
@@ -248,19 +314,49 @@ void WeightSource::open_gguf() {
   config_json_ = cfg.dump(2);
 }
 
+bool WeightSource::stored_transposed(const SourceTensor& t) const {
+  if (!gguf_) return false;
+  auto it = gguf_->entries.find(t.name);
+  return it != gguf_->entries.end() && it->second.transposed;
+}
+
 void WeightSource::read_box_gguf(const SourceTensor& t, int dim, int64_t start, int64_t len,
                                  st::Dtype out, void* dst) {
   auto it = gguf_->entries.find(t.name);
   OSLO_CHECK(it != gguf_->entries.end(), OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(t.name),
              " is not a tensor of ", quote_path(path_));
   const Gguf::Entry& e = it->second;
+  if (!e.transposed) return read_gguf_stored(t, t.shape, dim, start, len, out, dst);
+  // Stored [B, A] for the listed [A, B]: blocks are read as stored (dim
+  // counted in the stored shape); any other read is of the stored box,
+  // transposed into the listed layout.
+  const std::vector<int64_t> stored = {t.shape[1], t.shape[0]};
+  if (quant::is_quantized(e.info->format) && out == st::Dtype::U8)
+    return read_gguf_stored(t, stored, dim, start, len, out, dst);
+  int64_t a = t.shape[0], b = t.shape[1];
+  if (dim == 0) a = len;
+  if (dim == 1) b = len;
+  if (a <= 0 || b <= 0) return;
+  const size_t es = st::dtype_bits(out) / 8;
+  std::vector<char> box(static_cast<size_t>(a * b) * es);  // [b, a]
+  read_gguf_stored(t, stored, dim < 0 ? -1 : 1 - dim, start, len, out, box.data());
+  char* d = static_cast<char*>(dst);
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j)
+      std::memcpy(d + static_cast<size_t>(i * b + j) * es,
+                  box.data() + static_cast<size_t>(j * a + i) * es, es);
+}
+
+void WeightSource::read_gguf_stored(const SourceTensor& t, const std::vector<int64_t>& shape,
+                                    int dim, int64_t start, int64_t len, st::Dtype out, void* dst) {
+  const Gguf::Entry& e = gguf_->entries.at(t.name);
   const gguf::TensorInfo& ti = *e.info;
   const quant::Format f = ti.format;
-  const int nd = static_cast<int>(t.shape.size());
+  const int nd = static_cast<int>(shape.size());
   OSLO_CHECK(nd <= 2 || dim < 0, OSLO_ERR_NOT_SUPPORTED, "tensor ", quote(t.name), ": a box of a ",
              nd, "-D GGUF tensor can only be read whole");
   // The tensor as rows of C elements; the box as rows [r0, r1), columns [c0, c1).
-  const int64_t C = nd == 0 ? 1 : t.shape[nd - 1];
+  const int64_t C = nd == 0 ? 1 : shape[nd - 1];
   const int64_t R = C == 0 ? 0 : static_cast<int64_t>(ti.elements) / std::max<int64_t>(C, 1);
   int64_t r0 = 0, r1 = R, c0 = 0, c1 = C;
   if (dim >= 0 && dim == nd - 1) {

@@ -108,10 +108,18 @@ namespace {
 // they are (a cut along the row must fall on block boundaries); otherwise
 // the local values are loaded in f32 (a quantized source dequantizes them)
 // and quantized on the host, row by row, so a rank only ever quantizes its
-// own slice.
+// own slice. A tensor held transposed from its Hugging Face layout (GPT-2's
+// Conv1D) that the source stores transposed too (a GGUF file's GPT-2
+// projections, WeightSource::stored_transposed) is in the same layout: its
+// blocks are copied, the placement counted in the stored shape.
 void load_block(WeightSource& src, const SourceTensor& t, PlacedTensor& pt, Backend& backend,
                 std::vector<char>& stage, uint64_t& staging) {
-  const Placement& p = pt.placement;
+  Placement p = pt.placement;
+  if (p.transpose && t.quantized() && t.quant == pt.tensor.dtype() && src.stored_transposed(t)) {
+    std::swap(p.global_shape[0], p.global_shape[1]);
+    if (p.split_dim >= 0) p.split_dim = 1 - p.split_dim;
+    p.transpose = false;
+  }
   const oslo_dtype q = pt.tensor.dtype();
   const std::vector<int64_t>& ls = pt.tensor.shape();
   const std::string who = "tensor " + quote(p.name);

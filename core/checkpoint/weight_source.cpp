@@ -380,10 +380,14 @@ void WeightSource::read_box(const SourceTensor& t, int dim, int64_t start, int64
   const int nd = static_cast<int>(t.shape.size());
   OSLO_CHECK(dim >= -1 && dim < nd, OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(t.name),
              ": box dimension ", dim, " is out of range for ", nd, " dimensions");
+  // The blocks of a tensor stored transposed are boxes of the stored layout.
+  std::vector<int64_t> ext = t.shape;
+  if (t.quantized() && out == st::Dtype::U8 && stored_transposed(t))
+    std::reverse(ext.begin(), ext.end());
   if (dim >= 0)
-    OSLO_CHECK(start >= 0 && len >= 0 && start <= t.shape[dim] && len <= t.shape[dim] - start,
+    OSLO_CHECK(start >= 0 && len >= 0 && start <= ext[dim] && len <= ext[dim] - start,
                OSLO_ERR_INVALID_ARGUMENT, "tensor ", quote(t.name), ": box [", start, ", ",
-               start + len, ") along dimension ", dim, " is outside its extent ", t.shape[dim]);
+               start + len, ") along dimension ", dim, " is outside its extent ", ext[dim]);
   if (gguf_) {
     read_box_gguf(t, dim, start, len, out, dst);
     return;

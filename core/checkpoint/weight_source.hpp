@@ -154,6 +154,16 @@ class WeightSource {
   void read_box(const SourceTensor& t, int dim, int64_t start, int64_t len, safetensors::Dtype out,
                 void* dst);
 
+  // Whether the source stores `t` (2-D) as the transpose of its listed
+  // (Hugging Face) shape: a GGUF file's GPT-2 projections, stored [out, in]
+  // as nn.Linear's for Hugging Face's Conv1D [in, out]. read_box in a float
+  // dtype still returns the listed layout; read_box of its blocks (U8 of a
+  // block-quantized tensor) reads boxes of the stored layout, `dim`, `start`
+  // and `len` counted in the reversed shape, so model load copies the
+  // blocks into a local tensor held [out, in] without dequantizing. False
+  // for every other tensor and source.
+  bool stored_transposed(const SourceTensor& t) const;
+
   // Checks that the stored pieces of `t` that overlap the box (dim, start,
   // len as in read_box; dim -1: every piece) are present with the dtype,
   // shape and size the listing promises (opens those files; reads headers
@@ -185,6 +195,9 @@ class WeightSource {
   void open_gguf();
   void read_box_gguf(const SourceTensor& t, int dim, int64_t start, int64_t len,
                      safetensors::Dtype out, void* dst);
+  // read_box_gguf of the tensor as stored: `shape` is its stored shape.
+  void read_gguf_stored(const SourceTensor& t, const std::vector<int64_t>& shape, int dim,
+                        int64_t start, int64_t len, safetensors::Dtype out, void* dst);
 
   std::string path_, folder_;
   SourceKind kind_ = SourceKind::HfSingle;

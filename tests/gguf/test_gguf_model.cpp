@@ -299,7 +299,7 @@ int run_errors(const std::string& gguf, const std::string& tmp) {
       {"unknown architecture",
        patched(bytes, "general.architecture", "llama", "mamba"),
        OSLO_ERR_NOT_SUPPORTED,
-       {"'mamba'", "llama, qwen2"}},
+       {"'mamba'", "gpt2, llama, qwen2"}},
       {"missing tensor",
        patched(bytes, "blk.1.ffn_up.weight", "ffn_up", "ffn_xx"),
        OSLO_ERR_FORMAT,
