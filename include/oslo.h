@@ -212,8 +212,9 @@ typedef enum oslo_dtype {
      dimension (a row) is stored as whole blocks, each a scale (and more)
      followed by packed integers, so there is no element size: a tensor of
      shape [..., K] takes rows * (K / block elements) * block bytes. They are
-     storage for the weights of linear layers: a model's or a checkpoint's
-     "dtype" may name them, and oslo_model_get_tensor_info reports them;
+     storage for the weights of linear layers (and for the token table and
+     LM head of a file that stores them so, e.g. GGUF): a model's or a
+     checkpoint's "dtype" may name them;
      calls that take element data (tensors, collectives, activations) refuse
      them with OSLO_ERR_DTYPE. */
   OSLO_DTYPE_Q8_0 = 16, /**< blocks of 32: f16 scale, 32 int8 (34 bytes); GGUF Q8_0 */
@@ -1534,14 +1535,19 @@ typedef struct oslo_model_options {
   unsigned int version; /**< OSLO_MODEL_OPTIONS_VERSION; set by _init */
   /** Dtype of the weight matrices and embedding tables: -1 (default) keeps
    * the checkpoint's (config.json's torch_dtype; weights a file holds
-   * block-quantized stay so), else OSLO_DTYPE_F32, OSLO_DTYPE_F16 or
-   * OSLO_DTYPE_BF16, or a block-quantized dtype (OSLO_DTYPE_Q8_0,
+   * block-quantized stay so, the token table and the LM head of a GGUF
+   * file or quantized oslo checkpoint included: the head then multiplies
+   * from its blocks and the lookup dequantizes only the rows it reads),
+   * else OSLO_DTYPE_F32, OSLO_DTYPE_F16 or OSLO_DTYPE_BF16 (everything
+   * dequantized at load), or a block-quantized dtype (OSLO_DTYPE_Q8_0,
    * OSLO_DTYPE_Q4_0, ...; docs/QUANTIZATION.md): the weights of the blocks'
    * linear layers are then quantized at load, each rank only its own slice
    * (OSLO_ERR_SHAPE naming the tensor when a slice's rows are not whole
-   * blocks), while the embeddings and the head keep the checkpoint's float
-   * dtype; such a model runs inference but cannot train. Norms and biases
-   * are always f32; activations are f32, products accumulate in f32. */
+   * blocks), while the embeddings and the head are held in the
+   * checkpoint's float dtype (dequantized when the file stores them
+   * quantized). A model holding any block-quantized tensor runs inference
+   * but cannot train (OSLO_ERR_NOT_SUPPORTED). Norms and biases are always
+   * f32; activations are f32, products accumulate in f32. */
   int dtype;
   /* Version 2: pipeline stages. */
   /** Model chunks per pipeline rank (Megatron-LM's virtual pipeline size;

@@ -26,10 +26,11 @@ table, and the bytes of weights one batch-1 decode step reads:
     reads one row and is left out, as are the f32 norms and biases: under
     0.1 % of it);
   - oslo_weight_bytes: the same matrices as oslo holds them when it loads
-    the file with the default dtype: the blocks' linear weights in the
-    file's block types, the head in f32 (oslo_model_load keeps only the
-    blocks' linear weights block-quantized; embeddings and head are loaded in
-    the checkpoint's float dtype, f32 for a GGUF file).
+    the file with the default dtype: the blocks' linear weights and the
+    head in the file's block types (oslo_model_load keeps a GGUF file's
+    block-quantized tensors so, the token table and the head included); a
+    head the file stores in a float type is held in f32 (the config's
+    torch_dtype for a GGUF file).
 """
 import collections
 import ctypes
@@ -74,7 +75,9 @@ def describe(path):
             "head": head.name, "head_type": head.tensor_type.name,
             "token_embd_type": tensors["token_embd.weight"].tensor_type.name,
             "weight_bytes": block_bytes + int(head.n_bytes),
-            "oslo_weight_bytes": block_bytes + 4 * head_elems}
+            "oslo_weight_bytes": block_bytes + (int(head.n_bytes) if head.tensor_type.name in
+                                                ("Q8_0", "Q4_0", "Q4_K", "Q6_K")
+                                                else 4 * head_elems)}
 
 
 def main():

@@ -29,8 +29,9 @@
 # summary says in how many rounds oslo's equal llama.cpp's. oslo loads the
 # .gguf with the default dtype: the blocks' linear weights stay in the
 # file's block types and run through the backend's matmul_quant (int8 dot
-# products on the CPU); the token table and the head are loaded in f32 (see
-# README.md). A TP=2 row that cannot load (a Q4_K tensor whose
+# products on the CPU), the token table and the head too when the file
+# stores them quantized (the head through matmul_quant, the lookup
+# dequantizing only its rows; see README.md). A TP=2 row that cannot load (a Q4_K tensor whose
 # tensor-parallel slice is not whole 256-element blocks, as the 768 x 384
 # o_proj slice of these shapes) is recorded with oslo's error and the
 # rounds go on.
@@ -114,7 +115,7 @@ row() {
     tee -a "$out/results.jsonl"
 }
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(date -u +%F' '%H:%M) UTC"
-echo "files (matrices read per decode step in the file's types; oslo holds the head in f32):"
+echo "files (matrices read per decode step in the file's types, as oslo holds them):"
 cat "$out/files.jsonl"
 for r in $(seq "$rounds"); do
   for name in $models; do

@@ -11,8 +11,8 @@ and "format".
 Prints two markdown tables:
   1. per model and format, what the file holds: tensor types counted, the
      head's type, the MiB of matrices a decode step reads in the file's
-     types (weight_bytes) and as oslo holds them (oslo_weight_bytes: the head
-     in f32);
+     types (weight_bytes) and as oslo holds them (oslo_weight_bytes: a
+     quantized head as stored, a float one in f32);
   2. per model, format and row: decode tokens/s best and median over the
      rounds; oslo / llama.cpp (median over median, best over best); the
      median decode time per token; the bandwidth bound, weight_bytes / TP /

@@ -160,7 +160,7 @@ Tensor InferenceRunner::run_stack(const std::vector<int64_t>& ids,
     Tensor pos_t = upload(positions.data(), OSLO_DTYPE_I64, {BS});
     Tensor types_t;
     if (s_.type.defined()) types_t = upload(token_types.data(), OSLO_DTYPE_I64, {BS});
-    s_.embed(ids_t, pos_t, s_.type.defined() ? &types_t : nullptr, r.x);
+    s_.embed(ids_t, pos_t, s_.type.defined() ? &types_t : nullptr, r.x, nullptr, &ids);
   }
 
   // The blocks, each with its attention over the cache (or this call's keys

@@ -32,6 +32,12 @@ bool is_linear_weight_role(const std::string& role) {
   return false;
 }
 
+// The token table and the LM head: kept block-quantized only when the source
+// holds them so and no dtype was asked for.
+bool is_table_role(const std::string& role) {
+  return role == "wte" || role == "lm_head";
+}
+
 // A block-quantized local tensor holds whole blocks in every row.
 void check_quantized_placement(const Placement& p, oslo_dtype q, int tp, int rank) {
   const std::vector<int64_t> ls = p.local_shape();
@@ -72,7 +78,8 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
     // Block-quantized dtypes apply to the linear weights of the blocks
     // (quantized at load unless the source holds them so); the other
     // matrices (embeddings, head) keep the source's float dtype. Without a
-    // dtype, weights a source holds quantized (GGUF) stay as they are.
+    // dtype, weights a source holds quantized (GGUF) stay as they are, the
+    // token table and the head included.
     oslo_dtype quant = OSLO_DTYPE_F32;
     bool keep_quantized = o.dtype < 0;
     if (o.dtype >= 0) {
@@ -148,6 +155,17 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
           tdt = st->quant;
         if (dtype_is_block(tdt)) {
           if (!dtype_is_block(m->dtype_)) m->dtype_ = tdt;
+          check_quantized_placement(p, tdt, S.tp, S.rank);
+        }
+      } else if (pt.layer < 0 && is_table_role(pt.role) && keep_quantized) {
+        // The token table and the head of a source that holds them
+        // block-quantized (GGUF, a quantized oslo checkpoint) stay so: the
+        // head multiplies through matmul_quant, the lookup dequantizes only
+        // the rows it reads. Both are split by vocabulary rows, which never
+        // cut a block.
+        const SourceTensor* st = src.find(p.name);
+        if (st && st->quantized()) {
+          tdt = st->quant;
           check_quantized_placement(p, tdt, S.tp, S.rank);
         }
       }

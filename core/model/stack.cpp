@@ -199,12 +199,53 @@ float BlockStack::embed_scale() const {
   return s;
 }
 
+void BlockStack::gather_quantized(const Tensor& ids, const std::vector<int64_t>* host_ids,
+                                  const Tensor& x) const {
+  Backend& be = ctx.backend();
+  const int64_t BS = x.dim(0), H = x.dim(1), V = cfg.vocab_size, rows = wte.dim(0);
+  std::vector<int64_t> copied;
+  const int64_t* id = nullptr;
+  if (host_ids) {
+    OSLO_CHECK(static_cast<int64_t>(host_ids->size()) == BS, OSLO_ERR_INTERNAL,
+               "embedding: ", host_ids->size(), " host ids for ", BS, " rows");
+    id = host_ids->data();
+  } else {
+    OSLO_CHECK(ids.dtype() == OSLO_DTYPE_I64 && ids.numel() == BS, OSLO_ERR_INTERNAL,
+               "embedding: ids must be i64 [", BS, "]");
+    copied.resize(static_cast<size_t>(BS));
+    be.copy(copied.data(), ids.data(), ids.nbytes(), CopyKind::DeviceToHost);
+    id = copied.data();
+  }
+  for (int64_t i = 0; i < BS; ++i)
+    OSLO_CHECK(id[i] >= 0 && id[i] < V, OSLO_ERR_INVALID_ARGUMENT, "id ", id[i], " at position ", i,
+               " is outside [0, ", V, ")");
+  const size_t rb = dtype_bytes(wte.dtype(), H);
+  auto mine = [&](int64_t t) { return t - vocab_start >= 0 && t - vocab_start < rows; };
+  float* out = static_cast<float*>(x.data());
+  for (int64_t i = 0, n = 1; i < BS; i += n) {
+    n = 1;
+    if (mine(id[i])) {
+      // A run of consecutive ids is one run of rows of the table.
+      while (i + n < BS && id[i + n] == id[i] + n && mine(id[i + n])) ++n;
+      const char* w = static_cast<const char*>(wte.data()) + (id[i] - vocab_start) * rb;
+      be.dequantize(make_view(out + i * H, OSLO_DTYPE_F32, {n, H}),
+                    make_view(const_cast<char*>(w), wte.dtype(), {n, H}));
+    } else {
+      while (i + n < BS && !mine(id[i + n])) ++n;
+      be.fill(make_view(out + i * H, OSLO_DTYPE_F32, {n, H}), 0.0);
+    }
+  }
+}
+
 void BlockStack::embed(const Tensor& ids, const Tensor& pos, const Tensor* types, const Tensor& x,
-                       Tensor* norm_in) const {
+                       Tensor* norm_in, const std::vector<int64_t>* host_ids) const {
   Backend& be = ctx.backend();
   const auto& bp = ctx.backend_ptr();
   const int64_t BS = x.dim(0), H = cfg.hidden_size;
-  be.gather_rows(view(x), view(wte), view(ids), vocab_start, cfg.vocab_size);
+  if (dtype_is_block(wte.dtype()))
+    gather_quantized(ids, host_ids, x);
+  else
+    be.gather_rows(view(x), view(wte), view(ids), vocab_start, cfg.vocab_size);
   reduce_sum(ctx, OSLO_GROUP_TENSOR, view(x));
   if (cfg.traits.embed_scale != 1.0) be.unary(OSLO_BK_SCALE, view(x), view(x), embed_scale());
   if (wpe.defined() || (type.defined() && types)) {

@@ -73,8 +73,13 @@ class BlockStack {
   // (Gemma: by sqrt(hidden) rounded to the table's dtype, as transformers),
   // plus positions and token types, then the embedding norm (into x; its
   // input into *norm_in when given). Collective over the tensor group.
+  // A block-quantized token table (a GGUF file's) is read row by row: each
+  // looked-up row dequantized (Backend::dequantize), zeros for ids outside
+  // this rank's rows; host_ids, when given, are `ids` on the host (else
+  // they are copied back). OSLO_ERR_INVALID_ARGUMENT for an id outside
+  // [0, vocab).
   void embed(const Tensor& ids, const Tensor& pos, const Tensor* types, const Tensor& x,
-             Tensor* norm_in = nullptr) const;
+             Tensor* norm_in = nullptr, const std::vector<int64_t>* host_ids = nullptr) const;
   // The embeddings' scale as the forward applies it.
   float embed_scale() const;
 
@@ -89,6 +94,10 @@ class BlockStack {
   void check_whole(const char* what) const;
 
  private:
+  // embed()'s lookup in a block-quantized table: x [B * S, H] f32.
+  void gather_quantized(const Tensor& ids, const std::vector<int64_t>* host_ids,
+                        const Tensor& x) const;
+
   std::vector<float> inv_freq_;
   std::map<const Storage*, size_t> param_of_;
   // Compute copies derived from a parameter and the params index they come
