@@ -3,7 +3,10 @@
 # and beam search (beams reorder the int8 rows and their scales) print the
 # same tokens at TP 1 and TP 2 (each rank keeps its own heads' rows: the
 # same rows, the same scales) and with the blocks cut into 2 pipeline
-# stages; a bad --kv-dtype exits 2 naming it.
+# stages; a bad --kv-dtype exits 2 naming it. TP 2 sums in another order, so
+# one int8 value may round one step apart: there the tokens must match where
+# the int8 cache gave the f32 cache's tokens (same_tokens.sh), not everywhere
+# (the tiny LLaMA's margins are below the int8 error on some CPUs).
 # test_cli_kv8.sh OSLO_BINARY OSLO_RUN FIXTURES_DIR
 set -u
 oslo=$1 run=$2 fix=$3
@@ -11,25 +14,7 @@ fails=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-same() {  # same NAME ARGS...: the output of ARGS equals $tmp/one
-  name=$1
-  shift
-  if ! "$@" >"$tmp/$name" 2>"$tmp/$name.err"; then
-    fails=$((fails + 1))
-    echo "FAIL: $name exited non-zero:"
-    sed 's/^/  /' "$tmp/$name.err"
-    return
-  fi
-  if cmp -s "$tmp/one" "$tmp/$name"; then
-    echo "$name: $(tr '\n' ' ' <"$tmp/$name")(same as one rank)"
-  else
-    fails=$((fails + 1))
-    echo "FAIL: $name printed"
-    sed 's/^/  /' "$tmp/$name"
-    echo "  one rank printed"
-    sed 's/^/  /' "$tmp/one"
-  fi
-}
+. "$(dirname "$0")/same_tokens.sh"
 for m in gpt2-tiny llama-tiny-gqa; do
   gen="generate --model $fix/$m --prompt-ids 1,2,3 --prompt-ids 7,8 --max-new-tokens 8 --ids"
   for mode in greedy beams; do
@@ -42,7 +27,7 @@ for m in gpt2-tiny llama-tiny-gqa; do
     }
     "$oslo" $gen ${extra#--kv-dtype int8} >"$tmp/f32" 2>/dev/null
     echo "$m $mode: int8 cache $(tr '\n' ' ' <"$tmp/one")/ f32 cache $(tr '\n' ' ' <"$tmp/f32")"
-    same "$m-tp2-$mode" "$run" --nproc-per-node 2 "$oslo" $gen $extra --tp 2
+    same_stable "$m-tp2-$mode" "$tmp/f32" "$run" --nproc-per-node 2 "$oslo" $gen $extra --tp 2
     same "$m-pp2-$mode" "$run" --nproc-per-node 2 "$oslo" $gen $extra --pp 2
   done
 done

@@ -10,25 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 gen="generate --model $model --prompt-ids 1,2,3 --prompt-ids 7,8 --max-new-tokens 6 --ids"
-same() {  # same NAME ARGS...: the output of ARGS equals the single rank's
-  name=$1
-  shift
-  if ! "$@" >"$tmp/$name" 2>"$tmp/$name.err"; then
-    fails=$((fails + 1))
-    echo "FAIL: $name exited non-zero:"
-    sed 's/^/  /' "$tmp/$name.err"
-    return
-  fi
-  if cmp -s "$tmp/one" "$tmp/$name"; then
-    echo "$name: $(tr '\n' ' ' <"$tmp/$name")(same as one rank)"
-  else
-    fails=$((fails + 1))
-    echo "FAIL: $name printed"
-    sed 's/^/  /' "$tmp/$name"
-    echo "  one rank printed"
-    sed 's/^/  /' "$tmp/one"
-  fi
-}
+. "$(dirname "$0")/same_tokens.sh"
 for mode in greedy beams; do
   extra=""
   [ "$mode" = beams ] && extra="--num-beams 3"
