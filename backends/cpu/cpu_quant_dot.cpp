@@ -131,44 +131,62 @@ void scalar_q6_k(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float
 #define QK_NS avx2
 #define QK_TARGET "avx2,fma,f16c"
 #define QK_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+#define QK_OFF(s) _mm256_maddubs_epi16(_mm256_set1_epi8(8), s)
+#define QK_DOT_OFF(u, s, c) \
+  _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u, s), c), _mm256_set1_epi16(1))
 #include "backends/cpu/cpu_quant_simd.inc"
 #undef QK_NS
 #undef QK_TARGET
 #undef QK_DOT
+#undef QK_OFF
+#undef QK_DOT_OFF
 
 #if defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
 #define OSLO_QK_VNNI 1
 #define QK_NS avxvnni
 #define QK_TARGET "avx2,fma,f16c,avxvnni"
 #define QK_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+#define QK_OFF(s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), s)
+#define QK_DOT_OFF(u, s, c) _mm256_sub_epi32(QK_DOT(u, s), c)
 #include "backends/cpu/cpu_quant_simd.inc"
 #undef QK_NS
 #undef QK_TARGET
 #undef QK_DOT
+#undef QK_OFF
+#undef QK_DOT_OFF
 
 #define QK_NS avx512vnni
 #define QK_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
 #define QK_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#define QK_OFF(s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), s)
+#define QK_DOT_OFF(u, s, c) _mm256_sub_epi32(QK_DOT(u, s), c)
 #include "backends/cpu/cpu_quant_simd.inc"
 #undef QK_NS
 #undef QK_TARGET
 #undef QK_DOT
+#undef QK_OFF
+#undef QK_DOT_OFF
 #endif
 
 }  // namespace
 
 const QuantKernels* quant_kernels(const char* force_isa) {
-  static const QuantKernels scalar{"scalar", {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k}};
-  static const QuantKernels k_avx2{
-      "avx2", {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k}};
+  static const QuantKernels scalar{
+      "scalar", {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k}, {nullptr, nullptr}};
+  static const QuantKernels k_avx2{"avx2",
+                                   {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k},
+                                   {avx2::dot4_q8_0, avx2::dot4_q4_0}};
   static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                __builtin_cpu_supports("f16c");
 #ifdef OSLO_QK_VNNI
   static const QuantKernels k_vnni{
-      "avxvnni", {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k}};
+      "avxvnni",
+      {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k},
+      {avxvnni::dot4_q8_0, avxvnni::dot4_q4_0}};
   static const QuantKernels k_vnni512{
       "avx512vnni",
-      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k}};
+      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k},
+      {avx512vnni::dot4_q8_0, avx512vnni::dot4_q4_0}};
   static const bool has_vnni = has_avx2 && __builtin_cpu_supports("avxvnni");
   static const bool has_vnni512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
                                   __builtin_cpu_supports("avx512vl") &&
