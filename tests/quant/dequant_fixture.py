@@ -8,6 +8,12 @@ holds exactly the values a model quantized at load holds, in f32, for
 transformers to compute the reference with (hf_quant_refs.py).
 
     python dequant_fixture.py FIXTURE OUT --dtype q8_0|q4_0
+    python dequant_fixture.py FIXTURE OUT --dtype q4_k|q6_k --blocks CHECKPOINT
+
+gguf-py has no quantizer for the K-quants (only their dequantizers), so for
+them the blocks come from a TP 1 checkpoint `oslo quantize` wrote (oslo's
+quantizers are bit for bit llama.cpp's: quant_kquant_golden) and gguf-py
+dequantizes them; each such tensor must be the fixture's shape in one piece.
 """
 import argparse
 import json
@@ -18,6 +24,7 @@ import shutil
 import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf import quants
+from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 LINEAR = re.compile(
@@ -27,13 +34,39 @@ LINEAR = re.compile(
 CONV1D = re.compile(r"\.(c_attn|c_proj|c_fc)\.weight$")
 
 
+class Blocks:
+    """The block bytes of each quantized tensor of a TP 1 oslo checkpoint
+    (core/checkpoint/FORMAT.md, "Quantized tensors": U8 pieces [rows, bytes
+    per row])."""
+
+    def __init__(self, ckpt, dtype):
+        self.dir = ckpt
+        self.dtype = dtype
+        self.tensors = json.load(open(os.path.join(ckpt, "oslo_checkpoint.json")))["tensors"]
+
+    def get(self, name, shape):
+        t = self.tensors[name]
+        assert t.get("quant") == self.dtype, (name, t.get("quant"), self.dtype)
+        assert list(t["shape"]) == list(shape), (name, t["shape"], shape)
+        assert len(t["shards"]) == 1, (name, "not one piece: save at TP 1")
+        sh = t["shards"][0]
+        with safe_open(os.path.join(self.dir, sh["file"]), "np") as f:
+            q = f.get_tensor(sh["key"])
+        assert q.dtype == np.uint8 and q.shape[0] == shape[0], (name, q.dtype, q.shape)
+        return q
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("fixture")
     ap.add_argument("out")
-    ap.add_argument("--dtype", required=True, choices=("q8_0", "q4_0"))
+    ap.add_argument("--dtype", required=True, choices=("q8_0", "q4_0", "q4_k", "q6_k"))
+    ap.add_argument("--blocks", help="a TP 1 oslo checkpoint holding the blocks (K-quants)")
     a = ap.parse_args()
-    qt = {"q8_0": T.Q8_0, "q4_0": T.Q4_0}[a.dtype]
+    qt = {"q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_k": T.Q4_K, "q6_k": T.Q6_K}[a.dtype]
+    if a.dtype in ("q4_k", "q6_k") and not a.blocks:
+        ap.error(f"--dtype {a.dtype} needs --blocks (gguf-py cannot quantize it)")
+    blocks = Blocks(a.blocks, a.dtype) if a.blocks else None
     if os.path.exists(a.out):
         shutil.rmtree(a.out)
     os.makedirs(a.out)
@@ -53,7 +86,7 @@ def main():
                 continue
             assert w.dtype == np.float32, (name, w.dtype)
             lin = w.T if gpt2 and CONV1D.search(name) else w  # [out, in]
-            q = quants.quantize(np.ascontiguousarray(lin), qt)
+            q = blocks.get(name, lin.shape) if blocks else quants.quantize(np.ascontiguousarray(lin), qt)
             d = quants.dequantize(q, qt).reshape(lin.shape).astype(np.float32)
             ts[name] = np.ascontiguousarray(d.T if lin is not w else d)
             done += 1

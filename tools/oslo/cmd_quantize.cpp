@@ -11,7 +11,7 @@ namespace oslo_cli {
 namespace {
 
 const char* kQuantizeHelp =
-    "usage: oslo quantize IN OUT --dtype q8_0|q4_0 [--tp N] [--threads N] [--timeout S]\n"
+    "usage: oslo quantize IN OUT --dtype q8_0|q4_0|q4_k|q6_k [--tp N] [--threads N] [--timeout S]\n"
     "Loads the Hugging Face folder or parallel checkpoint IN with the weights of its\n"
     "blocks' linear layers quantized to DTYPE (each rank quantizes only its own\n"
     "slice; the embeddings and the head keep their dtype) and saves the parallel\n"

@@ -21,7 +21,7 @@ const char* kHelp =
     "  embed     sentence embeddings and their similarity table (encoders, e.g. MiniLM)\n"
     "  merge     parallel checkpoint -> one ordinary Hugging Face folder\n"
     "  reshard   parallel checkpoint or HF folder -> parallel checkpoint at another TP\n"
-    "  quantize  HF folder or checkpoint -> quantized parallel checkpoint (q8_0, q4_0)\n"
+    "  quantize  HF folder or checkpoint -> quantized parallel checkpoint (q8_0, q4_0, q4_k, q6_k)\n"
     "  inspect   tensors, dtypes, shapes and layout of any checkpoint or HF folder\n"
     "  train     fine-tune a causal model on a .txt or .jsonl corpus; checkpoints\n"
     "  serve     an OpenAI-compatible HTTP server (continuous batching, streaming)\n"
