@@ -3,18 +3,23 @@
 # scratch folder) and $fails (a counter), and writes one rank's output to
 # $tmp/one. Output is one line per prompt: "[i] id id id ...".
 
+# ran ARGS...: runs ARGS into $tmp/$name (stderr $tmp/$name.err); counts and
+# shows a non-zero exit.
+ran() {
+  "$@" >"$tmp/$name" 2>"$tmp/$name.err" && return 0
+  fails=$((fails + 1))
+  echo "FAIL: $name exited non-zero:"
+  sed 's/^/  /' "$tmp/$name.err"
+  return 1
+}
+
 # same NAME ARGS...: run ARGS; its output must equal $tmp/one byte for byte.
 # For layouts that do not change the arithmetic (pipeline stages), or whose
 # changes are far below the model's logit margins (f32 under TP).
 same() {
   name=$1
   shift
-  if ! "$@" >"$tmp/$name" 2>"$tmp/$name.err"; then
-    fails=$((fails + 1))
-    echo "FAIL: $name exited non-zero:"
-    sed 's/^/  /' "$tmp/$name.err"
-    return
-  fi
+  ran "$@" || return
   if cmp -s "$tmp/one" "$tmp/$name"; then
     echo "$name: $(tr '\n' ' ' <"$tmp/$name")(same as one rank)"
   else
@@ -35,12 +40,7 @@ same() {
 same_stable() {
   name=$1 exact=$2
   shift 2
-  if ! "$@" >"$tmp/$name" 2>"$tmp/$name.err"; then
-    fails=$((fails + 1))
-    echo "FAIL: $name exited non-zero:"
-    sed 's/^/  /' "$tmp/$name.err"
-    return
-  fi
+  ran "$@" || return
   if verdict=$(awk -v one="$tmp/one" -v exact="$exact" '
       function ids(line, out,   n, i, f) {
         n = split(line, f, " ")
