@@ -224,10 +224,13 @@ void GptqAdapter::read_box(WeightSource& src, const ManifestTensor& t, int dim, 
     p.g_idx = gi.data();
     p.g_idx_shape = L.g_idx.shape;
   }
+  // Act-order: the blocks hold the inputs sorted by group (perm), which a
+  // q4_g128 weight cannot carry; the values are read back in input order.
   const std::vector<int64_t> perm = quant::act_order_permutation(p);
-  OSLO_CHECK(perm.empty(), OSLO_ERR_NOT_SUPPORTED, who,
-             ": the checkpoint is act-order (desc_act: g_idx is not k / group_size); its input "
-             "permutation cannot be expressed through a weight source");
+  OSLO_CHECK(perm.empty() || !raw, OSLO_ERR_NOT_SUPPORTED, who,
+             ": the checkpoint is act-order (desc_act: g_idx is not k / group_size), so its "
+             "q4_g128 blocks would need the activations permuted; load the model with a float "
+             "dtype (f32, bf16 or f16) to read its linears dequantized in input order");
   const size_t rb = quant::row_bytes(quant::Format::Q4_G128, static_cast<uint64_t>(K), t.name);
   std::vector<uint8_t> blocks(rb * static_cast<size_t>(nr));
   quant::packed_to_q4_g128(p, perm, r0, nr, blocks.data());
@@ -239,11 +242,17 @@ void GptqAdapter::read_box(WeightSource& src, const ManifestTensor& t, int dim, 
                   blocks.data() + static_cast<size_t>(r) * rb + ob, nb);
     return;
   }
-  std::vector<float> row(static_cast<size_t>(K));
+  std::vector<float> row(static_cast<size_t>(K)), sorted(perm.empty() ? 0 : static_cast<size_t>(K));
   const size_t es = dtype_size(fdt);
   for (int64_t r = 0; r < nr; ++r) {
-    quant::dequantize_row(quant::Format::Q4_G128, blocks.data() + static_cast<size_t>(r) * rb,
-                          row.data(), static_cast<uint64_t>(K));
+    const uint8_t* b = blocks.data() + static_cast<size_t>(r) * rb;
+    if (perm.empty()) {
+      quant::dequantize_row(quant::Format::Q4_G128, b, row.data(), static_cast<uint64_t>(K));
+    } else {  // position j holds input perm[j]
+      quant::dequantize_row(quant::Format::Q4_G128, b, sorted.data(), static_cast<uint64_t>(K));
+      for (int64_t j = 0; j < K; ++j)
+        row[static_cast<size_t>(perm[static_cast<size_t>(j)])] = sorted[static_cast<size_t>(j)];
+    }
     from_f32(fdt, row.data() + c0, d8 + static_cast<size_t>(r * nc) * es, static_cast<size_t>(nc));
   }
 }

@@ -50,8 +50,9 @@ class GptqAdapter {
   // F32/F16/BF16: values). Reads the linear's checkpoint tensors whole.
   // Errors: OSLO_ERR_INVALID_ARGUMENT (box outside the tensor, a U8 box
   // splitting a group), OSLO_ERR_DTYPE (another out dtype),
-  // OSLO_ERR_NOT_SUPPORTED (an act-order g_idx: the input permutation it
-  // needs cannot be expressed through a weight source), the errors of
+  // OSLO_ERR_NOT_SUPPORTED (U8 of an act-order linear: its blocks hold the
+  // inputs sorted by group, a permutation a weight source cannot hand on;
+  // F32/F16/BF16 reads give its values in input order), the errors of
   // quant::packed_to_q4_g128, and those of reading the checkpoint tensors.
   void read_box(WeightSource& src, const ManifestTensor& t, int dim, int64_t start, int64_t len,
                 safetensors::Dtype out, void* dst);

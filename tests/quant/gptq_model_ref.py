@@ -10,7 +10,8 @@ dequantization (reference.safetensors' "<p>.weight", f32: the values
 transformers, AutoGPTQ and AutoAWQ define) and no quantization_config.
 transformers runs it (f32, eager attention, one thread) on fixed token ids;
 the logits go to WORK_DIR/logits.f32 and the ids to WORK_DIR/ids.i64
-(2 x 9). Then TEST_BINARY (test_gptq_model) loads gptq/, gptq_v2/ and awq/
+(2 x 9); WORK_DIR/dense_actorder, the same with gptq_actorder's act-order
+linear, gives WORK_DIR/logits_actorder.f32. Then TEST_BINARY (test_gptq_model) loads gptq/, gptq_v2/ and awq/
 with oslo (weights kept in q4_g128) and compares its logits with these,
 then saves the GPTQ model to WORK_DIR/gptq_saved and loads it back.
 """
@@ -55,18 +56,27 @@ def main(work, binary):
         if k.endswith(".weight") and not k.startswith("act."):
             tensors[k] = v
     save_file(tensors, os.path.join(dense, "model.safetensors"))
+    # dense_actorder: the same with gptq_actorder's act-order linear
+    # ("act.<p>.weight", its dequantization in input order).
+    dense_act = os.path.join(work, "dense_actorder")
+    shutil.rmtree(dense_act, ignore_errors=True)
+    shutil.copytree(dense, dense_act)
+    acts = {k[len("act."):]: v for k, v in ref.items() if k.startswith("act.")}
+    assert acts, "no act-order linear in the reference"
+    save_file(dict(tensors, **acts), os.path.join(dense_act, "model.safetensors"))
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        dense, dtype=torch.float32, attn_implementation="eager")
-    model.eval()
     ids = np.array([[1, 17, 42, 99, 200, 300, 7, 55, 3],
                     [1, 400, 12, 8, 77, 310, 2, 19, 250]], dtype=np.int64)
-    with torch.no_grad():
-        logits = model(torch.from_numpy(ids)).logits.float().numpy()
+    for folder, out in ((dense, "logits.f32"), (dense_act, "logits_actorder.f32")):
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, attn_implementation="eager")
+        model.eval()
+        with torch.no_grad():
+            logits = model(torch.from_numpy(ids)).logits.float().numpy()
+        logits.astype("<f4").tofile(os.path.join(work, out))
     ids.astype("<i8").tofile(os.path.join(work, "ids.i64"))
-    logits.astype("<f4").tofile(os.path.join(work, "logits.f32"))
     print(f"transformers {transformers.__version__}: logits {logits.shape}")
     shutil.rmtree(os.path.join(work, "gptq_saved"), ignore_errors=True)  # the binary saves there
     return subprocess.call([binary, work])

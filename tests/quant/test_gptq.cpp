@@ -467,17 +467,30 @@ void test_fixtures(void**) {
   Ref ref(g_dir + "/reference.safetensors");
   int linears = 0;
   for (const char* v : {"gptq", "gptq_v2", "awq"}) check_folder(v, ref, &linears);
-  // Act-order: the source refuses that linear, by name; the converter with
-  // the permutation gives numpy's values in permuted input order.
+  // Act-order: the source refuses that linear's blocks (U8), by name, and
+  // reads its values (F32, whole and a box of inputs) as numpy's, bit for
+  // bit, in input order; the converter with the permutation gives numpy's
+  // values in permuted input order.
   {
     oslo::WeightSource src(g_dir + "/gptq_actorder");
     const std::string p = "model.layers.0.mlp.down_proj";
     const oslo::SourceTensor& t = src.at(p + ".weight");
     std::vector<float> buf(static_cast<size_t>(t.shape[0] * t.shape[1]));
-    std::string m = error_of([&] { src.read_box(t, -1, 0, 0, st::Dtype::F32, buf.data()); },
+    std::vector<uint8_t> raw(static_cast<size_t>(t.shape[0] * 2 * 68));
+    std::string m = error_of([&] { src.read_box(t, -1, 0, 0, st::Dtype::U8, raw.data()); },
                              OSLO_ERR_NOT_SUPPORTED);
     expect_in(m, "act-order");
     expect_in(m, p);
+    expect_in(m, "float dtype");
+    const std::vector<float> act = ref.get<float>("act." + p + ".weight");
+    src.read_box(t, -1, 0, 0, st::Dtype::F32, buf.data());
+    for (size_t i = 0; i < buf.size(); ++i) assert_true(same_bits(buf[i], act[i]));
+    std::vector<float> box(static_cast<size_t>(t.shape[0] * 100));
+    src.read_box(t, 1, 37, 100, st::Dtype::F32, box.data());  // inputs [37, 137)
+    for (int64_t n = 0; n < t.shape[0]; ++n)
+      for (int64_t k = 0; k < 100; ++k)
+        assert_true(same_bits(box[static_cast<size_t>(n * 100 + k)],
+                              act[static_cast<size_t>(n * t.shape[1] + 37 + k)]));
     src.read_box(src.at("model.layers.0.mlp.up_proj.weight"), -1, 0, 0, st::Dtype::F32, buf.data());
     Ref ck(g_dir + "/gptq_actorder/model.safetensors");
     const std::vector<int32_t> qw = ck.get<int32_t>(p + ".qweight"),

@@ -6,7 +6,10 @@
 // on the dense weights (WORK_DIR/logits.f32): within 1e-4, as the model
 // tests compare f32 models, and the quantized folders equal the dense one
 // to 1e-5 (the same f32 weights). The GPTQ model saved as an oslo
-// checkpoint (q4_g128 blocks) loads back to the same logits.
+// checkpoint (q4_g128 blocks) loads back to the same logits. The act-order
+// folder (gptq_actorder) is refused by name without a dtype and matches
+// transformers on its own dense weights (WORK_DIR/logits_actorder.f32) when
+// loaded as f32.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,9 +43,10 @@ std::vector<T> slurp(const std::string& path) {
 }
 
 std::vector<float> run(oslo_context* ctx, const std::string& path, const std::vector<int64_t>& ids,
-                       int64_t b, int64_t s, std::string* dtype, const std::string& save = "") {
+                       int64_t b, int64_t s, std::string* dtype, const std::string& save = "",
+                       const oslo_model_options* opts = nullptr) {
   oslo_model* m = nullptr;
-  ok_or_die(oslo_model_load(ctx, path.c_str(), nullptr, &m), "load " + path);
+  ok_or_die(oslo_model_load(ctx, path.c_str(), opts, &m), "load " + path);
   if (!save.empty()) ok_or_die(oslo_model_save(m, save.c_str()), "save " + save);
   oslo_model_info info;
   ok_or_die(oslo_model_get_info(m, &info, nullptr), "info");
@@ -97,6 +101,34 @@ int main(int argc, char** argv) {
   std::printf("gptq saved and loaded (weights %s): max |difference| = %g\n", dt.c_str(),
               max_diff(a, c));
   bad += !(max_diff(a, c) == 0.0f) + (dt != "q4_g128");
+  // Act-order (desc_act): kept quantized it is refused, naming the tensor
+  // and the way out; loaded with dtype f32 its linears are read
+  // dequantized in input order and the logits are transformers'.
+  {
+    const std::string act = dir + "/gptq_actorder";
+    oslo_model* m = nullptr;
+    const oslo_status st = oslo_model_load(ctx, act.c_str(), nullptr, &m);
+    const std::string err = oslo_last_error();
+    const bool named = st == OSLO_ERR_NOT_SUPPORTED && err.find("act-order") != std::string::npos &&
+                       err.find("model.layers.0.mlp.down_proj") != std::string::npos &&
+                       err.find("float dtype") != std::string::npos;
+    std::printf("gptq_actorder without a dtype: %s (%s)\n", oslo_status_string(st), err.c_str());
+    bad += !named;
+    if (m) oslo_model_destroy(m);
+    oslo_model_options o;
+    ok_or_die(oslo_model_options_init(&o, OSLO_MODEL_OPTIONS_VERSION), "options");
+    o.dtype = OSLO_DTYPE_F32;
+    const std::vector<float> want_act = slurp<float>(dir + "/logits_actorder.f32");
+    const std::vector<float> got = run(ctx, act, ids, b, s, &dt, "", &o);
+    const float d = max_diff(got, want_act);
+    std::printf("gptq_actorder as f32 (weights %s): max |oslo - transformers| = %g\n", dt.c_str(),
+                d);
+    bad += !(d <= 1e-4f) + (dt != "dtype " + std::to_string(static_cast<int>(OSLO_DTYPE_F32)));
+    // The act-order linear changes the logits (the check can fail).
+    const float moved = max_diff(want_act, want);
+    std::printf("act-order reference against the plain one: max |difference| = %g\n", moved);
+    bad += !(moved > 1e-3f);
+  }
   oslo_context_destroy(ctx);
   if (bad) std::fprintf(stderr, "FAIL: %d checks\n", bad);
   return bad ? 1 : 0;
