@@ -198,9 +198,6 @@ void quantize_rows(int threads, const V& a, int64_t M, int64_t K, QuantRows* out
 void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRows& qa, int64_t M,
                  int64_t N, int64_t K, float* o) {
   const QuantDotFn fn = quant_kernels()->dot[fmt];
-  // One row of activations (decode): four weight rows per call where the
-  // instruction set has that kernel.
-  const QuantDot4Fn fn4 = M == 1 && fmt < 2 ? quant_kernels()->dot4[fmt] : nullptr;
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const int64_t chunks = (N + kChunk - 1) / kChunk;
   const int nt = threads_for(threads, chunks, static_cast<double>(N) * K * M);
@@ -208,13 +205,6 @@ void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRow
   for (int64_t ci = 0; ci < chunks; ++ci) {
     const int64_t n0 = ci * kChunk, n1 = std::min(N, n0 + kChunk);
     float part[4];
-    if (fn4) {
-      int64_t n = n0;
-      for (; n + 4 <= n1; n += 4)
-        fn4(base + stride * static_cast<size_t>(n), stride, K, qa.rows.data(), o + n);
-      for (; n < n1; ++n) fn(base + stride * static_cast<size_t>(n), K, qa.rows.data(), 1, o + n);
-      continue;
-    }
     for (int64_t m0 = 0; m0 < M; m0 += 4) {
       const int R = static_cast<int>(std::min<int64_t>(4, M - m0));
       for (int64_t n = n0; n < n1; ++n) {

@@ -45,14 +45,9 @@ struct QuantRow {
 // out[r] = sum over the K elements of row w (whole blocks of `dtype`) times
 // rows[r] (r < R, 1 <= R <= 4), accumulated in f32 block by block.
 using QuantDotFn = void (*)(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float* out);
-// out[n] = the same for the four weight rows w + n * stride (n < 4) against
-// one row of activations: the decode shape (M = 1), four sums at once.
-using QuantDot4Fn = void (*)(const uint8_t* w, size_t stride, int64_t K, const QuantRow* row,
-                             float* out);
 struct QuantKernels {
-  const char* isa;      // "avx512vnni", "avxvnni", "avx2" or "scalar"
-  QuantDotFn dot[4];    // q8_0, q4_0, q4_k, q6_k
-  QuantDot4Fn dot4[2];  // q8_0, q4_0 (nullptr: dot with R = 1 row by row)
+  const char* isa;    // "avx512vnni", "avxvnni", "avx2" or "scalar"
+  QuantDotFn dot[4];  // q8_0, q4_0, q4_k, q6_k
 };
 // The kernels of the best instruction set this CPU has (picked once); with
 // `force_isa` (for the tests and the benchmark: "scalar", "avx2", ...) that

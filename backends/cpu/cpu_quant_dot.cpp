@@ -171,22 +171,17 @@ void scalar_q6_k(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float
 }  // namespace
 
 const QuantKernels* quant_kernels(const char* force_isa) {
-  static const QuantKernels scalar{
-      "scalar", {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k}, {nullptr, nullptr}};
-  static const QuantKernels k_avx2{"avx2",
-                                   {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k},
-                                   {avx2::dot4_q8_0, avx2::dot4_q4_0}};
+  static const QuantKernels scalar{"scalar", {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k}};
+  static const QuantKernels k_avx2{
+      "avx2", {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k}};
   static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                __builtin_cpu_supports("f16c");
 #ifdef OSLO_QK_VNNI
   static const QuantKernels k_vnni{
-      "avxvnni",
-      {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k},
-      {avxvnni::dot4_q8_0, avxvnni::dot4_q4_0}};
+      "avxvnni", {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k}};
   static const QuantKernels k_vnni512{
       "avx512vnni",
-      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k},
-      {avx512vnni::dot4_q8_0, avx512vnni::dot4_q4_0}};
+      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k}};
   static const bool has_vnni = has_avx2 && __builtin_cpu_supports("avxvnni");
   static const bool has_vnni512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
                                   __builtin_cpu_supports("avx512vl") &&

@@ -10,10 +10,8 @@
 // f32 scale per 32, int16 sums per 16: cpu_quant.hpp's QuantRow). The
 // reference is the f64 sum of (code * scale) * w over the row, with w from
 // core/quant's dequantize_row: the kernels' only error against it is f32
-// rounding, checked at 1e-5 * sum |code * scale * w| (+1e-6). The four-row
-// kernels (dot4, q8_0 and q4_0) are checked the same way on four different
-// weight rows at a stride that is not their length. Exit 0 when all pass, 1
-// otherwise.
+// rounding, checked at 1e-5 * sum |code * scale * w| (+1e-6). Exit 0 when all
+// pass, 1 otherwise.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -102,52 +100,6 @@ int main() {
             s16[static_cast<size_t>(r * K / 16 + 2 * b + 1)] = static_cast<int16_t>(ss[1]);
           }
           rows[r] = cpu::QuantRow{q.data() + r * K, d.data() + r * K / 32, s16.data() + r * K / 16};
-        }
-        // dot4 (q8_0, q4_0): four weight rows, the row above and three
-        // more (its blocks reversed, negated codes, all codes at one end),
-        // 7 bytes apart beyond their length, against each activation row.
-        if (f < 2 && k->dot4[f]) {
-          const size_t rb = w.size(), stride = rb + 7, bb = f == 0 ? 34 : 18;
-          std::vector<uint8_t> w4(4 * stride, 0xA5);
-          for (int n = 0; n < 4; ++n) {
-            uint8_t* o = &w4[n * stride];
-            std::memcpy(o, w.data(), rb);
-            for (size_t b = 0; b < rb; b += bb) {
-              if (n == 1) std::memcpy(o + b, &w[rb - bb - b], bb);
-              for (size_t i = 2; i < bb; ++i) {
-                if (n == 2)
-                  o[b + i] = f == 0 ? static_cast<uint8_t>(-static_cast<int8_t>(w[b + i]))
-                                    : static_cast<uint8_t>(w[b + i] ^ 0xFF);
-                if (n == 3) o[b + i] = f == 0 ? 0x81 : 0x00;  // -127; nibbles 0 (-8)
-              }
-            }
-          }
-          for (int r = 0; r < 4; ++r) {
-            float out[4];
-            k->dot4[f](w4.data(), stride, K, &rows[r], out);
-            for (int n = 0; n < 4; ++n) {
-              std::vector<float> wn(static_cast<size_t>(K));
-              quant::dequantize_row(fm, &w4[n * stride], wn.data(), static_cast<uint64_t>(K));
-              double want4 = 0, tol4 = 1e-6;
-              for (int64_t i = 0; i < K; ++i) {
-                const double t = static_cast<double>(q[static_cast<size_t>(r * K + i)]) *
-                                 d[static_cast<size_t>(r * K / 32 + i / 32)] *
-                                 wn[static_cast<size_t>(i)];
-                want4 += t;
-                tol4 += 1e-5 * std::fabs(t);
-              }
-              const double e = std::fabs(out[n] - want4);
-              if (e <= tol4) {
-                ++g_passed;
-              } else {
-                ++g_failed;
-                std::printf(
-                    "FAIL %s dot4 %s K%lld weight row %d activation row %d: %.9g, want %.9g (error "
-                    "%.3g > %.3g)\n",
-                    isa, dtype_name(dt), (long long)K, n, r, out[n], want4, e, tol4);
-              }
-            }
-          }
         }
         for (int R = 1; R <= 4; ++R) {
           float out[4];
