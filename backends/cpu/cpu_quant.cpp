@@ -164,6 +164,7 @@ void quantize_rows(int threads, const V& a, int64_t M, int64_t K, QuantRows* out
   out->d.resize(static_cast<size_t>(M * nb));
   out->s16.resize(static_cast<size_t>(M * nb * 2));
   out->rows.resize(static_cast<size_t>(M));
+  const QuantizeBlockFn qb = quant_kernels()->quantize_block;
   const int nt = threads_for(threads, M, static_cast<double>(M) * static_cast<double>(K));
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t m = 0; m < M; ++m) {
@@ -171,25 +172,7 @@ void quantize_rows(int threads, const V& a, int64_t M, int64_t K, QuantRows* out
     int8_t* q = out->q.data() + m * K;
     float* d = out->d.data() + m * nb;
     int16_t* s16 = out->s16.data() + m * nb * 2;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = x + 32 * b;
-      float amax = 0.f;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      const float db = amax / 127.f;
-      const float id = db > 0.f ? 127.f / amax : 0.f;
-      d[b] = db;
-      int s[2] = {0, 0};
-      for (int i = 0; i < 32; ++i) {
-        // |x * id| <= 127 (up to rounding, clamped): no overflow; NaN -> 0.
-        float v = std::nearbyint(xb[i] * id);
-        v = v > 127.f ? 127.f : v < -127.f ? -127.f : v;
-        const int qi = v == v ? static_cast<int>(v) : 0;
-        q[32 * b + i] = static_cast<int8_t>(qi);
-        s[i / 16] += qi;
-      }
-      s16[2 * b] = static_cast<int16_t>(s[0]);
-      s16[2 * b + 1] = static_cast<int16_t>(s[1]);
-    }
+    for (int64_t b = 0; b < nb; ++b) qb(x + 32 * b, q + 32 * b, d + b, s16 + 2 * b);
     out->rows[static_cast<size_t>(m)] = QuantRow{q, d, s16};
   }
 }

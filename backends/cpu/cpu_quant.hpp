@@ -45,9 +45,15 @@ struct QuantRow {
 // out[r] = sum over the K elements of row w (whole blocks of `dtype`) times
 // rows[r] (r < R, 1 <= R <= 4), accumulated in f32 block by block.
 using QuantDotFn = void (*)(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float* out);
+// Quantizes one block of 32 activations x: q[i] = nearbyint(x[i] / d)
+// clamped to [-127, 127] (NaN: 0), *d = max |x| / 127 (NaN ignored), s16[0]
+// and s16[1] the sums of q[0..15] and q[16..31]. Every instruction set gives
+// the same bytes (quant_cpu_kernels checks it).
+using QuantizeBlockFn = void (*)(const float* x, int8_t* q, float* d, int16_t* s16);
 struct QuantKernels {
   const char* isa;    // "avx512vnni", "avxvnni", "avx2" or "scalar"
   QuantDotFn dot[4];  // q8_0, q4_0, q4_k, q6_k
+  QuantizeBlockFn quantize_block;
 };
 // The kernels of the best instruction set this CPU has (picked once); with
 // `force_isa` (for the tests and the benchmark: "scalar", "avx2", ...) that

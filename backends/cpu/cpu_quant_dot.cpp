@@ -13,6 +13,8 @@
 // __builtin_cpu_supports; a set the compiler cannot target is left out.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -126,6 +128,66 @@ void scalar_q6_k(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float
   }
 }
 
+// One block of activations (cpu_quant.hpp's QuantizeBlockFn).
+void scalar_quantize_block(const float* x, int8_t* q, float* d, int16_t* s16) {
+  float amax = 0.f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float db = amax / 127.f;
+  const float id = db > 0.f ? 127.f / amax : 0.f;
+  *d = db;
+  int s[2] = {0, 0};
+  for (int i = 0; i < 32; ++i) {
+    // |x * id| <= 127 (up to rounding, clamped): no overflow; NaN -> 0.
+    float v = std::nearbyint(x[i] * id);
+    v = v > 127.f ? 127.f : v < -127.f ? -127.f : v;
+    const int qi = v == v ? static_cast<int>(v) : 0;
+    q[i] = static_cast<int8_t>(qi);
+    s[i / 16] += qi;
+  }
+  s16[0] = static_cast<int16_t>(s[0]);
+  s16[1] = static_cast<int16_t>(s[1]);
+}
+
+// The same with AVX2: max_ps(|x|, m) returns m for a NaN |x| (as std::max
+// above), round_ps to nearest even is nearbyint in the default mode, and
+// NaN -> 0 comes before the clamp (which then sees no NaN).
+__attribute__((target("avx2,fma"))) void avx2_quantize_block(const float* x, int8_t* q, float* d,
+                                                             int16_t* s16) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    m = _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), m);
+  }
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float amax = _mm_cvtss_f32(h);
+  const float db = amax / 127.f;
+  const float id = db > 0.f ? 127.f / amax : 0.f;
+  *d = db;
+  const __m256 vid = _mm256_set1_ps(id), hi = _mm256_set1_ps(127.f), lo = _mm256_set1_ps(-127.f);
+  __m256i n[4];
+  for (int i = 0; i < 4; ++i) {
+    __m256 r =
+        _mm256_round_ps(_mm256_mul_ps(v[i], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
+    n[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+  }
+  const __m256i p =
+      _mm256_packs_epi16(_mm256_packs_epi32(n[0], n[1]), _mm256_packs_epi32(n[2], n[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  for (int j = 0; j < 2; ++j) {
+    const __m256i t = _mm256_add_epi32(n[2 * j], n[2 * j + 1]);
+    __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4E));
+    u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0xB1));
+    s16[j] = static_cast<int16_t>(_mm_cvtsi128_si32(u));
+  }
+}
+
 // --- SIMD -------------------------------------------------------------------
 
 #define QK_NS avx2
@@ -171,17 +233,22 @@ void scalar_q6_k(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float
 }  // namespace
 
 const QuantKernels* quant_kernels(const char* force_isa) {
-  static const QuantKernels scalar{"scalar", {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k}};
-  static const QuantKernels k_avx2{
-      "avx2", {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k}};
+  static const QuantKernels scalar{
+      "scalar", {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k}, scalar_quantize_block};
+  static const QuantKernels k_avx2{"avx2",
+                                   {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k},
+                                   avx2_quantize_block};
   static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                __builtin_cpu_supports("f16c");
 #ifdef OSLO_QK_VNNI
   static const QuantKernels k_vnni{
-      "avxvnni", {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k}};
+      "avxvnni",
+      {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k},
+      avx2_quantize_block};
   static const QuantKernels k_vnni512{
       "avx512vnni",
-      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k}};
+      {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k},
+      avx2_quantize_block};
   static const bool has_vnni = has_avx2 && __builtin_cpu_supports("avxvnni");
   static const bool has_vnni512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
                                   __builtin_cpu_supports("avx512vl") &&

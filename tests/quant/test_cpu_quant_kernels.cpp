@@ -10,8 +10,9 @@
 // f32 scale per 32, int16 sums per 16: cpu_quant.hpp's QuantRow). The
 // reference is the f64 sum of (code * scale) * w over the row, with w from
 // core/quant's dequantize_row: the kernels' only error against it is f32
-// rounding, checked at 1e-5 * sum |code * scale * w| (+1e-6). Exit 0 when all
-// pass, 1 otherwise.
+// rounding, checked at 1e-5 * sum |code * scale * w| (+1e-6). The
+// activation quantizer (quantize_block) of each set must give the scalar
+// one's bytes. Exit 0 when all pass, 1 otherwise.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -114,6 +115,35 @@ int main() {
                           dtype_name(dt), (long long)K, R, r, out[r], want[r], e, tol[r]);
             }
           }
+        }
+      }
+    }
+    // quantize_block: the same bytes, scale and sums as the scalar one, on
+    // random blocks and on zeros, NaN, +-inf, 1e30, denormals and halves
+    // (max |x| = 127: x / d = x, so 2.5 and -3.5 are ties to even).
+    {
+      const cpu::QuantKernels* ref = cpu::quant_kernels("scalar");
+      const float specials[] = {0.f, NAN, INFINITY, -INFINITY, 1e30f, -1e-40f, 1e-45f, 2.5f, -3.5f};
+      for (int t = 0; t < 200; ++t) {
+        float x[32];
+        for (int i = 0; i < 32; ++i) x[i] = rndf() * (t % 3 == 0 ? 1e3f : 1.f);
+        if (t >= 100) x[(t * 7) % 32] = specials[t % 9];
+        if (t % 10 == 1) x[3] = 127.f;  // the ties above stay ties
+        if (t % 50 == 7)
+          for (float& e : x) e = 0.f;  // all zero
+        int8_t q0[32], q1[32];
+        float d0 = -1.f, d1 = -2.f;
+        int16_t s0[2] = {-1, -1}, s1[2] = {-2, -2};
+        ref->quantize_block(x, q0, &d0, s0);
+        k->quantize_block(x, q1, &d1, s1);
+        if (std::memcmp(q0, q1, 32) == 0 && std::memcmp(&d0, &d1, 4) == 0 && s0[0] == s1[0] &&
+            s0[1] == s1[1]) {
+          ++g_passed;
+        } else {
+          ++g_failed;
+          std::printf(
+              "FAIL %s quantize_block case %d: d %.9g vs scalar %.9g, sums %d %d vs %d %d\n", isa,
+              t, d1, d0, s1[0], s1[1], s0[0], s0[1]);
         }
       }
     }
