@@ -46,7 +46,8 @@
 # oslo / llama.cpp, and decode time / bound.
 #
 # Environment: MODELS="gpt2 llama", FORMATS="q8_0 q4_0 q4_k" (subsets),
-# REPS (default 1), BUILD=0 (run the binaries in build/ as they are,
+# REPS (default 1), BUILD_DIR (the build tree of bench_model and oslo-run,
+# default build), BUILD=0 (run the binaries in BUILD_DIR as they are,
 # without building bench_model and oslo-run first), PY / LPY: the interpreters of the HF venv
 # (tools/test-venv.sh build --hf; only to make the model folders) and of the
 # llama.cpp venv (bench/model/llama_cpp_venv.sh build: llama-cpp-python
@@ -66,13 +67,14 @@ formats=${FORMATS:-q8_0 q4_0 q4_k}
 py=${PY:-$(bash tools/test-venv.sh build --hf)}
 lpy=${LPY:-$(bash bench/model/llama_cpp_venv.sh build)}
 conv="$(dirname "$lpy")/../llama.cpp-convert"
-if [ "${BUILD:-1}" = 1 ]; then cmake --build build -j2 --target bench_model oslo-run >/dev/null; fi
+bdir=${BUILD_DIR:-build}
+if [ "${BUILD:-1}" = 1 ]; then cmake --build "$bdir" -j2 --target bench_model oslo-run >/dev/null; fi
 out=build/bench-quant
 mkdir -p "$out"
 : >"$out/log"
 trap 'echo "failed; the end of $out/log:" >&2; tail -20 "$out/log" >&2' ERR
-run=build/tools/oslo-run/oslo-run
-bin=build/bench/model/bench_model
+run=$bdir/tools/oslo-run/oslo-run
+bin=$bdir/bench/model/bench_model
 declare -A file bytes
 : >"$out/files.jsonl"
 for name in $models; do
