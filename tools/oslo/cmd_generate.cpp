@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace oslo_cli {
@@ -51,13 +52,11 @@ int cmd_generate(int argc, char** argv) {
                                 "top-p", "seed", "num-beams", "length-penalty", "kv-dtype"}));
   if (a.has("help")) return std::printf("%s", kGenerateHelp), 0;
   if (!a.pos.empty()) die("unexpected argument \"" + a.pos[0] + "\" (see --help)", 2);
-  oslo_context* ctx = context(a);
-  oslo_model* m = load_model(ctx, a);
-  oslo_tokenizer* tok = load_tokenizer(a, a.has("prompt") || !a.has("ids"));
-  std::vector<std::vector<int64_t>> prompts;
-  for (const auto& p : a.all("prompt")) prompts.push_back(encode(tok, p, true));
-  for (const auto& p : a.all("prompt-ids")) prompts.push_back(parse_ids(p));
-  if (prompts.empty()) die("give at least one --prompt or --prompt-ids", 2);
+  // Every option is checked before anything is loaded.
+  std::vector<std::vector<int64_t>> id_prompts;
+  for (const auto& p : a.all("prompt-ids")) id_prompts.push_back(parse_ids(p));
+  if (a.all("prompt").empty() && id_prompts.empty())
+    die("give at least one --prompt or --prompt-ids", 2);
   oslo_generate_options o;
   check(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "options");
   if (a.has("max-new-tokens"))
@@ -74,6 +73,13 @@ int cmd_generate(int argc, char** argv) {
   o.kv_cache_dtype = kv_dtype_of(a.get("kv-dtype", ""));
   if (o.max_new_tokens < 1 || o.max_new_tokens > (1 << 20))
     die("--max-new-tokens must be in [1, 2^20]", 2);
+
+  oslo_context* ctx = context(a);
+  oslo_model* m = load_model(ctx, a);
+  oslo_tokenizer* tok = load_tokenizer(a, a.has("prompt") || !a.has("ids"));
+  std::vector<std::vector<int64_t>> prompts;
+  for (const auto& p : a.all("prompt")) prompts.push_back(encode(tok, p, true));
+  for (auto& p : id_prompts) prompts.push_back(std::move(p));
   std::vector<int64_t> flat, lens;
   for (const auto& p : prompts) {
     flat.insert(flat.end(), p.begin(), p.end());
