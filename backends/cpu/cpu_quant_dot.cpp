@@ -193,7 +193,8 @@ __attribute__((target("avx2,fma"))) void avx2_quantize_block(const float* x, int
 #define QK_NS avx2
 #define QK_TARGET "avx2,fma,f16c"
 #define QK_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
-#define QK_OFF(s) _mm256_maddubs_epi16(_mm256_set1_epi8(8), s)
+#define QK_OFFN(s, n) _mm256_maddubs_epi16(_mm256_set1_epi8(n), s)
+#define QK_OFF(s) QK_OFFN(s, 8)
 #define QK_DOT_OFF(u, s, c) \
   _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u, s), c), _mm256_set1_epi16(1))
 #include "backends/cpu/cpu_quant_simd.inc"
@@ -201,6 +202,7 @@ __attribute__((target("avx2,fma"))) void avx2_quantize_block(const float* x, int
 #undef QK_TARGET
 #undef QK_DOT
 #undef QK_OFF
+#undef QK_OFFN
 #undef QK_DOT_OFF
 
 #if defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
@@ -208,25 +210,29 @@ __attribute__((target("avx2,fma"))) void avx2_quantize_block(const float* x, int
 #define QK_NS avxvnni
 #define QK_TARGET "avx2,fma,f16c,avxvnni"
 #define QK_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
-#define QK_OFF(s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), s)
+#define QK_OFFN(s, n) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(n), s)
+#define QK_OFF(s) QK_OFFN(s, 8)
 #define QK_DOT_OFF(u, s, c) _mm256_sub_epi32(QK_DOT(u, s), c)
 #include "backends/cpu/cpu_quant_simd.inc"
 #undef QK_NS
 #undef QK_TARGET
 #undef QK_DOT
 #undef QK_OFF
+#undef QK_OFFN
 #undef QK_DOT_OFF
 
 #define QK_NS avx512vnni
 #define QK_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
 #define QK_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-#define QK_OFF(s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), s)
+#define QK_OFFN(s, n) _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(n), s)
+#define QK_OFF(s) QK_OFFN(s, 8)
 #define QK_DOT_OFF(u, s, c) _mm256_sub_epi32(QK_DOT(u, s), c)
 #include "backends/cpu/cpu_quant_simd.inc"
 #undef QK_NS
 #undef QK_TARGET
 #undef QK_DOT
 #undef QK_OFF
+#undef QK_OFFN
 #undef QK_DOT_OFF
 #endif
 
