@@ -122,6 +122,7 @@ void attention_backward(int threads, const V& dq, const V& dk, const V& dv, cons
   const int nt = work > 1 ? static_cast<int>(std::min<int64_t>(std::max(1, threads), work)) : 1;
 #pragma omp parallel num_threads(nt)
   {
+    omp_set_num_threads(1);  // this task's ICV: the dnnl_sgemm calls below stay on this thread
     std::vector<float> qt, ot, pt, dpt, dqt, dka, dva;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {

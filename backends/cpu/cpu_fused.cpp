@@ -193,6 +193,7 @@ void prefill_tiles(int threads, const V& out, const V& q, const Rows& K, const R
   const int nt = work > 1 ? std::max(1, threads) : 1;
 #pragma omp parallel num_threads(nt)
   {
+    omp_set_num_threads(1);  // this task's ICV: the dnnl_sgemm calls below stay on this thread
     std::vector<float> qt, sc, ot, qbuf(static_cast<size_t>(D));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {

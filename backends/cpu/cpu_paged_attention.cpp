@@ -283,6 +283,7 @@ void paged_attention(int threads, const V& out, const V& q, const V& kp, const V
 
 #pragma omp parallel num_threads(used)
   {
+    omp_set_num_threads(1);  // this task's ICV: the dnnl_sgemm calls below stay on this thread
     Work w;
     w.qrow.resize(static_cast<size_t>(D));
     w.kbuf.resize(static_cast<size_t>(std::max(step_keys, bs) * D));
