@@ -3,6 +3,17 @@
 # scratch folder) and $fails (a counter), and writes one rank's output to
 # $tmp/one. Output is one line per prompt: "[i] id id id ...".
 
+# baseline WHAT ARGS...: runs ARGS (one rank) into $tmp/one, the output the
+# comparisons below take as the reference; exits 1 naming WHAT if it fails.
+baseline() {
+  what=$1
+  shift
+  "$@" >"$tmp/one" 2>"$tmp/one.err" && return 0
+  echo "FAIL: one rank ($what):"
+  sed 's/^/  /' "$tmp/one.err"
+  exit 1
+}
+
 # ran ARGS...: runs ARGS into $tmp/$name (stderr $tmp/$name.err); counts and
 # shows a non-zero exit.
 ran() {

@@ -20,11 +20,7 @@ for m in gpt2-tiny llama-tiny-gqa; do
   for mode in greedy beams; do
     extra="--kv-dtype int8"
     [ "$mode" = beams ] && extra="$extra --num-beams 3"
-    "$oslo" $gen $extra >"$tmp/one" 2>"$tmp/one.err" || {
-      echo "FAIL: $m one rank ($mode):"
-      sed 's/^/  /' "$tmp/one.err"
-      exit 1
-    }
+    baseline "$m $mode" "$oslo" $gen $extra
     "$oslo" $gen ${extra#--kv-dtype int8} >"$tmp/f32" 2>/dev/null
     echo "$m $mode: int8 cache $(tr '\n' ' ' <"$tmp/one")/ f32 cache $(tr '\n' ' ' <"$tmp/f32")"
     same_stable "$m-tp2-$mode" "$tmp/f32" "$run" --nproc-per-node 2 "$oslo" $gen $extra --tp 2

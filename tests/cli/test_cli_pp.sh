@@ -14,11 +14,7 @@ gen="generate --model $model --prompt-ids 1,2,3 --prompt-ids 7,8 --max-new-token
 for mode in greedy beams; do
   extra=""
   [ "$mode" = beams ] && extra="--num-beams 3"
-  "$oslo" $gen $extra >"$tmp/one" 2>"$tmp/one.err" || {
-    echo "FAIL: one rank ($mode):"
-    sed 's/^/  /' "$tmp/one.err"
-    exit 1
-  }
+  baseline "$mode" "$oslo" $gen $extra
   same "pp2-$mode" "$run" --nproc-per-node 2 "$oslo" $gen $extra --pp 2
   same "tp2-pp2-$mode" "$run" --nproc-per-node 4 "$oslo" $gen $extra --pp 2
 done
@@ -32,7 +28,7 @@ if [ "$st" -ne 2 ] || ! grep -q -- "--pp 3 must divide the world size 2" "$tmp/e
 fi
 # Explicit blocks per stage: 1 + 1 gives the same tokens; counts that do
 # not add up to the model's 2 blocks are named.
-"$oslo" $gen >"$tmp/one" 2>"$tmp/one.err"
+baseline greedy "$oslo" $gen
 same "pp2-layers-1-1" "$run" --nproc-per-node 2 "$oslo" $gen --pp 2 --pp-layers 1,1
 "$run" --nproc-per-node 2 "$oslo" $gen --pp 2 --pp-layers 2,1 >"$tmp/out" 2>"$tmp/err"
 st=$?
