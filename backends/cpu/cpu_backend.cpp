@@ -338,6 +338,7 @@ int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   if (op == OSLO_BK_OP_DEQUANTIZE || op == OSLO_BK_OP_MATMUL_QUANT)
     return cpu::quant_supported(dtype) ? 1 : 0;
   if (op == OSLO_BK_OP_PACKED_MATMUL) {
+    if (dtype_is_block(dtype)) return cpu::quant_packs(dtype) ? 1 : 0;
     int yes = 0;
     guard(self, [&](Instance& I) { yes = I.matmul.can_pack(dtype) ? 1 : 0; });
     return yes;
@@ -361,15 +362,29 @@ oslo_status matmul_act(void* self, const V* c, const V* a, const V* b, const V* 
     I.matmul.run(I.threads, *c, *a, *b, bias, 1.f, 0.f, &epi);
   });
 }
-// Prepacked weights: the handle is a cpu::Matmul::Packed.
+// Prepacked weights: the handle is a PackedHandle, holding oneDNN's layout of a
+// bf16 weight or the eight-row layout of a block-quantized one
+// (cpu_quant.hpp's QuantPacked).
+struct PackedHandle {
+  std::unique_ptr<cpu::Matmul::Packed> dense;
+  std::unique_ptr<cpu::QuantPacked> quant;
+};
 oslo_status pack_weight(void* self, const V* w, void** packed, size_t* bytes) {
   return guard(self, [&](Instance& I) {
     OSLO_CHECK(w && packed && bytes, OSLO_ERR_INVALID_ARGUMENT, "pack_weight: NULL argument");
     OSLO_CHECK(w->data || numel(*w) == 0, OSLO_ERR_INVALID_ARGUMENT, "pack_weight: w has no data");
-    std::unique_ptr<cpu::Matmul::Packed> p = I.matmul.pack(I.threads, *w);
-    OSLO_CHECK(p, OSLO_ERR_NOT_SUPPORTED, "pack_weight: no packed layout for ",
-               dtype_name(w->dtype), " ", shape_of(*w), " on this CPU");
-    *bytes = p->md.get_size();
+    auto p = std::make_unique<PackedHandle>();
+    if (dtype_is_block(w->dtype)) {
+      p->quant = cpu::pack_quant(I.threads, *w);
+      OSLO_CHECK(p->quant, OSLO_ERR_NOT_SUPPORTED, "pack_weight: no packed layout for ",
+                 dtype_name(w->dtype), " ", shape_of(*w), " (q8_0, q4_0 and q4_k, 8 rows or more)");
+      *bytes = p->quant->bytes();
+    } else {
+      p->dense = I.matmul.pack(I.threads, *w);
+      OSLO_CHECK(p->dense, OSLO_ERR_NOT_SUPPORTED, "pack_weight: no packed layout for ",
+                 dtype_name(w->dtype), " ", shape_of(*w), " on this CPU");
+      *bytes = p->dense->md.get_size();
+    }
     *packed = p.release();
   });
 }
@@ -377,19 +392,24 @@ oslo_status matmul_packed(void* self, const V* c, const V* a, const V* b, const 
                           const V* bias, int act_on, oslo_bk_unary act, const V* gate) {
   return guard(self, [&](Instance& I) {
     OSLO_CHECK(c && a && b && packed, OSLO_ERR_INVALID_ARGUMENT, "matmul_packed: NULL argument");
-    const auto* p = static_cast<const cpu::Matmul::Packed*>(packed);
+    OSLO_CHECK(act_on || !gate, OSLO_ERR_INVALID_ARGUMENT,
+               "matmul_packed: a gate without an activation");
+    const auto* h = static_cast<const PackedHandle*>(packed);
+    const cpu::Matmul::Activation epi{act, gate};
+    if (h->quant) {
+      cpu::matmul_quant(I.threads, *c, *a, *b, bias, act_on ? &epi : nullptr, -1, h->quant.get());
+      return;
+    }
+    const cpu::Matmul::Packed* p = h->dense.get();
     OSLO_CHECK(
         b->ndim == 2 && b->dtype == OSLO_DTYPE_BF16 && b->shape[0] == p->K && b->shape[1] == p->N,
         OSLO_ERR_INVALID_ARGUMENT, "matmul_packed: b ", dtype_name(b->dtype), " ", shape_of(*b),
         " is not the bf16 [", p->K, ", ", p->N, "] weight the packed copy was made from");
-    OSLO_CHECK(act_on || !gate, OSLO_ERR_INVALID_ARGUMENT,
-               "matmul_packed: a gate without an activation");
-    const cpu::Matmul::Activation epi{act, gate};
     I.matmul.run(I.threads, *c, *a, *b, bias, 1.f, 0.f, act_on ? &epi : nullptr, p);
   });
 }
 void packed_free(void*, void* packed) {
-  delete static_cast<cpu::Matmul::Packed*>(packed);
+  delete static_cast<PackedHandle*>(packed);
 }
 oslo_status argmax(void* self, const V* index, const V* value, const V* x, int64_t valid) {
   return guard(self, [&](Instance& I) { cpu::argmax(I.threads, *index, *value, *x, valid); });

@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -198,6 +199,44 @@ void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRow
   }
 }
 
+// o [M, N] (ld N) = a @ w^T by the eight-row kernels over the packed
+// groups and the row kernels over the rows past them (from w).
+void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, size_t stride,
+                    const QuantRows& qa, int64_t M, int64_t N, int64_t K, float* o) {
+  const QuantKernels* k = quant_kernels();
+  const QuantDot8Fn fn8 = k->dot8[fmt];
+  const QuantDotFn fn = k->dot[fmt];
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  constexpr int64_t kGroups = kChunk / 8;  // groups per work item
+  const int64_t items = (pk.groups + kGroups - 1) / kGroups + (N > 8 * pk.groups ? 1 : 0);
+  const int nt = threads_for(threads, items, static_cast<double>(N) * K * M);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t g0 = it * kGroups;
+    if (g0 >= pk.groups) {  // the rows past the last whole group
+      float part[4];
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        const int R = static_cast<int>(std::min<int64_t>(4, M - m0));
+        for (int64_t n = 8 * pk.groups; n < N; ++n) {
+          fn(base + stride * static_cast<size_t>(n), K, qa.rows.data() + m0, R, part);
+          for (int r = 0; r < R; ++r) o[(m0 + r) * N + n] = part[r];
+        }
+      }
+      continue;
+    }
+    const int64_t g1 = std::min(pk.groups, g0 + kGroups);
+    float part[32];
+    for (int64_t m0 = 0; m0 < M; m0 += 4) {
+      const int R = static_cast<int>(std::min<int64_t>(4, M - m0));
+      for (int64_t g = g0; g < g1; ++g) {
+        fn8(pk.data + pk.group_bytes * static_cast<size_t>(g), K, qa.rows.data() + m0, R, part);
+        for (int r = 0; r < R; ++r)
+          std::memcpy(o + (m0 + r) * N + 8 * g, part + 8 * r, 8 * sizeof(float));
+      }
+    }
+  }
+}
+
 // o [M, N] (ld N) = a @ w^T through dequantized tiles of w and sgemm.
 void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, int64_t M, int64_t N,
                   int64_t K, float* o) {
@@ -220,6 +259,31 @@ void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, i
 }
 
 }  // namespace
+
+std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w) {
+  const size_t stride = check_weight(w, "pack_weight");
+  const int fmt = fmt_index(w.dtype);
+  if (!quant_packs(w.dtype) || w.shape[0] < 8 || w.shape[1] == 0) return nullptr;
+  auto pk = std::make_unique<QuantPacked>();
+  pk->dtype = w.dtype;
+  pk->N = w.shape[0];
+  pk->K = w.shape[1];
+  pk->groups = pk->N / 8;
+  pk->group_bytes = packed_group_bytes(fmt, pk->K);
+  const size_t bytes = (pk->bytes() + 63) / 64 * 64;
+  pk->data = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  OSLO_CHECK(pk->data, OSLO_ERR_OUT_OF_MEMORY, "pack_weight: ", bytes,
+             " bytes for the packed copy of ", dtype_name(w.dtype), " ", shape_of(w));
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  const int nt = threads_for(threads, pk->groups, static_cast<double>(pk->N) * pk->K);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t g = 0; g < pk->groups; ++g) {
+    const uint8_t* rows[8];
+    for (int i = 0; i < 8; ++i) rows[i] = base + stride * static_cast<size_t>(8 * g + i);
+    pack_group(fmt, rows, pk->K, pk->data + pk->group_bytes * static_cast<size_t>(g));
+  }
+  return pk;
+}
 
 bool quant_supported(oslo_dtype dtype) {
   return fmt_index(dtype) >= 0;
@@ -256,9 +320,15 @@ void dequantize(int threads, const V& out, const V& w) {
 }
 
 void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias,
-                  const Matmul::Activation* activation, int64_t gemm_rows) {
+                  const Matmul::Activation* activation, int64_t gemm_rows,
+                  const QuantPacked* packed) {
   const size_t stride = check_weight(w, "matmul_quant");
   const int64_t N = w.shape[0], K = w.shape[1];
+  if (packed)
+    OSLO_CHECK(packed->dtype == w.dtype && packed->N == N && packed->K == K,
+               OSLO_ERR_INVALID_ARGUMENT, "matmul_packed: weight ", dtype_name(w.dtype), " ",
+               shape_of(w), " is not the ", dtype_name(packed->dtype), " [", packed->N, ", ",
+               packed->K, "] the packed copy was made from");
   OSLO_CHECK(a.dtype == OSLO_DTYPE_F32 && c.dtype == OSLO_DTYPE_F32, OSLO_ERR_DTYPE,
              "matmul_quant: a and c must be f32, got ", dtype_name(a.dtype), " and ",
              dtype_name(c.dtype));
@@ -295,7 +365,10 @@ void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias
     } else {
       QuantRows qa;
       quantize_rows(threads, a, M, K, &qa);
-      product_int(threads, fmt, w, stride, qa, M, N, K, o.data());
+      if (packed && quant_kernels()->dot8[fmt])
+        product_packed(threads, fmt, *packed, w, stride, qa, M, N, K, o.data());
+      else
+        product_int(threads, fmt, w, stride, qa, M, N, K, o.data());
     }
   }
   // Epilogue: + bias, act, * gate, into c.

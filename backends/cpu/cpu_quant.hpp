@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "backends/cpu/cpu_matmul.hpp"  // Matmul::Activation
 #include "backends/cpu/cpu_ops.hpp"
 
 namespace oslo {
 namespace cpu {
+
+struct QuantPacked;  // below
 
 // Whether dequantize / matmul_quant take weights of this dtype (the four
 // block dtypes: q8_0, q4_0, q4_k, q6_k).
@@ -28,8 +31,11 @@ void dequantize(int threads, const V& out, const V& w);
 // product goes through oneDNN's f32 GEMM on dequantized tiles of w instead
 // (exact up to f32 rounding); `gemm_rows` (>= 0) moves that switch
 // (bench/quant measures both paths with it). Throws as dequantize.
+// With `packed` (pack_quant(w)), the integer path reads the whole groups of
+// rows from it (the eight-row kernels) and the rest from w.
 void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias,
-                  const Matmul::Activation* activation, int64_t gemm_rows = -1);
+                  const Matmul::Activation* activation, int64_t gemm_rows = -1,
+                  const QuantPacked* packed = nullptr);
 // The rows of a from which matmul_quant multiplies through the GEMM: 384 for
 // q8_0 and q4_0, 192 for the K-quants (bench_quant --prefill, Zen 3).
 int64_t quant_gemm_rows(oslo_dtype dtype);
@@ -50,15 +56,69 @@ using QuantDotFn = void (*)(const uint8_t* w, int64_t K, const QuantRow* rows, i
 // and s16[1] the sums of q[0..15] and q[16..31]. Every instruction set gives
 // the same bytes (quant_cpu_kernels checks it).
 using QuantizeBlockFn = void (*)(const float* x, int8_t* q, float* d, int16_t* s16);
+// The eight-row kernels of the packed layouts (cpu_quant_packed.cpp):
+// out[8 r + i] = sum over K of row i of the group at p times rows[r]
+// (r < R, 1 <= R <= 4).
+using QuantDot8Fn = void (*)(const uint8_t* p, int64_t K, const QuantRow* rows, int R, float* out);
 struct QuantKernels {
   const char* isa;    // "avx512vnni", "avxvnni", "avx2" or "scalar"
   QuantDotFn dot[4];  // q8_0, q4_0, q4_k, q6_k
   QuantizeBlockFn quantize_block;
+  QuantDot8Fn dot8[4];  // the packed layouts' (nullptr: q6_k has none)
 };
 // The kernels of the best instruction set this CPU has (picked once); with
 // `force_isa` (for the tests and the benchmark: "scalar", "avx2", ...) that
 // set, or nullptr when the CPU lacks it.
 const QuantKernels* quant_kernels(const char* force_isa = nullptr);
+
+// --- packed copies (oslo_backend.h's pack_weight for block dtypes) ----------
+// Eight weight rows interleaved so that one contiguous stream feeds eight
+// dot products whose sums sit in the eight lanes of one vector (the shape
+// of llama.cpp's q4_0_8x8 repacking; the layouts here are oslo's own). A
+// group is rows 8g..8g+7; its blocks follow one another, each:
+//   q8_0  (272 bytes per 32 columns): the eight rows' f16 scales, then 8
+//         chunks of 32 bytes: chunk v holds row i's codes 4v..4v+3 at 4i;
+//   q4_0  (144 bytes per 32 columns): the eight f16 scales, then 4 chunks
+//         of 32 bytes: chunk v holds row i's bytes 4v..4v+3 at 4i (low
+//         nibbles columns 4v.., high nibbles 16 + 4v..);
+//   q4_k  (1184 bytes per 256 columns): f16 d[8], f16 dmin[8], the 6-bit
+//         scales unpacked to bytes sc[8 sub-blocks][8 rows], the mins
+//         mn[8][8], then for each pair i of sub-blocks 8 chunks of 32 bytes:
+//         chunk v holds row i's quant bytes 32i + 4v..+3 at 4i (low nibbles
+//         sub-block 2i, high nibbles 2i + 1).
+// Rows past the last whole group stay in the plain weight (the products
+// read them there). q6_k has no packed layout.
+struct QuantPacked {
+  oslo_dtype dtype = OSLO_DTYPE_Q4_0;
+  int64_t N = 0, K = 0;     // the plain weight's shape
+  int64_t groups = 0;       // N / 8
+  size_t group_bytes = 0;   // one group's bytes (all of K)
+  uint8_t* data = nullptr;  // groups * group_bytes, 64-byte aligned
+  QuantPacked() = default;
+  QuantPacked(const QuantPacked&) = delete;
+  QuantPacked& operator=(const QuantPacked&) = delete;
+  ~QuantPacked();
+  size_t bytes() const { return static_cast<size_t>(groups) * group_bytes; }
+};
+
+// Whether pack_quant() has a layout for dtype (q8_0, q4_0, q4_k).
+bool quant_packs(oslo_dtype dtype);
+// The packed copy of w [N, K] (block-quantized, strides {S, 1}: matmul_quant's
+// weight), or nullptr when dtype has no layout or N < 8 (nothing to group).
+// Threads split the groups. Throws as dequantize (a bad view) and
+// OSLO_ERR_OUT_OF_MEMORY.
+std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w);
+// Packs rows [8g, 8g + 8) of one format (fmt_index order: q8_0, q4_0, q4_k)
+// whose plain rows start at row[0..7] (K columns) into dst (group_bytes).
+void pack_group(int fmt, const uint8_t* const row[8], int64_t K, uint8_t* dst);
+// A packed group's bytes for K columns of format fmt.
+size_t packed_group_bytes(int fmt, int64_t K);
+// The eight-row kernels (cpu_quant_packed.cpp) of format fmt for the
+// scalar (avx2 false) or AVX2 instruction set; nullptr for q6_k.
+QuantDot8Fn quant_dot8(int fmt, bool avx2);
+// A Q4_K super-block's eight 6-bit scales and mins from its 12 bytes q
+// (llama.cpp's get_scale_min_k4).
+void q4_k_scales(const uint8_t* q, uint8_t* sc, uint8_t* mn);
 
 }  // namespace cpu
 }  // namespace oslo

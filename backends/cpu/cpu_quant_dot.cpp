@@ -23,11 +23,8 @@
 
 namespace oslo {
 namespace cpu {
-namespace {
 
-// Q4_K's 6-bit scales and mins of the eight sub-blocks (llama.cpp's
-// get_scale_min_k4).
-inline void scale_min_k4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+void q4_k_scales(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
   for (int j = 0; j < 4; ++j) {
     sc[j] = q[j] & 63;
     mn[j] = q[j + 4] & 63;
@@ -37,6 +34,8 @@ inline void scale_min_k4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
     mn[j] = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
 }
+
+namespace {
 
 inline float half_of(const uint8_t* p) {
   return f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8)));
@@ -81,7 +80,7 @@ void scalar_q4_k(const uint8_t* w, int64_t K, const QuantRow* rows, int R, float
   for (int64_t s = 0; s < K / 256; ++s, w += 144) {
     const float d = half_of(w), dmin = half_of(w + 2);
     uint8_t sc[8], mn[8];
-    scale_min_k4(w + 4, sc, mn);
+    q4_k_scales(w + 4, sc, mn);
     for (int j = 0; j < 8; ++j) {
       const uint8_t* x = w + 16 + 32 * (j / 2);
       for (int i = 0; i < 32; ++i) u[i] = j % 2 ? x[i] >> 4 : x[i] & 0xF;
@@ -239,22 +238,32 @@ __attribute__((target("avx2,fma"))) void avx2_quantize_block(const float* x, int
 }  // namespace
 
 const QuantKernels* quant_kernels(const char* force_isa) {
+  // The packed layouts' kernels (cpu_quant_packed.cpp): the VNNI sets take
+  // the AVX2 ones (their int16 sums of eight products need no VNNI).
   static const QuantKernels scalar{
-      "scalar", {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k}, scalar_quantize_block};
+      "scalar",
+      {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k},
+      scalar_quantize_block,
+      {quant_dot8(0, false), quant_dot8(1, false), quant_dot8(2, false), nullptr}};
+  static const QuantDot8Fn dot8_avx2[4] = {quant_dot8(0, true), quant_dot8(1, true),
+                                           quant_dot8(2, true), nullptr};
   static const QuantKernels k_avx2{"avx2",
                                    {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k},
-                                   avx2_quantize_block};
+                                   avx2_quantize_block,
+                                   {dot8_avx2[0], dot8_avx2[1], dot8_avx2[2], nullptr}};
   static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                __builtin_cpu_supports("f16c");
 #ifdef OSLO_QK_VNNI
   static const QuantKernels k_vnni{
       "avxvnni",
       {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k},
-      avx2_quantize_block};
+      avx2_quantize_block,
+      {dot8_avx2[0], dot8_avx2[1], dot8_avx2[2], nullptr}};
   static const QuantKernels k_vnni512{
       "avx512vnni",
       {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k},
-      avx2_quantize_block};
+      avx2_quantize_block,
+      {dot8_avx2[0], dot8_avx2[1], dot8_avx2[2], nullptr}};
   static const bool has_vnni = has_avx2 && __builtin_cpu_supports("avxvnni");
   static const bool has_vnni512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
                                   __builtin_cpu_supports("avx512vl") &&

@@ -197,20 +197,26 @@ class Backend {
 
   // Prepacked weights (oslo_backend.h's pack_weight/matmul_packed/
   // packed_free). pack_weight() returns the backend's packed copy of w (a
-  // [K, N] matmul b operand), or nullptr when the backend keeps none for it
-  // (no entries, op_supported says no, fused ops or packing switched off, or
-  // the backend declines the shape). `self` must own this backend: the copy
-  // keeps it alive and frees itself through it.
+  // [K, N] matmul b operand, or a block-quantized weight [N, K] as
+  // matmul_quant() takes it), or nullptr when the backend keeps none for it
+  // (no entries, op_supported says no, fused ops or packing of w's kind
+  // switched off, or the backend declines the shape). `self` must own this
+  // backend: the copy keeps it alive and frees itself through it.
   static std::unique_ptr<PackedWeight> pack_weight(const std::shared_ptr<Backend>& self,
                                                    const View& w);
   // c = act(a @ b + bias) * gate (act nullptr: c = a @ b + bias) through the
-  // packed copy p of b; the checks of matmul_act().
+  // packed copy p of b; the checks of matmul_act(). With a block-quantized
+  // b [N, K]: matmul_quant()'s product, checks and error bound.
   void matmul_packed(const View& c, const View& a, const View& b, const PackedWeight& p,
                      const View* bias, const oslo_bk_unary* act, const View* gate);
-  // Whether pack_weight() may pack (default: yes; a context turns it off
-  // unless OSLO_PREPACK=1).
-  void set_prepack_enabled(bool on) { prepack_ = on; }
-  bool prepack_enabled() const { return prepack_; }
+  // Whether pack_weight() may pack float weights and block-quantized ones
+  // (default: yes; a context sets them from OSLO_PREPACK: float weights
+  // only with 1, block-quantized ones unless 0).
+  void set_prepack_enabled(bool dense, bool quant) {
+    prepack_ = dense;
+    prepack_quant_ = quant;
+  }
+  bool prepack_enabled(bool quant = false) const { return quant ? prepack_quant_ : prepack_; }
 
   // Recorded work (oslo_backend.h's graph_begin/graph_end). graph_begin()
   // returns false, recording nothing, when the backend has no graphs or has
@@ -263,11 +269,15 @@ class Backend {
 
   void check_matmul_act(const View& c, const View& a, const View& b, const oslo_bk_unary* act,
                         const View* gate) const;
+  // matmul_quant()'s checks; false when there is nothing to compute.
+  bool check_matmul_quant(const View& c, const View& a, const View& w, const View* bias,
+                          const oslo_bk_unary* act, const View* gate) const;
 
   oslo_backend_iface t_;  // the plugin's table, entries past its struct_size NULL
   void* self_;
   bool fused_ = true;
   bool prepack_ = true;
+  bool prepack_quant_ = true;
   friend class PackedWeight;
 };
 

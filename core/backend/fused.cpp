@@ -240,8 +240,8 @@ void Backend::matmul_act(const View& c, const View& a, const View& b, const View
 std::unique_ptr<PackedWeight> Backend::pack_weight(const std::shared_ptr<Backend>& self,
                                                    const View& w) {
   Backend& be = *self;
-  if (!be.t_.pack_weight || !be.fused_ || !be.prepack_ || w.ndim != 2 || w.numel() == 0 ||
-      !be.op_supported(OSLO_BK_OP_PACKED_MATMUL, w.dtype))
+  if (!be.t_.pack_weight || !be.fused_ || !be.prepack_enabled(dtype_is_block(w.dtype)) ||
+      w.ndim != 2 || w.numel() == 0 || !be.op_supported(OSLO_BK_OP_PACKED_MATMUL, w.dtype))
     return nullptr;
   void* h = nullptr;
   size_t bytes = 0;
@@ -254,7 +254,12 @@ std::unique_ptr<PackedWeight> Backend::pack_weight(const std::shared_ptr<Backend
 
 void Backend::matmul_packed(const View& c, const View& a, const View& b, const PackedWeight& p,
                             const View* bias, const oslo_bk_unary* act, const View* gate) {
-  check_matmul_act(c, a, b, act, gate);
+  const bool block = dtype_is_block(b.dtype);
+  if (block) {
+    if (!check_matmul_quant(c, a, b, bias, act, gate)) return;
+  } else {
+    check_matmul_act(c, a, b, act, gate);
+  }
   OSLO_CHECK(p.be_.get() == this && p.made_from(b), OSLO_ERR_INVALID_ARGUMENT,
              "matmul_packed: the packed copy was made from another weight or backend");
   check(t_.matmul_packed(self_, &c, &a, &b, p.handle_, bias, act ? 1 : 0,

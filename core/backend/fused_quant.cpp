@@ -86,8 +86,8 @@ void Backend::dequantize(const View& out, const View& w) {
   convert(out, tmp.view());
 }
 
-void Backend::matmul_quant(const View& c, const View& a, const View& w, const View* bias,
-                           const oslo_bk_unary* act, const View* gate) {
+bool Backend::check_matmul_quant(const View& c, const View& a, const View& w, const View* bias,
+                                 const oslo_bk_unary* act, const View* gate) const {
   check_weight(w, "matmul_quant");
   const int64_t N = w.shape[0], K = w.shape[1];
   OSLO_CHECK(a.dtype == OSLO_DTYPE_F32 && c.dtype == OSLO_DTYPE_F32, OSLO_ERR_DTYPE,
@@ -109,7 +109,12 @@ void Backend::matmul_quant(const View& c, const View& a, const View& w, const Vi
                    gate->shape[1] == N,
                OSLO_ERR_SHAPE, "matmul_quant: gate ", dims(*gate), " ", dtype_name(gate->dtype),
                " must be f32 [", a.shape[0], ", ", N, "]");
-  if (a.shape[0] == 0 || N == 0) return;
+  return a.shape[0] > 0 && N > 0;
+}
+
+void Backend::matmul_quant(const View& c, const View& a, const View& w, const View* bias,
+                           const oslo_bk_unary* act, const View* gate) {
+  if (!check_matmul_quant(c, a, w, bias, act, gate)) return;
   if (uses_fused(OSLO_BK_OP_MATMUL_QUANT, w.dtype))
     return check(
         t_.matmul_quant(self_, &c, &a, &w, bias, act ? 1 : 0, act ? *act : OSLO_BK_SCALE, gate),

@@ -593,7 +593,9 @@ typedef struct oslo_backend_iface {
 
   /** Makes a packed copy of the weight w, a 2-D [K, N] view (the b operand
    * of matmul(): typically the transpose of an nn.Linear weight [N, K]),
-   * for products a @ w. On OSLO_OK *packed is an opaque handle owned by the
+   * for products a @ w; or, in a block-quantized dtype, the weight [N, K]
+   * as matmul_quant() takes it (the CPU backend packs q8_0, q4_0 and q4_k
+   * weights of 8 rows or more in blocks of eight interleaved rows). On OSLO_OK *packed is an opaque handle owned by the
    * caller (released with packed_free(), before the instance is destroyed)
    * and *bytes the memory it holds. OSLO_ERR_NOT_SUPPORTED (nothing made)
    * when the backend keeps no packed form for this dtype or shape; the
@@ -608,7 +610,9 @@ typedef struct oslo_backend_iface {
    * dtype differ) and a as matmul() takes it (f32 with 16-bit b only
    * where the backend claims OSLO_BK_OP_MATMUL_MIXED). The backend chooses per call between the
    * packed copy and b itself (few rows of a: a product that streams b may
-   * be faster), so both must hold the same values. */
+   * be faster), so both must hold the same values. With a block-quantized
+   * b (the [N, K] weight packed was made from): matmul_quant()'s product,
+   * argument rules and error bound. */
   oslo_status (*matmul_packed)(void *self, const oslo_bk_view *c, const oslo_bk_view *a,
                                const oslo_bk_view *b, const void *packed, const oslo_bk_view *bias,
                                int act_on, oslo_bk_unary act, const oslo_bk_view *gate);

@@ -134,16 +134,20 @@ Context::Context(const Config& config) : config_(config) {
                "\": 1 (the backend's fused ops, the default) or 0 (always composed)");
     backend_->set_fused_enabled(v == "1");
   }
-  // Packed weight copies are opt-in: measured, they cost the weights' size
-  // again for about 1.5 % of a bf16 prefill (docs/BENCHMARKS.md, 7).
-  bool prepack = false;
+  // Packed weight copies: of float weights opt-in (measured, they cost the
+  // weights' size again for about 1.5 % of a bf16 prefill, docs/BENCHMARKS.md
+  // 7); of block-quantized ones on unless OSLO_PREPACK=0 (the CPU's
+  // eight-row layout about halves a decode step's product time,
+  // docs/BENCHMARKS.md 17, for the quantized weights' size again).
+  bool prepack_dense = false, prepack_quant = true;
   if (const char* f = std::getenv("OSLO_PREPACK"); f && *f) {
     const std::string v = f;
     OSLO_CHECK(v == "0" || v == "1", OSLO_ERR_CONFIG, "OSLO_PREPACK is \"", v,
-               "\": 1 (weights packed where the backend offers it) or 0 (never, the default)");
-    prepack = v == "1";
+               "\": 1 (every weight packed where the backend offers it), 0 (none) or unset "
+               "(block-quantized weights only, the default)");
+    prepack_dense = prepack_quant = v == "1";
   }
-  backend_->set_prepack_enabled(prepack);
+  backend_->set_prepack_enabled(prepack_dense, prepack_quant);
 
   log_.log(LogLevel::Info, "rank ", li.rank, " of ", world, " (from ", li.source, "), tp ", tp,
            " pp ", pp, " dp ", dp, ", backend ", backend_->name(), ", ", num_threads_,

@@ -21,7 +21,10 @@ void linear_forward(Backend& be, const std::shared_ptr<Backend>& bp, const View&
   if (dtype_is_block(w.dtype)) {  // weight-only quantized: f32 activations
     Tensor conv;
     const View xf = in_dtype(be, bp, x, OSLO_DTYPE_F32, &conv);
-    be.matmul_quant(y, xf, w, b, act, gate);
+    if (packed)
+      be.matmul_packed(y, xf, w, *packed, b, act, gate);
+    else
+      be.matmul_quant(y, xf, w, b, act, gate);
     return;
   }
   View xv = x;

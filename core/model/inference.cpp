@@ -226,7 +226,7 @@ Tensor InferenceRunner::head_local(const View& hidden, int64_t r) {
              s_.cfg.model_type, ": this model has no language-model head");
   Tensor local = scratch(s_.ctx.backend_ptr(), OSLO_DTYPE_F32, {r, s_.vocab_local});
   linear_forward(s_.ctx.backend(), s_.ctx.backend_ptr(), view(local), hidden, view(s_.lm_head),
-                 nullptr);
+                 nullptr, nullptr, nullptr, s_.pack_of(s_.lm_head));
   return local;
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
+#include "core/common/log.hpp"
 #include "core/layers/embedding.hpp"
 #include "core/layers/functional.hpp"
 #include "core/parallel/mappings.hpp"
@@ -280,15 +281,37 @@ void BlockStack::make_packs() {
   packs_.clear();
   packs_made_ = true;
   const auto& bp = ctx.backend_ptr();
+  // A block-quantized weight is packed as matmul_quant takes it ([N, K]),
+  // a float one as the b operand of a @ w^T.
+  std::vector<const Tensor*> ws;
   for (const auto& L : layers)
     for (const Tensor* w : {&L->qkv_w, &L->q_w, &L->k_w, &L->v_w, &L->o_w, &L->gate_up_w, &L->up_w,
-                            &L->gate_w, &L->down_w}) {
-      if (!w->defined() || w->ndim() != 2 || packs_.count(w->data()) || dtype_is_block(w->dtype()))
-        continue;
-      std::unique_ptr<PackedWeight> p = Backend::pack_weight(bp, transposed(view(*w)));
-      if (!p) return;  // the backend packs none of this dtype: stop asking
-      packs_.emplace(w->data(), std::move(p));
+                            &L->gate_w, &L->down_w})
+      ws.push_back(w);
+  // The head only when block-quantized (its float products are not packed).
+  if (lm_head.defined() && dtype_is_block(lm_head.dtype())) ws.push_back(&lm_head);
+  bool refused[2] = {false, false};  // [block]: the backend packed none of a kind
+  for (const Tensor* w : ws) {
+    if (!w->defined() || w->ndim() != 2 || packs_.count(w->data())) continue;
+    const bool block = dtype_is_block(w->dtype());
+    if (refused[block]) continue;
+    std::unique_ptr<PackedWeight> p =
+        Backend::pack_weight(bp, block ? view(*w) : transposed(view(*w)));
+    if (!p) {
+      // A float dtype the backend does not pack: stop asking for float ones.
+      // A block weight may be declined for its shape (fewer than 8 rows) or
+      // format alone: go on with the others.
+      if (!block) refused[0] = true;
+      continue;
     }
+    packs_.emplace(w->data(), std::move(p));
+  }
+  if (!packs_.empty() && ctx.log().enabled(LogLevel::Info)) {
+    size_t bytes = 0;
+    for (const auto& kv : packs_) bytes += kv.second->bytes();
+    ctx.log().log(LogLevel::Info, "model: packed copies of ", packs_.size(), " weights, ",
+                  bytes / 1024, " KiB (OSLO_PREPACK=0 keeps none)");
+  }
 }
 
 const PackedWeight* BlockStack::pack_of(const Tensor& w) const {

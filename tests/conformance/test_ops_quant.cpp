@@ -20,8 +20,12 @@
 // stay that far under the worst case everywhere). Shapes: K = 32/256/4096
 // (the K-quants from 256), N = 1/7/96, M = 1/3/64/300/512 (both sides of the
 // CPU's switch to a GEMM: M = 192 for the K-quants, 384 for q8_0/q4_0), bias,
-// act and gate (separate or c itself) on and off. Errors: a weight that is
-// not block-quantized, K not whole blocks, wrong a/c dtype or shape, named.
+// act and gate (separate or c itself) on and off. Where the backend packs
+// the dtype (pack_weight; the CPU: q8_0, q4_0, q4_k in groups of 8 rows),
+// matmul_packed through the copy is a fourth path under the same bound, on
+// N = 8, 20 (groups and a rest) and 96 among the shapes. Errors: a weight
+// that is not block-quantized, K not whole blocks, wrong a/c dtype or shape,
+// a packed copy of another weight, named.
 #include <algorithm>
 
 #include "core/quant/quant.hpp"
@@ -144,7 +148,8 @@ void dequantize_cases(const std::shared_ptr<Backend>& be) {
 std::vector<double> product_case(const std::shared_ptr<Backend>& be, const QWeight& w, int64_t M,
                                  int64_t lda, const std::vector<double>& ah, const Dev& a,
                                  const std::vector<double>* bias, const Dev* bdev, int act_on,
-                                 oslo_bk_unary act, int gate_mode, bool compose_direct) {
+                                 oslo_bk_unary act, int gate_mode, bool compose_direct,
+                                 const PackedWeight* packed = nullptr) {
   const int64_t N = w.N, K = w.K;
   // c's old values and the gate: the same for every path of a case.
   const uint64_t seed = g_seed;
@@ -160,7 +165,9 @@ std::vector<double> product_case(const std::shared_ptr<Backend>& be, const QWeig
   const std::vector<double>& gv = gate_mode == 1 ? gh : ch;
   const View av = strided_view(a.p, OSLO_DTYPE_F32, {M, K}, {lda, 1});
   const oslo_bk_unary* ap = act_on ? &act : nullptr;
-  if (compose_direct)
+  if (packed)
+    be->matmul_packed(c.v, av, w.v, *packed, bdev ? &bdev->v : nullptr, ap, gate);
+  else if (compose_direct)
     be->compose_matmul_quant(c.v, av, w.v, bdev ? &bdev->v : nullptr, ap, gate);
   else
     be->matmul_quant(c.v, av, w.v, bdev ? &bdev->v : nullptr, ap, gate);
@@ -219,9 +226,9 @@ void matmul_quant_cases(const std::shared_ptr<Backend>& be) {
   struct Shape {
     int64_t M, N, K;
   };
-  const Shape shapes[] = {{1, 1, 32},    {3, 7, 32},     {1, 96, 256},  {3, 7, 256},
-                          {64, 7, 256},  {300, 7, 256},  {1, 96, 4096}, {3, 7, 4096},
-                          {64, 96, 256}, {300, 96, 512}, {1, 7, 4096},  {512, 7, 256}};
+  const Shape shapes[] = {{1, 1, 32},    {3, 7, 32},    {1, 96, 256}, {3, 7, 256},   {64, 7, 256},
+                          {300, 7, 256}, {1, 96, 4096}, {3, 7, 4096}, {64, 96, 256}, {300, 96, 512},
+                          {1, 7, 4096},  {512, 7, 256}, {1, 20, 512}, {5, 20, 256},  {9, 8, 32}};
   const oslo_bk_unary acts[] = {OSLO_BK_GELU, OSLO_BK_SILU, OSLO_BK_RELU, OSLO_BK_GELU_TANH,
                                 OSLO_BK_TANH};
   int variant = 0;
@@ -235,6 +242,17 @@ void matmul_quant_cases(const std::shared_ptr<Backend>& be) {
       Dev a(be, OSLO_DTYPE_F32, {M * lda});
       std::vector<double> ah = random_in(static_cast<size_t>(M * lda), OSLO_DTYPE_F32, 2.0);
       a.upload(ah);
+      // The backend's packed copy (pack_weight) where it packs this dtype:
+      // made for N >= 8 (whole groups of eight rows, the rest read from w).
+      std::unique_ptr<PackedWeight> packed;
+      if (be->op_supported(OSLO_BK_OP_PACKED_MATMUL, dt)) {
+        FusedToggle t(*be, true);
+        packed = Backend::pack_weight(be, w.v);
+        g_case = fmt("pack_weight %s N%lld K%lld S%lld", dtype_name(dt), (long long)N, (long long)K,
+                     (long long)S);
+        check(static_cast<bool>(packed) == (N >= 8),
+              fmt("pack_weight %s for %lld rows", packed ? "packed" : "declined", (long long)N));
+      }
       Dev bd(be, OSLO_DTYPE_F32, {N});
       std::vector<double> bh = random_in(static_cast<size_t>(N), OSLO_DTYPE_F32);
       bd.upload(bh);
@@ -244,8 +262,9 @@ void matmul_quant_cases(const std::shared_ptr<Backend>& be) {
         const int act_on = mode >= 2 ? 1 : 0;
         const oslo_bk_unary act = acts[variant % 5];
         const int gate_mode = mode == 3 ? 1 : mode == 4 ? 2 : 0;
-        std::vector<double> outs[3];
-        for (int path = 0; path < 3; ++path) {  // fused, composed, compose_matmul_quant
+        std::vector<double> outs[4];
+        // fused, composed, compose_matmul_quant, packed (where made)
+        for (int path = 0; path < (packed ? 4 : 3); ++path) {
           FusedToggle t(*be, path == 0);
           g_case =
               fmt("matmul_quant %s M%lld N%lld K%lld S%lld lda%lld bias %d act %d(%d) "
@@ -254,9 +273,11 @@ void matmul_quant_cases(const std::shared_ptr<Backend>& be) {
                   (long long)lda, with_bias, act_on, static_cast<int>(act), gate_mode,
                   path == 0   ? (be->uses_fused(OSLO_BK_OP_MATMUL_QUANT, dt) ? "entry" : "core")
                   : path == 1 ? "composed"
-                              : "compose_matmul_quant");
+                  : path == 2 ? "compose_matmul_quant"
+                              : "matmul_packed");
           outs[path] = product_case(be, w, M, lda, ah, a, with_bias ? &bh : nullptr,
-                                    with_bias ? &bd : nullptr, act_on, act, gate_mode, path == 2);
+                                    with_bias ? &bd : nullptr, act_on, act, gate_mode, path == 2,
+                                    path == 3 ? packed.get() : nullptr);
         }
         // The composed paths compute the same f32 product.
         g_case = fmt("matmul_quant %s M%lld N%lld K%lld mode %d: composed == compose_matmul_quant",
@@ -296,6 +317,20 @@ void error_cases(const std::shared_ptr<Backend>& be) {
                    [&] { be->matmul_quant(cbad.v, a.v, w.v, nullptr, nullptr, nullptr); });
     expect_refused(fused, "matmul_quant: a [2, 48] against K 64", OSLO_ERR_SHAPE,
                    [&] { be->matmul_quant(c.v, a48.v, w.v, nullptr, nullptr, nullptr); });
+    if (fused && be->op_supported(OSLO_BK_OP_PACKED_MATMUL, OSLO_DTYPE_Q4_0)) {
+      QWeight w8(be, OSLO_DTYPE_Q4_0, 8, 64, 64), o8(be, OSLO_DTYPE_Q4_0, 8, 64, 64);
+      auto pk = Backend::pack_weight(be, w8.v);
+      check(static_cast<bool>(pk), "pack_weight declined q4_0 [8, 64]");
+      Dev c8(be, OSLO_DTYPE_F32, {2, 8});
+      if (pk) {
+        expect_refused(fused, "matmul_packed: the copy of another weight",
+                       OSLO_ERR_INVALID_ARGUMENT,
+                       [&] { be->matmul_packed(c8.v, a.v, o8.v, *pk, nullptr, nullptr, nullptr); });
+        expect_refused(fused, "matmul_packed: a [2, 48] against K 64", OSLO_ERR_SHAPE, [&] {
+          be->matmul_packed(c8.v, a48.v, w8.v, *pk, nullptr, nullptr, nullptr);
+        });
+      }
+    }
     expect_refused(fused, "dequantize: i32 out", OSLO_ERR_DTYPE, [&] {
       Dev oi(be, OSLO_DTYPE_I32, {4, 64});
       be->dequantize(oi.v, w.v);

@@ -6,10 +6,22 @@
 // staying with the old ones.
 //
 //   model_prepack_test MODEL_DIR
+//   model_prepack_test MODEL_DIR q4_0|q8_0|q4_k
 //
 // bf16 weights, 2 x 12 tokens (products of 24 rows: the packed path, not
 // the few-rows one). Where the backend packs nothing (a CPU without a bf16
 // matmul) both models compute alike and the test still checks the step.
+//
+// With a block dtype (quantized at load): the default (OSLO_PREPACK unset:
+// block-quantized weights packed) against OSLO_PREPACK=0, for 2 x 12 tokens
+// and four times for 2 x 1 (the few-rows products of a decode step: the
+// CPU's eight-row kernels). The integer sums are the same, only the f32 accumulation order
+// differs: logits within 1e-4 of the largest |logit| and the same greedy
+// token wherever the top two differ by more than that. The context's info
+// log must name the packed copies (so the default did pack).
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,8 +50,11 @@ struct Run {
   oslo_model* m = nullptr;
   oslo_optimizer* opt = nullptr;
   int64_t vocab = 0;
-  Run(const char* dir, const char* prepack, const char* init) {
-    setenv("OSLO_PREPACK", prepack, 1);
+  Run(const char* dir, const char* prepack, const char* init, oslo_dtype dtype = OSLO_DTYPE_BF16) {
+    if (prepack)
+      setenv("OSLO_PREPACK", prepack, 1);
+    else
+      unsetenv("OSLO_PREPACK");
     const std::string cfg = std::string("{\"num_threads\": 2, \"rank\": 0, \"world_size\": 1, ") +
                             "\"init_method\": \"file://" + init + "\"}";
     std::remove(init);
@@ -47,11 +62,12 @@ struct Run {
     std::remove(init);
     oslo_model_options mo;
     must(oslo_model_options_init(&mo, OSLO_MODEL_OPTIONS_VERSION), "model options");
-    mo.dtype = OSLO_DTYPE_BF16;
+    mo.dtype = dtype;
     must(oslo_model_load(ctx, dir, &mo, &m), "load");
     oslo_model_info info;
     must(oslo_model_get_info(m, &info, nullptr), "info");
     vocab = info.vocab_size;
+    if (dtype != OSLO_DTYPE_BF16) return;  // quantized: inference only
     oslo_optimizer_options oo;
     must(oslo_optimizer_options_init(&oo, OSLO_OPTIMIZER_OPTIONS_VERSION), "optimizer options");
     oo.kind = OSLO_OPTIMIZER_SGD;
@@ -63,9 +79,10 @@ struct Run {
     oslo_model_destroy(m);
     oslo_context_destroy(ctx);
   }
-  std::vector<float> logits(const std::vector<int64_t>& ids) {
+  std::vector<float> logits(const std::vector<int64_t>& ids, int64_t batch = 2) {
     std::vector<float> out(ids.size() * static_cast<size_t>(vocab));
-    must(oslo_model_forward(m, ids.data(), nullptr, nullptr, 2, 12, OSLO_MODEL_OUTPUT_LOGITS,
+    must(oslo_model_forward(m, ids.data(), nullptr, nullptr, batch,
+                            static_cast<int64_t>(ids.size()) / batch, OSLO_MODEL_OUTPUT_LOGITS,
                             out.data(), out.size()),
          "forward");
     return out;
@@ -82,11 +99,91 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
+double max_abs(const std::vector<float>& a) {
+  double m = 0;
+  for (float x : a) m = std::max(m, std::fabs(double(x)));
+  return m;
+}
+
+// Packed (the default) against plain quantized weights (module comment).
+int quantized(const char* dir, const char* name) {
+  const oslo_dtype dt = std::string(name) == "q4_0"   ? OSLO_DTYPE_Q4_0
+                        : std::string(name) == "q8_0" ? OSLO_DTYPE_Q8_0
+                        : std::string(name) == "q4_k" ? OSLO_DTYPE_Q4_K
+                                                      : OSLO_DTYPE_F32;
+  if (dt == OSLO_DTYPE_F32) {
+    std::fprintf(stderr, "unknown dtype %s (q4_0, q8_0 or q4_k)\n", name);
+    return 2;
+  }
+  // The default run's info log, caught from stderr.
+  std::FILE* logf = std::tmpfile();
+  if (!logf) return 2;
+  std::fflush(stderr);
+  const int saved = dup(2);
+  dup2(fileno(logf), 2);
+  setenv("OSLO_LOG_LEVEL", "info", 1);
+  std::vector<int64_t> ids(24);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37 + 5) % 50);
+  std::vector<std::vector<float>> got[2];
+  size_t V = 0;
+  {
+    Run packed(dir, nullptr, "/tmp/oslo-prepack-test-q", dt);
+    V = static_cast<size_t>(packed.vocab);
+    got[0].push_back(packed.logits(ids));
+    for (int64_t t = 0; t < 4; ++t) got[0].push_back(packed.logits({ids[t], ids[t + 1]}, 2));
+  }
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  unsetenv("OSLO_LOG_LEVEL");
+  std::string log;
+  std::rewind(logf);
+  for (int c; (c = std::fgetc(logf)) != EOF;) log.push_back(static_cast<char>(c));
+  std::fclose(logf);
+  check(log.find("model: packed copies of") != std::string::npos,
+        std::string("the default run packed the ") + name +
+            " weights (its info log: " + log.substr(0, 400) + ")");
+  {
+    Run plain(dir, "0", "/tmp/oslo-prepack-test-r", dt);
+    got[1].push_back(plain.logits(ids));
+    for (int64_t t = 0; t < 4; ++t) got[1].push_back(plain.logits({ids[t], ids[t + 1]}, 2));
+  }
+  for (size_t c = 0; c < got[0].size(); ++c) {
+    const auto &p = got[0][c], &q = got[1][c];
+    const double scale = max_abs(q), d = max_diff(p, q), tol = 1e-4 * scale;
+    check(d <= tol, std::string(name) + " call " + std::to_string(c) + ": packed and plain " +
+                        "logits within " + std::to_string(tol) + " (max diff " + std::to_string(d) +
+                        ", max |logit| " + std::to_string(scale) + ")");
+    int64_t same = 0, rows = 0;
+    for (size_t r = 0; r < q.size() / V; ++r) {
+      const float* a = p.data() + r * V;
+      const float* b = q.data() + r * V;
+      size_t ia = 0, ib = 0;
+      for (size_t v = 1; v < V; ++v) {
+        if (a[v] > a[ia]) ia = v;
+        if (b[v] > b[ib]) ib = v;
+      }
+      double second = -1e30;
+      for (size_t v = 0; v < V; ++v)
+        if (v != ib) second = std::max(second, double(b[v]));
+      if (double(b[ib]) - second <= tol) continue;  // a tie within the tolerance
+      ++rows;
+      same += ia == ib;
+    }
+    check(rows > 0 && same == rows, std::string(name) + " call " + std::to_string(c) +
+                                        ": greedy tokens equal (" + std::to_string(same) + " of " +
+                                        std::to_string(rows) + " rows)");
+  }
+  std::printf("%s\n", g_fail ? "FAILED" : "PASSED");
+  return g_fail ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3) return quantized(argv[1], argv[2]);
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL_DIR [q4_0|q8_0|q4_k]\n", argv[0]);
     return 2;
   }
   std::vector<int64_t> ids(24);

@@ -12,7 +12,10 @@
 // core/quant's dequantize_row: the kernels' only error against it is f32
 // rounding, checked at 1e-5 * sum |code * scale * w| (+1e-6). The
 // activation quantizer (quantize_block) of each set must give the scalar
-// one's bytes. Exit 0 when all pass, 1 otherwise.
+// one's bytes. The eight-row kernels of the packed layouts (q8_0, q4_0,
+// q4_k; cpu_quant_packed.cpp) the same way: eight such rows packed by
+// pack_group, each of their 8 x R sums against f64 at the same tolerance.
+// Exit 0 when all pass, 1 otherwise.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -39,6 +42,30 @@ void put_f16(uint8_t* p, float v) {
   std::memcpy(p, &h, 2);
 }
 
+// A weight row of K values in dtype dt: q8_0 and q4_0 quantized from
+// random floats by core/quant, the K-quants random bytes with sane scales.
+std::vector<uint8_t> random_row(oslo_dtype dt, int64_t K) {
+  const quant::Format fm = quant::format_of_dtype(dt);
+  std::vector<uint8_t> w(quant::row_bytes(fm, static_cast<uint64_t>(K)));
+  if (quant::can_quantize(fm)) {
+    std::vector<float> x(static_cast<size_t>(K));
+    for (auto& e : x) e = rndf() * (1.f + rndf());
+    quant::quantize_row(fm, x.data(), w.data(), static_cast<uint64_t>(K));
+  } else {
+    for (auto& b : w) b = static_cast<uint8_t>(rndf() * 127.f + 128.f);
+    const size_t bb = dt == OSLO_DTYPE_Q4_K ? 144 : 210;
+    for (size_t o = 0; o < w.size(); o += bb) {
+      if (dt == OSLO_DTYPE_Q4_K) {
+        put_f16(&w[o], 0.002f + 0.001f * rndf());
+        put_f16(&w[o + 2], 0.004f + 0.002f * rndf());
+      } else {
+        put_f16(&w[o + 208], 0.001f + 0.0005f * rndf());
+      }
+    }
+  }
+  return w;
+}
+
 }  // namespace
 
 int main() {
@@ -55,23 +82,7 @@ int main() {
       const oslo_dtype dt = dts[f];
       const quant::Format fm = quant::format_of_dtype(dt);
       for (int64_t K : {int64_t(256), int64_t(2048)}) {
-        std::vector<uint8_t> w(quant::row_bytes(fm, static_cast<uint64_t>(K)));
-        if (quant::can_quantize(fm)) {
-          std::vector<float> x(static_cast<size_t>(K));
-          for (auto& e : x) e = rndf() * (1.f + rndf());
-          quant::quantize_row(fm, x.data(), w.data(), static_cast<uint64_t>(K));
-        } else {
-          for (auto& b : w) b = static_cast<uint8_t>(rndf() * 127.f + 128.f);
-          const size_t bb = dt == OSLO_DTYPE_Q4_K ? 144 : 210;
-          for (size_t o = 0; o < w.size(); o += bb) {
-            if (dt == OSLO_DTYPE_Q4_K) {
-              put_f16(&w[o], 0.002f + 0.001f * rndf());
-              put_f16(&w[o + 2], 0.004f + 0.002f * rndf());
-            } else {
-              put_f16(&w[o + 208], 0.001f + 0.0005f * rndf());
-            }
-          }
-        }
+        std::vector<uint8_t> w = random_row(dt, K);
         std::vector<float> wr(static_cast<size_t>(K));
         quant::dequantize_row(fm, w.data(), wr.data(), static_cast<uint64_t>(K));
         // Four rows of codes: full range, small, zeros in a block, -127..127.
@@ -101,6 +112,56 @@ int main() {
             s16[static_cast<size_t>(r * K / 16 + 2 * b + 1)] = static_cast<int16_t>(ss[1]);
           }
           rows[r] = cpu::QuantRow{q.data() + r * K, d.data() + r * K / 32, s16.data() + r * K / 16};
+        }
+        // The eight-row kernel of the packed layout (q8_0, q4_0, q4_k):
+        // eight rows (the one above first), packed by pack_group.
+        if (k->dot8[f]) {
+          std::vector<std::vector<uint8_t>> w8(8);
+          const uint8_t* rp[8];
+          double want8[4][8], tol8[4][8];
+          for (int i = 0; i < 8; ++i) {
+            w8[i] = i ? random_row(dt, K) : w;
+            // q8_0 code -128 (valid in a file, never written by the
+            // quantizer): |x| must read 128 as unsigned.
+            if (dt == OSLO_DTYPE_Q8_0 && i == 7) w8[i][2 + 34] = 0x80;
+            rp[i] = w8[i].data();
+            std::vector<float> wi(static_cast<size_t>(K));
+            quant::dequantize_row(fm, rp[i], wi.data(), static_cast<uint64_t>(K));
+            for (int r = 0; r < 4; ++r) {
+              want8[r][i] = 0;
+              tol8[r][i] = 1e-6;
+              for (int64_t c = 0; c < K; ++c) {
+                const double t = static_cast<double>(q[static_cast<size_t>(r * K + c)]) *
+                                 d[static_cast<size_t>(r * K / 32 + c / 32)] *
+                                 wi[static_cast<size_t>(c)];
+                want8[r][i] += t;
+                tol8[r][i] += 1e-5 * std::fabs(t);
+              }
+            }
+          }
+          std::vector<uint8_t> packed(cpu::packed_group_bytes(f, K));
+          cpu::pack_group(f, rp, K, packed.data());
+          for (int R = 1; R <= 4; ++R) {
+            float out8[32];
+            k->dot8[f](packed.data(), K, rows, R, out8);
+            for (int r = 0; r < R; ++r)
+              for (int i = 0; i < 8; ++i) {
+                const double e = std::fabs(out8[8 * r + i] - want8[r][i]);
+                if (e <= tol8[r][i]) {
+                  ++g_passed;
+                } else {
+                  ++g_failed;
+                  std::printf(
+                      "FAIL %s %s packed K%lld R%d row %d weight row %d: %.9g, want %.9g "
+                      "(error %.3g > %.3g)\n",
+                      isa, dtype_name(dt), (long long)K, R, r, i, out8[8 * r + i], want8[r][i], e,
+                      tol8[r][i]);
+                }
+              }
+          }
+        } else if (dt != OSLO_DTYPE_Q6_K) {
+          ++g_failed;
+          std::printf("FAIL %s %s: no packed kernel\n", isa, dtype_name(dt));
         }
         for (int R = 1; R <= 4; ++R) {
           float out[4];
