@@ -47,7 +47,8 @@ struct Engine {
   oslo_dtype dt;
   size_t bytes = 0;  // of one weight
   std::vector<std::vector<uint8_t>> copies;
-  std::vector<double> ms;  // per round
+  std::vector<std::unique_ptr<PackedWeight>> packs;  // the packed engines' copies
+  std::vector<double> ms;                            // per round
 };
 
 // The weight [N, K] in dtype dt from the f32 values x.
@@ -121,6 +122,26 @@ void gemv(int rounds) {
         for (size_t i = 0; i < copies; ++i) e.copies.push_back(w);
         es.push_back(std::move(e));
       }
+      // The packed copies (pack_weight: eight interleaved rows) of the
+      // block dtypes the backend packs, as "<dtype> packed" engines.
+      for (size_t k = 0, n = es.size(); k < n; ++k) {
+        if (!dtype_is_block(es[k].dt) || !be->op_supported(OSLO_BK_OP_PACKED_MATMUL, es[k].dt))
+          continue;
+        Engine e;
+        e.name = es[k].name + " packed";
+        e.dt = es[k].dt;
+        e.bytes = es[k].bytes;
+        e.copies = es[k].copies;
+        for (auto& w : e.copies) {
+          e.packs.push_back(Backend::pack_weight(be, view_of(w.data(), e.dt, {N, K}, {K, 1})));
+          if (!e.packs.back()) {
+            std::fprintf(stderr, "pack_weight declined %s [%lld, %lld]\n", e.name.c_str(),
+                         (long long)N, (long long)K);
+            std::exit(1);
+          }
+        }
+        es.push_back(std::move(e));
+      }
       const View av = view_of(a.data(), OSLO_DTYPE_F32, {1, K}, {K, 1});
       const View cv = view_of(c.data(), OSLO_DTYPE_F32, {1, N}, {N, 1});
       for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
@@ -129,7 +150,10 @@ void gemv(int rounds) {
           const double t0 = now();
           for (int i = 0; i < iters; ++i) {
             void* wp = e.copies[static_cast<size_t>(i)].data();
-            if (dtype_is_block(e.dt))
+            if (!e.packs.empty())
+              be->matmul_packed(cv, av, view_of(wp, e.dt, {N, K}, {K, 1}),
+                                *e.packs[static_cast<size_t>(i)], nullptr, nullptr, nullptr);
+            else if (dtype_is_block(e.dt))
               be->matmul_quant(cv, av, view_of(wp, e.dt, {N, K}, {K, 1}), nullptr, nullptr,
                                nullptr);
             else
