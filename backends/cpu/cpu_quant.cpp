@@ -178,9 +178,9 @@ void quantize_rows(int threads, const V& a, int64_t M, int64_t K, QuantRows* out
   }
 }
 
-// o [M, N] (ld N) = a @ w^T by the integer kernels.
+// o [M, N] (row stride ldo) = a @ w^T by the integer kernels.
 void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRows& qa, int64_t M,
-                 int64_t N, int64_t K, float* o) {
+                 int64_t N, int64_t K, float* o, int64_t ldo) {
   const QuantDotFn fn = quant_kernels()->dot[fmt];
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const int64_t chunks = (N + kChunk - 1) / kChunk;
@@ -193,16 +193,16 @@ void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRow
       const int R = static_cast<int>(std::min<int64_t>(4, M - m0));
       for (int64_t n = n0; n < n1; ++n) {
         fn(base + stride * static_cast<size_t>(n), K, qa.rows.data() + m0, R, part);
-        for (int r = 0; r < R; ++r) o[(m0 + r) * N + n] = part[r];
+        for (int r = 0; r < R; ++r) o[(m0 + r) * ldo + n] = part[r];
       }
     }
   }
 }
 
-// o [M, N] (ld N) = a @ w^T by the eight-row kernels over the packed
+// o [M, N] (row stride ldo) = a @ w^T by the eight-row kernels over the packed
 // groups and the row kernels over the rows past them (from w).
 void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, size_t stride,
-                    const QuantRows& qa, int64_t M, int64_t N, int64_t K, float* o) {
+                    const QuantRows& qa, int64_t M, int64_t N, int64_t K, float* o, int64_t ldo) {
   const QuantKernels* k = quant_kernels();
   const QuantDot8Fn fn8 = k->dot8[fmt];
   const QuantDotFn fn = k->dot[fmt];
@@ -219,7 +219,7 @@ void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, siz
         const int R = static_cast<int>(std::min<int64_t>(4, M - m0));
         for (int64_t n = 8 * pk.groups; n < N; ++n) {
           fn(base + stride * static_cast<size_t>(n), K, qa.rows.data() + m0, R, part);
-          for (int r = 0; r < R; ++r) o[(m0 + r) * N + n] = part[r];
+          for (int r = 0; r < R; ++r) o[(m0 + r) * ldo + n] = part[r];
         }
       }
       continue;
@@ -231,15 +231,15 @@ void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, siz
       for (int64_t g = g0; g < g1; ++g) {
         fn8(pk.data + pk.group_bytes * static_cast<size_t>(g), K, qa.rows.data() + m0, R, part);
         for (int r = 0; r < R; ++r)
-          std::memcpy(o + (m0 + r) * N + 8 * g, part + 8 * r, 8 * sizeof(float));
+          std::memcpy(o + (m0 + r) * ldo + 8 * g, part + 8 * r, 8 * sizeof(float));
       }
     }
   }
 }
 
-// o [M, N] (ld N) = a @ w^T through dequantized tiles of w and sgemm.
+// o [M, N] (row stride ldo) = a @ w^T through dequantized tiles of w and sgemm.
 void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, int64_t M, int64_t N,
-                  int64_t K, float* o) {
+                  int64_t K, float* o, int64_t ldo) {
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   std::vector<float> tile(static_cast<size_t>(std::min(N, kTile) * K));
   for (int64_t n0 = 0; n0 < N; n0 += kTile) {
@@ -251,7 +251,7 @@ void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, i
     omp_set_num_threads(std::max(1, threads));
     const dnnl_status_t st =
         dnnl_sgemm('N', 'T', M, nt_rows, K, 1.f, reinterpret_cast<const float*>(a.data),
-                   a.strides[0], tile.data(), K, 0.f, o + n0, N);
+                   a.strides[0], tile.data(), K, 0.f, o + n0, ldo);
     OSLO_CHECK(st == dnnl_success, OSLO_ERR_INTERNAL,
                "matmul_quant: dnnl_sgemm failed with status ", static_cast<int>(st), " for m=", M,
                " n=", nt_rows, " k=", K);
@@ -358,48 +358,64 @@ void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias
   OSLO_CHECK(K == 0 || cb + cbytes <= ab || ab + abytes <= cb, OSLO_ERR_INVALID_ARGUMENT,
              "matmul_quant: c overlaps a");
   const int fmt = fmt_index(w.dtype);
-  std::vector<float> o(static_cast<size_t>(M * N), 0.f);
-  if (K > 0) {
-    if (M >= (gemm_rows >= 0 ? gemm_rows : quant_gemm_rows(w.dtype)) && a.strides[0] >= K) {
-      product_gemm(threads, fmt, a, w, stride, M, N, K, o.data());
-    } else {
-      QuantRows qa;
-      quantize_rows(threads, a, M, K, &qa);
-      if (packed && quant_kernels()->dot8[fmt])
-        product_packed(threads, fmt, *packed, w, stride, qa, M, N, K, o.data());
-      else
-        product_int(threads, fmt, w, stride, qa, M, N, K, o.data());
+  // The product goes straight into c unless a gate overlapping c is read
+  // after it (then through a scratch, copied in at the end).
+  bool direct = M == 1 || c.strides[0] >= N;
+  if (gate && direct && (gate->strides[0] < 0 || gate->strides[1] < 0)) direct = false;
+  if (gate && direct) {
+    const char* gb = static_cast<const char*>(gate->data);
+    const size_t gbytes =
+        static_cast<size_t>((M - 1) * gate->strides[0] + (N - 1) * gate->strides[1] + 1) * 4;
+    direct = gb + gbytes <= cb || cb + cbytes <= gb;
+  }
+  std::vector<float> scratch(direct ? 0 : static_cast<size_t>(M * N));
+  float* o = direct ? static_cast<float*>(c.data) : scratch.data();
+  const int64_t ldo = direct ? c.strides[0] : N;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill(o + m * ldo, o + m * ldo + N, 0.f);
+  } else if (M >= (gemm_rows >= 0 ? gemm_rows : quant_gemm_rows(w.dtype)) && a.strides[0] >= K) {
+    product_gemm(threads, fmt, a, w, stride, M, N, K, o, ldo);
+  } else {
+    QuantRows qa;
+    quantize_rows(threads, a, M, K, &qa);
+    if (packed && quant_kernels()->dot8[fmt])
+      product_packed(threads, fmt, *packed, w, stride, qa, M, N, K, o, ldo);
+    else
+      product_int(threads, fmt, w, stride, qa, M, N, K, o, ldo);
+  }
+  // Epilogue: + bias, act, * gate, in place.
+  if (bias || activation) {
+    std::vector<float> bb;
+    const float* bv = nullptr;
+    if (bias) {
+      bb.resize(static_cast<size_t>(N));
+      bv = load_row(*bias, 0, N, bias->strides[0], bb.data());
     }
-  }
-  // Epilogue: + bias, act, * gate, into c.
-  std::vector<float> bb;
-  const float* bv = nullptr;
-  if (bias) {
-    bb.resize(static_cast<size_t>(N));
-    bv = load_row(*bias, 0, N, bias->strides[0], bb.data());
-  }
-  const int nt = threads_for(threads, M, static_cast<double>(M) * N * 8);
+    const int nt = threads_for(threads, M, static_cast<double>(M) * N * 8);
 #pragma omp parallel num_threads(nt)
-  {
-    std::vector<float> gbuf(gate ? static_cast<size_t>(N) : 0);
+    {
+      std::vector<float> gbuf(gate ? static_cast<size_t>(N) : 0);
 #pragma omp for schedule(static)
-    for (int64_t m = 0; m < M; ++m) {
-      float* x = o.data() + m * N;
-      if (bv)
-        for (int64_t j = 0; j < N; ++j) x[j] += bv[j];
-      if (activation) {
-        activate(activation->act, x, x, N);
-        if (gate) {
-          const float* g = load_row(*gate, m * gate->strides[0], N, gate->strides[1], gbuf.data());
-          for (int64_t j = 0; j < N; ++j) x[j] *= g[j];
+      for (int64_t m = 0; m < M; ++m) {
+        float* x = o + m * ldo;
+        if (bv)
+          for (int64_t j = 0; j < N; ++j) x[j] += bv[j];
+        if (activation) {
+          activate(activation->act, x, x, N);
+          if (gate) {
+            const float* g =
+                load_row(*gate, m * gate->strides[0], N, gate->strides[1], gbuf.data());
+            for (int64_t j = 0; j < N; ++j) x[j] *= g[j];
+          }
         }
       }
     }
   }
   // After every gate row was read (the gate may be c).
-  for (int64_t m = 0; m < M; ++m)
-    std::memcpy(static_cast<float*>(c.data) + m * c.strides[0], o.data() + m * N,
-                static_cast<size_t>(N) * sizeof(float));
+  if (!direct)
+    for (int64_t m = 0; m < M; ++m)
+      std::memcpy(static_cast<float*>(c.data) + m * c.strides[0], o + m * N,
+                  static_cast<size_t>(N) * sizeof(float));
 }
 
 }  // namespace cpu
