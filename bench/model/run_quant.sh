@@ -45,7 +45,10 @@
 # model, format and row the best and median decode tokens/s over the rounds,
 # oslo / llama.cpp, and decode time / bound.
 #
-# Environment: MODELS="gpt2 llama", FORMATS="q8_0 q4_0 q4_k" (subsets),
+# Environment: PLAIN=1 adds a fourth row, oslo TP=1 with OSLO_PREPACK=0 (the
+# one-row kernels on the file's layout instead of the packed copies: the
+# packed copies' gain in the same rounds); MODELS="gpt2 llama",
+# FORMATS="q8_0 q4_0 q4_k" (subsets),
 # REPS (default 1), BUILD_DIR (the build tree of bench_model and oslo-run,
 # default build), BUILD=0 (run the binaries in BUILD_DIR as they are,
 # without building bench_model and oslo-run first), PY / LPY: the interpreters of the HF venv
@@ -131,6 +134,10 @@ for r in $(seq "$rounds"); do
         "$bin" "$f" --threads 2 --reps "$reps" --decode-only --weight-bytes "$b"
       row "oslo TP=2, 2 x 1 thread" "$name" "$fmt" "$r" \
         "$run" --nproc-per-node 2 "$bin" "$f" --threads 1 --reps "$reps" --decode-only --weight-bytes "$b"
+      if [ "${PLAIN:-0}" = 1 ]; then
+        row "oslo TP=1, 2 threads, OSLO_PREPACK=0" "$name" "$fmt" "$r" \
+          env OSLO_PREPACK=0 "$bin" "$f" --threads 2 --reps "$reps" --decode-only --weight-bytes "$b"
+      fi
     done
   done
 done
