@@ -206,41 +206,43 @@ void prefill(int rounds) {
   }
 }
 
-// Per-call cost of decode-sized products with the weight in cache: q4_0
-// packed, M = 1, the LLaMA-small shapes, at 1 and 2 threads; microseconds
+// Per-call cost of decode-sized products with the weight in cache: q8_0,
+// q4_0 and q4_k packed, M = 1, the LLaMA-small shapes, at 1 and 2 threads; microseconds
 // per call (median of the rounds, each the mean of many calls). What a
 // decode step pays per linear beyond reading its weight.
 void calls(int rounds) {
   const int64_t shapes[][2] = {{256, 768}, {768, 768}, {2048, 768}, {768, 2048}};
-  std::printf("| threads | N x K | us per call (best, median) |\n|--:|---|---|\n");
-  for (int threads : {1, 2}) {
-    BackendOptions o;
-    o.num_threads = threads;
-    std::shared_ptr<Backend> be = create_backend("cpu", o);
-    for (auto& s : shapes) {
-      const int64_t N = s[0], K = s[1];
-      std::vector<float> x(static_cast<size_t>(N * K));
-      for (auto& e : x) e = rndf();
-      std::vector<uint8_t> w = encode(OSLO_DTYPE_Q4_0, x, N, K);
-      const View wv = view_of(w.data(), OSLO_DTYPE_Q4_0, {N, K}, {K, 1});
-      auto pk = Backend::pack_weight(be, wv);
-      std::vector<float> a(static_cast<size_t>(K)), c(static_cast<size_t>(N));
-      for (auto& e : a) e = rndf();
-      const View av = view_of(a.data(), OSLO_DTYPE_F32, {1, K}, {K, 1});
-      const View cv = view_of(c.data(), OSLO_DTYPE_F32, {1, N}, {N, 1});
-      std::vector<double> us;
-      const int iters = 2000;
-      for (int r = 0; r < rounds + 1; ++r) {
-        const double t0 = now();
-        for (int i = 0; i < iters; ++i)
-          be->matmul_packed(cv, av, wv, *pk, nullptr, nullptr, nullptr);
-        if (r > 0) us.push_back((now() - t0) * 1e6 / iters);
+  std::printf("| threads | weight | N x K | us per call (best, median) |\n|--:|---|---|---|\n");
+  for (int threads : {1, 2})
+    for (oslo_dtype dt : {OSLO_DTYPE_Q8_0, OSLO_DTYPE_Q4_0, OSLO_DTYPE_Q4_K}) {
+      BackendOptions o;
+      o.num_threads = threads;
+      std::shared_ptr<Backend> be = create_backend("cpu", o);
+      for (auto& s : shapes) {
+        const int64_t N = s[0], K = s[1];
+        std::vector<float> x(static_cast<size_t>(N * K));
+        for (auto& e : x) e = rndf();
+        std::vector<uint8_t> w = encode(dt, x, N, K);
+        const View wv = view_of(w.data(), dt, {N, K}, {K, 1});
+        auto pk = Backend::pack_weight(be, wv);
+        std::vector<float> a(static_cast<size_t>(K)), c(static_cast<size_t>(N));
+        for (auto& e : a) e = rndf();
+        const View av = view_of(a.data(), OSLO_DTYPE_F32, {1, K}, {K, 1});
+        const View cv = view_of(c.data(), OSLO_DTYPE_F32, {1, N}, {N, 1});
+        std::vector<double> us;
+        const int iters = 2000;
+        for (int r = 0; r < rounds + 1; ++r) {
+          const double t0 = now();
+          for (int i = 0; i < iters; ++i)
+            be->matmul_packed(cv, av, wv, *pk, nullptr, nullptr, nullptr);
+          if (r > 0) us.push_back((now() - t0) * 1e6 / iters);
+        }
+        std::printf("| %d | %s | %lld x %lld | %.2f, %.2f |\n", threads, dtype_name(dt),
+                    (long long)N, (long long)K, *std::min_element(us.begin(), us.end()),
+                    median(us));
+        std::fflush(stdout);
       }
-      std::printf("| %d | %lld x %lld | %.2f, %.2f |\n", threads, (long long)N, (long long)K,
-                  *std::min_element(us.begin(), us.end()), median(us));
-      std::fflush(stdout);
     }
-  }
 }
 
 }  // namespace
