@@ -113,9 +113,10 @@ std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w);
 void pack_group(int fmt, const uint8_t* const row[8], int64_t K, uint8_t* dst);
 // A packed group's bytes for K columns of format fmt.
 size_t packed_group_bytes(int fmt, int64_t K);
-// The eight-row kernels (cpu_quant_packed.cpp) of format fmt for the
-// scalar (avx2 false) or AVX2 instruction set; nullptr for q6_k.
-QuantDot8Fn quant_dot8(int fmt, bool avx2);
+// The eight-row kernels (cpu_quant_packed.cpp) of format fmt for
+// instruction set isa: 0 scalar, 1 avx2, 2 avxvnni, 3 avx512vnni (the AVX2
+// ones where the compiler cannot target a VNNI set); nullptr for q6_k.
+QuantDot8Fn quant_dot8(int fmt, int isa);
 // A Q4_K super-block's eight 6-bit scales and mins from its 12 bytes q
 // (llama.cpp's get_scale_min_k4).
 void q4_k_scales(const uint8_t* q, uint8_t* sc, uint8_t* mn);

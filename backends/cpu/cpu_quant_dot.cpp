@@ -238,19 +238,15 @@ __attribute__((target("avx2,fma"))) void avx2_quantize_block(const float* x, int
 }  // namespace
 
 const QuantKernels* quant_kernels(const char* force_isa) {
-  // The packed layouts' kernels (cpu_quant_packed.cpp): the VNNI sets take
-  // the AVX2 ones (their int16 sums of eight products need no VNNI).
-  static const QuantKernels scalar{
-      "scalar",
-      {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k},
-      scalar_quantize_block,
-      {quant_dot8(0, false), quant_dot8(1, false), quant_dot8(2, false), nullptr}};
-  static const QuantDot8Fn dot8_avx2[4] = {quant_dot8(0, true), quant_dot8(1, true),
-                                           quant_dot8(2, true), nullptr};
+  // With the packed layouts' kernels (cpu_quant_packed.cpp) of each set.
+  static const QuantKernels scalar{"scalar",
+                                   {scalar_q8_0, scalar_q4_0, scalar_q4_k, scalar_q6_k},
+                                   scalar_quantize_block,
+                                   {quant_dot8(0, 0), quant_dot8(1, 0), quant_dot8(2, 0), nullptr}};
   static const QuantKernels k_avx2{"avx2",
                                    {avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_k, avx2::dot_q6_k},
                                    avx2_quantize_block,
-                                   {dot8_avx2[0], dot8_avx2[1], dot8_avx2[2], nullptr}};
+                                   {quant_dot8(0, 1), quant_dot8(1, 1), quant_dot8(2, 1), nullptr}};
   static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                __builtin_cpu_supports("f16c");
 #ifdef OSLO_QK_VNNI
@@ -258,12 +254,12 @@ const QuantKernels* quant_kernels(const char* force_isa) {
       "avxvnni",
       {avxvnni::dot_q8_0, avxvnni::dot_q4_0, avxvnni::dot_q4_k, avxvnni::dot_q6_k},
       avx2_quantize_block,
-      {dot8_avx2[0], dot8_avx2[1], dot8_avx2[2], nullptr}};
+      {quant_dot8(0, 2), quant_dot8(1, 2), quant_dot8(2, 2), nullptr}};
   static const QuantKernels k_vnni512{
       "avx512vnni",
       {avx512vnni::dot_q8_0, avx512vnni::dot_q4_0, avx512vnni::dot_q4_k, avx512vnni::dot_q6_k},
       avx2_quantize_block,
-      {dot8_avx2[0], dot8_avx2[1], dot8_avx2[2], nullptr}};
+      {quant_dot8(0, 3), quant_dot8(1, 3), quant_dot8(2, 3), nullptr}};
   static const bool has_vnni = has_avx2 && __builtin_cpu_supports("avxvnni");
   static const bool has_vnni512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
                                   __builtin_cpu_supports("avx512vl") &&

@@ -11,7 +11,9 @@
 // horizontal sum, one contiguous stream, the activation block loaded once
 // for eight rows. Eight maddubs results of 4-bit codes (at most 2 * 15 * 127
 // per int16 each) add up in int16 without saturating (30480 < 32767); q8_0's
-// (up to 2 * 128 * 127 each) are widened to int32 one by one.
+// (up to 2 * 128 * 127 each) are widened to int32 one by one. With AVX-VNNI
+// or AVX512-VNNI, _mm256_dpbusd sums the four products straight into int32
+// (the same kernels, cpu_quant_packed.inc, with the integer steps swapped).
 //
 // Values: the integer sums are exact; the f32 scaling and accumulation are
 // in the order written below (block by block; q4_k: each sub-block's sum
@@ -106,173 +108,55 @@ void scalar8_q4_k(const uint8_t* p, int64_t K, const QuantRow* rows, int R, floa
     }
 }
 
-// --- AVX2 -------------------------------------------------------------------------
+// --- SIMD -----------------------------------------------------------------------
 
-#define P8_FN __attribute__((target("avx2,fma,f16c"))) inline
+#define P8_NS avx2
+#define P8_TARGET "avx2,fma,f16c"
+#define P8_ACC(s, u, a) _mm256_add_epi16(s, _mm256_maddubs_epi16(u, a))
+#define P8_SUM(s) _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+// Each row's scale in both 16-bit halves of its lane: madd gives (the
+// lane's pair sum) * sc in int32.
+#define P8_SUM_SC(s, sc) _mm256_madd_epi16(s, _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)))
+#define P8_ACC8(acc, u, s) \
+  _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#include "backends/cpu/cpu_quant_packed.inc"
+#undef P8_NS
+#undef P8_TARGET
+#undef P8_ACC
+#undef P8_SUM
+#undef P8_SUM_SC
+#undef P8_ACC8
 
-P8_FN __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-// Four activation bytes at a, in every 32-bit lane.
-P8_FN __m256i bcast4(const int8_t* a) {
-  int32_t v;
-  std::memcpy(&v, a, 4);
-  return _mm256_set1_epi32(v);
-}
-P8_FN __m256 halves8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+#if defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#define OSLO_P8_VNNI 1
+#define P8_NS avxvnni
+#define P8_TARGET "avx2,fma,f16c,avxvnni"
+#define P8_ACC(s, u, a) _mm256_dpbusd_avx_epi32(s, u, a)
+#define P8_SUM(s) (s)
+#define P8_SUM_SC(s, sc) _mm256_mullo_epi32(s, sc)
+#define P8_ACC8(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#include "backends/cpu/cpu_quant_packed.inc"
+#undef P8_NS
+#undef P8_TARGET
+#undef P8_ACC
+#undef P8_SUM
+#undef P8_SUM_SC
+#undef P8_ACC8
 
-template <int R>
-__attribute__((target("avx2,fma,f16c"))) void avx2_8_q8_0(const uint8_t* p, int64_t K,
-                                                          const QuantRow* rows, float* out) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < K / 32; ++b, p += 272) {
-    const __m256 dw = halves8(p);
-    __m256i isum[R];
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) {
-      const __m256i x = load32(p + 16 + 32 * v);
-      const __m256i ux = _mm256_sign_epi8(x, x);  // |x| as unsigned bytes (-128: 128)
-      for (int r = 0; r < R; ++r) {
-        const __m256i s = _mm256_sign_epi8(bcast4(rows[r].q + 32 * b + 4 * v), x);
-        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(ux, s), ones));
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]),
-                               _mm256_mul_ps(dw, _mm256_set1_ps(rows[r].d[b])), acc[r]);
-  }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
-}
-
-template <int R>
-__attribute__((target("avx2,fma,f16c"))) void avx2_8_q4_0(const uint8_t* p, int64_t K,
-                                                          const QuantRow* rows, float* out) {
-  constexpr int A = R <= 2 ? 2 : 1;  // accumulators per row (the fma's latency)
-  __m256 acc[R][A];
-  for (int r = 0; r < R; ++r)
-    for (int a = 0; a < A; ++a) acc[r][a] = _mm256_setzero_ps();
-  const __m256i lo4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  const int64_t nb = K / 32;
-  for (int64_t b = 0; b < nb; ++b, p += 144) {
-    const __m256 dw = halves8(p);
-    __m256i u[8];
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const __m256i x = load32(p + 16 + 32 * v);
-      u[v] = _mm256_and_si256(x, lo4);                            // columns 4v..
-      u[v + 4] = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo4);  // columns 16 + 4v..
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const int8_t* a = rows[r].q + 32 * b;
-      __m256i s = _mm256_maddubs_epi16(u[0], bcast4(a));
-#pragma GCC unroll 8
-      for (int v = 1; v < 8; ++v)
-        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(u[v], bcast4(a + 4 * v)));
-      const __m256i is =
-          _mm256_sub_epi32(_mm256_madd_epi16(s, ones),
-                           _mm256_set1_epi32(8 * (rows[r].s16[2 * b] + rows[r].s16[2 * b + 1])));
-      acc[r][b % A] = _mm256_fmadd_ps(
-          _mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(rows[r].d[b])), acc[r][b % A]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    __m256 t = acc[r][0];
-    for (int a = 1; a < A; ++a) t = _mm256_add_ps(t, acc[r][a]);
-    _mm256_storeu_ps(out + 8 * r, t);
-  }
-}
-
-template <int R>
-__attribute__((target("avx2,fma,f16c"))) void avx2_8_q4_k(const uint8_t* p, int64_t K,
-                                                          const QuantRow* rows, float* out) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const __m256i lo4 = _mm256_set1_epi8(0x0F);
-  for (int64_t s = 0; s < K / 256; ++s, p += 1184) {
-    __m256 fs[R], fm[R];
-    for (int r = 0; r < R; ++r) fs[r] = fm[r] = _mm256_setzero_ps();
-#pragma GCC unroll 1
-    for (int i = 0; i < 4; ++i) {
-      const uint8_t* chunks = p + 160 + 256 * i;
-      const int64_t b0 = 8 * s + 2 * i;  // the pair's first block of 32
-      __m256i sl[R], sh[R];
-      for (int r = 0; r < R; ++r) sl[r] = sh[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        const __m256i x = load32(chunks + 32 * v);
-        const __m256i lo = _mm256_and_si256(x, lo4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo4);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* a = rows[r].q + 32 * b0 + 4 * v;
-          sl[r] = _mm256_add_epi16(sl[r], _mm256_maddubs_epi16(lo, bcast4(a)));
-          sh[r] = _mm256_add_epi16(sh[r], _mm256_maddubs_epi16(hi, bcast4(a + 32)));
-        }
-      }
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const int j = 2 * i + h;
-        // Each row's scale in both 16-bit halves of its lane: madd gives
-        // (sum of the lane's pair) * sc in int32.
-        const __m256i sc32 =
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 32 + 8 * j)));
-        const __m256i sc16 = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
-        const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 96 + 8 * j))));
-        for (int r = 0; r < R; ++r) {
-          const float da = rows[r].d[b0 + h];
-          const __m256i is = _mm256_madd_epi16(h ? sh[r] : sl[r], sc16);
-          fs[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(da), fs[r]);
-          const float bs =
-              static_cast<float>(rows[r].s16[2 * (b0 + h)] + rows[r].s16[2 * (b0 + h) + 1]);
-          fm[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(da * bs), fm[r]);
-        }
-      }
-    }
-    const __m256 d = halves8(p), dmin = halves8(p + 16);
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm256_fnmadd_ps(dmin, fm[r], _mm256_fmadd_ps(d, fs[r], acc[r]));
-  }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
-}
-
-#undef P8_FN
-
-__attribute__((target("avx2,fma,f16c"))) void avx2_dot8_q8_0(const uint8_t* p, int64_t K,
-                                                             const QuantRow* rows, int R,
-                                                             float* out) {
-  switch (R) {
-    case 1: return avx2_8_q8_0<1>(p, K, rows, out);
-    case 2: return avx2_8_q8_0<2>(p, K, rows, out);
-    case 3: return avx2_8_q8_0<3>(p, K, rows, out);
-    default: return avx2_8_q8_0<4>(p, K, rows, out);
-  }
-}
-__attribute__((target("avx2,fma,f16c"))) void avx2_dot8_q4_0(const uint8_t* p, int64_t K,
-                                                             const QuantRow* rows, int R,
-                                                             float* out) {
-  switch (R) {
-    case 1: return avx2_8_q4_0<1>(p, K, rows, out);
-    case 2: return avx2_8_q4_0<2>(p, K, rows, out);
-    case 3: return avx2_8_q4_0<3>(p, K, rows, out);
-    default: return avx2_8_q4_0<4>(p, K, rows, out);
-  }
-}
-__attribute__((target("avx2,fma,f16c"))) void avx2_dot8_q4_k(const uint8_t* p, int64_t K,
-                                                             const QuantRow* rows, int R,
-                                                             float* out) {
-  switch (R) {
-    case 1: return avx2_8_q4_k<1>(p, K, rows, out);
-    case 2: return avx2_8_q4_k<2>(p, K, rows, out);
-    case 3: return avx2_8_q4_k<3>(p, K, rows, out);
-    default: return avx2_8_q4_k<4>(p, K, rows, out);
-  }
-}
+#define P8_NS avx512vnni
+#define P8_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
+#define P8_ACC(s, u, a) _mm256_dpbusd_epi32(s, u, a)
+#define P8_SUM(s) (s)
+#define P8_SUM_SC(s, sc) _mm256_mullo_epi32(s, sc)
+#define P8_ACC8(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+#include "backends/cpu/cpu_quant_packed.inc"
+#undef P8_NS
+#undef P8_TARGET
+#undef P8_ACC
+#undef P8_SUM
+#undef P8_SUM_SC
+#undef P8_ACC8
+#endif
 
 }  // namespace
 
@@ -313,11 +197,19 @@ void pack_group(int fmt, const uint8_t* const row[8], int64_t K, uint8_t* dst) {
     }
 }
 
-QuantDot8Fn quant_dot8(int fmt, bool avx2) {
-  static const QuantDot8Fn scalar[3] = {scalar8_q8_0, scalar8_q4_0, scalar8_q4_k};
-  static const QuantDot8Fn simd[3] = {avx2_dot8_q8_0, avx2_dot8_q4_0, avx2_dot8_q4_k};
+QuantDot8Fn quant_dot8(int fmt, int isa) {
   if (fmt < 0 || fmt > 2) return nullptr;
-  return avx2 ? simd[fmt] : scalar[fmt];
+  static const QuantDot8Fn scalar[3] = {scalar8_q8_0, scalar8_q4_0, scalar8_q4_k};
+  static const QuantDot8Fn k_avx2[3] = {avx2::dot8_q8_0, avx2::dot8_q4_0, avx2::dot8_q4_k};
+#ifdef OSLO_P8_VNNI
+  static const QuantDot8Fn k_vnni[3] = {avxvnni::dot8_q8_0, avxvnni::dot8_q4_0, avxvnni::dot8_q4_k};
+  static const QuantDot8Fn k_vnni512[3] = {avx512vnni::dot8_q8_0, avx512vnni::dot8_q4_0,
+                                           avx512vnni::dot8_q4_k};
+  if (isa == 3) return k_vnni512[fmt];
+  if (isa == 2) return k_vnni[fmt];
+#endif
+  if (isa >= 1) return k_avx2[fmt];
+  return scalar[fmt];
 }
 
 }  // namespace cpu
