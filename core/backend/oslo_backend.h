@@ -595,8 +595,9 @@ typedef struct oslo_backend_iface {
    * of matmul(): typically the transpose of an nn.Linear weight [N, K]),
    * for products a @ w; or, in a block-quantized dtype, the weight [N, K]
    * as matmul_quant() takes it (the CPU backend packs q8_0, q4_0 and q4_k
-   * weights of 8 rows or more in blocks of eight interleaved rows). On OSLO_OK *packed is an opaque handle owned by the
-   * caller (released with packed_free(), before the instance is destroyed)
+   * weights of 8 rows or more in blocks of eight interleaved rows). On
+   * OSLO_OK *packed is an opaque handle owned by the caller (released with
+   * packed_free(), before the instance is destroyed)
    * and *bytes the memory it holds. OSLO_ERR_NOT_SUPPORTED (nothing made)
    * when the backend keeps no packed form for this dtype or shape; the
    * caller then keeps calling matmul(). OSLO_ERR_OUT_OF_MEMORY when the
