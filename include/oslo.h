@@ -217,10 +217,10 @@ typedef enum oslo_dtype {
      checkpoint's "dtype" may name them;
      calls that take element data (tensors, collectives, activations) refuse
      them with OSLO_ERR_DTYPE. */
-  OSLO_DTYPE_Q8_0 = 16, /**< blocks of 32: f16 scale, 32 int8 (34 bytes); GGUF Q8_0 */
-  OSLO_DTYPE_Q4_0 = 17, /**< blocks of 32: f16 scale, 32 4-bit (18 bytes); GGUF Q4_0 */
-  OSLO_DTYPE_Q4_K = 18, /**< super-blocks of 256 (144 bytes); GGUF Q4_K */
-  OSLO_DTYPE_Q6_K = 19, /**< super-blocks of 256 (210 bytes); GGUF Q6_K */
+  OSLO_DTYPE_Q8_0 = 16,    /**< blocks of 32: f16 scale, 32 int8 (34 bytes); GGUF Q8_0 */
+  OSLO_DTYPE_Q4_0 = 17,    /**< blocks of 32: f16 scale, 32 4-bit (18 bytes); GGUF Q4_0 */
+  OSLO_DTYPE_Q4_K = 18,    /**< super-blocks of 256 (144 bytes); GGUF Q4_K */
+  OSLO_DTYPE_Q6_K = 19,    /**< super-blocks of 256 (210 bytes); GGUF Q6_K */
   OSLO_DTYPE_Q4_G128 = 20, /**< groups of 128: f16 scale, u8 zero point, u8 0, 64 bytes of
                                 4-bit (68 bytes); x = (q - zero) * scale; GPTQ/AWQ */
   /* Not values: they make every int a valid value of the type, so a bad value
@@ -331,6 +331,14 @@ struct DLManagedTensorVersioned;
  *                             default 300
  *   "num_threads"             compute threads per rank, default
  *                             max(1, cores / local_world_size)
+ *   "prepack"                 which weights a loaded model keeps a packed
+ *                             copy of, where the backend offers one (its
+ *                             fast layout; the copy costs those weights'
+ *                             memory again): "quantized" (default:
+ *                             block-quantized weights; the CPU packs q8_0,
+ *                             q4_0, q4_k), "all" (float weights too) or
+ *                             "none"; the environment's OSLO_PREPACK (1:
+ *                             all, 0: none) overrides it
  *   "model_parallelism"       object holding any of the *_parallel_size keys
  *                             (OSLO's {"model_parallelism":
  *                             {"tensor_parallel_size": 2}} form)

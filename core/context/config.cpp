@@ -224,6 +224,12 @@ Config parse_config(const char* text) {
       c.timeout_seconds = t;
     } else if (key == "num_threads") {
       c.num_threads = get_positive_int(v, key);
+    } else if (key == "prepack") {
+      c.prepack = get_string(v, key);
+      OSLO_CHECK(c.prepack == "quantized" || c.prepack == "all" || c.prepack == "none",
+                 OSLO_ERR_CONFIG, "config: \"prepack\" is \"", c.prepack,
+                 "\": \"quantized\" (packed copies of block-quantized weights, the default), "
+                 "\"all\" (of float weights too) or \"none\"");
     } else {
       fail(OSLO_ERR_CONFIG, "config: unknown key ", quote(key, '"'));
     }

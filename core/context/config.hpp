@@ -37,6 +37,10 @@ struct Config {
   int local_world_size = -1;
   double timeout_seconds = 300.0;
   int num_threads = -1;  // -1: cores / local_world_size
+  // Which weights a loaded model keeps a backend-packed copy of (key
+  // "prepack"): "quantized" (block-quantized ones, the default), "all"
+  // (float ones too) or "none". OSLO_PREPACK (1: all, 0: none) overrides it.
+  std::string prepack = "quantized";
 
   // `text` is JSON, a path to a JSON file, or empty/NULL for defaults.
   static Config parse(const char* text);

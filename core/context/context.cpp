@@ -139,12 +139,13 @@ Context::Context(const Config& config) : config_(config) {
   // 7); of block-quantized ones on unless OSLO_PREPACK=0 (the CPU's
   // eight-row layout about halves a decode step's product time,
   // docs/BENCHMARKS.md 17, for the quantized weights' size again).
-  bool prepack_dense = false, prepack_quant = true;
+  // The config's "prepack" chooses; OSLO_PREPACK, when set, overrides it.
+  bool prepack_dense = config.prepack == "all", prepack_quant = config.prepack != "none";
   if (const char* f = std::getenv("OSLO_PREPACK"); f && *f) {
     const std::string v = f;
     OSLO_CHECK(v == "0" || v == "1", OSLO_ERR_CONFIG, "OSLO_PREPACK is \"", v,
                "\": 1 (every weight packed where the backend offers it), 0 (none) or unset "
-               "(block-quantized weights only, the default)");
+               "(the config's \"prepack\", by default block-quantized weights only)");
     prepack_dense = prepack_quant = v == "1";
   }
   backend_->set_prepack_enabled(prepack_dense, prepack_quant);

@@ -310,7 +310,7 @@ void BlockStack::make_packs() {
     size_t bytes = 0;
     for (const auto& kv : packs_) bytes += kv.second->bytes();
     ctx.log().log(LogLevel::Info, "model: packed copies of ", packs_.size(), " weights, ",
-                  bytes / 1024, " KiB (OSLO_PREPACK=0 keeps none)");
+                  bytes / 1024, " KiB (config \"prepack\": \"none\" or OSLO_PREPACK=0 keeps none)");
   }
 }
 

@@ -6,11 +6,17 @@
 
 void test_context_defaults(void **state) {
   (void)state;
-  const char *configs[] = {NULL, "", "{}", "{\"model_parallelism\": {\"tensor_parallel_size\": 1}}",
+  const char *configs[] = {NULL,
+                           "",
+                           "{}",
+                           "{\"model_parallelism\": {\"tensor_parallel_size\": 1}}",
                            "{\"backend\": \"cpu\", \"tensor_parallel_size\": 1, "
                            "\"pipeline_parallel_size\": 1, \"data_parallel_size\": 1, "
                            "\"timeout_seconds\": 2.5, \"num_threads\": 1, \"rank\": 0, "
-                           "\"world_size\": 1, \"init_method\": \"env://\"}"};
+                           "\"world_size\": 1, \"init_method\": \"env://\"}",
+                           "{\"prepack\": \"none\"}",
+                           "{\"prepack\": \"all\"}",
+                           "{\"prepack\": \"quantized\"}"};
   for (size_t i = 0; i < sizeof configs / sizeof configs[0]; ++i) {
     oslo_context *ctx = NULL;
     ok(oslo_context_create(configs[i], &ctx));
@@ -78,6 +84,8 @@ void test_context_bad_configs(void **state) {
       {"{\"backend\": \"nosuch\"}", OSLO_ERR_BACKEND_UNAVAILABLE, "nosuch"},
       {"{\"communicator\": \"nccl\"}", OSLO_ERR_CONFIG, "communicator"},
       {"{\"communicator\": 1}", OSLO_ERR_CONFIG, "communicator"},
+      {"{\"prepack\": \"yes\"}", OSLO_ERR_CONFIG, "prepack"},
+      {"{\"prepack\": true}", OSLO_ERR_CONFIG, "prepack"},
       {"{\"init_method\": \"udp://x\"}", OSLO_ERR_CONFIG, "init_method"},
       {"{\"init_method\": \"tcp://host\"}", OSLO_ERR_CONFIG, "init_method"},
       {"{\"init_method\": \"tcp://host:99999\"}", OSLO_ERR_CONFIG, "port"},

@@ -18,7 +18,9 @@
 // CPU's eight-row kernels). The integer sums are the same, only the f32 accumulation order
 // differs: logits within 1e-4 of the largest |logit| and the same greedy
 // token wherever the top two differ by more than that. The context's info
-// log must name the packed copies (so the default did pack).
+// log must name the packed copies (so the default did pack), and the
+// config's "prepack" key must decide when OSLO_PREPACK is unset ("none":
+// no copies) and yield to it when set.
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,13 +52,16 @@ struct Run {
   oslo_model* m = nullptr;
   oslo_optimizer* opt = nullptr;
   int64_t vocab = 0;
-  Run(const char* dir, const char* prepack, const char* init, oslo_dtype dtype = OSLO_DTYPE_BF16) {
+  Run(const char* dir, const char* prepack, const char* init, oslo_dtype dtype = OSLO_DTYPE_BF16,
+      const char* cfg_prepack = nullptr) {
     if (prepack)
       setenv("OSLO_PREPACK", prepack, 1);
     else
       unsetenv("OSLO_PREPACK");
-    const std::string cfg = std::string("{\"num_threads\": 2, \"rank\": 0, \"world_size\": 1, ") +
-                            "\"init_method\": \"file://" + init + "\"}";
+    const std::string cfg =
+        std::string("{\"num_threads\": 2, \"rank\": 0, \"world_size\": 1, ") +
+        (cfg_prepack ? std::string("\"prepack\": \"") + cfg_prepack + "\", " : std::string()) +
+        "\"init_method\": \"file://" + init + "\"}";
     std::remove(init);
     must(oslo_context_create(cfg.c_str(), &ctx), "context");
     std::remove(init);
@@ -115,6 +120,35 @@ int quantized(const char* dir, const char* name) {
     std::fprintf(stderr, "unknown dtype %s (q4_0, q8_0 or q4_k)\n", name);
     return 2;
   }
+  // Whether a model loaded with the config's "prepack" cfg (nullptr: none
+  // given) and OSLO_PREPACK env (nullptr: unset) says in its info log that
+  // it packed.
+  auto packs = [&](const char* env, const char* cfg) {
+    std::FILE* f = std::tmpfile();
+    if (!f) std::exit(2);
+    std::fflush(stderr);
+    const int keep = dup(2);
+    dup2(fileno(f), 2);
+    setenv("OSLO_LOG_LEVEL", "info", 1);
+    {
+      Run r(dir, env, "/tmp/oslo-prepack-test-s", dt, cfg);
+      r.logits({1, 2}, 2);
+    }
+    std::fflush(stderr);
+    dup2(keep, 2);
+    close(keep);
+    unsetenv("OSLO_LOG_LEVEL");
+    std::string text;
+    std::rewind(f);
+    for (int c; (c = std::fgetc(f)) != EOF;) text.push_back(static_cast<char>(c));
+    std::fclose(f);
+    return text.find("model: packed copies of") != std::string::npos;
+  };
+  check(!packs(nullptr, "none"), std::string(name) + ": config \"prepack\": \"none\" packs none");
+  check(packs(nullptr, "quantized"),
+        std::string(name) + ": config \"prepack\": \"quantized\" packs");
+  check(packs("1", "none"), std::string(name) + ": OSLO_PREPACK=1 overrides the config's \"none\"");
+  check(!packs("0", "all"), std::string(name) + ": OSLO_PREPACK=0 overrides the config's \"all\"");
   // The default run's info log, caught from stderr.
   std::FILE* logf = std::tmpfile();
   if (!logf) return 2;
