@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -120,20 +121,15 @@ int quantized(const char* dir, const char* name) {
     std::fprintf(stderr, "unknown dtype %s (q4_0, q8_0 or q4_k)\n", name);
     return 2;
   }
-  // Whether a model loaded with the config's "prepack" cfg (nullptr: none
-  // given) and OSLO_PREPACK env (nullptr: unset) says in its info log that
-  // it packed.
-  auto packs = [&](const char* env, const char* cfg) {
+  // Runs fn with the info log on and stderr caught; returns what it wrote.
+  auto info_log = [](const std::function<void()>& fn) {
     std::FILE* f = std::tmpfile();
     if (!f) std::exit(2);
     std::fflush(stderr);
     const int keep = dup(2);
     dup2(fileno(f), 2);
     setenv("OSLO_LOG_LEVEL", "info", 1);
-    {
-      Run r(dir, env, "/tmp/oslo-prepack-test-s", dt, cfg);
-      r.logits({1, 2}, 2);
-    }
+    fn();
     std::fflush(stderr);
     dup2(keep, 2);
     close(keep);
@@ -142,39 +138,34 @@ int quantized(const char* dir, const char* name) {
     std::rewind(f);
     for (int c; (c = std::fgetc(f)) != EOF;) text.push_back(static_cast<char>(c));
     std::fclose(f);
-    return text.find("model: packed copies of") != std::string::npos;
+    return text;
+  };
+  const std::string kPacked = "model: packed copies of";
+  // Whether a model loaded with the config's "prepack" cfg (nullptr: none
+  // given) and OSLO_PREPACK env (nullptr: unset) says that it packed.
+  auto packs = [&](const char* env, const char* cfg) {
+    return info_log([&] {
+             Run r(dir, env, "/tmp/oslo-prepack-test-s", dt, cfg);
+             r.logits({1, 2}, 2);
+           }).find(kPacked) != std::string::npos;
   };
   check(!packs(nullptr, "none"), std::string(name) + ": config \"prepack\": \"none\" packs none");
   check(packs(nullptr, "quantized"),
         std::string(name) + ": config \"prepack\": \"quantized\" packs");
   check(packs("1", "none"), std::string(name) + ": OSLO_PREPACK=1 overrides the config's \"none\"");
   check(!packs("0", "all"), std::string(name) + ": OSLO_PREPACK=0 overrides the config's \"all\"");
-  // The default run's info log, caught from stderr.
-  std::FILE* logf = std::tmpfile();
-  if (!logf) return 2;
-  std::fflush(stderr);
-  const int saved = dup(2);
-  dup2(fileno(logf), 2);
-  setenv("OSLO_LOG_LEVEL", "info", 1);
   std::vector<int64_t> ids(24);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37 + 5) % 50);
   std::vector<std::vector<float>> got[2];
   size_t V = 0;
-  {
+  // The default run (OSLO_PREPACK unset, no "prepack" key).
+  const std::string log = info_log([&] {
     Run packed(dir, nullptr, "/tmp/oslo-prepack-test-q", dt);
     V = static_cast<size_t>(packed.vocab);
     got[0].push_back(packed.logits(ids));
     for (int64_t t = 0; t < 4; ++t) got[0].push_back(packed.logits({ids[t], ids[t + 1]}, 2));
-  }
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  unsetenv("OSLO_LOG_LEVEL");
-  std::string log;
-  std::rewind(logf);
-  for (int c; (c = std::fgetc(logf)) != EOF;) log.push_back(static_cast<char>(c));
-  std::fclose(logf);
-  check(log.find("model: packed copies of") != std::string::npos,
+  });
+  check(log.find(kPacked) != std::string::npos,
         std::string("the default run packed the ") + name +
             " weights (its info log: " + log.substr(0, 400) + ")");
   {
