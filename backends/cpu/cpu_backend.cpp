@@ -331,7 +331,8 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 }
 // Every required op in every dtype the core uses, and every fused op
 // (attention, residual norm, rotary embedding, product + activation,
-// argmax, norm backward, attention backward, paged attention; AdamW in f32)
+// argmax, norm backward, attention backward, paged attention, attention
+// over an int8 cache; AdamW in f32)
 // in the float dtypes; dequantize and matmul_quant for the block dtypes.
 int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
@@ -351,7 +352,7 @@ int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
                  op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX ||
                  op == OSLO_BK_OP_NORM_BACKWARD || op == OSLO_BK_OP_ATTENTION_BACKWARD ||
-                 op == OSLO_BK_OP_PAGED_ATTENTION)
+                 op == OSLO_BK_OP_PAGED_ATTENTION || op == OSLO_BK_OP_ATTENTION_KV8)
              ? 1
              : 0;
 }
@@ -432,6 +433,16 @@ oslo_status attention(void* self, const V* out, const V* q, const V* k, const V*
     cpu::attention(I.threads, *out, *q, *k, *v, mask, scale, causal != 0, offset);
   });
 }
+oslo_status attention_kv8(void* self, const V* out, const V* q, const V* k, const V* k_scale,
+                          const V* v, const V* v_scale, const V* mask, float scale, int causal,
+                          int64_t offset) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(out && q && k && k_scale && v && v_scale, OSLO_ERR_INVALID_ARGUMENT,
+               "attention_kv8: NULL argument");
+    cpu::attention_kv8(I.threads, *out, *q, *k, *k_scale, *v, *v_scale, mask, scale, causal != 0,
+                       offset);
+  });
+}
 oslo_status attention_backward(void* self, const V* dq, const V* dk, const V* dv, const V* q,
                                const V* k, const V* v, const V* dout, const V* mask, float scale,
                                int causal, int64_t offset) {
@@ -499,6 +510,7 @@ struct Table {
   OSLO_BACKEND_ENTRIES(TRAIN, )
   OSLO_BACKEND_ENTRIES(SERVE, )
   OSLO_BACKEND_ENTRIES(QUANT, )
+  OSLO_BACKEND_ENTRIES(KV8_ATTENTION, )
 };
 
 }  // namespace

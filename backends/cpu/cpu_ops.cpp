@@ -1243,6 +1243,62 @@ void rope(int threads, const V& x, const V& cos, const V& sin) {
 
 namespace {}  // namespace
 
+namespace {
+
+// The first NaN of p[0, n) if there is one, else the lowest index of the
+// largest value (n > 0). AVX2: one pass for the maximum (and whether a NaN
+// is there), then the first index holding it.
+__attribute__((target("avx2,fma"))) int64_t first_nan_or_max_avx2(const float* p, int64_t n,
+                                                                  float* bv) {
+  __m256 vm = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 nan = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(p + j);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    vm = _mm256_max_ps(vm, v);
+  }
+  float m = -std::numeric_limits<float>::infinity();
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vm);
+  for (float l : lanes) m = std::max(m, l);
+  bool has_nan = _mm256_movemask_ps(nan) != 0;
+  for (int64_t k = j; k < n; ++k) {
+    if (std::isnan(p[k])) has_nan = true;
+    if (p[k] > m) m = p[k];
+  }
+  for (int64_t k = 0; k < n; ++k)
+    if (has_nan ? std::isnan(p[k]) : p[k] == m) {
+      *bv = p[k];
+      return k;
+    }
+  *bv = p[0];
+  return 0;  // not reached: the maximum is one of the values
+}
+
+void argmax_row(const float* p, int64_t n, int64_t* best, float* bv) {
+  if (has_avx2_fma()) {
+    *best = first_nan_or_max_avx2(p, n, bv);
+    return;
+  }
+  *best = 0;
+  *bv = p[0];
+  if (std::isnan(*bv)) return;
+  for (int64_t j = 1; j < n; ++j) {
+    if (std::isnan(p[j])) {
+      *best = j;
+      *bv = p[j];
+      return;
+    }
+    if (p[j] > *bv) {
+      *best = j;
+      *bv = p[j];
+    }
+  }
+}
+
+}  // namespace
+
 void argmax(int threads, const V& index, const V& value, const V& x, int64_t valid) {
   check_float(x, "argmax x");
   OSLO_CHECK(x.ndim == 2, OSLO_ERR_SHAPE, "argmax x must be [rows, n], not ", shape_of(x));
@@ -1262,18 +1318,7 @@ void argmax(int threads, const V& index, const V& value, const V& x, int64_t val
     const float* p = load_row(x, r * x.strides[0], n, x.strides[1], s.a.data());
     int64_t best = n > 0 ? 0 : -1;
     float bv = n > 0 ? p[0] : -std::numeric_limits<float>::infinity();
-    if (!std::isnan(bv))
-      for (int64_t j = 1; j < n; ++j) {
-        if (std::isnan(p[j])) {
-          best = j;
-          bv = p[j];
-          break;
-        }
-        if (p[j] > bv) {
-          best = j;
-          bv = p[j];
-        }
-      }
+    if (n > 0) argmax_row(p, n, &best, &bv);
     idx[r * index.strides[0]] = best;
     val[r * value.strides[0]] = bv;
   });

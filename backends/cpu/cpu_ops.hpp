@@ -40,10 +40,16 @@ void norm_backward(int threads, const V& grad_x, const V* grad_gamma, const V* g
                    const V& x, const V* gamma, const V& dy, float eps, bool rms);
 void attention(int threads, const V& out, const V& q, const V& k, const V& v, const V* mask,
                float scale, bool causal, int64_t causal_offset);
+// attention() over an int8 cache (oslo_backend.h's attention_kv8): the
+// decode path reads the int8 rows and their scales as they are; prefill
+// tiles dequantize them to f32 first.
+void attention_kv8(int threads, const V& out, const V& q, const V& k, const V& k_scale, const V& v,
+                   const V& v_scale, const V* mask, float scale, bool causal,
+                   int64_t causal_offset);
 // The gradients of attention() (cpu_attention_bw.cpp).
-void attention_backward(int threads, const V& dq, const V& dk, const V& dv, const V& q,
-                        const V& k, const V& v, const V& dout, const V* mask, float scale,
-                        bool causal, int64_t causal_offset);
+void attention_backward(int threads, const V& dq, const V& dk, const V& dv, const V& q, const V& k,
+                        const V& v, const V& dout, const V* mask, float scale, bool causal,
+                        int64_t causal_offset);
 // One serving step's attention through block tables (cpu_paged_attention.cpp).
 void paged_attention(int threads, const V& out, const V& q, const V& k_pool, const V& v_pool,
                      const V& block_table, const int64_t* chunks, int64_t num_chunks, float scale);

@@ -178,9 +178,39 @@ void quantize_rows(int threads, const V& a, int64_t M, int64_t K, QuantRows* out
   }
 }
 
-// o [M, N] (row stride ldo) = a @ w^T by the integer kernels.
+// matmul_quant's epilogue, o += bias, then act, then * gate, on columns
+// [n0, n1) of every row: inside the products' parallel loop, on the columns
+// each work item has just written (no pass of its own, no serial step in a
+// decode), or after the sgemm path over all columns.
+struct Epilogue {
+  const float* bias = nullptr;              // [N] f32, contiguous
+  const Matmul::Activation* act = nullptr;  // act and gate, or none
+  bool any() const { return bias || act; }
+  // Rows [m0, m1) of o; gbuf: room for n1 - n0 floats (a strided gate's
+  // columns).
+  void apply(float* o, int64_t ldo, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+             float* gbuf) const {
+    const V* gate = act ? act->gate : nullptr;
+    for (int64_t m = m0; m < m1; ++m) {
+      float* x = o + m * ldo + n0;
+      const int64_t n = n1 - n0;
+      if (bias)
+        for (int64_t j = 0; j < n; ++j) x[j] += bias[n0 + j];
+      if (!act) continue;
+      activate(act->act, x, x, n);
+      if (gate) {
+        const float* g = load_row(*gate, m * gate->strides[0] + n0 * gate->strides[1], n,
+                                  gate->strides[1], gbuf);
+        for (int64_t j = 0; j < n; ++j) x[j] *= g[j];
+      }
+    }
+  }
+};
+
+// o [M, N] (row stride ldo) = a @ w^T by the integer kernels, then the
+// epilogue.
 void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRows& qa, int64_t M,
-                 int64_t N, int64_t K, float* o, int64_t ldo) {
+                 int64_t N, int64_t K, float* o, int64_t ldo, const Epilogue& epi) {
   const QuantDotFn fn = quant_kernels()->dot[fmt];
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const int64_t chunks = (N + kChunk - 1) / kChunk;
@@ -196,13 +226,17 @@ void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRow
         for (int r = 0; r < R; ++r) o[(m0 + r) * ldo + n] = part[r];
       }
     }
+    float gbuf[kChunk];
+    if (epi.any()) epi.apply(o, ldo, 0, M, n0, n1, gbuf);
   }
 }
 
 // o [M, N] (row stride ldo) = a @ w^T by the eight-row kernels over the packed
-// groups and the row kernels over the rows past them (from w).
+// groups and the row kernels over the rows past them (from w), then the
+// epilogue.
 void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, size_t stride,
-                    const QuantRows& qa, int64_t M, int64_t N, int64_t K, float* o, int64_t ldo) {
+                    const QuantRows& qa, int64_t M, int64_t N, int64_t K, float* o, int64_t ldo,
+                    const Epilogue& epi) {
   const QuantKernels* k = quant_kernels();
   const QuantDot8Fn fn8 = k->dot8[fmt];
   const QuantDotFn fn = k->dot[fmt];
@@ -213,7 +247,8 @@ void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, siz
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t g0 = it * kGroups;
-    if (g0 >= pk.groups) {  // the rows past the last whole group
+    float gbuf[kChunk];
+    if (g0 >= pk.groups) {  // the rows past the last whole group (fewer than 8)
       float part[4];
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         const int R = static_cast<int>(std::min<int64_t>(4, M - m0));
@@ -222,6 +257,7 @@ void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, siz
           for (int r = 0; r < R; ++r) o[(m0 + r) * ldo + n] = part[r];
         }
       }
+      if (epi.any()) epi.apply(o, ldo, 0, M, 8 * pk.groups, N, gbuf);
       continue;
     }
     const int64_t g1 = std::min(pk.groups, g0 + kGroups);
@@ -234,6 +270,7 @@ void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, siz
           std::memcpy(o + (m0 + r) * ldo + 8 * g, part + 8 * r, 8 * sizeof(float));
       }
     }
+    if (epi.any()) epi.apply(o, ldo, 0, M, 8 * g0, 8 * g1, gbuf);
   }
 }
 
@@ -371,6 +408,14 @@ void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias
   std::vector<float> scratch(direct ? 0 : static_cast<size_t>(M * N));
   float* o = direct ? static_cast<float*>(c.data) : scratch.data();
   const int64_t ldo = direct ? c.strides[0] : N;
+  std::vector<float> bb;
+  Epilogue epi;
+  if (bias) {
+    bb.resize(static_cast<size_t>(N));
+    epi.bias = load_row(*bias, 0, N, bias->strides[0], bb.data());
+  }
+  epi.act = activation;
+  bool epilogue_done = false;
   if (K == 0) {
     for (int64_t m = 0; m < M; ++m) std::fill(o + m * ldo, o + m * ldo + N, 0.f);
   } else if (M >= (gemm_rows >= 0 ? gemm_rows : quant_gemm_rows(w.dtype)) && a.strides[0] >= K) {
@@ -379,36 +424,20 @@ void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias
     QuantRows qa;
     quantize_rows(threads, a, M, K, &qa);
     if (packed && quant_kernels()->dot8[fmt])
-      product_packed(threads, fmt, *packed, w, stride, qa, M, N, K, o, ldo);
+      product_packed(threads, fmt, *packed, w, stride, qa, M, N, K, o, ldo, epi);
     else
-      product_int(threads, fmt, w, stride, qa, M, N, K, o, ldo);
+      product_int(threads, fmt, w, stride, qa, M, N, K, o, ldo, epi);
+    epilogue_done = true;
   }
-  // Epilogue: + bias, act, * gate, in place.
-  if (bias || activation) {
-    std::vector<float> bb;
-    const float* bv = nullptr;
-    if (bias) {
-      bb.resize(static_cast<size_t>(N));
-      bv = load_row(*bias, 0, N, bias->strides[0], bb.data());
-    }
+  // The epilogue of the other paths: every column of each row, rows split
+  // over the threads.
+  if (epi.any() && !epilogue_done) {
     const int nt = threads_for(threads, M, static_cast<double>(M) * N * 8);
 #pragma omp parallel num_threads(nt)
     {
-      std::vector<float> gbuf(gate ? static_cast<size_t>(N) : 0);
+      std::vector<float> gbuf(static_cast<size_t>(N));
 #pragma omp for schedule(static)
-      for (int64_t m = 0; m < M; ++m) {
-        float* x = o + m * ldo;
-        if (bv)
-          for (int64_t j = 0; j < N; ++j) x[j] += bv[j];
-        if (activation) {
-          activate(activation->act, x, x, N);
-          if (gate) {
-            const float* g =
-                load_row(*gate, m * gate->strides[0], N, gate->strides[1], gbuf.data());
-            for (int64_t j = 0; j < N; ++j) x[j] *= g[j];
-          }
-        }
-      }
+      for (int64_t m = 0; m < M; ++m) epi.apply(o, ldo, m, m + 1, 0, N, gbuf.data());
     }
   }
   // After every gate row was read (the gate may be c).

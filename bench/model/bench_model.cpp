@@ -72,6 +72,9 @@ double now() {
 // Seconds of one generate call: `rows` prompts of `prompt` ids each, `n`
 // new tokens per row (greedy, no EOS). The prompt ids are
 // (i * 7919 + 13 + r * 131) % vocab (row r), as llama_cpp_reference.py's.
+// The KV cache's storage (--kv-dtype int8: OSLO_DTYPE_I8).
+oslo_dtype g_kv_dtype = OSLO_DTYPE_F32;
+
 // `tokens`, when given, receives the generated ids.
 double generate(oslo_model* m, int64_t prompt, int64_t n, int64_t vocab, int64_t rows = 1,
                 std::vector<int64_t>* tokens = nullptr) {
@@ -84,6 +87,7 @@ double generate(oslo_model* m, int64_t prompt, int64_t n, int64_t vocab, int64_t
   oslo_generate_options o;
   check(oslo_generate_options_init(&o, OSLO_GENERATE_OPTIONS_VERSION), "options");
   o.max_new_tokens = n;
+  o.kv_cache_dtype = g_kv_dtype;
   const int64_t none = 0;
   o.eos_token_ids = &none;  // no EOS: always n tokens
   o.num_eos_token_ids = 0;
@@ -150,7 +154,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s MODEL [--threads N] [--dtype f32|bf16] [--reps R] [--backend NAME] "
                  "[--prefill-only | --decode-only] [--pp P] [--prefill-rows B] "
-                 "[--weight-bytes BYTES]\n",
+                 "[--weight-bytes BYTES] [--kv-dtype f32|int8]\n",
                  argv[0]);
     return 2;
   }
@@ -171,6 +175,13 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i - 1], "--reps")) reps = std::atoi(v);
     if (!std::strcmp(argv[i - 1], "--backend")) backend = v;
     if (!std::strcmp(argv[i - 1], "--weight-bytes")) weight_bytes = std::atof(v);
+    if (!std::strcmp(argv[i - 1], "--kv-dtype")) {
+      if (std::strcmp(v, "f32") && std::strcmp(v, "int8")) {
+        std::fprintf(stderr, "--kv-dtype: f32 or int8, not %s\n", v);
+        return 2;
+      }
+      g_kv_dtype = !std::strcmp(v, "int8") ? OSLO_DTYPE_I8 : OSLO_DTYPE_F32;
+    }
     if (!std::strcmp(argv[i - 1], "--dtype"))
       dtype = !std::strcmp(v, "bf16") ? OSLO_DTYPE_BF16 : OSLO_DTYPE_F32;
   }
@@ -232,6 +243,15 @@ int main(int argc, char** argv) {
   const double weights_read =
       (weight_bytes > 0 ? weight_bytes : (L * per_layer + V * H) * wbytes) / world;
   const double bound = bw > 0 ? weights_read / (bw * 1e9) : 0.0;
+  // The KV cache a timed decode step reads besides the weights: every
+  // layer's keys and values of its kv heads at the step's length, averaged
+  // over the 128 timed steps (lengths 34 .. 161), f32 or int8 + an f32
+  // scale per row of head_dim.
+  const double hd = H / static_cast<double>(info.num_heads);
+  const double row_bytes = g_kv_dtype == OSLO_DTYPE_I8 ? hd + 4 : 4 * hd;
+  const double kv_read =
+      L * 2 * static_cast<double>(info.num_kv_heads) * row_bytes * (34.0 + 161.0) / 2.0 / world;
+  const double bound_kv = bw > 0 ? (weights_read + kv_read) / (bw * 1e9) : 0.0;
   // Expected resident bytes: this rank's weights (all tensors), the KV cache
   // of the longest run (prompt 512 + 1 token, f32) and activations.
   const double all_weights = (L * per_layer + V * H) * wbytes / world +
@@ -262,15 +282,17 @@ int main(int argc, char** argv) {
         "{\"backend\": \"%s\", \"tp\": %d, \"pp\": %d, \"threads\": %d, \"dtype\": \"%s\", "
         "\"load_s\": %.3f, \"prefill_rows\": %d, \"prefill_tok_s\": %.1f, "
         "\"decode_tok_s\": %.2f, \"decode_ms\": %.3f, \"stream_gb_s\": %.2f, "
-        "\"bound_ms\": %.3f, \"decode_over_bound\": %.3f, \"rss_baseline_mib\": %.1f, "
+        "\"bound_ms\": %.3f, \"decode_over_bound\": %.3f, \"kv_dtype\": \"%s\", "
+        "\"kv_bytes_step\": %.0f, \"decode_over_bound_with_kv\": %.3f, \"rss_baseline_mib\": %.1f, "
         "\"rss_context_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_mib\": %.1f, "
         "\"expected_mib\": %.1f, \"peak_over_expected\": %.3f, \"weight_bytes\": %.0f, "
         "\"first_tokens\": %s}\n",
         backend.c_str(), world / std::max(1, pp), pp, threads, dtype_name, load_s, prefill_rows,
         static_cast<double>(512 / prefill_rows * prefill_rows) / prefill, 1.0 / decode,
-        decode * 1e3, bw, bound * 1e3, bound > 0 ? decode / bound : 0.0, rss0 / 1024.0,
-        rss_ctx / 1024.0, rss_loaded / 1024.0, peak / 1024.0,
-        (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
+        decode * 1e3, bw, bound * 1e3, bound > 0 ? decode / bound : 0.0,
+        g_kv_dtype == OSLO_DTYPE_I8 ? "int8" : "f32", kv_read * world,
+        bound_kv > 0 ? decode / bound_kv : 0.0, rss0 / 1024.0, rss_ctx / 1024.0,
+        rss_loaded / 1024.0, peak / 1024.0, (all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0,
         peak / 1024.0 / ((all_weights + kv + act) / 1048576.0 + rss_ctx / 1024.0),
         weights_read * world, first.c_str());
   oslo_model_destroy(m);

@@ -185,6 +185,13 @@ class Backend {
   // OSLO_ERR_SHAPE naming the operand.
   void quantize_rows(const View& q, const View& scale, const View& x);
   void dequantize_rows(const View& out, const View& q, const View& scale);
+  // attention() over an int8 KV cache (oslo_backend.h's attention_kv8): k
+  // and v [B, Hkv, T, D] i8, k_scale and v_scale [B, Hkv, T] f32, the rest
+  // as attention(). The backend's entry, else the rows dequantized to q's
+  // dtype (dequantize_rows) and attention().
+  void attention_kv8(const View& out, const View& q, const View& k, const View& k_scale,
+                     const View& v, const View& v_scale, const View* mask, float scale, bool causal,
+                     int64_t causal_offset);
   // One AdamW update in place (oslo_backend.h's adamw: f32, contiguous).
   void adamw(const View& p, const View& g, const View& m, const View& v, float decay, float beta1,
              float beta2, float step_size, float bc2_sqrt, float eps);

@@ -62,5 +62,11 @@ inline bool is_float(oslo_dtype dt) {
   return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
 }
 
+// The shape and dtype checks of attention() (fused.cpp), shared by its fused
+// and composed paths and by attention_kv8's, so all refuse the same input
+// with the same message. Throws OSLO_ERR_SHAPE or OSLO_ERR_DTYPE.
+void check_attention(const View& out, const View& q, const View& k, const View& v,
+                     const View* mask);
+
 }  // namespace compose
 }  // namespace oslo

@@ -25,10 +25,10 @@ using compose::is_float;
 using compose::Scratch;
 using compose::strided;
 
-// The shape checks of attention(), shared by the fused and composed paths
-// so both refuse the same input with the same message.
-void check_attention(const View& out, const View& q, const View& k, const View& v,
-                     const View* mask) {
+}  // namespace
+
+void compose::check_attention(const View& out, const View& q, const View& k, const View& v,
+                              const View* mask) {
   for (const View* t : {&out, &q, &k, &v})
     OSLO_CHECK(t->ndim == 4 && is_float(t->dtype), OSLO_ERR_SHAPE,
                "attention operands must be 4-D float views ([batch, heads, seq, head_dim]), got ",
@@ -53,8 +53,6 @@ void check_attention(const View& out, const View& q, const View& k, const View& 
                k.shape[2], "]");
 }
 
-}  // namespace
-
 bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
   if (!fused_) return false;
   const bool entry =
@@ -68,13 +66,14 @@ bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
       (op == OSLO_BK_OP_DEQUANTIZE && t_.dequantize) ||
       (op == OSLO_BK_OP_MATMUL_QUANT && t_.matmul_quant) ||
       (op == OSLO_BK_OP_QUANTIZE_ROWS && t_.quantize_rows) ||
-      (op == OSLO_BK_OP_DEQUANTIZE_ROWS && t_.dequantize_rows) || op == OSLO_BK_OP_MATMUL_MIXED;
+      (op == OSLO_BK_OP_DEQUANTIZE_ROWS && t_.dequantize_rows) ||
+      (op == OSLO_BK_OP_ATTENTION_KV8 && t_.attention_kv8) || op == OSLO_BK_OP_MATMUL_MIXED;
   return entry && op_supported(op, dtype);
 }
 
 void Backend::attention(const View& out, const View& q, const View& k, const View& v,
                         const View* mask, float scale, bool causal, int64_t causal_offset) {
-  check_attention(out, q, k, v, mask);
+  compose::check_attention(out, q, k, v, mask);
   if (uses_fused(OSLO_BK_OP_ATTENTION, q.dtype))
     return check(t_.attention(self_, &out, &q, &k, &v, mask, scale, causal ? 1 : 0, causal_offset),
                  "attention");

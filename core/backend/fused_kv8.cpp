@@ -1,7 +1,9 @@
 // The int8 KV cache's conversions (oslo_backend.h's quantize_rows and
-// dequantize_rows): the backend's own entries when it offers them for the
-// float dtype, else the reference below, which the conformance suite
-// compares every backend's entries with byte for byte. The reference runs
+// dequantize_rows) and its attention (attention_kv8): the backend's own
+// entries when it offers them for the float dtype, else the reference
+// below, which the conformance suite compares every backend's entries with
+// (the conversions byte for byte; attention_kv8 is dequantize_rows then
+// attention()). The reference runs
 // on the host: directly on the views when the backend's memory is the
 // host's (the CPU backend), else on copies of the byte ranges the views
 // span, written back whole (the stream is in order, nothing else writes
@@ -171,6 +173,35 @@ void Backend::dequantize_rows(const View& out, const View& q, const View& scale)
              static_cast<size_t>(D));
   }
   ho.put();
+}
+
+void Backend::attention_kv8(const View& out, const View& q, const View& k, const View& k_scale,
+                            const View& v, const View& v_scale, const View* mask, float scale,
+                            bool causal, int64_t causal_offset) {
+  const char* op = "attention_kv8";
+  OSLO_CHECK(k.dtype == OSLO_DTYPE_I8 && v.dtype == OSLO_DTYPE_I8, OSLO_ERR_DTYPE, op,
+             ": keys and values must be i8, got ", dtype_name(k.dtype), " and ",
+             dtype_name(v.dtype));
+  OSLO_CHECK(k.ndim == 4 && v.ndim == 4, OSLO_ERR_SHAPE, op,
+             ": keys and values must be 4-D [batch, kv heads, seq, head_dim], got ", dims(k),
+             " and ", dims(v));
+  // The shape rules of attention(), on the rows as q's dtype would hold them.
+  View kd = k, vd = v;
+  kd.dtype = vd.dtype = q.dtype;
+  compose::check_attention(out, q, kd, vd, mask);
+  check_rows(kd, k, k_scale, "attention_kv8 keys");
+  check_rows(vd, v, v_scale, "attention_kv8 values");
+  if (uses_fused(OSLO_BK_OP_ATTENTION_KV8, q.dtype))
+    return check(t_.attention_kv8(self_, &out, &q, &k, &k_scale, &v, &v_scale, mask, scale,
+                                  causal ? 1 : 0, causal_offset),
+                 op);
+  // The reference: the rows dequantized to q's dtype, then attention().
+  const int64_t B = k.shape[0], H = k.shape[1], T = k.shape[2], D = k.shape[3];
+  if (T == 0) return attention(out, q, kd, vd, mask, scale, causal, causal_offset);
+  compose::Scratch kf(*this, q.dtype, {B, H, T, D}), vf(*this, q.dtype, {B, H, T, D});
+  dequantize_rows(kf.view(), k, k_scale);
+  dequantize_rows(vf.view(), v, v_scale);
+  attention(out, q, kf.view(), vf.view(), mask, scale, causal, causal_offset);
 }
 
 }  // namespace oslo

@@ -222,6 +222,8 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_QUANTIZE_ROWS = 1037,
   /** dequantize_rows(): int8 rows and their scales back to a float dtype. */
   OSLO_BK_OP_DEQUANTIZE_ROWS = 1038,
+  /** attention_kv8(): attention() over an int8 KV cache, read as it is. */
+  OSLO_BK_OP_ATTENTION_KV8 = 1039,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -752,48 +754,25 @@ typedef struct oslo_backend_iface {
    * bf16). out = (float)q * scale of its row, rounded once to out's dtype. */
   oslo_status (*dequantize_rows)(void *self, const oslo_bk_view *out, const oslo_bk_view *q,
                                  const oslo_bk_view *scale);
+
+  /** OSLO_BK_OP_ATTENTION_KV8 (op_supported's dtype: q's). Optional and past
+   * OSLO_BACKEND_IFACE_V2_KV8_SIZE; a fused op as those above (else the core
+   * dequantizes the rows to q's dtype with dequantize_rows() and calls
+   * attention(), core/backend/fused_kv8.cpp). attention() with its keys and
+   * values an int8 cache: k and v [B, Hkv, T, D] OSLO_DTYPE_I8 (unit last
+   * stride), k_scale and v_scale [B, Hkv, T] f32 (any strides), key row j
+   * meaning k[.., j, :] * k_scale[.., j] (likewise v). Everything else
+   * (shapes, mask, causal, out) as attention(); the result within f32
+   * rounding of attention() over the dequantized rows. */
+  oslo_status (*attention_kv8)(void *self, const oslo_bk_view *out, const oslo_bk_view *q,
+                               const oslo_bk_view *k, const oslo_bk_view *k_scale,
+                               const oslo_bk_view *v, const oslo_bk_view *v_scale,
+                               const oslo_bk_view *mask, float scale, int causal,
+                               int64_t causal_offset);
 } oslo_backend_iface;
 
-/** The size of an ABI v1 table: every entry up to comm_abort. */
-#define OSLO_BACKEND_IFACE_V1_SIZE (offsetof(oslo_backend_iface, copy_async))
-/** The size of an ABI v2 table. */
-#define OSLO_BACKEND_IFACE_V2_SIZE (offsetof(oslo_backend_iface, adamw) + sizeof(void (*)(void)))
-/** The size of a v2 table with the optional recorded-work entries
- * (graph_begin, graph_end), appended after v2's required size. */
-#define OSLO_BACKEND_IFACE_V2_GRAPHS_SIZE \
-  (offsetof(oslo_backend_iface, graph_end) + sizeof(void (*)(void)))
-
-/** The size of a v2 table with the graph entries and the prepacked-weight
- * entries (pack_weight, matmul_packed, packed_free). */
-#define OSLO_BACKEND_IFACE_V2_PACKED_SIZE \
-  (offsetof(oslo_backend_iface, packed_free) + sizeof(void (*)(void)))
-
-/** The size of a v2 table with the staging entries (check_memory,
- * host_alloc, host_free) after the prepacked-weight ones. */
-#define OSLO_BACKEND_IFACE_V2_STAGING_SIZE \
-  (offsetof(oslo_backend_iface, host_free) + sizeof(void (*)(void)))
-
-/** The size of a v2 table with the training entry (attention_backward)
- * after the staging ones. */
-#define OSLO_BACKEND_IFACE_V2_TRAIN_SIZE \
-  (offsetof(oslo_backend_iface, attention_backward) + sizeof(void (*)(void)))
-
-/** The size of a v2 table with the serving entry (paged_attention) after
- * the training one. */
-#define OSLO_BACKEND_IFACE_V2_SERVE_SIZE \
-  (offsetof(oslo_backend_iface, paged_attention) + sizeof(void (*)(void)))
-
-/** The size of a v2 table with the quantized-weight entries (dequantize,
- * matmul_quant) after the serving one. */
-#define OSLO_BACKEND_IFACE_V2_QUANT_SIZE \
-  (offsetof(oslo_backend_iface, matmul_quant) + sizeof(void (*)(void)))
-
-/** The size of a v2 table with the int8 KV cache's entries (quantize_rows,
- * dequantize_rows) after the quantized-weight ones. */
-#define OSLO_BACKEND_IFACE_V2_KV8_SIZE \
-  (offsetof(oslo_backend_iface, dequantize_rows) + sizeof(void (*)(void)))
-
-/* Every entry's slot pinned by static asserts (oslo_backend_slots.h). */
+/* The sizes of the table's versions (OSLO_BACKEND_IFACE_V1_SIZE, ...) and
+ * every entry's slot, pinned by static asserts (oslo_backend_slots.h). */
 #include "oslo_backend_slots.h" /* next to this file */
 
 /** The symbols a plugin exports (see "Versioning"): liboslo looks up the v2

@@ -1,9 +1,10 @@
 /*
- * oslo_backend_slots.h - part of oslo_backend.h (include that one): the slot
- * of every entry of oslo_backend_iface, pinned by static asserts, so that
+ * oslo_backend_slots.h - part of oslo_backend.h (include that one): the
+ * sizes of the table's versions, and the slot of every entry of
+ * oslo_backend_iface, pinned by static asserts, so that
  * moving, removing or inserting an entry (which breaks every plugin built
- * before) fails to compile. A new entry gets its OSLO_BK_SLOT_ line here and
- * its size macro in oslo_backend.h.
+ * before) fails to compile. A new entry gets its size macro and its
+ * OSLO_BK_SLOT_ line here.
  */
 #ifndef OSLO_BACKEND_SLOTS_H
 #define OSLO_BACKEND_SLOTS_H
@@ -11,6 +12,51 @@
 #ifndef OSLO_BACKEND_H
 #error "include oslo_backend.h, not oslo_backend_slots.h"
 #endif
+
+/** The size of an ABI v1 table: every entry up to comm_abort. */
+#define OSLO_BACKEND_IFACE_V1_SIZE (offsetof(oslo_backend_iface, copy_async))
+/** The size of an ABI v2 table. */
+#define OSLO_BACKEND_IFACE_V2_SIZE (offsetof(oslo_backend_iface, adamw) + sizeof(void (*)(void)))
+/** The size of a v2 table with the optional recorded-work entries
+ * (graph_begin, graph_end), appended after v2's required size. */
+#define OSLO_BACKEND_IFACE_V2_GRAPHS_SIZE \
+  (offsetof(oslo_backend_iface, graph_end) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the graph entries and the prepacked-weight
+ * entries (pack_weight, matmul_packed, packed_free). */
+#define OSLO_BACKEND_IFACE_V2_PACKED_SIZE \
+  (offsetof(oslo_backend_iface, packed_free) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the staging entries (check_memory,
+ * host_alloc, host_free) after the prepacked-weight ones. */
+#define OSLO_BACKEND_IFACE_V2_STAGING_SIZE \
+  (offsetof(oslo_backend_iface, host_free) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the training entry (attention_backward)
+ * after the staging ones. */
+#define OSLO_BACKEND_IFACE_V2_TRAIN_SIZE \
+  (offsetof(oslo_backend_iface, attention_backward) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the serving entry (paged_attention) after
+ * the training one. */
+#define OSLO_BACKEND_IFACE_V2_SERVE_SIZE \
+  (offsetof(oslo_backend_iface, paged_attention) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the quantized-weight entries (dequantize,
+ * matmul_quant) after the serving one. */
+#define OSLO_BACKEND_IFACE_V2_QUANT_SIZE \
+  (offsetof(oslo_backend_iface, matmul_quant) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the int8 KV cache's entries (quantize_rows,
+ * dequantize_rows) after the quantized-weight ones. */
+#define OSLO_BACKEND_IFACE_V2_KV8_SIZE \
+  (offsetof(oslo_backend_iface, dequantize_rows) + sizeof(void (*)(void)))
+
+/** The size of a v2 table with the int8 KV cache's attention (attention_kv8)
+ * after its row entries. */
+#define OSLO_BACKEND_IFACE_V2_KV8_ATTENTION_SIZE \
+  (offsetof(oslo_backend_iface, attention_kv8) + sizeof(void (*)(void)))
+
 
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
@@ -106,11 +152,12 @@ OSLO_BK_SLOT_(dequantize, 68);
 OSLO_BK_SLOT_(matmul_quant, 69);
 OSLO_BK_SLOT_(quantize_rows, 70);
 OSLO_BK_SLOT_(dequantize_rows, 71);
+OSLO_BK_SLOT_(attention_kv8, 72);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_KV8_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after dequantize_rows needs its own size macro");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_KV8_ATTENTION_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after attention_kv8 needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

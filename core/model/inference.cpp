@@ -49,35 +49,30 @@ void InferenceRunner::attention(size_t li, const View& q, const View& k, const V
   };
   const View knew = strided(k.data, k.dtype, {B, nkvl, S, D}, {S * rk, D, rk, 1});
   const View vnew = strided(v.data, v.dtype, {B, nkvl, S, D}, {S * rv, D, rv, 1});
-  View kv, vv;
-  Tensor kf, vf;  // int8: the rows [0, T) dequantized
+  const View qv = strided(q.data, q.dtype, {B, nhl, S, D}, {S * rq, D, rq, 1});
+  const View ov = strided(out.data, out.dtype, {B, nhl, S, D}, {S * nhl * D, D, nhl * D, 1});
+  const View mv = strided(mask.data(), OSLO_DTYPE_F32, {B, T}, {T, 1});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   if (int8) {
-    // One f32 scale per token and KV head: [rows, nkvl, Tmax].
+    // One f32 scale per token and KV head: [rows, nkvl, Tmax]. The new rows
+    // are quantized into the cache, then every query head attends over the
+    // int8 rows [0, T) (the backend's attention_kv8 reads them as they are,
+    // or the core dequantizes them first).
     auto scale_at = [&](const Tensor& sc, int64_t p0, int64_t n) {
       return strided(at(view(sc), row0 * nkvl * Tmax + p0), OSLO_DTYPE_F32, {B, nkvl, n},
                      {nkvl * Tmax, Tmax, 1});
     };
     be.quantize_rows(cache_at(kc, P, S), scale_at(k_scale_[li], P, S), knew);
     be.quantize_rows(cache_at(vc, P, S), scale_at(v_scale_[li], P, S), vnew);
-    kf = scratch(bp, OSLO_DTYPE_F32, {B, nkvl, T, D});
-    vf = scratch(bp, OSLO_DTYPE_F32, {B, nkvl, T, D});
-    be.dequantize_rows(view(kf), cache_at(kc, 0, T), scale_at(k_scale_[li], 0, T));
-    be.dequantize_rows(view(vf), cache_at(vc, 0, T), scale_at(v_scale_[li], 0, T));
-    kv = view(kf);
-    vv = view(vf);
-  } else {
-    be.convert(cache_at(kc, P, S), knew);
-    be.convert(cache_at(vc, P, S), vnew);
-    kv = cache_at(kc, 0, T);
-    vv = cache_at(vc, 0, T);
+    be.attention_kv8(ov, qv, cache_at(kc, 0, T), scale_at(k_scale_[li], 0, T), cache_at(vc, 0, T),
+                     scale_at(v_scale_[li], 0, T), &mv, scale, s_.cfg.traits.causal, P);
+    return;
   }
+  be.convert(cache_at(kc, P, S), knew);
+  be.convert(cache_at(vc, P, S), vnew);
   // Every query head over the cache [0, T) in one call (the backend's fused
   // attention, or its composition from products and a softmax).
-  const View qv = strided(q.data, q.dtype, {B, nhl, S, D}, {S * rq, D, rq, 1});
-  const View ov = strided(out.data, out.dtype, {B, nhl, S, D}, {S * nhl * D, D, nhl * D, 1});
-  const View mv = strided(mask.data(), OSLO_DTYPE_F32, {B, T}, {T, 1});
-  be.attention(ov, qv, kv, vv, &mv, 1.0f / std::sqrt(static_cast<float>(D)), s_.cfg.traits.causal,
-               P);
+  be.attention(ov, qv, cache_at(kc, 0, T), cache_at(vc, 0, T), &mv, scale, s_.cfg.traits.causal, P);
 }
 
 Tensor InferenceRunner::run(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,

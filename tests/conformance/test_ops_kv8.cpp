@@ -243,12 +243,160 @@ void error_cases(const std::shared_ptr<Backend>& be) {
   }
 }
 
+void attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t B, int64_t Hq,
+                    int64_t Hkv, int64_t S, int64_t T, int64_t D, bool causal, int64_t off,
+                    bool with_mask) {
+  // q and out [B, S, Hq, D] seen as [B, Hq, S, D]; the caches [B, Hkv,
+  // Tmax, D] i8 and their scales [B, Hkv, Tmax], of which T positions are
+  // used.
+  const int64_t Tmax = T + 3, g = Hq / Hkv;
+  Dev qb(be, dt, {B, S, Hq, D}), ob(be, OSLO_DTYPE_F32, {B, S, Hq, D}),
+      oc(be, OSLO_DTYPE_F32, {B, S, Hq, D}), mb(be, OSLO_DTYPE_F32, {B, std::max<int64_t>(T, 1)});
+  Dev kb(be, OSLO_DTYPE_I8, {B, Hkv, Tmax, D}), vb(be, OSLO_DTYPE_I8, {B, Hkv, Tmax, D});
+  Dev ksb(be, OSLO_DTYPE_F32, {B, Hkv, Tmax}), vsb(be, OSLO_DTYPE_F32, {B, Hkv, Tmax});
+  const auto hq = random_in(static_cast<size_t>(B * S * Hq * D), dt, 2.0);
+  std::vector<int8_t> hk(static_cast<size_t>(B * Hkv * Tmax * D)), hv(hk.size());
+  for (auto* c : {&hk, &hv})
+    for (auto& x : *c) x = static_cast<int8_t>(std::lround(127.0 * rnd()));
+  std::vector<double> hks(static_cast<size_t>(B * Hkv * Tmax)), hvs(hks.size());
+  for (size_t i = 0; i < hks.size(); ++i) {
+    hks[i] = static_cast<float>(0.004 + 0.012 * (rnd() + 1.0));
+    hvs[i] = static_cast<float>(0.004 + 0.006 * (rnd() + 1.0));
+  }
+  hks[1] = hvs[2] = 0.0;  // rows of zeros
+  std::vector<double> hm(static_cast<size_t>(B * T), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      double& m = hm[static_cast<size_t>(b * T + t)];
+      if (b == 1 && t < 3) m = -INFINITY;  // left padding of row 1
+      if (t % 7 == 5) m = -0.75;
+    }
+  qb.upload(hq);
+  be->copy(kb.p, hk.data(), hk.size(), CopyKind::HostToDevice);
+  be->copy(vb.p, hv.data(), hv.size(), CopyKind::HostToDevice);
+  ksb.upload(hks);
+  vsb.upload(hvs);
+  if (T > 0) mb.upload(hm);
+  const View mask = strided_view(mb.p, OSLO_DTYPE_F32, {B, T}, {T, 1});
+  const View q = strided_view(qb.p, dt, {B, Hq, S, D}, {S * Hq * D, D, Hq * D, 1});
+  const std::vector<int64_t> rs = {Hkv * Tmax * D, Tmax * D, D, 1}, ss = {Hkv * Tmax, Tmax, 1};
+  const View k = strided_view(kb.p, OSLO_DTYPE_I8, {B, Hkv, T, D}, rs);
+  const View v = strided_view(vb.p, OSLO_DTYPE_I8, {B, Hkv, T, D}, rs);
+  const View ks = strided_view(ksb.p, OSLO_DTYPE_F32, {B, Hkv, T}, ss);
+  const View vs = strided_view(vsb.p, OSLO_DTYPE_F32, {B, Hkv, T}, ss);
+  auto out_view = [&](void* p) {
+    return strided_view(p, OSLO_DTYPE_F32, {B, Hq, S, D}, {S * Hq * D, D, Hq * D, 1});
+  };
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // f64 reference over the values the bytes stand for.
+  auto kval = [&](int64_t b, int64_t kh, int64_t j, int64_t d) {
+    const size_t r = static_cast<size_t>((b * Hkv + kh) * Tmax + j);
+    return hk[r * static_cast<size_t>(D) + static_cast<size_t>(d)] * hks[r];
+  };
+  auto vval = [&](int64_t b, int64_t kh, int64_t j, int64_t d) {
+    const size_t r = static_cast<size_t>((b * Hkv + kh) * Tmax + j);
+    return hv[r * static_cast<size_t>(D) + static_cast<size_t>(d)] * hvs[r];
+  };
+  std::vector<double> ref(static_cast<size_t>(B * S * Hq * D), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t kh = h / g;
+        std::vector<double> z(static_cast<size_t>(T), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) {
+          if (causal && j > i + off) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += hq[static_cast<size_t>(((b * S + i) * Hq + h) * D + d)] * kval(b, kh, j, d);
+          z[static_cast<size_t>(j)] = static_cast<double>(scale) * dot +
+                                      (with_mask ? hm[static_cast<size_t>(b * T + j)] : 0);
+          mx = std::max(mx, z[static_cast<size_t>(j)]);
+        }
+        if (mx == -INFINITY) continue;  // no key: 0
+        double sum = 0;
+        for (auto& e : z) sum += (e = std::exp(e - mx));
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < T; ++j) o += z[static_cast<size_t>(j)] * vval(b, kh, j, d);
+          ref[static_cast<size_t>(((b * S + i) * Hq + h) * D + d)] = o / sum;
+        }
+      }
+  for (int fused = 1; fused >= 0; --fused) {
+    FusedToggle f(*be, fused == 1);
+    be->attention_kv8(out_view(fused ? ob.p : oc.p), q, k, ks, v, vs, with_mask ? &mask : nullptr,
+                      scale, causal, off);
+  }
+  const auto got = ob.download(), comp = oc.download();
+  // The composition rounds the rows to q's dtype first.
+  const double t = std::max(tol(dt), 2e-5);
+  double e1 = 0, e2 = 0, e3 = 0;
+  const bool ok1 = close(got, ref, t, &e1), ok2 = close(comp, ref, t, &e2),
+             ok3 = close(got, comp, t, &e3);
+  check(ok1, fmt("fused err %g", e1));
+  check(ok2, fmt("composed err %g", e2));
+  check(ok3, fmt("fused vs composed %g", e3));
+}
+
+void attention_cases(const std::shared_ptr<Backend>& be) {
+  struct A {
+    int64_t B, Hq, Hkv, S, T, D;
+    bool causal;
+    int64_t off;
+    bool mask;
+  };
+  const A cases[] = {
+      {1, 12, 12, 1, 40, 64, true, 39, true},   // decode, MHA (GPT-2's heads)
+      {2, 8, 2, 1, 130, 64, true, 129, true},   // decode, GQA 4
+      {1, 8, 1, 1, 300, 128, true, 299, true},  // MQA, long cache: split over keys
+      {1, 4, 2, 1, 70, 72, true, 69, false},    // D = 64 + 8
+      {2, 4, 4, 3, 9, 24, true, 6, true},       // a few queries, D not a multiple of 8
+      {1, 2, 2, 3, 5, 8, true, -2, false},      // queries with no key: 0
+      {2, 6, 2, 20, 26, 32, true, 6, true},     // prefill tiles, GQA 3
+      {1, 4, 4, 1, 0, 16, true, -1, false},     // no key at all
+      {2, 4, 2, 6, 6, 16, false, 0, true},      // no causal mask
+  };
+  for (oslo_dtype dt : kFloats)
+    for (const A& c : cases) {
+      g_case =
+          fmt("attention_kv8 %s B%lld Hq%lld Hkv%lld S%lld T%lld D%lld causal %d off %lld "
+              "mask %d",
+              dtype_name(dt), (long long)c.B, (long long)c.Hq, (long long)c.Hkv, (long long)c.S,
+              (long long)c.T, (long long)c.D, c.causal, (long long)c.off, c.mask);
+      attention_case(be, dt, c.B, c.Hq, c.Hkv, c.S, c.T, c.D, c.causal, c.off, c.mask);
+    }
+  g_case = "attention_kv8 errors";
+  Dev q(be, OSLO_DTYPE_F32, {1, 4, 1, 8}), o(be, OSLO_DTYPE_F32, {1, 4, 1, 8});
+  Dev k(be, OSLO_DTYPE_I8, {1, 2, 5, 8}), kf(be, OSLO_DTYPE_F32, {1, 2, 5, 8});
+  Dev s(be, OSLO_DTYPE_F32, {1, 2, 5}), sh(be, OSLO_DTYPE_F16, {1, 2, 5}),
+      s4(be, OSLO_DTYPE_F32, {1, 2, 4}), m(be, OSLO_DTYPE_F32, {1, 6});
+  Dev k3(be, OSLO_DTYPE_I8, {1, 3, 5, 8}), s3(be, OSLO_DTYPE_F32, {1, 3, 5});
+  for (int fused = 1; fused >= 0; --fused) {
+    FusedToggle t(*be, fused == 1);
+    expect_refused(fused, "attention_kv8: f32 keys", OSLO_ERR_DTYPE, [&] {
+      be->attention_kv8(o.v, q.v, kf.v, s.v, k.v, s.v, nullptr, 1.f, true, 0);
+    });
+    expect_refused(fused, "attention_kv8: f16 scales", OSLO_ERR_DTYPE, [&] {
+      be->attention_kv8(o.v, q.v, k.v, sh.v, k.v, s.v, nullptr, 1.f, true, 0);
+    });
+    expect_refused(fused, "attention_kv8: 4 value scales for 5 rows", OSLO_ERR_SHAPE, [&] {
+      be->attention_kv8(o.v, q.v, k.v, s.v, k.v, s4.v, nullptr, 1.f, true, 0);
+    });
+    expect_refused(fused, "attention_kv8: 4 query heads over 3 key heads", OSLO_ERR_SHAPE, [&] {
+      be->attention_kv8(o.v, q.v, k3.v, s3.v, k3.v, s3.v, nullptr, 1.f, true, 0);
+    });
+    expect_refused(fused, "attention_kv8: a mask of 6 keys over 5", OSLO_ERR_SHAPE,
+                   [&] { be->attention_kv8(o.v, q.v, k.v, s.v, k.v, s.v, &m.v, 1.f, true, 0); });
+  }
+}
+
 }  // namespace
 
 void test_kv8(const std::shared_ptr<Backend>& be) {
   g_case = "kv8";
   round_trip_cases(be);
   error_cases(be);
+  attention_cases(be);
 }
 
 }  // namespace conf
