@@ -45,9 +45,11 @@
 # model, format and row the best and median decode tokens/s over the rounds,
 # oslo / llama.cpp, and decode time / bound.
 #
-# Environment: PLAIN=1 adds a fourth row, oslo TP=1 with OSLO_PREPACK=0 (the
+# Environment: PLAIN=1 adds a row, oslo TP=1 with OSLO_PREPACK=0 (the
 # one-row kernels on the file's layout instead of the packed copies: the
-# packed copies' gain in the same rounds); MODELS="gpt2 llama",
+# packed copies' gain in the same rounds); KV8=1 adds a row, oslo TP=1 with
+# the int8 KV cache (--kv-dtype int8; llama.cpp's cache is f16, oslo's
+# default f32); MODELS="gpt2 llama",
 # FORMATS="q8_0 q4_0 q4_k" (subsets),
 # REPS (default 1), BUILD_DIR (the build tree of bench_model and oslo-run,
 # default build), BUILD=0 (run the binaries in BUILD_DIR as they are,
@@ -137,6 +139,10 @@ for r in $(seq "$rounds"); do
       if [ "${PLAIN:-0}" = 1 ]; then
         row "oslo TP=1, 2 threads, OSLO_PREPACK=0" "$name" "$fmt" "$r" \
           env OSLO_PREPACK=0 "$bin" "$f" --threads 2 --reps "$reps" --decode-only --weight-bytes "$b"
+      fi
+      if [ "${KV8:-0}" = 1 ]; then
+        row "oslo TP=1, 2 threads, int8 KV" "$name" "$fmt" "$r" \
+          "$bin" "$f" --threads 2 --reps "$reps" --decode-only --weight-bytes "$b" --kv-dtype int8
       fi
     done
   done

@@ -20,8 +20,10 @@ Prints two markdown tables:
      1 GiB buffer read by the row's threads, best of 3, measured in each
      oslo process after its decode; a llama.cpp row takes the bandwidth of
      the same round's oslo TP=1 row, same thread count), and the median over
-     rounds of decode time / bound; whether the first 8 greedy tokens equal
-     llama.cpp's on the same file and prompt (every round).
+     rounds of decode time / bound, and of decode time / the bound with the
+     KV cache a step reads added (oslo rows: bench_model's kv_bytes_step);
+     whether the first 8 greedy tokens equal llama.cpp's on the same file
+     and prompt (every round).
 Rows keep the order of their first appearance. Plain Python, no packages.
 """
 import json
@@ -70,12 +72,12 @@ def main():
         by_round[(r["model"], r["format"], r["row"], r["round"])] = r
     print("| model | format | engine | rounds | decode tok/s best | median | oslo / llama.cpp "
           "median (best) | decode ms median | bound ms | decode / bound median "
-          "| first tokens = llama.cpp |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| decode / bound with KV median | first tokens = llama.cpp |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (model, fmt, row), rs in rows.items():
         if not rs:
             print(f"| {model} | {fmt} | {row} | 0 | failed: {errors[(model, fmt, row)]} "
-                  "| | | | | | |")
+                  "| | | | | | | |")
             continue
         d = [r["decode_tok_s"] for r in rs]
         ms = [1e3 / r["decode_tok_s"] for r in rs]
@@ -85,7 +87,7 @@ def main():
             rd = [r["decode_tok_s"] for r in ref]
             ratio = (f"{statistics.median(d) / statistics.median(rd):.2f} "
                      f"({max(d) / max(rd):.2f})")
-        over, bounds, same = [], [], []
+        over, over_kv, bounds, same = [], [], [], []
         tp = rs[0].get("tp", 1)
         for r in rs:
             bw = r.get("stream_gb_s")
@@ -96,14 +98,21 @@ def main():
                 bound = bytes_of[(model, fmt)] / tp / (bw * 1e9) * 1e3
                 bounds.append(bound)
                 over.append(1e3 / r["decode_tok_s"] / bound)
+                # oslo rows: the KV cache a step reads too (bench_model's
+                # kv_bytes_step, the 128 timed steps' mean; all ranks').
+                if "kv_bytes_step" in r:
+                    kv = (bytes_of[(model, fmt)] + r["kv_bytes_step"]) / tp / (bw * 1e9) * 1e3
+                    over_kv.append(1e3 / r["decode_tok_s"] / kv)
             lr = by_round.get((model, fmt, LLAMA, r["round"]))
             if lr and row != LLAMA:
                 same.append(lr.get("first_tokens") == r.get("first_tokens"))
         bound_s = f"{statistics.median(bounds):.2f}" if bounds else ""
         over_s = f"{statistics.median(over):.2f}" if over else ""
+        over_kv_s = f"{statistics.median(over_kv):.2f}" if over_kv else ""
         same_s = "" if row == LLAMA else (f"{sum(same)}/{len(same)}" if same else "")
         print(f"| {model} | {fmt} | {row} | {len(rs)} | {max(d):.2f} | {statistics.median(d):.2f} "
-              f"| {ratio} | {statistics.median(ms):.2f} | {bound_s} | {over_s} | {same_s} |")
+              f"| {ratio} | {statistics.median(ms):.2f} | {bound_s} | {over_s} | {over_kv_s} "
+              f"| {same_s} |")
     loads = [r["load1"] for r in results if "load1" in r]
     if loads:
         print(f"\n1-minute load average when the runs started: min {min(loads)}, "
