@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "core/common/dtype.hpp"
@@ -137,16 +138,29 @@ int64_t load_id(const V& v, int64_t i) {
   return x;
 }
 
+// One scratch row of n floats, allocated when first asked for and never
+// zero-filled: most rows are read in place (load_row returns the row
+// itself), so a decode step's norms and its argmax over the vocabulary
+// allocate nothing (a zero-filled row per call was a memset and fresh
+// pages per token).
+class ScratchRow {
+ public:
+  explicit ScratchRow(int64_t n) : n_(std::max<int64_t>(n, 1)) {}
+  float* data() {
+    if (!p_) p_.reset(new float[static_cast<size_t>(n_)]);
+    return p_.get();
+  }
+  float* begin() { return data(); }
+
+ private:
+  int64_t n_;
+  std::unique_ptr<float[]> p_;
+};
+
 // Per-thread scratch rows.
 struct Scratch {
-  std::vector<float> a, b, c;
-  void size(int64_t n) {
-    if (static_cast<int64_t>(a.size()) < n) {
-      a.resize(n);
-      b.resize(n);
-      c.resize(n);
-    }
-  }
+  explicit Scratch(int64_t n) : a(n), b(n), c(n) {}
+  ScratchRow a, b, c;
 };
 
 // Runs body(r, scratch) for every row r, in parallel over rows.
@@ -155,8 +169,7 @@ void for_rows(int threads, int64_t rows, int64_t cols, Body body) {
   const int nt = rows > 1 && rows * cols > 16384 ? std::max(1, threads) : 1;
 #pragma omp parallel num_threads(nt)
   {
-    Scratch s;
-    s.size(cols);
+    Scratch s(cols);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) body(r, s);
   }
@@ -1267,7 +1280,20 @@ __attribute__((target("avx2,fma"))) int64_t first_nan_or_max_avx2(const float* p
     if (std::isnan(p[k])) has_nan = true;
     if (p[k] > m) m = p[k];
   }
-  for (int64_t k = 0; k < n; ++k)
+  // The first index holding it (or the first NaN), eight at a time.
+  const __m256 target = _mm256_set1_ps(m);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 v = _mm256_loadu_ps(p + k);
+    const int hit = _mm256_movemask_ps(has_nan ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q)
+                                               : _mm256_cmp_ps(v, target, _CMP_EQ_OQ));
+    if (hit) {
+      k += __builtin_ctz(static_cast<unsigned>(hit));
+      *bv = p[k];
+      return k;
+    }
+  }
+  for (; k < n; ++k)
     if (has_nan ? std::isnan(p[k]) : p[k] == m) {
       *bv = p[k];
       return k;
