@@ -960,20 +960,34 @@ void load_norm_param(const V* p, const char* what, int64_t cols, std::vector<flo
   if (row != dst->data()) std::copy(row, row + cols, dst->begin());
 }
 
+// The statistics of one row as norm() and norm_backward() use them: the
+// mean (0 for RMS) and the mean squared deviation from it, in f64 over 16
+// lanes combined in a fixed order (sum_f64's), so independent chains and
+// the same bits for every thread count.
+void row_stats(const float* xr, int64_t cols, bool rms, double* mean, double* var) {
+  const double n = static_cast<double>(std::max<int64_t>(cols, 1));
+  const double m = rms ? 0.0 : sum_f64(xr, cols) / n;
+  double l[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= cols; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const double d = xr[i + k] - m;
+      l[k] += d * d;
+    }
+  for (; i < cols; ++i) {
+    const double d = xr[i] - m;
+    l[i % kLanes] += d * d;
+  }
+  *mean = m;
+  *var = combine_lanes(l) / n;
+}
+
 // One row of norm(): o = (x - mean) / sqrt(var + eps) (* g) (+ b), the
-// statistics in f64 (mean 0 for RMS).
+// statistics from row_stats.
 void norm_row(const float* xr, int64_t cols, const std::vector<float>& g,
               const std::vector<float>& b, float eps, bool rms, float* o) {
-  double mean = 0, var = 0;
-  if (!rms) {
-    for (int64_t i = 0; i < cols; ++i) mean += xr[i];
-    mean /= static_cast<double>(std::max<int64_t>(cols, 1));
-  }
-  for (int64_t i = 0; i < cols; ++i) {
-    const double d = xr[i] - mean;
-    var += d * d;
-  }
-  var /= static_cast<double>(std::max<int64_t>(cols, 1));
+  double mean, var;
+  row_stats(xr, cols, rms, &mean, &var);
   const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
   for (int64_t i = 0; i < cols; ++i) {
     float v = (xr[i] - static_cast<float>(mean)) * inv;
@@ -1102,15 +1116,10 @@ void norm_backward(int threads, const V& gx, const V* ggamma, const V* gbeta, co
   std::vector<float> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
   for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
     const float* xr = load_row(x, r * x.strides[0], cols, x.strides[1], s.a.data());
-    double m = 0, var = 0;
-    if (!rms) {
-      for (int64_t i = 0; i < cols; ++i) m += xr[i];
-      m /= static_cast<double>(cols);
-    }
-    for (int64_t i = 0; i < cols; ++i) var += (xr[i] - m) * (xr[i] - m);
+    double m, var;
+    row_stats(xr, cols, rms, &m, &var);
     mean[static_cast<size_t>(r)] = static_cast<float>(m);
-    rstd[static_cast<size_t>(r)] =
-        static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(cols) + eps));
+    rstd[static_cast<size_t>(r)] = static_cast<float>(1.0 / std::sqrt(var + eps));
   });
   // 2. Parameter gradients (before grad_x is written: it may be dy):
   // columns in blocks across threads, rows in order, so the sums are the
