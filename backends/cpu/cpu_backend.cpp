@@ -331,8 +331,8 @@ oslo_status memory_info(void* self, size_t* free_bytes, size_t* total_bytes) {
 }
 // Every required op in every dtype the core uses, and every fused op
 // (attention, residual norm, rotary embedding, product + activation,
-// argmax, norm backward, attention backward, paged attention, attention
-// over an int8 cache; AdamW in f32)
+// argmax, norm backward, attention backward, paged attention, the int8
+// cache's rows and attention over them; AdamW in f32)
 // in the float dtypes; dequantize and matmul_quant for the block dtypes.
 int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   if (op >= OSLO_BK_OP_CONVERT && op < OSLO_BK_OP_FUSED_FIRST) return 1;
@@ -352,7 +352,8 @@ int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
   return flt && (op == OSLO_BK_OP_ATTENTION || op == OSLO_BK_OP_RESIDUAL_NORM ||
                  op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX ||
                  op == OSLO_BK_OP_NORM_BACKWARD || op == OSLO_BK_OP_ATTENTION_BACKWARD ||
-                 op == OSLO_BK_OP_PAGED_ATTENTION || op == OSLO_BK_OP_ATTENTION_KV8)
+                 op == OSLO_BK_OP_PAGED_ATTENTION || op == OSLO_BK_OP_ATTENTION_KV8 ||
+                 op == OSLO_BK_OP_QUANTIZE_ROWS || op == OSLO_BK_OP_DEQUANTIZE_ROWS)
              ? 1
              : 0;
 }
@@ -433,6 +434,18 @@ oslo_status attention(void* self, const V* out, const V* q, const V* k, const V*
     cpu::attention(I.threads, *out, *q, *k, *v, mask, scale, causal != 0, offset);
   });
 }
+oslo_status quantize_rows(void* self, const V* q, const V* scale, const V* x) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(q && scale && x, OSLO_ERR_INVALID_ARGUMENT, "quantize_rows: NULL argument");
+    cpu::quantize_rows(I.threads, *q, *scale, *x);
+  });
+}
+oslo_status dequantize_rows(void* self, const V* out, const V* q, const V* scale) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(out && q && scale, OSLO_ERR_INVALID_ARGUMENT, "dequantize_rows: NULL argument");
+    cpu::dequantize_rows(I.threads, *out, *q, *scale);
+  });
+}
 oslo_status attention_kv8(void* self, const V* out, const V* q, const V* k, const V* k_scale,
                           const V* v, const V* v_scale, const V* mask, float scale, int causal,
                           int64_t offset) {
@@ -510,6 +523,7 @@ struct Table {
   OSLO_BACKEND_ENTRIES(TRAIN, )
   OSLO_BACKEND_ENTRIES(SERVE, )
   OSLO_BACKEND_ENTRIES(QUANT, )
+  OSLO_BACKEND_ENTRIES(KV8, )
   OSLO_BACKEND_ENTRIES(KV8_ATTENTION, )
 };
 

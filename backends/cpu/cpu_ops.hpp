@@ -46,6 +46,10 @@ void attention(int threads, const V& out, const V& q, const V& k, const V& v, co
 void attention_kv8(int threads, const V& out, const V& q, const V& k, const V& k_scale, const V& v,
                    const V& v_scale, const V* mask, float scale, bool causal,
                    int64_t causal_offset);
+// The int8 KV cache's rows (cpu_kv8.cpp; oslo_backend.h's quantize_rows and
+// dequantize_rows): the reference's bytes (core/backend/fused_kv8.cpp).
+void quantize_rows(int threads, const V& q, const V& scale, const V& x);
+void dequantize_rows(int threads, const V& out, const V& q, const V& scale);
 // The gradients of attention() (cpu_attention_bw.cpp).
 void attention_backward(int threads, const V& dq, const V& dk, const V& dv, const V& q, const V& k,
                         const V& v, const V& dout, const V* mask, float scale, bool causal,
