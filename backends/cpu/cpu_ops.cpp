@@ -948,16 +948,30 @@ void softmax_backward(int threads, const V& gx, const V& y, const V& gy, float s
 
 namespace {
 
-// gamma / beta of a norm as f32 [cols] (empty when absent).
-void load_norm_param(const V* p, const char* what, int64_t cols, std::vector<float>* dst) {
-  if (!p) return;
-  check_float(*p, what);
-  OSLO_CHECK(numel(*p) == cols, OSLO_ERR_SHAPE, what, " ", shape_of(*p), " needs ", cols,
+// gamma, beta or a bias of a norm as f32 [cols]: p is the view's own data
+// when it is f32 with unit stride (no copy per call), else a converted
+// copy; null when absent.
+struct NormParam {
+  const float* p = nullptr;
+  std::vector<float> copy;
+  bool empty() const { return p == nullptr; }
+  float operator[](size_t i) const { return p[i]; }
+};
+
+void load_norm_param(const V* v, const char* what, int64_t cols, NormParam* dst) {
+  if (!v) return;
+  check_float(*v, what);
+  OSLO_CHECK(numel(*v) == cols, OSLO_ERR_SHAPE, what, " ", shape_of(*v), " needs ", cols,
              " elements");
-  dst->resize(static_cast<size_t>(cols));
-  const V a = align(*p, 1);
-  const float* row = load_row(a, 0, cols, a.strides[0], dst->data());
-  if (row != dst->data()) std::copy(row, row + cols, dst->begin());
+  const V a = align(*v, 1);
+  if (a.dtype == OSLO_DTYPE_F32 && (a.strides[0] == 1 || cols <= 1)) {
+    dst->p = static_cast<const float*>(a.data);
+    return;
+  }
+  dst->copy.resize(static_cast<size_t>(cols));
+  const float* row = load_row(a, 0, cols, a.strides[0], dst->copy.data());
+  if (row != dst->copy.data()) std::copy(row, row + cols, dst->copy.begin());
+  dst->p = dst->copy.data();
 }
 
 // The statistics of one row as norm() and norm_backward() use them: the
@@ -984,8 +998,8 @@ void row_stats(const float* xr, int64_t cols, bool rms, double* mean, double* va
 
 // One row of norm(): o = (x - mean) / sqrt(var + eps) (* g) (+ b), the
 // statistics from row_stats.
-void norm_row(const float* xr, int64_t cols, const std::vector<float>& g,
-              const std::vector<float>& b, float eps, bool rms, float* o) {
+void norm_row(const float* xr, int64_t cols, const NormParam& g, const NormParam& b, float eps,
+              bool rms, float* o) {
   double mean, var;
   row_stats(xr, cols, rms, &mean, &var);
   const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
@@ -1006,7 +1020,7 @@ void norm(int threads, const V& out, const V& x, const V* gamma, const V* beta, 
   OSLO_CHECK(numel(out) == numel(x) && cols_of(out) == cols_of(x), OSLO_ERR_SHAPE, "norm output ",
              shape_of(out), " differs from input ", shape_of(x));
   const int64_t rows = rows_of(x), cols = cols_of(x);
-  std::vector<float> g, b;
+  NormParam g, b;
   load_norm_param(gamma, "norm gamma", cols, &g);
   if (!rms) load_norm_param(beta, "norm beta", cols, &b);
   for_rows(threads, rows, cols, [&](int64_t r, Scratch& s) {
@@ -1104,7 +1118,7 @@ void norm_backward(int threads, const V& gx, const V* ggamma, const V* gbeta, co
              OSLO_ERR_SHAPE, "norm_backward: x ", shape_of(x), ", dy ", shape_of(dy),
              " and grad_x ", shape_of(gx), " must be the same [rows, H]");
   const int64_t rows = x.shape[0], cols = x.shape[1];
-  std::vector<float> g;
+  NormParam g;
   load_norm_param(gamma, "norm_backward gamma", cols, &g);
   const V* gb = rms ? nullptr : gbeta;
   for (const V* p : {ggamma, gb})
@@ -1195,7 +1209,7 @@ void residual_norm(int threads, const V& out, const V& x, const V* y, const V* b
     OSLO_CHECK(numel(*y) == numel(x) && cols_of(*y) == cols, OSLO_ERR_SHAPE, "residual_norm y ",
                shape_of(*y), " differs from x ", shape_of(x));
   }
-  std::vector<float> bv, g, b;
+  NormParam bv, g, b;
   load_norm_param(bias, "residual_norm bias", cols, &bv);
   load_norm_param(gamma, "residual_norm gamma", cols, &g);
   if (!rms) load_norm_param(beta, "residual_norm beta", cols, &b);
