@@ -57,7 +57,6 @@
 #define OSLO_BACKEND_IFACE_V2_KV8_ATTENTION_SIZE \
   (offsetof(oslo_backend_iface, attention_kv8) + sizeof(void (*)(void)))
 
-
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
  * breaks every plugin built before; these make it a compile error. */
