@@ -70,6 +70,8 @@ void scatter_add_cols(int threads, const V& x, const V& idx, int64_t offset, int
 // f64 sum of a[0..n) over 16 interleaved lanes combined in a fixed order:
 // the same bits on every CPU and thread count.
 double sum_f64(const float* a, int64_t n);
+// sum of (a[i] - m)^2 in f64 over the same 16 lanes and fixed order.
+double sq_dev_sum_f64(const float* a, int64_t n, double m);
 // o[i] = exp(a[i] - shift) in f32 (o may be a, or null: not stored); returns
 // the f64 sum of those f32 values (as sum_f64 adds them) when `sum` is set.
 double exp_sum_f64(float* o, const float* a, int64_t n, float shift, bool sum);
