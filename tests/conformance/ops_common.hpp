@@ -4,6 +4,7 @@
 // groups of cases.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -205,6 +206,54 @@ inline View strided_view(void* data, oslo_dtype dt, std::vector<int64_t> shape,
   return v;
 }
 
+// One case of the attention tables (attention, attention_backward,
+// attention_kv8): shapes, the causal offset and whether a mask is given.
+struct AttnCase {
+  int64_t B, Hq, Hkv, S, T, D;
+  bool causal;
+  int64_t off;
+  bool mask;
+};
+
+inline std::string attn_case_name(const char* op, oslo_dtype dt, const AttnCase& c) {
+  return fmt("%s %s B%lld Hq%lld Hkv%lld S%lld T%lld D%lld causal %d off %lld mask %d", op,
+             dtype_name(dt), (long long)c.B, (long long)c.Hq, (long long)c.Hkv, (long long)c.S,
+             (long long)c.T, (long long)c.D, c.causal, (long long)c.off, c.mask);
+}
+
+// f64 attention of every query head: out [B, S, Hq, D] row-major, from the
+// values q(b, h, i, d), k(b, kh, j, d), v(b, kh, j, d) and the additive
+// mask(b, j) (0 without one); key j is left out for query i when causal and
+// j > i + off; a query with no key (or every key at -inf) gets 0.
+template <class Q, class K, class Vv, class M>
+std::vector<double> attention_f64(const AttnCase& c, double scale, Q q, K k, Vv v, M mask) {
+  const int64_t g = c.Hq / c.Hkv;
+  std::vector<double> ref(static_cast<size_t>(c.B * c.S * c.Hq * c.D), 0.0);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.S; ++i) {
+        const int64_t kh = h / g;
+        std::vector<double> z(static_cast<size_t>(c.T), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < c.T; ++j) {
+          if (c.causal && j > i + c.off) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < c.D; ++d) dot += q(b, h, i, d) * k(b, kh, j, d);
+          z[static_cast<size_t>(j)] = scale * dot + mask(b, j);
+          mx = std::max(mx, z[static_cast<size_t>(j)]);
+        }
+        if (mx == -INFINITY) continue;  // no key: 0
+        double sum = 0;
+        for (auto& e : z) sum += (e = std::exp(e - mx));
+        for (int64_t d = 0; d < c.D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < c.T; ++j) o += z[static_cast<size_t>(j)] * v(b, kh, j, d);
+          ref[static_cast<size_t>(((b * c.S + i) * c.Hq + h) * c.D + d)] = o / sum;
+        }
+      }
+  return ref;
+}
+
 struct FusedToggle {  // restores the backend's setting
   Backend& be;
   bool was;
@@ -219,20 +268,20 @@ inline BackendOptions g_options;
 
 // The groups of cases (each file says what it checks); main (test_ops.cpp)
 // runs them in turn on the backend under test.
-void test_convert(const std::shared_ptr<Backend>& be);         // test_ops.cpp
-void test_matmul(const std::shared_ptr<Backend>& be);          // test_ops_matmul.cpp
-void test_matmul_mixed(const std::shared_ptr<Backend>& be);    // test_ops_matmul.cpp
-void test_matmul_act(const std::shared_ptr<Backend>& be);      // test_ops_matmul.cpp
-void test_packed_matmul(const std::shared_ptr<Backend>& be);   // test_ops_matmul.cpp
-void test_elementwise(const std::shared_ptr<Backend>& be);     // test_ops_elementwise.cpp
-void test_reduce(const std::shared_ptr<Backend>& be);          // test_ops_reduce.cpp
-void test_softmax_norm(const std::shared_ptr<Backend>& be);    // test_ops_reduce.cpp
-void test_gather_scatter(const std::shared_ptr<Backend>& be);  // test_ops_reduce.cpp
-void test_abi_v2(const std::shared_ptr<Backend>& be);          // test_ops_abi_v2.cpp
-void test_argmax(const std::shared_ptr<Backend>& be);          // test_ops_fused.cpp
-void test_norm_backward(const std::shared_ptr<Backend>& be);   // test_ops_fused.cpp
-void test_adamw(const std::shared_ptr<Backend>& be);           // test_ops_fused.cpp
-void test_fused(const std::shared_ptr<Backend>& be);           // test_ops_fused.cpp
+void test_convert(const std::shared_ptr<Backend>& be);             // test_ops.cpp
+void test_matmul(const std::shared_ptr<Backend>& be);              // test_ops_matmul.cpp
+void test_matmul_mixed(const std::shared_ptr<Backend>& be);        // test_ops_matmul.cpp
+void test_matmul_act(const std::shared_ptr<Backend>& be);          // test_ops_matmul.cpp
+void test_packed_matmul(const std::shared_ptr<Backend>& be);       // test_ops_matmul.cpp
+void test_elementwise(const std::shared_ptr<Backend>& be);         // test_ops_elementwise.cpp
+void test_reduce(const std::shared_ptr<Backend>& be);              // test_ops_reduce.cpp
+void test_softmax_norm(const std::shared_ptr<Backend>& be);        // test_ops_reduce.cpp
+void test_gather_scatter(const std::shared_ptr<Backend>& be);      // test_ops_reduce.cpp
+void test_abi_v2(const std::shared_ptr<Backend>& be);              // test_ops_abi_v2.cpp
+void test_argmax(const std::shared_ptr<Backend>& be);              // test_ops_fused.cpp
+void test_norm_backward(const std::shared_ptr<Backend>& be);       // test_ops_fused.cpp
+void test_adamw(const std::shared_ptr<Backend>& be);               // test_ops_fused.cpp
+void test_fused(const std::shared_ptr<Backend>& be);               // test_ops_fused.cpp
 void test_attention_backward(const std::shared_ptr<Backend>& be);  // test_ops_attention_bw.cpp
 void test_paged_attention(const std::shared_ptr<Backend>& be);     // test_ops_paged.cpp
 void test_quant(const std::shared_ptr<Backend>& be);               // test_ops_quant.cpp

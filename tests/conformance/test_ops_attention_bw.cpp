@@ -118,13 +118,7 @@ void test_attention_backward(const std::shared_ptr<Backend>& be) {
               be->name(),
               be->uses_fused(OSLO_BK_OP_ATTENTION_BACKWARD, OSLO_DTYPE_F32) ? "the backend's entry"
                                                                             : "composed");
-  struct A {
-    int64_t B, Hq, Hkv, S, T, D;
-    bool causal;
-    int64_t off;
-    bool mask;
-  };
-  const A cases[] = {
+  const AttnCase cases[] = {
       {2, 4, 4, 9, 9, 16, true, 0, true},     // training: MHA, causal, padding mask
       {2, 6, 2, 7, 7, 24, true, 0, true},     // GQA 3, D not a multiple of 8
       {1, 6, 2, 70, 70, 24, true, 0, true},   // two tiles of queries, the second partial
@@ -135,12 +129,8 @@ void test_attention_backward(const std::shared_ptr<Backend>& be) {
       {1, 2, 2, 0, 4, 8, false, 0, false},    // no query: dk = dv = 0
   };
   for (oslo_dtype dt : kFloats)
-    for (const A& c : cases) {
-      g_case =
-          fmt("attention_backward %s B%lld Hq%lld Hkv%lld S%lld T%lld D%lld causal %d off %lld "
-              "mask %d",
-              dtype_name(dt), (long long)c.B, (long long)c.Hq, (long long)c.Hkv, (long long)c.S,
-              (long long)c.T, (long long)c.D, c.causal, (long long)c.off, c.mask);
+    for (const AttnCase& c : cases) {
+      g_case = attn_case_name("attention_backward", dt, c);
       attention_bw_case(be, dt, c.B, c.Hq, c.Hkv, c.S, c.T, c.D, c.causal, c.off, c.mask);
     }
   g_case = "attention_backward errors";

@@ -18,7 +18,7 @@ void test_attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int6
   // the model's fused QKV columns); k and v are [B, Hkv, Tmax, D] caches of
   // which the first T positions are used; out is [B, S, Hq, D] seen as
   // [B, Hq, S, D].
-  const int64_t Tmax = T + 3, qrow = Hq * D + 8, g = Hq / Hkv;
+  const int64_t Tmax = T + 3, qrow = Hq * D + 8;
   Dev qb(be, dt, {B * S, qrow}), kb(be, dt, {B, Hkv, Tmax, D}), vb(be, dt, {B, Hkv, Tmax, D});
   Dev ob(be, OSLO_DTYPE_F32, {B, S, Hq, D}), oc(be, OSLO_DTYPE_F32, {B, S, Hq, D});
   Dev mb(be, OSLO_DTYPE_F32, {B, T});
@@ -44,32 +44,19 @@ void test_attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int6
   };
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // f64 reference.
-  std::vector<double> ref(static_cast<size_t>(B * S * Hq * D), 0.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hq; ++h)
-      for (int64_t i = 0; i < S; ++i) {
-        const int64_t kh = h / g;
-        std::vector<double> z(static_cast<size_t>(T), -INFINITY);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < T; ++j) {
-          if (causal && j > i + off) continue;
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d)
-            dot += hq[static_cast<size_t>((b * S + i) * qrow + h * D + d)] *
-                   hk[static_cast<size_t>(((b * Hkv + kh) * Tmax + j) * D + d)];
-          z[j] = static_cast<double>(scale) * dot + (with_mask ? hm[b * T + j] : 0.0);
-          mx = std::max(mx, z[j]);
-        }
-        if (mx == -INFINITY) continue;  // no key: 0
-        double sum = 0;
-        for (auto& e : z) sum += (e = std::exp(e - mx));
-        for (int64_t d = 0; d < D; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j < T; ++j)
-            o += z[j] * hv[static_cast<size_t>(((b * Hkv + kh) * Tmax + j) * D + d)];
-          ref[static_cast<size_t>(((b * S + i) * Hq + h) * D + d)] = o / sum;
-        }
-      }
+  const AttnCase ac{B, Hq, Hkv, S, T, D, causal, off, with_mask};
+  const std::vector<double> ref = attention_f64(
+      ac, static_cast<double>(scale),
+      [&](int64_t b, int64_t h, int64_t i, int64_t d) {
+        return hq[static_cast<size_t>((b * S + i) * qrow + h * D + d)];
+      },
+      [&](int64_t b, int64_t kh, int64_t j, int64_t d) {
+        return hk[static_cast<size_t>(((b * Hkv + kh) * Tmax + j) * D + d)];
+      },
+      [&](int64_t b, int64_t kh, int64_t j, int64_t d) {
+        return hv[static_cast<size_t>(((b * Hkv + kh) * Tmax + j) * D + d)];
+      },
+      [&](int64_t b, int64_t j) { return with_mask ? hm[static_cast<size_t>(b * T + j)] : 0.0; });
   const double t = std::max(tol(dt), 2e-5);
   {
     FusedToggle f(*be, true);
@@ -326,13 +313,7 @@ void test_fused(const std::shared_ptr<Backend>& be) {
         OSLO_BK_OP_ARGMAX, OSLO_BK_OP_NORM_BACKWARD, OSLO_BK_OP_ADAMW})
     std::printf("  fused op %d on %s: %s\n", static_cast<int>(op), be->name(),
                 be->uses_fused(op, OSLO_DTYPE_F32) ? "the backend's entry" : "composed");
-  struct A {
-    int64_t B, Hq, Hkv, S, T, D;
-    bool causal;
-    int64_t off;
-    bool mask;
-  };
-  const A cases[] = {
+  const AttnCase cases[] = {
       {2, 4, 4, 5, 9, 16, true, 4, true},      // prefill after 4 cached, MHA
       {2, 6, 2, 7, 7, 24, true, 0, true},      // prefill from 0, GQA 3, D not a multiple of 8
       {1, 8, 1, 1, 300, 32, true, 299, true},  // decode, MQA, long cache: split over keys
@@ -346,11 +327,8 @@ void test_fused(const std::shared_ptr<Backend>& be) {
       {1, 2, 1, 17, 20, 8, true, -5, false},  // tiles with queries that see no key
   };
   for (oslo_dtype dt : kFloats)
-    for (const A& c : cases) {
-      g_case =
-          fmt("attention %s B%lld Hq%lld Hkv%lld S%lld T%lld D%lld causal %d off %lld mask %d",
-              dtype_name(dt), (long long)c.B, (long long)c.Hq, (long long)c.Hkv, (long long)c.S,
-              (long long)c.T, (long long)c.D, c.causal, (long long)c.off, c.mask);
+    for (const AttnCase& c : cases) {
+      g_case = attn_case_name("attention", dt, c);
       test_attention_case(be, dt, c.B, c.Hq, c.Hkv, c.S, c.T, c.D, c.causal, c.off, c.mask);
     }
   g_case = "attention errors";

@@ -249,7 +249,7 @@ void attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t B
   // q and out [B, S, Hq, D] seen as [B, Hq, S, D]; the caches [B, Hkv,
   // Tmax, D] i8 and their scales [B, Hkv, Tmax], of which T positions are
   // used.
-  const int64_t Tmax = T + 3, g = Hq / Hkv;
+  const int64_t Tmax = T + 3;
   Dev qb(be, dt, {B, S, Hq, D}), ob(be, OSLO_DTYPE_F32, {B, S, Hq, D}),
       oc(be, OSLO_DTYPE_F32, {B, S, Hq, D}), mb(be, OSLO_DTYPE_F32, {B, std::max<int64_t>(T, 1)});
   Dev kb(be, OSLO_DTYPE_I8, {B, Hkv, Tmax, D}), vb(be, OSLO_DTYPE_I8, {B, Hkv, Tmax, D});
@@ -297,31 +297,14 @@ void attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t B
     const size_t r = static_cast<size_t>((b * Hkv + kh) * Tmax + j);
     return hv[r * static_cast<size_t>(D) + static_cast<size_t>(d)] * hvs[r];
   };
-  std::vector<double> ref(static_cast<size_t>(B * S * Hq * D), 0.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hq; ++h)
-      for (int64_t i = 0; i < S; ++i) {
-        const int64_t kh = h / g;
-        std::vector<double> z(static_cast<size_t>(T), -INFINITY);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < T; ++j) {
-          if (causal && j > i + off) continue;
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d)
-            dot += hq[static_cast<size_t>(((b * S + i) * Hq + h) * D + d)] * kval(b, kh, j, d);
-          z[static_cast<size_t>(j)] = static_cast<double>(scale) * dot +
-                                      (with_mask ? hm[static_cast<size_t>(b * T + j)] : 0);
-          mx = std::max(mx, z[static_cast<size_t>(j)]);
-        }
-        if (mx == -INFINITY) continue;  // no key: 0
-        double sum = 0;
-        for (auto& e : z) sum += (e = std::exp(e - mx));
-        for (int64_t d = 0; d < D; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j < T; ++j) o += z[static_cast<size_t>(j)] * vval(b, kh, j, d);
-          ref[static_cast<size_t>(((b * S + i) * Hq + h) * D + d)] = o / sum;
-        }
-      }
+  const AttnCase ac{B, Hq, Hkv, S, T, D, causal, off, with_mask};
+  const std::vector<double> ref = attention_f64(
+      ac, static_cast<double>(scale),
+      [&](int64_t b, int64_t h, int64_t i, int64_t d) {
+        return hq[static_cast<size_t>(((b * S + i) * Hq + h) * D + d)];
+      },
+      kval, vval,
+      [&](int64_t b, int64_t j) { return with_mask ? hm[static_cast<size_t>(b * T + j)] : 0.0; });
   for (int fused = 1; fused >= 0; --fused) {
     FusedToggle f(*be, fused == 1);
     be->attention_kv8(out_view(fused ? ob.p : oc.p), q, k, ks, v, vs, with_mask ? &mask : nullptr,
@@ -339,13 +322,7 @@ void attention_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t B
 }
 
 void attention_cases(const std::shared_ptr<Backend>& be) {
-  struct A {
-    int64_t B, Hq, Hkv, S, T, D;
-    bool causal;
-    int64_t off;
-    bool mask;
-  };
-  const A cases[] = {
+  const AttnCase cases[] = {
       {1, 12, 12, 1, 40, 64, true, 39, true},   // decode, MHA (GPT-2's heads)
       {2, 8, 2, 1, 130, 64, true, 129, true},   // decode, GQA 4
       {1, 8, 1, 1, 300, 128, true, 299, true},  // MQA, long cache: split over keys
@@ -357,12 +334,8 @@ void attention_cases(const std::shared_ptr<Backend>& be) {
       {2, 4, 2, 6, 6, 16, false, 0, true},      // no causal mask
   };
   for (oslo_dtype dt : kFloats)
-    for (const A& c : cases) {
-      g_case =
-          fmt("attention_kv8 %s B%lld Hq%lld Hkv%lld S%lld T%lld D%lld causal %d off %lld "
-              "mask %d",
-              dtype_name(dt), (long long)c.B, (long long)c.Hq, (long long)c.Hkv, (long long)c.S,
-              (long long)c.T, (long long)c.D, c.causal, (long long)c.off, c.mask);
+    for (const AttnCase& c : cases) {
+      g_case = attn_case_name("attention_kv8", dt, c);
       attention_case(be, dt, c.B, c.Hq, c.Hkv, c.S, c.T, c.D, c.causal, c.off, c.mask);
     }
   g_case = "attention_kv8 errors";
