@@ -124,15 +124,8 @@ int64_t ids_len(const V& ids, const char* what) {
 // ids as a flat list (any contiguous shape, or a strided 1-D view).
 int64_t id_at(const V& ids, int64_t i) {
   if (ids.ndim <= 1) return load_id(ids, i);
-  const char* p = static_cast<const char*>(ids.data) + i * static_cast<int64_t>(esize(ids.dtype));
-  if (ids.dtype == OSLO_DTYPE_I32) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  int64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
+  return id_at_ptr(static_cast<const char*>(ids.data) + i * static_cast<int64_t>(esize(ids.dtype)),
+                   ids.dtype);
 }
 
 }  // namespace

@@ -19,16 +19,13 @@
 #include <vector>
 
 #include "backends/cpu/cpu_ops.hpp"
+#include "backends/cpu/cpu_rows.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 
 namespace oslo {
 namespace cpu {
 namespace {
-
-bool float_dtype(oslo_dtype dt) {
-  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
-}
 
 // fn(row's element offset in `rows`, in `q`, scale's in `sc`) for every row
 // of the views [d0, ..., D] (2 to 4 dimensions) and [d0, ...].
@@ -51,7 +48,7 @@ void each_row(const V& rows, const V& q, const V& sc, F fn) {
 }
 
 void check(const V& fl, const V& q, const V& sc, const char* op) {
-  OSLO_CHECK(float_dtype(fl.dtype) && q.dtype == OSLO_DTYPE_I8 && sc.dtype == OSLO_DTYPE_F32,
+  OSLO_CHECK(is_float(fl.dtype) && q.dtype == OSLO_DTYPE_I8 && sc.dtype == OSLO_DTYPE_F32,
              OSLO_ERR_DTYPE, op, ": float rows, i8 codes and f32 scales expected, got ",
              dtype_name(fl.dtype), ", ", dtype_name(q.dtype), " and ", dtype_name(sc.dtype));
   OSLO_CHECK(fl.ndim >= 2 && fl.ndim <= 4 && q.ndim == fl.ndim && sc.ndim == fl.ndim - 1,
@@ -122,11 +119,6 @@ __attribute__((target("avx2,fma"))) void codes_avx2(const float* x, int64_t D, f
   codes_plain(x + i, D - i, id, q + i);
 }
 
-bool avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
 }  // namespace
 
 void quantize_rows(int /*threads*/, const V& q, const V& scale, const V& x) {
@@ -135,7 +127,7 @@ void quantize_rows(int /*threads*/, const V& q, const V& scale, const V& x) {
   std::vector<float> buf(static_cast<size_t>(D));
   auto* qb = static_cast<int8_t*>(q.data);
   auto* sb = static_cast<float*>(scale.data);
-  const bool simd = avx2();
+  const bool simd = has_avx2_fma();
   each_row(x, q, scale, [&](int64_t xo, int64_t qo, int64_t so) {
     const float* row = load_row(x, xo, D, 1, buf.data());
     const float a = simd ? amax_avx2(row, D) : amax_plain(row, D);

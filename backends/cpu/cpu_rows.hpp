@@ -122,9 +122,9 @@ inline float load1(const V& v, int64_t off) {
   }
 }
 
-inline int64_t load_id(const V& v, int64_t i) {
-  const char* p = at(v, i * (v.ndim ? v.strides[v.ndim - 1] : 1));
-  if (v.dtype == OSLO_DTYPE_I32) {
+// The i32 or i64 id at p.
+inline int64_t id_at_ptr(const char* p, oslo_dtype dt) {
+  if (dt == OSLO_DTYPE_I32) {
     int32_t x;
     std::memcpy(&x, p, 4);
     return x;
@@ -132,6 +132,10 @@ inline int64_t load_id(const V& v, int64_t i) {
   int64_t x;
   std::memcpy(&x, p, 8);
   return x;
+}
+
+inline int64_t load_id(const V& v, int64_t i) {
+  return id_at_ptr(at(v, i * (v.ndim ? v.strides[v.ndim - 1] : 1)), v.dtype);
 }
 
 // One scratch row of n floats, allocated when first asked for and never
