@@ -371,13 +371,23 @@ struct PackedHandle {
   std::unique_ptr<cpu::Matmul::Packed> dense;
   std::unique_ptr<cpu::QuantPacked> quant;
 };
+// A packed copy's memory: the instance's allocator (its big blocks are
+// mapped, and a model that frees the plain weights for the copies gets the
+// plain weights' blocks back for them).
+void* packed_alloc(void* self, size_t bytes) {
+  void* p = nullptr;
+  const oslo_status st = alloc(self, bytes, &p);
+  OSLO_CHECK(st == OSLO_OK, st, inst(self)->error);
+  return p;
+}
 oslo_status pack_weight(void* self, const V* w, void** packed, size_t* bytes) {
   return guard(self, [&](Instance& I) {
     OSLO_CHECK(w && packed && bytes, OSLO_ERR_INVALID_ARGUMENT, "pack_weight: NULL argument");
     OSLO_CHECK(w->data || numel(*w) == 0, OSLO_ERR_INVALID_ARGUMENT, "pack_weight: w has no data");
     auto p = std::make_unique<PackedHandle>();
     if (dtype_is_block(w->dtype)) {
-      p->quant = cpu::pack_quant(I.threads, *w);
+      const cpu::QuantMemory mem{packed_alloc, free_, self};
+      p->quant = cpu::pack_quant(I.threads, *w, &mem);
       OSLO_CHECK(p->quant, OSLO_ERR_NOT_SUPPORTED, "pack_weight: no packed layout for ",
                  dtype_name(w->dtype), " ", shape_of(*w), " (q8_0, q4_0 and q4_k, 8 rows or more)");
       *bytes = p->quant->bytes();
@@ -412,6 +422,17 @@ oslo_status matmul_packed(void* self, const V* c, const V* a, const V* b, const 
 }
 void packed_free(void*, void* packed) {
   delete static_cast<PackedHandle*>(packed);
+}
+// The block-quantized copies hold the whole weight (the groups and the rows
+// past them); oneDNN's bf16 ones do not (products of some row counts read b).
+oslo_status unpack_weight(void* self, const void* packed, const V* w) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(packed, OSLO_ERR_INVALID_ARGUMENT, "unpack_weight: NULL packed copy");
+    const auto* h = static_cast<const PackedHandle*>(packed);
+    OSLO_CHECK(h->quant, OSLO_ERR_NOT_SUPPORTED,
+               "unpack_weight: a bf16 packed copy does not hold the whole weight");
+    if (w) cpu::unpack_quant(I.threads, *h->quant, *w);
+  });
 }
 oslo_status argmax(void* self, const V* index, const V* value, const V* x, int64_t valid) {
   return guard(self, [&](Instance& I) { cpu::argmax(I.threads, *index, *value, *x, valid); });
@@ -525,6 +546,7 @@ struct Table {
   OSLO_BACKEND_ENTRIES(QUANT, )
   OSLO_BACKEND_ENTRIES(KV8, )
   OSLO_BACKEND_ENTRIES(KV8_ATTENTION, )
+  OSLO_BACKEND_ENTRIES(UNPACK, )
 };
 
 }  // namespace

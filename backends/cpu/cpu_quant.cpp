@@ -126,7 +126,7 @@ void deq_row(int fmt, const uint8_t* src, float* y, int64_t K) {
 // The checks of oslo_backend.h's weight view: w [N, K] block-quantized,
 // whole-block rows and row stride, unit column stride. Returns the row
 // stride in bytes.
-size_t check_weight(const V& w, const char* op) {
+size_t check_weight(const V& w, const char* op, bool data_optional = false) {
   OSLO_CHECK(dtype_is_block(w.dtype), OSLO_ERR_DTYPE, op, ": the weight must be block-quantized ",
              "(q8_0, q4_0, q4_k, q6_k), got ", dtype_name(w.dtype));
   int64_t be, bb;
@@ -140,7 +140,7 @@ size_t check_weight(const V& w, const char* op) {
              ": row stride ", w.strides[0], " is not whole blocks of ", be, " covering the row");
   OSLO_CHECK(w.shape[1] <= 1 || w.strides[1] == 1, OSLO_ERR_SHAPE, op,
              ": a block-quantized weight's column stride must be 1, got ", w.strides[1]);
-  OSLO_CHECK(w.data || w.shape[0] * w.shape[1] == 0, OSLO_ERR_INVALID_ARGUMENT, op,
+  OSLO_CHECK(data_optional || w.data || w.shape[0] * w.shape[1] == 0, OSLO_ERR_INVALID_ARGUMENT, op,
              ": the weight has no data");
   const int64_t S = w.shape[0] <= 1 ? w.shape[1] : w.strides[0];
   return static_cast<size_t>(S / be * bb);
@@ -232,15 +232,14 @@ void product_int(int threads, int fmt, const V& w, size_t stride, const QuantRow
 }
 
 // o [M, N] (row stride ldo) = a @ w^T by the eight-row kernels over the packed
-// groups and the row kernels over the rows past them (from w), then the
-// epilogue.
-void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, size_t stride,
-                    const QuantRows& qa, int64_t M, int64_t N, int64_t K, float* o, int64_t ldo,
-                    const Epilogue& epi) {
+// groups and the row kernels over the plain rows past them (pk's tail), then
+// the epilogue.
+void product_packed(int threads, int fmt, const QuantPacked& pk, const QuantRows& qa, int64_t M,
+                    int64_t N, int64_t K, float* o, int64_t ldo, const Epilogue& epi) {
   const QuantKernels* k = quant_kernels();
   const QuantDot8Fn fn8 = k->dot8[fmt];
   const QuantDotFn fn = k->dot[fmt];
-  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  const uint8_t* tail = pk.tail();
   constexpr int64_t kGroups = kChunk / 8;  // groups per work item
   const int64_t items = (pk.groups + kGroups - 1) / kGroups + (N > 8 * pk.groups ? 1 : 0);
   const int nt = threads_for(threads, items, static_cast<double>(N) * K * M);
@@ -253,7 +252,8 @@ void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, siz
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         const int R = static_cast<int>(std::min<int64_t>(4, M - m0));
         for (int64_t n = 8 * pk.groups; n < N; ++n) {
-          fn(base + stride * static_cast<size_t>(n), K, qa.rows.data() + m0, R, part);
+          fn(tail + pk.row_bytes * static_cast<size_t>(n - 8 * pk.groups), K, qa.rows.data() + m0,
+             R, part);
           for (int r = 0; r < R; ++r) o[(m0 + r) * ldo + n] = part[r];
         }
       }
@@ -274,17 +274,46 @@ void product_packed(int threads, int fmt, const QuantPacked& pk, const V& w, siz
   }
 }
 
-// o [M, N] (row stride ldo) = a @ w^T through dequantized tiles of w and sgemm.
-void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, int64_t M, int64_t N,
-                  int64_t K, float* o, int64_t ldo) {
+// o [M, N] (row stride ldo) = a @ w^T through dequantized tiles of w and
+// sgemm; with pk, the tiles' rows come from the packed copy (its groups
+// unpacked eight rows at a time, then its tail).
+void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride,
+                  const QuantPacked* pk, int64_t M, int64_t N, int64_t K, float* o, int64_t ldo) {
+  static_assert(kTile % 8 == 0, "a tile is whole groups");
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   std::vector<float> tile(static_cast<size_t>(std::min(N, kTile) * K));
   for (int64_t n0 = 0; n0 < N; n0 += kTile) {
     const int64_t nt_rows = std::min(kTile, N - n0);
-    const int nt = threads_for(threads, nt_rows, static_cast<double>(nt_rows) * K);
+    if (pk) {
+      // Work items: the tile's whole groups, then its tail rows one by one.
+      const int64_t g0 = n0 / 8, g1 = std::min(pk->groups, (n0 + nt_rows) / 8);
+      const int64_t items = (g1 - g0) + (n0 + nt_rows - 8 * g1);
+      const int nt = threads_for(threads, items, static_cast<double>(nt_rows) * K);
+#pragma omp parallel num_threads(nt)
+      {
+        std::vector<uint8_t> plain(8 * pk->row_bytes);
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; ++it) {
+          if (it < g1 - g0) {
+            const int64_t g = g0 + it;
+            uint8_t* rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = plain.data() + pk->row_bytes * i;
+            unpack_group(fmt, pk->data + pk->group_bytes * static_cast<size_t>(g), K, rows);
+            for (int i = 0; i < 8; ++i)
+              deq_row(fmt, rows[i], tile.data() + (8 * g + i - n0) * K, K);
+          } else {
+            const int64_t n = 8 * g1 + (it - (g1 - g0));
+            deq_row(fmt, pk->tail() + pk->row_bytes * static_cast<size_t>(n - 8 * pk->groups),
+                    tile.data() + (n - n0) * K, K);
+          }
+        }
+      }
+    } else {
+      const int nt = threads_for(threads, nt_rows, static_cast<double>(nt_rows) * K);
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < nt_rows; ++i)
-      deq_row(fmt, base + stride * static_cast<size_t>(n0 + i), tile.data() + i * K, K);
+      for (int64_t i = 0; i < nt_rows; ++i)
+        deq_row(fmt, base + stride * static_cast<size_t>(n0 + i), tile.data() + i * K, K);
+    }
     omp_set_num_threads(std::max(1, threads));
     const dnnl_status_t st =
         dnnl_sgemm('N', 'T', M, nt_rows, K, 1.f, reinterpret_cast<const float*>(a.data),
@@ -297,7 +326,7 @@ void product_gemm(int threads, int fmt, const V& a, const V& w, size_t stride, i
 
 }  // namespace
 
-std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w) {
+std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w, const QuantMemory* mem) {
   const size_t stride = check_weight(w, "pack_weight");
   const int fmt = fmt_index(w.dtype);
   if (!quant_packs(w.dtype) || w.shape[0] < 8 || w.shape[1] == 0) return nullptr;
@@ -307,10 +336,17 @@ std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w) {
   pk->K = w.shape[1];
   pk->groups = pk->N / 8;
   pk->group_bytes = packed_group_bytes(fmt, pk->K);
+  pk->row_bytes = dtype_bytes(w.dtype, pk->K);
   const size_t bytes = (pk->bytes() + 63) / 64 * 64;
-  pk->data = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  if (mem && mem->alloc) {
+    pk->data = static_cast<uint8_t*>(mem->alloc(mem->ctx, bytes));
+    pk->mem = *mem;
+  } else {
+    pk->data = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  }
   OSLO_CHECK(pk->data, OSLO_ERR_OUT_OF_MEMORY, "pack_weight: ", bytes,
              " bytes for the packed copy of ", dtype_name(w.dtype), " ", shape_of(w));
+  pk->alloc_bytes = bytes;
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const int nt = threads_for(threads, pk->groups, static_cast<double>(pk->N) * pk->K);
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -319,7 +355,31 @@ std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w) {
     for (int i = 0; i < 8; ++i) rows[i] = base + stride * static_cast<size_t>(8 * g + i);
     pack_group(fmt, rows, pk->K, pk->data + pk->group_bytes * static_cast<size_t>(g));
   }
+  uint8_t* tail = pk->data + pk->group_bytes * static_cast<size_t>(pk->groups);
+  for (int64_t n = 8 * pk->groups; n < pk->N; ++n, tail += pk->row_bytes)
+    std::memcpy(tail, base + stride * static_cast<size_t>(n), pk->row_bytes);
   return pk;
+}
+
+void unpack_quant(int threads, const QuantPacked& pk, const V& w) {
+  const size_t stride = check_weight(w, "unpack_weight");
+  OSLO_CHECK(w.dtype == pk.dtype, OSLO_ERR_DTYPE, "unpack_weight: the packed copy is of a ",
+             dtype_name(pk.dtype), " weight, w is ", dtype_name(w.dtype));
+  OSLO_CHECK(w.shape[0] == pk.N && w.shape[1] == pk.K, OSLO_ERR_SHAPE, "unpack_weight: w ",
+             shape_of(w), " is not the [", pk.N, ", ", pk.K,
+             "] weight the packed copy was made from");
+  const int fmt = fmt_index(w.dtype);
+  uint8_t* base = static_cast<uint8_t*>(w.data);
+  const int nt = threads_for(threads, pk.groups, static_cast<double>(pk.N) * pk.K);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t g = 0; g < pk.groups; ++g) {
+    uint8_t* rows[8];
+    for (int i = 0; i < 8; ++i) rows[i] = base + stride * static_cast<size_t>(8 * g + i);
+    unpack_group(fmt, pk.data + pk.group_bytes * static_cast<size_t>(g), pk.K, rows);
+  }
+  const uint8_t* tail = pk.tail();
+  for (int64_t n = 8 * pk.groups; n < pk.N; ++n, tail += pk.row_bytes)
+    std::memcpy(base + stride * static_cast<size_t>(n), tail, pk.row_bytes);
 }
 
 bool quant_supported(oslo_dtype dtype) {
@@ -359,7 +419,7 @@ void dequantize(int threads, const V& out, const V& w) {
 void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias,
                   const Matmul::Activation* activation, int64_t gemm_rows,
                   const QuantPacked* packed) {
-  const size_t stride = check_weight(w, "matmul_quant");
+  const size_t stride = check_weight(w, packed ? "matmul_packed" : "matmul_quant", packed);
   const int64_t N = w.shape[0], K = w.shape[1];
   if (packed)
     OSLO_CHECK(packed->dtype == w.dtype && packed->N == N && packed->K == K,
@@ -419,12 +479,14 @@ void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias
   if (K == 0) {
     for (int64_t m = 0; m < M; ++m) std::fill(o + m * ldo, o + m * ldo + N, 0.f);
   } else if (M >= (gemm_rows >= 0 ? gemm_rows : quant_gemm_rows(w.dtype)) && a.strides[0] >= K) {
-    product_gemm(threads, fmt, a, w, stride, M, N, K, o, ldo);
+    product_gemm(threads, fmt, a, w, stride, packed, M, N, K, o, ldo);
   } else {
     QuantRows qa;
     quantize_rows(threads, a, M, K, &qa);
-    if (packed && quant_kernels()->dot8[fmt])
-      product_packed(threads, fmt, *packed, w, stride, qa, M, N, K, o, ldo, epi);
+    OSLO_CHECK(!packed || quant_kernels()->dot8[fmt], OSLO_ERR_INTERNAL,
+               "matmul_packed: no eight-row kernel for ", dtype_name(w.dtype));
+    if (packed)
+      product_packed(threads, fmt, *packed, qa, M, N, K, o, ldo, epi);
     else
       product_int(threads, fmt, w, stride, qa, M, N, K, o, ldo, epi);
     epilogue_done = true;

@@ -31,8 +31,9 @@ void dequantize(int threads, const V& out, const V& w);
 // product goes through oneDNN's f32 GEMM on dequantized tiles of w instead
 // (exact up to f32 rounding); `gemm_rows` (>= 0) moves that switch
 // (bench/quant measures both paths with it). Throws as dequantize.
-// With `packed` (pack_quant(w)), the integer path reads the whole groups of
-// rows from it (the eight-row kernels) and the rest from w.
+// With `packed` (pack_quant(w)), every path reads the weight from it alone
+// (the integer path through the eight-row kernels, the GEMM path through
+// unpacked groups): w gives the dtype and shape, and its data may be NULL.
 void matmul_quant(int threads, const V& c, const V& a, const V& w, const V* bias,
                   const Matmul::Activation* activation, int64_t gemm_rows = -1,
                   const QuantPacked* packed = nullptr);
@@ -86,19 +87,36 @@ const QuantKernels* quant_kernels(const char* force_isa = nullptr);
 //         mn[8][8], then for each pair i of sub-blocks 8 chunks of 32 bytes:
 //         chunk v holds row i's quant bytes 32i + 4v..+3 at 4i (low nibbles
 //         sub-block 2i, high nibbles 2i + 1).
-// Rows past the last whole group stay in the plain weight (the products
-// read them there). q6_k has no packed layout.
+// The rows past the last whole group (fewer than 8) follow the groups in
+// their plain layout, so the copy holds the whole weight: the products
+// never read the plain weight, and unpack_quant() gives its bytes back
+// (oslo_backend.h's unpack_weight). q6_k has no packed layout.
+// Where a packed copy's memory comes from (the backend's allocator, whose
+// big blocks go back to the system when freed); without one, aligned_alloc.
+struct QuantMemory {
+  void* (*alloc)(void* ctx, size_t bytes);  // throws on failure
+  void (*free)(void* ctx, void* p, size_t bytes);
+  void* ctx;
+};
 struct QuantPacked {
   oslo_dtype dtype = OSLO_DTYPE_Q4_0;
   int64_t N = 0, K = 0;     // the plain weight's shape
   int64_t groups = 0;       // N / 8
   size_t group_bytes = 0;   // one group's bytes (all of K)
-  uint8_t* data = nullptr;  // groups * group_bytes, 64-byte aligned
+  size_t row_bytes = 0;     // one plain row's bytes (all of K)
+  uint8_t* data = nullptr;  // the groups, then the tail rows; 64-byte aligned
+  QuantMemory mem{};        // data's allocator (mem.free null: std::free)
+  size_t alloc_bytes = 0;   // data's allocated size
   QuantPacked() = default;
   QuantPacked(const QuantPacked&) = delete;
   QuantPacked& operator=(const QuantPacked&) = delete;
   ~QuantPacked();
-  size_t bytes() const { return static_cast<size_t>(groups) * group_bytes; }
+  // The plain rows past the groups (N - 8 * groups of them, row_bytes apart).
+  const uint8_t* tail() const { return data + static_cast<size_t>(groups) * group_bytes; }
+  size_t bytes() const {
+    return static_cast<size_t>(groups) * group_bytes +
+           static_cast<size_t>(N - 8 * groups) * row_bytes;
+  }
 };
 
 // Whether pack_quant() has a layout for dtype (q8_0, q4_0, q4_k).
@@ -107,10 +125,17 @@ bool quant_packs(oslo_dtype dtype);
 // weight), or nullptr when dtype has no layout or N < 8 (nothing to group).
 // Threads split the groups. Throws as dequantize (a bad view) and
 // OSLO_ERR_OUT_OF_MEMORY.
-std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w);
+std::unique_ptr<QuantPacked> pack_quant(int threads, const V& w, const QuantMemory* mem = nullptr);
+// Writes the weight pk was made from into w (pk's dtype and shape, row
+// stride any whole blocks covering the row). Threads split the groups.
+// Throws OSLO_ERR_DTYPE / OSLO_ERR_SHAPE when w is not that weight's dtype
+// and shape, OSLO_ERR_INVALID_ARGUMENT when it has no data.
+void unpack_quant(int threads, const QuantPacked& pk, const V& w);
 // Packs rows [8g, 8g + 8) of one format (fmt_index order: q8_0, q4_0, q4_k)
 // whose plain rows start at row[0..7] (K columns) into dst (group_bytes).
 void pack_group(int fmt, const uint8_t* const row[8], int64_t K, uint8_t* dst);
+// The inverse: the eight plain rows (K columns each) of the packed group src.
+void unpack_group(int fmt, const uint8_t* src, int64_t K, uint8_t* const row[8]);
 // A packed group's bytes for K columns of format fmt.
 size_t packed_group_bytes(int fmt, int64_t K);
 // The eight-row kernels (cpu_quant_packed.cpp) of format fmt for

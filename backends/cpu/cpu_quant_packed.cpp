@@ -161,7 +161,10 @@ void scalar8_q4_k(const uint8_t* p, int64_t K, const QuantRow* rows, int R, floa
 }  // namespace
 
 QuantPacked::~QuantPacked() {
-  std::free(data);
+  if (data && mem.free)
+    mem.free(mem.ctx, data, alloc_bytes);
+  else
+    std::free(data);
 }
 
 bool quant_packs(oslo_dtype dtype) {
@@ -193,6 +196,43 @@ void pack_group(int fmt, const uint8_t* const row[8], int64_t K, uint8_t* dst) {
         for (int pi = 0; pi < 4; ++pi)
           for (int v = 0; v < 8; ++v)
             std::memcpy(dst + 160 + 256 * pi + 32 * v + 4 * i, src + 16 + 32 * pi + 4 * v, 4);
+      }
+    }
+}
+
+namespace {
+// q4_k's 12 bytes of 6-bit scales and mins from sc[8] and mn[8]: the
+// inverse of q4_k_scales (every bit of the 12 bytes is one of theirs).
+void q4_k_pack_scales(const uint8_t* sc, const uint8_t* mn, uint8_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    q[j + 4] = static_cast<uint8_t>((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+    q[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+}
+}  // namespace
+
+void unpack_group(int fmt, const uint8_t* src, int64_t K, uint8_t* const row[8]) {
+  const int64_t nb = K / kBlockCols[fmt];
+  for (int64_t b = 0; b < nb; ++b, src += kBlockBytes[fmt])
+    for (int i = 0; i < 8; ++i) {
+      uint8_t* dst = row[i] + kPlainBytes[fmt] * static_cast<size_t>(b);
+      std::memcpy(dst, src + 2 * i, 2);  // d
+      if (fmt == 0) {
+        for (int v = 0; v < 8; ++v) std::memcpy(dst + 2 + 4 * v, src + 16 + 32 * v + 4 * i, 4);
+      } else if (fmt == 1) {
+        for (int v = 0; v < 4; ++v) std::memcpy(dst + 2 + 4 * v, src + 16 + 32 * v + 4 * i, 4);
+      } else {
+        std::memcpy(dst + 2, src + 16 + 2 * i, 2);  // dmin
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; ++j) {
+          sc[j] = src[32 + 8 * j + i];
+          mn[j] = src[96 + 8 * j + i];
+        }
+        q4_k_pack_scales(sc, mn, dst + 4);
+        for (int pi = 0; pi < 4; ++pi)
+          for (int v = 0; v < 8; ++v)
+            std::memcpy(dst + 16 + 32 * pi + 4 * v, src + 160 + 256 * pi + 32 * v + 4 * i, 4);
       }
     }
 }

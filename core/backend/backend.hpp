@@ -302,6 +302,18 @@ class PackedWeight {
   size_t bytes() const { return bytes_; }
   // Whether b is the view this copy was made from.
   bool made_from(const View& b) const;
+  // Whether the copy holds the whole weight (oslo_backend.h's unpack_weight):
+  // its products never read the plain weight, whose memory the owner may
+  // then free. Not thread-safe with products through the copy (the two
+  // below change the view it was made from).
+  bool whole() const { return whole_; }
+  // The plain weight's memory is gone: products pass it with data NULL.
+  // OSLO_ERR_INTERNAL unless whole().
+  void plain_released();
+  // Writes the weight back into data (new memory of the plain weight's
+  // bytes, same dtype, shape and strides) and makes it the plain weight
+  // again. OSLO_ERR_INTERNAL unless whole(); the backend's errors.
+  void restore_plain(void* data);
 
  private:
   friend class Backend;
@@ -309,6 +321,7 @@ class PackedWeight {
   void* handle_;
   size_t bytes_;
   View w_;
+  bool whole_ = false;
 };
 
 // An event of a backend (ABI v2's events, see oslo_backend.h): record() on

@@ -248,7 +248,9 @@ std::unique_ptr<PackedWeight> Backend::pack_weight(const std::shared_ptr<Backend
   if (st == OSLO_ERR_NOT_SUPPORTED) return nullptr;
   be.check(st, "pack_weight");
   OSLO_CHECK(h, OSLO_ERR_INTERNAL, "pack_weight returned OSLO_OK without a handle");
-  return std::make_unique<PackedWeight>(self, h, bytes, w);
+  auto p = std::make_unique<PackedWeight>(self, h, bytes, w);
+  p->whole_ = be.t_.unpack_weight && be.t_.unpack_weight(be.self_, h, nullptr) == OSLO_OK;
+  return p;
 }
 
 void Backend::matmul_packed(const View& c, const View& a, const View& b, const PackedWeight& p,
@@ -268,6 +270,20 @@ void Backend::matmul_packed(const View& c, const View& a, const View& b, const P
 
 PackedWeight::~PackedWeight() {
   if (handle_) be_->t_.packed_free(be_->self_, handle_);
+}
+
+void PackedWeight::plain_released() {
+  OSLO_CHECK(whole_, OSLO_ERR_INTERNAL,
+             "packed weight: the plain weight was released, but the copy does not hold it whole");
+  w_.data = nullptr;
+}
+
+void PackedWeight::restore_plain(void* data) {
+  OSLO_CHECK(whole_, OSLO_ERR_INTERNAL, "packed weight: the copy cannot write the weight back");
+  View w = w_;
+  w.data = data;
+  be_->check(be_->t_.unpack_weight(be_->self_, handle_, &w), "unpack_weight");
+  w_.data = data;
 }
 
 bool PackedWeight::made_from(const View& b) const {

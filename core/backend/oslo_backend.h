@@ -591,7 +591,8 @@ typedef struct oslo_backend_iface {
    * OSLO_BK_OP_PACKED_MATMUL, dtype) says for which weight dtypes it is worth
    * it (a backend may answer no everywhere). The plain weight stays where it
    * is and stays the truth: checkpoints read and write it, and a packed copy
-   * does not follow later writes to it (the caller packs again). */
+   * does not follow later writes to it (the caller packs again); unless the
+   * backend offers unpack_weight() for the copy (below). */
 
   /** Makes a packed copy of the weight w, a 2-D [K, N] view (the b operand
    * of matmul(): typically the transpose of an nn.Linear weight [N, K]),
@@ -769,6 +770,16 @@ typedef struct oslo_backend_iface {
                                const oslo_bk_view *v, const oslo_bk_view *v_scale,
                                const oslo_bk_view *mask, float scale, int causal,
                                int64_t causal_offset);
+
+  /** Optional, past OSLO_BACKEND_IFACE_V2_KV8_ATTENTION_SIZE, with the packed
+   * entries. With w NULL: OSLO_OK when the packed copy holds the whole
+   * weight, so matmul_packed() never reads b's data for it (b may then have
+   * data NULL, its dtype, shape and strides as before: the caller may free
+   * the plain weight while the copy lives); else OSLO_ERR_NOT_SUPPORTED.
+   * With w: writes the weight's bytes back into w (its dtype and shape, any
+   * row stride matmul_packed() takes); OSLO_ERR_DTYPE / OSLO_ERR_SHAPE when
+   * w is not that weight's. Reads the copy; thread-safe as the others. */
+  oslo_status (*unpack_weight)(void *self, const void *packed, const oslo_bk_view *w);
 } oslo_backend_iface;
 
 /* The sizes of the table's versions (OSLO_BACKEND_IFACE_V1_SIZE, ...) and

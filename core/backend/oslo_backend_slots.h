@@ -57,6 +57,11 @@
 #define OSLO_BACKEND_IFACE_V2_KV8_ATTENTION_SIZE \
   (offsetof(oslo_backend_iface, attention_kv8) + sizeof(void (*)(void)))
 
+/** The size of a v2 table with unpack_weight (packed copies that hold the
+ * whole weight) after attention_kv8. */
+#define OSLO_BACKEND_IFACE_V2_UNPACK_SIZE \
+  (offsetof(oslo_backend_iface, unpack_weight) + sizeof(void (*)(void)))
+
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
  * breaks every plugin built before; these make it a compile error. */
@@ -152,11 +157,12 @@ OSLO_BK_SLOT_(matmul_quant, 69);
 OSLO_BK_SLOT_(quantize_rows, 70);
 OSLO_BK_SLOT_(dequantize_rows, 71);
 OSLO_BK_SLOT_(attention_kv8, 72);
+OSLO_BK_SLOT_(unpack_weight, 73);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_KV8_ATTENTION_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after attention_kv8 needs its own size macro");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_UNPACK_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after unpack_weight needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

@@ -129,6 +129,8 @@ oslo_backend_iface validate_backend_table(const oslo_backend_iface* table,
   OSLO_CHECK(!t.pack_weight == !t.matmul_packed && !t.pack_weight == !t.packed_free,
              OSLO_ERR_BACKEND_UNAVAILABLE, from,
              " provides only some of pack_weight, matmul_packed and packed_free");
+  OSLO_CHECK(!t.unpack_weight || t.pack_weight, OSLO_ERR_BACKEND_UNAVAILABLE, from,
+             " provides unpack_weight but no packed copies (pack_weight)");
   return t;
 }
 

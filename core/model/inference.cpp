@@ -133,6 +133,7 @@ Tensor InferenceRunner::run_stack(const std::vector<int64_t>& ids,
                                   const Attend& attend, bool broadcast) {
   s_.check_whole("inference");
   if (!s_.packs_made()) s_.make_packs();
+  s_.release_plain();  // again, after a save wrote them back
   Context& ctx = s_.ctx;
   const ModelConfig& cfg = s_.cfg;
   Backend& be = ctx.backend();

@@ -200,6 +200,7 @@ std::unique_ptr<Model> Model::load(Context& ctx, const std::string& path,
 
 void Model::save(const std::string& dir) {
   stack_->check_whole("Model::save");
+  stack_->restore_plain();  // released again at the next inference run
   const Topology& t = ctx_.topology();
   const CheckpointLayout layout = layout_of(t);
   // Tensors held in f32 for precision (norms, biases) go back in their

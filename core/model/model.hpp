@@ -55,8 +55,13 @@ class Model {
   Context& context() const { return ctx_; }
   oslo_dtype dtype() const { return dtype_; }
   bool causal() const { return cfg_.traits.causal; }
-  // Every tensor this rank holds with its placement (for saving).
-  const std::vector<PlacedTensor>& tensors() const { return params_; }
+  // Every tensor this rank holds with its placement (for saving, training).
+  // Their memory stays valid from then on: weights whose packed copies had
+  // replaced them (BlockStack::release_plain) are written back and kept.
+  const std::vector<PlacedTensor>& tensors() const {
+    stack_->keep_plain();
+    return params_;
+  }
   // Where the model was loaded from, and the files of that folder worth
   // copying along when saving (tokenizer, generation config).
   const std::string& source() const { return source_; }

@@ -141,6 +141,7 @@ void BlockStack::bind(const std::vector<PlacedTensor>& params,
 }
 
 void BlockStack::parameters_changed(const std::vector<PlacedTensor>& params) {
+  restore_plain();
   packs_.clear();
   packs_made_ = false;
   if (derived_.empty()) return;
@@ -278,6 +279,7 @@ void BlockStack::embed(const Tensor& ids, const Tensor& pos, const Tensor* types
 }
 
 void BlockStack::make_packs() {
+  restore_plain();
   packs_.clear();
   packs_made_ = true;
   const auto& bp = ctx.backend_ptr();
@@ -292,7 +294,7 @@ void BlockStack::make_packs() {
   if (lm_head.defined() && dtype_is_block(lm_head.dtype())) ws.push_back(&lm_head);
   bool refused[2] = {false, false};  // [block]: the backend packed none of a kind
   for (const Tensor* w : ws) {
-    if (!w->defined() || w->ndim() != 2 || packs_.count(w->data())) continue;
+    if (!w->defined() || w->ndim() != 2 || packs_.count(w->storage().get())) continue;
     const bool block = dtype_is_block(w->dtype());
     if (refused[block]) continue;
     std::unique_ptr<PackedWeight> p =
@@ -304,19 +306,64 @@ void BlockStack::make_packs() {
       if (!block) refused[0] = true;
       continue;
     }
-    packs_.emplace(w->data(), std::move(p));
+    // Released one by one: the peak is the plain weights and one copy.
+    release(packs_.emplace(w->storage().get(), Pack{*w, std::move(p)}).first->second);
   }
   if (!packs_.empty() && ctx.log().enabled(LogLevel::Info)) {
     size_t bytes = 0;
-    for (const auto& kv : packs_) bytes += kv.second->bytes();
+    for (const auto& kv : packs_) bytes += kv.second.copy->bytes();
     ctx.log().log(LogLevel::Info, "model: packed copies of ", packs_.size(), " weights, ",
-                  bytes / 1024, " KiB (config \"prepack\": \"none\" or OSLO_PREPACK=0 keeps none)");
+                  bytes / 1024, " KiB, replacing ", plain_released_bytes() / 1024,
+                  " KiB of plain weights (config \"prepack\": \"none\" or OSLO_PREPACK=0 keeps "
+                  "none)");
   }
 }
 
+void BlockStack::release_plain() {
+  if (keep_plain_) return;
+  for (auto& kv : packs_) release(kv.second);
+}
+
+void BlockStack::release(Pack& pk) {
+  Storage& st = *pk.w.storage();
+  // Only whole memory the model owns, and not the token table a tied head
+  // shares (the embeddings' lookup reads it).
+  if (keep_plain_ || pk.released || !pk.copy->whole() || !st.owned || !st.data || st.release ||
+      st.bytes != pk.w.nbytes() || (wte.defined() && wte.storage() == pk.w.storage()))
+    return;
+  pk.copy->plain_released();
+  storage_discard(st);
+  pk.released = released_ = true;
+}
+
+void BlockStack::restore_plain() {
+  if (!released_) return;
+  for (auto& kv : packs_) {
+    Pack& pk = kv.second;
+    if (!pk.released) continue;
+    Storage& st = *pk.w.storage();
+    storage_reallocate(st);
+    pk.copy->restore_plain(st.data);
+    pk.released = false;
+  }
+  released_ = false;
+}
+
+void BlockStack::keep_plain() {
+  restore_plain();
+  keep_plain_ = true;
+}
+
+size_t BlockStack::plain_released_bytes() const {
+  size_t n = 0;
+  for (const auto& kv : packs_)
+    if (kv.second.released) n += kv.second.w.nbytes();
+  return n;
+}
+
 const PackedWeight* BlockStack::pack_of(const Tensor& w) const {
-  auto it = packs_.find(w.data());
-  return it == packs_.end() ? nullptr : it->second.get();
+  auto it = packs_.find(w.storage().get());
+  return it == packs_.end() ? nullptr : it->second.copy.get();
 }
 
 void BlockStack::check_whole(const char* what) const {

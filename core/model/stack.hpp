@@ -84,10 +84,28 @@ class BlockStack {
   float embed_scale() const;
 
   // Packed copies of the block weights (Backend::pack_weight), made at the
-  // first inference run after load or a parameter change.
+  // first inference run after load or a parameter change. Where a copy
+  // holds the whole weight (PackedWeight::whole(): the CPU backend's
+  // block-quantized copies), make_packs() then frees the plain weight's
+  // memory (release_plain()): its tensors keep their dtype and shape with
+  // no data, and the products read the copy alone. Not for the token
+  // table a tied head shares, nor memory the model does not own.
   void make_packs();
   const PackedWeight* pack_of(const Tensor& w) const;
   bool packs_made() const { return packs_made_; }
+  // Frees the plain weights whose copies hold them whole (nothing after
+  // keep_plain()). Called by make_packs() and by each inference run (again
+  // after a restore_plain()).
+  void release_plain();
+  // Writes the released weights back from their copies into new memory:
+  // before anything reads the parameters' bytes (a save). Released again at
+  // the next inference run.
+  void restore_plain();
+  // restore_plain(), and no release after: for callers that keep views of
+  // the parameters (a trainer, data parallelism).
+  void keep_plain();
+  // The bytes of plain weights released now.
+  size_t plain_released_bytes() const;
 
   // ZeRO-3 holds the parameters partitioned: inference and saving refuse.
   bool partitioned = false;
@@ -103,8 +121,17 @@ class BlockStack {
   // Compute copies derived from a parameter and the params index they come
   // from.
   std::vector<std::pair<Tensor, size_t>> derived_;
-  std::map<const void*, std::unique_ptr<PackedWeight>> packs_;
+  // The packed copies by the storage of the weight they were made from.
+  struct Pack {
+    Tensor w;  // the plain weight (its storage has no data while released)
+    std::unique_ptr<PackedWeight> copy;
+    bool released = false;
+  };
+  std::map<const Storage*, Pack> packs_;
+  void release(Pack& pk);  // release_plain() of one copy
   bool packs_made_ = false;
+  bool keep_plain_ = false;
+  bool released_ = false;  // some plain weight is released now
 };
 
 }  // namespace oslo

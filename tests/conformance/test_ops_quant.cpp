@@ -23,7 +23,13 @@
 // act and gate (separate or c itself) on and off. Where the backend packs
 // the dtype (pack_weight; the CPU: q8_0, q4_0, q4_k in groups of 8 rows),
 // matmul_packed through the copy is a fourth path under the same bound, on
-// N = 8, 20 (groups and a rest) and 96 among the shapes. Errors: a weight
+// N = 8, 20 (groups and a rest) and 96 among the shapes. Where the copy
+// holds the whole weight (PackedWeight::whole(), oslo_backend.h's
+// unpack_weight), the product with the plain weight released (b's data
+// NULL) equals the product through the copy bit for bit, on every path
+// (decode rows and the GEMM's), and the weight written back from the copy
+// equals its bytes, rows apart as they were, the gaps between them
+// untouched. Errors: a weight
 // that is not block-quantized, K not whole blocks, wrong a/c dtype or shape,
 // a packed copy of another weight, named.
 #include <algorithm>
@@ -149,7 +155,7 @@ std::vector<double> product_case(const std::shared_ptr<Backend>& be, const QWeig
                                  int64_t lda, const std::vector<double>& ah, const Dev& a,
                                  const std::vector<double>* bias, const Dev* bdev, int act_on,
                                  oslo_bk_unary act, int gate_mode, bool compose_direct,
-                                 const PackedWeight* packed = nullptr) {
+                                 const PackedWeight* packed = nullptr, bool released = false) {
   const int64_t N = w.N, K = w.K;
   // c's old values and the gate: the same for every path of a case.
   const uint64_t seed = g_seed;
@@ -165,8 +171,10 @@ std::vector<double> product_case(const std::shared_ptr<Backend>& be, const QWeig
   const std::vector<double>& gv = gate_mode == 1 ? gh : ch;
   const View av = strided_view(a.p, OSLO_DTYPE_F32, {M, K}, {lda, 1});
   const oslo_bk_unary* ap = act_on ? &act : nullptr;
+  View wv = w.v;
+  if (released) wv.data = nullptr;  // the copy alone holds the weight
   if (packed)
-    be->matmul_packed(c.v, av, w.v, *packed, bdev ? &bdev->v : nullptr, ap, gate);
+    be->matmul_packed(c.v, av, wv, *packed, bdev ? &bdev->v : nullptr, ap, gate);
   else if (compose_direct)
     be->compose_matmul_quant(c.v, av, w.v, bdev ? &bdev->v : nullptr, ap, gate);
   else
@@ -283,6 +291,44 @@ void matmul_quant_cases(const std::shared_ptr<Backend>& be) {
         g_case = fmt("matmul_quant %s M%lld N%lld K%lld mode %d: composed == compose_matmul_quant",
                      dtype_name(dt), (long long)M, (long long)N, (long long)K, mode);
         check(outs[1] == outs[2], "the two composed paths differ");
+        if (packed && packed->whole()) {
+          FusedToggle t(*be, true);
+          g_case =
+              fmt("matmul_packed %s M%lld N%lld K%lld S%lld mode %d, plain released",
+                  dtype_name(dt), (long long)M, (long long)N, (long long)K, (long long)S, mode);
+          packed->plain_released();
+          const std::vector<double> got = product_case(
+              be, w, M, lda, ah, a, with_bias ? &bh : nullptr, with_bias ? &bd : nullptr, act_on,
+              act, gate_mode, false, packed.get(), true);
+          check(got == outs[3], "the product with the plain weight released differs");
+          packed->restore_plain(w.p);  // the same bytes, back where they were
+        }
+      }
+      if (packed && packed->whole()) {
+        // Written back into other memory: the weight's bytes row by row, the
+        // gaps between rows (S > K) untouched.
+        g_case = fmt("unpack_weight %s N%lld K%lld S%lld", dtype_name(dt), (long long)N,
+                     (long long)K, (long long)S);
+        const size_t n = w.bytes.size(), rb = static_cast<size_t>(K / w.be_ * w.bb_),
+                     sb = static_cast<size_t>(S / w.be_ * w.bb_);
+        void* fresh = be->allocate(n);
+        std::vector<uint8_t> back(n, 0xab);
+        be->copy(fresh, back.data(), n, CopyKind::HostToDevice);
+        packed->plain_released();
+        packed->restore_plain(fresh);
+        be->copy(back.data(), fresh, n, CopyKind::DeviceToHost);
+        int64_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const bool in_row = i % sb < rb;
+          if (back[i] != (in_row ? w.bytes[i] : 0xab)) ++bad;
+        }
+        check(bad == 0, fmt("%lld of %zu bytes differ from the weight's", (long long)bad, n));
+        // Products now read through the copy made from `fresh`.
+        check(packed->made_from(strided_view(fresh, dt, {N, K}, {S, 1})),
+              "the written-back weight is the one the copy stands for");
+        packed->plain_released();
+        packed->restore_plain(w.p);
+        be->deallocate(fresh, n);
       }
     }
   }

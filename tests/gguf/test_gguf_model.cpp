@@ -17,6 +17,15 @@
 //                                                  loads back equal (merged at TP=1: the
 //                                                  dequantized logits), "refused": saving is
 //                                                  OSLO_ERR_NOT_SUPPORTED (GPT-2's Conv1D)
+//   gguf_model_test released GGUF TMPDIR SAVE      the block linears' plain weights are freed
+//                                                  for their packed copies (CPU backend): the
+//                                                  logits (decode rows and a 400-row batch
+//                                                  through the GEMM path) and greedy tokens
+//                                                  equal a model that keeps them, bit for bit;
+//                                                  a save writes them back (same checkpoint
+//                                                  logits), the next run frees them again, and
+//                                                  tensors() gives the file's bytes (SAVE
+//                                                  "refused": GPT-2's Conv1D blocks, as held)
 //
 // DTYPE: "keep" (the default load: quantized tensors stay quantized) or a
 // float dtype ("f32": every tensor dequantized at load).
@@ -511,6 +520,82 @@ int run_held(const std::string& gguf, const std::string& tmp, const std::string&
   return g_fail ? 1 : 0;
 }
 
+// Logits of a batch of rows x cols ids (a product of rows * cols rows).
+std::vector<float> batch_logits(oslo_model* m, int64_t rows, int64_t cols) {
+  oslo_model_info info;
+  ok_or_die(oslo_model_get_info(m, &info, nullptr), "info");
+  std::vector<int64_t> ids(static_cast<size_t>(rows * cols)), mask(ids.size(), 1);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<int64_t>((i * 7919 + 13) % static_cast<size_t>(info.vocab_size));
+  std::vector<float> out(ids.size() * static_cast<size_t>(info.vocab_size));
+  ok_or_die(oslo_model_forward(m, ids.data(), mask.data(), nullptr, rows, cols,
+                               OSLO_MODEL_OUTPUT_LOGITS, out.data(), out.size()),
+            "forward (batch)");
+  return out;
+}
+
+int run_released(const std::string& gguf, const std::string& tmp, const std::string& save) {
+  oslo_context* ctx = make_context();
+  oslo_model* a = load(ctx, gguf, "keep");
+  oslo_model* k = load(ctx, gguf, "keep");
+  const oslo::BlockStack& sa = a->impl->stack();
+  const size_t released = sa.plain_released_bytes();
+  k->impl->tensors();  // keeps k's plain weights from here on
+  check(released > 0,
+        "plain weights released for their packed copies: " + std::to_string(released) + " bytes");
+  check(k->impl->stack().plain_released_bytes() == 0, "tensors() writes them back and keeps them");
+  check(a->impl->stack().wte.data() != nullptr, "the token table stays");
+  auto same = [&](const char* what) {
+    double mx = 0;
+    const double d1 = max_diff(all_logits(a), all_logits(k), &mx);
+    const double d2 = max_diff(batch_logits(a, 8, 50), batch_logits(k, 8, 50), &mx);
+    check(d1 == 0 && d2 == 0, std::string(what) + ": logits equal the kept model's bit for bit " +
+                                  "(decode rows " + std::to_string(d1) + ", 400-row batch " +
+                                  std::to_string(d2) + ")");
+    for (const auto& ids : kDumpPrompts)
+      check(greedy(a, ids, 8) == greedy(k, ids, 8),
+            std::string(what) + ": greedy tokens of " + ids_text(ids) + " equal");
+  };
+  same("released");
+  const std::string dir = tmp + "/ckpt";
+  const oslo_status st = oslo_model_save(a, dir.c_str());
+  check(sa.plain_released_bytes() == 0, "a save writes the plain weights back");
+  if (save == "refused") {
+    check(st == OSLO_ERR_NOT_SUPPORTED,
+          std::string("saving is refused: ") + oslo_status_string(st));
+  } else {
+    ok_or_die(st, "save " + dir);
+    oslo_model* c = load(ctx, dir, "keep");
+    double mx = 0;
+    const double mc = max_diff(all_logits(c), all_logits(k), &mx);
+    check(mc == 0, "the checkpoint saved from the released model gives the same logits " +
+                       std::string("(max diff ") + std::to_string(mc) + ")");
+    oslo_model_destroy(c);
+  }
+  same("after the save");
+  check(
+      sa.plain_released_bytes() == released,
+      "the next run releases them again: " + std::to_string(sa.plain_released_bytes()) + " bytes");
+  // Written back from the copies, every parameter holds the file's bytes.
+  const auto& ta = a->impl->tensors();
+  const auto& tk = k->impl->tensors();
+  bool equal = ta.size() == tk.size();
+  for (size_t i = 0; equal && i < ta.size(); ++i) {
+    const oslo::Tensor& x = ta[i].tensor;
+    const oslo::Tensor& y = tk[i].tensor;
+    equal = x.dtype() == y.dtype() && x.shape() == y.shape() && x.data() && y.data() &&
+            std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
+    if (!equal) std::fprintf(stderr, "  differs: %s\n", ta[i].placement.name.c_str());
+  }
+  check(equal, "the written-back parameters equal the kept model's byte for byte");
+  check(sa.plain_released_bytes() == 0, "and stay after tensors()");
+  same("kept");
+  oslo_model_destroy(a);
+  oslo_model_destroy(k);
+  oslo_context_destroy(ctx);
+  return g_fail ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -521,9 +606,10 @@ int main(int argc, char** argv) {
   if (mode == "dump" && argc == 5) return run_dump(argv[2], argv[3], argv[4]);
   if (mode == "compare" && argc == 5) return run_compare(argv[2], argv[3], std::atof(argv[4]));
   if (mode == "held" && argc == 7) return run_held(argv[2], argv[3], argv[4], argv[5], argv[6]);
+  if (mode == "released" && argc == 5) return run_released(argv[2], argv[3], argv[4]);
   std::fprintf(stderr,
                "usage: gguf_model_test hf GGUF HF_DIR | llama REFS.json DIR FILE DTYPE | "
                "errors GGUF TMPDIR | dump GGUF DTYPE OUT | compare A B TOL | "
-               "held GGUF TMPDIR EMBD HEAD SAVE\n");
+               "held GGUF TMPDIR EMBD HEAD SAVE | released GGUF TMPDIR SAVE\n");
   return 2;
 }
