@@ -455,6 +455,8 @@ oslo_backend_iface make_table() {
   static_assert(all_or_none<has_pack_weight<B>::value, has_matmul_packed<B>::value,
                             has_packed_free<B>::value>(),
                 "backend table: pack_weight, matmul_packed and packed_free come together");
+  static_assert(!has_unpack_weight<B>::value || has_pack_weight<B>::value,
+                "backend table: unpack_weight needs the packed entries (pack_weight, ...)");
   static_assert(all_or_none<has_host_alloc<B>::value, has_host_free<B>::value>(),
                 "backend table: host_alloc and host_free come together");
   static_assert(all_or_none<has_quantize_rows<B>::value, has_dequantize_rows<B>::value>(),
