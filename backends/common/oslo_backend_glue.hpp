@@ -285,7 +285,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
   X(norm_backward) X(adamw) X(graph_begin) X(graph_end) X(pack_weight) X(matmul_packed)   \
   X(packed_free) X(check_memory) X(host_alloc) X(host_free) X(attention_backward)         \
   X(paged_attention) X(dequantize) X(matmul_quant) X(quantize_rows) X(dequantize_rows)   \
-  X(attention_kv8) X(unpack_weight)
+  X(attention_kv8) X(unpack_weight) X(paged_attention_kv8)
 // clang-format on
 
 // One entry of a backend's struct: `fn` as the table's field `entry`, a
@@ -318,6 +318,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
 //   KV8       quantize_rows, dequantize_rows
 //   KV8_ATTENTION attention_kv8
 //   UNPACK    unpack_weight
+//   PAGED_KV8 paged_attention_kv8
 // clang-format off
 #define OSLO_BACKEND_GROUP_COMPUTE(X, p)                                                 \
   X(convert, p, convert) X(fill, p, fill) X(matmul, p, matmul) X(binary, p, binary)     \
@@ -366,6 +367,7 @@ inline size_t dtype_size(oslo_dtype dtype) {
   X(quantize_rows, p, quantize_rows) X(dequantize_rows, p, dequantize_rows)
 #define OSLO_BACKEND_GROUP_KV8_ATTENTION(X, p) X(attention_kv8, p, attention_kv8)
 #define OSLO_BACKEND_GROUP_UNPACK(X, p) X(unpack_weight, p, unpack_weight)
+#define OSLO_BACKEND_GROUP_PAGED_KV8(X, p) X(paged_attention_kv8, p, paged_attention_kv8)
 // clang-format on
 
 #define OSLO_BACKEND_ENTRY_FROM_(entry, p, name) OSLO_BACKEND_ENTRY(entry, p##name);

@@ -353,7 +353,8 @@ int op_supported(void* self, oslo_bk_op op, oslo_dtype dtype) {
                  op == OSLO_BK_OP_ROPE || op == OSLO_BK_OP_MATMUL_ACT || op == OSLO_BK_OP_ARGMAX ||
                  op == OSLO_BK_OP_NORM_BACKWARD || op == OSLO_BK_OP_ATTENTION_BACKWARD ||
                  op == OSLO_BK_OP_PAGED_ATTENTION || op == OSLO_BK_OP_ATTENTION_KV8 ||
-                 op == OSLO_BK_OP_QUANTIZE_ROWS || op == OSLO_BK_OP_DEQUANTIZE_ROWS)
+                 op == OSLO_BK_OP_PAGED_ATTENTION_KV8 || op == OSLO_BK_OP_QUANTIZE_ROWS ||
+                 op == OSLO_BK_OP_DEQUANTIZE_ROWS)
              ? 1
              : 0;
 }
@@ -493,6 +494,17 @@ oslo_status paged_attention(void* self, const V* out, const V* q, const V* k_poo
                          scale);
   });
 }
+oslo_status paged_attention_kv8(void* self, const V* out, const V* q, const V* k_pool,
+                                const V* k_scale, const V* v_pool, const V* v_scale,
+                                const V* block_table, const int64_t* chunks, int64_t num_chunks,
+                                float scale) {
+  return guard(self, [&](Instance& I) {
+    OSLO_CHECK(out && q && k_pool && k_scale && v_pool && v_scale && block_table,
+               OSLO_ERR_INVALID_ARGUMENT, "paged_attention_kv8: NULL argument");
+    cpu::paged_attention_kv8(I.threads, *out, *q, *k_pool, *k_scale, *v_pool, *v_scale,
+                             *block_table, chunks, num_chunks, scale);
+  });
+}
 // Block-quantized weights (cpu_quant.cpp).
 oslo_status dequantize(void* self, const V* out, const V* w) {
   return guard(self, [&](Instance& I) {
@@ -547,6 +559,7 @@ struct Table {
   OSLO_BACKEND_ENTRIES(KV8, )
   OSLO_BACKEND_ENTRIES(KV8_ATTENTION, )
   OSLO_BACKEND_ENTRIES(UNPACK, )
+  OSLO_BACKEND_ENTRIES(PAGED_KV8, )
 };
 
 }  // namespace

@@ -119,7 +119,28 @@ __attribute__((target("avx2,fma"))) void codes_avx2(const float* x, int64_t D, f
   codes_plain(x + i, D - i, id, q + i);
 }
 
+__attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* q, const float* scales,
+                                                        int64_t rows, int64_t D, float* out) {
+  for (int64_t r = 0; r < rows; ++r, q += D, out += D) {
+    const float d = scales[r];
+    const __m256 vd = _mm256_set1_ps(d);
+    int64_t i = 0;
+    for (; i + 8 <= D; i += 8) {
+      const __m256i w =
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i)));
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtepi32_ps(w), vd));
+    }
+    for (; i < D; ++i) out[i] = static_cast<float>(q[i]) * d;
+  }
+}
+
 }  // namespace
+
+void int8_rows_to_f32(const int8_t* q, const float* scales, int64_t rows, int64_t D, float* out) {
+  if (has_avx2_fma()) return int8_rows_avx2(q, scales, rows, D, out);
+  for (int64_t r = 0; r < rows; ++r, q += D, out += D)
+    for (int64_t i = 0; i < D; ++i) out[i] = static_cast<float>(q[i]) * scales[r];
+}
 
 void quantize_rows(int /*threads*/, const V& q, const V& scale, const V& x) {
   check(x, q, scale, "quantize_rows");
@@ -148,9 +169,7 @@ void dequantize_rows(int /*threads*/, const V& out, const V& q, const V& scale) 
   const auto* qb = static_cast<const int8_t*>(q.data);
   const auto* sb = static_cast<const float*>(scale.data);
   each_row(out, q, scale, [&](int64_t oo, int64_t qo, int64_t so) {
-    const float d = sb[so];
-    const int8_t* c = qb + qo;
-    for (int64_t i = 0; i < D; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(c[i]) * d;
+    int8_rows_to_f32(qb + qo, sb + so, 1, D, buf.data());
     store_row(out, oo, D, 1, buf.data());
   });
 }

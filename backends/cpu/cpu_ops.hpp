@@ -50,6 +50,15 @@ void attention_kv8(int threads, const V& out, const V& q, const V& k, const V& k
 // dequantize_rows): the reference's bytes (core/backend/fused_kv8.cpp).
 void quantize_rows(int threads, const V& q, const V& scale, const V& x);
 void dequantize_rows(int threads, const V& out, const V& q, const V& scale);
+// rows rows of D int8 codes (contiguous) times their f32 scales into out
+// (rows x D f32): dequantize_rows' values (one f32 rounding each).
+void int8_rows_to_f32(const int8_t* q, const float* scales, int64_t rows, int64_t D, float* out);
+// paged_attention() over int8 pools and their scales (oslo_backend.h's
+// paged_attention_kv8): each block converted to f32 as it is read
+// (cpu_paged_attention.cpp).
+void paged_attention_kv8(int threads, const V& out, const V& q, const V& kp, const V& ks,
+                         const V& vp, const V& vs, const V& table, const int64_t* chunks, int64_t C,
+                         float scale);
 // The gradients of attention() (cpu_attention_bw.cpp).
 void attention_backward(int threads, const V& dq, const V& dk, const V& dv, const V& q, const V& k,
                         const V& v, const V& dout, const V* mask, float scale, bool causal,

@@ -17,6 +17,9 @@
 //    decoding), each small tile's blocks are split into ranges with their own
 //    running state, merged at the end (split-K, as flash-decoding does).
 // f16 and bf16 pools are read into f32 a block at a time; f32 throughout.
+// int8 pools (paged_attention_kv8) likewise: a block's codes times their
+// row scales, converted where it is read (a quarter of the f32 pool's
+// bytes), the same values dequantize_rows gives.
 #include <dnnl.h>
 #include <omp.h>
 
@@ -57,6 +60,7 @@ struct Group {
 
 struct Step {
   const V &out, &q, &kp, &vp;
+  const V *ks, *vs;  // int8 pools: their scales [blocks, Hkv, bs] (else null)
   const int64_t* chunks;
   std::vector<std::vector<int64_t>> ids;  // each chunk's block ids (checked)
   int64_t Hkv, g, bs, D;
@@ -69,9 +73,15 @@ struct Work {
 };
 
 // The [m, D] keys (or values) of block b, kv head kh: the pool itself when
-// it is f32, else converted into buf.
-const float* slab(const V& pool, int64_t b, int64_t kh, int64_t m, int64_t bs, int64_t D,
-                  float* buf) {
+// it is f32, else converted into buf (int8: times the rows' scales).
+const float* slab(const V& pool, const V* scales, int64_t b, int64_t kh, int64_t m, int64_t bs,
+                  int64_t D, float* buf) {
+  if (scales) {
+    int8_rows_to_f32(static_cast<const int8_t*>(pool.data) + b * pool.strides[0] + kh * bs * D,
+                     static_cast<const float*>(scales->data) + b * scales->strides[0] + kh * bs, m,
+                     D, buf);
+    return buf;
+  }
   return load_row(pool, b * pool.strides[0] + kh * bs * D, m * D, 1, buf);
 }
 
@@ -138,14 +148,14 @@ void run_item(const Step& s, const Item& it, float* part, Work& w) {
       const int64_t mk = std::min(per_step, t_end - t);
       for (int64_t u = 0; u < mk; u += bs) {
         const int64_t b = ids[static_cast<size_t>((t + u) / bs)], n = std::min(bs, mk - u);
-        const float* K = slab(s.kp, b, it.kh, n, bs, D, w.kbuf.data());
+        const float* K = slab(s.kp, s.ks, b, it.kh, n, bs, D, w.kbuf.data());
         for (int64_t r = 0; r < R; ++r)
           rk.dots(w.qt.data() + r * D, K, D, n, D, w.sc.data() + r * mk + u);
       }
       online_update(w.sc.data(), R, mk, nq, first_pos, t, acc, m, l, D, lim.data());
       for (int64_t u = 0; u < mk; u += bs) {
         const int64_t b = ids[static_cast<size_t>((t + u) / bs)], n = std::min(bs, mk - u);
-        const float* Vb = slab(s.vp, b, it.kh, n, bs, D, w.vbuf.data());
+        const float* Vb = slab(s.vp, s.vs, b, it.kh, n, bs, D, w.vbuf.data());
         for (int64_t r = 0; r < R; ++r) {
           const int64_t seen = std::min(n, lim[static_cast<size_t>(r)] - u);
           if (seen > 0) rk.axpys(w.sc.data() + r * mk + u, Vb, D, seen, D, acc + r * D);
@@ -159,17 +169,17 @@ void run_item(const Step& s, const Item& it, float* part, Work& w) {
   for (int64_t t = it.b0 * bs; t < t_end; t += per_step) {
     const int64_t mk = std::min(per_step, t_end - t);
     const float *K, *Vb;
-    if (mk <= bs && s.kp.dtype == OSLO_DTYPE_F32) {  // one block: read in place
+    if (mk <= bs && s.kp.dtype == OSLO_DTYPE_F32 && !s.ks) {  // one block: read in place
       const int64_t b = ids[static_cast<size_t>(t / bs)];
-      K = slab(s.kp, b, it.kh, mk, bs, D, nullptr);
-      Vb = slab(s.vp, b, it.kh, mk, bs, D, nullptr);
+      K = slab(s.kp, s.ks, b, it.kh, mk, bs, D, nullptr);
+      Vb = slab(s.vp, s.vs, b, it.kh, mk, bs, D, nullptr);
     } else {
       for (int64_t u = 0; u < mk; u += bs) {
         const int64_t b = ids[static_cast<size_t>((t + u) / bs)], n = std::min(bs, mk - u);
-        const float* kr = slab(s.kp, b, it.kh, n, bs, D, w.kbuf.data() + u * D);
+        const float* kr = slab(s.kp, s.ks, b, it.kh, n, bs, D, w.kbuf.data() + u * D);
         if (kr != w.kbuf.data() + u * D)
           std::memcpy(w.kbuf.data() + u * D, kr, static_cast<size_t>(n * D) * 4);
-        const float* vr = slab(s.vp, b, it.kh, n, bs, D, w.vbuf.data() + u * D);
+        const float* vr = slab(s.vp, s.vs, b, it.kh, n, bs, D, w.vbuf.data() + u * D);
         if (vr != w.vbuf.data() + u * D)
           std::memcpy(w.vbuf.data() + u * D, vr, static_cast<size_t>(n * D) * 4);
       }
@@ -208,17 +218,17 @@ std::vector<std::vector<int64_t>> read_ids(const V& table, const int64_t* chunks
   return ids;
 }
 
-}  // namespace
-
-void paged_attention(int threads, const V& out, const V& q, const V& kp, const V& vp,
-                     const V& table, const int64_t* chunks, int64_t C, float scale) {
+void paged(int threads, const V& out, const V& q, const V& kp, const V* ks, const V& vp,
+           const V* vs, const V& table, const int64_t* chunks, int64_t C, float scale) {
   // The checks that keep every read in bounds (the core checks the rest).
+  const bool int8 = ks != nullptr;
   OSLO_CHECK(out.ndim == 3 && q.ndim == 3 && kp.ndim == 4 && vp.ndim == 4 && table.ndim == 2 &&
-                 is_float(out.dtype) && is_float(q.dtype) && q.dtype == kp.dtype &&
-                 q.dtype == vp.dtype && table.dtype == OSLO_DTYPE_I64,
+                 is_float(out.dtype) && is_float(q.dtype) &&
+                 kp.dtype == (int8 ? OSLO_DTYPE_I8 : q.dtype) && vp.dtype == kp.dtype &&
+                 table.dtype == OSLO_DTYPE_I64,
              OSLO_ERR_SHAPE,
              "paged_attention: out, q [tokens, heads, D], pools [blocks, kv heads, block size, D] "
-             "of q's float dtype and an i64 block table expected");
+             "of q's float dtype (int8 with scales) and an i64 block table expected");
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
   const int64_t NB = kp.shape[0], Hkv = kp.shape[1], bs = kp.shape[2];
   bool fit = Hkv > 0 && bs > 0 && Hq % Hkv == 0 && kp.shape[3] == D && table.shape[0] == C &&
@@ -227,6 +237,11 @@ void paged_attention(int threads, const V& out, const V& q, const V& kp, const V
   for (int i = 0; i < 3; ++i) fit = fit && out.shape[i] == q.shape[i];
   for (const V* p : {&kp, &vp})
     fit = fit && p->strides[3] == 1 && p->strides[2] == D && p->strides[1] == bs * D;
+  for (const V* sc : {ks, vs})
+    fit = fit &&
+          (!int8 || (sc && sc->ndim == 3 && sc->dtype == OSLO_DTYPE_F32 && sc->shape[0] == NB &&
+                     sc->shape[1] == Hkv && sc->shape[2] == bs && sc->strides[2] == 1 &&
+                     sc->strides[1] == bs && sc->strides[0] == Hkv * bs));
   OSLO_CHECK(fit, OSLO_ERR_SHAPE, "paged_attention: q ", shape_of(q), ", out ", shape_of(out),
              ", pools ", shape_of(kp), " and ", shape_of(vp), " (blocks contiguous), table ",
              shape_of(table), " for ", C, " chunks do not fit");
@@ -239,7 +254,8 @@ void paged_attention(int threads, const V& out, const V& q, const V& kp, const V
                " blocks");
   }
   if (C == 0 || T * Hq * D == 0) return;
-  Step s{out, q, kp, vp, chunks, read_ids(table, chunks, C, bs, NB), Hkv, Hq / Hkv, bs, D, scale};
+  Step s{out, q,        kp, vp, ks,   vs, chunks, read_ids(table, chunks, C, bs, NB),
+         Hkv, Hq / Hkv, bs, D,  scale};
   const int64_t g = s.g;
 
   // The items: one per (chunk, kv head, tile); small tiles split over their
@@ -331,6 +347,19 @@ void paged_attention(int threads, const V& out, const V& q, const V& kp, const V
       }
     }
   }
+}
+
+}  // namespace
+
+void paged_attention(int threads, const V& out, const V& q, const V& kp, const V& vp,
+                     const V& table, const int64_t* chunks, int64_t C, float scale) {
+  paged(threads, out, q, kp, nullptr, vp, nullptr, table, chunks, C, scale);
+}
+
+void paged_attention_kv8(int threads, const V& out, const V& q, const V& kp, const V& ks,
+                         const V& vp, const V& vs, const V& table, const int64_t* chunks, int64_t C,
+                         float scale) {
+  paged(threads, out, q, kp, &ks, vp, &vs, table, chunks, C, scale);
 }
 
 }  // namespace cpu

@@ -156,6 +156,17 @@ class Backend {
   void paged_attention(const View& out, const View& q, const View& k_pool, const View& v_pool,
                        const View& block_table, const int64_t* chunks, int64_t num_chunks,
                        float scale);
+  // paged_attention() over an int8 paged cache (oslo_backend.h's
+  // paged_attention_kv8): pools [num_blocks, Hkv, block_size, D] I8 and
+  // their scales [num_blocks, Hkv, block_size] f32, all contiguous. The
+  // backend's entry, else the composition: the blocks the chunks read (the
+  // table read back to the host) dequantized into scratch pools of q's
+  // dtype, then paged_attention() with the table renumbered. Throws as
+  // paged_attention(), and OSLO_ERR_DTYPE / OSLO_ERR_SHAPE for the pools'
+  // and scales' dtypes and shapes.
+  void paged_attention_kv8(const View& out, const View& q, const View& k_pool, const View& k_scale,
+                           const View& v_pool, const View& v_scale, const View& block_table,
+                           const int64_t* chunks, int64_t num_chunks, float scale);
   // The values of a block-quantized weight w [N, K] (oslo_backend.h's
   // dequantize) into out [N, K], any float dtype: the backend's entry, else
   // the host reference of core/quant (through copy() when the backend's
@@ -271,6 +282,10 @@ class Backend {
   void compose_paged_attention(const View& out, const View& q, const View& k_pool,
                                const View& v_pool, const View& block_table, const int64_t* chunks,
                                int64_t num_chunks, float scale);
+  void compose_paged_attention_kv8(const View& out, const View& q, const View& k_pool,
+                                   const View& k_scale, const View& v_pool, const View& v_scale,
+                                   const View& block_table, const int64_t* chunks,
+                                   int64_t num_chunks, float scale);
   void compose_adamw(const View& p, const View& g, const View& m, const View& v, float decay,
                      float beta1, float beta2, float step_size, float bc2_sqrt, float eps);
 

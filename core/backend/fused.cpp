@@ -67,7 +67,9 @@ bool Backend::uses_fused(oslo_bk_op op, oslo_dtype dtype) const {
       (op == OSLO_BK_OP_MATMUL_QUANT && t_.matmul_quant) ||
       (op == OSLO_BK_OP_QUANTIZE_ROWS && t_.quantize_rows) ||
       (op == OSLO_BK_OP_DEQUANTIZE_ROWS && t_.dequantize_rows) ||
-      (op == OSLO_BK_OP_ATTENTION_KV8 && t_.attention_kv8) || op == OSLO_BK_OP_MATMUL_MIXED;
+      (op == OSLO_BK_OP_ATTENTION_KV8 && t_.attention_kv8) ||
+      (op == OSLO_BK_OP_PAGED_ATTENTION_KV8 && t_.paged_attention_kv8) ||
+      op == OSLO_BK_OP_MATMUL_MIXED;
   return entry && op_supported(op, dtype);
 }
 

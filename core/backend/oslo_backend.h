@@ -224,6 +224,9 @@ typedef enum oslo_bk_op {
   OSLO_BK_OP_DEQUANTIZE_ROWS = 1038,
   /** attention_kv8(): attention() over an int8 KV cache, read as it is. */
   OSLO_BK_OP_ATTENTION_KV8 = 1039,
+  /** paged_attention_kv8(): paged_attention() over int8 pools, read as
+   * they are. */
+  OSLO_BK_OP_PAGED_ATTENTION_KV8 = 1040,
   /* Not values: they make every int a valid value of the type (see oslo.h). */
   OSLO_BK_OP_ENUM_MIN_ = -2147483647 - 1,
   OSLO_BK_OP_ENUM_MAX_ = 2147483647
@@ -780,6 +783,20 @@ typedef struct oslo_backend_iface {
    * row stride matmul_packed() takes); OSLO_ERR_DTYPE / OSLO_ERR_SHAPE when
    * w is not that weight's. Reads the copy; thread-safe as the others. */
   oslo_status (*unpack_weight)(void *self, const void *packed, const oslo_bk_view *w);
+
+  /** OSLO_BK_OP_PAGED_ATTENTION_KV8 (op_supported's dtype: q's). Optional,
+   * past OSLO_BACKEND_IFACE_V2_UNPACK_SIZE; a fused op (else the core
+   * dequantizes the blocks the chunks read into scratch pools of q's dtype
+   * with dequantize_rows() and calls paged_attention()). paged_attention()
+   * with int8 pools: k_pool, v_pool [blocks, Hkv, bs, D] OSLO_DTYPE_I8,
+   * k_scale, v_scale [blocks, Hkv, bs] f32, all contiguous; slot j of
+   * block b, head kh means k_pool[b, kh, j, :] * k_scale[b, kh, j] (likewise
+   * v). The rest, errors included, as paged_attention(). */
+  oslo_status (*paged_attention_kv8)(void *self, const oslo_bk_view *out, const oslo_bk_view *q,
+                                     const oslo_bk_view *k_pool, const oslo_bk_view *k_scale,
+                                     const oslo_bk_view *v_pool, const oslo_bk_view *v_scale,
+                                     const oslo_bk_view *block_table, const int64_t *chunks,
+                                     int64_t num_chunks, float scale);
 } oslo_backend_iface;
 
 /* The sizes of the table's versions (OSLO_BACKEND_IFACE_V1_SIZE, ...) and

@@ -62,6 +62,11 @@
 #define OSLO_BACKEND_IFACE_V2_UNPACK_SIZE \
   (offsetof(oslo_backend_iface, unpack_weight) + sizeof(void (*)(void)))
 
+/** The size of a v2 table with paged_attention_kv8 (serving over an int8
+ * paged cache) after unpack_weight. */
+#define OSLO_BACKEND_IFACE_V2_PAGED_KV8_SIZE \
+  (offsetof(oslo_backend_iface, paged_attention_kv8) + sizeof(void (*)(void)))
+
 /* The slot of every entry, pinned: entry i (create is 0) lies at
  * offsetof(create) + i pointers. Moving, removing or inserting an entry
  * breaks every plugin built before; these make it a compile error. */
@@ -158,11 +163,12 @@ OSLO_BK_SLOT_(quantize_rows, 70);
 OSLO_BK_SLOT_(dequantize_rows, 71);
 OSLO_BK_SLOT_(attention_kv8, 72);
 OSLO_BK_SLOT_(unpack_weight, 73);
+OSLO_BK_SLOT_(paged_attention_kv8, 74);
 OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V1_SIZE ==
                            offsetof(oslo_backend_iface, create) + 38 * sizeof(void (*)(void)),
                        "backend ABI: the v1 table has 38 entries");
-OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_UNPACK_SIZE == sizeof(oslo_backend_iface),
-                       "backend ABI: an entry after unpack_weight needs its own size macro");
+OSLO_BK_STATIC_ASSERT_(OSLO_BACKEND_IFACE_V2_PAGED_KV8_SIZE == sizeof(oslo_backend_iface),
+                       "backend ABI: an entry after paged_attention_kv8 needs its own size macro");
 #undef OSLO_BK_SLOT_
 #endif
 

@@ -74,66 +74,9 @@ void PagedKV::begin_step(const std::vector<PagedChunk>& chunks) {
     std::copy(pc.blocks->begin(), pc.blocks->begin() + nb, host.begin() + c * width);
   }
   Backend& be = s_.ctx.backend();
-  if (kv_dtype_ == OSLO_DTYPE_I8) {
-    // The distinct blocks of the step, in first-use order; the tables then
-    // name their places in the staging pools.
-    std::vector<int64_t> place(static_cast<size_t>(num_blocks_), -1), used;
-    for (int64_t c = 0; c < C; ++c) {
-      const PagedChunk& pc = chunks[static_cast<size_t>(c)];
-      const int64_t nb = (pc.start + pc.n + block_size_ - 1) / block_size_;
-      for (int64_t j = 0; j < nb; ++j) {
-        int64_t& id = host[static_cast<size_t>(c * width + j)];
-        OSLO_CHECK(id >= 0 && id < num_blocks_, OSLO_ERR_INTERNAL, "paged KV cache: block id ", id,
-                   " outside the ", num_blocks_, " blocks");
-        int64_t& at_ = place[static_cast<size_t>(id)];
-        if (at_ < 0) {
-          at_ = static_cast<int64_t>(used.size());
-          used.push_back(id);
-        }
-        id = at_;
-      }
-    }
-    num_used_ = static_cast<int64_t>(used.size());
-    used_host_ = std::move(used);
-  }
   table_ = scratch(s_.ctx.backend_ptr(), OSLO_DTYPE_I64, {C, width});
   if (C > 0)
     be.copy(table_.data(), host.data(), host.size() * sizeof(int64_t), CopyKind::HostToDevice);
-}
-
-void PagedKV::stage(size_t li, Tensor* kf, Tensor* vf) {
-  Backend& be = s_.ctx.backend();
-  const auto& bp = s_.ctx.backend_ptr();
-  const int64_t D = s_.cfg.head_dim, nkvl = s_.nkvl, bs = block_size_, U = num_used_;
-  const int64_t rows = nkvl * bs;  // one block's rows of D values
-  const size_t qbytes = static_cast<size_t>(rows * D), sbytes = static_cast<size_t>(rows) * 4;
-  Tensor q8 = scratch(bp, OSLO_DTYPE_I8, {U, rows * D});
-  Tensor sc = scratch(bp, OSLO_DTYPE_F32, {U, rows});
-  for (int kv = 0; kv < 2; ++kv) {
-    const Tensor& pool = kv == 0 ? k_[li] : v_[li];
-    const Tensor& scales = kv == 0 ? ks_[li] : vs_[li];
-    // The step's blocks copied byte for byte into place, a run of
-    // consecutive block ids at a time.
-    for (int64_t j = 0; j < U;) {
-      int64_t n = 1;
-      while (j + n < U &&
-             used_host_[static_cast<size_t>(j + n)] == used_host_[static_cast<size_t>(j)] + n)
-        ++n;
-      const int64_t b = used_host_[static_cast<size_t>(j)];
-      be.copy(static_cast<char*>(q8.data()) + static_cast<size_t>(j) * qbytes,
-              static_cast<const char*>(pool.data()) + static_cast<size_t>(b) * qbytes,
-              static_cast<size_t>(n) * qbytes, CopyKind::DeviceToDevice);
-      be.copy(static_cast<char*>(sc.data()) + static_cast<size_t>(j) * sbytes,
-              static_cast<const char*>(scales.data()) + static_cast<size_t>(b) * sbytes,
-              static_cast<size_t>(n) * sbytes, CopyKind::DeviceToDevice);
-      j += n;
-    }
-    Tensor& out = *(kv == 0 ? kf : vf);
-    out = scratch(bp, OSLO_DTYPE_F32, {U, nkvl, bs, D});
-    be.dequantize_rows(make_view(out.data(), OSLO_DTYPE_F32, {U * rows, D}),
-                       make_view(q8.data(), OSLO_DTYPE_I8, {U * rows, D}),
-                       make_view(sc.data(), OSLO_DTYPE_F32, {U * rows}));
-  }
 }
 
 void PagedKV::attend(size_t li, const View& q, const View& k, const View& v, const View& out) {
@@ -170,16 +113,18 @@ void PagedKV::attend(size_t li, const View& q, const View& k, const View& v, con
       p += m;
     }
   }
-  // Every chunk's queries over its blocks, in one call (int8: over the
-  // step's staged f32 copies of them).
-  Tensor kf, vf;
-  if (int8 && num_used_ > 0) stage(li, &kf, &vf);
+  // Every chunk's queries over its blocks, in one call (int8: the pools
+  // read as they are stored, with their scales).
   const int64_t T = q.shape[0];
-  if (int8 && num_used_ == 0) return;
-  be.paged_attention(strided(out.data, out.dtype, {T, nhl, D}, {ro, D, 1}),
-                     strided(q.data, q.dtype, {T, nhl, D}, {rq, D, 1}), view(int8 ? kf : kp),
-                     view(int8 ? vf : vp), view(table_), triples_.data(),
-                     static_cast<int64_t>(chunks_.size()), 1.0f / std::sqrt(static_cast<float>(D)));
+  const View o3 = strided(out.data, out.dtype, {T, nhl, D}, {ro, D, 1});
+  const View q3 = strided(q.data, q.dtype, {T, nhl, D}, {rq, D, 1});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t C = static_cast<int64_t>(chunks_.size());
+  if (int8)
+    be.paged_attention_kv8(o3, q3, view(kp), view(ks_[li]), view(vp), view(vs_[li]), view(table_),
+                           triples_.data(), C, scale);
+  else
+    be.paged_attention(o3, q3, view(kp), view(vp), view(table_), triples_.data(), C, scale);
 }
 
 }  // namespace serve

@@ -16,11 +16,9 @@
 // With kv dtype I8 the pools hold int8 rows of head_dim and a scale pool
 // [num_blocks, local kv heads, block_size] f32 (one scale per token and KV
 // head; oslo_backend.h's quantize_rows). Each layer's attention then
-// copies the step's blocks (the distinct ids of its block tables, found
-// once per step; a run of consecutive ids per copy) into a compact staging
-// pool, dequantizes it into f32 and runs paged_attention over it with the
-// tables renumbered: one layer's f32 copy of the blocks in use, never the
-// whole cache.
+// reads them as stored (Backend::paged_attention_kv8; a backend without the
+// entry dequantizes the step's blocks into scratch first, never the whole
+// cache).
 //
 // Not thread-safe: the engine's stepping thread owns it. Collective only
 // through the model calls it plugs into.
@@ -72,19 +70,14 @@ class PagedKV {
   void attend(size_t layer, const View& q, const View& k, const View& v, const View& out);
 
  private:
-  // Int8: the step's staging pools for layer li (gathered, dequantized).
-  void stage(size_t li, Tensor* kf, Tensor* vf);
-
   const BlockStack& s_;
   int64_t num_blocks_, block_size_;
   oslo_dtype kv_dtype_;
   std::vector<Tensor> k_, v_;
   std::vector<Tensor> ks_, vs_;     // I8: scales [num_blocks, nkvl, block_size]
-  std::vector<int64_t> used_host_;  // I8: the step's distinct block ids
-  int64_t num_used_ = 0;
   std::vector<PagedChunk> chunks_;  // the step's, as begin_step() got them
   std::vector<int64_t> triples_;    // (row, start, n) per chunk
-  Tensor table_;                    // [chunks, blocks] i64 (I8: staging indices)
+  Tensor table_;                    // [chunks, blocks] i64
 };
 
 }  // namespace serve

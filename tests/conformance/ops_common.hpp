@@ -99,6 +99,7 @@ struct Dev {
           std::memcpy(raw.data() + 4 * i, &x, 4);
           break;
         }
+        case OSLO_DTYPE_I8: raw[i] = static_cast<char>(static_cast<int8_t>(host[i])); break;
         default: {
           int64_t x = static_cast<int64_t>(host[i]);
           std::memcpy(raw.data() + 8 * i, &x, 8);

@@ -6,7 +6,10 @@
 // key of a sequence lies (unused blocks, the tails of last blocks), the
 // block ids are a shuffled permutation, the tables carry out-of-range junk
 // past the entries a chunk needs, and the query rows of no chunk must stay
-// as they were: a read through a wrong id, slot or row shows.
+// as they were: a read through a wrong id, slot or row shows. The int8
+// pools of paged_attention_kv8 run the same cases: each slot's codes times
+// its row scale are the keys the reference reads, junk codes with scales of
+// 1e4 lie everywhere else.
 #include <algorithm>
 #include <numeric>
 
@@ -22,7 +25,7 @@ struct PagedChunk {
 };
 
 void paged_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t Hq, int64_t Hkv,
-                int64_t D, int64_t bs, const std::vector<PagedChunk>& cs) {
+                int64_t D, int64_t bs, const std::vector<PagedChunk>& cs, bool int8 = false) {
   const int64_t C = static_cast<int64_t>(cs.size()), g = Hq / Hkv;
   // Rows: the chunks in order, one unused row before each (left untouched).
   std::vector<int64_t> row(static_cast<size_t>(C)), nb(static_cast<size_t>(C));
@@ -58,19 +61,42 @@ void paged_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t Hq, i
   // pools that hold junk (+-50) everywhere else.
   std::vector<double> kpool = random_in(static_cast<size_t>(NB * per), dt, 50.0);
   std::vector<double> vpool = random_in(static_cast<size_t>(NB * per), dt, 50.0);
+  // int8: the pools' codes (junk +-127) and row scales (junk 1e4).
+  auto code = [] { return std::round(127.0 * rnd()); };
+  std::vector<double> kscale(static_cast<size_t>(NB * Hkv * bs), 1e4), vscale = kscale;
+  if (int8)
+    for (auto* pool : {&kpool, &vpool})
+      for (double& x : *pool) x = code();
   std::vector<std::vector<double>> keys(static_cast<size_t>(C)), vals(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
     const int64_t L = cs[c].start + cs[c].n;
     keys[c] = random_in(static_cast<size_t>(Hkv * L * D), dt, 2.0);
     vals[c] = random_in(static_cast<size_t>(Hkv * L * D), dt);
     for (int64_t kh = 0; kh < Hkv; ++kh)
-      for (int64_t t = 0; t < L; ++t)
-        for (int64_t d = 0; d < D; ++d) {
-          const size_t at = static_cast<size_t>(static_cast<int64_t>(table[c * M + t / bs]) * per +
-                                                (kh * bs + t % bs) * D + d);
-          kpool[at] = keys[c][(kh * L + t) * D + d];
-          vpool[at] = vals[c][(kh * L + t) * D + d];
+      for (int64_t t = 0; t < L; ++t) {
+        const int64_t blk = static_cast<int64_t>(table[c * M + t / bs]);
+        const size_t srow = static_cast<size_t>((blk * Hkv + kh) * bs + t % bs);
+        // int8: the row's scale (an f32 value) and codes stand for its keys.
+        const double sk = static_cast<float>(0.016 + 0.008 * rnd()),
+                     sv = static_cast<float>(0.008 + 0.004 * rnd());
+        if (int8) {
+          kscale[srow] = sk;
+          vscale[srow] = sv;
         }
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t at = static_cast<size_t>(blk * per + (kh * bs + t % bs) * D + d);
+          const size_t i = static_cast<size_t>((kh * L + t) * D + d);
+          if (int8) {
+            kpool[at] = code();
+            vpool[at] = code();
+            keys[c][i] = kpool[at] * sk;
+            vals[c][i] = vpool[at] * sv;
+          } else {
+            kpool[at] = keys[c][i];
+            vpool[at] = vals[c][i];
+          }
+        }
+      }
   }
   // q inside wider rows [T, Hq * D + 8]; out [T, Hq, D] starts as 7.
   const int64_t qrow = Hq * D + 8;
@@ -99,11 +125,15 @@ void paged_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t Hq, i
         }
       }
   }
-  Dev qb(be, dt, {T, qrow}), kb(be, dt, {NB, Hkv, bs, D}), vb(be, dt, {NB, Hkv, bs, D});
+  const oslo_dtype pdt = int8 ? OSLO_DTYPE_I8 : dt;
+  Dev qb(be, dt, {T, qrow}), kb(be, pdt, {NB, Hkv, bs, D}), vb(be, pdt, {NB, Hkv, bs, D});
+  Dev ks(be, OSLO_DTYPE_F32, {NB, Hkv, bs}), vs(be, OSLO_DTYPE_F32, {NB, Hkv, bs});
   Dev tb(be, OSLO_DTYPE_I64, {C, M});
   qb.upload(hq);
   kb.upload(kpool);
   vb.upload(vpool);
+  ks.upload(kscale);
+  vs.upload(vscale);
   tb.upload(table);
   const View q = strided_view(qb.p, dt, {T, Hq, D}, {qrow, D, 1});
   const double rel = dt == OSLO_DTYPE_F32 ? 1e-4 : 2 * tol(dt);
@@ -113,7 +143,10 @@ void paged_case(const std::shared_ptr<Backend>& be, oslo_dtype dt, int64_t Hq, i
     ob.upload(std::vector<double>(static_cast<size_t>(T * Hq * D), 7.0));
     {
       FusedToggle f(*be, fused == 1);
-      be->paged_attention(ob.v, q, kb.v, vb.v, tb.v, triples.data(), C, scale);
+      if (int8)
+        be->paged_attention_kv8(ob.v, q, kb.v, ks.v, vb.v, vs.v, tb.v, triples.data(), C, scale);
+      else
+        be->paged_attention(ob.v, q, kb.v, vb.v, tb.v, triples.data(), C, scale);
     }
     // The chunks' rows against the reference; the other rows untouched.
     const std::vector<double> all = ob.download();
@@ -164,15 +197,21 @@ void test_paged_attention(const std::shared_ptr<Backend>& be) {
       // A prefill of two tiles of queries (70), MHA, and a decode beside it.
       {4, 4, 16, 16, {{0, 70}, {100, 1}}},
   };
-  for (oslo_dtype dt : kFloats)
-    for (const P& c : cases) {
-      std::string cs;
-      for (const PagedChunk& ch : c.chunks)
-        cs += fmt(" %lld+%lld", (long long)ch.start, (long long)ch.n);
-      g_case = fmt("paged_attention %s Hq%lld Hkv%lld D%lld bs%lld chunks%s", dtype_name(dt),
-                   (long long)c.Hq, (long long)c.Hkv, (long long)c.D, (long long)c.bs, cs.c_str());
-      paged_case(be, dt, c.Hq, c.Hkv, c.D, c.bs, c.chunks);
-    }
+  std::printf("  fused op %d on %s: %s\n", static_cast<int>(OSLO_BK_OP_PAGED_ATTENTION_KV8),
+              be->name(),
+              be->uses_fused(OSLO_BK_OP_PAGED_ATTENTION_KV8, OSLO_DTYPE_F32) ? "the backend's entry"
+                                                                             : "composed");
+  for (int int8 = 0; int8 < 2; ++int8)
+    for (oslo_dtype dt : kFloats)
+      for (const P& c : cases) {
+        std::string cs;
+        for (const PagedChunk& ch : c.chunks)
+          cs += fmt(" %lld+%lld", (long long)ch.start, (long long)ch.n);
+        g_case = fmt("paged_attention%s %s Hq%lld Hkv%lld D%lld bs%lld chunks%s",
+                     int8 ? "_kv8" : "", dtype_name(dt), (long long)c.Hq, (long long)c.Hkv,
+                     (long long)c.D, (long long)c.bs, cs.c_str());
+        paged_case(be, dt, c.Hq, c.Hkv, c.D, c.bs, c.chunks, int8 == 1);
+      }
 
   g_case = "paged_attention errors";
   {
@@ -193,6 +232,13 @@ void test_paged_attention(const std::shared_ptr<Backend>& be) {
     const std::vector<int64_t> ok = {0, 2, 3, 3, 5, 3};  // rows 0..2 at 2.., rows 3..5 at 5..
     const std::vector<int64_t> overlap = {0, 2, 3, 2, 5, 3};
     const std::vector<int64_t> too_far = {0, 2, 3, 4, 5, 3};
+    // int8 pools and their scales.
+    Dev k8(be, OSLO_DTYPE_I8, {4, 1, 4, 8}), v8(be, OSLO_DTYPE_I8, {4, 1, 4, 8});
+    Dev s(be, OSLO_DTYPE_F32, {4, 1, 4}), s3(be, OSLO_DTYPE_F32, {4, 1, 3}),
+        si(be, OSLO_DTYPE_I32, {4, 1, 4});
+    k8.upload(std::vector<double>(128, 3.0));
+    v8.upload(std::vector<double>(128, -5.0));
+    s.upload(std::vector<double>(16, 0.25));
     for (bool fused : {true, false}) {
       FusedToggle f(*be, fused);
       auto run = [&](const Dev& k, const Dev& t, const std::vector<int64_t>& ch) {
@@ -213,6 +259,15 @@ void test_paged_attention(const std::shared_ptr<Backend>& be) {
               [&] { be->paged_attention(o.v, q.v, kp16.v, kp16.v, good.v, ok.data(), 2, 0.5f); });
       refused("2 query heads over 3 kv heads", OSLO_ERR_SHAPE,
               [&] { be->paged_attention(o.v, q.v, kp3.v, kp3.v, good.v, ok.data(), 2, 0.5f); });
+      auto run8 = [&](const Dev& k, const Dev& ksc, const Dev& t) {
+        be->paged_attention_kv8(o.v, q.v, k.v, ksc.v, v8.v, s.v, t.v, ok.data(), 2, 0.5f);
+      };
+      run8(k8, s, good);  // accepted
+      refused("kv8: f32 pools", OSLO_ERR_DTYPE, [&] { run8(kp, s, good); });
+      refused("kv8: scales [4, 1, 3] for blocks of 4", OSLO_ERR_SHAPE, [&] { run8(k8, s3, good); });
+      refused("kv8: i32 scales", OSLO_ERR_DTYPE, [&] { run8(k8, si, good); });
+      refused("kv8: block id 4 of 4 blocks", OSLO_ERR_INVALID_ARGUMENT, [&] { run8(k8, s, bad); });
+      refused("kv8: block id -1", OSLO_ERR_INVALID_ARGUMENT, [&] { run8(k8, s, negative); });
     }
   }
 }

@@ -153,9 +153,9 @@ void test_equal_gpt2(void**) {
 void test_equal_llama_gqa(void**) {
   equal_to_generate("llama-tiny-gqa");
 }
-// The int8 KV cache: the engine's paged int8 blocks (staged, dequantized,
-// paged_attention) against generate()'s contiguous int8 cache (dequantized,
-// attention): the same bytes, so the same tokens; and an int8 engine holds
+// The int8 KV cache: the engine's paged int8 blocks (paged_attention_kv8,
+// read as stored) against generate()'s contiguous int8 cache
+// (attention_kv8): the same bytes, so the same tokens; and an int8 engine holds
 // 4 x 16 / (16 + 4) = 3.2x the blocks of an f32 one in the same memory.
 void test_equal_int8(void**) {
   equal_to_generate("gpt2-tiny", OSLO_DTYPE_I8);
