@@ -5,7 +5,12 @@
 // path the best and median time of a call; the two outputs are compared
 // (a fast wrong answer fails the run).
 //
-//   bench_paged_attention [--threads 1,2] [--rounds 7] [--min-seconds 0.2]
+//   bench_paged_attention [--threads 1,2] [--rounds 7] [--min-seconds 0.2] [--kv f32|int8]
+//
+// --kv int8: the pools hold int8 codes with a scale per row, and the two
+// paths are paged_attention_kv8's entry (the blocks read as stored) and its
+// composition (the blocks the chunks read copied and dequantized into f32,
+// then paged_attention's entry: what core/serve did before the entry).
 //
 // Scenarios (block size 16, block ids shuffled over a pool with room to
 // spare, contexts drawn once with a fixed seed):
@@ -78,6 +83,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   int rounds = 7;
   double min_seconds = 0.2;
+  bool int8 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc)
@@ -86,8 +92,13 @@ int main(int argc, char** argv) {
       rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--min-seconds" && i + 1 < argc)
       min_seconds = std::atof(argv[++i]);
+    else if (a == "--kv" && i + 1 < argc && (std::string(argv[i + 1]) == "int8" ||
+                                             std::string(argv[i + 1]) == "f32"))
+      int8 = std::string(argv[++i]) == "int8";
     else {
-      std::fprintf(stderr, "usage: %s [--threads 1,2] [--rounds 7] [--min-seconds 0.2]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--threads 1,2] [--rounds 7] [--min-seconds 0.2] [--kv f32|int8]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -107,6 +118,7 @@ int main(int argc, char** argv) {
   scenarios[2].chunks.insert(scenarios[2].chunks.begin(), {0, 256});
   const int64_t bs = 16;
   int status = 0;
+  std::printf("kv %s\n", int8 ? "int8" : "f32");
   std::printf("%-13s %7s %5s %12s %12s %12s %12s %8s %8s\n", "scenario", "threads", "calls",
               "entry best", "entry med", "compose best", "compose med", "best x", "median x");
   for (int nt : threads) {
@@ -141,21 +153,45 @@ int main(int argc, char** argv) {
         be->copy(b.p, h.data(), n * 4, CopyKind::HostToDevice);
       };
       const size_t qn = static_cast<size_t>(T * sc.Hq * sc.D), pn = static_cast<size_t>(NB * per);
-      Buf q(be, qn * 4), kp(be, pn * 4), vp(be, pn * 4), tb(be, table.size() * 8);
+      const size_t esz = int8 ? 1 : 4, sn = static_cast<size_t>(NB * sc.Hkv * bs);
+      Buf q(be, qn * 4), kp(be, pn * esz), vp(be, pn * esz), tb(be, table.size() * 8);
+      Buf ks(be, sn * 4), vs(be, sn * 4);
       Buf out[2] = {Buf(be, qn * 4), Buf(be, qn * 4)};
       fill(q, qn);
-      fill(kp, pn);
-      fill(vp, pn);
+      if (int8) {
+        std::vector<int8_t> codes(pn);
+        for (Buf* b : {&kp, &vp}) {
+          for (auto& x : codes) x = static_cast<int8_t>(std::lround(127.f * u(rng)));
+          be->copy(b->p, codes.data(), pn, CopyKind::HostToDevice);
+        }
+        std::vector<float> sh(sn);
+        for (Buf* b : {&ks, &vs}) {
+          for (auto& x : sh) x = (1.5f + u(rng)) / 127.f;
+          be->copy(b->p, sh.data(), sn * 4, CopyKind::HostToDevice);
+        }
+      } else {
+        fill(kp, pn);
+        fill(vp, pn);
+      }
       be->copy(tb.p, table.data(), table.size() * 8, CopyKind::HostToDevice);
       const View qv = view_of(q.p, OSLO_DTYPE_F32, {T, sc.Hq, sc.D});
-      const View kv = view_of(kp.p, OSLO_DTYPE_F32, {NB, sc.Hkv, bs, sc.D});
-      const View vv = view_of(vp.p, OSLO_DTYPE_F32, {NB, sc.Hkv, bs, sc.D});
+      const oslo_dtype pdt = int8 ? OSLO_DTYPE_I8 : OSLO_DTYPE_F32;
+      const View kv = view_of(kp.p, pdt, {NB, sc.Hkv, bs, sc.D});
+      const View vv = view_of(vp.p, pdt, {NB, sc.Hkv, bs, sc.D});
+      const View ksv = view_of(ks.p, OSLO_DTYPE_F32, {NB, sc.Hkv, bs});
+      const View vsv = view_of(vs.p, OSLO_DTYPE_F32, {NB, sc.Hkv, bs});
       const View tv = view_of(tb.p, OSLO_DTYPE_I64, {C, M});
       const float scale = 1.0f / std::sqrt(static_cast<float>(sc.D));
       auto call = [&](int path) {
         be->set_fused_enabled(path == 0);
-        be->paged_attention(view_of(out[path].p, OSLO_DTYPE_F32, {T, sc.Hq, sc.D}), qv, kv, vv, tv,
-                            triples.data(), C, scale);
+        const View ov = view_of(out[path].p, OSLO_DTYPE_F32, {T, sc.Hq, sc.D});
+        if (int8 && path == 1) {  // the staging, then paged_attention's own entry
+          be->set_fused_enabled(true);
+          be->compose_paged_attention_kv8(ov, qv, kv, ksv, vv, vsv, tv, triples.data(), C, scale);
+        } else if (int8) {
+          be->paged_attention_kv8(ov, qv, kv, ksv, vv, vsv, tv, triples.data(), C, scale);
+        } else
+          be->paged_attention(ov, qv, kv, vv, tv, triples.data(), C, scale);
         be->synchronize();
       };
       // Calls per sample: enough for min_seconds on the slower path.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 33: one serving step's paged attention, the CPU backend's
 # paged_attention entry against its composition (the blocks gathered per
-# chunk, then attention()), 1 and 2 threads, interleaved rounds.
+# chunk, then attention()), 1 and 2 threads, interleaved rounds; then the
+# same over int8 pools (issue 35): paged_attention_kv8's entry against its
+# composition (the step's blocks dequantized into f32, then the entry).
 #
 # Usage: bench/paged/run.sh BUILD_DIR [ROUNDS]     (default 7 rounds; about a minute)
 set -euo pipefail
@@ -17,5 +19,6 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $(date -u
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 "$BIN" --threads 1,2 --rounds "$ROUNDS" || status=$?
+"$BIN" --threads 1,2 --rounds "$ROUNDS" --kv int8 || status=$?
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status

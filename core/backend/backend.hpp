@@ -167,6 +167,12 @@ class Backend {
   void paged_attention_kv8(const View& out, const View& q, const View& k_pool, const View& k_scale,
                            const View& v_pool, const View& v_scale, const View& block_table,
                            const int64_t* chunks, int64_t num_chunks, float scale);
+  // Its composed path, unchecked (bench_paged_attention times the entry
+  // against it).
+  void compose_paged_attention_kv8(const View& out, const View& q, const View& k_pool,
+                                   const View& k_scale, const View& v_pool, const View& v_scale,
+                                   const View& block_table, const int64_t* chunks,
+                                   int64_t num_chunks, float scale);
   // The values of a block-quantized weight w [N, K] (oslo_backend.h's
   // dequantize) into out [N, K], any float dtype: the backend's entry, else
   // the host reference of core/quant (through copy() when the backend's
@@ -282,10 +288,6 @@ class Backend {
   void compose_paged_attention(const View& out, const View& q, const View& k_pool,
                                const View& v_pool, const View& block_table, const int64_t* chunks,
                                int64_t num_chunks, float scale);
-  void compose_paged_attention_kv8(const View& out, const View& q, const View& k_pool,
-                                   const View& k_scale, const View& v_pool, const View& v_scale,
-                                   const View& block_table, const int64_t* chunks,
-                                   int64_t num_chunks, float scale);
   void compose_adamw(const View& p, const View& g, const View& m, const View& v, float decay,
                      float beta1, float beta2, float step_size, float bc2_sqrt, float eps);
 
