@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_ops.hpp"
+#include "backends/cpu/cpu_rows.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 
@@ -45,10 +46,6 @@ namespace {
 
 constexpr int64_t kBlock = 64;  // keys per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-bool is_float(oslo_dtype dt) {
-  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
-}
 
 // ---- row kernels: n rows of length D at base + j * stride ------------------
 // Rows are f32, or int8 with one f32 scale per row (sc[j * sst]; sc null:

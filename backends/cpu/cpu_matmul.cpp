@@ -14,6 +14,7 @@
 // alpha, beta and the bias are applied in one f32 epilogue (beta == 0 never
 // reads c, so NaN there is ignored).
 #include "backends/cpu/cpu_matmul.hpp"
+#include "backends/cpu/cpu_rows.hpp"
 
 // GCC 12 reports its own AVX-512 intrinsics (which start from
 // _mm512_undefined_*) as "maybe uninitialized": a known false positive.
@@ -35,10 +36,6 @@ namespace cpu {
 namespace {
 
 using dnnl::memory;
-
-bool is_float(oslo_dtype dt) {
-  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
-}
 
 struct Mat {  // one 2-D operand
   char* data;

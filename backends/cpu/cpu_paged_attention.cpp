@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_ops.hpp"
+#include "backends/cpu/cpu_rows.hpp"
 #include "core/common/dtype.hpp"
 #include "core/common/error.hpp"
 
@@ -41,10 +42,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kTileMin = 16;  // queries from which a chunk runs in tiles
 constexpr int64_t kTile = 64;     // queries per tile
 constexpr int64_t kKeys = 64;     // keys per step of a tile (whole blocks)
-
-bool is_float(oslo_dtype dt) {
-  return dt == OSLO_DTYPE_F32 || dt == OSLO_DTYPE_F16 || dt == OSLO_DTYPE_BF16;
-}
 
 // One work item: queries [i0, i0 + nq) of chunk c for the heads of kv head
 // kh, over blocks [b0, b1) of the chunk's table. Its results (R = g * nq

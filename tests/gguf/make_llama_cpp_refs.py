@@ -27,6 +27,11 @@ The files (all deterministic: fixed seeds, one thread):
     MOSTLY_Q4_K_M, MOSTLY_Q6_K; llama.cpp picks the types of some tensors
     itself, e.g. Q6_K for token_embd in Q4_K_M). Every quantized row is 256
     elements, whole K-quant super-blocks.
+  - llama-wide-q4_k.gguf: the same seeded LLaMA made wider inside (8 heads
+    of 64, 2 KV heads, intermediate 512; hidden still 256), MOSTLY_Q4_K_M:
+    the row-parallel projections (o_proj, down_proj) have rows of 512, so at
+    TP=2 each rank's half is whole super-blocks and the K-quant file runs
+    quantized under tensor parallelism.
 
 For every file the JSON holds llama.cpp's logits of the last position for
 each prompt (token ids, so that tokenization does not enter), its 16 greedy
@@ -85,11 +90,12 @@ CHAT_MESSAGES = [{"role": "system", "content": "Be brief."},
 FTYPES = {"q8_0": 7, "q4_0": 2, "q4_k": 15, "q6_k": 18}
 
 
-def write_llama_256(folder):
-    """A seeded LLaMA HF folder whose rows are whole K-quant super-blocks."""
+def write_llama_256(folder, I=256, NH=4):
+    """A seeded LLaMA HF folder whose rows are whole K-quant super-blocks
+    (intermediate I, NH heads of 64)."""
     from safetensors.numpy import save_file
     rng = np.random.default_rng(35)
-    H, I, NH, KV, D, V = 256, 256, 4, 2, 64, 515
+    H, KV, D, V = 256, 2, 64, 515
     t = {}
     t["model.embed_tokens.weight"] = rng.normal(0, 1.0, (V, H)).astype(np.float32)
     p = "model.layers.0."
@@ -218,6 +224,12 @@ def main():
         convert(conv_dir, hf, f32, "f32")
         for name, ftype in FTYPES.items():
             quantize(f32, os.path.join(fixtures, f"llama-256-{name}.gguf"), ftype)
+        wide = os.path.join(tmp, "llama-wide")
+        os.makedirs(wide)
+        write_llama_256(wide, I=512, NH=8)
+        f32 = os.path.join(tmp, "llama-wide-f32.gguf")
+        convert(conv_dir, wide, f32, "f32")
+        quantize(f32, os.path.join(fixtures, "llama-wide-q4_k.gguf"), FTYPES["q4_k"])
     with open(os.path.join(fixtures, "llama_cpp_refs.json"), "w") as f:
         json.dump(refs(fixtures), f)
 

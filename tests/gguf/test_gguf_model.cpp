@@ -576,9 +576,22 @@ int run_released(const std::string& gguf, const std::string& tmp, const std::str
   check(
       sa.plain_released_bytes() == released,
       "the next run releases them again: " + std::to_string(sa.plain_released_bytes()) + " bytes");
-  // Written back from the copies, every parameter holds the file's bytes.
+  // Written back from the copies, every parameter holds the file's bytes;
+  // every 2-D weight of the blocks stayed in its block dtype (at TP=2 too:
+  // each rank's slices are whole blocks).
   const auto& ta = a->impl->tensors();
   const auto& tk = k->impl->tensors();
+  int64_t linears = 0, block = 0;
+  for (const oslo::PlacedTensor& t : ta) {
+    const std::string& n = t.placement.name;
+    if (t.tensor.ndim() != 2 ||
+        (n.find("layers.") == std::string::npos && n.find(".h.") == std::string::npos))
+      continue;
+    ++linears;
+    if (oslo::dtype_is_block(t.tensor.dtype())) ++block;
+  }
+  check(linears > 0 && block == linears, std::to_string(block) + " of " + std::to_string(linears) +
+                                             " block linears held block-quantized");
   bool equal = ta.size() == tk.size();
   for (size_t i = 0; equal && i < ta.size(); ++i) {
     const oslo::Tensor& x = ta[i].tensor;
