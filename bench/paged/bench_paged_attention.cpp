@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
       rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--min-seconds" && i + 1 < argc)
       min_seconds = std::atof(argv[++i]);
-    else if (a == "--kv" && i + 1 < argc && (std::string(argv[i + 1]) == "int8" ||
-                                             std::string(argv[i + 1]) == "f32"))
+    else if (a == "--kv" && i + 1 < argc &&
+             (std::string(argv[i + 1]) == "int8" || std::string(argv[i + 1]) == "f32"))
       int8 = std::string(argv[++i]) == "int8";
     else {
       std::fprintf(stderr,
