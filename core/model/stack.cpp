@@ -309,6 +309,7 @@ void BlockStack::make_packs() {
     // Released one by one: the peak is the plain weights and one copy.
     release(packs_.emplace(w->storage().get(), Pack{*w, std::move(p)}).first->second);
   }
+  release_pending_ = false;
   if (!packs_.empty() && ctx.log().enabled(LogLevel::Info)) {
     size_t bytes = 0;
     for (const auto& kv : packs_) bytes += kv.second.copy->bytes();
@@ -320,8 +321,11 @@ void BlockStack::make_packs() {
 }
 
 void BlockStack::release_plain() {
-  if (keep_plain_) return;
+  // Once per restore: nothing else changes what release() would free, and
+  // every inference run calls this.
+  if (keep_plain_ || !release_pending_) return;
   for (auto& kv : packs_) release(kv.second);
+  release_pending_ = false;
 }
 
 void BlockStack::release(Pack& pk) {
@@ -347,6 +351,7 @@ void BlockStack::restore_plain() {
     pk.released = false;
   }
   released_ = false;
+  release_pending_ = true;
 }
 
 void BlockStack::keep_plain() {

@@ -131,7 +131,8 @@ class BlockStack {
   void release(Pack& pk);  // release_plain() of one copy
   bool packs_made_ = false;
   bool keep_plain_ = false;
-  bool released_ = false;  // some plain weight is released now
+  bool released_ = false;         // some plain weight is released now
+  bool release_pending_ = false;  // restore_plain() ran since the last release
 };
 
 }  // namespace oslo
